@@ -1,0 +1,1 @@
+"""One module per ``corpus`` subcommand; each defines ``register(subparsers)``."""

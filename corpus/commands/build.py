@@ -1,0 +1,25 @@
+"""``corpus build``: every stage, locally under ``mpiexec -n N``, then the snapshot manifest."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from corpus.pipeline import SNAPSHOT_DIR, build
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("build", help="run every stage on WARC / JSONL inputs and write a snapshot")
+    p.add_argument("--input", nargs="+", required=True, type=Path, metavar="PATH", help="WARC, JSONL or text inputs")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="build directory")
+    p.add_argument("--ranks", type=int, default=2, metavar="N", help="MPI ranks per stage (default 2)")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE", help="build config (TOML)")
+    p.add_argument("--seed", type=int, default=None, metavar="S", help="shuffle seed (overrides the config's)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    snapshot = build(args.input, args.out, args.ranks, args.config, args.seed)
+    print(f"snapshot manifest {args.out / SNAPSHOT_DIR / 'manifest.json'}")
+    print(f"snapshot_id {snapshot.snapshot_id}")
+    return 0

@@ -1,0 +1,136 @@
+"""The build: the ordered stages, the local launcher (``mpiexec``) and the snapshot at the end.
+
+A build directory holds one directory per stage (``stages/<name>``), the effective config the stages
+ran with (``build-config.json``) and the snapshot (``snapshot/manifest.json``). Each stage reads the
+previous one's directory; the first reads the raw inputs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from corpus.config import load_config_file
+from corpus.docshard import atomic_write_json
+from corpus.errors import UserError
+from corpus.model import SnapshotManifest, SnapshotShard, StageManifest
+
+#: Every stage of a build, in order. A stage is the module ``hpc_jobs.<name>`` defining ``STAGE``.
+PIPELINE: tuple[str, ...] = ()
+
+STAGES_DIR = "stages"
+SNAPSHOT_DIR = "snapshot"
+BUILD_CONFIG = "build-config.json"
+
+
+def stage_class(name: str) -> type:
+    """The Stage class of ``hpc_jobs.<name>``, or a clear error naming the stages that exist."""
+    if name not in PIPELINE:
+        raise UserError(f"unknown stage {name!r}; stages: {', '.join(PIPELINE) or '(none)'}")
+    return importlib.import_module(f"hpc_jobs.{name}").STAGE
+
+
+def mpiexec_path() -> str:
+    """The MPI launcher beside this interpreter (the PyPI ``mpich`` wheel's hydra), else on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("mpiexec")
+    if not found:
+        raise UserError("mpiexec not found: install the project (`make venv`) so the mpich wheel provides it")
+    return found
+
+
+def stage_command(name: str, in_paths: list[Path], out_dir: Path, config: Path | None) -> list[str]:
+    cmd = [sys.executable, "-m", f"hpc_jobs.{name}", "--in", *map(str, in_paths), "--out", str(out_dir)]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    return cmd
+
+
+def launch_stage(name: str, in_paths: list[Path], out_dir: Path, ranks: int, config: Path | None) -> StageManifest:
+    """Run one stage on this machine as ``mpiexec -n RANKS``; progress goes to stderr."""
+    stage_class(name)
+    if ranks < 1:
+        raise UserError(f"--ranks must be at least 1, got {ranks}")
+    cmd = [mpiexec_path(), "-n", str(ranks), *stage_command(name, in_paths, out_dir, config)]
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    proc = subprocess.run(cmd, env=env, stdout=sys.stderr)
+    if proc.returncode != 0:
+        raise UserError(f"stage {name} failed with exit status {proc.returncode} (its log is above)")
+    return StageManifest.from_dict(json.loads((out_dir / "manifest.json").read_text()))
+
+
+def write_build_config(out: Path, config_file: Path | None, seed: int | None) -> Path:
+    """The effective config every stage of this build reads: the user's file plus the seed."""
+    cfg: dict[str, Any] = load_config_file(config_file)
+    if seed is not None:
+        cfg["seed"] = seed
+    cfg.setdefault("seed", 0)
+    path = out / BUILD_CONFIG
+    atomic_write_json(path, cfg)
+    return path
+
+
+def build(inputs: list[Path], out: Path, ranks: int, config_file: Path | None, seed: int | None) -> SnapshotManifest:
+    """Run every stage in order, then write the snapshot manifest. Reruns resume where they stopped."""
+    missing = [str(p) for p in inputs if not p.exists()]
+    if missing:
+        raise UserError(f"input not found: {', '.join(missing)}")
+    if not PIPELINE:
+        raise UserError("no stages are installed")
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = write_build_config(out, config_file, seed)
+    manifests = []
+    prev: list[Path] = [p.resolve() for p in inputs]
+    for name in PIPELINE:
+        stage_dir = out / STAGES_DIR / name
+        manifests.append(launch_stage(name, prev, stage_dir, ranks, cfg_path))
+        prev = [stage_dir]
+    seed_value = int(json.loads(cfg_path.read_text())["seed"])
+    snapshot = assemble_snapshot(out, manifests, seed_value)
+    atomic_write_json(out / SNAPSHOT_DIR / "manifest.json", snapshot.to_dict())
+    return snapshot
+
+
+def stage_versions(manifests: list[StageManifest]) -> dict[str, dict[str, str]]:
+    return {
+        m.stage: {"version": m.stage_version, "config_hash": m.config_hash, "manifest": m.digest}
+        | {k: v for k, v in m.extra.items() if k.endswith("_hash") and isinstance(v, str)}
+        for m in manifests
+    }
+
+
+def assemble_snapshot(out: Path, manifests: list[StageManifest], seed: int) -> SnapshotManifest:
+    """The snapshot lists the last stage's shards, with digests, counts and every stage's version."""
+    last = manifests[-1]
+    shards = tuple(
+        SnapshotShard(
+            path=f"../{STAGES_DIR}/{last.stage}/{o.path}",
+            sha256=o.sha256,
+            bucket="all",
+            docs=o.records,
+            tokens=0,
+        )
+        for o in last.outputs
+    )
+    return SnapshotManifest(shards=shards, stage_versions=stage_versions(manifests), seed=seed)
+
+
+def read_stage_manifests(build_dir: Path) -> list[StageManifest]:
+    """The manifests of a build's completed stages, in pipeline order."""
+    found = []
+    for name in PIPELINE:
+        p = build_dir / STAGES_DIR / name / "manifest.json"
+        if p.exists():
+            found.append(StageManifest.from_dict(json.loads(p.read_text())))
+    if not found:
+        raise UserError(f"{build_dir} holds no completed stage (expected {STAGES_DIR}/<stage>/manifest.json)")
+    return found

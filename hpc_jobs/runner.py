@@ -1,0 +1,426 @@
+"""The stage runner: runs one stage as an mpi4py program, checkpointed at shard granularity.
+
+Contract (every stage in ``hpc_jobs`` obeys it):
+
+* Input shards are assigned to ranks by their content digest (sorted by sha256, dealt round-robin),
+  never by discovery order, and every input shard yields exactly one output shard of the same name,
+  so the outputs are byte-identical whatever the number of ranks.
+* A shard is finished when its ``stats/NAME.json`` exists and records the input digest, stage
+  version, config hash and global-phase digest it was made from; a rerun skips finished shards, so a
+  killed rank loses at most the shard it was on.
+* The stage manifest is written last, atomically, by rank 0 after a barrier. Its presence means the
+  stage is complete; rerunning a complete stage with the same inputs and config does nothing.
+* Counts reconcile per shard and in total: docs in = out + filtered + quarantined, or the stage fails.
+
+Layout of a stage's output directory::
+
+    manifest.json                    StageManifest (written last)
+    shards/NAME.jsonl.zst(.json)     documents that went on
+    filtered/NAME.jsonl.zst(.json)   {"reason", "doc"} for every document a policy dropped
+    quarantine/NAME.jsonl.zst(.json) QuarantineRecord for every input that could not be processed
+    stats/NAME.json                  the shard's YieldCounts and checkpoint key
+    work/                            the stage's own checkpoints for its global phase
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from corpus.config import ConfigError, config_hash, config_to_dict, load_config_file, stage_config
+from corpus.digest import canonical_json, file_sha256
+from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs, read_sidecar
+from corpus.model import (
+    Document,
+    Filtered,
+    Kept,
+    Outcome,
+    Quarantined,
+    ShardRef,
+    StageManifest,
+    YieldCounts,
+)
+
+MANIFEST = "manifest.json"
+log = logging.getLogger("corpus.stage")
+
+
+class StageError(RuntimeError):
+    """A stage cannot run or cannot finish; the message names the problem for a person."""
+
+
+@dataclass(frozen=True)
+class InputShard:
+    """One unit of work: a document shard of the previous stage, or a raw input file."""
+
+    name: str  # the output shard takes this name
+    path: Path
+    sha256: str
+    records: int = -1  # -1 where unknown (raw files)
+
+    def ref(self, root: Path | None = None) -> ShardRef:
+        path = str(self.path.relative_to(root)) if root else str(self.path)
+        return ShardRef(path=path, sha256=self.sha256, records=self.records)
+
+
+class StageContext:
+    """What a stage sees of the world: its config, directories and the MPI communicator."""
+
+    def __init__(self, comm: Any, in_paths: list[Path], out_dir: Path, config: Any, full_config: dict):
+        self.comm = comm
+        self.rank: int = comm.Get_rank()
+        self.size: int = comm.Get_size()
+        self.in_paths = in_paths
+        self.out_dir = out_dir
+        self.config = config
+        self.full_config = full_config
+        self.work_dir = out_dir / "work"
+
+    def artifact_path(self, kind: str, name: str) -> Path:
+        """Where a stage-specific per-shard artifact goes (listed in the manifest's side outputs)."""
+        return self.out_dir / kind / name
+
+
+class Stage:
+    """Base class of a stage. Subclasses set ``name``, ``version`` and ``Config`` and override
+    :meth:`process_doc` (one document in, one outcome out) or :meth:`process_shard`.
+
+    ``version`` is the stage's code version: bump it whenever the same input and config would now
+    give different output, so manifests and snapshot ids change with it.
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str]
+    Config: ClassVar[type]
+    #: extra side-output directories this stage writes (listed and digested in the manifest)
+    artifact_kinds: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    # -- inputs -----------------------------------------------------------------------------------
+    def list_inputs(self, ctx: StageContext) -> list[InputShard]:
+        """Default: the output shards of a completed previous stage (``--in`` is its directory)."""
+        if len(ctx.in_paths) != 1:
+            raise StageError(f"stage {self.name} takes exactly one --in directory (a previous stage's output)")
+        return shards_of_stage(ctx.in_paths[0])
+
+    # -- the global phase -------------------------------------------------------------------------
+    def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        """Collective work before shards are processed (all ranks call it). Returns a digest of the
+        global facts the shard outputs depend on; it becomes part of every shard's checkpoint key."""
+        return ""
+
+    # -- the map phase ----------------------------------------------------------------------------
+    def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
+        """Yield (outcome, bytes in) for every input record of the shard, in a deterministic order."""
+        for doc in iter_docs(shard.path):
+            yield self.process_doc(doc, ctx), len(doc.text.encode("utf-8"))
+
+    def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
+        raise NotImplementedError(f"stage {self.name} must override process_doc or process_shard")
+
+    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
+        """Called after a shard's outputs are written, before it is marked done (for artifacts)."""
+
+    # -- the end ----------------------------------------------------------------------------------
+    def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
+        """Stage-specific facts digested into the manifest (rank 0 only, after every shard is done)."""
+        return {}
+
+
+def raw_input_shard(path: Path) -> InputShard:
+    """A raw input file as a unit of work, named by its stem and content digest (stable anywhere)."""
+    sha = file_sha256(path)
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", path.name.split(".")[0]).strip("-") or "input"
+    return InputShard(name=f"{stem}-{sha[:12]}", path=path, sha256=sha)
+
+
+def shards_of_stage(stage_dir: Path) -> list[InputShard]:
+    manifest_path = stage_dir / MANIFEST
+    if not manifest_path.exists():
+        raise StageError(f"input {stage_dir} is not a completed stage (no {MANIFEST}); run that stage first")
+    m = StageManifest.from_dict(json.loads(manifest_path.read_text()))
+    return [
+        InputShard(name=Path(o.path).name[: -len(SUFFIX)], path=stage_dir / o.path, sha256=o.sha256, records=o.records)
+        for o in m.outputs
+    ]
+
+
+def load_stage_manifest(stage_dir: Path) -> StageManifest | None:
+    p = Path(stage_dir) / MANIFEST
+    if not p.exists():
+        return None
+    return StageManifest.from_dict(json.loads(p.read_text()))
+
+
+def assign(inputs: list[InputShard], rank: int, size: int) -> list[InputShard]:
+    """This rank's shards: sorted by content digest, dealt round-robin."""
+    ordered = sorted(inputs, key=lambda s: (s.sha256, s.name))
+    return ordered[rank::size]
+
+
+class _RankLog:
+    """Per-rank progress lines on stderr: which shard, how far, how fast."""
+
+    def __init__(self, stage: str, rank: int, size: int) -> None:
+        self.prefix = f"[{stage} r{rank}/{size}]"
+        self.last = time.monotonic()
+
+    def say(self, msg: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {self.prefix} {msg}", file=sys.stderr, flush=True)
+
+    def tick(self, shard: str, n: int, t0: float) -> None:
+        now = time.monotonic()
+        if now - self.last >= 10:
+            self.last = now
+            self.say(f"{shard}: {n} docs, {n / max(now - t0, 1e-9):.0f} docs/s")
+
+
+class StageRun:
+    """One run of one stage on this rank."""
+
+    def __init__(self, stage: Stage, ctx: StageContext) -> None:
+        self.stage = stage
+        self.ctx = ctx
+        self.cfg_hash = config_hash(stage.config)
+        self.log = _RankLog(stage.name, ctx.rank, ctx.size)
+
+    def checkpoint_key(self, shard: InputShard, prepare_digest: str) -> dict[str, str]:
+        return {
+            "input_sha256": shard.sha256,
+            "stage_version": self.stage.version,
+            "config_hash": self.cfg_hash,
+            "prepare_digest": prepare_digest,
+        }
+
+    def stats_path(self, name: str) -> Path:
+        return self.ctx.out_dir / "stats" / f"{name}.json"
+
+    def shard_done(self, shard: InputShard, key: dict[str, str]) -> bool:
+        p = self.stats_path(shard.name)
+        if not p.exists():
+            return False
+        stats = json.loads(p.read_text())
+        if stats.get("key") != key:
+            return False
+        return all(read_sidecar(self.ctx.out_dir / k / f"{shard.name}{SUFFIX}") is not None for k in ("shards", "filtered", "quarantine"))
+
+    def run_shard(self, shard: InputShard, key: dict[str, str]) -> None:
+        out = self.ctx.out_dir
+        counts = YieldCounts()
+        t0 = time.monotonic()
+        n = 0
+        writers = {k: ShardWriter(out / k / f"{shard.name}{SUFFIX}", key) for k in ("shards", "filtered", "quarantine")}
+        try:
+            for outcome, bytes_in in self.stage.process_shard(shard, self.ctx):
+                counts.count(outcome, bytes_in)
+                if isinstance(outcome, Kept):
+                    writers["shards"].write_doc(outcome.doc)
+                elif isinstance(outcome, Filtered):
+                    writers["filtered"].write_line(
+                        canonical_json({"reason": outcome.reason, "doc": outcome.doc.to_dict()})
+                    )
+                elif isinstance(outcome, Quarantined):
+                    writers["quarantine"].write_line(outcome.record.to_json_bytes())
+                else:
+                    raise StageError(f"stage {self.stage.name} yielded {type(outcome).__name__}, not an Outcome")
+                n += 1
+                self.log.tick(shard.name, n, t0)
+        except BaseException:
+            for w in writers.values():
+                w.abort()
+            raise
+        for w in writers.values():
+            w.close()
+        total = counts.total()
+        if not total.reconciles():
+            raise StageError(f"{self.stage.name}/{shard.name}: counts do not reconcile: {total.to_dict()}")
+        if shard.records >= 0 and total.docs_in != shard.records:
+            raise StageError(
+                f"{self.stage.name}/{shard.name}: {total.docs_in} documents accounted, shard has {shard.records}"
+            )
+        self.stage.finish_shard(shard, self.ctx)
+        atomic_write_json(self.stats_path(shard.name), {"key": key, "counts": counts.to_dict()})
+        dt = time.monotonic() - t0
+        mb = total.bytes_in / 1e6
+        self.log.say(
+            f"{shard.name}: done, {total.docs_in} in / {total.docs_out} out in {dt:.1f}s "
+            f"({total.docs_in / max(dt, 1e-9):.0f} docs/s, {mb / max(dt, 1e-9):.2f} MB/s)"
+        )
+
+    def run(self) -> StageManifest:
+        ctx, stage = self.ctx, self.stage
+        comm = ctx.comm
+        inputs = stage.list_inputs(ctx) if ctx.rank == 0 else None
+        inputs = comm.bcast(inputs, root=0)
+        names = [s.name for s in inputs]
+        if len(set(names)) != len(names):
+            raise StageError(f"{stage.name}: two inputs map to the same output shard name")
+
+        existing = load_stage_manifest(ctx.out_dir)
+        if existing is not None and self._manifest_matches(existing, inputs):
+            if ctx.rank == 0:
+                self.log.say(f"complete already (manifest {existing.digest[:19]}…): nothing to do")
+            return existing
+
+        ctx.out_dir.mkdir(parents=True, exist_ok=True)
+        comm.Barrier()
+        if ctx.rank == 0 and existing is not None:
+            (ctx.out_dir / MANIFEST).unlink()  # the stage is being redone: it is not complete now
+        prepare_digest = stage.prepare(ctx, inputs)
+        prepare_digest = comm.bcast(prepare_digest, root=0)
+
+        mine = assign(inputs, ctx.rank, ctx.size)
+        done_by_me = []
+        skipped = 0
+        for shard in mine:
+            key = self.checkpoint_key(shard, prepare_digest)
+            if self.shard_done(shard, key):
+                skipped += 1
+                continue
+            self.run_shard(shard, key)
+            done_by_me.append(shard.name)
+        self.log.say(f"{len(done_by_me)} shards processed, {skipped} already done")
+        done = comm.gather(done_by_me, root=0)
+        comm.Barrier()
+        manifest = None
+        if ctx.rank == 0:
+            manifest = self.write_manifest(inputs, prepare_digest, done)
+        manifest = comm.bcast(manifest, root=0)
+        return manifest
+
+    def _manifest_matches(self, m: StageManifest, inputs: list[InputShard]) -> bool:
+        return (
+            m.stage_version == self.stage.version
+            and m.config_hash == self.cfg_hash
+            and [i.sha256 for i in m.inputs] == [s.sha256 for s in sorted(inputs, key=lambda s: s.name)]
+        )
+
+    def write_manifest(self, inputs: list[InputShard], prepare_digest: str, done: list[list[str]]) -> StageManifest:
+        out = self.ctx.out_dir
+        inputs = sorted(inputs, key=lambda s: s.name)
+        expected = {s.name for s in inputs}
+        shard_counts: dict[str, dict] = {}
+        outputs, sides = [], []
+        total = YieldCounts()
+        for s in inputs:
+            key = self.checkpoint_key(s, prepare_digest)
+            if not self.shard_done(s, key):
+                raise StageError(f"{self.stage.name}: shard {s.name} is missing after every rank finished")
+            stats = json.loads(self.stats_path(s.name).read_text())
+            shard_counts[s.name] = stats["counts"]
+            total.merge(YieldCounts.from_dict(stats["counts"]))
+            for kind, dest in (("shards", outputs), ("filtered", sides), ("quarantine", sides)):
+                rel = f"{kind}/{s.name}{SUFFIX}"
+                sc = read_sidecar(out / rel)
+                dest.append(ShardRef(path=rel, sha256=sc["sha256"], records=sc["records"]))
+        for kind in self.stage.artifact_kinds:
+            sides.extend(_artifact_refs(out, kind))
+        self._remove_stale(expected)
+        t = total.total()
+        if not t.reconciles():
+            raise StageError(f"{self.stage.name}: stage totals do not reconcile: {t.to_dict()}")
+        extra = self.stage.manifest_extra(self.ctx, inputs)
+        if prepare_digest:
+            extra = {**extra, "prepare_digest": prepare_digest}
+        manifest = StageManifest(
+            stage=self.stage.name,
+            stage_version=self.stage.version,
+            config=config_to_dict(self.stage.config),
+            config_hash=self.cfg_hash,
+            inputs=tuple(s.ref(out.parent) if s.path.is_relative_to(out.parent) else s.ref() for s in inputs),
+            outputs=tuple(outputs),
+            side_outputs=tuple(sides),
+            shard_counts=shard_counts,
+            totals=t.to_dict(),
+            extra=extra,
+            run_info={
+                "ranks": self.ctx.size,
+                "processed_by_rank": {str(r): sorted(names) for r, names in enumerate(done)},
+                "host": socket.gethostname(),
+                "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
+                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        )
+        atomic_write_json(out / MANIFEST, manifest.to_dict())
+        self.log.say(
+            f"stage complete: {t.docs_in} in, {t.docs_out} out, filtered {dict(t.filtered)}, "
+            f"quarantined {dict(t.quarantined)}; manifest {manifest.digest}"
+        )
+        return manifest
+
+    def _remove_stale(self, expected: set[str]) -> None:
+        """Outputs of inputs that are no longer part of the stage would confuse a reader: drop them."""
+        for kind, suffixes in (("shards", _SHARD_FILES), ("filtered", _SHARD_FILES), ("quarantine", _SHARD_FILES), ("stats", (".json",))):
+            d = self.ctx.out_dir / kind
+            for p in sorted(d.iterdir()) if d.is_dir() else []:
+                for suffix in suffixes:
+                    if p.name.endswith(suffix) and p.name[: -len(suffix)] not in expected:
+                        p.unlink()
+                        break
+
+
+_SHARD_FILES = (SUFFIX + ".json", SUFFIX)
+
+
+def _artifact_refs(out: Path, kind: str) -> list[ShardRef]:
+    """Every finished file of a stage-specific artifact directory (sidecars are folded into their file)."""
+    d = out / kind
+    files = sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith(".")) if d.is_dir() else []
+    names = {p.name for p in files}
+    refs = []
+    for p in files:
+        if p.name.endswith(".json") and p.name[: -len(".json")] in names:
+            continue
+        sc = read_sidecar(p)
+        refs.append(ShardRef(path=f"{kind}/{p.name}", sha256=file_sha256(p), records=sc["records"] if sc else -1))
+    return refs
+
+
+def parse_args(argv: list[str] | None, stage_name: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog=f"python -m hpc_jobs.{stage_name}", description=f"Run the {stage_name} stage.")
+    ap.add_argument("--in", dest="inputs", nargs="+", required=True, type=Path, help="input directory or files")
+    ap.add_argument("--out", required=True, type=Path, help="the stage's output directory")
+    ap.add_argument("--config", type=Path, default=None, help="build config (TOML)")
+    return ap.parse_args(argv)
+
+
+def run_stage(stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, config_file: Path | None, comm: Any) -> StageManifest:
+    full = load_config_file(config_file)
+    cfg = stage_config(stage_cls.Config, full.get(stage_cls.name), stage_cls.name)
+    ctx = StageContext(comm, [Path(p) for p in in_paths], Path(out_dir), cfg, full)
+    return StageRun(stage_cls(cfg), ctx).run()
+
+
+def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m hpc_jobs.<stage>``: any rank's failure aborts the whole job."""
+    args = parse_args(argv, stage_cls.name)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    try:
+        run_stage(stage_cls, args.inputs, args.out, args.config, comm)
+    except (StageError, ConfigError, FileNotFoundError) as e:
+        print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
+        if comm.Get_size() > 1:
+            comm.Abort(2)
+        return 2
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        if comm.Get_size() > 1:
+            comm.Abort(1)
+        return 1
+    return 0

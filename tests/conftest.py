@@ -1,0 +1,51 @@
+"""Shared fixtures: where the project's sample data and the real ``mpiexec`` are."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+def mpiexec() -> str:
+    return str(Path(sys.executable).parent / "mpiexec")
+
+
+def run_mpi(ranks: int, *args: str, timeout: float = 600, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` on ``ranks`` real MPI ranks; the output is returned as text."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"mpiexec -n {ranks} {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def run_corpus(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the ``corpus`` command line as a user would."""
+    proc = subprocess.run([sys.executable, "-m", "corpus.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"corpus {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data, which CI lays beside the checkout (the project never needs it at run time)."""
+    assert SHARED_DATA.is_dir(), f"{SHARED_DATA} missing: tests expect ../shared beside the checkout"
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

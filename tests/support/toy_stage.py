@@ -1,0 +1,54 @@
+"""A small real stage for testing the runner itself: JSONL files in, documents out.
+
+Lines with invalid JSON are quarantined, documents containing the configured word are filtered, and
+an optional per-document sleep gives the kill tests a window in which a rank is mid-shard.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from corpus.model import Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
+from corpus.digest import sha256_hex
+from hpc_jobs.runner import InputShard, Stage, StageContext, main, raw_input_shard
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    drop_word: str = "spam"
+    sleep_per_doc: float = 0.0
+    seed: int = 0
+
+
+class ToyStage(Stage):
+    name = "toy"
+    version = "1"
+    Config = ToyConfig
+
+    def list_inputs(self, ctx: StageContext) -> list[InputShard]:
+        return [raw_input_shard(p) for p in sorted(ctx.in_paths)]
+
+    def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
+        for line in shard.path.read_bytes().splitlines():
+            time.sleep(self.config.sleep_per_doc)
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                yield Quarantined(QuarantineRecord(stage=self.name, reason="bad_json", raw_digest=sha256_hex(line),
+                                                   source=shard.name, input_name=shard.name)), len(line)
+                continue
+            doc = Document.create(text=rec["text"].strip(), source="toy", source_tier="web", url=rec["url"],
+                                  crawl_date="2026-01-01", raw_digest=sha256_hex(line))
+            if self.config.drop_word in doc.text:
+                yield Filtered(doc, "contains_drop_word"), len(line)
+            else:
+                yield Kept(doc), len(line)
+
+
+if __name__ == "__main__":
+    sys.exit(main(ToyStage))
