@@ -8,6 +8,7 @@ previous one's directory; the first reads the raw inputs.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -22,7 +23,26 @@ from corpus.errors import UserError
 from corpus.model import SnapshotManifest, SnapshotShard, StageManifest
 
 #: Every stage of a build, in order. A stage is the module ``hpc_jobs.<name>`` defining ``STAGE``.
-PIPELINE: tuple[str, ...] = ()
+PLANNED_STAGES: tuple[str, ...] = (
+    "ingest",  # WARC / JSONL / text -> raw documents; eval holdout; recrawl collapse
+    "extract",  # HTML -> text, per-document robustness
+    "annotate",  # language ID, heuristic signals, quality score, PII scrub (annotates, never drops)
+    "policy",  # the keep/drop decision from stored values
+    "exact_dedup",
+    "line_dedup",
+    "minhash_dedup",
+    "decontaminate",
+    "tokenize",
+    "write_shards",  # global shuffle and Megatron-format shards
+)
+
+
+def installed_stages() -> tuple[str, ...]:
+    """The planned stages whose module exists: a build runs every stage that exists, in order."""
+    return tuple(n for n in PLANNED_STAGES if importlib.util.find_spec(f"hpc_jobs.{n}") is not None)
+
+
+PIPELINE: tuple[str, ...] = installed_stages()
 
 STAGES_DIR = "stages"
 SNAPSHOT_DIR = "snapshot"

@@ -1,0 +1,129 @@
+"""Megatron-LM's indexed dataset (``MMIDIDX``): a flat token array ``.bin`` and its index ``.idx``.
+
+The layout is Megatron-LM's ``megatron/core/datasets/indexed_dataset.py``, so Megatron and NeMo read
+our shards directly. The ``.idx`` file, little-endian, field by field::
+
+    magic            9 bytes   b"MMIDIDX\\x00\\x00"
+    version          uint64    1
+    dtype code       uint8     1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16
+    sequence count   uint64    S (one sequence per document here)
+    document count   uint64    D = S + 1 (document_indices has a leading 0)
+    sequence lengths int32[S]  tokens per sequence
+    sequence offsets int64[S]  byte offset of each sequence in the .bin
+    document indices int64[D]  sequence index where each document starts, then S
+
+The ``.bin`` file is the sequences' tokens back to back in the declared dtype. Megatron has no
+uint32 code, so a vocabulary above 65,535 ids is stored as int32 (ids stay far below 2**31).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = b"MMIDIDX\x00\x00"
+VERSION = 1
+DTYPE_CODES: dict[str, int] = {
+    "uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float64": 6, "float32": 7, "uint16": 8,
+}
+CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+
+
+def token_dtype_for_vocab(vocab_size: int) -> str:
+    """uint16 when every id fits in 65,535, else int32 (Megatron's widest integer token type)."""
+    return "uint16" if vocab_size <= 65535 else "int32"
+
+
+@dataclass(frozen=True)
+class IndexedShardIndex:
+    dtype: np.dtype
+    lengths: np.ndarray  # int32[S]
+    offsets: np.ndarray  # int64[S], bytes
+    doc_indices: np.ndarray  # int64[S+1]
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.lengths.sum(dtype=np.int64))
+
+    def token_starts(self) -> np.ndarray:
+        """Token offset of every document (int64[S+1], the last entry is the total)."""
+        starts = np.zeros(self.num_docs + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=starts[1:])
+        return starts
+
+
+def index_bytes(lengths: np.ndarray, dtype: str) -> bytes:
+    lengths = np.asarray(lengths, dtype=np.int32)
+    itemsize = np.dtype(dtype).itemsize
+    offsets = np.zeros(lengths.shape[0], dtype=np.int64)
+    if lengths.shape[0] > 1:
+        np.cumsum(lengths[:-1].astype(np.int64) * itemsize, out=offsets[1:])
+    doc_indices = np.arange(lengths.shape[0] + 1, dtype=np.int64)
+    header = MAGIC + struct.pack("<Q", VERSION) + struct.pack("<B", DTYPE_CODES[dtype])
+    header += struct.pack("<Q", lengths.shape[0]) + struct.pack("<Q", doc_indices.shape[0])
+    return header + lengths.tobytes() + offsets.tobytes() + doc_indices.tobytes()
+
+
+def write_indexed_shard(prefix: Path, documents: list[np.ndarray], dtype: str) -> tuple[Path, Path]:
+    """Write ``prefix.bin`` and ``prefix.idx`` atomically (temp names, then rename; .idx last)."""
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    bin_path, idx_path = prefix.with_suffix(".bin"), prefix.with_suffix(".idx")
+    lengths = np.array([d.shape[0] for d in documents], dtype=np.int32)
+    for path, payload in ((bin_path, None), (idx_path, index_bytes(lengths, dtype))):
+        tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+        with open(tmp, "wb") as f:
+            if payload is None:
+                for d in documents:
+                    f.write(np.ascontiguousarray(d, dtype=dtype).tobytes())
+            else:
+                f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return bin_path, idx_path
+
+
+def read_index(idx_path: Path) -> IndexedShardIndex:
+    buf = Path(idx_path).read_bytes()
+    if buf[:9] != MAGIC:
+        raise ValueError(f"{idx_path}: not a Megatron indexed dataset index (bad magic)")
+    (version,) = struct.unpack_from("<Q", buf, 9)
+    if version != VERSION:
+        raise ValueError(f"{idx_path}: unsupported index version {version}")
+    (code,) = struct.unpack_from("<B", buf, 17)
+    (n_seq,) = struct.unpack_from("<Q", buf, 18)
+    (n_doc,) = struct.unpack_from("<Q", buf, 26)
+    off = 34
+    lengths = np.frombuffer(buf, dtype=np.int32, count=n_seq, offset=off)
+    off += 4 * n_seq
+    offsets = np.frombuffer(buf, dtype=np.int64, count=n_seq, offset=off)
+    off += 8 * n_seq
+    doc_indices = np.frombuffer(buf, dtype=np.int64, count=n_doc, offset=off)
+    return IndexedShardIndex(np.dtype(CODE_DTYPES[code]), lengths, offsets, doc_indices)
+
+
+class IndexedShard:
+    """Read-only, memory-mapped view of one ``.bin``/``.idx`` pair."""
+
+    def __init__(self, prefix: Path) -> None:
+        prefix = Path(prefix)
+        self.index = read_index(prefix.with_suffix(".idx"))
+        self.tokens = np.memmap(prefix.with_suffix(".bin"), dtype=self.index.dtype, mode="r")
+        if self.tokens.shape[0] != self.index.num_tokens:
+            raise ValueError(f"{prefix}: .bin holds {self.tokens.shape[0]} tokens, .idx says {self.index.num_tokens}")
+
+    def __len__(self) -> int:
+        return self.index.num_docs
+
+    def document(self, i: int) -> np.ndarray:
+        start = int(self.index.offsets[i]) // self.index.dtype.itemsize
+        return self.tokens[start : start + int(self.index.lengths[i])]
