@@ -75,7 +75,7 @@ class ShardWriter:
         self._tmp = self.path.with_name(f".{self.path.name}.tmp.{os.getpid()}")
         self._raw = open(self._tmp, "wb")
         self._hashing = _HashingFile(self._raw)
-        self._zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(self._hashing, closefd=False)
+        self._zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).stream_writer(self._hashing, closefd=False)
         self._buf = bytearray()
         self.records = 0
         self.sidecar_extra = dict(sidecar_extra or {})
@@ -176,9 +176,12 @@ def iter_lines(path: Path, verify: bool = True) -> Iterator[bytes]:
 
         reader = zstandard.ZstdDecompressor().stream_reader(_Tee(), read_across_frames=True)
         text = io.BufferedReader(reader, buffer_size=_BLOCK)
-        for line in text:
-            n += 1
-            yield line.rstrip(b"\n")
+        try:
+            for line in text:
+                n += 1
+                yield line.rstrip(b"\n")
+        except zstandard.ZstdError as e:
+            raise ShardCorrupt(f"{path}: not a valid zstd stream after {n} records ({e})") from e
     if expected is not None and (sha.hexdigest() != expected["sha256"] or n != expected["records"]):
         raise ShardCorrupt(
             f"{path}: content does not match its sidecar (sha256 {sha.hexdigest()[:12]}… vs "
@@ -186,11 +189,14 @@ def iter_lines(path: Path, verify: bool = True) -> Iterator[bytes]:
         )
 
 
-def iter_docs(path: Path, verify: bool = True) -> Iterator[Document]:
-    for line in iter_lines(path, verify=verify):
-        yield Document.from_dict(json.loads(line))
-
-
 def iter_records(path: Path, verify: bool = True) -> Iterator[dict[str, Any]]:
-    for line in iter_lines(path, verify=verify):
-        yield json.loads(line)
+    for i, line in enumerate(iter_lines(path, verify=verify)):
+        try:
+            yield json.loads(line)
+        except ValueError as e:
+            raise ShardCorrupt(f"{path}: record {i} is not JSON ({e})") from e
+
+
+def iter_docs(path: Path, verify: bool = True) -> Iterator[Document]:
+    for record in iter_records(path, verify=verify):
+        yield Document.from_dict(record)

@@ -104,10 +104,10 @@ def build(inputs: list[Path], out: Path, ranks: int, config_file: Path | None, s
     missing = [str(p) for p in inputs if not p.exists()]
     if missing:
         raise UserError(f"input not found: {', '.join(missing)}")
-    if not PIPELINE:
-        raise UserError("no stages are installed")
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = write_build_config(out, config_file, seed)
+    if not PIPELINE:
+        raise UserError("no stages are installed")
     manifests = []
     prev: list[Path] = [p.resolve() for p in inputs]
     for name in PIPELINE:

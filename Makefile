@@ -1,0 +1,51 @@
+# corpus-pipeline: the two commands a fresh machine needs are `make demo` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# the CPU build of torch pinned in requirements.lock lies on this machine's disk
+WHEELS ?= /opt/wheels
+FIND_LINKS := $(if $(wildcard $(WHEELS)),--find-links $(WHEELS),)
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-fast services services-down airflow bench lint clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	command -v uv >/dev/null || python3 -m pip install -q uv
+	uv venv -q --allow-existing --python 3.11 $(VENV)
+	uv pip sync -q --python $(PY) $(FIND_LINKS) requirements.lock
+	uv pip install -q --python $(PY) --no-deps -e .
+	touch $@
+
+## Run the main job end to end on the bundled sample (no cluster needed).
+demo: venv
+	bash scripts/demo.sh
+
+## Set everything up (venv, local SLURM, sshd, PostgreSQL) and run the whole test suite.
+test: venv services
+	$(PY) -m pytest -ra --durations=20 $(PYTEST_ARGS)
+
+## The suite without the slow end-to-end tests (for a quick local loop).
+test-fast: venv
+	$(PY) -m pytest -ra -m "not slow and not cluster" $(PYTEST_ARGS)
+
+## Start / stop the local single-node SLURM cluster, sshd on 127.0.0.1 and PostgreSQL.
+services:
+	bash scripts/services_up.sh
+
+services-down:
+	bash scripts/services_down.sh
+
+## The Airflow UI (standalone, with login); prints the URL and the login.
+airflow: venv services
+	bash scripts/airflow_standalone.sh
+
+bench: venv
+	for b in bench/bench_*.py; do echo "== $$b"; $(PY) "$$b" || exit 1; done
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf demo-out test-artifacts

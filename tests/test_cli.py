@@ -1,0 +1,43 @@
+"""The command line: bad arguments and bad input give a one-line error and a non-zero exit."""
+
+from tests.conftest import run_corpus
+
+
+def error_line(proc):
+    lines = [line for line in proc.stderr.strip().splitlines() if line]
+    assert proc.returncode != 0
+    return lines[-1]
+
+
+def test_unknown_stage_names_the_stages_that_exist(tmp_path):
+    proc = run_corpus("stage", "no_such_stage", "--in", str(tmp_path), "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2
+    assert "unknown stage 'no_such_stage'" in error_line(proc)
+
+
+def test_missing_input_is_named(tmp_path):
+    proc = run_corpus("build", "--input", str(tmp_path / "nope.warc.gz"), "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2
+    assert "input not found" in error_line(proc) and "nope.warc.gz" in error_line(proc)
+
+
+def test_report_on_something_that_is_not_a_build(tmp_path):
+    proc = run_corpus("report", str(tmp_path), "--json", check=False)
+    assert proc.returncode == 2
+    assert "no completed stage" in error_line(proc)
+
+
+def test_missing_required_argument_is_a_usage_error():
+    proc = run_corpus("build", check=False)
+    assert proc.returncode == 2
+    assert "--input" in proc.stderr
+
+
+def test_bad_config_file_is_named(tmp_path):
+    bad = tmp_path / "c.toml"
+    bad.write_text("this is = = not toml")
+    src = tmp_path / "x.jsonl"
+    src.write_text("")
+    proc = run_corpus("build", "--input", str(src), "--out", str(tmp_path / "o"), "--config", str(bad), check=False)
+    assert proc.returncode == 2
+    assert "not valid TOML" in error_line(proc)

@@ -1,0 +1,64 @@
+"""The shared data model: identities follow content, and yield counts always reconcile."""
+
+from dataclasses import replace
+
+import pytest
+
+from corpus.model import Annotation, Document, Filtered, Kept, Quarantined, QuarantineRecord, YieldCounts
+
+
+def doc(text="Hello world", source="web-a", **kw):
+    base = dict(source_tier="web", url="https://a.example/x", crawl_date="2026-03-01", raw_digest="r" * 64)
+    base.update(kw)
+    return Document.create(text=text, source=source, **base)
+
+
+def test_doc_id_is_a_function_of_text_and_source_only():
+    a = doc(url="https://a.example/1", crawl_date="2026-03-01")
+    b = doc(url="https://b.example/2", crawl_date="2026-06-01")
+    assert a.doc_id == b.doc_id
+    assert doc(source="web-b").doc_id != a.doc_id
+    assert doc(text="Hello world!").doc_id != a.doc_id
+    assert len(a.doc_id) == 32
+
+
+def test_changing_text_derives_a_new_document_and_keeps_lineage():
+    a = doc()
+    b = a.with_text("Hello")
+    assert b.doc_id != a.doc_id and b.derived_from == a.doc_id
+    assert b.text_digest != a.text_digest
+    assert a.with_text(a.text) is a
+
+
+def test_json_round_trip_is_exact():
+    a = doc().annotate(Annotation("annotate", "word_count", 2, "pass"), lang="en", lang_confidence=0.97)
+    a = replace(a, scores={"quality": 0.5})
+    again = Document.from_dict(__import__("json").loads(a.to_json_bytes()))
+    assert again == a
+    assert again.to_json_bytes() == a.to_json_bytes()
+
+
+def test_unknown_fields_are_refused():
+    d = doc().to_dict()
+    d["surprise"] = 1
+    with pytest.raises(ValueError, match="surprise"):
+        Document.from_dict(d)
+
+
+def test_latest_annotation_wins():
+    a = doc().annotate(Annotation("s", "x", 1), Annotation("s", "x", 2))
+    assert a.annotation("s", "x").value == 2
+    assert a.annotation("s", "missing") is None
+
+
+def test_yield_counts_reconcile_by_source_and_language():
+    y = YieldCounts()
+    en = doc(lang="en")
+    y.count(Kept(en), 100)
+    y.count(Filtered(doc(text="other", lang="de"), "quality"), 50)
+    y.count(Quarantined(QuarantineRecord(stage="x", reason="bad_utf8", raw_digest="d", source="web-a")), 10)
+    total = y.total()
+    assert (total.docs_in, total.docs_out, total.bytes_in) == (3, 1, 160)
+    assert total.reconciles()
+    assert set(y.by(1)) == {"en", "de", "und"}
+    assert YieldCounts.from_dict(y.to_dict()).to_dict() == y.to_dict()
