@@ -11,10 +11,9 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-from corpus.model import Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from corpus.digest import sha256_hex
+from corpus.model import Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from hpc_jobs.runner import InputShard, Stage, StageContext, main, raw_input_shard
 
 
