@@ -96,8 +96,15 @@ class ShuffleOutput(Iterator[tuple[bytes, bytes]]):
     exchange rounds (the same on every rank); ``spilled_runs`` the sorted runs written to disk.
     """
 
-    def __init__(self, memory: list[tuple[bytes, bytes]], runs: list[Path], tmpdir: Path | None,
-                 records: int, nbytes: int, rounds: int) -> None:
+    def __init__(
+        self,
+        memory: list[tuple[bytes, bytes]],
+        runs: list[Path],
+        tmpdir: Path | None,
+        records: int,
+        nbytes: int,
+        rounds: int,
+    ) -> None:
         self.records = records
         self.bytes = nbytes
         self.rounds = rounds
@@ -201,8 +208,10 @@ def shuffle_by_key(
                     exhausted = True
                     break
                 if not isinstance(key, bytes) or not isinstance(payload, bytes):
-                    raise TypeError(f"shuffle_by_key takes (bytes, bytes) records, got ({type(key).__name__}, "
-                                    f"{type(payload).__name__})")
+                    raise TypeError(
+                        f"shuffle_by_key takes (bytes, bytes) records, got ({type(key).__name__}, "
+                        f"{type(payload).__name__})"
+                    )
                 dest = part(key) % size
                 buf = outgoing[dest]
                 buf += _HEADER.pack(len(key), len(payload))
@@ -234,4 +243,6 @@ def shuffle_by_key(
         if receiver.tmpdir is not None:
             shutil.rmtree(receiver.tmpdir, ignore_errors=True)
         raise
-    return ShuffleOutput(receiver.memory, receiver.runs, receiver.tmpdir, receiver.records, receiver.nbytes, rounds)
+    return ShuffleOutput(
+        receiver.memory, receiver.runs, receiver.tmpdir, receiver.records, receiver.nbytes, rounds
+    )

@@ -41,14 +41,24 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     part = None
     if a.partition == "by_number":
+
         def part(key: bytes) -> int:
             return int(key[1:] or b"0") if key[1:].isdigit() else 0
-    out = shuffle_by_key(comm, my_share(global_records(a.records), comm.rank, comm.size), partition_of=part,
-                         memory_budget_bytes=a.budget, spill_dir=a.spill_dir)
+
+    out = shuffle_by_key(
+        comm,
+        my_share(global_records(a.records), comm.rank, comm.size),
+        partition_of=part,
+        memory_budget_bytes=a.budget,
+        spill_dir=a.spill_dir,
+    )
     spill_files_during = sorted(str(p) for p in a.spill_dir.rglob("*") if p.is_file()) if a.spill_dir else []
     got = [(k.hex(), p.hex()) for k, p in out]
-    result = {"records": got, "stats": {"records": out.records, "rounds": out.rounds, "spilled_runs": out.spilled_runs},
-              "spill_files_during": len(spill_files_during)}
+    result = {
+        "records": got,
+        "stats": {"records": out.records, "rounds": out.rounds, "spilled_runs": out.spilled_runs},
+        "spill_files_during": len(spill_files_during),
+    }
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"rank{comm.rank}.json").write_text(json.dumps(result))
 
