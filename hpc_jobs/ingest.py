@@ -1,0 +1,277 @@
+"""Stage ``ingest``: raw crawl and curated files -> documents with provenance.
+
+* WARC/ARC (``warcio``): every HTML response becomes a document whose ``text`` is the decoded HTML
+  (``content_type = "text/html"``); extraction comes next. Malformed records, truncated members and
+  unreadable files become quarantine records with the reason and the raw digest; requests, metadata,
+  revisits and non-HTML responses are not documents and are counted in ``skipped/``.
+* JSONL and plain text: curated documents, passed through with their license hint.
+* Recrawl collapse (global, in ``prepare``): identical (url, raw digest) pairs count once; the
+  earliest fetch is kept, the others go to ``filtered/`` as ``recrawl_duplicate``.
+* Eval holdout: web documents with ``hash(url) % holdout_modulus == 0`` go to ``holdout/`` (and to
+  ``filtered/`` as ``eval_holdout``), never to the corpus.
+
+Input files are the units of work (one output shard per file); directories are expanded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corpus.digest import json_digest
+from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar
+from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
+from corpus.ingest.holdout import in_holdout
+from corpus.ingest.recrawl import RecordKey, recrawl_duplicates
+from corpus.ingest.sources import SourceSpec, expand_inputs, input_format, parse_source_tables, source_for
+from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_html, iter_warc
+from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
+from hpc_jobs.runner import InputShard, Stage, StageContext, StageError, assign, main, raw_input_shard
+
+#: bump when the same file would be read into different keys (invalidates the key checkpoints)
+READER_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    sources: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # [[ingest.sources]] match/name/tier/license/date
+    holdout_modulus: int = 1000  # hash(url) % modulus == 0 -> eval holdout; 0 disables
+    holdout_tiers: list[str] = field(default_factory=lambda: ["web", "known_good_web"])
+    collapse_recrawls: bool = True
+    max_record_bytes: int = 64 << 20  # WARC records declared larger are quarantined unread
+
+    def __post_init__(self) -> None:
+        parse_source_tables(self.sources)  # a ValueError here is reported as a config error
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One record of an input file, on its way to becoming an outcome."""
+
+    index: int
+    bytes_in: int
+    doc: Document | None = None
+    bad: QuarantineRecord | None = None
+    skipped: str = ""
+
+
+class IngestStage(Stage):
+    name = "ingest"
+    version = "1"
+    Config = IngestConfig
+    artifact_kinds = ("holdout", "skipped")
+
+    def __init__(self, config: IngestConfig) -> None:
+        super().__init__(config)
+        self.declared = parse_source_tables(config.sources)
+        self.duplicates: dict[str, dict[int, str]] = {}
+        self._skipped: Counter = Counter()
+        self._holdout: ShardWriter | None = None
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def list_inputs(self, ctx: StageContext) -> list[InputShard]:
+        files = expand_inputs(ctx.in_paths)
+        unknown = [str(p) for p in files if not input_format(p) and not _sniff_warc(p)]
+        if unknown:
+            raise StageError(f"unrecognised input (not WARC/ARC, JSONL or .txt): {', '.join(unknown)}")
+        if not files:
+            raise StageError(f"no WARC, JSONL or text files under {', '.join(map(str, ctx.in_paths))}")
+        return [raw_input_shard(p) for p in files]
+
+    def spec(self, path: Path) -> SourceSpec:
+        return source_for(path, self.declared)
+
+    # -- reading one file --------------------------------------------------------------------------
+    def items(self, shard: InputShard) -> Iterator[_Item]:
+        path, spec = shard.path, self.spec(shard.path)
+        fmt = input_format(path) or "warc"
+
+        def bad(index: int, reason: str, detail: str, digest: str, url: str = "") -> QuarantineRecord:
+            return QuarantineRecord(
+                stage=self.name,
+                reason=reason,
+                raw_digest=digest,
+                source=spec.name,
+                url=url,
+                detail=detail,
+                input_name=path.name,
+            )
+
+        if fmt == "warc":
+            for it in iter_warc(path, self.config.max_record_bytes):
+                if isinstance(it, SkippedRecord):
+                    yield _Item(it.index, 0, skipped=it.kind)
+                elif isinstance(it, BadRecord):
+                    yield _Item(it.index, 0, bad=bad(it.index, it.reason, it.detail, it.raw_digest, it.url))
+                elif not it.payload.strip():
+                    yield _Item(
+                        it.index,
+                        0,
+                        bad=bad(it.index, "empty_payload", "the response has no body", it.raw_digest, it.url),
+                    )
+                else:
+                    yield _Item(it.index, len(it.payload), doc=self._web_doc(it, spec))
+            return
+        records = (
+            iter_jsonl(path, f"curated://{spec.name}/{path.name}")
+            if fmt == "jsonl"
+            else [read_text_file(path, f"curated://{spec.name}/{path.name}")]
+        )
+        for rec in records:
+            if isinstance(rec, CuratedError):
+                yield _Item(rec.index, 0, bad=bad(rec.index, rec.reason, rec.detail, rec.raw_digest))
+            elif not rec.text.strip():
+                yield _Item(
+                    rec.index,
+                    len(rec.text),
+                    bad=bad(rec.index, "empty_text", "no text", rec.raw_digest, rec.url),
+                )
+            else:
+                yield _Item(rec.index, len(rec.text.encode("utf-8")), doc=self._curated_doc(rec, spec))
+
+    def _web_doc(self, rec: RawRecord, spec: SourceSpec) -> Document:
+        html, undecodable = decode_html(rec.payload, rec.content_type)
+        doc = Document.create(
+            text=html,
+            source=spec.name,
+            source_tier=spec.tier,
+            url=rec.url,
+            crawl_date=rec.date,
+            raw_digest=rec.raw_digest,
+            content_type="text/html",
+            license_hint=spec.license,
+        )
+        if undecodable:
+            doc = doc.annotate(Annotation(self.name, "undecodable_bytes", undecodable, "info"))
+        return doc
+
+    def _curated_doc(self, rec: CuratedRecord, spec: SourceSpec) -> Document:
+        doc = Document.create(
+            text=rec.text,
+            source=spec.name,
+            source_tier=spec.tier,
+            url=rec.url,
+            crawl_date=rec.date or spec.date,
+            raw_digest=rec.raw_digest,
+            license_hint=rec.license or spec.license,
+        )
+        if rec.replaced:
+            doc = doc.annotate(Annotation(self.name, "undecodable_bytes", rec.replaced, "info"))
+        return doc
+
+    # -- the global phase: recrawl collapse ----------------------------------------------------------
+    def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        if ctx.rank == 0:
+            _remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, self.artifact_kinds)
+        keys: list[tuple] = []
+        if self.config.collapse_recrawls:
+            for shard in assign(inputs, ctx.rank, ctx.size):
+                keys.extend(self._keys(shard, ctx))
+        gathered = ctx.comm.allgather(keys)
+        flat = [RecordKey(*k) for part in gathered for k in part]
+        self.duplicates = recrawl_duplicates(flat)
+        decision = {sha: {str(i): d for i, d in idx.items()} for sha, idx in self.duplicates.items()}
+        digest = json_digest(decision)
+        if ctx.rank == 0:
+            atomic_write_json(
+                ctx.work_dir / "recrawl-decision.json",
+                {"digest": digest, "records": len(flat), "duplicates": decision},
+            )
+        return digest
+
+    def _keys(self, shard: InputShard, ctx: StageContext) -> list[tuple]:
+        """The (url, raw digest, date, input, index) of every document of a file, checkpointed."""
+        cache = (
+            ctx.work_dir / "keys" / f"{shard.sha256}-r{READER_VERSION}-{self.config.max_record_bytes}.json"
+        )
+        if cache.exists():
+            return [tuple(k) for k in json.loads(cache.read_text())]
+        keys = [
+            (it.doc.url, it.doc.raw_digest, it.doc.crawl_date, shard.sha256, it.index)
+            for it in self.items(shard)
+            if it.doc is not None
+        ]
+        atomic_write_json(cache, keys)
+        return keys
+
+    # -- the map phase -----------------------------------------------------------------------------
+    def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
+        dups = self.duplicates.get(shard.sha256, {})
+        self._skipped = Counter()
+        self._holdout = ShardWriter(ctx.artifact_path("holdout", f"{shard.name}{SUFFIX}"))
+        try:
+            for it in self.items(shard):
+                if it.skipped:
+                    self._skipped[it.skipped] += 1
+                elif it.bad is not None:
+                    yield Quarantined(it.bad), it.bytes_in
+                elif it.index in dups:
+                    doc = it.doc.annotate(Annotation(self.name, "recrawl_of_date", dups[it.index], "fail"))
+                    yield Filtered(doc, "recrawl_duplicate"), it.bytes_in
+                elif in_holdout(
+                    it.doc.url, it.doc.source_tier, self.config.holdout_modulus, self.config.holdout_tiers
+                ):
+                    self._holdout.write_doc(it.doc)
+                    yield Filtered(it.doc, "eval_holdout"), it.bytes_in
+                else:
+                    yield Kept(it.doc), it.bytes_in
+        except BaseException:
+            self._holdout.abort()
+            raise
+
+    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
+        assert self._holdout is not None
+        self._holdout.close()
+        atomic_write_json(
+            ctx.artifact_path("skipped", f"{shard.name}.json"), dict(sorted(self._skipped.items()))
+        )
+
+    def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
+        skipped: Counter = Counter()
+        holdout = 0
+        for s in inputs:
+            skipped.update(json.loads(ctx.artifact_path("skipped", f"{s.name}.json").read_text()))
+            holdout += read_sidecar(ctx.artifact_path("holdout", f"{s.name}{SUFFIX}"))["records"]
+        return {
+            "skipped_records": dict(sorted(skipped.items())),
+            "holdout_docs": holdout,
+            "recrawl_duplicates": sum(len(d) for d in self.duplicates.values()),
+            "sources": {s.name: _spec_dict(self.spec(s.path)) for s in inputs},
+        }
+
+
+def _spec_dict(spec: SourceSpec) -> dict[str, str]:
+    return {"source": spec.name, "tier": spec.tier, "license": spec.license}
+
+
+def _sniff_warc(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(8)
+    return head.startswith((b"\x1f\x8b", b"WARC/", b"filedesc"))
+
+
+def _remove_stale_artifacts(out: Path, names: set[str], kinds: tuple[str, ...]) -> None:
+    """Artifacts of inputs that are no longer part of the stage would be listed in its manifest: drop them."""
+    for kind in kinds:
+        d = out / kind
+        for p in sorted(d.iterdir()) if d.is_dir() else []:
+            base = p.name
+            for suffix in (SUFFIX + ".json", SUFFIX, ".json"):
+                if base.endswith(suffix):
+                    base = base[: -len(suffix)]
+                    break
+            if p.is_file() and not p.name.startswith(".") and base not in names:
+                p.unlink()
+
+
+STAGE = IngestStage
+
+if __name__ == "__main__":
+    sys.exit(main(STAGE))
