@@ -1,0 +1,120 @@
+"""What a report or a diff reads: a build directory, or a snapshot and the build beside it.
+
+``corpus report`` and ``corpus diff`` accept any of:
+
+* a build directory (what ``corpus build --out`` wrote: ``stages/<name>/manifest.json``,
+  ``build-config.json`` and ``snapshot/manifest.json``);
+* a snapshot directory (``<build>/snapshot``) or its ``manifest.json``: the build it came from is the
+  directory holding ``stages/`` above it. A snapshot copied away from its build still reports its own
+  facts (shards, tokens, stage versions); the sections that need the stages say they are absent.
+
+Stages are read in pipeline order (``PLANNED_STAGES``), then any other completed stage directory by
+name, so a build made by a newer or older pipeline than this checkout's still reports every stage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corpus.errors import UserError
+from corpus.model import SnapshotManifest, StageManifest
+from corpus.pipeline import BUILD_CONFIG, PLANNED_STAGES, SNAPSHOT_DIR, STAGES_DIR
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class BuildView:
+    """A build's manifests, read once; the shards stay on disk until a scan streams them."""
+
+    path: Path  # what the user named
+    build_dir: Path | None
+    snapshot_dir: Path | None
+    snapshot: SnapshotManifest | None
+    stages: list[StageManifest] = field(default_factory=list)
+    build_config: dict[str, Any] = field(default_factory=dict)
+
+    def stage(self, name: str) -> StageManifest | None:
+        return next((m for m in self.stages if m.stage == name), None)
+
+    def stage_dir(self, name: str) -> Path:
+        assert self.build_dir is not None
+        return self.build_dir / STAGES_DIR / name
+
+    @property
+    def label(self) -> str:
+        return str(self.path)
+
+    def sources(self) -> list[str]:
+        """The sources that entered the build (the first stage's input cells)."""
+        if not self.stages:
+            return []
+        return sorted({s for s, _ in self.stages[0].yield_counts().groups})
+
+    def stage_versions(self) -> dict[str, dict[str, Any]]:
+        """The snapshot's record of every stage's version, or the manifests' own when no snapshot."""
+        if self.snapshot is not None:
+            return self.snapshot.stage_versions
+        return {m.stage: {"version": m.stage_version, "config_hash": m.config_hash, "manifest": m.digest}
+                for m in self.stages}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {path}: {e}") from e
+
+
+def stage_manifests(build_dir: Path) -> list[StageManifest]:
+    """Every completed stage of a build: planned stages in order, then others by name."""
+    root = build_dir / STAGES_DIR
+    present = {p.name for p in root.iterdir() if (p / MANIFEST).is_file()} if root.is_dir() else set()
+    order = [n for n in PLANNED_STAGES if n in present] + sorted(present - set(PLANNED_STAGES))
+    out = []
+    for name in order:
+        try:
+            out.append(StageManifest.from_dict(_read_json(root / name / MANIFEST)))
+        except (KeyError, TypeError) as e:
+            raise UserError(f"{root / name / MANIFEST} is not a stage manifest ({e})") from e
+    return out
+
+
+def open_build(path: Path) -> BuildView:
+    """Read a build directory, a snapshot directory or a snapshot manifest."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"not found: {path}")
+    if path.is_file():
+        snapshot_dir, build_dir = path.parent, None
+        manifest_path = path
+    elif (path / STAGES_DIR).is_dir() or (path / SNAPSHOT_DIR / MANIFEST).is_file():
+        build_dir, snapshot_dir = path, path / SNAPSHOT_DIR
+        manifest_path = snapshot_dir / MANIFEST
+    elif (path / MANIFEST).is_file():
+        snapshot_dir, build_dir = path, None
+        manifest_path = path / MANIFEST
+    else:
+        raise UserError(f"{path} is neither a build directory ({STAGES_DIR}/, {SNAPSHOT_DIR}/) nor a snapshot")
+    snapshot = None
+    if manifest_path.is_file():
+        d = _read_json(manifest_path)
+        if "shards" not in d or "stage_versions" not in d:
+            raise UserError(f"{manifest_path} is not a snapshot manifest")
+        try:
+            snapshot = SnapshotManifest.from_dict(d)
+        except ValueError as e:
+            raise UserError(str(e)) from e
+    if build_dir is None:
+        above = snapshot_dir.parent
+        build_dir = above if (above / STAGES_DIR).is_dir() else None
+    stages = stage_manifests(build_dir) if build_dir else []
+    if snapshot is None and not stages:
+        raise UserError(f"{path} holds no completed stage and no snapshot")
+    cfg_path = build_dir / BUILD_CONFIG if build_dir else None
+    build_config = _read_json(cfg_path) if cfg_path and cfg_path.is_file() else {}
+    return BuildView(path=path, build_dir=build_dir, snapshot_dir=snapshot_dir if snapshot else None,
+                     snapshot=snapshot, stages=stages, build_config=build_config)

@@ -1,0 +1,228 @@
+"""The data card's numbers: everything ``corpus report`` shows, as one JSON-able dict.
+
+Where the numbers come from:
+
+* the funnel (per stage, per source, per language; docs and bytes) and the filter / quarantine reason
+  counts: the stage manifests (``shard_counts``), never the shards;
+* tokens per mixture bucket: the snapshot manifest's shards; tokens per language or source: any
+  ``tokens_by_<axis>`` table a stage or the snapshot records in its ``extra``;
+* the distributions (document length, language confidence, every score), the dedup clusters and the
+  quarantine samples: one streaming pass over the shards of the stages that hold them (see
+  :mod:`corpus.report.scan`). Distributions are taken twice: over the annotated documents (before any
+  policy) and over the documents that reached the last document stage (what was kept);
+* the contamination table: the decontaminate stage's manifest ``extra`` and its JSON artifacts.
+
+A section whose data the build does not have (a stage that did not run, a field no stage fills yet)
+is listed under ``absent`` with the reason, and the card says so instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from corpus import alarms
+from corpus.model import GroupCounts, StageManifest
+from corpus.report.build_view import BuildView
+from corpus.report.scan import Clusters, Distributions, holds_documents, quarantine_samples, scan_documents
+from corpus.report.sketch import Sketch
+from corpus.report_counts import stage_counts
+
+FORMAT = "corpus-report/1"
+_ARTIFACT_JSON_LIMIT = 2 << 20
+
+
+def pct(part: int, whole: int) -> float | None:
+    return round(100 * part / whole, 3) if whole else None
+
+
+def funnel_row(stage: str, c: GroupCounts) -> dict[str, Any]:
+    return {
+        "stage": stage,
+        "in": c.docs_in,
+        "out": c.docs_out,
+        "filtered": sum(c.filtered.values()),
+        "quarantined": sum(c.quarantined.values()),
+        "bytes_in": c.bytes_in,
+        "bytes_out": c.bytes_out,
+        "retention": pct(c.docs_out, c.docs_in),
+        "bytes_retention": pct(c.bytes_out, c.bytes_in),
+    }
+
+
+def funnel(stages: list[StageManifest]) -> dict[str, Any]:
+    """The yield funnel: every stage overall, and per source and per language."""
+    total, by_source, by_lang = [], {}, {}
+    for m in stages:
+        y = m.yield_counts()
+        total.append(funnel_row(m.stage, y.total()))
+        for axis, table in ((0, by_source), (1, by_lang)):
+            for key, c in y.by(axis).items():
+                table.setdefault(key, []).append(funnel_row(m.stage, c))
+    return {"total": total, "by_source": dict(sorted(by_source.items())), "by_lang": dict(sorted(by_lang.items()))}
+
+
+def tokens(view: BuildView) -> dict[str, Any] | None:
+    tables: dict[str, dict[str, Any]] = {}
+    if view.snapshot is not None and view.snapshot.shards:
+        by_bucket: dict[str, dict[str, int]] = {}
+        for s in view.snapshot.shards:
+            b = by_bucket.setdefault(s.bucket, {"tokens": 0, "docs": 0, "shards": 0})
+            b["tokens"] += s.tokens
+            b["docs"] += s.docs
+            b["shards"] += 1
+        tables["bucket"] = dict(sorted(by_bucket.items()))
+    extras = [m.extra for m in view.stages] + ([view.snapshot.extra] if view.snapshot else [])
+    for extra in extras:
+        for key, value in extra.items():
+            if key.startswith("tokens_by_") and isinstance(value, dict):
+                axis = key[len("tokens_by_"):]
+                tables[axis] = {str(k): v for k, v in sorted(value.items())}
+    if not tables or not any(_token_total(t) for t in tables.values()):
+        return None
+    total = _token_total(tables.get("bucket", {})) or max(_token_total(t) for t in tables.values())
+    return {"total": total, "by": tables}
+
+
+def _token_total(table: dict[str, Any]) -> int:
+    return sum(v["tokens"] if isinstance(v, dict) else v for v in table.values() if isinstance(v, dict | int))
+
+
+def sketch_json(s: Sketch, log: bool = False) -> dict[str, Any]:
+    edges, counts = s.histogram(bins=40, log=log)
+    return {**s.summary(), "histogram": {"edges": edges, "counts": counts, "log": log}}
+
+
+def distributions_json(d: Distributions) -> dict[str, Any]:
+    return {
+        "stage": d.stage,
+        "docs": d.docs,
+        "length_chars": sketch_json(d.length, log=True),
+        "lang_confidence": sketch_json(d.lang_confidence) if d.lang_confidence.count else None,
+        "scores": {k: sketch_json(v) for k, v in sorted(d.scores.items())},
+        "languages": dict(d.languages.most_common()),
+    }
+
+
+def clusters_json(c: Clusters, m: StageManifest) -> dict[str, Any]:
+    t = m.yield_counts().total()
+    recorded = {k: v for k, v in m.extra.items() if "cluster" in k}
+    return {
+        "removed": sum(t.filtered.values()),
+        "removed_by_reason": dict(sorted(t.filtered.items())),
+        "clusters": sum(n for size, n in c.sizes.items() if size > 1),
+        "cluster_sizes": {str(k): v for k, v in sorted(c.sizes.items())},
+        "largest": c.largest(),
+        "recorded": recorded,  # what the stage itself wrote about its clusters, as it wrote it
+    }
+
+
+def contamination(view: BuildView) -> dict[str, Any] | None:
+    m = view.stage("decontaminate")
+    if m is None:
+        return None
+    artifacts = {}
+    for ref in m.side_outputs:
+        kind = ref.path.split("/", 1)[0]
+        path = view.stage_dir(m.stage) / ref.path
+        if kind in ("filtered", "quarantine") or not ref.path.endswith(".json") or not path.is_file():
+            continue
+        if path.stat().st_size <= _ARTIFACT_JSON_LIMIT:
+            try:
+                artifacts[ref.path] = json.loads(path.read_text())
+            except ValueError:
+                continue
+    t = m.yield_counts().total()
+    return {
+        "stage_version": m.stage_version,
+        "removed": dict(sorted(t.filtered.items())),
+        "docs_in": t.docs_in,
+        "extra": {k: v for k, v in m.extra.items() if not k.endswith("_hash")},
+        "artifacts": artifacts,
+    }
+
+
+def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str, Any]:
+    """Every number of the data card. Reads manifests, and streams each stage's shards at most once."""
+    absent: dict[str, str] = {}
+    card: dict[str, Any] = {
+        "format": FORMAT,
+        "build": {
+            "path": str(view.path),
+            "build_dir": str(view.build_dir) if view.build_dir else None,
+            "snapshot_id": view.snapshot.snapshot_id if view.snapshot else None,
+            "seed": view.snapshot.seed if view.snapshot else view.build_config.get("seed"),
+            "sources": view.sources(),
+            "stages": [m.stage for m in view.stages],
+            "stage_versions": view.stage_versions(),
+            "tokenizer": view.snapshot.tokenizer if view.snapshot else {},
+            "token_dtype": view.snapshot.token_dtype if view.snapshot else "",
+            "shards": len(view.snapshot.shards) if view.snapshot else None,
+            "build_config": view.build_config,
+        },
+    }
+    if view.snapshot is None:
+        absent["snapshot"] = "no snapshot/manifest.json: the build did not finish"
+    if not view.stages:
+        absent["stages"] = "no stage manifests beside this snapshot: funnel, distributions and dedup need the build"
+
+    card["stages"] = stage_counts(view.stages)
+    card["funnel"] = funnel(view.stages)
+    card["filtered"] = {m.stage: dict(sorted(m.yield_counts().total().filtered.items())) for m in view.stages}
+
+    card["tokens"] = tokens(view)
+    if card["tokens"] is None:
+        absent["tokens"] = "no stage has counted tokens yet (the snapshot's shards record 0 tokens)"
+
+    doc_stages = [m for m in view.stages if holds_documents(view.stage_dir(m.stage), m)]
+    names = [m.stage for m in doc_stages]
+    before = doc_stages[names.index("annotate")] if "annotate" in names else (doc_stages[0] if doc_stages else None)
+    kept = doc_stages[-1] if doc_stages else None
+    dedup_stages = [m for m in doc_stages if "dedup" in m.stage]
+    dists: dict[str, Any] = {}
+    dedup: dict[str, Any] = {}
+    for m in doc_stages:
+        want_dist = m is before or m is kept
+        want_clusters = m in dedup_stages
+        if not (want_dist or want_clusters):
+            continue
+        d, c = scan_documents(view.stage_dir(m.stage), m, distributions=want_dist, clusters=want_clusters)
+        if d is not None:
+            if m is before:
+                dists["annotated"] = distributions_json(d)
+            if m is kept:
+                dists["kept"] = distributions_json(d)
+        if c is not None:
+            dedup[m.stage] = clusters_json(c, m)
+    card["distributions"] = dists
+    if not dists:
+        absent["distributions"] = "no stage output holds documents"
+    elif not any(p["scores"] for p in dists.values()):
+        absent["scores"] = "no document carries scores (quality, heuristics) yet"
+    if dists and not any(p["lang_confidence"] for p in dists.values()):
+        absent["lang_confidence"] = "no document carries a language yet"
+    card["dedup"] = dedup
+    if not dedup:
+        absent["dedup"] = "no dedup stage in this build"
+
+    card["contamination"] = contamination(view)
+    if card["contamination"] is None:
+        absent["contamination"] = "no decontaminate stage in this build"
+
+    card["quarantine"] = {}
+    for m in view.stages:
+        t = m.yield_counts().total()
+        if t.quarantined:
+            samples = quarantine_samples(view.stage_dir(m.stage), m)
+            card["quarantine"][m.stage] = {
+                r: {"count": n, "samples": samples.get(r, [])} for r, n in sorted(t.quarantined.items())
+            }
+
+    if view.stages:
+        found, compared, path = alarms.assess(view, history_path)
+        card["alarms"] = {"history": str(path), "compared_with": compared, "alarms": [a.to_dict() for a in found]}
+    else:
+        card["alarms"] = None
+    card["absent"] = absent
+    return card

@@ -1,0 +1,286 @@
+"""The data card as one self-contained HTML page, rendered from the gathered numbers alone.
+
+No scripts, no external files, no network: styles are inline and plots are SVG data URIs, so the card
+can be mailed, attached to a ticket or opened from a laptop without the cluster. Alarms come first,
+because "was it the data?" is answered there before anywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+from corpus.report import plots
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#212529;
+ margin:0;background:#f1f3f5}
+main{max-width:1100px;margin:0 auto;padding:20px 28px 60px;background:#fff;min-height:100vh}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:30px 0 8px;border-bottom:2px solid #dee2e6;padding-bottom:4px}
+h3{font-size:14px;margin:18px 0 6px}
+code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
+.id{font-size:13px;word-break:break-all;color:#495057}
+.tiles{display:flex;flex-wrap:wrap;gap:10px;margin:14px 0}
+.tile{flex:1 1 150px;border:1px solid #dee2e6;border-radius:6px;padding:8px 12px}
+.tile b{display:block;font-size:20px} .tile span{color:#6c757d;font-size:12px}
+table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
+th,td{padding:3px 10px;border-bottom:1px solid #e9ecef;text-align:right;vertical-align:top}
+th{background:#f8f9fa;font-weight:600} td:first-child,th:first-child{text-align:left}
+td.l,th.l{text-align:left}
+.alarm{background:#fff5f5;border:2px solid #c92a2a;border-radius:6px;padding:10px 14px;margin:12px 0}
+.alarm h2{border:0;margin:0 0 6px;color:#c92a2a}
+.ok{background:#ebfbee;border:1px solid #2b8a3e;border-radius:6px;padding:8px 14px;margin:12px 0}
+.note{background:#f8f9fa;border-left:4px solid #adb5bd;padding:6px 12px;margin:8px 0;color:#495057}
+img{max-width:100%;display:block;margin:6px 0}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:8px}
+.bad{color:#c92a2a;font-weight:600}
+pre{background:#f8f9fa;padding:8px;overflow:auto;font-size:12px;max-height:360px}
+"""
+
+
+def _n(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return escape(str(v))
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1f}%"
+
+
+def _table(head: list[str], rows: list[list[Any]], left: int = 1) -> str:
+    th = "".join(f'<th class="{"l" if i < left else ""}">{escape(h)}</th>' for i, h in enumerate(head))
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{th}</tr>{body}</table>"
+
+
+def _img(uri: str, alt: str) -> str:
+    return f'<img src="{uri}" alt="{escape(alt)}">'
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{escape(text)}</p>'
+
+
+def _alarms(card: dict[str, Any]) -> str:
+    a = card.get("alarms")
+    if a is None:
+        return _note("Yield alarms: no stage manifests, nothing to compare.")
+    if a["alarms"]:
+        items = "".join(f"<li>{escape(x['message'])}</li>" for x in a["alarms"])
+        return (f'<section class="alarm"><h2>⚠ {len(a["alarms"])} yield alarm(s)</h2><ul>{items}</ul>'
+                f'<span class="mono">history: {escape(a["history"])}</span></section>')
+    if not a["compared_with"]:
+        return _note(f"Yield alarms: no earlier build of these sources in {a['history']}; nothing to compare yet.")
+    return (f'<p class="ok">No yield alarm: every stage within its band of the trailing median of '
+            f'{a["compared_with"]} earlier build(s) of these sources.</p>')
+
+
+def _header(card: dict[str, Any]) -> str:
+    b = card["build"]
+    sid = b["snapshot_id"] or "(no snapshot: the build did not finish)"
+    total = card["funnel"]["total"]
+    tiles = []
+    if total:
+        first, last = total[0], total[-1]
+        tiles += [("documents in", _n(first["in"])), ("documents out", _n(last["out"])),
+                  ("overall retention", _pct(100 * last["out"] / first["in"] if first["in"] else None)),
+                  ("bytes out", _n(last["bytes_out"]))]
+    if card.get("tokens"):
+        tiles.append(("tokens", _n(card["tokens"]["total"])))
+    if b["shards"] is not None:
+        tiles.append(("snapshot shards", _n(b["shards"])))
+    tile_html = "".join(f'<div class="tile"><b>{v}</b><span>{escape(k)}</span></div>' for k, v in tiles)
+    return (f"<h1>Data card</h1><div class=\"id mono\">snapshot_id {escape(sid)}</div>"
+            f"<div>build <code>{escape(str(b['build_dir'] or b['path']))}</code> · seed {_n(b['seed'])} · "
+            f"sources {escape(', '.join(b['sources']) or '–')} · stages {escape(' → '.join(b['stages']) or '–')}</div>"
+            f'<div class="tiles">{tile_html}</div>')
+
+
+def _funnel(card: dict[str, Any]) -> str:
+    f = card["funnel"]
+    if not f["total"]:
+        return "<h2>Yield funnel</h2>" + _note(card["absent"].get("stages", "no stage manifests"))
+    rows = [[escape(r["stage"]), _n(r["in"]), _n(r["out"]), _pct(r["retention"]), _n(r["filtered"]),
+             _n(r["quarantined"]), _n(r["bytes_in"]), _n(r["bytes_out"]), _pct(r["bytes_retention"])]
+            for r in f["total"]]
+    stages = [r["stage"] for r in f["total"]]
+    out = ["<h2>Yield funnel</h2>", _img(plots.funnel_plot(f["total"]), "yield funnel"),
+           _table(["stage", "docs in", "docs out", "kept", "filtered", "quarantined", "bytes in", "bytes out",
+                   "bytes kept"], rows)]
+    for axis, title in (("by_source", "source"), ("by_lang", "language")):
+        table = f[axis]
+        out.append(f"<h3>Retention per {title}</h3>")
+        out.append(_img(plots.retention_by_group_plot(table, stages, f"Retention per {title} and stage"),
+                        f"retention per {title}"))
+        head = [title] + stages + ["docs out", "bytes out"]
+        body = []
+        for group, grows in table.items():
+            by_stage = {r["stage"]: r for r in grows}
+            last = by_stage.get(stages[-1])
+            body.append([escape(group)] + [_pct(by_stage[s]["retention"]) if s in by_stage else "–" for s in stages]
+                        + [_n(last["out"] if last else 0), _n(last["bytes_out"] if last else 0)])
+        out.append(_table(head, body))
+    return "".join(out)
+
+
+def _tokens(card: dict[str, Any]) -> str:
+    t = card.get("tokens")
+    if not t:
+        return "<h2>Tokens</h2>" + _note(card["absent"].get("tokens", "no token counts"))
+    out = ["<h2>Tokens</h2>"]
+    for axis, table in t["by"].items():
+        values = {k: (v["tokens"] if isinstance(v, dict) else v) for k, v in table.items()}
+        out.append(_img(plots.bars_plot(values, f"Tokens per {axis}", "tokens"), f"tokens per {axis}"))
+        total = sum(values.values()) or 1
+        rows = []
+        for k, v in table.items():
+            extra = [_n(v.get("docs")), _n(v.get("shards"))] if isinstance(v, dict) else []
+            rows.append([escape(k), _n(values[k]), _pct(100 * values[k] / total)] + extra)
+        head = [axis, "tokens", "share"] + (["docs", "shards"] if any(isinstance(v, dict) for v in table.values()) else [])
+        out.append(_table(head, rows))
+    return "".join(out)
+
+
+def _summary_table(pops: dict[str, dict[str, Any]], pick) -> str:
+    rows = []
+    for name, p in pops.items():
+        s = pick(p)
+        if s:
+            rows.append([escape(f"{name} ({p['stage']})")] + [_n(s.get(k)) for k in ("count", "min", "p05", "p50", "p95", "max", "mean")])
+    return _table(["population", "docs", "min", "p5", "median", "p95", "max", "mean"], rows) if rows else ""
+
+
+def _distributions(card: dict[str, Any]) -> str:
+    pops = card["distributions"]
+    out = ["<h2>Distributions</h2>"]
+    if not pops:
+        return out[0] + _note(card["absent"].get("distributions", "no documents"))
+    labels = {k: f"{k} ({p['stage']}, {p['docs']:,} docs)" for k, p in pops.items()}
+    out.append(_note("Full distributions over the annotated documents (before any policy) and over the "
+                     "documents that reached the last document stage (kept)."))
+    out.append(_img(plots.grouped_bars_plot({labels[k]: p["languages"] for k, p in pops.items()},
+                                            "Documents per language", "documents"), "languages"))
+    out.append(_img(plots.histogram_plot({labels[k]: p["length_chars"]["histogram"] for k, p in pops.items()},
+                                         "Document length", "characters (log scale)"), "document length"))
+    out.append(_summary_table(pops, lambda p: p["length_chars"]))
+    if any(p["lang_confidence"] for p in pops.values()):
+        out.append(_img(plots.histogram_plot({labels[k]: p["lang_confidence"]["histogram"] for k, p in pops.items()
+                                              if p["lang_confidence"]}, "Language-ID confidence", "confidence"),
+                        "language confidence"))
+        out.append(_summary_table(pops, lambda p: p["lang_confidence"]))
+    else:
+        out.append(_note(card["absent"].get("lang_confidence", "no language confidence")))
+    names = sorted({k for p in pops.values() for k in p["scores"]}, key=lambda k: (k != "quality", k))
+    if not names:
+        out.append(_note(card["absent"].get("scores", "no scores")))
+    if "quality" in names:
+        out.append(_img(plots.histogram_plot({labels[k]: p["scores"]["quality"]["histogram"] for k, p in pops.items()
+                                              if "quality" in p["scores"]}, "Quality score", "quality"), "quality"))
+        out.append(_summary_table(pops, lambda p: p["scores"].get("quality")))
+    others = [n for n in names if n != "quality"]
+    if others:
+        out.append("<h3>Heuristic scores</h3><div class=\"grid\">")
+        for n in others:
+            hists = {k: p["scores"][n]["histogram"] for k, p in pops.items() if n in p["scores"]}
+            out.append(_img(plots.histogram_plot(hists, n, n, small=True), n))
+        out.append("</div>")
+    return "".join(out)
+
+
+def _dedup(card: dict[str, Any]) -> str:
+    out = ["<h2>Deduplication</h2>"]
+    if not card["dedup"]:
+        return out[0] + _note(card["absent"].get("dedup", "no dedup stage"))
+    for stage, d in card["dedup"].items():
+        out.append(f"<h3>{escape(stage)}: {_n(d['removed'])} removed, {_n(d['clusters'])} clusters of 2 or more</h3>")
+        if d["clusters"]:
+            out.append(_img(plots.cluster_sizes_plot(d["cluster_sizes"], f"{stage}: cluster sizes"), f"{stage} clusters"))
+            rows = [[_n(c["size"]), f'<span class="mono">{escape(c["cluster_id"])}</span>', escape(c["source"]),
+                     f'<span class="mono">{escape(c["url"])}</span>'] for c in d["largest"]]
+            out.append("<p>Largest clusters (the kept copy of each; a huge cluster is a bug signal):</p>")
+            out.append(_table(["size", "cluster", "source", "kept copy url"], rows, left=4))
+        for key, value in d["recorded"].items():
+            out.append(f"<p>{escape(stage)} records <code>{escape(key)}</code>:</p><pre>{escape(json.dumps(value, indent=1))[:4000]}</pre>")
+    return "".join(out)
+
+
+def _contamination(card: dict[str, Any]) -> str:
+    out = ["<h2>Contamination</h2>"]
+    c = card.get("contamination")
+    if not c:
+        return out[0] + _note(card["absent"].get("contamination", "no decontaminate stage"))
+    removed = ", ".join(f"{escape(r)}: {_n(n)}" for r, n in c["removed"].items()) or "none"
+    out.append(f"<p>{_n(c['docs_in'])} documents checked; removed {removed}.</p>")
+    for name, table in [("extra", c["extra"])] + list(c["artifacts"].items()):
+        out.append(_keyed_table(name, table))
+    return "".join(out)
+
+
+def _keyed_table(name: str, value: Any) -> str:
+    """A benchmark -> {field: number} mapping as a table; anything else as JSON."""
+    rows_src = value
+    if isinstance(value, dict):
+        for key in ("benchmarks", "per_benchmark", "by_benchmark"):
+            if isinstance(value.get(key), dict):
+                rows_src = value[key]
+    if isinstance(rows_src, dict) and rows_src and all(isinstance(v, dict) for v in rows_src.values()):
+        cols = sorted({k for v in rows_src.values() for k, x in v.items() if not isinstance(x, dict | list)})
+        rows = [[escape(str(b))] + [_n(v.get(c)) for c in cols] for b, v in sorted(rows_src.items())]
+        return f"<h3>{escape(name)}</h3>" + _table(["benchmark"] + cols, rows)
+    if isinstance(rows_src, list) and rows_src and all(isinstance(v, dict) for v in rows_src):
+        cols = sorted({k for v in rows_src for k, x in v.items() if not isinstance(x, dict | list)})
+        return f"<h3>{escape(name)}</h3>" + _table(cols, [[_n(v.get(c)) for c in cols] for v in rows_src])
+    if not value:
+        return ""
+    return f"<h3>{escape(name)}</h3><pre>{escape(json.dumps(value, indent=1, sort_keys=True))[:8000]}</pre>"
+
+
+def _reasons(card: dict[str, Any]) -> str:
+    out = ["<h2>Filter and quarantine reasons</h2>"]
+    rows = [[escape(s), escape(r), _n(n)] for s, reasons in card["filtered"].items() for r, n in reasons.items()]
+    out.append("<h3>Filtered (kept in each stage's filtered/ with the document)</h3>")
+    out.append(_table(["stage", "reason", "documents"], rows, left=2) if rows else _note("no document was filtered"))
+    out.append("<h3>Quarantined (inputs that could not become documents)</h3>")
+    qrows = []
+    for stage, reasons in card["quarantine"].items():
+        for reason, q in reasons.items():
+            samples = "<br>".join(f'<span class="mono">{escape(s["raw_digest"][:24])}…</span> '
+                                  f'{escape(s.get("url") or s.get("source") or "")} {escape(s.get("detail") or "")[:80]}'
+                                  for s in q["samples"])
+            qrows.append([escape(stage), escape(reason), _n(q["count"]), samples])
+    out.append(_table(["stage", "reason", "records", "sample raw digests"], qrows, left=2) if qrows
+               else _note("nothing was quarantined"))
+    return "".join(out)
+
+
+def _versions(card: dict[str, Any]) -> str:
+    b = card["build"]
+    keys = sorted({k for v in b["stage_versions"].values() for k in v}, key=lambda k: (k != "version", k))
+    rows = [[escape(s)] + [f'<span class="mono">{escape(str(v.get(k, "–")))}</span>' for k in keys]
+            for s, v in b["stage_versions"].items()]
+    out = ["<h2>Stage versions</h2>", _table(["stage"] + keys, rows, left=len(keys) + 1)]
+    if b["tokenizer"]:
+        out.append(f"<h3>Tokenizer</h3><pre>{escape(json.dumps(b['tokenizer'], indent=1, sort_keys=True))}</pre>")
+    out.append(f"<h3>Build config</h3><pre>{escape(json.dumps(b['build_config'], indent=1, sort_keys=True))}</pre>")
+    return "".join(out)
+
+
+def render_html(card: dict[str, Any]) -> str:
+    sid = card["build"]["snapshot_id"] or "unfinished build"
+    title = f"Data card {sid[:19]}"
+    body = "".join([_header(card), _alarms(card), _funnel(card), _tokens(card), _distributions(card), _dedup(card),
+                    _contamination(card), _reasons(card), _versions(card)])
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>'
+            f"<body><main>{body}</main></body></html>\n")
