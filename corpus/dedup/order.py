@@ -1,0 +1,62 @@
+"""Who wins when documents collide: the keeper of an exact-duplicate group, the representative of a
+near-duplicate cluster. Both are lexicographic keys, so the winner is the same on any rank count.
+
+The keys are also encoded as bytes whose byte order is the key order, so a shuffle that sorts
+(key, payload) hands the winner over first.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from corpus.model import Document
+from corpus.tiers import source_rank
+
+#: documents without a crawl date lose to any dated copy
+UNDATED = "9999-99-99"
+
+
+def crawl_date_of(doc: Document) -> str:
+    return doc.crawl_date[:10] if doc.crawl_date else UNDATED
+
+
+def exact_keeper_key(doc: Document) -> tuple[str, int, str]:
+    """Exact duplicates: earliest crawl date, then most trusted source tier, then doc_id."""
+    return (crawl_date_of(doc), source_rank(doc.source_tier), doc.doc_id)
+
+
+def representative_key(doc: Document) -> tuple[int, float, str, str]:
+    """Near duplicates: most trusted tier, then highest quality score, then earliest crawl date, then doc_id."""
+    return (
+        source_rank(doc.source_tier),
+        -float(doc.scores.get("quality", 0.0)),
+        crawl_date_of(doc),
+        doc.doc_id,
+    )
+
+
+def encode_exact_keeper_key(doc: Document) -> bytes:
+    """``exact_keeper_key`` as 10 + 1 + 16 bytes (date, tier rank, raw doc_id); byte order = key order."""
+    date, rank, doc_id = exact_keeper_key(doc)
+    return date.encode("ascii").ljust(10, b"9")[:10] + bytes([rank]) + bytes.fromhex(doc_id)
+
+
+_QUALITY = struct.Struct(">Q")
+
+
+def _sortable_float(x: float) -> bytes:
+    """8 bytes whose unsigned big-endian order is the float order (the usual sign-flip trick)."""
+    (bits,) = struct.unpack(">Q", struct.pack(">d", x))
+    bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | (1 << 63)
+    return _QUALITY.pack(bits)
+
+
+def encode_representative_key(doc: Document) -> bytes:
+    """``representative_key`` as 1 + 8 + 10 + 16 bytes; byte order = key order."""
+    rank, neg_quality, date, doc_id = representative_key(doc)
+    return (
+        bytes([rank])
+        + _sortable_float(neg_quality)
+        + date.encode("ascii").ljust(10, b"9")[:10]
+        + bytes.fromhex(doc_id)
+    )

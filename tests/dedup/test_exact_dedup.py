@@ -1,0 +1,94 @@
+"""exact_dedup: same normalized text = same document; the earliest, most trusted copy stays, the rest
+are filtered as duplicates of it, identically on any rank count."""
+
+from __future__ import annotations
+
+import pytest
+
+from corpus.dedup.normalize import normalize_text
+from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
+from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_data, tmp_path_factory):
+    sections = perl_sections(shared_data)[:150]
+    docs = [make_doc(t, i) for i, t in enumerate(sections)]
+    a, b, c = sections[0], sections[1], sections[2]
+    planted = {
+        # group a: same text up to case, punctuation and spacing; the curated copy is as early as the
+        # earliest web copy and wins on tier
+        "a_late_web": make_doc(a.upper(), 1000, crawl_date="2026-06-01"),
+        "a_curated": make_doc(a.replace(" ", "  ") + " !!!", 1001, source="perl-doc", tier="curated"),
+        # group b: an earlier copy in a later-listed shard beats the original's crawl date
+        "b_early": make_doc(b + "\n", 1002, source="mirror", crawl_date="2025-12-24"),
+        # group c: the very same document twice (same doc_id): exactly one copy stays
+        "c_again": make_doc(c, 2),
+        # one changed word is not an exact duplicate
+        "near_a": make_doc(a.replace("the", "a", 1), 1003),
+    }
+    docs += list(planted.values())
+    in_dir = write_stage_dir(tmp_path_factory.mktemp("exact") / "in", docs, shards=5)
+    return in_dir, docs, planted
+
+
+def test_normalization_folds_case_punctuation_and_spacing_only():
+    assert normalize_text("Hello,  World!\n\tÉté") == normalize_text("hello world ÉTÉ") == "hello world été"
+    assert normalize_text("ﬁle") == "file"  # NFKC
+    assert normalize_text("hello world") != normalize_text("hello word")
+
+
+def test_keeper_is_earliest_then_most_trusted_and_copies_point_to_it(corpus, tmp_path):
+    in_dir, docs, planted = corpus
+    out = tmp_path / "out"
+    run_stage("exact_dedup", 2, in_dir, out)
+    kept = kept_docs(out)
+    filtered = filtered_records(out)
+    assert {r["reason"] for r in filtered} == {"exact_duplicate"}
+    dup_of = {r["doc"]["url"]: r["doc"]["dup_of"] for r in filtered}
+    by_url = {d.url: d for d in docs}
+    a_keeper = planted["a_curated"].doc_id
+    assert dup_of[planted["a_late_web"].url] == a_keeper
+    assert dup_of[by_url["https://web-crawl.example.org/0"].url] == a_keeper
+    assert dup_of[by_url["https://web-crawl.example.org/1"].url] == planted["b_early"].doc_id
+    assert planted["near_a"].url not in dup_of
+    kept_urls = {d.url for d in kept}
+    assert {planted["a_curated"].url, planted["b_early"].url, planted["near_a"].url} <= kept_urls
+    assert sum(1 for d in kept if d.doc_id == planted["c_again"].doc_id) == 1
+    keeper = next(d for d in kept if d.doc_id == a_keeper)
+    assert keeper.annotation("exact_dedup", "copies").value == 3
+
+    # every group of equal normalized text keeps exactly one document
+    groups: dict[str, int] = {}
+    for d in docs:
+        groups.setdefault(normalize_text(d.text), 0)
+    for d in kept:
+        groups[normalize_text(d.text)] += 1
+    assert set(groups.values()) == {1}
+    t = manifest(out)["totals"]
+    assert t["in"] == len(docs) == t["out"] + t["filtered"]["exact_duplicate"]
+    assert t["filtered"]["exact_duplicate"] == len(docs) - len(groups)
+
+
+def test_same_outputs_on_1_2_and_4_ranks(corpus, tmp_path):
+    in_dir, _, _ = corpus
+    digests = []
+    for ranks in (1, 2, 4):
+        run_stage("exact_dedup", ranks, in_dir, tmp_path / f"r{ranks}")
+        digests.append(output_digests(tmp_path / f"r{ranks}"))
+    assert digests[0] == digests[1] == digests[2]
+
+
+def test_rerun_after_losing_a_finished_shard_redoes_only_that_shard(corpus, tmp_path):
+    in_dir, _, _ = corpus
+    out = tmp_path / "out"
+    run_stage("exact_dedup", 2, in_dir, out)
+    first = output_digests(out)
+    checkpoint = (out / "work" / "global.json").stat().st_mtime_ns
+    (out / "manifest.json").unlink()  # as if a rank died before the end
+    (out / "stats" / "part-003.json").unlink()
+    (out / "shards" / "part-003.jsonl.zst").unlink()
+    again = run_stage("exact_dedup", 3, in_dir, out)
+    assert "1 shards processed" in again.stderr
+    assert (out / "work" / "global.json").stat().st_mtime_ns == checkpoint, "global phase was redone"
+    assert output_digests(out) == first
