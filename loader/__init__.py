@@ -1,0 +1,12 @@
+"""The training-time data loader: a snapshot's tokens for N data-parallel ranks, resumable anywhere.
+
+``SnapshotLoader`` (a torch ``IterableDataset``) composes the pure sampler (:mod:`loader.sampler`), the
+consumption record (:mod:`loader.state`), sequence packing (:mod:`loader.sequences`) and fault handling
+(:mod:`loader.faults`); :mod:`loader.world` is the only place that reads the launcher's environment.
+"""
+
+from loader.dataset import ResumeRefused, SnapshotLoader, load_manifest, natural_mixture
+from loader.sampler import SAMPLER_VERSION
+from loader.world import World
+
+__all__ = ["SnapshotLoader", "ResumeRefused", "World", "SAMPLER_VERSION", "load_manifest", "natural_mixture"]

@@ -1,0 +1,212 @@
+"""``SnapshotLoader``: the training-time view of a snapshot, resumable exactly at any world size.
+
+What rank ``r`` of ``W`` reads at step ``n`` is a pure function of (manifest, mixture, seed, epoch caps,
+step, rank, world) and of the plan the last resume produced; the only mutable state is each rank's
+cursor per bucket (:mod:`loader.state`). ``state_dict`` / ``load_state_dict`` follow
+``torch.distributed.checkpoint``'s Stateful protocol: ``state_dict`` all-gathers every rank's cursors
+over the default process group (gloo on CPU) into one global record, identical on all ranks, so it
+can be saved beside the model; ``load_state_dict`` on any number of ranks redistributes the unread
+remainder of every open epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from torch.utils.data import IterableDataset, get_worker_info
+
+from corpus.errors import UserError
+from corpus.model import SnapshotManifest
+from loader.faults import DEFAULT_MAX_SKIP_FRACTION, ShardStore
+from loader.sampler import SAMPLER_VERSION
+from loader.sequences import Batch, assemble_sequence, make_batch
+from loader.state import RECORD_FORMAT, Layout, Plan, RankCursor, merge_local_states, redistribute
+from loader.world import World
+
+
+class ResumeRefused(UserError):
+    """A checkpoint that cannot be resumed exactly with this loader, and no override was given."""
+
+
+def load_manifest(snapshot: str | Path | SnapshotManifest, root: str | Path | None = None
+                  ) -> tuple[SnapshotManifest, Path]:
+    """A manifest and the directory its shard paths are relative to, from a snapshot dir or manifest.json."""
+    if isinstance(snapshot, SnapshotManifest):
+        if root is None:
+            raise ValueError("a SnapshotManifest object needs root= (the directory its shard paths are relative to)")
+        return snapshot, Path(root)
+    path = Path(snapshot)
+    if path.is_dir():
+        path = path / "manifest.json"
+    if not path.is_file():
+        raise UserError(f"no snapshot manifest at {path}")
+    return SnapshotManifest.from_dict(json.loads(path.read_text())), Path(root) if root else path.parent
+
+
+def natural_mixture(manifest: SnapshotManifest) -> dict[str, float]:
+    """Weights proportional to each bucket's tokens: the snapshot as it is."""
+    out: dict[str, float] = {}
+    for s in manifest.shards:
+        out[s.bucket] = out.get(s.bucket, 0.0) + s.tokens
+    return out
+
+
+def stream_layout(manifest: SnapshotManifest, seed: int, chunk_tokens: int, epoch_caps: Mapping[str, int | None],
+                  append_eos: bool) -> Layout:
+    buckets: dict[str, list[tuple[int, str, int]]] = {}
+    for i, s in enumerate(manifest.shards):
+        buckets.setdefault(s.bucket, []).append((i, s.sha256, s.tokens + (s.docs if append_eos else 0)))
+    caps = {b: epoch_caps.get(b) for b in buckets}
+    return Layout({b: tuple(v) for b, v in sorted(buckets.items())}, seed, chunk_tokens, caps)
+
+
+class SnapshotLoader(IterableDataset):
+    """Fixed-length training sequences of a snapshot for one data-parallel rank.
+
+    Iterating yields one :class:`Batch` per step; wrap it in ``DataLoader(loader, batch_size=None)``
+    (it batches itself, and its state lives in this process, so ``num_workers=0``).
+    """
+
+    def __init__(self, snapshot: str | Path | SnapshotManifest, mixture: Mapping[str, float] | None = None,
+                 seed: int = 0, seq_len: int = 2048, batch_size: int = 1, dp_rank: int | None = None,
+                 dp_world: int | None = None, *, epoch_caps: Mapping[str, int | None] | int | None = None,
+                 run_len: int = 8, chunk_tokens: int = 1 << 20, append_eos: bool = True,
+                 max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION, root: str | Path | None = None,
+                 verbose: bool = False) -> None:
+        super().__init__()
+        self.manifest, self.root = load_manifest(snapshot, root)
+        if dp_rank is None or dp_world is None:
+            world = World.detect()
+            dp_rank = world.rank if dp_rank is None else dp_rank
+            dp_world = world.world_size if dp_world is None else dp_world
+        if not 0 <= dp_rank < dp_world:
+            raise ValueError(f"dp_rank {dp_rank} outside a world of {dp_world}")
+        buckets = sorted({s.bucket for s in self.manifest.shards})
+        self.mixture = dict(natural_mixture(self.manifest) if mixture is None else mixture)
+        unknown = sorted(set(self.mixture) - set(buckets))
+        if unknown:
+            raise UserError(f"mixture names buckets the snapshot does not have: {unknown} (it has {buckets})")
+        if any(w < 0 for w in self.mixture.values()) or not any(w > 0 for w in self.mixture.values()):
+            raise UserError("mixture weights must be >= 0 with at least one > 0")
+        if isinstance(epoch_caps, int) or epoch_caps is None:
+            epoch_caps = {b: epoch_caps for b in buckets}
+        self.epoch_caps = {b: epoch_caps.get(b) for b in buckets}
+        if "eos_id" not in self.manifest.tokenizer:
+            raise UserError("the snapshot manifest's tokenizer has no eos_id")
+        self.eos_id = int(self.manifest.tokenizer["eos_id"])
+        self.seed, self.seq_len, self.batch_size = int(seed), int(seq_len), int(batch_size)
+        self.run_len, self.chunk_tokens, self.append_eos = int(run_len), int(chunk_tokens), bool(append_eos)
+        self.rank, self.world = dp_rank, dp_world
+        self.verbose = verbose
+        self.layout = stream_layout(self.manifest, self.seed, self.chunk_tokens, self.epoch_caps, self.append_eos)
+        self.store = ShardStore(self.root, self.manifest, self.eos_id, self.append_eos, max_skip_fraction,
+                                log=self._log)
+        self.cursor = RankCursor(self.layout, Plan.fresh(self.world), self.rank)
+
+    # --- iteration --------------------------------------------------------------------------------
+
+    def _log(self, msg: str) -> None:
+        print(f"[loader rank {self.rank}/{self.world}] {msg}", file=sys.stderr, flush=True)
+
+    @property
+    def step(self) -> int:
+        return self.cursor.step
+
+    def __iter__(self) -> Iterator[Batch]:
+        if get_worker_info() is not None:
+            raise RuntimeError("SnapshotLoader keeps its resume state in this process: use DataLoader(num_workers=0)")
+        while (batch := self.next_batch()) is not None:
+            yield batch
+
+    def next_batch(self) -> Batch | None:
+        step = self.cursor.step
+        plans = self.cursor.next_batch(self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size)
+        if plans is None:
+            return None
+        rows = []
+        for sp in plans:
+            parts = [part for shard, a, b in sp.segments for part in self.store.read(shard, a, b)]
+            rows.append(assemble_sequence(parts, self.seq_len, sp.pad, self.eos_id))
+        return make_batch(rows, tuple(sp.bucket for sp in plans), step, self.seq_len)
+
+    def seek(self, step: int) -> None:
+        """Jump forward to ``step`` without reading anything (as if the steps before had been consumed)."""
+        self.cursor.seek(step, self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size)
+
+    # --- checkpoint state ---------------------------------------------------------------------------
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "snapshot_id": self.manifest.snapshot_id,
+            "seed": self.seed,
+            "chunk_tokens": self.chunk_tokens,
+            "append_eos": self.append_eos,
+            "epoch_caps": dict(sorted(self.epoch_caps.items())),
+            "mixture": dict(sorted(self.mixture.items())),
+            "seq_len": self.seq_len,
+            "batch_size": self.batch_size,
+            "run_len": self.run_len,
+        }
+
+    def local_state(self) -> dict[str, Any]:
+        """This rank's part of the record (what ``state_dict`` all-gathers)."""
+        return self.cursor.local_state(self.store.skipped)
+
+    def global_record(self, local_states: list[Mapping[str, Any]]) -> dict[str, Any]:
+        return merge_local_states(self._header(), self.cursor.plan, list(local_states))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The global record, all-gathered (a collective: every rank calls it at the same checkpoint)."""
+        local = self.local_state()
+        if self.world == 1:
+            gathered = [local]
+        else:
+            if not (dist.is_available() and dist.is_initialized()):
+                raise RuntimeError("state_dict with dp_world > 1 needs torch.distributed initialized (gloo is fine)")
+            gathered = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, local)
+            if len(gathered) != self.world:
+                raise RuntimeError(f"process group has {len(gathered)} ranks, the loader {self.world}")
+        return {"record": json.dumps(self.global_record(gathered), sort_keys=True)}
+
+    def load_state_dict(self, state: Mapping[str, Any], *, allow_snapshot_mismatch: bool = False,
+                        allow_version_mismatch: bool = False) -> None:
+        record = state["record"]
+        record = json.loads(record) if isinstance(record, (str, bytes)) else record
+        self.load_record(record, allow_snapshot_mismatch=allow_snapshot_mismatch,
+                         allow_version_mismatch=allow_version_mismatch)
+
+    def load_record(self, record: Mapping[str, Any], *, allow_snapshot_mismatch: bool = False,
+                    allow_version_mismatch: bool = False) -> None:
+        if record.get("format") != RECORD_FORMAT:
+            raise ResumeRefused(f"not a loader state record (format {record.get('format')!r})")
+        if record["snapshot_id"] != self.manifest.snapshot_id and not allow_snapshot_mismatch:
+            raise ResumeRefused(
+                f"checkpoint was taken on snapshot {record['snapshot_id']}, this loader reads "
+                f"{self.manifest.snapshot_id}; pass allow_snapshot_mismatch=True to start this snapshot's "
+                "epochs from the recorded step instead")
+        if record["sampler_version"] != SAMPLER_VERSION and not allow_version_mismatch:
+            raise ResumeRefused(
+                f"checkpoint was taken with sampler {record['sampler_version']}, this is {SAMPLER_VERSION}; "
+                "pass allow_version_mismatch=True to accept a different stream")
+        skipped = {int(i) for i in record["skipped"] if int(i) < len(self.manifest.shards)}
+        if record["snapshot_id"] != self.manifest.snapshot_id or record["sampler_version"] != SAMPLER_VERSION:
+            plan = Plan.fresh(self.world)  # the recorded positions mean nothing here: new epochs, same step
+            skipped = set()
+        else:
+            recorded = stream_layout(self.manifest, int(record["seed"]), int(record["chunk_tokens"]),
+                                     record["epoch_caps"], bool(record["append_eos"]))
+            if bool(record["append_eos"]) != self.append_eos:
+                raise ResumeRefused("checkpoint was taken with a different append_eos: stream positions differ")
+            plan = redistribute(recorded, record, self.world)
+        self.store.skipped |= skipped
+        self.store._check_budget()
+        self.cursor = RankCursor(self.layout, plan, self.rank, step=int(record["step"]))
+        if self.verbose:
+            self._log(f"resumed at step {record['step']} from a record of {record['plan']['world']} ranks")
+

@@ -1,0 +1,286 @@
+"""The consumption record: what each rank has read, and how unfinished work moves to a new world size.
+
+A *plan* says which pieces each rank of a world owns, bucket by bucket: first the explicit ``carry``
+(remainders of epochs that were open at the last checkpoint, redistributed), then every later epoch by
+formula (its keyed chunk order, strided over the ranks) up to the bucket's epoch cap. A rank's
+*cursor* per bucket is ``(k, off)``: the k-th piece of its queue, ``off`` positions into it. That is all
+the state there is; at a checkpoint the cursors of every rank are all-gathered into one global record,
+and :func:`redistribute` turns the record into a plan for any world size such that every position of
+every open epoch is read exactly once across the save/resume boundary.
+
+Everything here is pure arithmetic on the manifest's shard sizes: no file is opened.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from loader.sampler import (
+    SAMPLER_VERSION,
+    Piece,
+    choose_bucket,
+    epoch_chunks,
+    rank_point,
+    run_of,
+    strided,
+)
+
+RECORD_FORMAT = "loader-state/1"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The static view the sampler needs: bucket -> its shards, and the keys of the epoch orders."""
+
+    buckets: Mapping[str, tuple[tuple[int, str, int], ...]]  # bucket -> ((index, sha256, stream_len), ...)
+    seed: int
+    chunk_tokens: int
+    epoch_caps: Mapping[str, int | None]
+
+    def cap(self, bucket: str) -> int | None:
+        return self.epoch_caps.get(bucket)
+
+    def chunks(self, bucket: str, epoch: int) -> list[Piece]:
+        return _chunks(self, bucket, epoch)
+
+    def chunks_per_epoch(self, bucket: str) -> int:
+        return sum(math.ceil(s[2] / self.chunk_tokens) for s in self.buckets[bucket])
+
+    def __hash__(self) -> int:
+        return hash((tuple(sorted(self.buckets)), self.seed, self.chunk_tokens))
+
+
+@functools.lru_cache(maxsize=64)
+def _chunks(layout: Layout, bucket: str, epoch: int) -> list[Piece]:
+    return epoch_chunks(layout.buckets[bucket], layout.seed, bucket, epoch, layout.chunk_tokens)
+
+
+@dataclass(frozen=True)
+class Plan:
+    world: int
+    fresh_epoch: Mapping[str, int]  # first epoch every rank reads by formula
+    carry: Mapping[str, tuple[tuple[Piece, ...], ...]] = field(default_factory=dict)  # bucket -> per rank
+
+    @classmethod
+    def fresh(cls, world: int) -> Plan:
+        return cls(world, {}, {})
+
+    def to_dict(self) -> dict:
+        return {
+            "world": self.world,
+            "fresh_epoch": dict(sorted(self.fresh_epoch.items())),
+            "carry": {b: [[p.to_list() for p in pieces] for pieces in per_rank]
+                      for b, per_rank in sorted(self.carry.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Plan:
+        carry = {b: tuple(tuple(Piece.from_list(p) for p in pieces) for pieces in per_rank)
+                 for b, per_rank in d["carry"].items()}
+        return cls(int(d["world"]), {b: int(e) for b, e in d["fresh_epoch"].items()}, carry)
+
+
+class RankQueue:
+    """The pieces one rank reads from one bucket, in order; indexable without materializing it."""
+
+    def __init__(self, layout: Layout, plan: Plan, bucket: str, rank: int) -> None:
+        self.layout, self.bucket, self.rank, self.world = layout, bucket, rank, plan.world
+        cap = layout.cap(bucket)
+        carried = plan.carry.get(bucket, ())
+        self.carry = tuple(p for p in (carried[rank] if rank < len(carried) else ())
+                           if cap is None or p.epoch < cap)
+        self.fresh = plan.fresh_epoch.get(bucket, 0)
+        self.cap = cap
+        self.per_epoch = len(strided(layout.chunks_per_epoch(bucket), rank, plan.world))
+
+    def piece(self, k: int) -> Piece | None:
+        if k < len(self.carry):
+            return self.carry[k]
+        if self.per_epoch == 0:
+            return None
+        epoch, j = divmod(k - len(self.carry), self.per_epoch)
+        epoch += self.fresh
+        if self.cap is not None and epoch >= self.cap:
+            return None
+        return self.layout.chunks(self.bucket, epoch)[self.rank + j * self.world]
+
+
+@dataclass(frozen=True)
+class SequencePlan:
+    """One sequence of a batch: its bucket and the stream ranges it is made of, then ``pad`` pad tokens."""
+
+    bucket: str
+    segments: tuple[tuple[int, int, int], ...]  # (shard index, stream start, stream end)
+    pad: int
+
+
+class RankCursor:
+    """One rank's position in its plan; advancing it is the only thing iteration does to the state."""
+
+    def __init__(self, layout: Layout, plan: Plan, rank: int, step: int = 0,
+                 cursors: Mapping[str, tuple[int, int]] | None = None) -> None:
+        self.layout, self.plan, self.rank, self.step = layout, plan, rank, step
+        self.queues = {b: RankQueue(layout, plan, b, rank) for b in sorted(layout.buckets)}
+        self.cursors = {b: tuple(cursors[b]) if cursors and b in cursors else (0, 0) for b in self.queues}
+        self.active = {b for b in self.queues if self.queues[b].piece(self.cursors[b][0]) is not None}
+
+    def take(self, bucket: str, n: int, collect: bool = True) -> tuple[list[tuple[int, int, int]], int]:
+        """Advance ``bucket``'s cursor by up to ``n`` stream positions; the ranges read and how many."""
+        q = self.queues[bucket]
+        k, off = self.cursors[bucket]
+        segments: list[tuple[int, int, int]] = []
+        taken = 0
+        p = q.piece(k)
+        while taken < n and p is not None:
+            step = min(n - taken, p.length - off)
+            if collect:
+                segments.append((p.shard, p.start + off, p.start + off + step))
+            taken += step
+            off += step
+            if off == p.length:
+                k, off = k + 1, 0
+                p = q.piece(k)
+        self.cursors[bucket] = (k, off)
+        if p is None:
+            self.active.discard(bucket)
+        return segments, taken
+
+    def next_batch(self, weights: Mapping[str, float], seed: int, run_len: int, seq_len: int,
+                   batch_size: int, collect: bool = True) -> list[SequencePlan] | None:
+        """The sequences of the next step (fewer than ``batch_size`` only at the very end), or None when done.
+
+        Every sequence of a step comes from the bucket the rank's point falls in; a bucket that runs out
+        mid-sequence pads that sequence and drops out of the mixture for the rest of the rank's stream.
+        """
+        point = rank_point(seed, run_of(self.step, run_len), self.rank, self.plan.world)
+        out: list[SequencePlan] = []
+        while len(out) < batch_size:
+            bucket = choose_bucket(point, weights, self.active)
+            if bucket is None:
+                break
+            segments, taken = self.take(bucket, seq_len, collect)
+            out.append(SequencePlan(bucket, tuple(segments), seq_len - taken))
+        if not out:
+            return None
+        self.step += 1
+        return out
+
+    def seek(self, step: int, weights: Mapping[str, float], seed: int, run_len: int, seq_len: int,
+             batch_size: int) -> None:
+        """Advance to ``step`` by arithmetic alone (no reads): a whole run at a time while nothing runs out."""
+        while self.step < step:
+            point = rank_point(seed, run_of(self.step, run_len), self.rank, self.plan.world)
+            bucket = choose_bucket(point, weights, self.active)
+            if bucket is None:
+                return
+            steps = min(step, (run_of(self.step, run_len) + 1) * run_len) - self.step
+            q = self.queues[bucket]
+            k, off = self.cursors[bucket]
+            need = steps * batch_size * seq_len
+            if _available(q, k, off, need) >= need:
+                self.take(bucket, need, collect=False)
+                self.step += steps
+            else:
+                self.next_batch(weights, seed, run_len, seq_len, batch_size, collect=False)
+
+    def local_state(self, skipped: set[int]) -> dict:
+        return {
+            "rank": self.rank,
+            "world": self.plan.world,
+            "step": self.step,
+            "cursors": {b: list(c) for b, c in sorted(self.cursors.items())},
+            "skipped": sorted(skipped),
+        }
+
+
+def _available(q: RankQueue, k: int, off: int, need: int) -> int:
+    """Positions left in a queue from ``(k, off)``, counted only up to ``need``."""
+    total = 0
+    p = q.piece(k)
+    while p is not None and total < need:
+        total += p.length - off
+        off = 0
+        k += 1
+        p = q.piece(k)
+    return total
+
+
+def merge_local_states(header: Mapping, plan: Plan, local_states: list[Mapping]) -> dict:
+    """One global record from every rank's local state (what the checkpoint all-gather produces).
+
+    ``header`` holds the facts every rank shares (snapshot id, sampler config). Refuses an incomplete or
+    inconsistent set: a record that misses a rank could not prove exactly-once.
+    """
+    ranks = sorted(s["rank"] for s in local_states)
+    if ranks != list(range(plan.world)) or any(s["world"] != plan.world for s in local_states):
+        raise ValueError(f"checkpoint needs the state of ranks 0..{plan.world - 1}, got ranks {ranks}")
+    by_rank = sorted(local_states, key=lambda s: s["rank"])
+    return {
+        **header,
+        "format": RECORD_FORMAT,
+        "sampler_version": SAMPLER_VERSION,
+        "step": max(s["step"] for s in by_rank),
+        "plan": plan.to_dict(),
+        "cursors": [s["cursors"] for s in by_rank],
+        "skipped": sorted({i for s in by_rank for i in s["skipped"]}),
+    }
+
+
+def remaining_pieces(layout: Layout, plan: Plan, cursors: list[Mapping[str, tuple[int, int]]],
+                     bucket: str) -> tuple[list[Piece], int | None]:
+    """The unread parts of every epoch some rank has opened, and the last such epoch (None: none open).
+
+    A rank whose cursor is in epoch ``e`` has read all its share of earlier epochs and none of later
+    ones; so the open epochs are those up to the furthest rank's, and everything from each rank's
+    cursor up to that epoch is still to be read.
+    """
+    queues = [RankQueue(layout, plan, bucket, r) for r in range(plan.world)]
+    heads = [(q, *cursors[r].get(bucket, (0, 0))) for r, q in enumerate(queues)]
+    current = [q.piece(k) for q, k, _ in heads]
+    open_epochs = [p.epoch for p in current if p is not None]
+    if not open_epochs:
+        return [], None
+    last = max(open_epochs)
+    out: list[Piece] = []
+    for q, k, off in heads:
+        p = q.piece(k)
+        while p is not None and p.epoch <= last:
+            if p.start + off < p.end:
+                out.append(Piece(p.epoch, p.order, p.shard, p.start + off, p.end))
+            off, k = 0, k + 1
+            p = q.piece(k)
+    return sorted(out), last
+
+
+def redistribute(old_layout: Layout, record: Mapping, new_world: int) -> Plan:
+    """A plan for ``new_world`` ranks that reads exactly what the record's ranks had not read yet.
+
+    Remainders of open epochs are sorted by their place in the epoch order and dealt out strided;
+    epochs nobody had opened are left to the formula, so they are assigned as if training had started
+    on ``new_world`` ranks.
+    """
+    plan = Plan.from_dict(record["plan"])
+    cursors = [{b: tuple(c) for b, c in rank_cursors.items()} for rank_cursors in record["cursors"]]
+    fresh: dict[str, int] = {}
+    carry: dict[str, tuple[tuple[Piece, ...], ...]] = {}
+    for bucket in sorted(old_layout.buckets):
+        pieces, last = remaining_pieces(old_layout, plan, cursors, bucket)
+        if last is None:  # nothing left in any opened epoch: whatever comes next is a fresh epoch
+            # (a non-empty bucket always has a piece in rank 0's queue unless its epoch cap was reached)
+            cap = old_layout.cap(bucket)
+            fresh[bucket] = cap if cap is not None else plan.fresh_epoch.get(bucket, 0)
+            continue
+        fresh[bucket] = last + 1
+        per_epoch: dict[int, list[Piece]] = {}
+        for p in pieces:
+            per_epoch.setdefault(p.epoch, []).append(p)
+        per_rank: list[list[Piece]] = [[] for _ in range(new_world)]
+        for e in sorted(per_epoch):
+            for r in range(new_world):
+                per_rank[r].extend(per_epoch[e][i] for i in strided(len(per_epoch[e]), r, new_world))
+        carry[bucket] = tuple(tuple(x) for x in per_rank)
+    return Plan(new_world, fresh, carry)
+

@@ -1,0 +1,86 @@
+"""Real snapshots for loader tests: Megatron shards written with ``corpus.megatron`` and a SnapshotManifest.
+
+``write_id_snapshot`` makes every token of the snapshot a distinct id (int32, EOS = 0 never used by a
+document), so a test can tell exactly which token was delivered how often. ``write_text_snapshot``
+tokenizes real text with the project's pinned HF tokenizer into uint16 shards.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from corpus.digest import file_sha256
+from corpus.megatron import write_indexed_shard
+from corpus.model import SnapshotManifest, SnapshotShard
+
+EOS = 0
+
+
+def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype: str, eos_id: int,
+                   tokenizer: dict | None = None) -> SnapshotManifest:
+    """Write ``buckets`` (bucket -> shards -> documents) under ``root`` and its manifest.json."""
+    root.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for bucket in sorted(buckets):
+        for n, docs in enumerate(buckets[bucket]):
+            prefix = root / "shards" / bucket / f"{bucket}-{n:05d}"
+            bin_path, idx_path = write_indexed_shard(prefix, docs, dtype)
+            shards.append(SnapshotShard(
+                path=str(bin_path.relative_to(root)), sha256=file_sha256(bin_path), bucket=bucket,
+                docs=len(docs), tokens=int(sum(d.shape[0] for d in docs)),
+                files={"idx": str(idx_path.relative_to(root))}))
+    manifest = SnapshotManifest(shards=tuple(shards), stage_versions={"test": {"version": "1"}}, seed=0,
+                                token_dtype=dtype, tokenizer={"eos_id": eos_id, **(tokenizer or {})})
+    (root / "manifest.json").write_text(json.dumps(manifest.to_dict(), indent=1))
+    return manifest
+
+
+def write_id_snapshot(root: Path, shards_per_bucket: dict[str, int], seed: int = 0,
+                      doc_len: tuple[int, int] = (1, 40), docs_per_shard: tuple[int, int] = (1, 12)
+                      ) -> SnapshotManifest:
+    """Shards whose tokens are the distinct ids 1, 2, 3, ... (documents of random length)."""
+    rng = np.random.default_rng(seed)
+    next_id = 1
+    buckets: dict[str, list[list[np.ndarray]]] = {}
+    for bucket in sorted(shards_per_bucket):
+        buckets[bucket] = []
+        for _ in range(shards_per_bucket[bucket]):
+            docs = []
+            for _ in range(int(rng.integers(*docs_per_shard, endpoint=True))):
+                n = int(rng.integers(*doc_len, endpoint=True))
+                docs.append(np.arange(next_id, next_id + n, dtype=np.int32))
+                next_id += n
+            buckets[bucket].append(docs)
+    return write_snapshot(root, buckets, "int32", EOS)
+
+
+def expected_tokens(root: Path, manifest: SnapshotManifest, caps: dict[str, int]) -> Counter:
+    """Every token of every bucket epoch up to its cap, plus one EOS per document per epoch."""
+    from corpus.megatron import read_index
+
+    out: Counter = Counter()
+    for s in manifest.shards:
+        idx = read_index(root / s.files["idx"])
+        toks = np.fromfile(root / s.path, dtype=idx.dtype)
+        cap = caps[s.bucket]
+        out.update({int(t): cap for t in toks})
+        out[EOS] += cap * s.docs
+    return out
+
+
+def write_text_snapshot(root: Path, tokenizer_path: Path, texts: dict[str, list[str]], docs_per_shard: int
+                        ) -> SnapshotManifest:
+    """Real text through the pinned tokenizer, uint16 shards of ``docs_per_shard`` documents per bucket."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    eos_id = tok.token_to_id("<|endoftext|>")
+    buckets = {}
+    for bucket, docs in texts.items():
+        ids = [np.array(e.ids, dtype=np.uint16) for e in tok.encode_batch(docs)]
+        buckets[bucket] = [ids[i : i + docs_per_shard] for i in range(0, len(ids), docs_per_shard)]
+    return write_snapshot(root, buckets, "uint16", eos_id, {"path": tokenizer_path.name})
