@@ -1,0 +1,98 @@
+"""The eval-set registry: a directory of benchmark files, one per benchmark, named by the file.
+
+A benchmark file is JSONL (optionally gzip-compressed): one item per line with ``text`` (the item as
+it would appear verbatim on a web page: question plus answer) and optionally ``id``. The registry's
+digest covers every benchmark's name and file sha256, so a snapshot records exactly which eval sets
+it was cleaned against. The files are read-only inputs; nothing here writes to them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from corpus.digest import file_sha256, json_digest
+
+SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+class RegistryError(ValueError):
+    """A benchmark file or the registry directory cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    benchmark: str
+    item_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    path: Path
+    sha256: str
+    items: tuple[EvalItem, ...]
+
+    def describe(self) -> dict:
+        return {"sha256": self.sha256, "items": len(self.items), "file": self.path.name}
+
+
+def benchmark_name(path: Path) -> str:
+    name = path.name
+    for suffix in SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    raise RegistryError(f"{path}: a benchmark file must end in {' or '.join(SUFFIXES)}")
+
+
+def load_benchmark(path: Path, name: str | None = None) -> Benchmark:
+    path = Path(path)
+    if not path.is_file():
+        raise RegistryError(f"benchmark file not found: {path}")
+    name = name or benchmark_name(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    items = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise RegistryError(f"{path}:{lineno}: not valid JSON ({e})") from e
+            if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+                raise RegistryError(f'{path}:{lineno}: an eval item needs a string field "text"')
+            items.append(EvalItem(name, str(rec.get("id", f"{name}-{lineno}")), rec["text"]))
+    if not items:
+        raise RegistryError(f"{path}: benchmark {name!r} has no items")
+    return Benchmark(name, path, file_sha256(path), tuple(items))
+
+
+@dataclass(frozen=True)
+class EvalRegistry:
+    benchmarks: tuple[Benchmark, ...]  # sorted by name
+
+    @classmethod
+    def load(cls, directory: str | Path) -> EvalRegistry:
+        d = Path(directory)
+        if not d.is_dir():
+            raise RegistryError(f"eval registry directory not found: {d}")
+        files = sorted(p for p in d.iterdir() if p.is_file() and p.name.endswith(SUFFIXES))
+        if not files:
+            raise RegistryError(f"eval registry {d} holds no benchmark files (*.jsonl, *.jsonl.gz)")
+        benchmarks = [load_benchmark(p) for p in files]
+        names = [b.name for b in benchmarks]
+        if len(set(names)) != len(names):
+            raise RegistryError(f"eval registry {d}: two files give the same benchmark name")
+        return cls(tuple(sorted(benchmarks, key=lambda b: b.name)))
+
+    @property
+    def digest(self) -> str:
+        """``sha256:…`` over (name, file sha256) of every benchmark: what the snapshot was cleaned against."""
+        return json_digest([[b.name, b.sha256] for b in self.benchmarks])
+
+    def describe(self) -> dict:
+        return {b.name: b.describe() for b in self.benchmarks}

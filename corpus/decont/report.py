@@ -1,0 +1,114 @@
+"""The per-benchmark contamination report, a required artifact of every snapshot.
+
+Built from the documents the decontaminate stage flagged (its ``filtered/`` output, reason
+``contaminated``): per benchmark the documents and tokens flagged, their rate against everything the
+stage scanned, the longest run and the distinct items seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from corpus.model import Document
+
+STAGE = "decontaminate"
+REASON = "contaminated"
+RUN_PREFIX = "contaminated:"
+ITEM_PREFIX = "contaminated_item:"
+
+
+def matches_of(doc: Document) -> dict[str, tuple[int, str]]:
+    """benchmark -> (longest run, item id) from the decontaminate annotations of a flagged doc."""
+    out: dict[str, tuple[int, str]] = {}
+    for a in doc.annotations:
+        if a.stage == STAGE and a.name.startswith(RUN_PREFIX):
+            bench = a.name[len(RUN_PREFIX) :]
+            item = doc.annotation(STAGE, ITEM_PREFIX + bench)
+            out[bench] = (int(a.value), str(item.value) if item else "")
+    return out
+
+
+def build_report(
+    flagged: Iterable[Document],
+    *,
+    benchmarks: dict[str, dict],
+    docs_scanned: int,
+    tokens_kept: int,
+    count_tokens: Callable[[list[str]], list[int]],
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    per: dict[str, dict[str, Any]] = {
+        name: {"docs_flagged": 0, "tokens_flagged": 0, "longest_run": 0, "items_matched": set()}
+        for name in benchmarks
+    }
+    flagged = sorted(flagged, key=lambda d: d.doc_id)
+    tokens = count_tokens([d.text for d in flagged]) if flagged else []
+    total_tokens_flagged = sum(tokens)
+    for doc, n_tokens in zip(flagged, tokens, strict=True):
+        for bench, (run, item) in matches_of(doc).items():
+            p = per.setdefault(
+                bench, {"docs_flagged": 0, "tokens_flagged": 0, "longest_run": 0, "items_matched": set()}
+            )
+            p["docs_flagged"] += 1
+            p["tokens_flagged"] += n_tokens
+            p["longest_run"] = max(p["longest_run"], run)
+            p["items_matched"].add(item)
+    tokens_scanned = tokens_kept + total_tokens_flagged
+    rows = {}
+    for bench in sorted(per):
+        p = per[bench]
+        rows[bench] = {
+            "docs_flagged": p["docs_flagged"],
+            "tokens_flagged": p["tokens_flagged"],
+            "doc_rate": p["docs_flagged"] / docs_scanned if docs_scanned else 0.0,
+            "token_rate": p["tokens_flagged"] / tokens_scanned if tokens_scanned else 0.0,
+            "longest_run": p["longest_run"],
+            "items_matched": len(p["items_matched"]),
+            "items": benchmarks.get(bench, {}).get("items", 0),
+            "unchecked_items": benchmarks.get(bench, {}).get("unchecked_items", 0),
+        }
+    return {
+        "format": "corpus-contamination-report/1",
+        "settings": settings,
+        "docs_scanned": docs_scanned,
+        "docs_flagged": len(flagged),
+        "tokens_flagged": total_tokens_flagged,
+        "tokens_scanned": tokens_scanned,
+        "policy": "flagged documents are excluded from the snapshot",
+        "benchmarks": rows,
+        "flagged_docs": [
+            {
+                "doc_id": d.doc_id,
+                "url": d.url,
+                "matches": {b: {"run": r, "item": i} for b, (r, i) in sorted(matches_of(d).items())},
+            }
+            for d in flagged
+        ],
+    }
+
+
+def report_table(report: dict[str, Any]) -> str:
+    rows = [("benchmark", "items", "docs flagged", "tokens flagged", "doc rate", "token rate", "longest run")]
+    for name, r in report["benchmarks"].items():
+        rows.append(
+            (
+                name,
+                str(r["items"]),
+                str(r["docs_flagged"]),
+                str(r["tokens_flagged"]),
+                f"{100 * r['doc_rate']:.3f}%",
+                f"{100 * r['token_rate']:.4f}%",
+                str(r["longest_run"]),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    ]
+    lines.append(
+        f"{report['docs_flagged']} of {report['docs_scanned']} documents flagged "
+        f"({report['tokens_flagged']} tokens); {report['policy']}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,409 @@
+"""The immutable snapshot: assembly from a finished build, validation, lookup by id, and lineage.
+
+Layout of ``<build>/snapshot/`` (self-contained: copy the directory and it still opens)::
+
+    manifest.json                        SnapshotManifest; snapshot_id = digest of its canonical form
+    shards/<bucket>-<NNNNN>.bin / .idx   Megatron-LM indexed dataset, one sequence per document
+    shards/<bucket>-<NNNNN>.meta.json    bucket, counts, doc_ids in order, sha256s, validation numbers
+    lineage/<shard>.jsonl / .offsets.npy each document's metadata (no text) and its byte offset
+    lineage/doc_index.npy                doc_id -> (shard, document), sorted by doc_id
+    decont/report.json                   the per-benchmark contamination report (required)
+    decont/corpus-13grams.npy            the retained corpus-side 13-gram index
+    tokenizer/<name>                     the pinned tokenizer artifact
+
+Files are hard-linked from the build's stage directories (copied where links are impossible).
+
+How ``--snapshot REF`` resolves (:func:`resolve_snapshot`): a path to a snapshot directory, to its
+``manifest.json`` or to a build directory (``<build>/snapshot``) is used as is; anything else is a
+snapshot id (``sha256:<hex>``, or a unique prefix of the hex of at least 8 characters) looked up under
+the snapshots root, ``--root DIR`` or else ``$CORPUS_SNAPSHOTS``: every ``ROOT/manifest.json``,
+``ROOT/*/manifest.json`` and ``ROOT/*/snapshot/manifest.json`` whose recorded id matches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from corpus.decont.corpus_index import load_index, merge_indices, npy_bytes
+from corpus.decont.ngrams import NGRAM, SCHEME
+from corpus.decont.report import REASON, build_report
+from corpus.digest import file_sha256
+from corpus.docshard import SUFFIX, atomic_write_bytes, atomic_write_json, iter_records
+from corpus.errors import UserError
+from corpus.megatron import IndexedShard, read_index
+from corpus.model import Document, SnapshotManifest, SnapshotShard, StageManifest
+
+MANIFEST = "manifest.json"
+REPORT = "decont/report.json"
+NGRAM_INDEX = "decont/corpus-13grams.npy"
+DOC_INDEX = "lineage/doc_index.npy"
+SNAPSHOTS_ENV = "CORPUS_SNAPSHOTS"
+REQUIRED_STAGES = ("decontaminate", "tokenize", "write_shards")
+_DOC_INDEX_DTYPE = np.dtype([("doc_id", "S32"), ("shard", "<u4"), ("doc", "<u4")])
+
+
+def _link(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.unlink(missing_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _artifact(snap: Path, rel: str, **extra: Any) -> dict[str, Any]:
+    return {"path": rel, "sha256": file_sha256(snap / rel), **extra}
+
+
+def assemble(
+    build_dir: Path,
+    manifests: list[StageManifest],
+    seed: int,
+    stage_versions: dict[str, dict[str, str]],
+    snapshot_dir: str = "snapshot",
+) -> SnapshotManifest:
+    """Lay out ``<build>/snapshot`` from the finished stages and return its manifest (not yet written)."""
+    from corpus.tokenizer import PinnedTokenizer
+    from hpc_jobs.write_shards import LINEAGE, MEGATRON, snapshot_shard_metas
+
+    by_stage = {m.stage: m for m in manifests}
+    missing = [s for s in REQUIRED_STAGES if s not in by_stage]
+    if missing:
+        raise UserError(
+            f"a snapshot needs the stages {', '.join(missing)}; the build ran {', '.join(by_stage)}"
+        )
+    decont, tokenize = by_stage["decontaminate"], by_stage["tokenize"]
+    stages = build_dir / "stages"
+    snap = build_dir / snapshot_dir
+    shutil.rmtree(snap, ignore_errors=True)
+    snap.mkdir(parents=True)
+
+    # the shards and their lineage
+    ws = stages / "write_shards"
+    shards, doc_index = [], []
+    for i, meta in enumerate(snapshot_shard_metas(ws)):
+        name = meta["name"]
+        files = {
+            "idx": f"shards/{name}.idx",
+            "meta": f"shards/{name}.meta.json",
+            "lineage": f"lineage/{name}.jsonl",
+            "lineage_offsets": f"lineage/{name}.offsets.npy",
+        }
+        for suffix in (".bin", ".idx", ".meta.json"):
+            _link(ws / MEGATRON / f"{name}{suffix}", snap / "shards" / f"{name}{suffix}")
+        for suffix in (".jsonl", ".offsets.npy"):
+            _link(ws / LINEAGE / f"{name}{suffix}", snap / "lineage" / f"{name}{suffix}")
+        shards.append(
+            SnapshotShard(
+                path=f"shards/{name}.bin",
+                sha256=meta["sha256"],
+                bucket=meta["bucket"],
+                docs=meta["docs"],
+                tokens=meta["tokens"],
+                files=files,
+            )
+        )
+        doc_index.extend((d.encode(), i, j) for j, d in enumerate(meta["doc_ids"]))
+    index = np.array(doc_index, dtype=_DOC_INDEX_DTYPE)
+    index.sort(order=["doc_id", "shard", "doc"])
+    atomic_write_bytes(snap / DOC_INDEX, npy_bytes(index))
+
+    # the tokenizer
+    tok_info = tokenize.extra["tokenizer"]
+    tok = PinnedTokenizer(tokenize.config["tokenizer"], tokenize.config["eos_token"])
+    if tok.info.sha256 != tok_info["sha256"]:
+        raise UserError(
+            f"tokenizer {tok.path} changed since the tokenize stage ran "
+            f"({tok.info.sha256[:12]}… vs {tok_info['sha256'][:12]}…): rerun the build"
+        )
+    tok_rel = f"tokenizer/{tok_info['name']}"
+    _link(tok.path, snap / tok_rel)
+
+    # the retained 13-gram index and the contamination report
+    decont_dir = stages / "decontaminate"
+    gram_files = [
+        decont_dir / "ngrams" / f"{Path(o.path).name.removesuffix(SUFFIX)}.npy" for o in decont.outputs
+    ]
+    grams = merge_indices(gram_files)
+    atomic_write_bytes(snap / NGRAM_INDEX, npy_bytes(grams))
+    flagged = [
+        Document.from_dict(r["doc"])
+        for s in decont.side_outputs
+        if s.path.startswith("filtered/")
+        for r in iter_records(decont_dir / s.path)
+        if r["reason"] == REASON
+    ]
+    tokens_kept = sum(s.tokens for s in shards)
+    matching = decont.extra.get("matching", {})
+    report = build_report(
+        flagged,
+        benchmarks=decont.extra.get("eval_registry", {}),
+        docs_scanned=decont.yield_counts().total().docs_in,
+        tokens_kept=tokens_kept,
+        count_tokens=tok.count_tokens,
+        settings={"eval_registry_hash": decont.extra.get("eval_registry_hash", ""), **matching},
+    )
+    atomic_write_json(snap / REPORT, report)
+
+    buckets: dict[str, dict[str, int]] = {}
+    for s in shards:
+        b = buckets.setdefault(s.bucket, {"shards": 0, "docs": 0, "tokens": 0})
+        b["shards"] += 1
+        b["docs"] += s.docs
+        b["tokens"] += s.tokens
+    extra = {
+        "buckets": buckets,
+        "docs": sum(s.docs for s in shards),
+        "tokens": tokens_kept,
+        "artifacts": {
+            "contamination_report": _artifact(snap, REPORT),
+            "ngram_index": _artifact(
+                snap,
+                NGRAM_INDEX,
+                grams=int(grams.shape[0]),
+                n=NGRAM,
+                scheme=SCHEME,
+                min_run=matching.get("min_run", 10),
+            ),
+            "doc_index": _artifact(snap, DOC_INDEX),
+        },
+        "contamination": {
+            "eval_registry_hash": decont.extra.get("eval_registry_hash", ""),
+            "docs_flagged": report["docs_flagged"],
+            "tokens_flagged": report["tokens_flagged"],
+        },
+    }
+    tokenizer = {
+        "path": tok_rel,
+        "name": tok_info["name"],
+        "sha256": tok_info["sha256"],
+        "vocab_size": tok_info["vocab_size"],
+        "eos_id": tok_info["eos_id"],
+        "eos_token": tok_info["eos_token"],
+    }
+    return SnapshotManifest(
+        shards=tuple(shards),
+        stage_versions=stage_versions,
+        seed=seed,
+        token_dtype=tok_info["token_dtype"],
+        tokenizer=tokenizer,
+        extra=extra,
+    )
+
+
+# --- opening a snapshot ------------------------------------------------------------------------------
+
+
+def _manifest_in(path: Path) -> Path | None:
+    for candidate in (path / MANIFEST, path / "snapshot" / MANIFEST):
+        if candidate.is_file():
+            return candidate
+    return path if path.is_file() and path.name == MANIFEST else None
+
+
+def _normalize_id(ref: str) -> str:
+    hexpart = ref.removeprefix("sha256:").lower()
+    if len(hexpart) < 8 or any(c not in "0123456789abcdef" for c in hexpart):
+        raise UserError(
+            f"--snapshot {ref!r} is neither a snapshot directory nor a snapshot id "
+            f"(sha256:<hex> or at least 8 hex characters)"
+        )
+    return hexpart
+
+
+def resolve_snapshot(ref: str, root: str | Path | None = None) -> Path:
+    """The directory of the snapshot that ``ref`` names (see the module docstring)."""
+    found = _manifest_in(Path(ref))
+    if found is not None:
+        return found.parent
+    hexpart = _normalize_id(ref)
+    root = root or os.environ.get(SNAPSHOTS_ENV)
+    if not root:
+        raise UserError(
+            f"snapshot {ref} is an id: say where snapshots live with --root DIR or ${SNAPSHOTS_ENV}"
+        )
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(f"snapshots root {root} is not a directory")
+    candidates = [
+        root / MANIFEST,
+        *sorted(root.glob(f"*/{MANIFEST}")),
+        *sorted(root.glob(f"*/snapshot/{MANIFEST}")),
+    ]
+    hits = []
+    for c in candidates:
+        if c.is_file():
+            try:
+                sid = json.loads(c.read_text()).get("snapshot_id", "")
+            except (OSError, ValueError):
+                continue
+            if sid.removeprefix("sha256:").startswith(hexpart):
+                hits.append(c.parent)
+    ids = {json.loads((h / MANIFEST).read_text())["snapshot_id"] for h in hits}
+    if not hits:
+        raise UserError(f"no snapshot {ref} under {root}")
+    if len(ids) > 1:
+        raise UserError(f"snapshot id prefix {ref} is ambiguous under {root}: {', '.join(sorted(ids))}")
+    return hits[0]
+
+
+class Snapshot:
+    """An opened snapshot: its manifest and index-based lookups (no scans of the data)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+        try:
+            self.manifest = SnapshotManifest.from_dict(json.loads((self.dir / MANIFEST).read_text()))
+        except FileNotFoundError as e:
+            raise UserError(f"{self.dir} is not a snapshot (no {MANIFEST})") from e
+        except ValueError as e:
+            raise UserError(f"{self.dir / MANIFEST}: {e}") from e
+        self.names = [Path(s.path).name.removesuffix(".bin") for s in self.manifest.shards]
+        self._starts: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def open(cls, ref: str, root: str | Path | None = None) -> Snapshot:
+        return cls(resolve_snapshot(ref, root))
+
+    @property
+    def snapshot_id(self) -> str:
+        return self.manifest.snapshot_id
+
+    def shard_number(self, shard: str | int) -> int:
+        if isinstance(shard, int) or str(shard).isdigit():
+            i = int(shard)
+            if not 0 <= i < len(self.names):
+                raise UserError(f"shard {i} out of range: the snapshot has {len(self.names)} shards")
+            return i
+        name = str(shard).removeprefix("shards/").removesuffix(".bin")
+        if name not in self.names:
+            raise UserError(
+                f"no shard {shard!r} in snapshot {self.snapshot_id}; shards: "
+                f"{', '.join(self.names[:8])}{' …' if len(self.names) > 8 else ''}"
+            )
+        return self.names.index(name)
+
+    def token_starts(self, i: int) -> np.ndarray:
+        if i not in self._starts:
+            self._starts[i] = read_index(self.dir / self.manifest.shards[i].files["idx"]).token_starts()
+        return self._starts[i]
+
+    def lineage(self, i: int, doc: int) -> dict[str, Any]:
+        files = self.manifest.shards[i].files
+        offsets = np.load(self.dir / files["lineage_offsets"], mmap_mode="r")
+        start, end = int(offsets[doc]), int(offsets[doc + 1])
+        with open(self.dir / files["lineage"], "rb") as f:
+            f.seek(start)
+            return json.loads(f.read(end - start))
+
+    def trace(self, shard: str | int, offset: int) -> dict[str, Any]:
+        """The document behind token ``offset`` of a shard, with its lineage."""
+        i = self.shard_number(shard)
+        starts = self.token_starts(i)
+        total = int(starts[-1])
+        if not 0 <= offset < total:
+            raise UserError(f"offset {offset} out of range: shard {self.names[i]} holds {total} tokens")
+        doc = int(np.searchsorted(starts, offset, side="right")) - 1
+        sh = self.manifest.shards[i]
+        tokens = np.memmap(self.dir / sh.path, dtype=self.manifest.token_dtype, mode="r")
+        token = int(tokens[offset])
+        return {
+            "snapshot_id": self.snapshot_id,
+            "shard": self.names[i],
+            "bucket": sh.bucket,
+            "offset": offset,
+            "token_id": token,
+            "is_eos": token == self.manifest.tokenizer.get("eos_id"),
+            "doc_index": doc,
+            "doc_token_start": int(starts[doc]),
+            "doc_tokens": int(starts[doc + 1] - starts[doc]),
+            "offset_in_doc": offset - int(starts[doc]),
+            "doc": describe_doc(self.lineage(i, doc)),
+        }
+
+    def locate(self, doc_id: str) -> tuple[str, int] | None:
+        """(shard name, document number) of a doc_id, by binary search in the doc_id index."""
+        index = np.load(self.dir / DOC_INDEX, mmap_mode="r")
+        key = doc_id.encode()
+        pos = int(np.searchsorted(index["doc_id"], key))
+        if pos < index.shape[0] and index["doc_id"][pos] == key:
+            return self.names[int(index["shard"][pos])], int(index["doc"][pos])
+        return None
+
+    def ngram_index(self) -> np.ndarray:
+        return load_index(self.dir / NGRAM_INDEX)
+
+    def contamination_report(self) -> dict[str, Any]:
+        return json.loads((self.dir / REPORT).read_text())
+
+
+def describe_doc(record: dict[str, Any]) -> dict[str, Any]:
+    """A lineage record as ``corpus trace`` shows it: identity, origin, filter values, dedup, license."""
+    filters = {
+        f"{a['stage']}.{a['name']}": {"value": a["value"], "verdict": a["verdict"]}
+        for a in record.get("annotations", [])
+    }
+    keys = (
+        "doc_id",
+        "source",
+        "source_tier",
+        "url",
+        "crawl_date",
+        "lang",
+        "lang_confidence",
+        "license_hint",
+        "dup_cluster_id",
+        "dup_cluster_size",
+        "dup_of",
+        "derived_from",
+        "raw_digest",
+        "text_digest",
+        "text_bytes",
+    )
+    return {**{k: record.get(k) for k in keys}, "scores": record.get("scores", {}), "filter_values": filters}
+
+
+def validate_snapshot(directory: Path) -> list[str]:
+    """Every way the snapshot on disk differs from its manifest (empty when it is intact)."""
+    snap = Snapshot(directory)
+    m, problems = snap.manifest, []
+    for s in m.shards:
+        bin_path = snap.dir / s.path
+        if not bin_path.is_file():
+            problems.append(f"{s.path}: missing")
+            continue
+        if file_sha256(bin_path) != s.sha256:
+            problems.append(f"{s.path}: sha256 does not match the manifest")
+        meta = json.loads((snap.dir / s.files["meta"]).read_text())
+        if file_sha256(snap.dir / s.files["idx"]) != meta["idx_sha256"]:
+            problems.append(f"{s.files['idx']}: sha256 does not match its metadata")
+        try:
+            shard = IndexedShard(bin_path.with_suffix(""))
+        except ValueError as e:
+            problems.append(str(e))
+            continue
+        if len(shard) != s.docs or shard.index.num_tokens != s.tokens:
+            problems.append(
+                f"{s.path}: {len(shard)} docs / {shard.index.num_tokens} tokens, manifest says "
+                f"{s.docs} / {s.tokens}"
+            )
+        if shard.index.dtype != np.dtype(m.token_dtype):
+            problems.append(f"{s.path}: dtype {shard.index.dtype}, manifest says {m.token_dtype}")
+    for name, art in sorted(m.extra.get("artifacts", {}).items()):
+        p = snap.dir / art["path"]
+        if not p.is_file():
+            problems.append(f"required artifact {name} ({art['path']}) is missing")
+        elif file_sha256(p) != art["sha256"]:
+            problems.append(f"artifact {name} ({art['path']}): sha256 does not match the manifest")
+    if "contamination_report" not in m.extra.get("artifacts", {}):
+        problems.append("the snapshot has no contamination report")
+    tok = snap.dir / m.tokenizer.get("path", "")
+    if not tok.is_file() or file_sha256(tok) != m.tokenizer.get("sha256"):
+        problems.append(f"tokenizer {m.tokenizer.get('path')}: missing or not the pinned artifact")
+    return problems
