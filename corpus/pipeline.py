@@ -20,7 +20,7 @@ from typing import Any
 from corpus.config import load_config_file
 from corpus.docshard import atomic_write_json
 from corpus.errors import UserError
-from corpus.model import SnapshotManifest, SnapshotShard, StageManifest
+from corpus.model import SnapshotManifest, StageManifest
 
 #: Every stage of a build, in order. A stage is the module ``hpc_jobs.<name>`` defining ``STAGE``.
 PLANNED_STAGES: tuple[str, ...] = (
@@ -129,19 +129,11 @@ def stage_versions(manifests: list[StageManifest]) -> dict[str, dict[str, str]]:
 
 
 def assemble_snapshot(out: Path, manifests: list[StageManifest], seed: int) -> SnapshotManifest:
-    """The snapshot lists the last stage's shards, with digests, counts and every stage's version."""
-    last = manifests[-1]
-    shards = tuple(
-        SnapshotShard(
-            path=f"../{STAGES_DIR}/{last.stage}/{o.path}",
-            sha256=o.sha256,
-            bucket="all",
-            docs=o.records,
-            tokens=0,
-        )
-        for o in last.outputs
-    )
-    return SnapshotManifest(shards=shards, stage_versions=stage_versions(manifests), seed=seed)
+    """Lay out ``out/snapshot`` (Megatron shards, lineage, contamination report, 13-gram index,
+    tokenizer) from the finished stages; see :mod:`corpus.snapshot`."""
+    from corpus.snapshot import assemble
+
+    return assemble(out, manifests, seed, stage_versions(manifests), SNAPSHOT_DIR)
 
 
 def read_stage_manifests(build_dir: Path) -> list[StageManifest]:

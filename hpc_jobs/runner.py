@@ -25,6 +25,7 @@ Layout of a stage's output directory::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -399,7 +400,11 @@ def parse_args(argv: list[str] | None, stage_name: str) -> argparse.Namespace:
 
 def run_stage(stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, config_file: Path | None, comm: Any) -> StageManifest:
     full = load_config_file(config_file)
-    cfg = stage_config(stage_cls.Config, full.get(stage_cls.name), stage_cls.name)
+    table = full.get(stage_cls.name)
+    if "seed" in full and "seed" in {f.name for f in dataclasses.fields(stage_cls.Config)} and "seed" not in (table or {}):
+        # a stage whose config has a seed gets the build's, so a new seed changes its config hash
+        table = {**(table or {}), "seed": full["seed"]}
+    cfg = stage_config(stage_cls.Config, table, stage_cls.name)
     ctx = StageContext(comm, [Path(p) for p in in_paths], Path(out_dir), cfg, full)
     return StageRun(stage_cls(cfg), ctx).run()
 
