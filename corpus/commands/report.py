@@ -1,29 +1,62 @@
-"""``corpus report DIR``: the per-stage yield funnel of a build."""
+"""``corpus report DIR``: the data card of a build or snapshot (HTML + JSON), or its counts as JSON.
+
+DIR is a build directory, a snapshot directory (``<build>/snapshot``) or a snapshot manifest; see
+:mod:`corpus.report.build_view`. Without ``--json`` the funnel is printed and the card written to
+``<build>/report/card.html`` (and ``card.json`` beside it) unless ``--html`` names another place.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
+from corpus.docshard import atomic_write_bytes
 from corpus.errors import UserError
-from corpus.pipeline import read_stage_manifests
+from corpus.report.build_view import open_build
 from corpus.report_counts import funnel_table, stage_counts
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="per-stage counts of a build")
-    p.add_argument("dir", type=Path, metavar="DIR", help="build directory (what `corpus build --out` wrote)")
-    p.add_argument("--json", action="store_true", help="print the counts as JSON")
+    p = sub.add_parser("report", help="the data card of a build or snapshot (HTML + JSON), or its counts")
+    p.add_argument("dir", type=Path, metavar="DIR", help="build directory, snapshot directory or snapshot manifest")
+    p.add_argument("--json", action="store_true",
+                   help="print per-stage counts as JSON ({stage: {in, out, filtered, quarantined, ...}}) and "
+                        "write no card unless --html is given")
+    p.add_argument("--html", type=Path, default=None, metavar="OUT",
+                   help="write the HTML card here (the JSON card goes beside it as OUT with .json); "
+                        "default <build>/report/card.html")
+    p.add_argument("--history", type=Path, default=None, metavar="FILE",
+                   help="yield history to compare with (default <builds-root>/yield-history.jsonl)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.dir.is_dir():
-        raise UserError(f"not a directory: {args.dir}")
-    manifests = read_stage_manifests(args.dir)
+    view = open_build(args.dir)
     if args.json:
-        print(json.dumps(stage_counts(manifests), indent=1, sort_keys=False))
-    else:
-        print(funnel_table(manifests))
+        if not view.stages:
+            raise UserError(f"{args.dir}: no stage manifests beside this snapshot; counts need the build directory")
+        print(json.dumps(stage_counts(view.stages), indent=1))
+        if args.html is None:
+            return 0
+    out = args.html
+    if out is None:
+        if view.build_dir is None:
+            raise UserError(f"{args.dir} is a snapshot without its build: say where the card goes with --html OUT")
+        out = view.build_dir / "report" / "card.html"
+    from corpus.report.gather import gather
+    from corpus.report.html import render_html
+
+    card = gather(view, args.history)
+    json_path = out.with_suffix(".json")
+    atomic_write_bytes(json_path, (json.dumps(card, indent=1, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(out, render_html(card).encode())
+    stream = sys.stderr if args.json else sys.stdout
+    if not args.json and view.stages:
+        print(funnel_table(view.stages))
+    for a in (card["alarms"] or {}).get("alarms", []):
+        print(f"YIELD ALARM: {a['message']}", file=stream)
+    print(f"report html {out}", file=stream)
+    print(f"report json {json_path}", file=stream)
     return 0

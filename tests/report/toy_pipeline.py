@@ -16,10 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpus.digest import json_digest, sha256_hex, stable_hash64
-from corpus.docshard import iter_docs
-from corpus.model import Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
-from corpus.pipeline import SNAPSHOT_DIR, STAGES_DIR, assemble_snapshot, write_build_config
-from corpus.docshard import atomic_write_json
+from corpus.docshard import atomic_write_json, iter_docs
+from corpus.model import (
+    Document,
+    Filtered,
+    Kept,
+    Outcome,
+    Quarantined,
+    QuarantineRecord,
+    SnapshotManifest,
+    SnapshotShard,
+    StageManifest,
+)
+from corpus.pipeline import SNAPSHOT_DIR, STAGES_DIR, stage_versions, write_build_config
 from hpc_jobs.runner import InputShard, Stage, StageContext, main, raw_input_shard
 
 
@@ -144,9 +153,25 @@ def write_inputs(d: Path, files: int = 4, docs: int = 60) -> list[Path]:
     return paths
 
 
+def toy_snapshot(out: Path, manifests: list[StageManifest], seed: int) -> SnapshotManifest:
+    """The last stage's shards as the snapshot, bucketed by source, one token per word.
+
+    The production snapshot (Megatron shards, lineage, tokenizer) needs the tokenize and write_shards
+    stages; this one keeps the manifest's shape so reports and diffs see buckets and tokens."""
+    last = manifests[-1]
+    shards = []
+    for o in last.outputs:
+        docs = list(iter_docs(out / STAGES_DIR / last.stage / o.path))
+        shards.append(SnapshotShard(
+            path=f"../{STAGES_DIR}/{last.stage}/{o.path}", sha256=o.sha256,
+            bucket=docs[0].source if docs else "empty", docs=len(docs),
+            tokens=sum(len(d.text.split()) for d in docs),
+        ))
+    return SnapshotManifest(shards=tuple(shards), stage_versions=stage_versions(manifests), seed=seed)
+
+
 def make_build(out: Path, inputs: list[Path], config_toml: str = "", ranks: int = 2) -> Path:
     """What ``corpus build`` does, with the toy stages: every stage in order, then the snapshot."""
-    from corpus.model import StageManifest
     from tests.conftest import run_mpi
 
     out.mkdir(parents=True, exist_ok=True)
@@ -160,7 +185,7 @@ def make_build(out: Path, inputs: list[Path], config_toml: str = "", ranks: int 
         run_mpi(ranks, SCRIPT, name, "--in", *prev, "--out", str(stage_dir), "--config", str(cfg))
         manifests.append(StageManifest.from_dict(json.loads((stage_dir / "manifest.json").read_text())))
         prev = [str(stage_dir)]
-    snapshot = assemble_snapshot(out, manifests, 0)
+    snapshot = toy_snapshot(out, manifests, json.loads(cfg.read_text())["seed"])
     atomic_write_json(out / SNAPSHOT_DIR / "manifest.json", snapshot.to_dict())
     return out
 
