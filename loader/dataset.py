@@ -195,6 +195,7 @@ class SnapshotLoader(IterableDataset):
                 f"checkpoint was taken with sampler {record['sampler_version']}, this is {SAMPLER_VERSION}; "
                 "pass allow_version_mismatch=True to accept a different stream")
         skipped = {int(i) for i in record["skipped"] if int(i) < len(self.manifest.shards)}
+        cursors = None
         if record["snapshot_id"] != self.manifest.snapshot_id or record["sampler_version"] != SAMPLER_VERSION:
             plan = Plan.fresh(self.world)  # the recorded positions mean nothing here: new epochs, same step
             skipped = set()
@@ -203,10 +204,15 @@ class SnapshotLoader(IterableDataset):
                                      record["epoch_caps"], bool(record["append_eos"]))
             if bool(record["append_eos"]) != self.append_eos:
                 raise ResumeRefused("checkpoint was taken with a different append_eos: stream positions differ")
-            plan = redistribute(recorded, record, self.world)
+            if record["plan"]["world"] == self.world and recorded == self.layout:
+                # Same world, same sampler inputs: continue every rank's own stream, bit for bit.
+                plan = Plan.from_dict(record["plan"])
+                cursors = {b: tuple(c) for b, c in record["cursors"][self.rank].items()}
+            else:
+                plan = redistribute(recorded, record, self.world)
         self.store.skipped |= skipped
         self.store._check_budget()
-        self.cursor = RankCursor(self.layout, plan, self.rank, step=int(record["step"]))
+        self.cursor = RankCursor(self.layout, plan, self.rank, step=int(record["step"]), cursors=cursors)
         if self.verbose:
             self._log(f"resumed at step {record['step']} from a record of {record['plan']['world']} ranks")
 

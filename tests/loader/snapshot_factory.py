@@ -72,6 +72,12 @@ def expected_tokens(root: Path, manifest: SnapshotManifest, caps: dict[str, int]
     return out
 
 
+def bucket_token_ids(root: Path, manifest: SnapshotManifest, bucket: str) -> set[int]:
+    """The distinct ids of one bucket's tokens (in an id snapshot every token is distinct)."""
+    return {int(t) for s in manifest.shards if s.bucket == bucket
+            for t in np.fromfile(root / s.path, dtype=manifest.token_dtype)}
+
+
 def write_text_snapshot(root: Path, tokenizer_path: Path, texts: dict[str, list[str]], docs_per_shard: int
                         ) -> SnapshotManifest:
     """Real text through the pinned tokenizer, uint16 shards of ``docs_per_shard`` documents per bucket."""

@@ -1,0 +1,19 @@
+"""Fixtures for the loader tests: small real snapshots written once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from snapshot_factory import write_id_snapshot
+
+MIXTURE = {"code": 0.2, "web": 0.5, "wiki": 0.3}
+CAPS = {"code": 1, "web": 1, "wiki": 2}
+
+
+@pytest.fixture(scope="session")
+def id_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three buckets of shards whose tokens are distinct ids (int32), manifest.json at the root."""
+    root = tmp_path_factory.mktemp("id-snapshot")
+    write_id_snapshot(root, {"code": 3, "web": 7, "wiki": 5})
+    return root
