@@ -1,0 +1,135 @@
+"""The steps of an orchestrated build besides the stage jobs, written so a DAG can run them on the
+cluster's side (where the build directory is), through the same backend that submits the jobs:
+
+    python -m corpus.orchestration.buildsteps prepare  --out DIR --input PATH... [--config FILE] [--seed S]
+                                                       [--overrides JSON]
+    python -m corpus.orchestration.buildsteps finalize --out DIR --stages a,b,c
+
+``prepare`` checks and resolves the inputs and writes the build config every stage reads (exactly
+what ``corpus build`` writes);
+``finalize`` assembles the snapshot from the stage manifests with :func:`corpus.pipeline.assemble_snapshot`,
+writes it and the report, and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
+its counts against the previous stage's before the DAG moves on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from corpus import pipeline
+from corpus.config import load_config_file
+from corpus.docshard import atomic_write_json
+from corpus.errors import UserError
+from corpus.model import GroupCounts, StageManifest, YieldCounts
+from corpus.report_counts import funnel_table, stage_counts
+
+
+class VerifyError(RuntimeError):
+    """A stage's manifest does not hold up: the stage must not be built on."""
+
+
+def verify_stage(stage: str, manifest: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """Check a completed stage's manifest; return its digest and totals (what the DAG passes on).
+
+    * it is the manifest of ``stage``, with one count record per output shard;
+    * every shard's counts and the totals reconcile (in = out + filtered + quarantined), and the
+      totals are the sum of the shards';
+    * it was made from the previous stage's outputs: the same shard digests, and as many documents in
+      as the previous stage let out.
+    """
+    m = StageManifest.from_dict(manifest)
+    if m.stage != stage:
+        raise VerifyError(f"manifest is of stage {m.stage!r}, expected {stage!r}")
+    if len(m.outputs) != len(m.shard_counts):
+        raise VerifyError(f"{stage}: {len(m.outputs)} output shards but counts for {len(m.shard_counts)}")
+    summed = GroupCounts()
+    for name, counts in sorted(m.shard_counts.items()):
+        t = YieldCounts.from_dict(counts).total()
+        if not t.reconciles():
+            raise VerifyError(f"{stage}/{name}: counts do not reconcile: {t.to_dict()}")
+        summed.add(t)
+    totals = GroupCounts.from_dict(m.totals)
+    if not totals.reconciles():
+        raise VerifyError(f"{stage}: totals do not reconcile: {m.totals}")
+    if summed.to_dict() != totals.to_dict():
+        raise VerifyError(f"{stage}: totals {m.totals} are not the sum of the shards' {summed.to_dict()}")
+    if previous is not None:
+        p = StageManifest.from_dict(previous)
+        if Counter(s.sha256 for s in m.inputs) != Counter(s.sha256 for s in p.outputs):
+            raise VerifyError(f"{stage}: its inputs are not the outputs of {p.stage} (stale or mixed build?)")
+        p_out = GroupCounts.from_dict(p.totals).docs_out
+        if totals.docs_in != p_out:
+            raise VerifyError(f"{stage}: {totals.docs_in} documents in, but {p.stage} let {p_out} out")
+    return {"stage": stage, "manifest_digest": m.digest, "totals": totals.to_dict(), "shards": len(m.outputs)}
+
+
+def prepare(out: Path, config_file: Path | None, seed: int | None, overrides: dict[str, Any]) -> Path:
+    """Write ``OUT/build-config.json``: the config file, each stage table updated by ``overrides``."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not overrides:
+        return pipeline.write_build_config(out, config_file, seed)
+    cfg = load_config_file(config_file)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        merged = Path(tmp) / "config.json"
+        merged.write_text(json.dumps(cfg))
+        return pipeline.write_build_config(out, merged, seed)
+
+
+def finalize(out: Path, stages: list[str]) -> dict[str, Any]:
+    """The snapshot of a build whose stages are all complete, written as ``corpus build`` writes it,
+    plus the report (``report.json``: per-stage counts, ``report.txt``: the yield funnel)."""
+    manifests = pipeline.read_stage_manifests(out)
+    have = [m.stage for m in manifests]
+    if have != stages:
+        raise UserError(f"{out}: completed stages are {have}, expected {stages}")
+    seed = int(json.loads((out / pipeline.BUILD_CONFIG).read_text())["seed"])
+    snapshot = pipeline.assemble_snapshot(out, manifests, seed)
+    snap_dir = out / pipeline.SNAPSHOT_DIR
+    atomic_write_json(snap_dir / "manifest.json", snapshot.to_dict())
+    atomic_write_json(snap_dir / "report.json", stage_counts(manifests))
+    (snap_dir / "report.txt").write_text(funnel_table(manifests) + "\n")
+    return {"snapshot_id": snapshot.snapshot_id, "manifest": str(snap_dir / "manifest.json"),
+            "report": str(snap_dir / "report.txt")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m corpus.orchestration.buildsteps")
+    sub = ap.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--input", nargs="+", required=True, type=Path)
+    p.add_argument("--config", type=Path, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--overrides", default="{}", help="JSON object of per-stage config tables")
+    f = sub.add_parser("finalize")
+    f.add_argument("--out", required=True, type=Path)
+    f.add_argument("--stages", required=True, help="comma-separated stages that must be complete")
+    args = ap.parse_args(argv)
+    try:
+        if args.step == "prepare":
+            missing = [str(p) for p in args.input if not p.exists()]
+            if missing:
+                raise UserError(f"input not found: {', '.join(missing)}")
+            cfg = prepare(args.out, args.config, args.seed, json.loads(args.overrides))
+            print(json.dumps({"build_config": str(cfg), "inputs": [str(p.resolve()) for p in args.input]}))
+        else:
+            print(json.dumps(finalize(args.out, [s for s in args.stages.split(",") if s])))
+    except (UserError, ValueError, OSError) as e:
+        print(f"buildsteps {args.step}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""# build_snapshot
+
+Builds a corpus snapshot: every installed stage of `corpus.pipeline.PIPELINE`, in order, each as a
+job (`sbatch sbatch/<stage>.sbatch` on SLURM, or the same script under `mpiexec` for the embedded
+demo). Per stage, a task group:
+
+* **submit** submits the stage job and defers: the triggerer polls the job (`scontrol`, `sacct`,
+  `sacct -c`) and no worker slot is held while it runs. A FAILED / CANCELLED / TIMEOUT /
+  OUT_OF_MEMORY job fails the task with the job's log tail; the retry submits the stage again and
+  it resumes from its checkpoint (stages are idempotent).
+* **verify** reads the stage manifest, checks that its counts reconcile and that it was built from
+  the previous stage's outputs, and passes the manifest digest on (XCom).
+
+`prepare` writes the build config (the config file, the `config` tables, the seed); `snapshot`
+assembles the snapshot manifest and the report and puts the `snapshot_id` in XCom. The same inputs,
+config and seed give the same snapshot id as `corpus build`.
+
+Backends: `ssh` (sbatch on a login node; host, user and key from the Airflow Connection named by
+`ssh_conn_id`), `local` (sbatch on the Airflow worker's host), `mpiexec` (no SLURM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import Param, TaskGroup, dag, get_current_context, task
+
+from corpus.orchestration.buildsteps import verify_stage
+from corpus.orchestration.operators import StageJobOperator
+from corpus.orchestration.submit import BACKENDS, PROJECT_ROOT, SubmitError, backend_for
+from corpus.pipeline import PIPELINE
+
+#: where builds go when the run names no `out` (one directory per run id)
+BUILD_ROOT = Path(os.environ.get("CORPUS_BUILD_ROOT", PROJECT_ROOT / "builds"))
+DEFAULT_BACKEND = os.environ.get("CORPUS_BACKEND", "local")
+RETRY_DELAY = timedelta(seconds=float(os.environ.get("CORPUS_RETRY_DELAY_S", "30")))
+
+PARAMS = {
+    "inputs": Param([str(PROJECT_ROOT / "sample")], type="array", items={"type": "string"}, minItems=1,
+                    title="Sources", description="WARC / JSONL / text files or directories on the cluster's filesystem"),
+    "out": Param("", type="string", title="Build directory",
+                 description=f"on the cluster's filesystem; empty: {BUILD_ROOT}/<run id>"),
+    "config_file": Param("", type="string", title="Build config (TOML)",
+                         description="filter, dedup, tokenizer and eval-registry settings, a table per stage; empty: defaults"),
+    "config": Param({}, type="object", title="Config overrides",
+                    description='per-stage tables merged over the config file, e.g. {"policy": {"min_quality": 0.2}}'),
+    "seed": Param(0, type="integer", minimum=0, title="Seed", description="the shuffle seed"),
+    "ranks": Param(2, type="integer", minimum=1, maximum=4096, title="MPI ranks per stage"),
+    "ranks_per_stage": Param({}, type="object", title="Ranks per stage",
+                             description='overrides of "ranks" by stage, e.g. {"minhash_dedup": 8}'),
+    "backend": Param(DEFAULT_BACKEND, type="string", enum=list(BACKENDS), title="Backend",
+                     description="ssh: sbatch on a login node; local: sbatch on this host; mpiexec: no SLURM"),
+    "ssh_conn_id": Param("slurm_login", type="string", title="SSH connection",
+                         description="Airflow Connection of the cluster's login node (ssh backend)"),
+    "cluster_root": Param(str(PROJECT_ROOT), type="string", title="Repository on the cluster"),
+    "python": Param("", type="string", title="Python on the cluster",
+                    description="empty: <repository>/.venv/bin/python"),
+    "partition": Param("", type="string", title="SLURM partition", description="empty: the default partition"),
+    "time_limit": Param("04:00:00", type="string", title="Time limit per stage job"),
+    "sbatch_args": Param([], type="array", items={"type": "string"}, title="Extra sbatch options"),
+    "job_env": Param({}, type="object", title="Extra environment for the jobs"),
+    "poll_interval": Param(30, type="integer", minimum=1, title="Seconds between job-state polls"),
+}
+
+
+def _python(build: dict[str, Any]) -> str:
+    return build["python"] or f"{build['root']}/.venv/bin/python"
+
+
+def _buildsteps(build: dict[str, Any], *args: str) -> dict[str, Any]:
+    """Run a build step on the cluster's side; it prints one JSON line."""
+    backend = backend_for(build["backend"], build["conn_id"])
+    argv = [_python(build), "-m", "corpus.orchestration.buildsteps", *args]
+    out = backend.check(argv, env={"PYTHONUNBUFFERED": "1", **build["env"]}, timeout=600)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@dag(
+    dag_id="build_snapshot",
+    schedule=None,
+    catchup=False,
+    params=PARAMS,
+    doc_md=__doc__,
+    tags=["corpus"],
+    max_active_runs=4,
+    default_args={"retries": 2, "retry_delay": RETRY_DELAY},
+)
+def build_snapshot() -> None:
+    @task
+    def prepare() -> dict[str, Any]:
+        """Resolve the run's parameters, check the inputs and write the build config."""
+        ctx = get_current_context()
+        p = ctx["params"]
+        if not PIPELINE:
+            raise SubmitError("no stages are installed (corpus.pipeline.PIPELINE is empty)")
+        out = p["out"] or str(BUILD_ROOT / re.sub(r"[^A-Za-z0-9._-]+", "_", ctx["run_id"]))
+        build = {
+            "stages": list(PIPELINE), "backend": p["backend"],
+            "conn_id": p["ssh_conn_id"] if p["backend"] == "ssh" else "",
+            "out": out, "root": p["cluster_root"], "python": p["python"], "ranks": p["ranks"],
+            "ranks_per_stage": p["ranks_per_stage"], "partition": p["partition"], "time_limit": p["time_limit"],
+            "sbatch_args": p["sbatch_args"], "env": {k: str(v) for k, v in p["job_env"].items()},
+            "poll_interval": p["poll_interval"], "seed": p["seed"],
+        }
+        args = ["prepare", "--out", out, "--seed", str(p["seed"]), "--overrides", json.dumps(p["config"]),
+                "--input", *p["inputs"]]
+        if p["config_file"]:
+            args += ["--config", p["config_file"]]
+        prepared = _buildsteps(build, *args)
+        build.update(inputs=prepared["inputs"], build_config=prepared["build_config"])
+        return build
+
+    @task
+    def verify(build: dict[str, Any], stage: str) -> dict[str, Any]:
+        """The stage's manifest holds up; its digest goes on to the next stage and the snapshot."""
+        backend = backend_for(build["backend"], build["conn_id"])
+        i = build["stages"].index(stage)
+        manifest = json.loads(backend.read_text(f"{build['out']}/stages/{stage}/manifest.json"))
+        previous = None
+        if i > 0:
+            previous = json.loads(backend.read_text(f"{build['out']}/stages/{build['stages'][i - 1]}/manifest.json"))
+        result = verify_stage(stage, manifest, previous)
+        t = result["totals"]
+        print(f"stage {stage}: manifest {result['manifest_digest']}, {result['shards']} shards, "
+              f"{t['in']} in / {t['out']} out, filtered {t['filtered']}, quarantined {t['quarantined']}")
+        return result
+
+    @task
+    def snapshot(build: dict[str, Any], verified: list[dict[str, Any]]) -> dict[str, Any]:
+        """Assemble the snapshot manifest and report; the snapshot id goes to XCom."""
+        result = _buildsteps(build, "finalize", "--out", build["out"], "--stages", ",".join(build["stages"]))
+        result["stage_manifests"] = {v["stage"]: v["manifest_digest"] for v in verified}
+        print(f"snapshot manifest {result['manifest']}\nreport {result['report']}\nsnapshot_id {result['snapshot_id']}")
+        get_current_context()["ti"].xcom_push(key="snapshot_id", value=result["snapshot_id"])
+        return result
+
+    build = prepare()
+    upstream: Any = build
+    verified = []
+    for stage in PIPELINE:
+        with TaskGroup(group_id=stage, tooltip=f"sbatch/{stage}.sbatch: submit, wait, verify"):
+            job = StageJobOperator(task_id="submit", stage=stage, build=build)
+            checked = verify.override(task_id="verify")(build, stage)
+            job >> checked
+        upstream >> job
+        upstream = checked
+        verified.append(checked)
+    done = snapshot(build, verified)
+    upstream >> done
+
+
+build_snapshot()
