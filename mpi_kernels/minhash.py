@@ -1,0 +1,254 @@
+"""MinHash signatures and LSH band keys, compiled with numba.
+
+A document's shingles are its word 5-grams (configurable) over ``corpus.dedup.normalize.normalize_text``;
+a document with fewer words than that has one shingle, all its words; one with no words has none and an
+empty signature (never banded). Each shingle is hashed to 64 bits (FNV-1a per word, the words chained
+and finished with the murmur3 mixer) and reduced to x < 2^61. Permutation k is the universal hash
+
+    h_k(x) = (a_k * x + b_k) mod (2^61 - 1)
+
+computed exactly in 64-bit integer arithmetic (the product is split in 32-bit halves and folded with
+2^61 = 1 mod p), with a_k in [1, p) and b_k in [0, p) derived from the config seed by
+``stable_hash64`` -- no RNG, the same on every machine. The signature is the minimum of each h_k over
+the shingles: K (default 112) unsigned 64-bit values.
+
+Banding: ``bands`` bands of ``rows`` values (default 14 x 8). The band key of band i is 18 bytes:
+i as big-endian u16, then a 128-bit hash of (i, the r values) made of two independently seeded 64-bit
+mixes, so documents share a key only when they agree on the whole band (up to a 2^-128 collision).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from corpus.digest import stable_hash64
+
+MERSENNE_61 = (1 << 61) - 1
+#: the value of an empty signature (no shingle): larger than any h_k
+EMPTY = MERSENNE_61
+BAND_KEY_BYTES = 18
+
+_P = np.uint64(MERSENNE_61)
+_M32 = np.uint64(0xFFFFFFFF)
+_M29 = np.uint64((1 << 29) - 1)
+_S3 = np.uint64(3)
+_S29 = np.uint64(29)
+_S32 = np.uint64(32)
+_S33 = np.uint64(33)
+_S61 = np.uint64(61)
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_MIX1 = np.uint64(0xFF51AFD7ED558CCD)
+_MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+
+def _byte_classes() -> np.ndarray:
+    """What the kernel does with each byte: 0 drop, 1 word byte, 2 word separator.
+
+    For ASCII text this is exactly ``normalize_text`` (NFKC is the identity on ASCII; lower-case; drop
+    what is neither ``\\w`` nor ``\\s``; whitespace separates words), so ASCII documents skip the Python
+    normalization. Bytes >= 0x80 only occur in text normalized beforehand, where they are word bytes.
+    """
+    classes = np.zeros(256, dtype=np.uint8)
+    for c in range(128):
+        ch = chr(c)
+        if ch.isalnum() or ch == "_":
+            classes[c] = 1
+        elif ch.isspace():
+            classes[c] = 2
+    classes[128:] = 1
+    return classes
+
+
+_CLASS = _byte_classes()
+_LOWER = np.array([c + 32 if 65 <= c <= 90 else c for c in range(256)], dtype=np.uint8)
+_BAND_SEED_1 = np.uint64(0x9E3779B97F4A7C15)
+_BAND_SEED_2 = np.uint64(0xD1B54A32D192ED03)
+
+
+@dataclass(frozen=True)
+class MinHashParams:
+    num_perm: int = 112
+    bands: int = 14
+    rows: int = 8
+    ngram: int = 5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.bands * self.rows > self.num_perm:
+            raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+        if min(self.num_perm, self.bands, self.rows, self.ngram) < 1:
+            raise ValueError("num_perm, bands, rows and ngram must be positive")
+        if self.bands >= 1 << 16:
+            raise ValueError("at most 65535 bands")
+
+
+def permutation_coefficients(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) of the K universal hashes, a pure function of (K, seed)."""
+    a = np.array(
+        [1 + stable_hash64("minhash-a", seed, k) % (MERSENNE_61 - 1) for k in range(num_perm)], np.uint64
+    )
+    b = np.array([stable_hash64("minhash-b", seed, k) % MERSENNE_61 for k in range(num_perm)], np.uint64)
+    return a, b
+
+
+@numba.njit(cache=True, inline="always")
+def _mix64(h):
+    h ^= h >> _S33
+    h *= _MIX1
+    h ^= h >> _S33
+    h *= _MIX2
+    h ^= h >> _S33
+    return h
+
+
+@numba.njit(cache=True, inline="always")
+def _mulmod61_add(a_hi, a_lo, x_hi, x_lo, b):
+    """(a * x + b) mod 2^61-1 for a, x, b < 2^61, given the 32-bit halves of a and x."""
+    hh = a_hi * x_hi
+    mid = a_hi * x_lo + a_lo * x_hi
+    ll = a_lo * x_lo
+    r = (hh << _S3) + (mid >> _S29) + ((mid & _M29) << _S32) + (ll & _P) + (ll >> _S61) + b
+    r = (r & _P) + (r >> _S61)
+    if r >= _P:
+        r -= _P
+    return r
+
+
+def mulmod61_add(a: int, x: int, b: int) -> int:
+    """The kernel's modular arithmetic, callable from Python (tests check it against big integers)."""
+    a64, x64 = np.uint64(a), np.uint64(x)
+    return int(_mulmod61_add(a64 >> _S32, a64 & _M32, x64 >> _S32, x64 & _M32, np.uint64(b)))
+
+
+@numba.njit(cache=True)
+def _word_hashes(buf, start, end, classes, lower, out):
+    n = 0
+    h = _FNV_OFFSET
+    in_word = False
+    for i in range(start, end):
+        c = buf[i]
+        cls = classes[c]
+        if cls == 2:
+            if in_word:
+                out[n] = h
+                n += 1
+                h = _FNV_OFFSET
+                in_word = False
+        elif cls == 1:
+            h ^= np.uint64(lower[c])
+            h *= _FNV_PRIME
+            in_word = True
+    if in_word:
+        out[n] = h
+        n += 1
+    return n
+
+
+@numba.njit(cache=True)
+def _signatures(buf, offsets, ngram, a, b, classes, lower, out):
+    num_perm = a.shape[0]
+    a_hi = a >> _S32
+    a_lo = a & _M32
+    words = np.empty(max(1, (offsets[-1] - offsets[0]) // 2 + 1), dtype=np.uint64)
+    sig = np.empty(num_perm, dtype=np.uint64)
+    for d in range(offsets.shape[0] - 1):
+        n_words = _word_hashes(buf, offsets[d], offsets[d + 1], classes, lower, words)
+        sig[:] = _P
+        if n_words > 0:
+            width = min(ngram, n_words)
+            for s in range(n_words - width + 1):
+                h = _FNV_OFFSET
+                for j in range(width):
+                    h = (h ^ words[s + j]) * _FNV_PRIME
+                x = _mix64(h) & _P
+                x_hi = x >> _S32
+                x_lo = x & _M32
+                for k in range(num_perm):
+                    v = _mulmod61_add(a_hi[k], a_lo[k], x_hi, x_lo, b[k])
+                    if v < sig[k]:
+                        sig[k] = v
+        out[d, :] = sig
+
+
+@numba.njit(cache=True)
+def _band_keys(sigs, bands, rows, out):
+    for d in range(sigs.shape[0]):
+        for i in range(bands):
+            h1 = _mix64(_BAND_SEED_1 ^ np.uint64(i))
+            h2 = _mix64(_BAND_SEED_2 ^ np.uint64(i))
+            for j in range(rows):
+                v = sigs[d, i * rows + j]
+                h1 = _mix64(h1 ^ v)
+                h2 = _mix64(h2 ^ (v * _FNV_PRIME))
+            out[d, i, 0] = np.uint8(i >> 8)
+            out[d, i, 1] = np.uint8(i & 255)
+            for byte in range(8):
+                out[d, i, 2 + byte] = np.uint8((h1 >> np.uint64(56 - 8 * byte)) & np.uint64(255))
+                out[d, i, 10 + byte] = np.uint8((h2 >> np.uint64(56 - 8 * byte)) & np.uint64(255))
+
+
+_NON_ASCII_DROP = re.compile(r"[^\x00-\x7f\w\s]+")
+_NON_ASCII_SPACE = re.compile(r"[^\S\x00-\x7f]+")
+
+
+def kernel_bytes(text: str) -> bytes:
+    """The text as the kernel reads it: words identical to ``normalize_text(text)``'s.
+
+    ASCII text goes as it is (the kernel lower-cases, drops and splits ASCII itself); other text gets
+    NFKC and lower-case here, and only its non-ASCII punctuation and spaces are handled by a regex
+    (the whole-text regex of ``normalize_text`` is the slow part on punctuation-heavy text).
+    """
+    if text.isascii():
+        return text.encode("ascii")
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = _NON_ASCII_SPACE.sub(" ", _NON_ASCII_DROP.sub("", text))
+    return text.encode("utf-8")
+
+
+class MinHasher:
+    """Signatures and band keys for a batch of documents under one set of parameters."""
+
+    def __init__(self, params: MinHashParams | None = None) -> None:
+        self.params = params or MinHashParams()
+        self.a, self.b = permutation_coefficients(self.params.num_perm, self.params.seed)
+
+    def _kernel(self, encoded: list[bytes]) -> np.ndarray:
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(e) for e in encoded], out=offsets[1:])
+        buf = np.frombuffer(b"".join(encoded), dtype=np.uint8) if offsets[-1] else np.zeros(1, np.uint8)
+        out = np.empty((len(encoded), self.params.num_perm), dtype=np.uint64)
+        _signatures(buf, offsets, self.params.ngram, self.a, self.b, _CLASS, _LOWER, out)
+        return out
+
+    def signatures_of_normalized(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, K) uint64 signatures of texts already passed through ``normalize_text``."""
+        return self._kernel([t.encode("utf-8") for t in texts])
+
+    def signatures(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, K) uint64 signatures of raw document texts: ASCII texts are normalized inside the
+        kernel, others are prepared by ``kernel_bytes``; both give the signature of the normalized text."""
+        return self._kernel([kernel_bytes(t) for t in texts])
+
+    def band_keys(self, sigs: np.ndarray) -> np.ndarray:
+        """(n, bands, 18) uint8: the band keys of each signature (see the module docstring)."""
+        p = self.params
+        out = np.empty((sigs.shape[0], p.bands, BAND_KEY_BYTES), dtype=np.uint8)
+        _band_keys(np.ascontiguousarray(sigs), p.bands, p.rows, out)
+        return out
+
+
+def is_empty(sigs: np.ndarray) -> np.ndarray:
+    """Rows that had no shingle at all (they are never banded: every empty text would collide)."""
+    return sigs[:, 0] == EMPTY
+
+
+def lsh_probability(s: float | np.ndarray, bands: int, rows: int) -> float | np.ndarray:
+    """Probability that two documents of Jaccard similarity ``s`` share at least one band: 1-(1-s^r)^b."""
+    return 1.0 - (1.0 - np.asarray(s, dtype=float) ** rows) ** bands
