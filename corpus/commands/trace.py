@@ -1,0 +1,179 @@
+"""``corpus trace``: which document a token came from, with its source, URL, crawl date, filter
+values, dedup cluster and license hint.
+
+Two forms:
+
+* ``--shard S --offset T``: token ``T`` of shard ``S`` (its name, e.g. ``web-00003``, or its index in
+  the manifest);
+* ``--mixture M --seed S --step N --rank R --position P``: the loader's view — position ``P`` of the
+  batch rank ``R`` of ``--world W`` reads at step ``N`` (``P`` counts row-major over batch rows of
+  ``--seq-len`` tokens). The loader's settings must be the ones training used.
+
+Both answer from indices (the shard's document boundaries, the lineage offsets), not by scanning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from corpus.errors import UserError
+from corpus.snapshot import Snapshot
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("trace", help="the source document of a token of a snapshot")
+    p.add_argument(
+        "--snapshot",
+        required=True,
+        metavar="ID",
+        help="snapshot id (sha256:… or a hex prefix) or a snapshot / build directory",
+    )
+    p.add_argument(
+        "--root", default=None, metavar="DIR", help="where snapshots live (default $CORPUS_SNAPSHOTS)"
+    )
+    p.add_argument("--shard", metavar="S", help="shard name or index")
+    p.add_argument("--offset", type=int, metavar="T", help="token offset in the shard")
+    p.add_argument("--doc-id", metavar="ID", help="where a document is in the snapshot, and its lineage")
+    loader = p.add_argument_group("the loader's view")
+    loader.add_argument(
+        "--mixture",
+        metavar="M",
+        help='bucket weights: "natural", JSON {"web": 0.7, …} or web=0.7,curated=0.3',
+    )
+    loader.add_argument("--seed", type=int, default=0, metavar="S")
+    loader.add_argument("--step", type=int, metavar="N")
+    loader.add_argument("--rank", type=int, metavar="R")
+    loader.add_argument("--world", type=int, default=1, metavar="W", help="data-parallel ranks (default 1)")
+    loader.add_argument("--position", type=int, metavar="P", help="token position in the rank's batch")
+    loader.add_argument("--seq-len", type=int, default=2048)
+    loader.add_argument("--batch-size", type=int, default=1)
+    loader.add_argument("--run-len", type=int, default=8)
+    loader.add_argument("--chunk-tokens", type=int, default=1 << 20)
+    loader.add_argument(
+        "--append-eos",
+        choices=("yes", "no"),
+        default="yes",
+        help="whether the loader appended EOS after each document (its default: yes)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print JSON (the default output is JSON too, indented)"
+    )
+    p.set_defaults(func=run)
+
+
+def parse_mixture(text: str) -> dict[str, float] | None:
+    if text == "natural":
+        return None
+    try:
+        if text.lstrip().startswith("{"):
+            value = json.loads(text)
+        else:
+            value = {k.strip(): float(v) for k, v in (part.split("=", 1) for part in text.split(",") if part)}
+    except ValueError as e:
+        raise UserError(f"--mixture {text!r}: not JSON or bucket=weight,… ({e})") from e
+    if not isinstance(value, dict) or not value:
+        raise UserError(f"--mixture {text!r}: expected bucket weights")
+    return {str(k): float(v) for k, v in value.items()}
+
+
+def loader_layout(snap: Snapshot, seed: int, chunk_tokens: int, append_eos: bool):
+    """The loader's static layout of this snapshot (as ``loader.dataset.stream_layout`` builds it, without
+    importing torch: tests check the two agree)."""
+    from loader.state import Layout
+
+    buckets: dict[str, list[tuple[int, str, int]]] = {}
+    for i, s in enumerate(snap.manifest.shards):
+        buckets.setdefault(s.bucket, []).append((i, s.sha256, s.tokens + (s.docs if append_eos else 0)))
+    return Layout(
+        {b: tuple(v) for b, v in sorted(buckets.items())}, seed, chunk_tokens, dict.fromkeys(buckets)
+    )
+
+
+def loader_position(snap: Snapshot, args: argparse.Namespace) -> tuple[int, int, dict]:
+    """(shard index, token offset, loader facts) for a position of a rank's batch at a step: the
+    loader's cursor is advanced by arithmetic (``seek``), nothing is read."""
+    from loader.state import Plan, RankCursor
+
+    if args.rank is None or args.position is None:
+        raise UserError("the loader's view needs --step, --rank and --position")
+    if not 0 <= args.rank < args.world:
+        raise UserError(f"--rank {args.rank} outside a world of {args.world}")
+    if not 0 <= args.position < args.seq_len * args.batch_size:
+        raise UserError(f"--position must be in [0, {args.seq_len * args.batch_size}) (batch size × seq len)")
+    append_eos = args.append_eos == "yes"
+    mixture = parse_mixture(args.mixture)
+    if mixture is None:
+        mixture = {}
+        for s in snap.manifest.shards:
+            mixture[s.bucket] = mixture.get(s.bucket, 0.0) + s.tokens
+    unknown = sorted(set(mixture) - {s.bucket for s in snap.manifest.shards})
+    if unknown:
+        raise UserError(f"--mixture names buckets the snapshot does not have: {unknown}")
+    layout = loader_layout(snap, args.seed, args.chunk_tokens, append_eos)
+    cursor = RankCursor(layout, Plan.fresh(args.world), args.rank)
+    cursor.seek(args.step, mixture, args.seed, args.run_len, args.seq_len, args.batch_size)
+    if cursor.step != args.step:
+        raise UserError(f"the stream of rank {args.rank} ends before step {args.step}")
+    plans = cursor.next_batch(mixture, args.seed, args.run_len, args.seq_len, args.batch_size)
+    row, col = divmod(args.position, args.seq_len)
+    if plans is None or row >= len(plans):
+        raise UserError(f"rank {args.rank} reads nothing at step {args.step} row {row}")
+    plan = plans[row]
+    at = col
+    for shard, a, b in plan.segments:
+        if at < b - a:
+            stream_pos = a + at
+            offset, appended_eos = stream_to_token(snap, shard, stream_pos, append_eos)
+            facts = {
+                "bucket": plan.bucket,
+                "row": row,
+                "column": col,
+                "stream_position": stream_pos,
+                "loader_appended_eos": appended_eos,
+            }
+            return shard, offset, facts
+        at -= b - a
+    raise UserError(f"position {args.position} is padding (bucket {plan.bucket} ran out at step {args.step})")
+
+
+def stream_to_token(snap: Snapshot, shard: int, stream_pos: int, append_eos: bool) -> tuple[int, bool]:
+    """A loader stream position as a token offset in the shard (an appended EOS maps to its document's
+    last token) and whether the loader appended that token."""
+    starts = snap.token_starts(shard)
+    if not append_eos:
+        return stream_pos, False
+    stream_starts = starts[:-1] + np.arange(starts.shape[0] - 1)
+    doc = int(np.searchsorted(stream_starts, stream_pos, side="right")) - 1
+    within = stream_pos - int(stream_starts[doc])
+    length = int(starts[doc + 1] - starts[doc])
+    if within == length:
+        return int(starts[doc]) + length - 1, True
+    return int(starts[doc]) + within, False
+
+
+def run(args: argparse.Namespace) -> int:
+    snap = Snapshot.open(args.snapshot, args.root)
+    if args.doc_id:
+        where = snap.locate(args.doc_id)
+        if where is None:
+            raise UserError(f"document {args.doc_id} is not in snapshot {snap.snapshot_id}")
+        name, doc = where
+        i = snap.shard_number(name)
+        start = int(snap.token_starts(i)[doc])
+        out = snap.trace(i, start)
+    elif args.step is not None or args.mixture is not None:
+        if args.step is None or args.mixture is None:
+            raise UserError("the loader's view needs --mixture, --seed, --step, --rank and --position")
+        shard, offset, facts = loader_position(snap, args)
+        out = snap.trace(shard, offset) | {"loader": facts}
+    else:
+        if args.shard is None or args.offset is None:
+            raise UserError(
+                "give --shard S --offset T, or the loader's view (--mixture … --position P), or --doc-id"
+            )
+        out = snap.trace(args.shard, args.offset)
+    print(json.dumps(out, indent=None if args.json else 1, ensure_ascii=False))
+    return 0
