@@ -1,0 +1,51 @@
+"""Run connected_components on this rank's share of a fixed random graph; write the labels as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+from mpi4py import MPI
+
+from mpi_kernels.union_find import connected_components
+
+
+def node(i: int) -> bytes:
+    return i.to_bytes(4, "big") + b"-node"
+
+
+def graph(seed: int, n: int) -> list[tuple[bytes, bytes]]:
+    """A long path in shuffled node order, a star, a clique, random sparse pairs, duplicates and loops."""
+    rnd = random.Random(seed)
+    perm = rnd.sample(range(n), n)
+    edges = [(perm[i], perm[i + 1]) for i in range(0, n // 3)]  # a path through 1/3 of the nodes
+    hub = perm[n // 3]
+    edges += [(hub, perm[i]) for i in range(n // 3 + 1, n // 2)]  # a star
+    clique = perm[n // 2 : n // 2 + 12]
+    edges += [(a, b) for a in clique for b in clique if a < b]
+    rest = perm[n // 2 + 12 :]
+    edges += [(rnd.choice(rest), rnd.choice(rest)) for _ in range(len(rest) // 3)]  # includes self-loops
+    edges += edges[:50] + [(b, a) for a, b in edges[50:100]]
+    rnd.shuffle(edges)
+    return [(node(a), node(b)) for a, b in edges]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--nodes", type=int, default=3000)
+    ap.add_argument("--budget", type=int, default=256 << 20)
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    mine = graph(a.seed, a.nodes)[comm.rank :: comm.size]
+    comps = connected_components(comm, mine, memory_budget_bytes=a.budget, spill_dir=a.out / "spill")
+    res = {"labels": [(u.hex(), lab.hex()) for u, lab in comps], "rounds": comps.rounds}
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"rank{comm.rank}.json").write_text(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
