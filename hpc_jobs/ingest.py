@@ -86,12 +86,12 @@ class IngestStage(Stage):
         return [raw_input_shard(p) for p in files]
 
     def spec(self, path: Path) -> SourceSpec:
-        return source_for(path, self.declared)
+        return source_for(path, self.declared, _format(path))
 
     # -- reading one file --------------------------------------------------------------------------
     def items(self, shard: InputShard) -> Iterator[_Item]:
         path, spec = shard.path, self.spec(shard.path)
-        fmt = input_format(path) or "warc"
+        fmt = _format(path)
 
         def bad(index: int, reason: str, detail: str, digest: str, url: str = "") -> QuarantineRecord:
             return QuarantineRecord(
@@ -249,6 +249,11 @@ class IngestStage(Stage):
 
 def _spec_dict(spec: SourceSpec) -> dict[str, str]:
     return {"source": spec.name, "tier": spec.tier, "license": spec.license}
+
+
+def _format(path: Path) -> str:
+    """The reader for a file: by name, else WARC/ARC when its first bytes say so (list_inputs refused the rest)."""
+    return input_format(path) or "warc"
 
 
 def _sniff_warc(path: Path) -> bool:

@@ -71,11 +71,12 @@ def parse_source_tables(tables: list[dict[str, Any]]) -> list[tuple[str, SourceS
     return out
 
 
-def source_for(path: Path, declared: list[tuple[str, SourceSpec]]) -> SourceSpec:
+def source_for(path: Path, declared: list[tuple[str, SourceSpec]], fmt: str) -> SourceSpec:
+    """The first declared source whose glob matches, else the default for the file's format."""
     for pattern, spec in declared:
         if fnmatch.fnmatch(str(path), pattern) or fnmatch.fnmatch(path.name, pattern):
             return spec
-    if input_format(path) == "warc":
+    if fmt == "warc":
         return SourceSpec(name="web", tier="web")
     return SourceSpec(name=file_stem(path), tier="curated")
 
