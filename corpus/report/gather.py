@@ -25,7 +25,15 @@ from typing import Any
 from corpus import alarms
 from corpus.model import GroupCounts, StageManifest
 from corpus.report.build_view import BuildView
-from corpus.report.scan import Clusters, Distributions, holds_documents, quarantine_samples, scan_documents
+from corpus.report.scan import (
+    Clusters,
+    Distributions,
+    holds_documents,
+    quarantine_samples,
+    scan_clusters,
+    scan_documents,
+    snapshot_tokens,
+)
 from corpus.report.sketch import Sketch
 from corpus.report_counts import stage_counts
 
@@ -63,7 +71,10 @@ def funnel(stages: list[StageManifest]) -> dict[str, Any]:
     return {"total": total, "by_source": dict(sorted(by_source.items())), "by_lang": dict(sorted(by_lang.items()))}
 
 
-def tokens(view: BuildView) -> dict[str, Any] | None:
+def tokens(view: BuildView, lineage: bool = True) -> dict[str, Any] | None:
+    """Tokens per mixture bucket (snapshot manifest) and, with ``lineage``, per language, source and
+    tier (a pass over the snapshot's lineage and index files); else any ``tokens_by_<axis>`` a stage
+    or the snapshot recorded."""
     tables: dict[str, dict[str, Any]] = {}
     if view.snapshot is not None and view.snapshot.shards:
         by_bucket: dict[str, dict[str, int]] = {}
@@ -73,12 +84,13 @@ def tokens(view: BuildView) -> dict[str, Any] | None:
             b["docs"] += s.docs
             b["shards"] += 1
         tables["bucket"] = dict(sorted(by_bucket.items()))
+        if lineage and view.snapshot_dir is not None:
+            tables |= snapshot_tokens(view.snapshot_dir, list(view.snapshot.shards)) or {}
     extras = [m.extra for m in view.stages] + ([view.snapshot.extra] if view.snapshot else [])
     for extra in extras:
         for key, value in extra.items():
             if key.startswith("tokens_by_") and isinstance(value, dict):
-                axis = key[len("tokens_by_"):]
-                tables[axis] = {str(k): v for k, v in sorted(value.items())}
+                tables.setdefault(key[len("tokens_by_") :], {str(k): v for k, v in sorted(value.items())})
     if not tables or not any(_token_total(t) for t in tables.values()):
         return None
     total = _token_total(tables.get("bucket", {})) or max(_token_total(t) for t in tables.values())
@@ -107,18 +119,27 @@ def distributions_json(d: Distributions) -> dict[str, Any]:
 
 def clusters_json(c: Clusters, m: StageManifest) -> dict[str, Any]:
     t = m.yield_counts().total()
-    recorded = {k: v for k, v in m.extra.items() if "cluster" in k}
+    sizes = c.sizes(t.docs_out)
     return {
         "removed": sum(t.filtered.values()),
         "removed_by_reason": dict(sorted(t.filtered.items())),
-        "clusters": sum(n for size, n in c.sizes.items() if size > 1),
-        "cluster_sizes": {str(k): v for k, v in sorted(c.sizes.items())},
+        "clusters": sum(n for size, n in sizes.items() if size > 1),
+        "cluster_sizes": {str(k): v for k, v in sizes.items()},
         "largest": c.largest(),
-        "recorded": recorded,  # what the stage itself wrote about its clusters, as it wrote it
+        # what the stage itself recorded about its clusters, as it recorded it
+        "recorded": {k: v for k, v in m.extra.items() if "cluster" in k or "by_size" in k},
     }
 
 
 def contamination(view: BuildView) -> dict[str, Any] | None:
+    """The snapshot's per-benchmark contamination report, else what the decontaminate stage recorded."""
+    if view.snapshot is not None and view.snapshot_dir is not None:
+        art = view.snapshot.extra.get("artifacts", {}).get("contamination_report")
+        if art and (view.snapshot_dir / art["path"]).is_file():
+            report = json.loads((view.snapshot_dir / art["path"]).read_text())
+            flagged = report.pop("flagged_docs", [])
+            return {"source": f"snapshot {art['path']}", "report": report, "flagged_docs": len(flagged),
+                    "flagged_sample": flagged[:10]}
     m = view.stage("decontaminate")
     if m is None:
         return None
@@ -135,12 +156,21 @@ def contamination(view: BuildView) -> dict[str, Any] | None:
                 continue
     t = m.yield_counts().total()
     return {
-        "stage_version": m.stage_version,
-        "removed": dict(sorted(t.filtered.items())),
-        "docs_in": t.docs_in,
-        "extra": {k: v for k, v in m.extra.items() if not k.endswith("_hash")},
+        "source": f"stage {m.stage} manifest",
+        "report": {"docs_scanned": t.docs_in, "removed": dict(sorted(t.filtered.items())),
+                   **{k: v for k, v in m.extra.items() if not k.endswith("_hash")}},
         "artifacts": artifacts,
     }
+
+
+def _population_before_policy(doc_stages: list[StageManifest]) -> StageManifest | None:
+    """The annotated documents, before anything is dropped for quality: the annotate stage's output,
+    else extraction's (text, not HTML), else the first stage that holds documents."""
+    by_name = {m.stage: m for m in doc_stages}
+    for name in ("annotate", "extract"):
+        if name in by_name:
+            return by_name[name]
+    return doc_stages[0] if doc_stages else None
 
 
 def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str, Any]:
@@ -176,25 +206,15 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
         absent["tokens"] = "no stage has counted tokens yet (the snapshot's shards record 0 tokens)"
 
     doc_stages = [m for m in view.stages if holds_documents(view.stage_dir(m.stage), m)]
-    names = [m.stage for m in doc_stages]
-    before = doc_stages[names.index("annotate")] if "annotate" in names else (doc_stages[0] if doc_stages else None)
+    before = _population_before_policy(doc_stages)
     kept = doc_stages[-1] if doc_stages else None
-    dedup_stages = [m for m in doc_stages if "dedup" in m.stage]
     dists: dict[str, Any] = {}
-    dedup: dict[str, Any] = {}
-    for m in doc_stages:
-        want_dist = m is before or m is kept
-        want_clusters = m in dedup_stages
-        if not (want_dist or want_clusters):
-            continue
-        d, c = scan_documents(view.stage_dir(m.stage), m, distributions=want_dist, clusters=want_clusters)
-        if d is not None:
-            if m is before:
-                dists["annotated"] = distributions_json(d)
-            if m is kept:
-                dists["kept"] = distributions_json(d)
-        if c is not None:
-            dedup[m.stage] = clusters_json(c, m)
+    scanned: dict[str, dict[str, Any]] = {}  # a stage that is both populations is read once
+    for name, m in (("annotated", before), ("kept", kept)):
+        if m is not None:
+            if m.stage not in scanned:
+                scanned[m.stage] = distributions_json(scan_documents(view.stage_dir(m.stage), m))
+            dists[name] = scanned[m.stage]
     card["distributions"] = dists
     if not dists:
         absent["distributions"] = "no stage output holds documents"
@@ -202,6 +222,8 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
         absent["scores"] = "no document carries scores (quality, heuristics) yet"
     if dists and not any(p["lang_confidence"] for p in dists.values()):
         absent["lang_confidence"] = "no document carries a language yet"
+    dedup = {m.stage: clusters_json(scan_clusters(view.stage_dir(m.stage), m), m)
+             for m in view.stages if "dedup" in m.stage}
     card["dedup"] = dedup
     if not dedup:
         absent["dedup"] = "no dedup stage in this build"

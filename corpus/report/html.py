@@ -21,8 +21,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:30px 0 8px;border-bot
 h3{font-size:14px;margin:18px 0 6px}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 .id{font-size:13px;word-break:break-all;color:#495057}
-.tiles{display:flex;flex-wrap:wrap;gap:10px;margin:14px 0}
-.tile{flex:1 1 150px;border:1px solid #dee2e6;border-radius:6px;padding:8px 12px}
+.tiles{display:grid;grid-template-columns:repeat(auto-fill,minmax(160px,1fr));gap:10px;margin:14px 0}
+.tile{border:1px solid #dee2e6;border-radius:6px;padding:8px 12px}
 .tile b{display:block;font-size:20px} .tile span{color:#6c757d;font-size:12px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
 th,td{padding:3px 10px;border-bottom:1px solid #e9ecef;text-align:right;vertical-align:top}
@@ -32,7 +32,7 @@ td.l,th.l{text-align:left}
 .alarm h2{border:0;margin:0 0 6px;color:#c92a2a}
 .ok{background:#ebfbee;border:1px solid #2b8a3e;border-radius:6px;padding:8px 14px;margin:12px 0}
 .note{background:#f8f9fa;border-left:4px solid #adb5bd;padding:6px 12px;margin:8px 0;color:#495057}
-img{max-width:100%;display:block;margin:6px 0}
+img{width:100%;max-width:820px;display:block;margin:6px 0}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:8px}
 .bad{color:#c92a2a;font-weight:600}
 pre{background:#f8f9fa;padding:8px;overflow:auto;font-size:12px;max-height:360px}
@@ -62,6 +62,12 @@ def _table(head: list[str], rows: list[list[Any]], left: int = 1) -> str:
         for r in rows
     )
     return f"<table><tr>{th}</tr>{body}</table>"
+
+
+def _mono(text: str, limit: int = 0) -> str:
+    """Monospace; with ``limit``, shortened with the whole value in the tooltip."""
+    short = text if not limit or len(text) <= limit else text[:limit] + "…"
+    return f'<span class="mono" title="{escape(text)}">{escape(short)}</span>'
 
 
 def _img(uri: str, alt: str) -> str:
@@ -206,12 +212,13 @@ def _dedup(card: dict[str, Any]) -> str:
         out.append(f"<h3>{escape(stage)}: {_n(d['removed'])} removed, {_n(d['clusters'])} clusters of 2 or more</h3>")
         if d["clusters"]:
             out.append(_img(plots.cluster_sizes_plot(d["cluster_sizes"], f"{stage}: cluster sizes"), f"{stage} clusters"))
-            rows = [[_n(c["size"]), f'<span class="mono">{escape(c["cluster_id"])}</span>', escape(c["source"]),
-                     f'<span class="mono">{escape(c["url"])}</span>'] for c in d["largest"]]
-            out.append("<p>Largest clusters (the kept copy of each; a huge cluster is a bug signal):</p>")
-            out.append(_table(["size", "cluster", "source", "kept copy url"], rows, left=4))
+            rows = [[_n(c["size"]), _mono(c["keeper"]), _mono(c["copy_doc_id"]), escape(c["source"]), _mono(c["url"])]
+                    for c in d["largest"]]
+            out.append("<p>Largest clusters (a huge cluster is a bug signal):</p>")
+            out.append(_table(["size", "kept doc_id", "a dropped copy", "source", "its url"], rows, left=5))
         for key, value in d["recorded"].items():
-            out.append(f"<p>{escape(stage)} records <code>{escape(key)}</code>:</p><pre>{escape(json.dumps(value, indent=1))[:4000]}</pre>")
+            out.append(f"<p class=\"mono\">{escape(stage)} records {escape(key)}: "
+                       f"{escape(json.dumps(value, sort_keys=True))[:600]}</p>")
     return "".join(out)
 
 
@@ -220,10 +227,34 @@ def _contamination(card: dict[str, Any]) -> str:
     c = card.get("contamination")
     if not c:
         return out[0] + _note(card["absent"].get("contamination", "no decontaminate stage"))
-    removed = ", ".join(f"{escape(r)}: {_n(n)}" for r, n in c["removed"].items()) or "none"
-    out.append(f"<p>{_n(c['docs_in'])} documents checked; removed {removed}.</p>")
-    for name, table in [("extra", c["extra"])] + list(c["artifacts"].items()):
-        out.append(_keyed_table(name, table))
+    r = c["report"]
+    head = [f"{_n(r.get('docs_scanned'))} documents checked"]
+    if "docs_flagged" in r:
+        head.append(f"{_n(r['docs_flagged'])} flagged ({_n(r.get('tokens_flagged'))} tokens)")
+    if r.get("removed"):
+        head.append("removed " + ", ".join(f"{escape(k)}: {_n(v)}" for k, v in r["removed"].items()))
+    if r.get("policy"):
+        head.append(escape(r["policy"]))
+    out.append(f"<p>{'; '.join(head)}. <span class=\"mono\">from {escape(c['source'])}</span></p>")
+    bench = r.get("benchmarks")
+    if isinstance(bench, dict) and bench:
+        cols = ["items", "items_matched", "docs_flagged", "tokens_flagged", "doc_rate", "token_rate", "longest_run"]
+        cols = [k for k in cols if any(k in v for v in bench.values())] or sorted({k for v in bench.values() for k in v})
+        rows = [[escape(b)] + [(_pct(100 * v[k]) if k.endswith("_rate") and isinstance(v.get(k), float) else _n(v.get(k)))
+                               for k in cols] for b, v in bench.items()]
+        out.append(_table(["benchmark"] + [k.replace("_", " ") for k in cols], rows))
+    rest = {k: v for k, v in r.items() if k not in ("benchmarks", "docs_scanned", "docs_flagged", "tokens_flagged",
+                                                    "removed", "policy")}
+    if rest:
+        out.append(f"<pre>{escape(json.dumps(rest, indent=1, sort_keys=True))[:6000]}</pre>")
+    if c.get("flagged_sample"):
+        rows = [[f'<span class="mono">{escape(f["doc_id"])}</span>', escape(f.get("url", "")),
+                 escape(", ".join(f"{b} (run {m['run']})" for b, m in f.get("matches", {}).items()))]
+                for f in c["flagged_sample"]]
+        out.append(f"<p>Flagged documents ({_n(c['flagged_docs'])}; first {len(rows)}):</p>")
+        out.append(_table(["doc_id", "url", "benchmarks"], rows, left=3))
+    for name, value in c.get("artifacts", {}).items():
+        out.append(_keyed_table(name, value))
     return "".join(out)
 
 
@@ -267,7 +298,7 @@ def _reasons(card: dict[str, Any]) -> str:
 def _versions(card: dict[str, Any]) -> str:
     b = card["build"]
     keys = sorted({k for v in b["stage_versions"].values() for k in v}, key=lambda k: (k != "version", k))
-    rows = [[escape(s)] + [f'<span class="mono">{escape(str(v.get(k, "–")))}</span>' for k in keys]
+    rows = [[escape(s)] + [_mono(str(v.get(k, "–")), 23) for k in keys]
             for s, v in b["stage_versions"].items()]
     out = ["<h2>Stage versions</h2>", _table(["stage"] + keys, rows, left=len(keys) + 1)]
     if b["tokenizer"]:

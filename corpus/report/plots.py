@@ -51,8 +51,8 @@ def funnel_plot(rows: list[dict[str, Any]]) -> str:
             ax.text(r["in"], y, f"  {r['retention']:.1f}% kept", va="center", fontsize=8)
     ax.set_xlabel("documents")
     ax.set_xlim(0, max([r["in"] for r in rows] + [1]) * 1.22)
-    ax.legend(loc="lower right", frameon=False, fontsize=8)
-    ax.set_title("Yield funnel (documents per stage)")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False, fontsize=8)
+    ax.set_title("Yield funnel (documents per stage)", pad=22)
     return to_data_uri(fig)
 
 

@@ -10,6 +10,7 @@ smallest few digests per quarantine reason.
 from __future__ import annotations
 
 import heapq
+import json
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 from tqdm import tqdm
 
 from corpus.docshard import ShardCorrupt, iter_records
+from corpus.megatron import read_index
 from corpus.model import StageManifest
 from corpus.report.sketch import Sketch
 
@@ -51,25 +53,36 @@ class Distributions:
 
 @dataclass
 class Clusters:
-    """Duplicate clusters as a dedup stage left them: each kept document stands for its cluster."""
+    """Duplicate clusters as a dedup stage decided them, from its ``filtered/`` output: every dropped
+    copy names its keeper in ``dup_of``, so a cluster is a keeper and the copies pointing at it."""
 
     stage: str
-    sizes: Counter = field(default_factory=Counter)  # cluster size -> how many clusters
-    _largest: list = field(default_factory=list)  # heap of (size, cluster_id, doc summary)
+    copies: Counter = field(default_factory=Counter)  # keeper doc_id -> dropped copies
+    example: dict[str, dict[str, str]] = field(default_factory=dict)  # keeper -> the first copy seen
 
-    def add(self, rec: dict[str, Any]) -> None:
-        size = int(rec.get("dup_cluster_size") or 1)
-        self.sizes[size] += 1
-        if size > 1:
-            item = (size, rec.get("dup_cluster_id") or rec["doc_id"],
-                    {"doc_id": rec["doc_id"], "source": rec.get("source", ""), "url": rec.get("url", "")})
-            if len(self._largest) < LARGEST_CLUSTERS:
-                heapq.heappush(self._largest, item)
-            else:
-                heapq.heappushpop(self._largest, item)
+    def add_dropped(self, rec: dict[str, Any]) -> None:
+        doc = rec.get("doc", {})
+        keeper = doc.get("dup_of")
+        if not keeper:
+            return
+        self.copies[keeper] += 1
+        if keeper not in self.example or doc["doc_id"] < self.example[keeper]["doc_id"]:
+            self.example[keeper] = {"doc_id": doc["doc_id"], "source": doc.get("source", ""), "url": doc.get("url", ""),
+                                    "cluster_id": doc.get("dup_cluster_id", "")}
 
-    def largest(self) -> list[dict[str, Any]]:
-        return [{"size": s, "cluster_id": c, **doc} for s, c, doc in sorted(self._largest, key=lambda t: (-t[0], t[1]))]
+    def sizes(self, kept: int) -> dict[int, int]:
+        """Cluster size -> how many clusters; the kept documents no copy points at are size 1."""
+        sizes = Counter(n + 1 for n in self.copies.values())
+        singles = kept - len(self.copies)
+        if singles > 0:
+            sizes[1] = singles
+        return dict(sorted(sizes.items()))
+
+    def largest(self, k: int = LARGEST_CLUSTERS) -> list[dict[str, Any]]:
+        top = sorted(self.copies.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        return [{"size": n + 1, "keeper": keeper, "cluster_id": self.example[keeper]["cluster_id"],
+                 "copy_doc_id": self.example[keeper]["doc_id"], "source": self.example[keeper]["source"],
+                 "url": self.example[keeper]["url"]} for keeper, n in top]
 
 
 def shard_paths(stage_dir: Path, m: StageManifest, kind: str) -> list[Path]:
@@ -93,17 +106,20 @@ def _progress(paths: list[Path], what: str):
     return tqdm(paths, desc=what, unit="shard", file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
 
 
-def scan_documents(stage_dir: Path, m: StageManifest, *, distributions: bool, clusters: bool
-                   ) -> tuple[Distributions | None, Clusters | None]:
-    dist = Distributions(m.stage) if distributions else None
-    clus = Clusters(m.stage) if clusters else None
+def scan_documents(stage_dir: Path, m: StageManifest) -> Distributions:
+    dist = Distributions(m.stage)
     for path in _progress(shard_paths(stage_dir, m, "shards"), f"reading {m.stage}"):
         for rec in iter_records(path):
-            if dist:
-                dist.add(rec)
-            if clus:
-                clus.add(rec)
-    return dist, clus
+            dist.add(rec)
+    return dist
+
+
+def scan_clusters(stage_dir: Path, m: StageManifest) -> Clusters:
+    clusters = Clusters(m.stage)
+    for path in _progress(shard_paths(stage_dir, m, "filtered"), f"reading {m.stage} duplicates"):
+        for rec in iter_records(path):
+            clusters.add_dropped(rec)
+    return clusters
 
 
 def quarantine_samples(stage_dir: Path, m: StageManifest, k: int = SAMPLES_PER_REASON) -> dict[str, list[dict]]:
@@ -118,3 +134,21 @@ def quarantine_samples(stage_dir: Path, m: StageManifest, k: int = SAMPLES_PER_R
             if len(items) > 4 * k:
                 items[:] = heapq.nsmallest(k, items, key=lambda t: t[0])
     return {r: [d for _, d in heapq.nsmallest(k, items, key=lambda t: t[0])] for r, items in sorted(keep.items())}
+
+
+def snapshot_tokens(snapshot_dir: Path, shards: list[Any]) -> dict[str, dict[str, int]] | None:
+    """Tokens per language, source and source tier of a snapshot, from its lineage and index files:
+    each shard's lineage lists its documents in index order, so no token is read, only lengths."""
+    tables: dict[str, Counter] = {"lang": Counter(), "source": Counter(), "source_tier": Counter()}
+    for s in _progress(list(shards), "reading lineage"):
+        lineage, idx = s.files.get("lineage"), s.files.get("idx")
+        if not lineage or not idx or not (snapshot_dir / lineage).is_file():
+            return None
+        lengths = read_index(snapshot_dir / idx).lengths
+        with open(snapshot_dir / lineage, "rb") as f:
+            for n, line in zip(lengths.tolist(), f, strict=True):
+                rec = json.loads(line)
+                tables["lang"][rec.get("lang") or "und"] += n
+                tables["source"][rec.get("source", "")] += n
+                tables["source_tier"][rec.get("source_tier", "")] += n
+    return {axis: dict(sorted(c.items())) for axis, c in tables.items()}
