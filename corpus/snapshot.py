@@ -186,6 +186,7 @@ def assemble(
         "vocab_size": tok_info["vocab_size"],
         "eos_id": tok_info["eos_id"],
         "eos_token": tok_info["eos_token"],
+        "documents_end_with_eos": True,  # tokenize appended EOS: a reader must not add another
     }
     return SnapshotManifest(
         shards=tuple(shards),
