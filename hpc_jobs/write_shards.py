@@ -300,6 +300,7 @@ class WriteShards(Stage):
                     "shards": {m["name"]: m["validation"] for m in all_written},
                 },
             )
+        comm.Barrier()  # the report is on disk before any rank stops the job
         if failed:
             lines = [
                 f"{m['name']} ({m['bucket']}, {m['docs']} docs): " + "; ".join(m["validation"]["failures"])
@@ -309,7 +310,6 @@ class WriteShards(Stage):
                 f"{len(failed)} of {len(all_written)} shards failed validation (report: "
                 f"{out / VALIDATION}):\n  " + "\n  ".join(lines)
             )
-        comm.Barrier()
         if ctx.rank == 0:
             atomic_write_json(
                 out / MEGATRON / COMPLETE, {"key": key, "shards": [m["name"] for m in all_written]}
