@@ -97,7 +97,8 @@ class WorkerResult:
 
 
 def _serve(conn, fn: Callable[[Any], Any], warmup: Any) -> None:
-    fn(warmup)  # import and warm the parser before the first timed call
+    if warmup is not None:
+        fn(warmup)  # import and warm the parser before the first timed call
     conn.send(("ready", None))
     while True:
         try:

@@ -53,7 +53,7 @@ class PolicyConfig:
     max_javascript_line_fraction: float = 0.5
     max_policy_line_fraction: float = 0.5
     # the quality classifier
-    min_quality: float = 0.05
+    min_quality: float = 0.01
 
 
 def _max(name: str, limit: float):

@@ -46,8 +46,8 @@ def quality_features(text: str) -> str:
 @dataclass(frozen=True)
 class TrainParams:
     dim: int = 16
-    epoch: int = 10
-    lr: float = 0.2
+    epoch: int = 25
+    lr: float = 0.5
     word_ngrams: int = 2
     bucket: int = 20_000
     min_count: int = 3
