@@ -1,0 +1,347 @@
+"""Near-duplicate dedup: MinHash-LSH over all documents, clusters by distributed connected components.
+
+Global phase (``prepare``, all ranks, checkpointed under ``work/``):
+
+1. **Signatures** of each input shard (``mpi_kernels.minhash``), saved per shard in
+   ``work/signatures/NAME.npz`` (reused on a rerun while the shard and the MinHash parameters match).
+2. **Buckets.** Every band key of every document is shuffled to the band key's owner
+   (``shuffle_by_key``); each bucket links its members as a star, hot buckets capped and split
+   (``corpus.dedup.candidates``).
+3. **Components** of the candidate edges (``mpi_kernels.union_find``): every clustered document learns
+   the smallest doc_id of its component.
+4. **Clusters.** Members are shuffled to their component's owner, which verifies components larger than
+   ``verify_components_above`` by estimated Jaccard (``corpus.dedup.verify``), picks the representative
+   (most trusted tier, best quality, earliest crawl, smallest doc_id: ``corpus.dedup.order``) and writes
+   a verdict for every member to its shard's decision file.
+
+Per shard: every clustered document gets ``dup_cluster_id`` (smallest doc_id of its cluster) and
+``dup_cluster_size``; the representative is kept, the others go to ``filtered/`` as ``near_duplicate``
+with ``dup_of`` = the representative. The manifest's ``extra`` has the cluster-size distribution and an
+``alarms`` list (a cluster above ``alarm_cluster_size``, or more than ``alarm_clustered_fraction`` of the
+documents in clusters, usually means boilerplate is chaining unrelated pages).
+
+    python -m hpc_jobs.minhash_dedup --in build/stages/line_dedup --out build/stages/minhash_dedup
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from itertools import groupby
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from corpus.dedup.candidates import bucket_edges
+from corpus.dedup.decisions import (
+    checkpointed_global_phase,
+    global_facts,
+    global_phase_key,
+    load_decisions,
+    route_decisions,
+)
+from corpus.dedup.normalize import NORMALIZATION_VERSION
+from corpus.dedup.order import encode_representative_key
+from corpus.dedup.verify import verified_clusters
+from corpus.docshard import iter_docs
+from corpus.model import Annotation, Filtered, Kept, Outcome
+from hpc_jobs.runner import InputShard, Stage, StageContext, main
+from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
+from mpi_kernels.shuffle import shuffle_by_key
+from mpi_kernels.union_find import connected_components
+
+REP_KEY_BYTES = 35  # encode_representative_key: tier, quality, date, doc_id (last 16 bytes)
+ID_BYTES = 16
+_ORDINAL = struct.Struct(">I")
+#: a cluster member as it travels: representative key, position in its shard, shard name
+_SHARD_AT = REP_KEY_BYTES + _ORDINAL.size
+
+
+@dataclass(frozen=True)
+class MinhashDedupConfig:
+    num_perm: int = 112
+    bands: int = 14
+    rows: int = 8
+    ngram: int = 5
+    #: seeds the permutation coefficients; changing it changes every signature
+    seed: int = 0
+    #: buckets with more members are split by a secondary hash into sub-buckets of about this size
+    bucket_cap: int = 10_000
+    #: components with more members are clustered again from pairs verified by estimated Jaccard
+    verify_components_above: int = 1_000
+    jaccard_threshold: float = 0.7
+    alarm_cluster_size: int = 10_000
+    alarm_clustered_fraction: float = 0.5
+    memory_budget_mb: int = 256
+    batch_docs: int = 1024
+
+    def __post_init__(self) -> None:
+        MinHashParams(self.num_perm, self.bands, self.rows, self.ngram, self.seed)
+        if not 0.0 < self.jaccard_threshold <= 1.0:
+            raise ValueError("jaccard_threshold must be in (0, 1]")
+        if self.bucket_cap < 2:
+            raise ValueError("bucket_cap must be at least 2")
+
+
+class MinhashDedupStage(Stage):
+    name = "minhash_dedup"
+    version = "1"
+    Config = MinhashDedupConfig
+
+    @property
+    def params(self) -> MinHashParams:
+        c = self.config
+        return MinHashParams(c.num_perm, c.bands, c.rows, c.ngram, c.seed)
+
+    def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
+        return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION)
+
+    def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        return checkpointed_global_phase(
+            ctx, self._key(inputs), inputs, lambda mine: self._global(ctx, mine), _merge_facts
+        )
+
+    # -- 1. signatures -------------------------------------------------------------------------------
+    def _signature_path(self, ctx: StageContext, shard_name: str) -> Path:
+        return ctx.work_dir / "signatures" / f"{shard_name}.npz"
+
+    def _signatures(self, ctx: StageContext, shard: InputShard, hasher: MinHasher) -> dict[str, np.ndarray]:
+        path = self._signature_path(ctx, shard.name)
+        key = f"{shard.sha256}|{self.params}|{NORMALIZATION_VERSION}"
+        if path.exists():
+            with np.load(path) as z:
+                if str(z["key"]) == key:
+                    return {k: z[k] for k in ("ids", "sigs", "rep")}
+        ids, rep, sigs, batch = [], [], [], []
+        for doc in iter_docs(shard.path):
+            ids.append(bytes.fromhex(doc.doc_id))
+            rep.append(encode_representative_key(doc))
+            batch.append(doc.text)
+            if len(batch) >= self.config.batch_docs:
+                sigs.append(hasher.signatures(batch))
+                batch = []
+        if batch or not sigs:
+            sigs.append(hasher.signatures(batch))
+        arrays = {
+            "ids": np.frombuffer(b"".join(ids), np.uint8).reshape(-1, ID_BYTES),
+            "sigs": np.concatenate(sigs),
+            "rep": np.frombuffer(b"".join(rep), np.uint8).reshape(-1, REP_KEY_BYTES),
+        }
+        buf = io.BytesIO()
+        np.savez(buf, key=np.array(key), **arrays)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+        tmp.write_bytes(buf.getvalue())
+        os.replace(tmp, path)
+        return arrays
+
+    # -- the global phase ----------------------------------------------------------------------------
+    def _global(self, ctx: StageContext, mine: list[InputShard]) -> dict[str, Any]:
+        cfg, comm = self.config, ctx.comm
+        budget = cfg.memory_budget_mb << 20
+        spill = ctx.work_dir / "spill"
+        hasher = MinHasher(self.params)
+        facts: Counter = Counter()
+        for shard in mine:
+            arrays = self._signatures(ctx, shard, hasher)
+            facts["docs"] += len(arrays["ids"])
+            facts["docs_without_shingles"] += int(is_empty(arrays["sigs"]).sum())
+
+        def band_records():
+            for shard in mine:
+                arrays = self._signatures(ctx, shard, hasher)
+                keys = hasher.band_keys(arrays["sigs"])
+                for d in np.flatnonzero(~is_empty(arrays["sigs"])):
+                    doc_id = arrays["ids"][d].tobytes()
+                    for band in keys[d]:
+                        yield band.tobytes(), doc_id
+
+        # 2. buckets -> candidate edges
+        edges: list[tuple[bytes, bytes]] = []
+        for key, group in groupby(
+            shuffle_by_key(comm, band_records(), memory_budget_bytes=budget, spill_dir=spill),
+            key=itemgetter(0),
+        ):
+            members = sorted({doc_id for _, doc_id in group})
+            if len(members) < 2:
+                continue
+            facts["shared_buckets"] += 1
+            facts["largest_bucket"] = max(facts["largest_bucket"], len(members))
+            if len(members) > cfg.bucket_cap:
+                facts["hot_buckets"] += 1
+            edges.extend(bucket_edges(key, members, cfg.bucket_cap))
+        facts["candidate_edges"] += len(edges)
+
+        # 3. components: (doc_id, smallest doc_id of its component), at the doc_id's owner
+        components = connected_components(comm, edges, memory_budget_bytes=budget, spill_dir=spill)
+        del edges
+        if ctx.rank == 0:  # the round count depends on the rank count, so it is logged, not digested
+            print(
+                f"[{self.name}] connected components converged in {components.rounds} rounds",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        # 4. join each labelled doc with its representative key and shard, then group by component
+        def member_info():
+            for shard in mine:
+                arrays = self._signatures(ctx, shard, hasher)
+                for d in np.flatnonzero(~is_empty(arrays["sigs"])):
+                    yield (
+                        arrays["ids"][d].tobytes(),
+                        arrays["rep"][d].tobytes() + _ORDINAL.pack(int(d)) + shard.name.encode(),
+                    )
+
+        info = shuffle_by_key(comm, member_info(), memory_budget_bytes=budget, spill_dir=spill)
+        labels = dict(components.labels)
+
+        def by_component():
+            for doc_id, payload in info:
+                label = labels.get(doc_id)
+                if label is not None:
+                    yield label, payload
+
+        verdicts = []
+        sizes: Counter = Counter()
+        for _, group in groupby(
+            shuffle_by_key(comm, by_component(), memory_budget_bytes=budget, spill_dir=spill),
+            key=itemgetter(0),
+        ):
+            members = [p for _, p in group]
+            clusters = self._verify(ctx, members) if len(members) > cfg.verify_components_above else [members]
+            if len(clusters) > 1 or len(clusters[0]) != len(members):
+                facts["verified_components"] += 1
+            for cluster in clusters:
+                if len(cluster) < 2:
+                    continue
+                sizes[len(cluster)] += 1
+                rep = min(cluster)
+                rep_id = rep[REP_KEY_BYTES - ID_BYTES : REP_KEY_BYTES].hex()
+                cluster_id = min(m[REP_KEY_BYTES - ID_BYTES : REP_KEY_BYTES] for m in cluster).hex()
+                for m in cluster:
+                    verdict = {
+                        "cluster": cluster_id,
+                        "size": len(cluster),
+                        "dup_of": "" if m == rep else rep_id,
+                    }
+                    (ordinal,) = _ORDINAL.unpack_from(m, REP_KEY_BYTES)
+                    verdicts.append((m[_SHARD_AT:].decode(), str(ordinal), verdict))
+        route_decisions(comm, verdicts, [s.name for s in mine], ctx.work_dir, budget)
+        return {"counts": dict(facts), "cluster_sizes": dict(sizes)}
+
+    def _verify(self, ctx: StageContext, members: list[bytes]) -> list[list[bytes]]:
+        """Split one oversized component into clusters of pairs verified by estimated Jaccard."""
+        by_shard: dict[str, list[bytes]] = defaultdict(list)
+        for m in members:
+            by_shard[m[_SHARD_AT:].decode()].append(m)
+        rows, ids, sigs = [], [], []
+        for shard_name in sorted(by_shard):
+            with np.load(self._signature_path(ctx, shard_name)) as z:
+                all_sigs = z["sigs"]
+            for m in by_shard[shard_name]:
+                rows.append(m)
+                ids.append(m[REP_KEY_BYTES - ID_BYTES : REP_KEY_BYTES])
+                sigs.append(all_sigs[_ORDINAL.unpack_from(m, REP_KEY_BYTES)[0]])
+        order = sorted(range(len(ids)), key=lambda i: (ids[i], rows[i]))
+        labels = verified_clusters(
+            [ids[i] for i in order],
+            np.stack([sigs[i] for i in order]),
+            self.config.bands,
+            self.config.rows,
+            self.config.jaccard_threshold,
+        )
+        clusters: dict[bytes, list[bytes]] = defaultdict(list)
+        for i, label in zip(order, labels, strict=True):
+            clusters[label].append(rows[i])
+        return [clusters[k] for k in sorted(clusters)]
+
+    # -- per shard -----------------------------------------------------------------------------------
+    def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
+        decisions = load_decisions(ctx.work_dir, shard.name)
+        for i, doc in enumerate(iter_docs(shard.path)):
+            nbytes = len(doc.text.encode("utf-8"))
+            v = decisions.get(str(i))
+            if v is None:
+                yield Kept(doc), nbytes
+                continue
+            dup = v["dup_of"]
+            doc = replace(doc, dup_cluster_id=v["cluster"], dup_cluster_size=v["size"], dup_of=dup)
+            doc = doc.annotate(
+                Annotation(self.name, "dup_cluster_size", v["size"], "fail" if dup else "pass")
+            )
+            yield (Filtered(doc, "near_duplicate") if dup else Kept(doc)), nbytes
+
+    def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
+        facts = global_facts(ctx, self._key(inputs))
+        cfg = self.config
+        sizes = {int(k): v for k, v in facts["cluster_sizes"].items()}
+        docs = facts["counts"].get("docs", 0)
+        clustered = sum(k * v for k, v in sizes.items())
+        largest = max(sizes, default=0)
+        alarms = []
+        if largest > cfg.alarm_cluster_size:
+            alarms.append(
+                f"largest cluster has {largest} documents (alarm_cluster_size {cfg.alarm_cluster_size})"
+            )
+        if docs and clustered / docs > cfg.alarm_clustered_fraction:
+            alarms.append(
+                f"{clustered / docs:.1%} of documents are in clusters "
+                f"(alarm_clustered_fraction {cfg.alarm_clustered_fraction:.0%})"
+            )
+        return {
+            "normalization_version": NORMALIZATION_VERSION,
+            "minhash": {
+                "num_perm": cfg.num_perm,
+                "bands": cfg.bands,
+                "rows": cfg.rows,
+                "ngram": cfg.ngram,
+                "seed": cfg.seed,
+            },
+            **facts["counts"],
+            "clusters": sum(sizes.values()),
+            "docs_in_clusters": clustered,
+            "largest_cluster": largest,
+            "cluster_size_histogram": size_histogram(sizes),
+            "alarms": alarms,
+        }
+
+
+def size_histogram(sizes: dict[int, int]) -> dict[str, int]:
+    """Clusters by size in powers of two: "2", "3-4", "5-8", ... (keys in increasing order)."""
+    out: dict[str, int] = {}
+    for size in sorted(sizes):
+        hi = 2
+        while hi < size:
+            hi *= 2
+        lo = hi // 2 + 1
+        label = str(hi) if lo >= hi else f"{lo}-{hi}"
+        out[label] = out.get(label, 0) + sizes[size]
+    return out
+
+
+def _merge_facts(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    counts: Counter = Counter()
+    largest = 0
+    sizes: Counter = Counter()
+    for f in per_rank:
+        c = dict(f["counts"])
+        largest = max(largest, c.pop("largest_bucket", 0))
+        counts.update(c)
+        sizes.update({int(k): v for k, v in f["cluster_sizes"].items()})
+    return {
+        "counts": {**dict(sorted(counts.items())), "largest_bucket": largest},
+        "cluster_sizes": {str(k): sizes[k] for k in sorted(sizes)},
+    }
+
+
+STAGE = MinhashDedupStage
+
+if __name__ == "__main__":
+    sys.exit(main(STAGE))

@@ -1,0 +1,141 @@
+"""minhash_dedup: planted near-duplicates are clustered, the most trusted / best / earliest copy represents
+each cluster, every member carries the cluster's id and size, identically on 1, 2 and 4 ranks."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
+from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
+
+
+def edit_words(text: str, rnd: random.Random, fraction: float) -> str:
+    words = text.split()
+    for i in rnd.sample(range(len(words)), max(1, int(len(words) * fraction))):
+        words[i] = f"edited{rnd.randrange(10**6)}"
+    return " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_data, tmp_path_factory):
+    rnd = random.Random(4)
+    sections = [s for s in perl_sections(shared_data, min_words=80)][:400]
+    docs = [make_doc(t, i) for i, t in enumerate(sections)]
+    clusters = {}
+    # cluster A: a web original, a later curated copy with light edits, a higher-quality web copy
+    a = sections[10]
+    clusters["a"] = [
+        docs[10],
+        make_doc(edit_words(a, rnd, 0.01), 2000, source="perl-doc", tier="curated", crawl_date="2026-06-01"),
+        make_doc(edit_words(a, rnd, 0.02), 2001, quality=0.9),
+    ]
+    # cluster B: web copies only; the best quality wins over the earliest
+    b = sections[20]
+    clusters["b"] = [
+        docs[20],
+        make_doc(edit_words(b, rnd, 0.01), 2002, crawl_date="2025-01-01", quality=0.2),
+        make_doc(edit_words(b, rnd, 0.01), 2003, crawl_date="2026-09-01", quality=0.8),
+    ]
+    # cluster C: same tier, same quality: the earliest crawl wins
+    c = sections[30]
+    clusters["c"] = [docs[30], make_doc(edit_words(c, rnd, 0.02), 2004, crawl_date="2024-05-05")]
+    docs += [d for members in clusters.values() for d in members[1:]]
+    # a heavily edited copy (Jaccard far below the S-curve) stays alone
+    far = make_doc(edit_words(sections[40], rnd, 0.5), 2005)
+    docs.append(far)
+    docs.append(make_doc("", 2006))  # no shingles at all: never clustered
+    in_dir = write_stage_dir(tmp_path_factory.mktemp("minhash") / "in", docs, shards=5)
+    expected_rep = {"a": clusters["a"][1], "b": clusters["b"][2], "c": clusters["c"][1]}
+    return in_dir, docs, clusters, expected_rep, far
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("minhash-run") / "out"
+    run_stage("minhash_dedup", 2, corpus[0], out)
+    return out
+
+
+def test_planted_clusters_have_the_expected_representative(corpus, two_rank_run):
+    _, docs, clusters, expected_rep, far = corpus
+    kept = {d.url: d for d in kept_docs(two_rank_run)}
+    filtered = {r["doc"]["url"]: r for r in filtered_records(two_rank_run)}
+    for name, members in clusters.items():
+        rep = expected_rep[name]
+        cluster_id = min(m.doc_id for m in members)
+        assert rep.url in kept, name
+        assert kept[rep.url].dup_cluster_id == cluster_id and kept[rep.url].dup_cluster_size == len(members)
+        assert kept[rep.url].dup_of == ""
+        for m in members:
+            if m is rep:
+                continue
+            r = filtered[m.url]
+            assert r["reason"] == "near_duplicate"
+            assert r["doc"]["dup_of"] == rep.doc_id
+            assert r["doc"]["dup_cluster_id"] == cluster_id and r["doc"]["dup_cluster_size"] == len(members)
+    assert far.url in kept and kept[far.url].dup_cluster_size == 1
+    assert "https://web-crawl.example.org/2006" in kept
+
+
+def test_counts_reconcile_and_the_report_has_the_cluster_distribution(corpus, two_rank_run):
+    _, docs, clusters, _, _ = corpus
+    m = manifest(two_rank_run)
+    t = m["totals"]
+    assert t["in"] == len(docs) == t["out"] + t["filtered"].get("near_duplicate", 0)
+    extra = m["extra"]
+    assert extra["docs"] == len(docs) and extra["docs_without_shingles"] == 1
+    assert extra["clusters"] >= len(clusters)
+    assert sum(extra["cluster_size_histogram"].values()) == extra["clusters"]
+    assert t["filtered"]["near_duplicate"] == extra["docs_in_clusters"] - extra["clusters"]
+    assert extra["alarms"] == []
+
+
+def test_same_outputs_on_1_2_and_4_ranks(corpus, two_rank_run, tmp_path):
+    ref = output_digests(two_rank_run)
+    for ranks in (1, 4):
+        run_stage("minhash_dedup", ranks, corpus[0], tmp_path / f"r{ranks}")
+        assert output_digests(tmp_path / f"r{ranks}") == ref
+
+
+def test_hot_buckets_split_oversized_components_verified_and_alarms_raised(corpus, two_rank_run, tmp_path):
+    """With a tiny bucket cap and verification threshold the planted clusters still come out the same."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        "[minhash_dedup]\nbucket_cap = 2\nverify_components_above = 2\nalarm_cluster_size = 2\n"
+        "alarm_clustered_fraction = 0.001\n"
+    )
+    out = tmp_path / "out"
+    run_stage("minhash_dedup", 3, corpus[0], out, cfg)
+    extra = manifest(out)["extra"]
+    assert extra["hot_buckets"] > 0 and extra["verified_components"] > 0
+    assert len(extra["alarms"]) == 2
+    planted = {d.url for members in corpus[2].values() for d in members}
+    got = {r["doc"]["url"]: r["doc"]["dup_of"] for r in filtered_records(out) if r["doc"]["url"] in planted}
+    ref = {
+        r["doc"]["url"]: r["doc"]["dup_of"]
+        for r in filtered_records(two_rank_run)
+        if r["doc"]["url"] in planted
+    }
+    assert got == ref
+
+
+def test_rerun_after_a_lost_global_phase_is_byte_identical(corpus, two_rank_run, tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(two_rank_run, out)
+    (out / "manifest.json").unlink()
+    (out / "work" / "global.json").unlink()
+    for p in list((out / "work" / "decisions").iterdir())[:2]:
+        p.unlink()
+    (out / "work" / "signatures" / "part-001.npz").unlink()
+    again = run_stage("minhash_dedup", 2, corpus[0], out)
+    assert "0 shards processed" in again.stderr, "same decisions: no shard needed redoing"
+    assert output_digests(out) == output_digests(two_rank_run)
+    assert (
+        json.loads((out / "work" / "global.json").read_text())["digest"]
+        == json.loads((two_rank_run / "work" / "global.json").read_text())["digest"]
+    )
