@@ -119,9 +119,13 @@ def checkpointed_global_phase(
     inputs: list[Any],
     compute: Any,
     merge_facts: Any,
+    *,
+    decisions: bool = True,
+    artifacts: Iterable[Path] = (),
 ) -> str:
     """Run ``compute(my_shards) -> facts`` collectively unless the checkpoint for ``key`` exists; rank 0
-    merges every rank's facts with ``merge_facts(list)`` and writes the checkpoint. Returns its digest."""
+    merges every rank's facts with ``merge_facts(list)`` and writes the checkpoint. Returns its digest,
+    which covers the per-shard decision files (when ``decisions``) and the other ``artifacts``."""
     from hpc_jobs.runner import assign
 
     comm = ctx.comm
@@ -138,7 +142,8 @@ def checkpointed_global_phase(
     comm.Barrier()
     digest = None
     if ctx.rank == 0:
-        digest = ckpt.save([s.name for s in inputs], merge_facts(gathered))["digest"]
+        names = [s.name for s in inputs] if decisions else []
+        digest = ckpt.save(names, merge_facts(gathered), artifacts)["digest"]
     return comm.bcast(digest, root=0)
 
 

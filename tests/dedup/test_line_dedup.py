@@ -1,0 +1,90 @@
+"""line_dedup: lines in more than N documents are removed everywhere, with what each document lost recorded."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from corpus.dedup.normalize import normalize_text
+from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
+from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
+
+HEADER = "Debian Documentation Project -- Home | Next | Previous"
+FOOTER = "Copyright (c) 2026 The Example Docs Team. All rights reserved."
+AT_LIMIT = "This line appears in exactly ten documents."
+OVER_LIMIT = "This line appears in eleven documents."
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_data, tmp_path_factory):
+    sections = perl_sections(shared_data)[:120]
+    docs = []
+    for i, body in enumerate(sections):
+        lines = []
+        if i % 4 == 0:  # 30 documents, some with the header in other case and punctuation
+            lines.append(HEADER if i % 8 else HEADER.upper().replace("|", "/"))
+        lines.append(body)
+        if i < 10:
+            lines.append(AT_LIMIT)
+        if 10 <= i < 21:
+            lines.append(OVER_LIMIT)
+        if i % 3 == 0:
+            lines.append(FOOTER)
+            lines.append(FOOTER)  # twice in one document still counts as one document
+        docs.append(make_doc("\n".join(lines) + "\n", i))
+    docs.append(make_doc(f"{HEADER}\n\n{FOOTER}\n", 999))  # nothing but boilerplate
+    in_dir = write_stage_dir(tmp_path_factory.mktemp("lines") / "in", docs, shards=4)
+    return in_dir, docs
+
+
+def frequent_lines(docs, limit: int) -> set[str]:
+    """The rule, plainly: normalized non-blank lines found in more than ``limit`` documents."""
+    counts = Counter(n for d in docs for n in {normalize_text(x) for x in d.text.splitlines()} if n)
+    return {line for line, c in counts.items() if c > limit}
+
+
+def test_frequent_lines_are_removed_and_rare_ones_kept(corpus, tmp_path):
+    in_dir, docs = corpus
+    out = tmp_path / "out"
+    run_stage("line_dedup", 2, in_dir, out)
+    kept = kept_docs(out)
+    frequent = frequent_lines(docs, 10)
+    assert {normalize_text(x) for x in (HEADER, FOOTER, OVER_LIMIT)} <= frequent
+    assert normalize_text(AT_LIMIT) not in frequent
+    for d in kept:
+        assert not frequent & {normalize_text(line) for line in d.text.splitlines()}, d.url
+    assert sum(AT_LIMIT in d.text for d in kept) == 10
+    by_url = {d.url: d for d in docs}
+    doc0 = next(d for d in kept if d.url.endswith("/0"))  # had header, at-limit line and two footers
+    original = by_url[doc0.url]
+    expected_removed = sum(normalize_text(x) in frequent for x in original.text.splitlines())
+    assert expected_removed >= 3
+    assert doc0.annotation("line_dedup", "lines_removed").value == expected_removed
+    assert doc0.annotation("line_dedup", "bytes_removed").value == len(original.text.encode()) - len(
+        doc0.text.encode()
+    )
+    assert doc0.derived_from == original.doc_id and doc0.doc_id != original.doc_id
+    untouched = [d for d in docs if not frequent & {normalize_text(x) for x in d.text.splitlines()}]
+    assert untouched and all(d in kept for d in untouched), "documents without frequent lines pass unchanged"
+    [only_boilerplate] = filtered_records(out)
+    assert only_boilerplate["reason"] == "all_lines_frequent"
+    m = manifest(out)
+    assert m["totals"]["in"] == len(docs) == m["totals"]["out"] + 1
+    assert m["extra"]["frequent_lines"] == len(frequent)
+
+
+def test_same_outputs_on_1_2_and_4_ranks(corpus, tmp_path):
+    digests = []
+    for ranks in (1, 2, 4):
+        run_stage("line_dedup", ranks, corpus[0], tmp_path / f"r{ranks}")
+        digests.append(output_digests(tmp_path / f"r{ranks}"))
+    assert digests[0] == digests[1] == digests[2]
+
+
+def test_threshold_is_configurable(corpus, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[line_dedup]\nmax_docs_per_line = 9\n")
+    run_stage("line_dedup", 2, corpus[0], tmp_path / "out", cfg)
+    assert sum(AT_LIMIT in d.text for d in kept_docs(tmp_path / "out")) == 0
+    assert manifest(tmp_path / "out")["extra"]["frequent_lines"] == len(frequent_lines(corpus[1], 9))
