@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -287,6 +288,8 @@ class StageRun:
         done_by_me = []
         skipped = 0
         for shard in mine:
+            if _STOP_REQUESTED:  # SIGUSR1 (pre-emption): stop at this shard boundary
+                break
             key = self.checkpoint_key(shard, prepare_digest)
             if self.shard_done(shard, key):
                 skipped += 1
@@ -294,6 +297,8 @@ class StageRun:
             self.run_shard(shard, key)
             done_by_me.append(shard.name)
         self.log.say(f"{len(done_by_me)} shards processed, {skipped} already done")
+        if comm.allreduce(int(_STOP_REQUESTED), op=_mpi_max()):
+            raise Preempted(f"{stage.name}: stopped at a shard boundary on request (SIGUSR1); rerun to resume")
         done = comm.gather(done_by_me, root=0)
         comm.Barrier()
         manifest = None
@@ -409,14 +414,38 @@ def run_stage(stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, confi
     return StageRun(stage_cls(cfg), ctx).run()
 
 
+#: exit status of a stage that stopped on SIGUSR1 with every finished shard checkpointed
+PREEMPTED_EXIT = 75
+_STOP_REQUESTED = False
+
+
+class Preempted(Exception):
+    """Every rank stopped at a shard boundary because SIGUSR1 asked it to (SLURM pre-emption)."""
+
+
+def _request_stop(signum: int, frame: Any) -> None:
+    global _STOP_REQUESTED
+    _STOP_REQUESTED = True
+
+
+def _mpi_max() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
 def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
     """Entry point of ``python -m hpc_jobs.<stage>``: any rank's failure aborts the whole job."""
     args = parse_args(argv, stage_cls.name)
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    signal.signal(signal.SIGUSR1, _request_stop)
     try:
         run_stage(stage_cls, args.inputs, args.out, args.config, comm)
+    except Preempted as e:
+        print(f"{stage_cls.name}: {e}", file=sys.stderr, flush=True)
+        return PREEMPTED_EXIT
     except (StageError, ConfigError, FileNotFoundError) as e:
         print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
         if comm.Get_size() > 1:
