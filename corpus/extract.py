@@ -158,7 +158,8 @@ class ExtractWorker:
                 return WorkerResult("timeout", detail=f"no result within {self.time_limit_s}s; worker killed")
             status, value = self._conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as e:
-            code = self._proc.exitcode if self._proc is not None else None
+            self._proc.join(timeout=5)
+            code = self._proc.exitcode
             self._kill()
             return WorkerResult("crashed", detail=f"worker died ({type(e).__name__}, exit code {code})")
         if status == "ok":

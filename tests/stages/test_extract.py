@@ -1,0 +1,144 @@
+"""extract: per-document robustness; one poisoned page never fails or stalls its shard."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from corpus.extract import ExtractWorker, cap_html, repair_replacement_chars, strip_invisible
+from tests.stages.chain import docs, manifest, reconciles, run_stage
+from tests.stages.warc_fixtures import deeply_nested, huge_page, invalid_utf8, real_pages, warc_bytes, write_jsonl_gz
+
+# --- the pure parts ------------------------------------------------------------------------------
+
+
+def test_cap_html_cuts_at_a_character_boundary_and_reports_the_original_size():
+    html = "<p>" + "é" * 1000 + "</p>"
+    capped, original = cap_html(html, 1001)
+    assert original == len(html.encode())
+    assert len(capped.encode()) <= 1001 and html.startswith(capped)
+    assert cap_html(html, 10_000) == (html, 0)
+
+
+def test_invisible_characters_are_stripped_and_counted():
+    text, n = strip_invisible("in\u200bvis\u200dible\ufeff te\u202ext\x07")
+    assert (text, n) == ("invisible text", 5)
+    assert strip_invisible("line one\n\tline two") == ("line one\n\tline two", 0)
+
+
+def test_a_few_undecodable_bytes_are_repaired_too_many_are_refused():
+    assert repair_replacement_chars("caf\ufffd au lait " * 20, 0.1) == ("caf au lait " * 20, 20)
+    assert repair_replacement_chars("\ufffd\ufffd\ufffdabc", 0.1) is None
+    assert repair_replacement_chars("clean", 0.0) == ("clean", 0)
+
+
+def test_a_hung_call_is_killed_and_the_worker_serves_the_next_one():
+    with ExtractWorker(time.sleep, time_limit_s=0.5, warmup=0) as w:
+        t0 = time.monotonic()
+        assert w.run(30).status == "timeout"
+        assert time.monotonic() - t0 < 10
+        assert w.run(0).status == "ok"
+        assert w.restarts == 1
+
+
+def test_a_crashed_worker_is_replaced():
+    with ExtractWorker(os._exit, time_limit_s=5, warmup=None) as w:
+        r = w.run(3)
+        assert r.status == "crashed" and "exit code 3" in r.detail
+    with ExtractWorker(int, time_limit_s=5, warmup="1") as w:
+        assert w.run("x").status == "error"
+        assert w.run("7").value == 7
+
+
+# --- the stage on real damaged pages -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def poisoned(tmp_path_factory, shared_data):
+    """An ingested WARC of real pages, some of them damaged, and the url of each kind."""
+    d = tmp_path_factory.mktemp("poisoned")
+    pages = real_pages(shared_data, 7, host_prefix="harden-doc")
+    (url0, p0), (url1, p1), (url2, p2), (url3, p3), (url4, p4), (url5, p5), (url6, p6) = pages
+    body = p5.find(b"<body")
+    kinds = {
+        "normal": url0,
+        "few_bad_bytes": url1 + "?few",
+        "many_bad_bytes": url2 + "?many",
+        "huge": url3 + "?huge",
+        "nested": url4 + "?nested",
+        "no_text": url5 + "?none",
+        "zero_width": url6 + "?zw",
+    }
+    damaged = [
+        (kinds["normal"], p0),
+        (kinds["few_bad_bytes"], invalid_utf8(p1, 3000)),
+        (kinds["many_bad_bytes"], invalid_utf8(p2, 4)),
+        (kinds["huge"], huge_page(p3)),
+        (kinds["nested"], deeply_nested(p4)),
+        (kinds["no_text"], p5[:body] + b"<body><script>var x = 1;</script></body></html>"),
+        (kinds["zero_width"], p6.replace(b"the ", "the\u200b \u200d".encode())),
+    ]
+    (d / "in").mkdir()
+    (d / "in" / "poisoned.warc.gz").write_bytes(warc_bytes(damaged))
+    kinds["plain_invisible"] = "https://notes.example/invisible"
+    text = "Plain in\u200bvisible text with \u202eright-to-left\u202c marks and a soft\u00adhyphen.\n" * 5
+    write_jsonl_gz(d / "in" / "notes.jsonl.gz", [{"url": kinds["plain_invisible"], "text": text}])
+    run_stage("ingest", 1, [d / "in"], d / "ingest")
+    return d, kinds
+
+
+def outcome_by_url(out):
+    found = {d.url: ("kept", d) for d in docs(out)}
+    found |= {r["doc"]["url"]: (r["reason"], r["doc"]) for r in docs(out, "filtered")}
+    found |= {r["url"]: (r["reason"], r) for r in docs(out, "quarantine")}
+    return found
+
+
+def test_each_poisoned_page_ends_in_output_or_quarantine_with_its_reason(poisoned):
+    d, kinds = poisoned
+    run_stage("extract", 2, [d / "ingest"], d / "extract")
+    m = manifest(d / "extract")
+    assert reconciles(m["totals"]) and m["totals"]["in"] == len(kinds)
+    got = outcome_by_url(d / "extract")
+    assert set(got) == set(kinds.values())
+
+    status, normal = got[kinds["normal"]]
+    assert status == "kept" and normal.content_type == "text/plain" and len(normal.text) > 500
+    assert "<" not in normal.text[:200]
+
+    status, few = got[kinds["few_bad_bytes"]]
+    assert status == "kept" and "\ufffd" not in few.text
+    assert few.annotation("extract", "utf8_repaired_chars").value > 0
+
+    assert got[kinds["many_bad_bytes"]][0] == "invalid_utf8"
+
+    status, huge = got[kinds["huge"]]
+    assert status == "kept"
+    assert huge.annotation("extract", "truncated_html_bytes").value == 50 * 1024 * 1024
+
+    assert got[kinds["nested"]][0] in ("kept", "no_text_extracted", "extract_error", "extract_timeout")
+    assert got[kinds["no_text"]][0] == "no_text_extracted"
+
+    status, zw = got[kinds["zero_width"]]
+    assert status == "kept" and "\u200b" not in zw.text and "\u200d" not in zw.text
+
+    status, plain = got[kinds["plain_invisible"]]
+    assert status == "kept" and plain.text.startswith("Plain invisible text with right-to-left marks and a softhyphen.")
+    assert plain.annotation("extract", "invisible_chars_removed").value == 20
+
+    ingested = {x.url: x for x in docs(d / "ingest")}
+    assert normal.derived_from == ingested[kinds["normal"]].doc_id
+
+
+def test_a_parse_over_the_time_limit_is_quarantined_and_the_shard_goes_on(poisoned, tmp_path):
+    d, kinds = poisoned
+    cfg = tmp_path / "slow.toml"
+    cfg.write_text("[extract]\nmax_html_bytes = 0\ntime_limit_s = 2.0\n")  # no cap: the 50 MB page hangs
+    run_stage("extract", 1, [d / "ingest"], tmp_path / "extract", cfg)
+    got = outcome_by_url(tmp_path / "extract")
+    status, q = got[kinds["huge"]]
+    assert status == "extract_timeout" and q["stage"] == "extract" and len(q["raw_digest"]) == 64
+    assert got[kinds["normal"]][0] == "kept" and got[kinds["zero_width"]][0] == "kept"
+    assert reconciles(manifest(tmp_path / "extract")["totals"])
