@@ -298,7 +298,7 @@ class StageRun:
             done_by_me.append(shard.name)
         self.log.say(f"{len(done_by_me)} shards processed, {skipped} already done")
         if comm.allreduce(int(_STOP_REQUESTED), op=_mpi_max()):
-            raise Preempted(f"{stage.name}: stopped at a shard boundary on request (SIGUSR1); rerun to resume")
+            raise Preempted("stopped at a shard boundary on request (SIGUSR1); rerun to resume")
         done = comm.gather(done_by_me, root=0)
         comm.Barrier()
         manifest = None

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corpus.pipeline import PLANNED_STAGES
+
 #: The repository this module belongs to: where ``sbatch/`` and the default venv live on this host.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,9 +82,12 @@ class StageJob:
     def job_name(self) -> str:
         return f"corpus-{self.stage}"
 
-    @property
-    def script(self) -> str:
-        return f"{self.root}/sbatch/{self.stage}.sbatch"
+    def script_argv(self) -> list[str]:
+        """A planned stage's own job script (what a person submits); any other stage through the
+        generic ``sbatch/stage.sbatch STAGE``."""
+        if self.stage in PLANNED_STAGES:
+            return [f"{self.root}/sbatch/{self.stage}.sbatch"]
+        return [f"{self.root}/sbatch/stage.sbatch", self.stage]
 
     @property
     def interpreter(self) -> str:
@@ -110,7 +115,7 @@ class StageJob:
             argv.append(f"--partition={self.partition}")
         if self.time_limit:
             argv.append(f"--time={self.time_limit}")
-        argv += [*self.sbatch_args, self.script, *self.stage_args()]
+        argv += [*self.sbatch_args, *self.script_argv(), *self.stage_args()]
         return argv
 
 
@@ -365,7 +370,7 @@ class MpiexecBackend(Backend):
         log = expand_log_template(job.log_template(), job_id)
         wrapper = 'bash "$0" "$@" >>"$CORPUS_JOB_LOG" 2>&1; echo $? >"$CORPUS_JOB_LOG.rc.tmp"; mv -f "$CORPUS_JOB_LOG.rc.tmp" "$CORPUS_JOB_LOG.rc"'
         proc = subprocess.Popen(
-            ["bash", "-c", wrapper, job.script, *job.stage_args()],
+            ["bash", "-c", wrapper, *job.script_argv(), *job.stage_args()],
             cwd=job.root, env={**os.environ, **job.job_env(), "CORPUS_JOB_LOG": log},
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
