@@ -33,6 +33,7 @@ import re
 import shutil
 import struct
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -273,6 +274,7 @@ class WriteShards(Stage):
 
         from mpi_kernels.shuffle import shuffle_by_key
 
+        t0 = time.monotonic()
         received = shuffle_by_key(
             comm,
             records(),
@@ -280,12 +282,20 @@ class WriteShards(Stage):
             memory_budget_bytes=self.config.memory_budget_mb << 20,
             spill_dir=ctx.work_dir / "spill",
         )
+        dt = time.monotonic() - t0
+        _say(
+            ctx,
+            f"read and shuffled: received {received.records} docs, {received.bytes / 1e6:.2f} MB in {dt:.2f}s "
+            f"({received.rounds} rounds, {received.spilled_runs} spilled runs)",
+        )
+        t0 = time.monotonic()
         written = []
         dtype = tok["token_dtype"]
         for (b, number), group in itertools.groupby(received, key=lambda r: _KEY.unpack_from(r[0])[:2]):
             written.append(
                 self._write_shard(out, shard_name(buckets[b], number), buckets[b], group, dtype, tok)
             )
+        _say(ctx, f"wrote and validated {len(written)} shards in {time.monotonic() - t0:.2f}s")
         all_written = sorted(itertools.chain.from_iterable(comm.allgather(written)), key=lambda m: m["name"])
         failed = [m for m in all_written if m["validation"]["failures"]]
         if ctx.rank == 0:
@@ -377,6 +387,15 @@ class WriteShards(Stage):
             "seed": self.config.seed,
             "shuffle_key": "blake2b64('shuffle', doc_id, seed)",
         }
+
+
+def _say(ctx: StageContext, msg: str) -> None:
+    """A per-rank progress line in the runner's format."""
+    print(
+        f"{time.strftime('%H:%M:%S')} [write_shards r{ctx.rank}/{ctx.size}] {msg}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def snapshot_shard_metas(stage_dir: Path) -> list[dict[str, Any]]:
