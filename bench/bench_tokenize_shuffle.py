@@ -11,7 +11,7 @@ repeated ``--copies`` times under different source names for the shuffle.
   records moved, from the stage's own timing lines; the peer is one process building the same records
   and sorting them in memory (``sorted``), which is what the shuffle replaces.
 
-Run: ``.venv/bin/python bench/bench_tokenize_shuffle.py`` (about two minutes on two cores).
+Run: ``.venv/bin/python bench/bench_tokenize_shuffle.py`` (about three minutes on two cores).
 """
 
 from __future__ import annotations
@@ -132,20 +132,9 @@ def bench_shuffle(texts: list[tuple[str, str, str]], copies: int, work: Path) ->
     mpi(
         2,
         "-m",
-        "hpc_jobs.decontaminate",
-        "--in",
-        str(work / "in"),
-        "--out",
-        str(work / "decont"),
-        "--config",
-        str(cfg),
-    )
-    mpi(
-        2,
-        "-m",
         "hpc_jobs.tokenize",
         "--in",
-        str(work / "decont"),
+        str(work / "in"),
         "--out",
         str(work / "tok"),
         "--config",
@@ -182,7 +171,7 @@ def bench_shuffle(texts: list[tuple[str, str, str]], copies: int, work: Path) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--copies", type=int, default=2, help="copies of perl-doc in the shuffle corpus")
+    ap.add_argument("--copies", type=int, default=6, help="copies of perl-doc in the shuffle corpus")
     args = ap.parse_args()
     texts = load_texts()
     print("## Tokenizer, one core (perl-doc, %.1f MB)\n" % (sum(len(t[0].encode()) for t in texts) / 1e6))
