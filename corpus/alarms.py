@@ -95,8 +95,10 @@ class Alarm:
     @property
     def message(self) -> str:
         what = f"{self.metric} retention" if "/" not in self.metric else f"{self.metric} drop share"
-        return (f"{what} {self.value:.1f}% vs trailing median {self.median:.1f}% of {self.history} "
-                f"build(s): {self.deviation:+.1f} points, band ±{self.band:g}")
+        return (
+            f"{what} {self.value:.1f}% vs trailing median {self.median:.1f}% of {self.history} "
+            f"build(s): {self.deviation:+.1f} points, band ±{self.band:g}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"deviation": self.deviation, "message": self.message}
@@ -155,7 +157,9 @@ def band_keys(metrics: dict[str, dict[str, Any]], bands: dict[str, float]) -> li
     return keys
 
 
-def evaluate(metrics: dict[str, dict[str, Any]], previous: list[dict[str, Any]], cfg: AlarmConfig) -> list[Alarm]:
+def evaluate(
+    metrics: dict[str, dict[str, Any]], previous: list[dict[str, Any]], cfg: AlarmConfig
+) -> list[Alarm]:
     """Pure: this build's metrics against the previous builds' (oldest first)."""
     recent = previous[-cfg.window :]
     alarms = []
@@ -197,8 +201,9 @@ def _resolve(view: BuildView, history_path: Path | str | None, cfg: AlarmConfig)
     return default_history_path(view)
 
 
-def assess(view: BuildView, history_path: Path | str | None = None,
-           cfg: AlarmConfig | None = None) -> tuple[list[Alarm], int, Path]:
+def assess(
+    view: BuildView, history_path: Path | str | None = None, cfg: AlarmConfig | None = None
+) -> tuple[list[Alarm], int, Path]:
     """Read-only: the alarms this build raises, how many previous builds were compared, the history file."""
     cfg = cfg or alarm_config(view.build_config)
     path = _resolve(view, history_path, cfg)
@@ -226,8 +231,13 @@ def record(view: BuildView, path: Path) -> bool:
     return True
 
 
-def check_build(build_dir: Path | str, history_path: Path | str | None = None,
-                bands: dict[str, float] | None = None, *, record_build: bool = True) -> list[Alarm]:
+def check_build(
+    build_dir: Path | str,
+    history_path: Path | str | None = None,
+    bands: dict[str, float] | None = None,
+    *,
+    record_build: bool = True,
+) -> list[Alarm]:
     """Compare a finished build with the trailing median of earlier builds of the same sources, then
     record it in the history. ``bands`` override the config's (and the defaults) key by key."""
     view = open_build(Path(build_dir))
@@ -240,8 +250,12 @@ def check_build(build_dir: Path | str, history_path: Path | str | None = None,
     return alarms
 
 
-def enforce(build_dir: Path | str, history_path: Path | str | None = None,
-            bands: dict[str, float] | None = None, on_alarm: str | None = None) -> list[Alarm]:
+def enforce(
+    build_dir: Path | str,
+    history_path: Path | str | None = None,
+    bands: dict[str, float] | None = None,
+    on_alarm: str | None = None,
+) -> list[Alarm]:
     """The DAG's final task: :func:`check_build`, then fail loudly (``YieldAlarmError``) or only warn,
     as ``on_alarm`` (default: the build config's ``[alarms] on_alarm``) says."""
     alarms = check_build(build_dir, history_path, bands)

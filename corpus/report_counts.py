@@ -29,7 +29,18 @@ def funnel_table(manifests: list[StageManifest]) -> str:
     for m in manifests:
         t = m.yield_counts().total()
         pct = f"{100 * t.docs_out / t.docs_in:.1f}" if t.docs_in else "-"
-        rows.append((m.stage, str(t.docs_in), str(t.docs_out), pct, str(sum(t.filtered.values())),
-                     str(sum(t.quarantined.values()))))
+        rows.append(
+            (
+                m.stage,
+                str(t.docs_in),
+                str(t.docs_out),
+                pct,
+                str(sum(t.filtered.values())),
+                str(sum(t.quarantined.values())),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows)
+    return "\n".join(
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    )

@@ -11,12 +11,21 @@ from corpus.report.diff import SAMPLE, diff_builds, summary_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("diff", help="compare two builds or snapshots (exit 0 when identical, 1 when they differ)")
-    p.add_argument("a", type=Path, metavar="A", help="build directory, snapshot directory or snapshot manifest")
+    p = sub.add_parser(
+        "diff", help="compare two builds or snapshots (exit 0 when identical, 1 when they differ)"
+    )
+    p.add_argument(
+        "a", type=Path, metavar="A", help="build directory, snapshot directory or snapshot manifest"
+    )
     p.add_argument("b", type=Path, metavar="B", help="the other build or snapshot")
     p.add_argument("--json", action="store_true", help="print the differences as JSON")
-    p.add_argument("--sample", type=int, default=SAMPLE, metavar="N",
-                   help=f"how many added / removed doc_ids to list (default {SAMPLE})")
+    p.add_argument(
+        "--sample",
+        type=int,
+        default=SAMPLE,
+        metavar="N",
+        help=f"how many added / removed doc_ids to list (default {SAMPLE})",
+    )
     p.set_defaults(func=run)
 
 

@@ -20,15 +20,30 @@ from corpus.report_counts import funnel_table, stage_counts
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="the data card of a build or snapshot (HTML + JSON), or its counts")
-    p.add_argument("dir", type=Path, metavar="DIR", help="build directory, snapshot directory or snapshot manifest")
-    p.add_argument("--json", action="store_true",
-                   help="print per-stage counts as JSON ({stage: {in, out, filtered, quarantined, ...}}) and "
-                        "write no card unless --html is given")
-    p.add_argument("--html", type=Path, default=None, metavar="OUT",
-                   help="write the HTML card here (the JSON card goes beside it as OUT with .json); "
-                        "default <build>/report/card.html")
-    p.add_argument("--history", type=Path, default=None, metavar="FILE",
-                   help="yield history to compare with (default <builds-root>/yield-history.jsonl)")
+    p.add_argument(
+        "dir", type=Path, metavar="DIR", help="build directory, snapshot directory or snapshot manifest"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print per-stage counts as JSON ({stage: {in, out, filtered, quarantined, ...}}) and "
+        "write no card unless --html is given",
+    )
+    p.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help="write the HTML card here (the JSON card goes beside it as OUT with .json); "
+        "default <build>/report/card.html",
+    )
+    p.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="yield history to compare with (default <builds-root>/yield-history.jsonl)",
+    )
     p.set_defaults(func=run)
 
 
@@ -36,14 +51,18 @@ def run(args: argparse.Namespace) -> int:
     view = open_build(args.dir)
     if args.json:
         if not view.stages:
-            raise UserError(f"{args.dir}: no stage manifests beside this snapshot; counts need the build directory")
+            raise UserError(
+                f"{args.dir}: no stage manifests beside this snapshot; counts need the build directory"
+            )
         print(json.dumps(stage_counts(view.stages), indent=1))
         if args.html is None:
             return 0
     out = args.html
     if out is None:
         if view.build_dir is None:
-            raise UserError(f"{args.dir} is a snapshot without its build: say where the card goes with --html OUT")
+            raise UserError(
+                f"{args.dir} is a snapshot without its build: say where the card goes with --html OUT"
+            )
         out = view.build_dir / "report" / "card.html"
     from corpus.report.gather import gather
     from corpus.report.html import render_html

@@ -58,8 +58,10 @@ class BuildView:
         """The snapshot's record of every stage's version, or the manifests' own when no snapshot."""
         if self.snapshot is not None:
             return self.snapshot.stage_versions
-        return {m.stage: {"version": m.stage_version, "config_hash": m.config_hash, "manifest": m.digest}
-                for m in self.stages}
+        return {
+            m.stage: {"version": m.stage_version, "config_hash": m.config_hash, "manifest": m.digest}
+            for m in self.stages
+        }
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -98,7 +100,9 @@ def open_build(path: Path) -> BuildView:
         snapshot_dir, build_dir = path, None
         manifest_path = path / MANIFEST
     else:
-        raise UserError(f"{path} is neither a build directory ({STAGES_DIR}/, {SNAPSHOT_DIR}/) nor a snapshot")
+        raise UserError(
+            f"{path} is neither a build directory ({STAGES_DIR}/, {SNAPSHOT_DIR}/) nor a snapshot"
+        )
     snapshot = None
     if manifest_path.is_file():
         d = _read_json(manifest_path)
@@ -116,5 +120,11 @@ def open_build(path: Path) -> BuildView:
         raise UserError(f"{path} holds no completed stage and no snapshot")
     cfg_path = build_dir / BUILD_CONFIG if build_dir else None
     build_config = _read_json(cfg_path) if cfg_path and cfg_path.is_file() else {}
-    return BuildView(path=path, build_dir=build_dir, snapshot_dir=snapshot_dir if snapshot else None,
-                     snapshot=snapshot, stages=stages, build_config=build_config)
+    return BuildView(
+        path=path,
+        build_dir=build_dir,
+        snapshot_dir=snapshot_dir if snapshot else None,
+        snapshot=snapshot,
+        stages=stages,
+        build_config=build_config,
+    )

@@ -33,8 +33,11 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def changes(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
     fa, fb = flatten(a), flatten(b)
     missing = "(absent)"
-    return [{"key": prefix + k, "a": fa.get(k, missing), "b": fb.get(k, missing)}
-            for k in sorted(fa.keys() | fb.keys()) if fa.get(k, missing) != fb.get(k, missing)]
+    return [
+        {"key": prefix + k, "a": fa.get(k, missing), "b": fb.get(k, missing)}
+        for k in sorted(fa.keys() | fb.keys())
+        if fa.get(k, missing) != fb.get(k, missing)
+    ]
 
 
 def count_delta(a: int, b: int) -> dict[str, int]:
@@ -51,15 +54,22 @@ def stage_count_changes(ma: StageManifest | None, mb: StageManifest | None) -> d
             out[field.replace("docs_", "")] = count_delta(va, vb)
     for kind in ("filtered", "quarantined"):
         ca, cb = (getattr(ta, kind) if ta else {}), (getattr(tb, kind) if tb else {})
-        reasons = {r: count_delta(ca.get(r, 0), cb.get(r, 0)) for r in sorted(ca.keys() | cb.keys())
-                   if ca.get(r, 0) != cb.get(r, 0)}
+        reasons = {
+            r: count_delta(ca.get(r, 0), cb.get(r, 0))
+            for r in sorted(ca.keys() | cb.keys())
+            if ca.get(r, 0) != cb.get(r, 0)
+        }
         if reasons:
             out[kind] = reasons
     return out
 
 
 def table_delta(a: dict[str, int], b: dict[str, int]) -> dict[str, dict[str, int]]:
-    return {k: count_delta(a.get(k, 0), b.get(k, 0)) for k in sorted(a.keys() | b.keys()) if a.get(k, 0) != b.get(k, 0)}
+    return {
+        k: count_delta(a.get(k, 0), b.get(k, 0))
+        for k in sorted(a.keys() | b.keys())
+        if a.get(k, 0) != b.get(k, 0)
+    }
 
 
 def _last_doc_stage(view: BuildView) -> StageManifest | None:
@@ -78,8 +88,10 @@ def _tokens_by(view: BuildView) -> dict[str, dict[str, int]]:
     t = tokens(view)
     if not t:
         return {}
-    return {axis: {k: (v["tokens"] if isinstance(v, dict) else v) for k, v in table.items()}
-            for axis, table in t["by"].items()}
+    return {
+        axis: {k: (v["tokens"] if isinstance(v, dict) else v) for k, v in table.items()}
+        for axis, table in t["by"].items()
+    }
 
 
 def _doc_ids(view: BuildView, m: StageManifest, skip: set[str]) -> dict[str, str]:
@@ -130,7 +142,9 @@ def diff_builds(a: BuildView, b: BuildView, sample: int = SAMPLE) -> dict[str, A
     if a.snapshot and b.snapshot:
         identical = a.snapshot.snapshot_id == b.snapshot.snapshot_id
     else:
-        identical = [m.digest for m in a.stages] == [m.digest for m in b.stages] and (a.snapshot is None) == (b.snapshot is None)
+        identical = [m.digest for m in a.stages] == [m.digest for m in b.stages] and (a.snapshot is None) == (
+            b.snapshot is None
+        )
     names = [m.stage for m in a.stages] + [m.stage for m in b.stages if not a.stage(m.stage)]
     va, vb = a.stage_versions(), b.stage_versions()
     versions = []
@@ -141,7 +155,10 @@ def diff_builds(a: BuildView, b: BuildView, sample: int = SAMPLE) -> dict[str, A
             continue
         # the manifest digest follows from everything else, the config hash is shown key by key below
         derived = ("manifest", "config_hash")
-        for c in changes({k: v for k, v in ea.items() if k not in derived}, {k: v for k, v in eb.items() if k not in derived}):
+        for c in changes(
+            {k: v for k, v in ea.items() if k not in derived},
+            {k: v for k, v in eb.items() if k not in derived},
+        ):
             versions.append({"stage": s, **c})
     config: list[dict[str, Any]] = []
     for s in names:
@@ -149,8 +166,11 @@ def diff_builds(a: BuildView, b: BuildView, sample: int = SAMPLE) -> dict[str, A
         if ma and mb:
             config += changes(ma.config, mb.config, prefix=f"{s}.")
     stage_tables = set(names)
-    config += changes({k: v for k, v in a.build_config.items() if k not in stage_tables},
-                      {k: v for k, v in b.build_config.items() if k not in stage_tables}, prefix="build.")
+    config += changes(
+        {k: v for k, v in a.build_config.items() if k not in stage_tables},
+        {k: v for k, v in b.build_config.items() if k not in stage_tables},
+        prefix="build.",
+    )
     counts = {}
     for s in names:
         c = stage_count_changes(a.stage(s), b.stage(s))
@@ -163,18 +183,26 @@ def diff_builds(a: BuildView, b: BuildView, sample: int = SAMPLE) -> dict[str, A
         "identical": identical,
         "stage_versions": versions,
         "config": config,
-        "tokenizer": changes(a.snapshot.tokenizer if a.snapshot else {}, b.snapshot.tokenizer if b.snapshot else {}),
+        "tokenizer": changes(
+            a.snapshot.tokenizer if a.snapshot else {}, b.snapshot.tokenizer if b.snapshot else {}
+        ),
         "counts": counts,
         "final_docs_by_source": table_delta(_final_by(a, 0), _final_by(b, 0)),
         "final_docs_by_lang": table_delta(_final_by(a, 1), _final_by(b, 1)),
-        "tokens": {axis: d for axis in sorted(ta.keys() | tb.keys()) if (d := table_delta(ta.get(axis, {}), tb.get(axis, {})))},
+        "tokens": {
+            axis: d
+            for axis in sorted(ta.keys() | tb.keys())
+            if (d := table_delta(ta.get(axis, {}), tb.get(axis, {})))
+        },
         "documents": None if identical else documents_delta(a, b, sample),
         "shards": shards_shared(a, b),
     }
 
 
 def _v(x: Any) -> str:
-    return repr(x) if isinstance(x, str) else str(x).replace("'", '"') if isinstance(x, list | dict) else str(x)
+    return (
+        repr(x) if isinstance(x, str) else str(x).replace("'", '"') if isinstance(x, list | dict) else str(x)
+    )
 
 
 def _delta_line(name: str, d: dict[str, int]) -> str:
@@ -183,21 +211,28 @@ def _delta_line(name: str, d: dict[str, int]) -> str:
 
 def summary_text(d: dict[str, Any]) -> str:
     """The diff as a person reads it: what changed first, then what it did to the data."""
-    lines = [f"A: {d['a']['path']}  {d['a']['snapshot_id'] or '(no snapshot)'}",
-             f"B: {d['b']['path']}  {d['b']['snapshot_id'] or '(no snapshot)'}"]
+    lines = [
+        f"A: {d['a']['path']}  {d['a']['snapshot_id'] or '(no snapshot)'}",
+        f"B: {d['b']['path']}  {d['b']['snapshot_id'] or '(no snapshot)'}",
+    ]
     if d["identical"]:
         lines.append("identical: same snapshot id, same stages, same configs")
         return "\n".join(lines)
     lines.append("the builds differ")
     evals = [v for v in d["stage_versions"] if "eval" in v.get("key", "")]
     toks = [v for v in d["stage_versions"] if "tokenizer" in v.get("key", "")]
-    for title, items in (("stage versions", [v for v in d["stage_versions"] if v not in evals + toks]),
-                         ("tokenizer", toks + [{"stage": "snapshot", **t} for t in d["tokenizer"]]),
-                         ("eval registry", evals)):
+    for title, items in (
+        ("stage versions", [v for v in d["stage_versions"] if v not in evals + toks]),
+        ("tokenizer", toks + [{"stage": "snapshot", **t} for t in d["tokenizer"]]),
+        ("eval registry", evals),
+    ):
         lines.append(f"\n{title}:" + ("" if items else " same"))
         for v in items:
-            lines.append(f"  {v['stage']}: only in {v['only_in'].upper()}" if "only_in" in v
-                         else f"  {v['stage']}.{v['key']}: {_v(v['a'])} -> {_v(v['b'])}")
+            lines.append(
+                f"  {v['stage']}: only in {v['only_in'].upper()}"
+                if "only_in" in v
+                else f"  {v['stage']}.{v['key']}: {_v(v['a'])} -> {_v(v['b'])}"
+            )
     lines.append("\nconfig:" + ("" if d["config"] else " same"))
     lines += [f"  {c['key']}: {_v(c['a'])} -> {_v(c['b'])}" for c in d["config"]]
     lines.append("\ncounts per stage (A -> B):" + ("" if d["counts"] else " same"))
@@ -208,8 +243,10 @@ def summary_text(d: dict[str, Any]) -> str:
         if not parts:
             parts = [_delta_line(k, c[k]) for k in ("bytes_in", "bytes_out") if k in c]
         lines.append(f"  {stage}: " + "; ".join(parts))
-    for key, title in (("final_docs_by_source", "final documents per source"),
-                       ("final_docs_by_lang", "final documents per language")):
+    for key, title in (
+        ("final_docs_by_source", "final documents per source"),
+        ("final_docs_by_lang", "final documents per language"),
+    ):
         if d[key]:
             lines.append(f"\n{title}:")
             lines += [f"  {_delta_line(k, v)}" for k, v in d[key].items()]
@@ -218,8 +255,10 @@ def summary_text(d: dict[str, Any]) -> str:
         lines += [f"  {_delta_line(k, v)}" for k, v in table.items()]
     docs = d["documents"]
     if docs:
-        lines.append(f"\ndocuments ({docs['stage_a']} vs {docs['stage_b']}): {docs['removed']:,} removed, "
-                     f"{docs['added']:,} added ({docs['shards_shared']} shards identical, not read)")
+        lines.append(
+            f"\ndocuments ({docs['stage_a']} vs {docs['stage_b']}): {docs['removed']:,} removed, "
+            f"{docs['added']:,} added ({docs['shards_shared']} shards identical, not read)"
+        )
         lines += [f"  - {x['doc_id']} {x['url']}" for x in docs["removed_sample"]]
         lines += [f"  + {x['doc_id']} {x['url']}" for x in docs["added_sample"]]
     if d["shards"]:

@@ -68,7 +68,11 @@ def funnel(stages: list[StageManifest]) -> dict[str, Any]:
         for axis, table in ((0, by_source), (1, by_lang)):
             for key, c in y.by(axis).items():
                 table.setdefault(key, []).append(funnel_row(m.stage, c))
-    return {"total": total, "by_source": dict(sorted(by_source.items())), "by_lang": dict(sorted(by_lang.items()))}
+    return {
+        "total": total,
+        "by_source": dict(sorted(by_source.items())),
+        "by_lang": dict(sorted(by_lang.items())),
+    }
 
 
 def tokens(view: BuildView, lineage: bool = True) -> dict[str, Any] | None:
@@ -101,19 +105,42 @@ def _token_total(table: dict[str, Any]) -> int:
     return sum(v["tokens"] if isinstance(v, dict) else v for v in table.values() if isinstance(v, dict | int))
 
 
-def sketch_json(s: Sketch, log: bool = False) -> dict[str, Any]:
-    edges, counts = s.histogram(bins=40, log=log)
-    return {**s.summary(), "histogram": {"edges": edges, "counts": counts, "log": log}}
-
-
-def distributions_json(d: Distributions) -> dict[str, Any]:
+def sketch_json(s: Sketch, log: bool = False, span: tuple[float, float] | None = None) -> dict[str, Any]:
+    edges, counts = s.histogram(bins=40, log=log, lo=span[0] if span else None, hi=span[1] if span else None)
     return {
-        "stage": d.stage,
-        "docs": d.docs,
-        "length_chars": sketch_json(d.length, log=True),
-        "lang_confidence": sketch_json(d.lang_confidence) if d.lang_confidence.count else None,
-        "scores": {k: sketch_json(v) for k, v in sorted(d.scores.items())},
-        "languages": dict(d.languages.most_common()),
+        **{k: _round(v) for k, v in s.summary().items()},
+        "histogram": {"edges": [_round(e) for e in edges], "counts": counts, "log": log},
+    }
+
+
+def _round(v: Any) -> Any:
+    return float(f"{v:.6g}") if isinstance(v, float) else v
+
+
+def _span(sketches: list[Sketch]) -> tuple[float, float] | None:
+    """One range for a quantity over every population, so their histograms share bins."""
+    filled = [s for s in sketches if s.count]
+    return (min(s.min for s in filled), max(s.max for s in filled)) if filled else None
+
+
+def populations_json(pops: dict[str, Distributions]) -> dict[str, Any]:
+    """Each population's distributions, histogrammed on bins shared across populations."""
+    ds = list(pops.values())
+    length_span = _span([d.length for d in ds])
+    conf_span = _span([d.lang_confidence for d in ds])
+    score_spans = {k: _span([d.scores[k] for d in ds if k in d.scores]) for d in ds for k in d.scores}
+    return {
+        name: {
+            "stage": d.stage,
+            "docs": d.docs,
+            "length_chars": sketch_json(d.length, log=True, span=length_span),
+            "lang_confidence": sketch_json(d.lang_confidence, span=conf_span)
+            if d.lang_confidence.count
+            else None,
+            "scores": {k: sketch_json(v, span=score_spans[k]) for k, v in sorted(d.scores.items())},
+            "languages": dict(sorted(d.languages.items(), key=lambda kv: (-kv[1], kv[0]))),
+        }
+        for name, d in pops.items()
     }
 
 
@@ -138,8 +165,12 @@ def contamination(view: BuildView) -> dict[str, Any] | None:
         if art and (view.snapshot_dir / art["path"]).is_file():
             report = json.loads((view.snapshot_dir / art["path"]).read_text())
             flagged = report.pop("flagged_docs", [])
-            return {"source": f"snapshot {art['path']}", "report": report, "flagged_docs": len(flagged),
-                    "flagged_sample": flagged[:10]}
+            return {
+                "source": f"snapshot {art['path']}",
+                "report": report,
+                "flagged_docs": len(flagged),
+                "flagged_sample": flagged[:10],
+            }
     m = view.stage("decontaminate")
     if m is None:
         return None
@@ -157,8 +188,11 @@ def contamination(view: BuildView) -> dict[str, Any] | None:
     t = m.yield_counts().total()
     return {
         "source": f"stage {m.stage} manifest",
-        "report": {"docs_scanned": t.docs_in, "removed": dict(sorted(t.filtered.items())),
-                   **{k: v for k, v in m.extra.items() if not k.endswith("_hash")}},
+        "report": {
+            "docs_scanned": t.docs_in,
+            "removed": dict(sorted(t.filtered.items())),
+            **{k: v for k, v in m.extra.items() if not k.endswith("_hash")},
+        },
         "artifacts": artifacts,
     }
 
@@ -195,7 +229,9 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     if view.snapshot is None:
         absent["snapshot"] = "no snapshot/manifest.json: the build did not finish"
     if not view.stages:
-        absent["stages"] = "no stage manifests beside this snapshot: funnel, distributions and dedup need the build"
+        absent["stages"] = (
+            "no stage manifests beside this snapshot: funnel, distributions and dedup need the build"
+        )
 
     card["stages"] = stage_counts(view.stages)
     card["funnel"] = funnel(view.stages)
@@ -208,13 +244,14 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     doc_stages = [m for m in view.stages if holds_documents(view.stage_dir(m.stage), m)]
     before = _population_before_policy(doc_stages)
     kept = doc_stages[-1] if doc_stages else None
-    dists: dict[str, Any] = {}
-    scanned: dict[str, dict[str, Any]] = {}  # a stage that is both populations is read once
+    scanned: dict[str, Distributions] = {}  # a stage that is both populations is read once
+    pops: dict[str, Distributions] = {}
     for name, m in (("annotated", before), ("kept", kept)):
         if m is not None:
             if m.stage not in scanned:
-                scanned[m.stage] = distributions_json(scan_documents(view.stage_dir(m.stage), m))
-            dists[name] = scanned[m.stage]
+                scanned[m.stage] = scan_documents(view.stage_dir(m.stage), m)
+            pops[name] = scanned[m.stage]
+    dists = populations_json(pops)
     card["distributions"] = dists
     if not dists:
         absent["distributions"] = "no stage output holds documents"
@@ -222,8 +259,11 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
         absent["scores"] = "no document carries scores (quality, heuristics) yet"
     if dists and not any(p["lang_confidence"] for p in dists.values()):
         absent["lang_confidence"] = "no document carries a language yet"
-    dedup = {m.stage: clusters_json(scan_clusters(view.stage_dir(m.stage), m), m)
-             for m in view.stages if "dedup" in m.stage}
+    dedup = {
+        m.stage: clusters_json(scan_clusters(view.stage_dir(m.stage), m), m)
+        for m in view.stages
+        if "dedup" in m.stage
+    }
     card["dedup"] = dedup
     if not dedup:
         absent["dedup"] = "no dedup stage in this build"
@@ -243,7 +283,11 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
 
     if view.stages:
         found, compared, path = alarms.assess(view, history_path)
-        card["alarms"] = {"history": str(path), "compared_with": compared, "alarms": [a.to_dict() for a in found]}
+        card["alarms"] = {
+            "history": str(path),
+            "compared_with": compared,
+            "alarms": [a.to_dict() for a in found],
+        }
     else:
         card["alarms"] = None
     card["absent"] = absent

@@ -84,12 +84,18 @@ def _alarms(card: dict[str, Any]) -> str:
         return _note("Yield alarms: no stage manifests, nothing to compare.")
     if a["alarms"]:
         items = "".join(f"<li>{escape(x['message'])}</li>" for x in a["alarms"])
-        return (f'<section class="alarm"><h2>⚠ {len(a["alarms"])} yield alarm(s)</h2><ul>{items}</ul>'
-                f'<span class="mono">history: {escape(a["history"])}</span></section>')
+        return (
+            f'<section class="alarm"><h2>⚠ {len(a["alarms"])} yield alarm(s)</h2><ul>{items}</ul>'
+            f'<span class="mono">history: {escape(a["history"])}</span></section>'
+        )
     if not a["compared_with"]:
-        return _note(f"Yield alarms: no earlier build of these sources in {a['history']}; nothing to compare yet.")
-    return (f'<p class="ok">No yield alarm: every stage within its band of the trailing median of '
-            f'{a["compared_with"]} earlier build(s) of these sources.</p>')
+        return _note(
+            f"Yield alarms: no earlier build of these sources in {a['history']}; nothing to compare yet."
+        )
+    return (
+        f'<p class="ok">No yield alarm: every stage within its band of the trailing median of '
+        f"{a['compared_with']} earlier build(s) of these sources.</p>"
+    )
 
 
 def _header(card: dict[str, Any]) -> str:
@@ -99,43 +105,81 @@ def _header(card: dict[str, Any]) -> str:
     tiles = []
     if total:
         first, last = total[0], total[-1]
-        tiles += [("documents in", _n(first["in"])), ("documents out", _n(last["out"])),
-                  ("overall retention", _pct(100 * last["out"] / first["in"] if first["in"] else None)),
-                  ("bytes out", _n(last["bytes_out"]))]
+        tiles += [
+            ("documents in", _n(first["in"])),
+            ("documents out", _n(last["out"])),
+            ("overall retention", _pct(100 * last["out"] / first["in"] if first["in"] else None)),
+            ("bytes out", _n(last["bytes_out"])),
+        ]
     if card.get("tokens"):
         tiles.append(("tokens", _n(card["tokens"]["total"])))
     if b["shards"] is not None:
         tiles.append(("snapshot shards", _n(b["shards"])))
     tile_html = "".join(f'<div class="tile"><b>{v}</b><span>{escape(k)}</span></div>' for k, v in tiles)
-    return (f"<h1>Data card</h1><div class=\"id mono\">snapshot_id {escape(sid)}</div>"
-            f"<div>build <code>{escape(str(b['build_dir'] or b['path']))}</code> · seed {_n(b['seed'])} · "
-            f"sources {escape(', '.join(b['sources']) or '–')} · stages {escape(' → '.join(b['stages']) or '–')}</div>"
-            f'<div class="tiles">{tile_html}</div>')
+    return (
+        f'<h1>Data card</h1><div class="id mono">snapshot_id {escape(sid)}</div>'
+        f"<div>build <code>{escape(str(b['build_dir'] or b['path']))}</code> · seed {_n(b['seed'])} · "
+        f"sources {escape(', '.join(b['sources']) or '–')} · stages {escape(' → '.join(b['stages']) or '–')}</div>"
+        f'<div class="tiles">{tile_html}</div>'
+    )
 
 
 def _funnel(card: dict[str, Any]) -> str:
     f = card["funnel"]
     if not f["total"]:
         return "<h2>Yield funnel</h2>" + _note(card["absent"].get("stages", "no stage manifests"))
-    rows = [[escape(r["stage"]), _n(r["in"]), _n(r["out"]), _pct(r["retention"]), _n(r["filtered"]),
-             _n(r["quarantined"]), _n(r["bytes_in"]), _n(r["bytes_out"]), _pct(r["bytes_retention"])]
-            for r in f["total"]]
+    rows = [
+        [
+            escape(r["stage"]),
+            _n(r["in"]),
+            _n(r["out"]),
+            _pct(r["retention"]),
+            _n(r["filtered"]),
+            _n(r["quarantined"]),
+            _n(r["bytes_in"]),
+            _n(r["bytes_out"]),
+            _pct(r["bytes_retention"]),
+        ]
+        for r in f["total"]
+    ]
     stages = [r["stage"] for r in f["total"]]
-    out = ["<h2>Yield funnel</h2>", _img(plots.funnel_plot(f["total"]), "yield funnel"),
-           _table(["stage", "docs in", "docs out", "kept", "filtered", "quarantined", "bytes in", "bytes out",
-                   "bytes kept"], rows)]
+    out = [
+        "<h2>Yield funnel</h2>",
+        _img(plots.funnel_plot(f["total"]), "yield funnel"),
+        _table(
+            [
+                "stage",
+                "docs in",
+                "docs out",
+                "kept",
+                "filtered",
+                "quarantined",
+                "bytes in",
+                "bytes out",
+                "bytes kept",
+            ],
+            rows,
+        ),
+    ]
     for axis, title in (("by_source", "source"), ("by_lang", "language")):
         table = f[axis]
         out.append(f"<h3>Retention per {title}</h3>")
-        out.append(_img(plots.retention_by_group_plot(table, stages, f"Retention per {title} and stage"),
-                        f"retention per {title}"))
+        out.append(
+            _img(
+                plots.retention_by_group_plot(table, stages, f"Retention per {title} and stage"),
+                f"retention per {title}",
+            )
+        )
         head = [title] + stages + ["docs out", "bytes out"]
         body = []
         for group, grows in table.items():
             by_stage = {r["stage"]: r for r in grows}
             last = by_stage.get(stages[-1])
-            body.append([escape(group)] + [_pct(by_stage[s]["retention"]) if s in by_stage else "–" for s in stages]
-                        + [_n(last["out"] if last else 0), _n(last["bytes_out"] if last else 0)])
+            body.append(
+                [escape(group)]
+                + [_pct(by_stage[s]["retention"]) if s in by_stage else "–" for s in stages]
+                + [_n(last["out"] if last else 0), _n(last["bytes_out"] if last else 0)]
+            )
         out.append(_table(head, body))
     return "".join(out)
 
@@ -153,7 +197,9 @@ def _tokens(card: dict[str, Any]) -> str:
         for k, v in table.items():
             extra = [_n(v.get("docs")), _n(v.get("shards"))] if isinstance(v, dict) else []
             rows.append([escape(k), _n(values[k]), _pct(100 * values[k] / total)] + extra)
-        head = [axis, "tokens", "share"] + (["docs", "shards"] if any(isinstance(v, dict) for v in table.values()) else [])
+        head = [axis, "tokens", "share"] + (
+            ["docs", "shards"] if any(isinstance(v, dict) for v in table.values()) else []
+        )
         out.append(_table(head, rows))
     return "".join(out)
 
@@ -163,7 +209,10 @@ def _summary_table(pops: dict[str, dict[str, Any]], pick) -> str:
     for name, p in pops.items():
         s = pick(p)
         if s:
-            rows.append([escape(f"{name} ({p['stage']})")] + [_n(s.get(k)) for k in ("count", "min", "p05", "p50", "p95", "max", "mean")])
+            rows.append(
+                [escape(f"{name} ({p['stage']})")]
+                + [_n(s.get(k)) for k in ("count", "min", "p05", "p50", "p95", "max", "mean")]
+            )
     return _table(["population", "docs", "min", "p5", "median", "p95", "max", "mean"], rows) if rows else ""
 
 
@@ -173,17 +222,46 @@ def _distributions(card: dict[str, Any]) -> str:
     if not pops:
         return out[0] + _note(card["absent"].get("distributions", "no documents"))
     labels = {k: f"{k} ({p['stage']}, {p['docs']:,} docs)" for k, p in pops.items()}
-    out.append(_note("Full distributions over the annotated documents (before any policy) and over the "
-                     "documents that reached the last document stage (kept)."))
-    out.append(_img(plots.grouped_bars_plot({labels[k]: p["languages"] for k, p in pops.items()},
-                                            "Documents per language", "documents"), "languages"))
-    out.append(_img(plots.histogram_plot({labels[k]: p["length_chars"]["histogram"] for k, p in pops.items()},
-                                         "Document length", "characters (log scale)"), "document length"))
+    out.append(
+        _note(
+            "Full distributions over the annotated documents (before any policy) and over the "
+            "documents that reached the last document stage (kept)."
+        )
+    )
+    out.append(
+        _img(
+            plots.grouped_bars_plot(
+                {labels[k]: p["languages"] for k, p in pops.items()}, "Documents per language", "documents"
+            ),
+            "languages",
+        )
+    )
+    out.append(
+        _img(
+            plots.histogram_plot(
+                {labels[k]: p["length_chars"]["histogram"] for k, p in pops.items()},
+                "Document length",
+                "characters (log scale)",
+            ),
+            "document length",
+        )
+    )
     out.append(_summary_table(pops, lambda p: p["length_chars"]))
     if any(p["lang_confidence"] for p in pops.values()):
-        out.append(_img(plots.histogram_plot({labels[k]: p["lang_confidence"]["histogram"] for k, p in pops.items()
-                                              if p["lang_confidence"]}, "Language-ID confidence", "confidence"),
-                        "language confidence"))
+        out.append(
+            _img(
+                plots.histogram_plot(
+                    {
+                        labels[k]: p["lang_confidence"]["histogram"]
+                        for k, p in pops.items()
+                        if p["lang_confidence"]
+                    },
+                    "Language-ID confidence",
+                    "confidence",
+                ),
+                "language confidence",
+            )
+        )
         out.append(_summary_table(pops, lambda p: p["lang_confidence"]))
     else:
         out.append(_note(card["absent"].get("lang_confidence", "no language confidence")))
@@ -191,12 +269,24 @@ def _distributions(card: dict[str, Any]) -> str:
     if not names:
         out.append(_note(card["absent"].get("scores", "no scores")))
     if "quality" in names:
-        out.append(_img(plots.histogram_plot({labels[k]: p["scores"]["quality"]["histogram"] for k, p in pops.items()
-                                              if "quality" in p["scores"]}, "Quality score", "quality"), "quality"))
+        out.append(
+            _img(
+                plots.histogram_plot(
+                    {
+                        labels[k]: p["scores"]["quality"]["histogram"]
+                        for k, p in pops.items()
+                        if "quality" in p["scores"]
+                    },
+                    "Quality score",
+                    "quality",
+                ),
+                "quality",
+            )
+        )
         out.append(_summary_table(pops, lambda p: p["scores"].get("quality")))
     others = [n for n in names if n != "quality"]
     if others:
-        out.append("<h3>Heuristic scores</h3><div class=\"grid\">")
+        out.append('<h3>Heuristic scores</h3><div class="grid">')
         for n in others:
             hists = {k: p["scores"][n]["histogram"] for k, p in pops.items() if n in p["scores"]}
             out.append(_img(plots.histogram_plot(hists, n, n, small=True), n))
@@ -209,16 +299,33 @@ def _dedup(card: dict[str, Any]) -> str:
     if not card["dedup"]:
         return out[0] + _note(card["absent"].get("dedup", "no dedup stage"))
     for stage, d in card["dedup"].items():
-        out.append(f"<h3>{escape(stage)}: {_n(d['removed'])} removed, {_n(d['clusters'])} clusters of 2 or more</h3>")
+        out.append(
+            f"<h3>{escape(stage)}: {_n(d['removed'])} removed, {_n(d['clusters'])} clusters of 2 or more</h3>"
+        )
         if d["clusters"]:
-            out.append(_img(plots.cluster_sizes_plot(d["cluster_sizes"], f"{stage}: cluster sizes"), f"{stage} clusters"))
-            rows = [[_n(c["size"]), _mono(c["keeper"]), _mono(c["copy_doc_id"]), escape(c["source"]), _mono(c["url"])]
-                    for c in d["largest"]]
+            out.append(
+                _img(
+                    plots.cluster_sizes_plot(d["cluster_sizes"], f"{stage}: cluster sizes"),
+                    f"{stage} clusters",
+                )
+            )
+            rows = [
+                [
+                    _n(c["size"]),
+                    _mono(c["keeper"]),
+                    _mono(c["copy_doc_id"]),
+                    escape(c["source"]),
+                    _mono(c["url"]),
+                ]
+                for c in d["largest"]
+            ]
             out.append("<p>Largest clusters (a huge cluster is a bug signal):</p>")
             out.append(_table(["size", "kept doc_id", "a dropped copy", "source", "its url"], rows, left=5))
         for key, value in d["recorded"].items():
-            out.append(f"<p class=\"mono\">{escape(stage)} records {escape(key)}: "
-                       f"{escape(json.dumps(value, sort_keys=True))[:600]}</p>")
+            out.append(
+                f'<p class="mono">{escape(stage)} records {escape(key)}: '
+                f"{escape(json.dumps(value, sort_keys=True))[:600]}</p>"
+            )
     return "".join(out)
 
 
@@ -235,22 +342,46 @@ def _contamination(card: dict[str, Any]) -> str:
         head.append("removed " + ", ".join(f"{escape(k)}: {_n(v)}" for k, v in r["removed"].items()))
     if r.get("policy"):
         head.append(escape(r["policy"]))
-    out.append(f"<p>{'; '.join(head)}. <span class=\"mono\">from {escape(c['source'])}</span></p>")
+    out.append(f'<p>{"; ".join(head)}. <span class="mono">from {escape(c["source"])}</span></p>')
     bench = r.get("benchmarks")
     if isinstance(bench, dict) and bench:
-        cols = ["items", "items_matched", "docs_flagged", "tokens_flagged", "doc_rate", "token_rate", "longest_run"]
-        cols = [k for k in cols if any(k in v for v in bench.values())] or sorted({k for v in bench.values() for k in v})
-        rows = [[escape(b)] + [(_pct(100 * v[k]) if k.endswith("_rate") and isinstance(v.get(k), float) else _n(v.get(k)))
-                               for k in cols] for b, v in bench.items()]
+        cols = [
+            "items",
+            "items_matched",
+            "docs_flagged",
+            "tokens_flagged",
+            "doc_rate",
+            "token_rate",
+            "longest_run",
+        ]
+        cols = [k for k in cols if any(k in v for v in bench.values())] or sorted(
+            {k for v in bench.values() for k in v}
+        )
+        rows = [
+            [escape(b)]
+            + [
+                (_pct(100 * v[k]) if k.endswith("_rate") and isinstance(v.get(k), float) else _n(v.get(k)))
+                for k in cols
+            ]
+            for b, v in bench.items()
+        ]
         out.append(_table(["benchmark"] + [k.replace("_", " ") for k in cols], rows))
-    rest = {k: v for k, v in r.items() if k not in ("benchmarks", "docs_scanned", "docs_flagged", "tokens_flagged",
-                                                    "removed", "policy")}
+    rest = {
+        k: v
+        for k, v in r.items()
+        if k not in ("benchmarks", "docs_scanned", "docs_flagged", "tokens_flagged", "removed", "policy")
+    }
     if rest:
         out.append(f"<pre>{escape(json.dumps(rest, indent=1, sort_keys=True))[:6000]}</pre>")
     if c.get("flagged_sample"):
-        rows = [[f'<span class="mono">{escape(f["doc_id"])}</span>', escape(f.get("url", "")),
-                 escape(", ".join(f"{b} (run {m['run']})" for b, m in f.get("matches", {}).items()))]
-                for f in c["flagged_sample"]]
+        rows = [
+            [
+                f'<span class="mono">{escape(f["doc_id"])}</span>',
+                escape(f.get("url", "")),
+                escape(", ".join(f"{b} (run {m['run']})" for b, m in f.get("matches", {}).items())),
+            ]
+            for f in c["flagged_sample"]
+        ]
         out.append(f"<p>Flagged documents ({_n(c['flagged_docs'])}; first {len(rows)}):</p>")
         out.append(_table(["doc_id", "url", "benchmarks"], rows, left=3))
     for name, value in c.get("artifacts", {}).items():
@@ -279,39 +410,66 @@ def _keyed_table(name: str, value: Any) -> str:
 
 def _reasons(card: dict[str, Any]) -> str:
     out = ["<h2>Filter and quarantine reasons</h2>"]
-    rows = [[escape(s), escape(r), _n(n)] for s, reasons in card["filtered"].items() for r, n in reasons.items()]
+    rows = [
+        [escape(s), escape(r), _n(n)] for s, reasons in card["filtered"].items() for r, n in reasons.items()
+    ]
     out.append("<h3>Filtered (kept in each stage's filtered/ with the document)</h3>")
-    out.append(_table(["stage", "reason", "documents"], rows, left=2) if rows else _note("no document was filtered"))
+    out.append(
+        _table(["stage", "reason", "documents"], rows, left=2) if rows else _note("no document was filtered")
+    )
     out.append("<h3>Quarantined (inputs that could not become documents)</h3>")
     qrows = []
     for stage, reasons in card["quarantine"].items():
         for reason, q in reasons.items():
-            samples = "<br>".join(f'<span class="mono">{escape(s["raw_digest"][:24])}…</span> '
-                                  f'{escape(s.get("url") or s.get("source") or "")} {escape(s.get("detail") or "")[:80]}'
-                                  for s in q["samples"])
+            samples = "<br>".join(
+                f'<span class="mono">{escape(s["raw_digest"][:24])}…</span> '
+                f"{escape(s.get('url') or s.get('source') or '')} {escape(s.get('detail') or '')[:80]}"
+                for s in q["samples"]
+            )
             qrows.append([escape(stage), escape(reason), _n(q["count"]), samples])
-    out.append(_table(["stage", "reason", "records", "sample raw digests"], qrows, left=2) if qrows
-               else _note("nothing was quarantined"))
+    out.append(
+        _table(["stage", "reason", "records", "sample raw digests"], qrows, left=2)
+        if qrows
+        else _note("nothing was quarantined")
+    )
     return "".join(out)
 
 
 def _versions(card: dict[str, Any]) -> str:
     b = card["build"]
     keys = sorted({k for v in b["stage_versions"].values() for k in v}, key=lambda k: (k != "version", k))
-    rows = [[escape(s)] + [_mono(str(v.get(k, "–")), 23) for k in keys]
-            for s, v in b["stage_versions"].items()]
+    rows = [
+        [escape(s)] + [_mono(str(v.get(k, "–")), 23) for k in keys] for s, v in b["stage_versions"].items()
+    ]
     out = ["<h2>Stage versions</h2>", _table(["stage"] + keys, rows, left=len(keys) + 1)]
     if b["tokenizer"]:
-        out.append(f"<h3>Tokenizer</h3><pre>{escape(json.dumps(b['tokenizer'], indent=1, sort_keys=True))}</pre>")
-    out.append(f"<h3>Build config</h3><pre>{escape(json.dumps(b['build_config'], indent=1, sort_keys=True))}</pre>")
+        out.append(
+            f"<h3>Tokenizer</h3><pre>{escape(json.dumps(b['tokenizer'], indent=1, sort_keys=True))}</pre>"
+        )
+    out.append(
+        f"<h3>Build config</h3><pre>{escape(json.dumps(b['build_config'], indent=1, sort_keys=True))}</pre>"
+    )
     return "".join(out)
 
 
 def render_html(card: dict[str, Any]) -> str:
     sid = card["build"]["snapshot_id"] or "unfinished build"
     title = f"Data card {sid[:19]}"
-    body = "".join([_header(card), _alarms(card), _funnel(card), _tokens(card), _distributions(card), _dedup(card),
-                    _contamination(card), _reasons(card), _versions(card)])
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>'
-            f"<body><main>{body}</main></body></html>\n")
+    body = "".join(
+        [
+            _header(card),
+            _alarms(card),
+            _funnel(card),
+            _tokens(card),
+            _distributions(card),
+            _dedup(card),
+            _contamination(card),
+            _reasons(card),
+            _versions(card),
+        ]
+    )
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>'
+        f"<body><main>{body}</main></body></html>\n"
+    )

@@ -19,14 +19,16 @@ KEPT, FILTERED, QUARANTINED = "#2b8a3e", "#e8590c", "#c92a2a"
 BEFORE, AFTER = "#adb5bd", "#1c7ed6"
 PALETTE = ["#1c7ed6", "#e8590c", "#2b8a3e", "#7048e8", "#c2255c", "#0c8599", "#f08c00", "#5c940d", "#862e9c"]
 
-plt.rcParams.update({
-    "font.size": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.titlesize": 10,
-    "axes.titleweight": "bold",
-    "svg.hashsalt": "corpus-report",  # stable element ids: the same card renders to the same bytes
-})
+plt.rcParams.update(
+    {
+        "font.size": 9,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "axes.titlesize": 10,
+        "axes.titleweight": "bold",
+        "svg.hashsalt": "corpus-report",  # stable element ids: the same card renders to the same bytes
+    }
+)
 
 
 def to_data_uri(fig) -> str:
@@ -45,7 +47,13 @@ def funnel_plot(rows: list[dict[str, Any]]) -> str:
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.0))
     ax.barh(stages, out, color=KEPT, label="kept")
     ax.barh(stages, filt, left=out, color=FILTERED, label="filtered")
-    ax.barh(stages, quar, left=[o + f for o, f in zip(out, filt)], color=QUARANTINED, label="quarantined")
+    ax.barh(
+        stages,
+        quar,
+        left=[o + f for o, f in zip(out, filt, strict=True)],
+        color=QUARANTINED,
+        label="quarantined",
+    )
     for y, r in enumerate(rows[::-1]):
         if r["retention"] is not None:
             ax.text(r["in"], y, f"  {r['retention']:.1f}% kept", va="center", fontsize=8)
@@ -63,8 +71,13 @@ def retention_by_group_plot(table: dict[str, list[dict[str, Any]]], stages: list
     for i, (group, rows) in enumerate(table.items()):
         by_stage = {r["stage"]: r["retention"] for r in rows}
         ys = [by_stage.get(s) for s in stages]
-        ax.plot(x, [y if y is not None else float("nan") for y in ys], marker="o", label=group,
-                color=PALETTE[i % len(PALETTE)])
+        ax.plot(
+            x,
+            [y if y is not None else float("nan") for y in ys],
+            marker="o",
+            label=group,
+            color=PALETTE[i % len(PALETTE)],
+        )
     ax.set_xticks(x, stages, rotation=20, ha="right")
     ax.set_ylabel("retention % (out / in)")
     ax.set_ylim(-3, 103)
@@ -85,7 +98,9 @@ def bars_plot(values: dict[str, float], title: str, xlabel: str, color: str = AF
 
 def grouped_bars_plot(series: dict[str, dict[str, float]], title: str, xlabel: str) -> str:
     """Several populations over the same categories (e.g. languages before and after policy)."""
-    cats = sorted({c for s in series.values() for c in s}, key=lambda c: -max(s.get(c, 0) for s in series.values()))[:20]
+    cats = sorted(
+        {c for s in series.values() for c in s}, key=lambda c: -max(s.get(c, 0) for s in series.values())
+    )[:20]
     fig, ax = plt.subplots(figsize=(7.5, 0.38 * len(cats) * max(1, len(series)) / 1.5 + 1.0))
     h = 0.8 / max(1, len(series))
     colors = [BEFORE, AFTER] + PALETTE
@@ -110,8 +125,15 @@ def histogram_plot(hists: dict[str, dict[str, Any]], title: str, xlabel: str, sm
         if not counts:
             continue
         log = log or h.get("log", False)
-        ax.stairs(counts, edges, fill=i == 0, alpha=0.75 if i == 0 else 1.0, color=colors[i % len(colors)],
-                  linewidth=1.6, label=name)
+        ax.stairs(
+            counts,
+            edges,
+            fill=i == 0,
+            alpha=0.75 if i == 0 else 1.0,
+            color=colors[i % len(colors)],
+            linewidth=1.6,
+            label=name,
+        )
     if log:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)

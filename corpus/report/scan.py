@@ -67,8 +67,12 @@ class Clusters:
             return
         self.copies[keeper] += 1
         if keeper not in self.example or doc["doc_id"] < self.example[keeper]["doc_id"]:
-            self.example[keeper] = {"doc_id": doc["doc_id"], "source": doc.get("source", ""), "url": doc.get("url", ""),
-                                    "cluster_id": doc.get("dup_cluster_id", "")}
+            self.example[keeper] = {
+                "doc_id": doc["doc_id"],
+                "source": doc.get("source", ""),
+                "url": doc.get("url", ""),
+                "cluster_id": doc.get("dup_cluster_id", ""),
+            }
 
     def sizes(self, kept: int) -> dict[int, int]:
         """Cluster size -> how many clusters; the kept documents no copy points at are size 1."""
@@ -80,9 +84,17 @@ class Clusters:
 
     def largest(self, k: int = LARGEST_CLUSTERS) -> list[dict[str, Any]]:
         top = sorted(self.copies.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
-        return [{"size": n + 1, "keeper": keeper, "cluster_id": self.example[keeper]["cluster_id"],
-                 "copy_doc_id": self.example[keeper]["doc_id"], "source": self.example[keeper]["source"],
-                 "url": self.example[keeper]["url"]} for keeper, n in top]
+        return [
+            {
+                "size": n + 1,
+                "keeper": keeper,
+                "cluster_id": self.example[keeper]["cluster_id"],
+                "copy_doc_id": self.example[keeper]["doc_id"],
+                "source": self.example[keeper]["source"],
+                "url": self.example[keeper]["url"],
+            }
+            for keeper, n in top
+        ]
 
 
 def shard_paths(stage_dir: Path, m: StageManifest, kind: str) -> list[Path]:
@@ -122,18 +134,25 @@ def scan_clusters(stage_dir: Path, m: StageManifest) -> Clusters:
     return clusters
 
 
-def quarantine_samples(stage_dir: Path, m: StageManifest, k: int = SAMPLES_PER_REASON) -> dict[str, list[dict]]:
+def quarantine_samples(
+    stage_dir: Path, m: StageManifest, k: int = SAMPLES_PER_REASON
+) -> dict[str, list[dict]]:
     """Per reason, the ``k`` records with the smallest raw digests: a sample that is the same every time."""
     keep: dict[str, list] = {}
     for path in shard_paths(stage_dir, m, "quarantine"):
         for rec in iter_records(path):
             reason = rec.get("reason", "?")
-            item = (rec.get("raw_digest", ""), {f: rec.get(f, "") for f in ("raw_digest", "source", "url", "detail")})
+            item = (
+                rec.get("raw_digest", ""),
+                {f: rec.get(f, "") for f in ("raw_digest", "source", "url", "detail")},
+            )
             items = keep.setdefault(reason, [])
             items.append(item)
             if len(items) > 4 * k:
                 items[:] = heapq.nsmallest(k, items, key=lambda t: t[0])
-    return {r: [d for _, d in heapq.nsmallest(k, items, key=lambda t: t[0])] for r, items in sorted(keep.items())}
+    return {
+        r: [d for _, d in heapq.nsmallest(k, items, key=lambda t: t[0])] for r, items in sorted(keep.items())
+    }
 
 
 def snapshot_tokens(snapshot_dir: Path, shards: list[Any]) -> dict[str, dict[str, int]] | None:

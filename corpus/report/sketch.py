@@ -83,29 +83,54 @@ class Sketch:
     def mean(self) -> float | None:
         return self.total / self.count if self.count else None
 
-    def histogram(self, bins: int = 40, log: bool = False) -> tuple[list[float], list[int]]:
-        """Re-bin into ``bins`` equal-width (or, with ``log``, equal-ratio) bins over [min, max]."""
+    def intervals(self) -> list[tuple[float, float, int]]:
+        """(low, high, count) of every bucket, clamped to the exact min and max, in increasing order."""
+        out = [
+            (-(self.gamma**k), -(self.gamma ** (k - 1)), n) for k, n in sorted(self.neg.items(), reverse=True)
+        ]
+        if self.zero:
+            out.append((0.0, 0.0, self.zero))
+        out += [(self.gamma ** (k - 1), self.gamma**k, n) for k, n in sorted(self.pos.items())]
+        return [(min(max(a, self.min), self.max), min(max(b, self.min), self.max), n) for a, b, n in out]
+
+    def histogram(
+        self, bins: int = 40, log: bool = False, lo: float | None = None, hi: float | None = None
+    ) -> tuple[list[float], list[float]]:
+        """Re-bin into ``bins`` equal-width (with ``log``, equal-ratio) bins over [lo, hi] (default: the
+        sketch's own range). A bucket's count is spread over the bins its interval overlaps, so bins
+        finer than the buckets show no comb of empty bins; the counts still sum to ``count``."""
         if not self.count:
             return [], []
-        lo, hi = self.min, self.max
+        lo = self.min if lo is None else lo
+        hi = self.max if hi is None else hi
         if log:
             lo = max(lo, 1e-12)
             hi = max(hi, lo)
         if hi <= lo:
-            return [lo, lo + (abs(lo) * 0.01 or 1.0)], [self.count]
-        if log:
-            a, b = math.log10(lo), math.log10(hi)
-            edges = [10 ** (a + (b - a) * i / bins) for i in range(bins + 1)]
-        else:
-            edges = [lo + (hi - lo) * i / bins for i in range(bins + 1)]
-        counts = [0] * bins
-        for v, n in self.points():
+            return [lo, lo + (abs(lo) * 0.01 or 1.0)], [float(self.count)]
+
+        def pos(v: float) -> float:  # 0..bins
             if log:
-                x = (math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
-            else:
-                x = (v - lo) / (hi - lo)
-            counts[min(max(int(x * bins), 0), bins - 1)] += n
-        return edges, counts
+                return bins * (math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+            return bins * (v - lo) / (hi - lo)
+
+        edges = [
+            10 ** (math.log10(lo) + (math.log10(hi) - math.log10(lo)) * i / bins)
+            if log
+            else lo + (hi - lo) * i / bins
+            for i in range(bins + 1)
+        ]
+        counts = [0.0] * bins
+        for a, b, n in self.intervals():
+            x0, x1 = min(max(pos(a), 0.0), bins), min(max(pos(b), 0.0), bins)
+            if x1 - x0 < 1e-9:
+                counts[min(int(x0), bins - 1)] += n
+                continue
+            i = int(x0)
+            while i < bins and i < x1:
+                counts[i] += n * (min(x1, i + 1) - max(x0, i)) / (x1 - x0)
+                i += 1
+        return edges, [round(c, 3) for c in counts]
 
     def summary(self) -> dict[str, Any]:
         """The numbers a person compares: count, mean and a few quantiles."""

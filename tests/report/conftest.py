@@ -31,5 +31,7 @@ def builds(tmp_path_factory) -> Builds:
         rebuild=make_build(root / "rebuild", inputs),
         strict=make_build(root / "strict", inputs, "[policy]\nmin_quality = 0.5\n"),
         lid_broken=make_build(root / "lid_broken", inputs, '[ingest]\nlang_field = "language"\n'),
-        web_only=make_build(root / "web_only", [p for p in inputs if p.name in ("part-0.jsonl", "part-2.jsonl")]),
+        web_only=make_build(
+            root / "web_only", [p for p in inputs if p.name in ("part-0.jsonl", "part-2.jsonl")]
+        ),
     )

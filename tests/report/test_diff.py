@@ -43,14 +43,20 @@ def test_a_changed_threshold_is_the_only_config_named(builds):
 def test_a_changed_threshold_moves_exactly_the_counts_it_affects(builds):
     rc, d = diff_json(builds.base, builds.strict)
     # documents the stricter threshold newly drops: allowed language, quality in [0.3, 0.5)
-    newly_dropped = sum(1 for r in input_records(builds) if r["lang"] in ("en", "de", "fr") and 0.3 <= r["quality"] < 0.5)
+    newly_dropped = sum(
+        1 for r in input_records(builds) if r["lang"] in ("en", "de", "fr") and 0.3 <= r["quality"] < 0.5
+    )
     assert newly_dropped > 0
     assert set(d["counts"]) == {"policy", "exact_dedup"}  # ingest, upstream of the change, is untouched
     policy = d["counts"]["policy"]
     assert policy["out"]["delta"] == -newly_dropped
-    assert policy["filtered"] == {"low_quality": {"a": policy["filtered"]["low_quality"]["a"],
-                                                  "b": policy["filtered"]["low_quality"]["a"] + newly_dropped,
-                                                  "delta": newly_dropped}}
+    assert policy["filtered"] == {
+        "low_quality": {
+            "a": policy["filtered"]["low_quality"]["a"],
+            "b": policy["filtered"]["low_quality"]["a"] + newly_dropped,
+            "delta": newly_dropped,
+        }
+    }
     assert d["counts"]["exact_dedup"]["in"]["delta"] == -newly_dropped
     assert d["shards"]["ingest"] == {"shared": 4, "only_a": 0, "only_b": 0}
 
@@ -69,10 +75,16 @@ def test_removed_documents_are_named_by_doc_id_and_really_gone(builds):
     rc, d = diff_json(builds.base, builds.strict)
     docs = d["documents"]
     assert docs["removed"] > 0 and docs["removed_sample"]
-    kept_in_strict = {r["doc_id"] for p in (builds.strict / "stages/exact_dedup/shards").glob("*.zst")
-                      for r in iter_records(p)}
-    kept_in_base = {r["doc_id"] for p in (builds.base / "stages/exact_dedup/shards").glob("*.zst")
-                    for r in iter_records(p)}
+    kept_in_strict = {
+        r["doc_id"]
+        for p in (builds.strict / "stages/exact_dedup/shards").glob("*.zst")
+        for r in iter_records(p)
+    }
+    kept_in_base = {
+        r["doc_id"]
+        for p in (builds.base / "stages/exact_dedup/shards").glob("*.zst")
+        for r in iter_records(p)
+    }
     assert docs["removed"] == len(kept_in_base - kept_in_strict)
     assert docs["added"] == len(kept_in_strict - kept_in_base)
     for x in docs["removed_sample"]:

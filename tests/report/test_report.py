@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
+import pytest
 from playwright.sync_api import sync_playwright
 
 from corpus.model import StageManifest
 from tests.conftest import run_corpus
 from tests.report.toy_pipeline import make_build
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 
 
 def manifest(build, stage) -> StageManifest:
@@ -24,13 +31,24 @@ def make_card(build, out) -> dict:
     return json.loads(out.with_suffix(".json").read_text())
 
 
+@pytest.fixture(scope="module")
+def base_card(builds, tmp_path_factory) -> tuple[dict, Path]:
+    """The card of the baseline build (with no history beside it), made once for the tests that read it."""
+    out = tmp_path_factory.mktemp("card") / "card.html"
+    return make_card(builds.base, out), out
+
+
 def test_json_prints_every_stage_in_out_filtered_quarantined(builds):
     counts = json.loads(run_corpus("report", str(builds.base), "--json").stdout)
     assert list(counts) == ["ingest", "policy", "exact_dedup"]
     for stage, c in counts.items():
         t = manifest(builds.base, stage).yield_counts().total()
         assert (c["in"], c["out"], c["filtered"], c["quarantined"]) == (
-            t.docs_in, t.docs_out, dict(t.filtered), dict(t.quarantined))
+            t.docs_in,
+            t.docs_out,
+            dict(t.filtered),
+            dict(t.quarantined),
+        )
         assert c["in"] == c["out"] + sum(c["filtered"].values()) + sum(c["quarantined"].values())
     assert counts["ingest"]["quarantined"] == {"bad_json": 8}
 
@@ -41,33 +59,38 @@ def test_json_counts_are_the_same_from_the_snapshot_directory(builds):
     assert from_build == from_snapshot
 
 
-def test_card_funnel_matches_the_manifests_per_source_and_language(builds, tmp_path):
-    card = make_card(builds.base, tmp_path / "card.html")
+def test_card_funnel_matches_the_manifests_per_source_and_language(builds, base_card):
+    card = base_card[0]
     assert [r["stage"] for r in card["funnel"]["total"]] == ["ingest", "policy", "exact_dedup"]
     for stage in ("ingest", "policy", "exact_dedup"):
         y = manifest(builds.base, stage).yield_counts()
         for source, c in y.by(0).items():
             row = next(r for r in card["funnel"]["by_source"][source] if r["stage"] == stage)
             assert (row["in"], row["out"], row["bytes_out"]) == (c.docs_in, c.docs_out, c.bytes_out)
-    policy_by_lang = {lang: next(r for r in rows if r["stage"] == "policy")
-                      for lang, rows in card["funnel"]["by_lang"].items() if any(r["stage"] == "policy" for r in rows)}
+    policy_by_lang = {
+        lang: next(r for r in rows if r["stage"] == "policy")
+        for lang, rows in card["funnel"]["by_lang"].items()
+        if any(r["stage"] == "policy" for r in rows)
+    }
     assert policy_by_lang["xx"]["retention"] == 0.0  # a language the policy does not allow
 
 
-def test_card_distributions_are_full_and_show_the_policy_cut(builds, tmp_path):
-    card = make_card(builds.base, tmp_path / "card.html")
+def test_card_distributions_are_full_and_show_the_policy_cut(builds, base_card):
+    card = base_card[0]
     annotated, kept = card["distributions"]["annotated"], card["distributions"]["kept"]
     assert (annotated["stage"], kept["stage"]) == ("ingest", "exact_dedup")
     assert annotated["docs"] == manifest(builds.base, "ingest").yield_counts().total().docs_out
     quality = annotated["scores"]["quality"]
-    assert quality["min"] < 0.3 and sum(quality["histogram"]["counts"]) == annotated["docs"]
+    assert quality["min"] < 0.3 and sum(quality["histogram"]["counts"]) == pytest.approx(
+        annotated["docs"], abs=0.1
+    )
     assert kept["scores"]["quality"]["min"] >= 0.3  # the threshold of [policy] min_quality
     assert set(kept["languages"]) == {"en", "de", "fr"}
     assert annotated["lang_confidence"]["max"] <= 1.0
 
 
-def test_card_lists_the_largest_duplicate_clusters_and_quarantine_samples(builds, tmp_path):
-    card = make_card(builds.base, tmp_path / "card.html")
+def test_card_lists_the_largest_duplicate_clusters_and_quarantine_samples(builds, base_card):
+    card = base_card[0]
     d = card["dedup"]["exact_dedup"]
     assert d["removed"] == sum(int(size) * n - n for size, n in d["cluster_sizes"].items())
     largest = d["largest"][0]
@@ -78,18 +101,18 @@ def test_card_lists_the_largest_duplicate_clusters_and_quarantine_samples(builds
     assert digests == sorted(digests) and all(len(x) == 64 for x in digests)
 
 
-def test_card_records_the_snapshot_and_stage_versions(builds, tmp_path):
-    card = make_card(builds.base, tmp_path / "card.html")
+def test_card_records_the_snapshot_and_stage_versions(builds, base_card):
+    card = base_card[0]
     snap = json.loads((builds.base / "snapshot" / "manifest.json").read_text())
     assert card["build"]["snapshot_id"] == snap["snapshot_id"]
     assert card["build"]["stage_versions"] == snap["stage_versions"]
     assert card["tokens"]["by"]["bucket"]["web"]["tokens"] > 0
 
 
-def test_absent_sections_say_so(builds, tmp_path):
-    card = make_card(builds.base, tmp_path / "card.html")
+def test_absent_sections_say_so(base_card):
+    card, path = base_card
     assert "contamination" in card["absent"] and card["contamination"] is None
-    html = (tmp_path / "card.html").read_text()
+    html = path.read_text()
     assert "no decontaminate stage in this build" in html
 
 
@@ -117,38 +140,44 @@ def test_default_card_goes_into_the_build(builds):
     assert (builds.rebuild / "report" / "card.json").is_file()
 
 
-def test_card_shows_alarms_first_and_opens_in_chromium_without_errors(builds, tmp_path, artifacts_dir):
-    hist = tmp_path / "yield-history.jsonl"
+def test_card_shows_alarms_first_and_opens_in_chromium_without_errors(
+    builds, base_card, tmp_path, artifacts_dir
+):
     from corpus.alarms import check_build
 
+    hist = tmp_path / "yield-history.jsonl"
     check_build(builds.base, hist)
-    out = tmp_path / "card.html"
-    run_corpus("report", str(builds.lid_broken), "--html", str(out), "--history", str(hist))
-    html = out.read_text()
+    alarm_card = tmp_path / "card.html"
+    run_corpus("report", str(builds.lid_broken), "--html", str(alarm_card), "--history", str(hist))
+    html = alarm_card.read_text()
     assert html.index("yield alarm") < html.index("Yield funnel")
-    assert "src=\"http" not in html and "<script" not in html  # self-contained
-    for name, build in (("report-card-alarm", builds.lid_broken), ("report-card", builds.base)):
-        page_path = out if build == builds.lid_broken else tmp_path / "base.html"
-        if build == builds.base:
-            run_corpus("report", str(build), "--html", str(page_path), "--history", str(hist))
-        errors, images = screenshot(page_path, artifacts_dir / f"{name}.png")
-        assert errors == []
-        assert images and all(w > 100 for w in images)
+    assert 'src="http' not in html and "<script" not in html  # self-contained
+    shots = {"report-card": base_card[1], "report-card-alarm": alarm_card}
+    for name, (errors, widths) in screenshots(shots, artifacts_dir).items():
+        assert errors == [], name
+        assert widths and all(w > 100 for w in widths), name  # every plot decoded and laid out
     assert (artifacts_dir / "report-card.png").stat().st_size > 50_000
 
 
-def screenshot(page_path, png) -> tuple[list[str], list[int]]:
+def screenshots(pages: dict[str, Path], artifacts_dir: Path) -> dict[str, tuple[list[str], list[int]]]:
+    """Open each page in headless Chromium; its console errors and image widths, and a full-page PNG."""
+    out = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(page_path.as_uri())
-            page.wait_for_load_state("load")
-            widths = page.eval_on_selector_all("img", "els => els.map(e => e.naturalWidth)")
-            page.screenshot(path=str(png), full_page=True)
+            for name, path in pages.items():
+                page = browser.new_page(viewport={"width": 1200, "height": 900})
+                errors: list[str] = []
+                page.on(
+                    "console", lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None
+                )
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.goto(path.as_uri())
+                page.wait_for_load_state("load")
+                widths = page.eval_on_selector_all("img", "els => els.map(e => e.naturalWidth)")
+                page.screenshot(path=str(artifacts_dir / f"{name}.png"), full_page=True)
+                out[name] = (errors, widths)
+                page.close()
         finally:
             browser.close()
-    return errors, widths
+    return out

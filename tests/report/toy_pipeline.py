@@ -50,14 +50,26 @@ class ToyIngest(Stage):
             try:
                 rec = json.loads(line)
             except ValueError:
-                record = QuarantineRecord(stage=self.name, reason="bad_json", raw_digest=sha256_hex(line),
-                                          source="web", input_name=shard.name, detail="not JSON")
+                record = QuarantineRecord(
+                    stage=self.name,
+                    reason="bad_json",
+                    raw_digest=sha256_hex(line),
+                    source="web",
+                    input_name=shard.name,
+                    detail="not JSON",
+                )
                 yield Quarantined(record), len(line)
                 continue
             lang = rec.get(self.config.lang_field, "")
             doc = Document.create(
-                text=rec["text"], source=rec["source"], source_tier="web", url=rec["url"], crawl_date="2026-01-01",
-                raw_digest=sha256_hex(line), lang=lang, lang_confidence=rec["conf"] if lang else 0.0,
+                text=rec["text"],
+                source=rec["source"],
+                source_tier="web",
+                url=rec["url"],
+                crawl_date="2026-01-01",
+                raw_digest=sha256_hex(line),
+                lang=lang,
+                lang_confidence=rec["conf"] if lang else 0.0,
                 scores={"quality": rec["quality"], "words": float(len(rec["text"].split()))},
             )
             yield Kept(doc), len(line)
@@ -162,11 +174,15 @@ def toy_snapshot(out: Path, manifests: list[StageManifest], seed: int) -> Snapsh
     shards = []
     for o in last.outputs:
         docs = list(iter_docs(out / STAGES_DIR / last.stage / o.path))
-        shards.append(SnapshotShard(
-            path=f"../{STAGES_DIR}/{last.stage}/{o.path}", sha256=o.sha256,
-            bucket=docs[0].source if docs else "empty", docs=len(docs),
-            tokens=sum(len(d.text.split()) for d in docs),
-        ))
+        shards.append(
+            SnapshotShard(
+                path=f"../{STAGES_DIR}/{last.stage}/{o.path}",
+                sha256=o.sha256,
+                bucket=docs[0].source if docs else "empty",
+                docs=len(docs),
+                tokens=sum(len(d.text.split()) for d in docs),
+            )
+        )
     return SnapshotManifest(shards=tuple(shards), stage_versions=stage_versions(manifests), seed=seed)
 
 
