@@ -58,6 +58,12 @@ class Decontaminate(Stage):
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         index = self._load()
+        if ctx.rank == 0:  # the index files of inputs no longer in the stage would be listed in its manifest
+            expected = {f"{s.name}.npy" for s in inputs}
+            stale = ctx.out_dir / "ngrams"
+            for p in sorted(stale.iterdir()) if stale.is_dir() else []:
+                if p.name not in expected and not p.name.startswith("."):
+                    p.unlink()
         return json_digest({"eval_registry": index.registry.digest, "scheme": SCHEME})
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:

@@ -54,6 +54,12 @@ class Tokenize(Stage):
         return self._tok
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        if ctx.rank == 0:  # tokens of inputs no longer in the stage would be listed in its manifest
+            expected = {f"{s.name}{suffix}" for s in inputs for suffix in (".bin", ".idx")}
+            stale = ctx.out_dir / TOKENS
+            for p in sorted(stale.iterdir()) if stale.is_dir() else []:
+                if p.name not in expected and not p.name.startswith("."):
+                    p.unlink()
         return self.tokenizer.info.digest
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:

@@ -188,7 +188,10 @@ def test_shards_are_megatron_files_an_independent_reader_agrees_with(snap):
     check_shards_against_an_independent_reader(snap, OLMO, "uint16", seed=7)
     tokenizer = snap.manifest.tokenizer
     assert (tokenizer["eos_id"], tokenizer["vocab_size"], tokenizer["path"]) == (
-        50279, 50280, "tokenizer/gpt-neox-olmo-dolma-v1_5.tokenizer.json")
+        50279,
+        50280,
+        "tokenizer/gpt-neox-olmo-dolma-v1_5.tokenizer.json",
+    )
 
 
 def test_shards_are_homogeneous_by_bucket_and_cut_at_the_target_size(built, snap):
@@ -405,3 +408,41 @@ def test_a_degenerate_shard_stops_the_build_with_a_report(tmp_path):
     report = json.loads((out / "validation.json").read_text())
     assert report["passed"] is False and report["shards"]["curated-00000"]["failures"] == []
     assert not (out / "manifest.json").exists() and not (out / "megatron" / "_complete.json").exists()
+
+
+def test_an_interrupted_write_shards_reruns_to_byte_identical_shards(built, tmp_path):
+    stages = tmp_path / "stages"
+    for stage in ("tokenize", "write_shards"):
+        shutil.copytree(built / "stages" / stage, stages / stage)
+    out = stages / "write_shards"
+    before = json.loads((out / "manifest.json").read_text())
+    # what a crash mid-phase leaves: no manifest, no completion record, a shard and its lineage gone
+    (out / "manifest.json").unlink()
+    (out / "megatron" / "_complete.json").unlink()
+    (out / "megatron" / "curated-00001.bin").unlink()
+    (out / "lineage" / "mirror-00000.jsonl").unlink()
+    run_mpi(
+        2,
+        "-m",
+        "hpc_jobs.write_shards",
+        "--in",
+        str(stages / "tokenize"),
+        "--out",
+        str(out),
+        "--config",
+        str(built / "config.toml"),
+    )
+    after = json.loads((out / "manifest.json").read_text())
+    assert after["side_outputs"] == before["side_outputs"] and after["outputs"] == before["outputs"]
+    again = run_mpi(
+        1,
+        "-m",
+        "hpc_jobs.write_shards",
+        "--in",
+        str(stages / "tokenize"),
+        "--out",
+        str(out),
+        "--config",
+        str(built / "config.toml"),
+    )
+    assert "nothing to do" in again.stderr
