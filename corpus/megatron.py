@@ -117,7 +117,11 @@ class IndexedShard:
     def __init__(self, prefix: Path) -> None:
         prefix = Path(prefix)
         self.index = read_index(prefix.with_suffix(".idx"))
-        self.tokens = np.memmap(prefix.with_suffix(".bin"), dtype=self.index.dtype, mode="r")
+        bin_path = prefix.with_suffix(".bin")
+        if bin_path.stat().st_size == 0:  # an empty shard: mmap refuses zero-length files
+            self.tokens = np.zeros(0, dtype=self.index.dtype)
+        else:
+            self.tokens = np.memmap(bin_path, dtype=self.index.dtype, mode="r")
         if self.tokens.shape[0] != self.index.num_tokens:
             raise ValueError(f"{prefix}: .bin holds {self.tokens.shape[0]} tokens, .idx says {self.index.num_tokens}")
 

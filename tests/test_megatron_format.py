@@ -32,3 +32,9 @@ def test_dtype_follows_vocabulary_size():
     assert token_dtype_for_vocab(50_280) == "uint16"
     assert token_dtype_for_vocab(65_535) == "uint16"
     assert token_dtype_for_vocab(100_277) == "int32"
+
+
+def test_an_empty_shard_reads_as_empty(tmp_path):
+    write_indexed_shard(tmp_path / "e", [], "uint16")
+    shard = IndexedShard(tmp_path / "e")
+    assert len(shard) == 0 and shard.index.num_tokens == 0
