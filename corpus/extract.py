@@ -118,8 +118,13 @@ class ExtractWorker:
     ``fork`` would copy the MPI library's state.
     """
 
-    def __init__(self, fn: Callable[[Any], Any] = extract_text, time_limit_s: float = 10.0, warmup: Any = "<p>x</p>",
-                 start_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Any], Any] = extract_text,
+        time_limit_s: float = 10.0,
+        warmup: Any = "<p>x</p>",
+        start_timeout_s: float = 120.0,
+    ) -> None:
         self.fn = fn
         self.time_limit_s = time_limit_s
         self.warmup = warmup

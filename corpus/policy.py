@@ -22,14 +22,42 @@ STAGE = "policy"
 class PolicyConfig:
     languages: list[str] = field(default_factory=list)  # keep only these languages ([] = any)
     min_lang_confidence: float = 0.5
-    lang_confidence: dict[str, float] = field(default_factory=dict)  # per-language minimum (overrides the above)
+    lang_confidence: dict[str, float] = field(
+        default_factory=dict
+    )  # per-language minimum (overrides the above)
     # low-resource / non-Latin languages whose text must be mostly in the language's script
     script_check_languages: list[str] = field(
-        default_factory=lambda: ["be", "bg", "el", "hy", "ka", "kk", "ky", "mk", "mn", "sr", "tg", "uk", "he", "yi",
-                                 "am", "bo", "dv", "km", "lo", "my", "si", "ne", "mr"])
+        default_factory=lambda: [
+            "be",
+            "bg",
+            "el",
+            "hy",
+            "ka",
+            "kk",
+            "ky",
+            "mk",
+            "mn",
+            "sr",
+            "tg",
+            "uk",
+            "he",
+            "yi",
+            "am",
+            "bo",
+            "dv",
+            "km",
+            "lo",
+            "my",
+            "si",
+            "ne",
+            "mr",
+        ]
+    )
     min_script_fraction: float = 0.6
     exempt_tiers: list[str] = field(default_factory=lambda: ["curated", "books", "code"])
-    no_space_languages: list[str] = field(default_factory=lambda: ["zh", "ja", "th", "lo", "km", "my", "wuu", "yue"])
+    no_space_languages: list[str] = field(
+        default_factory=lambda: ["zh", "ja", "th", "lo", "km", "my", "wuu", "yue"]
+    )
     # Gopher quality rules
     min_words: int = 50
     max_words: int = 100_000
@@ -77,13 +105,26 @@ def decide(doc: Document, cfg: PolicyConfig) -> tuple[str | None, list[Annotatio
     if doc.source_tier not in cfg.exempt_tiers:
         spaced = lang not in cfg.no_space_languages
         checks += [
-            ("gopher_word_count", lambda s: (s.get("word_count", 0.0),
-                                             cfg.min_words <= s.get("word_count", 0.0) <= cfg.max_words)),
+            (
+                "gopher_word_count",
+                lambda s: (
+                    s.get("word_count", 0.0),
+                    cfg.min_words <= s.get("word_count", 0.0) <= cfg.max_words,
+                ),
+            ),
         ]
         if spaced:
-            checks.append(("gopher_mean_word_length", lambda s: (
-                s.get("mean_word_length", 0.0),
-                cfg.min_mean_word_length <= s.get("mean_word_length", 0.0) <= cfg.max_mean_word_length)))
+            checks.append(
+                (
+                    "gopher_mean_word_length",
+                    lambda s: (
+                        s.get("mean_word_length", 0.0),
+                        cfg.min_mean_word_length
+                        <= s.get("mean_word_length", 0.0)
+                        <= cfg.max_mean_word_length,
+                    ),
+                )
+            )
         checks += [
             ("gopher_symbol_word_ratio", _max("symbol_word_ratio", cfg.max_symbol_word_ratio)),
             ("gopher_bullet_lines", _max("bullet_line_fraction", cfg.max_bullet_line_fraction)),

@@ -45,11 +45,16 @@ class AnnotateStage(Stage):
             self.quality = load_quality_model(str(path))
         except FileNotFoundError as e:
             raise StageError(str(e)) from e
-        for field, actual in (("quality_model_hash", self.quality.hash), ("lid_model_hash", lid_model_hash())):
+        for field, actual in (
+            ("quality_model_hash", self.quality.hash),
+            ("lid_model_hash", lid_model_hash()),
+        ):
             pinned = getattr(config, field)
             if pinned and pinned != actual:
                 raise StageError(f"[annotate] {field} = {pinned} but the model file has {actual}")
-        super().__init__(replace(config, quality_model_hash=self.quality.hash, lid_model_hash=lid_model_hash()))
+        super().__init__(
+            replace(config, quality_model_hash=self.quality.hash, lid_model_hash=lid_model_hash())
+        )
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         return json_digest({"quality": self.config.quality_model_hash, "lid": self.config.lid_model_hash})
@@ -58,7 +63,10 @@ class AnnotateStage(Stage):
         return Kept(annotate_document(doc, self.quality.score, self.config.scrub_pii))
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
-        return {"quality_model_hash": self.config.quality_model_hash, "lid_model_hash": self.config.lid_model_hash}
+        return {
+            "quality_model_hash": self.config.quality_model_hash,
+            "lid_model_hash": self.config.lid_model_hash,
+        }
 
 
 def annotate_document(doc: Document, quality_score, scrub: bool = True) -> Document:
@@ -70,11 +78,14 @@ def annotate_document(doc: Document, quality_score, scrub: bool = True) -> Docum
     scores["script_fraction"] = script_fraction(text, guess.lang)
     scores["quality"] = quality_score(text)
     scores.update({f"pii_{kind}": float(n) for kind, n in pii.items()})
-    notes = [Annotation("annotate", "lang", guess.lang, "info"),
-             Annotation("annotate", "quality", scores["quality"], "info")]
+    notes = [
+        Annotation("annotate", "lang", guess.lang, "info"),
+        Annotation("annotate", "quality", scores["quality"], "info"),
+    ]
     notes += [Annotation("annotate", f"pii_{kind}", n, "info") for kind, n in sorted(pii.items()) if n]
-    return doc.with_text(text, lang=guess.lang, lang_confidence=guess.confidence,
-                         scores=dict(sorted(scores.items()))).annotate(*notes)
+    return doc.with_text(
+        text, lang=guess.lang, lang_confidence=guess.confidence, scores=dict(sorted(scores.items()))
+    ).annotate(*notes)
 
 
 STAGE = AnnotateStage

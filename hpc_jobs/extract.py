@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from corpus.docshard import iter_docs
 from corpus.extract import (
     ExtractWorker,
     cap_html,
@@ -22,7 +23,6 @@ from corpus.extract import (
     repair_replacement_chars,
     strip_invisible,
 )
-from corpus.docshard import iter_docs
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from hpc_jobs.runner import InputShard, Stage, StageContext, main
 
@@ -57,8 +57,18 @@ class ExtractStage(Stage):
             yield self.process_doc(doc, ctx), len(doc.text.encode("utf-8"))
 
     def quarantine(self, doc: Document, reason: str, detail: str) -> Quarantined:
-        return Quarantined(QuarantineRecord(stage=self.name, reason=reason, raw_digest=doc.raw_digest, source=doc.source,
-                                            url=doc.url, detail=detail, input_name=doc.doc_id, lang=doc.lang))
+        return Quarantined(
+            QuarantineRecord(
+                stage=self.name,
+                reason=reason,
+                raw_digest=doc.raw_digest,
+                source=doc.source,
+                url=doc.url,
+                detail=detail,
+                input_name=doc.doc_id,
+                lang=doc.lang,
+            )
+        )
 
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
         notes: list[Annotation] = []
@@ -77,8 +87,12 @@ class ExtractStage(Stage):
             notes.append(Annotation(self.name, "invisible_chars_removed", invisible, "info"))
         repaired = repair_replacement_chars(text, self.config.max_replacement_ratio)
         if repaired is None:
-            return self.quarantine(doc, "invalid_utf8", f"{text.count(chr(0xFFFD))} undecodable characters in "
-                                                         f"{len(text)} (max ratio {self.config.max_replacement_ratio})")
+            return self.quarantine(
+                doc,
+                "invalid_utf8",
+                f"{text.count(chr(0xFFFD))} undecodable characters in "
+                f"{len(text)} (max ratio {self.config.max_replacement_ratio})",
+            )
         text, replaced = repaired
         if replaced:
             notes.append(Annotation(self.name, "utf8_repaired_chars", replaced, "info"))

@@ -122,8 +122,10 @@ def main() -> None:
     (args.out / "edge").mkdir(parents=True, exist_ok=True)
     for src, dst in EDGE_FILES.items():
         shutil.copyfile(args.data / "warc-edge" / src, args.out / "edge" / dst)
-    print(f"{len(first)} pages of crawl-2026-03, {len(second)} of crawl-2026-06, {n} curated documents, "
-          f"{len(EDGE_FILES)} edge files -> {args.out}")
+    print(
+        f"{len(first)} pages of crawl-2026-03, {len(second)} of crawl-2026-06, {n} curated documents, "
+        f"{len(EDGE_FILES)} edge files -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -21,12 +21,23 @@ from hpc_jobs.runner import StageError, shards_of_stage
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train-quality", help="train the fastText quality classifier from stage outputs")
-    p.add_argument("--from", dest="stage_dirs", nargs="+", required=True, type=Path, metavar="DIR",
-                   help="completed stage directories with extracted text (extract, annotate or policy)")
+    p.add_argument(
+        "--from",
+        dest="stage_dirs",
+        nargs="+",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="completed stage directories with extracted text (extract, annotate or policy)",
+    )
     p.add_argument("--out", required=True, type=Path, metavar="MODEL", help="the model file to write (.ftz)")
     for f in fields(TrainParams):
-        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                       help=f"fastText {f.name} (default {f.default})")
+        p.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            type=type(f.default),
+            default=f.default,
+            help=f"fastText {f.name} (default {f.default})",
+        )
     p.set_defaults(func=run)
 
 
@@ -39,16 +50,26 @@ def run(args: argparse.Namespace) -> int:
         except StageError as e:
             raise UserError(str(e)) from e
         for s in shards:
-            docs.extend((doc.source_tier, doc.text) for doc in iter_docs(s.path) if doc.content_type != "text/html")
+            docs.extend(
+                (doc.source_tier, doc.text) for doc in iter_docs(s.path) if doc.content_type != "text/html"
+            )
     try:
         lines, counts = label_documents(docs, seed=params.seed)
     except ValueError as e:
         raise UserError(str(e)) from e
     digest = train_model(lines, args.out, params)
-    atomic_write_json(args.out.with_name(args.out.name + ".json"), {
-        "sha256": digest, "recipe": "corpus.filters.quality default recipe", "params": train_params_dict(params),
-        "examples": counts, "trained_from": [str(d) for d in args.stage_dirs],
-    })
-    print(f"quality model {args.out} ({args.out.stat().st_size} bytes, {counts['per_class']} examples per class)")
+    atomic_write_json(
+        args.out.with_name(args.out.name + ".json"),
+        {
+            "sha256": digest,
+            "recipe": "corpus.filters.quality default recipe",
+            "params": train_params_dict(params),
+            "examples": counts,
+            "trained_from": [str(d) for d in args.stage_dirs],
+        },
+    )
+    print(
+        f"quality model {args.out} ({args.out.stat().st_size} bytes, {counts['per_class']} examples per class)"
+    )
     print(f"model_hash {digest}")
     return 0

@@ -16,7 +16,14 @@ GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "
 BULLETS = ("•", "‣", "●", "○", "▪", "◦", "-", "*", "–", "·")
 ELLIPSES = ("...", "…")
 TERMINAL_PUNCT = (".", "!", "?", '"', "”", "'", "’", "。", "！", "？", ":")
-POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+POLICY_PHRASES = (
+    "terms of use",
+    "privacy policy",
+    "cookie policy",
+    "uses cookies",
+    "use of cookies",
+    "use cookies",
+)
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _CJK_RUN = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff])")
@@ -42,7 +49,9 @@ def _ngram_signals(ws: list[str], total_chars: int) -> dict[str, float]:
             continue
         grams = Counter(tuple(ws[i : i + n]) for i in range(len(ws) - n + 1))
         gram, count = max(grams.items(), key=lambda kv: (kv[1], kv[0]))
-        out[f"top_{n}gram_char_fraction"] = (count * sum(len(w) for w in gram) / total_chars) if count > 1 else 0.0
+        out[f"top_{n}gram_char_fraction"] = (
+            (count * sum(len(w) for w in gram) / total_chars) if count > 1 else 0.0
+        )
     return out
 
 
@@ -68,8 +77,12 @@ def heuristic_signals(text: str) -> dict[str, float]:
 
     signals = {
         "word_count": float(n_words),
-        "mean_word_length": (sum(len(w) for w in content_words) / len(content_words)) if content_words else 0.0,
-        "symbol_word_ratio": ((lower.count("#") + sum(lower.count(e) for e in ELLIPSES)) / n_words) if n_words else 0.0,
+        "mean_word_length": (sum(len(w) for w in content_words) / len(content_words))
+        if content_words
+        else 0.0,
+        "symbol_word_ratio": ((lower.count("#") + sum(lower.count(e) for e in ELLIPSES)) / n_words)
+        if n_words
+        else 0.0,
         "bullet_line_fraction": sum(ln.startswith(BULLETS) for ln in lines) / n_lines,
         "ellipsis_line_fraction": sum(ln.endswith(ELLIPSES) for ln in lines) / n_lines,
         "alpha_word_fraction": (sum(any(c.isalpha() for c in w) for w in ws) / n_words) if n_words else 0.0,

@@ -24,8 +24,31 @@ MAX_CHARS = 20_000
 
 #: the scripts each language is written in (by the first word of the Unicode character name)
 LANGUAGE_SCRIPTS: dict[str, frozenset[str]] = {
-    **{lang: frozenset({"CYRILLIC"}) for lang in ("ru", "uk", "bg", "sr", "mk", "be", "kk", "ky", "tg", "mn", "ba", "tt", "cv", "ce", "os", "sah")},
-    **{lang: frozenset({"ARABIC"}) for lang in ("ar", "fa", "ur", "ps", "ckb", "ug", "sd", "arz", "azb", "mzn", "pnb")},
+    **{
+        lang: frozenset({"CYRILLIC"})
+        for lang in (
+            "ru",
+            "uk",
+            "bg",
+            "sr",
+            "mk",
+            "be",
+            "kk",
+            "ky",
+            "tg",
+            "mn",
+            "ba",
+            "tt",
+            "cv",
+            "ce",
+            "os",
+            "sah",
+        )
+    },
+    **{
+        lang: frozenset({"ARABIC"})
+        for lang in ("ar", "fa", "ur", "ps", "ckb", "ug", "sd", "arz", "azb", "mzn", "pnb")
+    },
     **{lang: frozenset({"DEVANAGARI"}) for lang in ("hi", "mr", "ne", "sa", "new", "bh", "mai", "bpy")},
     **{lang: frozenset({"HEBREW"}) for lang in ("he", "yi")},
     "el": frozenset({"GREEK"}),

@@ -87,14 +87,21 @@ def label_documents(docs: Iterable[tuple[str, str]], seed: int = 0) -> tuple[lis
     neg = [n for n in neg if n]
     n = min(len(pos), len(neg))
     if n == 0:
-        raise ValueError(f"cannot train: {len(pos)} positive and {len(neg)} negative examples from {seen} documents")
+        raise ValueError(
+            f"cannot train: {len(pos)} positive and {len(neg)} negative examples from {seen} documents"
+        )
 
     def pick(lines: list[str]) -> list[str]:
         return sorted(lines, key=lambda t: (stable_hash64(seed, t), t))[:n]
 
     lines = [f"{HQ} {t}" for t in pick(pos)] + [f"{LQ} {t}" for t in pick(neg)]
     lines.sort(key=lambda t: (stable_hash64(seed, "order", t), t))
-    return lines, {"documents": seen, "positive_available": len(pos), "negative_available": len(neg), "per_class": n}
+    return lines, {
+        "documents": seen,
+        "positive_available": len(pos),
+        "negative_available": len(neg),
+        "per_class": n,
+    }
 
 
 def train_model(lines: list[str], out: Path, params: TrainParams) -> str:
@@ -106,10 +113,20 @@ def train_model(lines: list[str], out: Path, params: TrainParams) -> str:
         train_file = Path(tmp) / "train.txt"
         train_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
         model = fasttext.train_supervised(
-            input=str(train_file), dim=params.dim, epoch=params.epoch, lr=params.lr, wordNgrams=params.word_ngrams,
-            bucket=params.bucket, minCount=params.min_count, seed=params.seed, thread=1, verbose=0,
+            input=str(train_file),
+            dim=params.dim,
+            epoch=params.epoch,
+            lr=params.lr,
+            wordNgrams=params.word_ngrams,
+            bucket=params.bucket,
+            minCount=params.min_count,
+            seed=params.seed,
+            thread=1,
+            verbose=0,
         )
-        model.quantize(input=str(train_file), qnorm=True, retrain=False, cutoff=params.cutoff, thread=1, verbose=0)
+        model.quantize(
+            input=str(train_file), qnorm=True, retrain=False, cutoff=params.cutoff, thread=1, verbose=0
+        )
         tmp_out = out.with_name(f".{out.name}.tmp.{os.getpid()}")
         model.save_model(str(tmp_out))
         os.replace(tmp_out, out)
@@ -128,7 +145,9 @@ class QualityModel:
 
         self.path = Path(path)
         if not self.path.is_file():
-            raise FileNotFoundError(f"quality model not found: {self.path} (train one with `corpus train-quality`)")
+            raise FileNotFoundError(
+                f"quality model not found: {self.path} (train one with `corpus train-quality`)"
+            )
         self.hash = "sha256:" + file_sha256(self.path)
         self._model = fasttext.load_model(str(self.path))
 

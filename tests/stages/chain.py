@@ -18,7 +18,9 @@ def run_stage(name: str, ranks: int, inputs: list[Path], out: Path, config: Path
     return run_mpi(ranks, *args, **kw)
 
 
-def run_chain(ranks: int, inputs: list[Path], build: Path, config: Path | None = None, upto: str = "policy") -> dict:
+def run_chain(
+    ranks: int, inputs: list[Path], build: Path, config: Path | None = None, upto: str = "policy"
+) -> dict:
     """Run ingest .. ``upto`` like ``corpus build`` does; returns {stage: stderr}."""
     logs = {}
     prev = inputs
@@ -35,7 +37,11 @@ def manifest(stage_dir: Path) -> dict:
 
 def docs(stage_dir: Path, kind: str = "shards"):
     m = manifest(stage_dir)
-    refs = m["outputs"] if kind == "shards" else [s for s in m["side_outputs"] if s["path"].startswith(kind + "/")]
+    refs = (
+        m["outputs"]
+        if kind == "shards"
+        else [s for s in m["side_outputs"] if s["path"].startswith(kind + "/")]
+    )
     for ref in refs:
         if kind in ("shards", "holdout"):
             yield from iter_docs(stage_dir / ref["path"])
@@ -44,4 +50,6 @@ def docs(stage_dir: Path, kind: str = "shards"):
 
 
 def reconciles(totals: dict) -> bool:
-    return totals["in"] == totals["out"] + sum(totals["filtered"].values()) + sum(totals["quarantined"].values())
+    return totals["in"] == totals["out"] + sum(totals["filtered"].values()) + sum(
+        totals["quarantined"].values()
+    )

@@ -17,9 +17,17 @@ from tests.stages.chain import docs, manifest, reconciles, run_chain
 from tests.stages.warc_fixtures import real_pages, warc_bytes, write_jsonl_gz
 
 # site of the first crawl -> the language its pages are written in (sites whose pages are translated)
-SITES = {"debian-faq-de": "de", "debian-faq-fr": "fr", "debian-faq-ru": "ru", "debian-faq-ko": "ko",
-         "debian-faq-zh-cn": "zh", "maint-guide-es": "es", "maint-guide-ca": "ca", "debian-faq-nl": "nl",
-         "debian-policy": "en"}
+SITES = {
+    "debian-faq-de": "de",
+    "debian-faq-fr": "fr",
+    "debian-faq-ru": "ru",
+    "debian-faq-ko": "ko",
+    "debian-faq-zh-cn": "zh",
+    "maint-guide-es": "es",
+    "maint-guide-ca": "ca",
+    "debian-faq-nl": "nl",
+    "debian-policy": "en",
+}
 
 
 @pytest.mark.parametrize("site,lang", sorted(SITES.items()))
@@ -57,8 +65,10 @@ def test_heuristic_signals_are_numbers_of_the_text():
 
 
 def test_pii_is_replaced_by_typed_placeholders_and_counted():
-    text = ("Write to jane.roe@mailhost.org or call +1 415 555 0132, (212) 555-0199. Card 4111 1111 1111 1111. "
-            "Server 8.8.8.8, LAN 192.168.1.10, Python 3.11.4, released 2026-03-01, build 1234567890123.")
+    text = (
+        "Write to jane.roe@mailhost.org or call +1 415 555 0132, (212) 555-0199. Card 4111 1111 1111 1111. "
+        "Server 8.8.8.8, LAN 192.168.1.10, Python 3.11.4, released 2026-03-01, build 1234567890123."
+    )
     scrubbed, counts = scrub_pii(text)
     assert counts == {"email": 1, "phone": 2, "ip": 1, "credit_card": 1}
     for placeholder in ("<EMAIL>", "<PHONE>", "<IP_ADDRESS>", "<CREDIT_CARD>"):
@@ -71,21 +81,28 @@ def test_pii_is_replaced_by_typed_placeholders_and_counted():
 def test_the_stage_stores_every_value_and_drops_nothing(tmp_path, shared_data):
     (tmp_path / "in").mkdir()
     pages = real_pages(shared_data, 4, host_prefix="debian-faq-fr", part=1) + real_pages(
-        shared_data, 4, host_prefix="debian-policy", part=1)
+        shared_data, 4, host_prefix="debian-policy", part=1
+    )
     (tmp_path / "in" / "w.warc.gz").write_bytes(warc_bytes(pages))
     note = "Contact the maintainer at maint@debian-example.org about the package. " * 10
     write_jsonl_gz(tmp_path / "in" / "notes.jsonl.gz", [{"url": "https://n.example/1", "text": note}])
     run_chain(2, [tmp_path / "in"], tmp_path / "b", upto="annotate")
     m = manifest(tmp_path / "b" / "annotate")
     t = m["totals"]
-    assert reconciles(t) and t["in"] == t["out"] == len(pages) + 1 and not t["filtered"] and not t["quarantined"]
+    assert (
+        reconciles(t) and t["in"] == t["out"] == len(pages) + 1 and not t["filtered"] and not t["quarantined"]
+    )
     assert m["extra"]["quality_model_hash"] == "sha256:" + file_sha256(DEFAULT_MODEL)
     assert m["extra"]["lid_model_hash"] == "sha256:" + file_sha256(lid_model_path())
-    assert m["config"]["quality_model_hash"] == m["extra"]["quality_model_hash"], "the model is part of the config"
+    assert m["config"]["quality_model_hash"] == m["extra"]["quality_model_hash"], (
+        "the model is part of the config"
+    )
     out = list(docs(tmp_path / "b" / "annotate"))
     for d in out:
         assert d.lang and 0 < d.lang_confidence <= 1
-        assert {"quality", "word_count", "mean_word_length", "dup_line_fraction", "script_fraction"} <= set(d.scores)
+        assert {"quality", "word_count", "mean_word_length", "dup_line_fraction", "script_fraction"} <= set(
+            d.scores
+        )
         assert 0 <= d.scores["quality"] <= 1
         assert d.annotation("annotate", "lang").value == d.lang
     assert Counter(d.lang for d in out)["fr"] >= 2
@@ -93,4 +110,6 @@ def test_the_stage_stores_every_value_and_drops_nothing(tmp_path, shared_data):
     assert "maint@debian-example.org" not in scrubbed.text and "<EMAIL>" in scrubbed.text
     assert scrubbed.scores["pii_email"] == 10 and scrubbed.derived_from
     by_lang = json.loads(json.dumps(m["shard_counts"]))
-    assert any(key.endswith("|fr") for counts in by_lang.values() for key in counts), "yield is counted per language"
+    assert any(key.endswith("|fr") for counts in by_lang.values() for key in counts), (
+        "yield is counted per language"
+    )

@@ -9,7 +9,14 @@ import pytest
 
 from corpus.extract import ExtractWorker, cap_html, repair_replacement_chars, strip_invisible
 from tests.stages.chain import docs, manifest, reconciles, run_stage
-from tests.stages.warc_fixtures import deeply_nested, huge_page, invalid_utf8, real_pages, warc_bytes, write_jsonl_gz
+from tests.stages.warc_fixtures import (
+    deeply_nested,
+    huge_page,
+    invalid_utf8,
+    real_pages,
+    warc_bytes,
+    write_jsonl_gz,
+)
 
 # --- the pure parts ------------------------------------------------------------------------------
 
@@ -125,7 +132,9 @@ def test_each_poisoned_page_ends_in_output_or_quarantine_with_its_reason(poisone
     assert status == "kept" and "\u200b" not in zw.text and "\u200d" not in zw.text
 
     status, plain = got[kinds["plain_invisible"]]
-    assert status == "kept" and plain.text.startswith("Plain invisible text with right-to-left marks and a softhyphen.")
+    assert status == "kept" and plain.text.startswith(
+        "Plain invisible text with right-to-left marks and a softhyphen."
+    )
     assert plain.annotation("extract", "invisible_chars_removed").value == 20
 
     ingested = {x.url: x for x in docs(d / "ingest")}

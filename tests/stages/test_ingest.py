@@ -34,8 +34,15 @@ def damaged_inputs(d: Path, shared_data: Path) -> list[Path]:
     (d / "not-a-warc.warc").write_bytes(b"this is not a WARC file at all\n" * 20)
     shutil.copyfile(shared_data / "warc-edge" / "example-bad.warc.gz.bad", d / "example-bad.warc.gz")
     jsonl = d / "notes.jsonl"
-    jsonl.write_text(json.dumps({"id": 1, "text": "A curated note about Debian."}) + "\n" + '{"id": 2, "text": "unterminated\n'
-                     + json.dumps({"id": 3, "text": ""}) + "\n" + json.dumps({"id": 4, "text": "Another note."}) + "\n")
+    jsonl.write_text(
+        json.dumps({"id": 1, "text": "A curated note about Debian."})
+        + "\n"
+        + '{"id": 2, "text": "unterminated\n'
+        + json.dumps({"id": 3, "text": ""})
+        + "\n"
+        + json.dumps({"id": 4, "text": "Another note."})
+        + "\n"
+    )
     return sorted(d.iterdir())
 
 
@@ -46,8 +53,13 @@ def test_damaged_warcs_never_crash_and_every_record_is_accounted(tmp_path, share
     m = manifest(out)
     t = m["totals"]
     assert reconciles(t)
-    assert t["quarantined"] == {"truncated_record": 2, "malformed_warc": 3, "empty_payload": 1, "bad_json": 1,
-                                "empty_text": 1}
+    assert t["quarantined"] == {
+        "truncated_record": 2,
+        "malformed_warc": 3,
+        "empty_payload": 1,
+        "bad_json": 1,
+        "empty_text": 1,
+    }
     # good 6 + truncated 3 + too-long 3 + too-short 3 + empty-page 1 + curated 2
     assert t["out"] == 18
     assert len(m["outputs"]) == len(inputs)
@@ -66,7 +78,12 @@ def test_web_documents_carry_provenance_and_their_html(tmp_path, shared_data):
     assert sorted(got) == sorted(u for u, _ in pages)
     for url, payload in pages:
         d = got[url]
-        assert (d.source, d.source_tier, d.crawl_date, d.content_type) == ("web", "web", "2026-03-01", "text/html")
+        assert (d.source, d.source_tier, d.crawl_date, d.content_type) == (
+            "web",
+            "web",
+            "2026-03-01",
+            "text/html",
+        )
         assert d.raw_digest == hashlib.sha256(payload).hexdigest()
         assert d.text == payload.decode("utf-8")
 
@@ -83,9 +100,13 @@ def test_recrawls_collapse_across_files_and_the_holdout_is_carved_out(tmp_path):
         with open(p, "rb") as f:
             for rec in ArchiveIterator(f):
                 if rec.rec_type == "response":
-                    fetches.append((rec.rec_headers.get_header("WARC-Target-URI"),
-                                    hashlib.sha256(rec.content_stream().read()).hexdigest(),
-                                    rec.rec_headers.get_header("WARC-Date")[:10]))
+                    fetches.append(
+                        (
+                            rec.rec_headers.get_header("WARC-Target-URI"),
+                            hashlib.sha256(rec.content_stream().read()).hexdigest(),
+                            rec.rec_headers.get_header("WARC-Date")[:10],
+                        )
+                    )
     pairs = Counter((u, h) for u, h, _ in fetches)
     repeats = sum(n - 1 for n in pairs.values())
     assert repeats > 20, "the sample must hold identical recrawls"
@@ -107,16 +128,28 @@ def test_recrawls_collapse_across_files_and_the_holdout_is_carved_out(tmp_path):
 
 def test_sources_and_tiers_come_from_the_config(tmp_path, shared_data):
     (tmp_path / "in").mkdir()
-    write_jsonl_gz(tmp_path / "in" / "manual.jsonl.gz", [{"id": "a", "text": "Chapter one.", "url": "https://m.example/a"},
-                                                          {"id": "b", "text": "Chapter two.", "license": "CC0-1.0"}])
+    write_jsonl_gz(
+        tmp_path / "in" / "manual.jsonl.gz",
+        [
+            {"id": "a", "text": "Chapter one.", "url": "https://m.example/a"},
+            {"id": "b", "text": "Chapter two.", "license": "CC0-1.0"},
+        ],
+    )
     (tmp_path / "in" / "w.warc.gz").write_bytes(warc_bytes(real_pages(shared_data, 2, part=3)))
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[[ingest.sources]]\nmatch = "*.jsonl.gz"\nname = "manuals"\ntier = "books"\n'
-                   'license = "GFDL-1.3"\ndate = "2025-12-01"\n')
+    cfg.write_text(
+        '[[ingest.sources]]\nmatch = "*.jsonl.gz"\nname = "manuals"\ntier = "books"\n'
+        'license = "GFDL-1.3"\ndate = "2025-12-01"\n'
+    )
     run_stage("ingest", 1, [tmp_path / "in"], tmp_path / "out", cfg)
     by_url = {d.url: d for d in docs(tmp_path / "out")}
     a, b = by_url["https://m.example/a"], by_url["curated://manuals/manual.jsonl.gz#b"]
-    assert (a.source, a.source_tier, a.license_hint, a.crawl_date) == ("manuals", "books", "GFDL-1.3", "2025-12-01")
+    assert (a.source, a.source_tier, a.license_hint, a.crawl_date) == (
+        "manuals",
+        "books",
+        "GFDL-1.3",
+        "2025-12-01",
+    )
     assert b.license_hint == "CC0-1.0", "a record's own license wins over the source's"
     assert {d.source for d in by_url.values() if d.content_type == "text/html"} == {"web"}
 
@@ -124,7 +157,16 @@ def test_sources_and_tiers_come_from_the_config(tmp_path, shared_data):
 def test_an_unknown_tier_is_a_one_line_config_error(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[[ingest.sources]]\nmatch = "*"\nname = "x"\ntier = "premium"\n')
-    proc = run_corpus("stage", "ingest", "--in", str(SAMPLE / "curated"), "--out", str(tmp_path / "o"),
-                      "--config", str(cfg), check=False)
+    proc = run_corpus(
+        "stage",
+        "ingest",
+        "--in",
+        str(SAMPLE / "curated"),
+        "--out",
+        str(tmp_path / "o"),
+        "--config",
+        str(cfg),
+        check=False,
+    )
     assert proc.returncode != 0
     assert "unknown source tier 'premium'" in proc.stderr

@@ -33,15 +33,27 @@ def real_pages(shared_data: Path, n: int, host_prefix: str = "", part: int = 0) 
     return out
 
 
-def warc_bytes(pages: list[tuple[str, bytes]], gz: bool = True, date: str = "2026-03-01T00:00:00Z",
-               content_type: str = "text/html; charset=utf-8") -> bytes:
+def warc_bytes(
+    pages: list[tuple[str, bytes]],
+    gz: bool = True,
+    date: str = "2026-03-01T00:00:00Z",
+    content_type: str = "text/html; charset=utf-8",
+) -> bytes:
     buf = io.BytesIO()
     w = WARCWriter(buf, gzip=gz)
     for url, payload in pages:
-        http = StatusAndHeaders("200 OK", [("Content-Type", content_type), ("Content-Length", str(len(payload)))],
-                                protocol="HTTP/1.1")
-        rec = w.create_warc_record(url, "response", payload=io.BytesIO(payload), http_headers=http,
-                                   warc_headers_dict={"WARC-Date": date})
+        http = StatusAndHeaders(
+            "200 OK",
+            [("Content-Type", content_type), ("Content-Length", str(len(payload)))],
+            protocol="HTTP/1.1",
+        )
+        rec = w.create_warc_record(
+            url,
+            "response",
+            payload=io.BytesIO(payload),
+            http_headers=http,
+            warc_headers_dict={"WARC-Date": date},
+        )
         w.write_record(rec)
     return buf.getvalue()
 
