@@ -24,8 +24,8 @@ def verified_clusters(
 ) -> list[bytes]:
     """Cluster one oversized component again: members (``ids`` sorted, rows of ``sigs``) sharing a band are
     compared with up to ``max_leaders`` leaders of that bucket (its earliest members that matched no
-    other leader) and joined to the first whose estimated Jaccard reaches ``threshold``. Returns each
-    member's new label, the smallest id of its verified cluster."""
+    other leader) and joined to every leader whose estimated Jaccard reaches ``threshold`` (so chains
+    of verified pairs stay connected). Returns each member's new label, the smallest id of its cluster."""
     uf = UnionFind()
     for i in ids:
         uf.find(i)
@@ -42,8 +42,9 @@ def verified_clusters(
                 if leaders:
                     agree = np.count_nonzero(sigs[leaders] == sigs[i], axis=1) / sigs.shape[1]
                     hit = np.flatnonzero(agree >= threshold)
+                    for h in hit:
+                        uf.union(ids[i], ids[leaders[h]])
                     if hit.size:
-                        uf.union(ids[i], ids[leaders[hit[0]]])
                         continue
                 if len(leaders) < max_leaders:
                     leaders.append(i)

@@ -47,6 +47,10 @@ def corpus(shared_data, tmp_path_factory):
     far = make_doc(edit_words(sections[40], rnd, 0.5), 2005)
     docs.append(far)
     docs.append(make_doc("", 2006))  # no shingles at all: never clustered
+    # the very same document twice (same doc_id, as without exact_dedup before): one copy stays
+    twin = make_doc(sections[50], 3000)
+    assert twin.doc_id == docs[50].doc_id
+    docs.append(twin)
     in_dir = write_stage_dir(tmp_path_factory.mktemp("minhash") / "in", docs, shards=5)
     expected_rep = {"a": clusters["a"][1], "b": clusters["b"][2], "c": clusters["c"][1]}
     return in_dir, docs, clusters, expected_rep, far
@@ -77,6 +81,10 @@ def test_planted_clusters_have_the_expected_representative(corpus, two_rank_run)
             assert r["doc"]["dup_of"] == rep.doc_id
             assert r["doc"]["dup_cluster_id"] == cluster_id and r["doc"]["dup_cluster_size"] == len(members)
     assert far.url in kept and kept[far.url].dup_cluster_size == 1
+    twins = [u for u in ("https://web-crawl.example.org/50", "https://web-crawl.example.org/3000")]
+    assert sum(u in kept for u in twins) == 1 and sum(u in filtered for u in twins) == 1
+    twin_id = next(kept[u] for u in twins if u in kept).doc_id
+    assert next(filtered[u] for u in twins if u in filtered)["doc"]["dup_of"] == twin_id
     assert "https://web-crawl.example.org/2006" in kept
 
 
