@@ -290,5 +290,9 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
         }
     else:
         card["alarms"] = None
+    # alarms a stage raised about its own output (e.g. minhash_dedup: a cluster far too large)
+    card["stage_alarms"] = {
+        m.stage: [str(a) for a in m.extra["alarms"]] for m in view.stages if m.extra.get("alarms")
+    }
     card["absent"] = absent
     return card

@@ -79,6 +79,20 @@ def _note(text: str) -> str:
 
 
 def _alarms(card: dict[str, Any]) -> str:
+    return _stage_alarms(card) + _yield_alarms(card)
+
+
+def _stage_alarms(card: dict[str, Any]) -> str:
+    raised = card.get("stage_alarms") or {}
+    if not raised:
+        return ""
+    items = "".join(
+        f"<li>{escape(stage)}: {escape(a)}</li>" for stage, alarms in raised.items() for a in alarms
+    )
+    return f'<section class="alarm"><h2>⚠ stage alarms</h2><ul>{items}</ul></section>'
+
+
+def _yield_alarms(card: dict[str, Any]) -> str:
     a = card.get("alarms")
     if a is None:
         return _note("Yield alarms: no stage manifests, nothing to compare.")

@@ -95,6 +95,7 @@ def test_card_lists_the_largest_duplicate_clusters_and_quarantine_samples(builds
     assert d["removed"] == sum(int(size) * n - n for size, n in d["cluster_sizes"].items())
     largest = d["largest"][0]
     assert largest["size"] == max(int(s) for s in d["cluster_sizes"])
+    assert card["stage_alarms"] == {"exact_dedup": [f"largest cluster has {largest['size']} documents"]}
     bad = card["quarantine"]["ingest"]["bad_json"]
     assert bad["count"] == 8 and len(bad["samples"]) == 3
     digests = [s["raw_digest"] for s in bad["samples"]]

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from corpus.digest import json_digest, sha256_hex, stable_hash64
 from corpus.docshard import atomic_write_json, iter_docs
@@ -96,7 +97,7 @@ class ToyPolicy(Stage):
 
 @dataclass(frozen=True)
 class DedupConfig:
-    pass
+    alarm_cluster_size: int = 10  # the stage flags a cluster larger than this, as minhash_dedup does
 
 
 class ToyExactDedup(Stage):
@@ -123,6 +124,11 @@ class ToyExactDedup(Stage):
                 yield Kept(doc), len(doc.text.encode())
             else:
                 yield Filtered(doc.annotate(dup_of=rep[0]), "exact_duplicate"), len(doc.text.encode())
+
+    def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
+        largest = max((len(m) for m in self.clusters.values()), default=0)
+        too_big = largest > self.config.alarm_cluster_size
+        return {"alarms": [f"largest cluster has {largest} documents"] if too_big else []}
 
 
 STAGES = {s.name: s for s in (ToyIngest, ToyPolicy, ToyExactDedup)}
