@@ -39,33 +39,42 @@ from corpus.pipeline import PIPELINE
 BUILD_ROOT = Path(os.environ.get("CORPUS_BUILD_ROOT", PROJECT_ROOT / "builds"))
 DEFAULT_BACKEND = os.environ.get("CORPUS_BACKEND", "local")
 RETRY_DELAY = timedelta(seconds=float(os.environ.get("CORPUS_RETRY_DELAY_S", "30")))
+#: a deployment's own defaults for the Params, e.g. CORPUS_DAG_DEFAULTS='{"backend": "ssh", "ranks": 16}'
+DEPLOYMENT_DEFAULTS: dict[str, Any] = json.loads(os.environ.get("CORPUS_DAG_DEFAULTS") or "{}")
+
+
+def _param(name: str, default: Any, **schema: Any) -> Param:
+    return Param(DEPLOYMENT_DEFAULTS.get(name, default), **schema)
+
 
 PARAMS = {
-    "inputs": Param([str(PROJECT_ROOT / "sample")], type="array", items={"type": "string"}, minItems=1,
+    "inputs": _param("inputs", [str(PROJECT_ROOT / "sample")], type="array", items={"type": "string"}, minItems=1,
                     title="Sources", description="WARC / JSONL / text files or directories on the cluster's filesystem"),
-    "out": Param("", type="string", title="Build directory",
+    "out": _param("out", "", type="string", title="Build directory",
                  description=f"on the cluster's filesystem; empty: {BUILD_ROOT}/<run id>"),
-    "config_file": Param("", type="string", title="Build config (TOML)",
+    "config_file": _param("config_file", "", type="string", title="Build config (TOML)",
                          description="filter, dedup, tokenizer and eval-registry settings, a table per stage; empty: defaults"),
-    "config": Param({}, type="object", title="Config overrides",
+    "config": _param("config", {}, type="object", title="Config overrides",
                     description='per-stage tables merged over the config file, e.g. {"policy": {"min_quality": 0.2}}'),
-    "seed": Param(0, type="integer", minimum=0, title="Seed", description="the shuffle seed"),
-    "ranks": Param(2, type="integer", minimum=1, maximum=4096, title="MPI ranks per stage"),
-    "ranks_per_stage": Param({}, type="object", title="Ranks per stage",
+    "seed": _param("seed", 0, type="integer", minimum=0, title="Seed", description="the shuffle seed"),
+    "ranks": _param("ranks", 2, type="integer", minimum=1, maximum=4096, title="MPI ranks per stage"),
+    "ranks_per_stage": _param("ranks_per_stage", {}, type="object", title="Ranks per stage",
                              description='overrides of "ranks" by stage, e.g. {"minhash_dedup": 8}'),
-    "backend": Param(DEFAULT_BACKEND, type="string", enum=list(BACKENDS), title="Backend",
+    "backend": _param("backend", DEFAULT_BACKEND, type="string", enum=list(BACKENDS), title="Backend",
                      description="ssh: sbatch on a login node; local: sbatch on this host; mpiexec: no SLURM"),
-    "ssh_conn_id": Param("slurm_login", type="string", title="SSH connection",
+    "ssh_conn_id": _param("ssh_conn_id", "slurm_login", type="string", title="SSH connection",
                          description="Airflow Connection of the cluster's login node (ssh backend)"),
-    "cluster_root": Param(str(PROJECT_ROOT), type="string", title="Repository on the cluster"),
-    "python": Param("", type="string", title="Python on the cluster",
+    "cluster_root": _param("cluster_root", str(PROJECT_ROOT), type="string", title="Repository on the cluster"),
+    "python": _param("python", "", type="string", title="Python on the cluster",
                     description="empty: <repository>/.venv/bin/python"),
-    "partition": Param("", type="string", title="SLURM partition", description="empty: the default partition"),
-    "time_limit": Param("04:00:00", type="string", title="Time limit per stage job"),
-    "sbatch_args": Param([], type="array", items={"type": "string"}, title="Extra sbatch options"),
-    "job_env": Param({}, type="object", title="Extra environment for the jobs"),
-    "poll_interval": Param(30, type="integer", minimum=1, title="Seconds between job-state polls"),
+    "partition": _param("partition", "", type="string", title="SLURM partition", description="empty: the default partition"),
+    "time_limit": _param("time_limit", "04:00:00", type="string", title="Time limit per stage job"),
+    "sbatch_args": _param("sbatch_args", [], type="array", items={"type": "string"}, title="Extra sbatch options"),
+    "job_env": _param("job_env", {}, type="object", title="Extra environment for the jobs"),
+    "poll_interval": _param("poll_interval", 30, type="integer", minimum=1, title="Seconds between job-state polls"),
 }
+if set(DEPLOYMENT_DEFAULTS) - set(PARAMS):
+    raise ValueError(f"CORPUS_DAG_DEFAULTS names unknown params: {sorted(set(DEPLOYMENT_DEFAULTS) - set(PARAMS))}")
 
 
 def _python(build: dict[str, Any]) -> str:

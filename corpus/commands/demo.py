@@ -80,6 +80,6 @@ def run(args: argparse.Namespace) -> int:
                         f"(full log: {log_path})")
     snapshot_id = json.loads(manifest.read_text())["snapshot_id"]
     print(f"snapshot manifest {manifest}")
-    print(f"report {out / SNAPSHOT_DIR / 'report.txt'}")
+    print(f"report {out / 'report' / 'card.html'}")
     print(f"snapshot_id {snapshot_id}")
     return 0

@@ -8,13 +8,14 @@ cluster's side (where the build directory is), through the same backend that sub
 ``prepare`` checks and resolves the inputs and writes the build config every stage reads (exactly
 what ``corpus build`` writes);
 ``finalize`` assembles the snapshot from the stage manifests with :func:`corpus.pipeline.assemble_snapshot`,
-writes it and the report, and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
+writes it and the build's data card (``corpus report``), and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
 its counts against the previous stage's before the DAG moves on.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -23,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from corpus import pipeline
+from corpus.cli import main as cli_main
 from corpus.config import load_config_file
 from corpus.docshard import atomic_write_json
 from corpus.errors import UserError
 from corpus.model import GroupCounts, StageManifest, YieldCounts
-from corpus.report_counts import funnel_table, stage_counts
 
 
 class VerifyError(RuntimeError):
@@ -88,19 +89,21 @@ def prepare(out: Path, config_file: Path | None, seed: int | None, overrides: di
 
 def finalize(out: Path, stages: list[str]) -> dict[str, Any]:
     """The snapshot of a build whose stages are all complete, written as ``corpus build`` writes it,
-    plus the report (``report.json``: per-stage counts, ``report.txt``: the yield funnel)."""
+    then the build's data card (``corpus report``: ``OUT/report/card.html`` and ``card.json``)."""
     manifests = pipeline.read_stage_manifests(out)
     have = [m.stage for m in manifests]
     if have != stages:
         raise UserError(f"{out}: completed stages are {have}, expected {stages}")
     seed = int(json.loads((out / pipeline.BUILD_CONFIG).read_text())["seed"])
     snapshot = pipeline.assemble_snapshot(out, manifests, seed)
-    snap_dir = out / pipeline.SNAPSHOT_DIR
-    atomic_write_json(snap_dir / "manifest.json", snapshot.to_dict())
-    atomic_write_json(snap_dir / "report.json", stage_counts(manifests))
-    (snap_dir / "report.txt").write_text(funnel_table(manifests) + "\n")
-    return {"snapshot_id": snapshot.snapshot_id, "manifest": str(snap_dir / "manifest.json"),
-            "report": str(snap_dir / "report.txt")}
+    manifest = out / pipeline.SNAPSHOT_DIR / "manifest.json"
+    atomic_write_json(manifest, snapshot.to_dict())
+    with contextlib.redirect_stdout(sys.stderr):  # the funnel table goes to the log
+        rc = cli_main(["report", str(out)])
+    if rc != 0:
+        raise UserError(f"corpus report {out} failed (exit {rc})")
+    return {"snapshot_id": snapshot.snapshot_id, "manifest": str(manifest),
+            "report": str(out / "report" / "card.html")}
 
 
 def main(argv: list[str] | None = None) -> int:

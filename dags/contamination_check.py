@@ -1,0 +1,75 @@
+"""# contamination_check
+
+Checks benchmarks published after a snapshot was built against that snapshot's retained 13-gram
+index (`corpus contamination --benchmark`), without reading the corpus again. Runs on the cluster's
+side through the same backends as `build_snapshot` (the index lives on the cluster's filesystem).
+
+* **check** runs the check and puts the per-benchmark result in XCom (items, checked, flagged, rate,
+  longest run, flagged ids);
+* **judge** logs the table and fails the run if a benchmark's flagged rate is above `max_rate`, so a
+  contaminated benchmark shows up red in the UI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+from corpus.orchestration.submit import BACKENDS, PROJECT_ROOT, backend_for
+
+PARAMS = {
+    "snapshot": Param("", type="string", minLength=1, title="Snapshot",
+                      description="snapshot id (sha256:... or a prefix), or a snapshot / build directory"),
+    "snapshots_root": Param("", type="string", title="Where snapshots live",
+                            description="for a snapshot id; empty: $CORPUS_SNAPSHOTS on the cluster"),
+    "benchmarks": Param([], type="array", items={"type": "string"}, minItems=1, title="Benchmarks",
+                        description='benchmark JSONL files ({"id", "text"} per line) on the cluster'),
+    "min_run": Param(0, type="integer", minimum=0, title="Consecutive 13-grams that count",
+                     description="0: the snapshot's own setting"),
+    "max_rate": Param(0.0, type="number", minimum=0, maximum=1, title="Largest tolerated flagged rate"),
+    "backend": Param(os.environ.get("CORPUS_BACKEND", "local"), type="string", enum=list(BACKENDS)),
+    "ssh_conn_id": Param("slurm_login", type="string", title="SSH connection"),
+    "cluster_root": Param(str(PROJECT_ROOT), type="string", title="Repository on the cluster"),
+    "python": Param("", type="string", title="Python on the cluster",
+                    description="empty: <repository>/.venv/bin/python"),
+}
+
+
+@dag(dag_id="contamination_check", schedule=None, catchup=False, params=PARAMS, doc_md=__doc__,
+     tags=["corpus"], default_args={"retries": 1})
+def contamination_check() -> None:
+    @task
+    def check() -> dict[str, Any]:
+        p = get_current_context()["params"]
+        backend = backend_for(p["backend"], p["ssh_conn_id"] if p["backend"] == "ssh" else "")
+        python = p["python"] or f"{p['cluster_root']}/.venv/bin/python"
+        argv = [python, "-m", "corpus.cli", "contamination", "--snapshot", p["snapshot"], "--json"]
+        if p["snapshots_root"]:
+            argv += ["--root", p["snapshots_root"]]
+        if p["min_run"]:
+            argv += ["--min-run", str(p["min_run"])]
+        for b in p["benchmarks"]:
+            argv += ["--benchmark", b]
+        return json.loads(backend.check(argv, timeout=3600))
+
+    @task
+    def judge(result: dict[str, Any]) -> dict[str, Any]:
+        max_rate = float(get_current_context()["params"]["max_rate"])
+        print(f"snapshot {result['snapshot_id']}: {result['index_grams']} retained 13-grams, run >= {result['min_run']}")
+        over = []
+        for r in result["benchmarks"]:
+            print(f"  {r['benchmark']}: {r['flagged_items']} of {r['checked_items']} checked items flagged "
+                  f"({100 * r['rate']:.2f}%), longest run {r['longest_run']}")
+            if r["rate"] > max_rate:
+                over.append(f"{r['benchmark']} ({100 * r['rate']:.2f}%)")
+        if over:
+            raise ValueError(f"contaminated beyond {100 * max_rate:.2f}%: {', '.join(over)}")
+        return {r["benchmark"]: r["rate"] for r in result["benchmarks"]}
+
+    judge(check())
+
+
+contamination_check()
