@@ -116,9 +116,7 @@ def _mulmod61_add(a_hi, a_lo, x_hi, x_lo, b):
     ll = a_lo * x_lo
     r = (hh << _S3) + (mid >> _S29) + ((mid & _M29) << _S32) + (ll & _P) + (ll >> _S61) + b
     r = (r & _P) + (r >> _S61)
-    if r >= _P:
-        r -= _P
-    return r
+    return r - _P if r >= _P else r
 
 
 def mulmod61_add(a: int, x: int, b: int) -> int:
@@ -156,25 +154,31 @@ def _signatures(buf, offsets, ngram, a, b, classes, lower, out):
     num_perm = a.shape[0]
     a_hi = a >> _S32
     a_lo = a & _M32
-    words = np.empty(max(1, (offsets[-1] - offsets[0]) // 2 + 1), dtype=np.uint64)
-    sig = np.empty(num_perm, dtype=np.uint64)
+    n_max = max(1, (offsets[-1] - offsets[0]) // 2 + 1)
+    words = np.empty(n_max, dtype=np.uint64)
+    x_hi = np.empty(n_max, dtype=np.uint64)
+    x_lo = np.empty(n_max, dtype=np.uint64)
     for d in range(offsets.shape[0] - 1):
         n_words = _word_hashes(buf, offsets[d], offsets[d + 1], classes, lower, words)
-        sig[:] = _P
-        if n_words > 0:
-            width = min(ngram, n_words)
-            for s in range(n_words - width + 1):
-                h = _FNV_OFFSET
-                for j in range(width):
-                    h = (h ^ words[s + j]) * _FNV_PRIME
-                x = _mix64(h) & _P
-                x_hi = x >> _S32
-                x_lo = x & _M32
-                for k in range(num_perm):
-                    v = _mulmod61_add(a_hi[k], a_lo[k], x_hi, x_lo, b[k])
-                    if v < sig[k]:
-                        sig[k] = v
-        out[d, :] = sig
+        if n_words == 0:
+            out[d, :] = _P
+            continue
+        width = min(ngram, n_words)
+        n_shingles = n_words - width + 1
+        for s in range(n_shingles):
+            h = _FNV_OFFSET
+            for j in range(width):
+                h = (h ^ words[s + j]) * _FNV_PRIME
+            x = _mix64(h) & _P
+            x_hi[s] = x >> _S32
+            x_lo[s] = x & _M32
+        # permutation-outer, shingle-inner: a branch-free min reduction over contiguous arrays
+        for k in range(num_perm):
+            ah, al, bk = a_hi[k], a_lo[k], b[k]
+            m = _P
+            for s in range(n_shingles):
+                m = min(m, _mulmod61_add(ah, al, x_hi[s], x_lo[s], bk))
+            out[d, k] = m
 
 
 @numba.njit(cache=True)
