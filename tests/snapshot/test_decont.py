@@ -42,13 +42,20 @@ def hosts() -> list[str]:
 
 @pytest.mark.parametrize(
     "benchmark, item_id",
-    [("gsm8k", "gsm8k-0"), ("lambada", "lambada-7"), ("humaneval", "HumanEval/0"), ("arc_challenge", "arc_challenge-0")],
+    [
+        ("gsm8k", "gsm8k-0"),
+        ("lambada", "lambada-7"),
+        ("humaneval", "HumanEval/0"),
+        ("arc_challenge", "arc_challenge-0"),
+    ],
 )
 def test_planted_benchmark_item_is_found_in_a_real_document(index, hosts, benchmark, item_id):
     matches = index.scan(plant(hosts[3], item(benchmark, item_id)))
     assert [m.benchmark for m in matches] == [benchmark]
     assert matches[0].item_id == item_id
-    assert matches[0].run >= index.min_run or len(normalize_words(item(benchmark, item_id))) < 12 + index.min_run
+    assert (
+        matches[0].run >= index.min_run or len(normalize_words(item(benchmark, item_id))) < 12 + index.min_run
+    )
 
 
 def test_clean_real_documents_are_not_flagged(index, hosts):
@@ -95,7 +102,9 @@ def test_registry_digest_names_every_benchmark_file(tmp_path):
 
 
 def test_a_broken_benchmark_line_is_a_clear_error(tmp_path):
-    (tmp_path / "broken.jsonl").write_text('{"id": "a", "text": "fine"}\n{"id": "b", "question": "no text"}\n')
+    (tmp_path / "broken.jsonl").write_text(
+        '{"id": "a", "text": "fine"}\n{"id": "b", "question": "no text"}\n'
+    )
     with pytest.raises(RegistryError, match=r"broken.jsonl:2: an eval item needs a string field \"text\""):
         EvalRegistry.load(tmp_path)
 

@@ -55,8 +55,19 @@ def test_train_tokenizer_on_a_corpus_sample_is_reproducible(tmp_path):
     shas = []
     for run in range(2):
         out = tmp_path / f"tok{run}.json"
-        proc = run_corpus("train-tokenizer", "--input", str(src), "--out", str(out), "--vocab-size", "800",
-                          "--sample-docs", "120", "--seed", "3")
+        proc = run_corpus(
+            "train-tokenizer",
+            "--input",
+            str(src),
+            "--out",
+            str(out),
+            "--vocab-size",
+            "800",
+            "--sample-docs",
+            "120",
+            "--seed",
+            "3",
+        )
         shas.append(proc.stdout.strip().splitlines()[-1])
         assert shas[-1] == f"sha256 {file_sha256(out)}"
     assert shas[0] == shas[1]
