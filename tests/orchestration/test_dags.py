@@ -16,7 +16,7 @@ import pytest
 
 from corpus.pipeline import PIPELINE
 from tests.conftest import ROOT
-from tests.orchestration.conftest import AIRFLOW, dags_test, failure_lines, snapshot_id
+from tests.orchestration.conftest import AIRFLOW, failure_lines, snapshot_id
 
 pytestmark = pytest.mark.slow
 
@@ -25,18 +25,6 @@ def stage_manifest(build: Path, stage: str) -> dict:
     m = json.loads((build / "stages" / stage / "manifest.json").read_text())
     m.pop("run_info")
     return m
-
-
-@pytest.fixture(scope="session")
-def ssh_build(services, airflow_env, small_inputs, tmp_path_factory) -> Path:
-    """A whole build_snapshot run: every stage an sbatch job submitted over SSH."""
-    assert PIPELINE, "no stages are installed: nothing to orchestrate"
-    out = tmp_path_factory.mktemp("ssh-build") / "build $(touch pwned)"
-    conf = {"backend": "ssh", "ssh_conn_id": "slurm_login", "inputs": [str(p) for p in small_inputs],
-            "out": str(out), "ranks": 2, "seed": 0, "poll_interval": 1, "sbatch_args": ["--oversubscribe"]}
-    proc = dags_test(airflow_env, conf, out.parent / "dags-test.log")
-    assert proc.returncode == 0, f"DAG run failed:\n{failure_lines(proc.stdout + proc.stderr)}"
-    return out
 
 
 @pytest.mark.cluster

@@ -1,0 +1,194 @@
+"""Airflow standalone (scheduler, triggerer, API server) on PostgreSQL, started by
+scripts/airflow_standalone.sh as `make airflow` starts it: a run triggered through the REST API and
+one triggered from the UI in headless Chromium both build the snapshot."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from corpus.pipeline import PIPELINE
+from tests.conftest import ROOT
+from tests.orchestration.conftest import PG_PORT, snapshot_id
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+PASSWORD = "corpus-test-Pw1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Api:
+    """The REST API v2 with a token of the admin user."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.token = self.call("POST", "/auth/token", {"username": "admin", "password": PASSWORD})["access_token"]
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+        req = urllib.request.Request(self.base + path, method=method, data=json.dumps(body).encode() if body else None,
+                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        if getattr(self, "token", None):
+            req.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read() or b"{}")
+
+    def wait_run(self, run_id: str, timeout: float = 1200) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.call("GET", f"/api/v2/dags/build_snapshot/dagRuns/{run_id}")["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(2)
+        raise AssertionError(f"run {run_id} still not finished after {timeout}s")
+
+    def failed_tasks(self, run_id: str) -> list[str]:
+        tis = self.call("GET", f"/api/v2/dags/build_snapshot/dagRuns/{run_id}/taskInstances")["task_instances"]
+        return [f"{t['task_id']}: {t['state']}" for t in tis if t["state"] not in ("success",)]
+
+    def snapshot_id(self, run_id: str) -> str:
+        x = self.call("GET", f"/api/v2/dags/build_snapshot/dagRuns/{run_id}/taskInstances/snapshot/xcomEntries/snapshot_id")
+        return x["value"] if isinstance(x["value"], str) else json.dumps(x["value"])
+
+
+def copy_of(build: Path, dest: Path) -> Path:
+    """A copy of a complete build without its last stage: that stage runs for real, the rest is
+    checked and found complete (stages are idempotent)."""
+    shutil.copytree(build, dest)
+    shutil.rmtree(dest / "stages" / PIPELINE[-1])
+    shutil.rmtree(dest / "logs")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def standalone(services, ssh_build, small_inputs, tmp_path_factory):
+    """One standalone server for the module, its metadata in a fresh PostgreSQL database."""
+    home = tmp_path_factory.mktemp("standalone")
+    db = f"corpus_test_{os.getpid()}"
+    psql = ["psql", "-h", "127.0.0.1", "-p", str(PG_PORT), "-U", "postgres", "-qc"]
+    subprocess.run([*psql, f'DROP DATABASE IF EXISTS "{db}"'], check=True, capture_output=True)
+    ui_build = copy_of(ssh_build, home / "ui build")
+    port = free_port()
+    env = {
+        **os.environ,
+        "CORPUS_AIRFLOW_HOME": str(home / "airflow"), "CORPUS_AIRFLOW_PORT": str(port), "CORPUS_AIRFLOW_DB": db,
+        "CORPUS_AIRFLOW_PASSWORD": PASSWORD, "CORPUS_RETRY_DELAY_S": "2",
+        # what a run triggered from the UI form gets without editing it
+        "CORPUS_DAG_DEFAULTS": json.dumps({"backend": "ssh", "inputs": [str(p) for p in small_inputs],
+                                           "out": str(ui_build), "poll_interval": 1,
+                                           "sbatch_args": ["--oversubscribe"]}),
+    }
+    log = open(home / "standalone.log", "w")
+    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "airflow_standalone.sh")], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        health = {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=10) as r:
+                    health = json.loads(r.read())
+                if all(health.get(c, {}).get("status") == "healthy"
+                       for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(2)
+        else:
+            raise AssertionError(f"standalone never became healthy ({health}):\n{(home / 'standalone.log').read_text()[-3000:]}")
+        api = Api(base)
+        while time.monotonic() < deadline:
+            try:
+                if not api.call("GET", "/api/v2/dags/build_snapshot")["is_paused"]:
+                    break
+            except urllib.error.HTTPError:
+                pass
+            time.sleep(2)
+        yield {"base": base, "api": api, "ui_build": ui_build, "home": home}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+        subprocess.run([*psql, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'], capture_output=True)
+
+
+def test_the_login_is_required(standalone):
+    req = urllib.request.Request(standalone["base"] + "/api/v2/dags", headers={"Accept": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code in (401, 403)
+
+
+def test_a_run_triggered_through_the_rest_api_builds_the_snapshot(standalone, ssh_build, small_inputs, reference):
+    api: Api = standalone["api"]
+    out = copy_of(ssh_build, standalone["home"] / "rest build")
+    run_id = "rest-api-test"
+    conf = {"backend": "local", "inputs": [str(p) for p in small_inputs], "out": str(out), "poll_interval": 1,
+            "sbatch_args": ["--oversubscribe"]}
+    api.call("POST", "/api/v2/dags/build_snapshot/dagRuns", {"logical_date": None, "dag_run_id": run_id, "conf": conf})
+    assert api.wait_run(run_id) == "success", api.failed_tasks(run_id)
+    assert api.snapshot_id(run_id).strip('"') == reference == snapshot_id(out)
+    # a Param of the wrong type is refused before anything runs
+    with pytest.raises(urllib.error.HTTPError) as e:
+        api.call("POST", "/api/v2/dags/build_snapshot/dagRuns",
+                 {"logical_date": None, "dag_run_id": "bad-ranks", "conf": {"ranks": "many"}})
+    assert e.value.code == 400
+
+
+def test_the_dag_page_renders_and_a_run_triggered_from_the_ui_succeeds(standalone, reference, artifacts_dir):
+    from playwright.sync_api import sync_playwright
+
+    api: Api = standalone["api"]
+    base = standalone["base"]
+    before = {r["dag_run_id"] for r in api.call("GET", "/api/v2/dags/build_snapshot/dagRuns")["dag_runs"]}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                                          "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(base + "/")
+        page.get_by_role("textbox").first.fill("admin")
+        page.locator("input[type=password]").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(lambda url: "login" not in url, timeout=60_000)
+        page.goto(f"{base}/dags/build_snapshot")
+        page.get_by_role("button", name="Trigger").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(2000)
+        page.screenshot(path=str(artifacts_dir / "airflow-build_snapshot-dag.png"), full_page=True)
+        page.get_by_role("button", name="Trigger").first.click()
+        dialog = page.get_by_role("dialog")
+        dialog.wait_for(timeout=30_000)
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(artifacts_dir / "airflow-build_snapshot-trigger-form.png"))
+        dialog.get_by_role("button", name="Trigger").last.click()
+        deadline = time.monotonic() + 60
+        new = set()
+        while not new and time.monotonic() < deadline:
+            new = {r["dag_run_id"] for r in api.call("GET", "/api/v2/dags/build_snapshot/dagRuns")["dag_runs"]} - before
+            time.sleep(1)
+        assert len(new) == 1, "the UI's Trigger button started no run"
+        run_id = new.pop()
+        assert api.wait_run(run_id) == "success", api.failed_tasks(run_id)
+        page.goto(f"{base}/dags/build_snapshot/runs/{run_id}")
+        page.wait_for_timeout(3000)
+        page.screenshot(path=str(artifacts_dir / "airflow-build_snapshot-run.png"), full_page=True)
+        browser.close()
+    assert api.snapshot_id(run_id).strip('"') == reference == snapshot_id(standalone["ui_build"])
