@@ -24,7 +24,7 @@ code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font
 .tiles{display:grid;grid-template-columns:repeat(auto-fill,minmax(160px,1fr));gap:10px;margin:14px 0}
 .tile{border:1px solid #dee2e6;border-radius:6px;padding:8px 12px}
 .tile b{display:block;font-size:20px} .tile span{color:#6c757d;font-size:12px}
-table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
+table{border-collapse:collapse;margin:6px 0 12px;font-size:13px;display:block;overflow-x:auto;max-width:100%}
 th,td{padding:3px 10px;border-bottom:1px solid #e9ecef;text-align:right;vertical-align:top}
 th{background:#f8f9fa;font-weight:600} td:first-child,th:first-child{text-align:left}
 td.l,th.l{text-align:left}
@@ -451,11 +451,30 @@ def _reasons(card: dict[str, Any]) -> str:
 
 def _versions(card: dict[str, Any]) -> str:
     b = card["build"]
-    keys = sorted({k for v in b["stage_versions"].values() for k in v}, key=lambda k: (k != "version", k))
-    rows = [
-        [escape(s)] + [_mono(str(v.get(k, "–")), 23) for k in keys] for s, v in b["stage_versions"].items()
+    order = b["stages"] + sorted(set(b["stage_versions"]) - set(b["stages"]))
+    rows = []
+    for stage in order:
+        v = b["stage_versions"].get(stage)
+        if v is None:
+            continue
+        others = "<br>".join(
+            f"{escape(k)} {_mono(str(x), 23)}"
+            for k, x in sorted(v.items())
+            if k not in ("version", "config_hash", "manifest")
+        )
+        rows.append(
+            [
+                escape(stage),
+                escape(str(v.get("version", "–"))),
+                _mono(str(v.get("config_hash", "–")), 23),
+                _mono(str(v.get("manifest", "–")), 23),
+                others,
+            ]
+        )
+    out = [
+        "<h2>Stage versions</h2>",
+        _table(["stage", "version", "config hash", "manifest", "other hashes"], rows, left=5),
     ]
-    out = ["<h2>Stage versions</h2>", _table(["stage"] + keys, rows, left=len(keys) + 1)]
     if b["tokenizer"]:
         out.append(
             f"<h3>Tokenizer</h3><pre>{escape(json.dumps(b['tokenizer'], indent=1, sort_keys=True))}</pre>"

@@ -120,6 +120,20 @@ def histogram_plot(hists: dict[str, dict[str, Any]], title: str, xlabel: str, sm
     fig, ax = plt.subplots(figsize=(3.6, 2.4) if small else (7.5, 2.8))
     colors = [BEFORE, AFTER] + PALETTE
     log = False
+    if all(len(h["edges"]) <= 2 for h in hists.values()):  # one value only: a bar would fill the axes
+        values = sorted({h["edges"][0] for h in hists.values() if h["edges"]})
+        ax.text(
+            0.5,
+            0.5,
+            "every document: " + ", ".join(f"{v:g}" for v in values),
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(title)
+        return to_data_uri(fig)
     for i, (name, h) in enumerate(hists.items()):
         edges, counts = h["edges"], h["counts"]
         if not counts:
@@ -144,12 +158,15 @@ def histogram_plot(hists: dict[str, dict[str, Any]], title: str, xlabel: str, sm
 
 
 def cluster_sizes_plot(sizes: dict[str, int], title: str) -> str:
-    """How many clusters of each size, log-log: a lone huge cluster stands out at the right."""
+    """How many clusters of each size (log-log when sizes span decades): a lone huge cluster stands out at the right."""
     pts = sorted((int(k), v) for k, v in sizes.items())
     fig, ax = plt.subplots(figsize=(7.5, 2.6))
     ax.scatter([k for k, _ in pts], [v for _, v in pts], color=AFTER, s=18)
     ax.vlines([k for k, _ in pts], 0.8, [v for _, v in pts], color=AFTER, linewidth=1)
-    ax.set_xscale("log")
+    if max(k for k, _ in pts) > 20:
+        ax.set_xscale("log")
+    else:
+        ax.set_xticks([k for k, _ in pts])
     ax.set_yscale("log")
     ax.set_ylim(0.8, max([v for _, v in pts] + [1]) * 1.5)
     ax.set_xlabel("cluster size (documents)")
