@@ -346,7 +346,7 @@ class StageRun:
             stage_version=self.stage.version,
             config=config_to_dict(self.stage.config),
             config_hash=self.cfg_hash,
-            inputs=tuple(s.ref(out.parent) if s.path.is_relative_to(out.parent) else s.ref() for s in inputs),
+            inputs=tuple(_input_ref(s, out.parent) for s in inputs),
             outputs=tuple(outputs),
             side_outputs=tuple(sides),
             shard_counts=shard_counts,
@@ -379,6 +379,14 @@ class StageRun:
 
 
 _SHARD_FILES = (SUFFIX + ".json", SUFFIX)
+
+
+def _input_ref(shard: InputShard, stages_root: Path) -> ShardRef:
+    """A previous stage's shard by its path in the build; a raw input by its file name only, so the
+    manifest (and the snapshot id) never depends on where the inputs or the build directory live."""
+    if shard.path.is_relative_to(stages_root):
+        return shard.ref(stages_root)
+    return ShardRef(path=shard.path.name, sha256=shard.sha256, records=shard.records)
 
 
 def _artifact_refs(out: Path, kind: str) -> list[ShardRef]:
