@@ -188,7 +188,7 @@ def assemble(
         "eos_token": tok_info["eos_token"],
         "documents_end_with_eos": True,  # tokenize appended EOS: a reader must not add another
     }
-    return SnapshotManifest(
+    manifest = SnapshotManifest(
         shards=tuple(shards),
         stage_versions=stage_versions,
         seed=seed,
@@ -196,6 +196,10 @@ def assemble(
         tokenizer=tokenizer,
         extra=extra,
     )
+    problems = snapshot_problems(snap, manifest)
+    if problems:
+        raise UserError(f"the assembled snapshot in {snap} is not sound: " + "; ".join(problems[:10]))
+    return manifest
 
 
 # --- opening a snapshot ------------------------------------------------------------------------------
@@ -373,17 +377,32 @@ def describe_doc(record: dict[str, Any]) -> dict[str, Any]:
 def validate_snapshot(directory: Path) -> list[str]:
     """Every way the snapshot on disk differs from its manifest (empty when it is intact)."""
     snap = Snapshot(directory)
-    m, problems = snap.manifest, []
+    return snapshot_problems(snap.dir, snap.manifest)
+
+
+def snapshot_problems(directory: Path, m: SnapshotManifest) -> list[str]:
+    """Every way the files under ``directory`` differ from manifest ``m`` (each file re-hashed)."""
+    problems: list[str] = []
     for s in m.shards:
-        bin_path = snap.dir / s.path
+        bin_path = directory / s.path
         if not bin_path.is_file():
             problems.append(f"{s.path}: missing")
             continue
         if file_sha256(bin_path) != s.sha256:
             problems.append(f"{s.path}: sha256 does not match the manifest")
-        meta = json.loads((snap.dir / s.files["meta"]).read_text())
-        if file_sha256(snap.dir / s.files["idx"]) != meta["idx_sha256"]:
-            problems.append(f"{s.files['idx']}: sha256 does not match its metadata")
+        meta_path = directory / s.files["meta"]
+        if not meta_path.is_file():
+            problems.append(f"{s.files['meta']}: missing")
+            continue
+        meta = json.loads(meta_path.read_text())
+        for role, key in (
+            ("idx", "idx_sha256"),
+            ("lineage", "lineage_sha256"),
+            ("lineage_offsets", "lineage_offsets_sha256"),
+        ):
+            p = directory / s.files[role]
+            if not p.is_file() or file_sha256(p) != meta[key]:
+                problems.append(f"{s.files[role]}: missing or its sha256 does not match {s.files['meta']}")
         try:
             shard = IndexedShard(bin_path.with_suffix(""))
         except ValueError as e:
@@ -397,14 +416,14 @@ def validate_snapshot(directory: Path) -> list[str]:
         if shard.index.dtype != np.dtype(m.token_dtype):
             problems.append(f"{s.path}: dtype {shard.index.dtype}, manifest says {m.token_dtype}")
     for name, art in sorted(m.extra.get("artifacts", {}).items()):
-        p = snap.dir / art["path"]
+        p = directory / art["path"]
         if not p.is_file():
             problems.append(f"required artifact {name} ({art['path']}) is missing")
         elif file_sha256(p) != art["sha256"]:
             problems.append(f"artifact {name} ({art['path']}): sha256 does not match the manifest")
     if "contamination_report" not in m.extra.get("artifacts", {}):
         problems.append("the snapshot has no contamination report")
-    tok = snap.dir / m.tokenizer.get("path", "")
+    tok = directory / m.tokenizer.get("path", "")
     if not tok.is_file() or file_sha256(tok) != m.tokenizer.get("sha256"):
         problems.append(f"tokenizer {m.tokenizer.get('path')}: missing or not the pinned artifact")
     return problems

@@ -219,9 +219,12 @@ def test_the_snapshot_validates_and_a_damaged_copy_does_not(snap, tmp_path):
     data[10] ^= 0xFF
     bin_path.write_bytes(bytes(data))
     (copy / "decont" / "report.json").unlink()
+    lineage = snap.manifest.shards[-1].files["lineage"]
+    (copy / lineage).write_text("{}\n")
     problems = validate_snapshot(copy)
     assert any("sha256 does not match the manifest" in p for p in problems)
     assert any("contamination_report" in p and "missing" in p for p in problems)
+    assert any(p.startswith(lineage) for p in problems)
 
 
 def test_trace_returns_the_document_behind_random_token_positions(built, snap):
