@@ -5,8 +5,12 @@
 * a build directory (what ``corpus build --out`` wrote: ``stages/<name>/manifest.json``,
   ``build-config.json`` and ``snapshot/manifest.json``);
 * a snapshot directory (``<build>/snapshot``) or its ``manifest.json``: the build it came from is the
-  directory holding ``stages/`` above it. A snapshot copied away from its build still reports its own
-  facts (shards, tokens, stage versions); the sections that need the stages say they are absent.
+  directory holding ``stages/`` above it;
+* a snapshot id (``sha256:<hex>`` or a unique hex prefix of 8+ characters), looked up under
+  ``$CORPUS_SNAPSHOTS`` as :func:`corpus.snapshot.resolve_snapshot` does.
+
+A snapshot copied away from its build still reports its own facts (shards, tokens, stage versions);
+the sections that need the stages say they are absent.
 
 Stages are read in pipeline order (``PLANNED_STAGES``), then any other completed stage directory by
 name, so a build made by a newer or older pipeline than this checkout's still reports every stage.
@@ -85,11 +89,21 @@ def stage_manifests(build_dir: Path) -> list[StageManifest]:
     return out
 
 
+def _looks_like_id(ref: str) -> bool:
+    hexpart = ref.removeprefix("sha256:")
+    return len(hexpart) >= 8 and all(c in "0123456789abcdef" for c in hexpart.lower())
+
+
 def open_build(path: Path) -> BuildView:
     """Read a build directory, a snapshot directory or a snapshot manifest."""
     path = Path(path)
     if not path.exists():
-        raise UserError(f"not found: {path}")
+        if _looks_like_id(str(path)):
+            from corpus.snapshot import resolve_snapshot  # needs $CORPUS_SNAPSHOTS, says so if unset
+
+            path = resolve_snapshot(str(path))
+        else:
+            raise UserError(f"not found: {path}")
     if path.is_file():
         snapshot_dir, build_dir = path.parent, None
         manifest_path = path

@@ -100,3 +100,10 @@ def test_diff_of_a_missing_path_is_a_one_line_error(builds, tmp_path):
     proc = run_corpus("diff", str(builds.base), str(tmp_path / "nope"), check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "not found" in proc.stderr
+
+
+def test_diff_takes_snapshot_ids_under_the_snapshots_root(builds, monkeypatch):
+    sid = json.loads((builds.strict / "snapshot" / "manifest.json").read_text())["snapshot_id"]
+    monkeypatch.setenv("CORPUS_SNAPSHOTS", str(builds.strict.parent))
+    rc, d = diff_json(builds.base, sid[:20])
+    assert rc == 1 and d["b"]["snapshot_id"] == sid and d["config"][0]["key"] == "policy.min_quality"
