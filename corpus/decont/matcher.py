@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corpus.decont.ngrams import NGRAM, gram_hashes, is_member, normalize_words, runs_of, word_hashes
+from corpus.decont.ngrams import NGRAM, Grams, gram_hashes, is_member, normalize_words, runs_of, word_hashes
 from corpus.decont.registry import EvalItem, EvalRegistry
 
 
@@ -98,6 +98,7 @@ class EvalIndex:
     def scan(self, text: str) -> list[Match]:
         """Every benchmark this text is contaminated by, with its longest run (sorted by benchmark)."""
         wh = word_hashes(normalize_words(text))
+        grams = Grams(wh)
         best: dict[str, Match] = {}
 
         def offer(m: Match) -> None:
@@ -105,7 +106,7 @@ class EvalIndex:
                 best[m.benchmark] = m
 
         if wh.shape[0] >= NGRAM and self.long.hashes.shape[0]:
-            mask, owner = self.long.lookup(gram_hashes(wh, NGRAM))
+            mask, owner = self.long.lookup(grams.of(NGRAM))
             for start, length in runs_of(mask):
                 if length < self.min_run:
                     continue
@@ -117,7 +118,7 @@ class EvalIndex:
         for n, table in self.whole.items():
             if wh.shape[0] < n:
                 break
-            mask, owner = table.lookup(gram_hashes(wh, n))
+            mask, owner = table.lookup(grams.of(n))
             for o in np.unique(owner[mask]):
                 item = self.items[int(o)]
                 offer(Match(item.benchmark, item.item_id, max(1, n - NGRAM + 1)))

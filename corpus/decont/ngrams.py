@@ -5,8 +5,8 @@ characters (``\\w+``); punctuation and whitespace only separate words. So "Answe
 matches "answer 18" in a benchmark however it was punctuated or spaced.
 
 An n-gram's hash is a pure function of its words (each word hashed with blake2b, the n words combined
-with fixed odd multipliers and a 64-bit finalizer, n mixed in), computed with numpy for a whole
-document at once. The same text gives the same hashes on any machine, so an index built today answers
+as a polynomial in a fixed odd base modulo 2**64, n mixed in, a 64-bit finalizer), computed with numpy
+for a whole document at once, for any n from one prefix sum. The same text gives the same hashes on any machine, so an index built today answers
 questions asked about a benchmark published next year.
 """
 
@@ -20,11 +20,9 @@ import numpy as np
 
 from corpus.digest import stable_hash64
 
-SCHEME = "nfkc-lower-words/1+blake2b-word/poly64-gram"
+SCHEME = "nfkc-lower-words/1+blake2b-word/poly64-prefix-gram/2"
 NGRAM = 13
 _WORD = re.compile(r"\w+")
-_MAX_N = 64
-_MULT = np.array([stable_hash64("decont-gram-multiplier", j) | 1 for j in range(_MAX_N)], dtype=np.uint64)
 _WORD_CACHE: dict[str, int] = {}
 _WORD_CACHE_MAX = 1 << 20
 
@@ -56,18 +54,59 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+_BASE = stable_hash64("decont-gram-base") | 1  # odd, hence invertible modulo 2**64
+_BASE_INV = pow(_BASE, -1, 1 << 64)
+_N_SALT = np.uint64(stable_hash64("decont-gram-length"))
+_powers = np.ones(1, dtype=np.uint64)
+_inverse_powers = np.ones(1, dtype=np.uint64)
+
+
+def _cumulative_powers(base: int, size: int) -> np.ndarray:
+    factors = np.full(size, base, dtype=np.uint64)
+    factors[0] = 1
+    return np.cumprod(factors, dtype=np.uint64)
+
+
+def _power_tables(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """BASE**t and BASE**-t mod 2**64 for t < k (grown on demand, shared by all calls)."""
+    global _powers, _inverse_powers
+    if _powers.shape[0] < k:
+        size = max(k, 2 * _powers.shape[0])
+        with np.errstate(over="ignore"):
+            _powers = _cumulative_powers(_BASE, size)
+            _inverse_powers = _cumulative_powers(_BASE_INV, size)
+    return _powers[:k], _inverse_powers[:k]
+
+
+class Grams:
+    """Every n-gram hash of one word sequence, for any n, from one prefix sum.
+
+    The n-gram at i hashes ``sum(w[i+j] * BASE**j for j < n)`` mod 2**64 (then n is mixed in and the
+    result finalized); with ``P[k] = sum(w[t] * BASE**t for t < k)`` that is
+    ``(P[i+n] - P[i]) * BASE**-i``, so each n costs two vector operations whatever its length.
+    """
+
+    def __init__(self, hashes: np.ndarray) -> None:
+        k = hashes.shape[0]
+        powers, self._inverse = _power_tables(k + 1)
+        self.prefix = np.zeros(k + 1, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            np.cumsum(hashes * powers[:k], dtype=np.uint64, out=self.prefix[1:])
+
+    def of(self, n: int) -> np.ndarray:
+        """The hash of every run of ``n`` consecutive words, in text order (empty when fewer words)."""
+        if n < 1:
+            raise ValueError(f"n-gram length must be positive, got {n}")
+        m = self.prefix.shape[0] - n
+        if m <= 0:
+            return np.empty(0, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            raw = (self.prefix[n:] - self.prefix[:m]) * self._inverse[:m]
+            return _mix64(raw + np.uint64(n) * _N_SALT)
+
+
 def gram_hashes(hashes: np.ndarray, n: int) -> np.ndarray:
-    """The hash of every run of ``n`` consecutive words, in text order (empty when fewer words)."""
-    if not 1 <= n <= _MAX_N:
-        raise ValueError(f"n-gram length must be 1..{_MAX_N}, got {n}")
-    m = hashes.shape[0] - n + 1
-    if m <= 0:
-        return np.empty(0, dtype=np.uint64)
-    acc = np.full(m, np.uint64(n), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(n):
-            acc += hashes[j : j + m] * _MULT[j]
-        return _mix64(acc)
+    return Grams(hashes).of(n)
 
 
 def text_grams(text: str, n: int = NGRAM) -> np.ndarray:

@@ -123,3 +123,16 @@ def test_later_benchmark_is_checked_against_the_retained_corpus_index(hosts):
     assert result["items"] == 164 and result["unchecked_items"] == 0
     clean = np.unique(np.concatenate([doc_grams(d) for d in hosts]))
     assert check_benchmark(humaneval, clean, min_run=10)["flagged_ids"] == []
+
+
+def test_an_ngram_hash_depends_only_on_its_words(hosts):
+    from corpus.decont.ngrams import gram_hashes, word_hashes
+
+    words = normalize_words(" ".join(hosts[:5]))
+    hashes = word_hashes(words)
+    for n in (8, 13, 21):
+        grams = gram_hashes(hashes, n)
+        assert grams.shape[0] == len(words) - n + 1
+        for i in (0, 17, len(words) - n):
+            assert grams[i] == gram_hashes(word_hashes(words[i : i + n]), n)[0]
+    assert gram_hashes(hashes[:13], 13)[0] != gram_hashes(hashes[:12], 12)[0]
