@@ -58,6 +58,7 @@ from hpc_jobs.runner import (
     main,
 )
 from hpc_jobs.tokenize import token_prefix
+from mpi_kernels.shuffle import shuffle_by_key
 
 MEGATRON = "megatron"
 LINEAGE = "lineage"
@@ -271,8 +272,6 @@ class WriteShards(Stage):
                         f"{shard.name}: {n_docs} documents but {len(tokens)} token sequences in "
                         f"the tokenize stage; rerun tokenize"
                     )
-
-        from mpi_kernels.shuffle import shuffle_by_key
 
         t0 = time.monotonic()
         received = shuffle_by_key(
