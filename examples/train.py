@@ -50,7 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--save-every", type=int, default=50)
     ap.add_argument("--save-at", type=int, default=None, help="save once at this step")
     ap.add_argument("--stop-after-save", action="store_true", help="exit right after the first save")
-    ap.add_argument("--resume", action="store_true", help="continue from --ckpt")
+    ap.add_argument("--resume", action="store_true", help="continue from --ckpt (it must exist)")
+    ap.add_argument("--auto-resume", action="store_true", help="continue from --ckpt when it exists")
     ap.add_argument("--allow-missing-loader-state", action="store_true")
     ap.add_argument("--mixture", type=json.loads, default=None, help='JSON {"bucket": weight}')
     ap.add_argument("--epoch-caps", type=json.loads, default=None, help='JSON {"bucket": epochs} or an int')
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                             batch_size=args.batch_size, dp_rank=world.rank, dp_world=world.world_size,
                             epoch_caps=args.epoch_caps, run_len=args.run_len, chunk_tokens=args.chunk_tokens)
     step = 0
-    if args.resume:
+    if args.resume or (args.auto_resume and (args.ckpt / "train.json").is_file()):
         step = load_checkpoint(args.ckpt, model, optimizer, loader,
                                allow_missing_loader_state=args.allow_missing_loader_state)
 

@@ -58,3 +58,26 @@ def test_checkpoint_on_4_processes_resumes_exactly_once_on_3_and_on_6(id_snapsho
                        "--tag", f"after{world}")
         assert f"starting at step {k}, loader step {k}" in out.stdout
         assert before + tokens(tmp_path, f"after{world}") == expected
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_sbatch_train_on_4_tasks_resumes_exactly_once_on_3(id_snapshot, tmp_path):
+    """The same under SLURM: sbatch/train.sbatch launches the ranks with srun."""
+    assert subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0, "SLURM is not up"
+    work = tmp_path / "a dir; $(touch pwned)"
+    work.mkdir()
+    common = ["--snapshot", str(id_snapshot), "--mixture", json.dumps(MIXTURE), "--epoch-caps", json.dumps(CAPS),
+              "--seq-len", "16", "--batch-size", "2", "--run-len", "2", "--chunk-tokens", "24", "--seed", "5",
+              "--steps", "100000", "--dump-tokens", str(work), "--ckpt", str(work / "ckpt"), "--auto-resume"]
+    for ntasks, extra in ((4, ["--save-at", "7", "--stop-after-save", "--tag", "before"]),
+                          (3, ["--save-every", "1000000", "--tag", "after"])):
+        proc = subprocess.run(["sbatch", "--wait", "--parsable", "-n", str(ntasks), "--oversubscribe",
+                               f"--output={work}/train-%j.log", str(ROOT / "sbatch" / "train.sbatch"),
+                               *common, *extra], capture_output=True, text=True, cwd=ROOT, timeout=900)
+        logs = "\n".join(p.read_text() for p in work.glob("train-*.log"))
+        assert proc.returncode == 0, f"{proc.stderr}\n{logs[-4000:]}"
+        assert f"slurm: starting at step {7 if ntasks == 3 else 0}" in logs
+    assert not (ROOT / "pwned").exists() and not (work / "pwned").exists()
+    expected = expected_tokens(id_snapshot, load_manifest(id_snapshot)[0], CAPS)
+    assert tokens(work, "before") + tokens(work, "after") == expected
