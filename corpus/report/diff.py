@@ -114,12 +114,16 @@ def documents_delta(a: BuildView, b: BuildView, sample: int = SAMPLE) -> dict[st
     shared = {o.sha256 for o in ma.outputs} & {o.sha256 for o in mb.outputs}
     ida, idb = _doc_ids(a, ma, shared), _doc_ids(b, mb, shared)
     added, removed = sorted(idb.keys() - ida.keys()), sorted(ida.keys() - idb.keys())
+    # the same URL under a new doc_id: its text changed (e.g. line dedup removed other lines), not a new page
+    changed = sorted({ida[d] for d in removed if ida[d]} & {idb[d] for d in added if idb[d]})
     return {
         "stage_a": ma.stage,
         "stage_b": mb.stage,
         "shards_shared": len(shared),
         "added": len(added),
         "removed": len(removed),
+        "changed_text": len(changed),
+        "changed_text_sample": changed[:sample],
         "added_sample": [{"doc_id": d, "url": idb[d]} for d in added[:sample]],
         "removed_sample": [{"doc_id": d, "url": ida[d]} for d in removed[:sample]],
     }
@@ -257,8 +261,13 @@ def summary_text(d: dict[str, Any]) -> str:
     if docs:
         lines.append(
             f"\ndocuments ({docs['stage_a']} vs {docs['stage_b']}): {docs['removed']:,} removed, "
-            f"{docs['added']:,} added ({docs['shards_shared']} shards identical, not read)"
+            f"{docs['added']:,} added by doc_id ({docs['shards_shared']} shards identical, not read)"
         )
+        if docs["changed_text"]:
+            lines.append(
+                f"  of these, {docs['changed_text']:,} URLs are in both with changed text (a new doc_id)"
+            )
+            lines += [f"  ~ {u}" for u in docs["changed_text_sample"]]
         lines += [f"  - {x['doc_id']} {x['url']}" for x in docs["removed_sample"]]
         lines += [f"  + {x['doc_id']} {x['url']}" for x in docs["added_sample"]]
     if d["shards"]:

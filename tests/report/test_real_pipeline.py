@@ -1,0 +1,81 @@
+"""The report, the diff and the alarms on builds of the real pipeline (every installed stage), on a slice
+of the bundled curated sample: what a person sees after ``corpus build``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from corpus.alarms import check_build
+from tests.conftest import ROOT, run_corpus
+from tests.report.test_report import screenshots
+
+pytestmark = pytest.mark.slow
+
+DOCS = 40
+
+
+@pytest.fixture(scope="module")
+def real_builds(tmp_path_factory) -> tuple[Path, Path]:
+    """A: defaults. B: a copy of A rebuilt with a stricter language-ID confidence threshold, so only the
+    policy stage and those after it run again."""
+    root = tmp_path_factory.mktemp("real")
+    with gzip.open(ROOT / "sample" / "curated" / "perl-doc.jsonl.gz", "rt") as f:
+        lines = [next(f) for _ in range(DOCS)]
+    src = root / "perl-doc.jsonl"
+    src.write_text("".join(lines))
+    a, b = root / "a", root / "b"
+    run_corpus("build", "--input", str(src), "--out", str(a), "--ranks", "2")
+    shutil.copytree(a, b)
+    cfg = root / "strict.toml"
+    cfg.write_text("[policy]\nmin_lang_confidence = 0.95\n")
+    run_corpus("build", "--input", str(src), "--out", str(b), "--ranks", "2", "--config", str(cfg))
+    return a, b
+
+
+def test_diff_of_a_real_threshold_change_names_it_and_its_counts(real_builds):
+    a, b = real_builds
+    proc = run_corpus("diff", str(a), str(b), "--json", check=False)
+    assert proc.returncode == 1, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["config"] == [{"key": "policy.min_lang_confidence", "a": 0.5, "b": 0.95}]
+    assert d["stage_versions"] == [] and d["tokenizer"] == []
+    assert "lang_confidence" in d["counts"]["policy"]["filtered"]
+    assert d["counts"]["policy"]["filtered"]["lang_confidence"]["delta"] > 0
+    upstream = ("ingest", "extract", "annotate")
+    assert not set(d["counts"]) & set(upstream)
+    assert all(d["shards"][s]["only_a"] == d["shards"][s]["only_b"] == 0 for s in upstream)
+    docs = d["documents"]  # line dedup sees fewer documents in B, so some texts (and doc_ids) change
+    assert docs["removed"] - docs["added"] == -d["counts"]["write_shards"]["out"]["delta"]
+    assert docs["added"] == docs["changed_text"]  # nothing new in B: only old pages with changed text
+
+
+def test_a_real_language_id_regression_trips_the_alarm(real_builds, tmp_path):
+    a, b = real_builds
+    hist = tmp_path / "yield-history.jsonl"
+    assert check_build(a, hist) == []
+    assert "policy/*lang*" in {x.metric for x in check_build(b, hist)}
+
+
+def test_the_real_card_has_every_section_and_opens_in_chromium(real_builds, tmp_path, artifacts_dir):
+    a, _ = real_builds
+    out = tmp_path / "card.html"
+    run_corpus("report", str(a), "--html", str(out))
+    card = json.loads(out.with_suffix(".json").read_text())
+    assert card["absent"] == {}
+    assert card["distributions"]["annotated"]["stage"] == "annotate"
+    assert {"quality", "word_count"} <= set(card["distributions"]["annotated"]["scores"])
+    assert card["distributions"]["kept"]["lang_confidence"]["count"] == card["funnel"]["total"][-1]["out"]
+    tokens = card["tokens"]
+    assert (
+        sum(tokens["by"]["lang"].values())
+        == tokens["total"]
+        == sum(b["tokens"] for b in tokens["by"]["bucket"].values())
+    )
+    assert {"gsm8k", "humaneval"} <= set(card["contamination"]["report"]["benchmarks"])
+    [(errors, widths)] = screenshots({"report-card-real": out}, artifacts_dir).values()
+    assert errors == [] and all(w > 100 for w in widths)
