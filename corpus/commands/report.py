@@ -3,6 +3,8 @@
 DIR is a build directory, a snapshot directory (``<build>/snapshot``) or a snapshot manifest; see
 :mod:`corpus.report.build_view`. Without ``--json`` the funnel is printed and the card written to
 ``<build>/report/card.html`` (and ``card.json`` beside it) unless ``--html`` names another place.
+With ``--record`` the build is also recorded in the yield history, and a yield alarm exits with status 3
+(for sbatch scripts and shell tasks; Python callers use :func:`corpus.alarms.enforce`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="yield history to compare with (default <builds-root>/yield-history.jsonl)",
     )
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="record this build in the yield history and exit 3 on a yield alarm "
+        '(unless the build config says [alarms] on_alarm = "warn")',
+    )
     p.set_defaults(func=run)
 
 
@@ -55,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.dir}: no stage manifests beside this snapshot; counts need the build directory"
             )
         print(json.dumps(stage_counts(view.stages), indent=1))
-        if args.html is None:
+        if args.html is None and not args.record:
             return 0
     out = args.html
     if out is None:
@@ -67,6 +75,18 @@ def run(args: argparse.Namespace) -> int:
     from corpus.report.gather import gather
     from corpus.report.html import render_html
 
+    failed = None
+    if args.record:
+        if view.build_dir is None:
+            raise UserError(
+                f"{args.dir}: --record needs the build directory, not a snapshot copied away from it"
+            )
+        from corpus.alarms import YieldAlarmError, enforce
+
+        try:
+            enforce(view.build_dir, args.history)
+        except YieldAlarmError as e:
+            failed = e
     card = gather(view, args.history)
     json_path = out.with_suffix(".json")
     atomic_write_bytes(json_path, (json.dumps(card, indent=1, sort_keys=True) + "\n").encode())
@@ -74,8 +94,11 @@ def run(args: argparse.Namespace) -> int:
     stream = sys.stderr if args.json else sys.stdout
     if not args.json and view.stages:
         print(funnel_table(view.stages))
+    for stage, alarms in card["stage_alarms"].items():
+        for a in alarms:
+            print(f"STAGE ALARM: {stage}: {a}", file=stream)
     for a in (card["alarms"] or {}).get("alarms", []):
         print(f"YIELD ALARM: {a['message']}", file=stream)
     print(f"report html {out}", file=stream)
     print(f"report json {json_path}", file=stream)
-    return 0
+    return 3 if failed else 0

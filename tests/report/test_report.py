@@ -182,3 +182,20 @@ def screenshots(pages: dict[str, Path], artifacts_dir: Path) -> dict[str, tuple[
         finally:
             browser.close()
     return out
+
+
+def test_record_adds_the_build_to_the_history_and_exits_3_on_an_alarm(builds, tmp_path):
+    hist = tmp_path / "yield-history.jsonl"
+    out = tmp_path / "card.html"
+    assert (
+        run_corpus(
+            "report", str(builds.base), "--record", "--history", str(hist), "--html", str(out)
+        ).returncode
+        == 0
+    )
+    proc = run_corpus(
+        "report", str(builds.lid_broken), "--record", "--history", str(hist), "--html", str(out), check=False
+    )
+    assert proc.returncode == 3
+    assert "YIELD ALARM: policy retention 0.0%" in proc.stdout
+    assert len(hist.read_text().splitlines()) == 2
