@@ -25,7 +25,8 @@ class OpenShard:
         index = read_index(idx_path)
         self.lengths = index.lengths.astype(np.int64)
         self.token_starts = index.token_starts()
-        self.tokens = np.memmap(bin_path, dtype=index.dtype, mode="r") if index.num_tokens else \
+        # a plain ndarray view of the mapping: slicing a np.memmap subclass costs more than the copy
+        self.tokens = np.asarray(np.memmap(bin_path, dtype=index.dtype, mode="r")) if index.num_tokens else \
             np.zeros(0, dtype=index.dtype)
         if self.tokens.shape[0] != index.num_tokens:
             raise ValueError(f"{bin_path}: holds {self.tokens.shape[0]} tokens, its index says {index.num_tokens}")
@@ -44,13 +45,17 @@ class OpenShard:
         starts = self.stream_starts[(self.stream_starts >= start) & (self.stream_starts < end)] - start
         if not self.append_eos:
             return np.asarray(self.tokens[start:end], dtype=np.int64), starts
-        pos = np.arange(start, end, dtype=np.int64)
-        doc = np.searchsorted(self.stream_starts, pos, side="right") - 1
-        within = pos - self.stream_starts[doc]
-        is_eos = within == self.lengths[doc]
-        src = np.where(is_eos, 0, self.token_starts[doc] + within)
-        out = np.asarray(self.tokens[src], dtype=np.int64) if src.size else np.zeros(0, dtype=np.int64)
-        out[is_eos] = self.eos_id
+        # one slice per document touched (a few per sequence), EOS written after each document's end
+        first = int(np.searchsorted(self.stream_starts, start, side="right")) - 1
+        last = int(np.searchsorted(self.stream_starts, end, side="left"))
+        out = np.empty(end - start, dtype=np.int64)
+        for i in range(max(first, 0), last):
+            doc_start, n, tok_start = int(self.stream_starts[i]), int(self.lengths[i]), int(self.token_starts[i])
+            lo, hi = max(start, doc_start), min(end, doc_start + n)
+            if hi > lo:
+                out[lo - start : hi - start] = self.tokens[tok_start + lo - doc_start : tok_start + hi - doc_start]
+            if start <= doc_start + n < end:
+                out[doc_start + n - start] = self.eos_id
         return out, starts
 
 
