@@ -99,7 +99,12 @@ def test_ascii_fast_path_equals_normalizing_first(shared_data):
     from tests.dedup.dedup_corpus import perl_sections
 
     texts = perl_sections(shared_data)[:300] + ["A\x1cB c_d e-f", "don't STOP\tme now!!", "x\x00y z", " \n "]
-    texts += ["«Bonjour» — le monde… ‘quoted’ Ünïcode\u00a0nbsp\u2003em", "日本語の文章、です。 テスト"]
+    texts += [
+        "«Bonjour» — le monde… ‘quoted’ Ünïcode\u00a0nbsp\u2003em",
+        "日本語の文章、です。 テスト",
+        "emoji 😀 mixed𝒳𝒴 text\u3000ideo space İstanbul ß ΣΑΣ",
+        "combining e\u0301 and \u200b zero width",
+    ]
     m = MinHasher()
     assert (m.signatures(texts) == m.signatures_of_normalized([normalize_text(t) for t in texts])).all()
 
