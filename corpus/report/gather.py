@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from corpus import alarms
+from corpus.docshard import ShardCorrupt
 from corpus.model import GroupCounts, StageManifest
 from corpus.report.build_view import BuildView
 from corpus.report.scan import (
@@ -207,6 +208,16 @@ def _population_before_policy(doc_stages: list[StageManifest]) -> StageManifest 
     return doc_stages[0] if doc_stages else None
 
 
+def _readable(absent: dict[str, str], section: str, scan, view: BuildView, m: StageManifest):
+    """``scan(stage_dir, manifest)``, or None with the reason noted: a damaged or half-copied stage output
+    costs its own section of the card, never the card."""
+    try:
+        return scan(view.stage_dir(m.stage), m)
+    except (OSError, ShardCorrupt, ValueError, KeyError) as e:
+        absent[section] = f"cannot read the {m.stage} stage's shards: {e}"
+        return None
+
+
 def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str, Any]:
     """Every number of the data card. Reads manifests, and streams each stage's shards at most once."""
     absent: dict[str, str] = {}
@@ -247,25 +258,26 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     scanned: dict[str, Distributions] = {}  # a stage that is both populations is read once
     pops: dict[str, Distributions] = {}
     for name, m in (("annotated", before), ("kept", kept)):
-        if m is not None:
-            if m.stage not in scanned:
-                scanned[m.stage] = scan_documents(view.stage_dir(m.stage), m)
+        if m is not None and m.stage not in scanned:
+            scanned[m.stage] = _readable(absent, f"distributions ({m.stage})", scan_documents, view, m)
+        if m is not None and scanned[m.stage] is not None:
             pops[name] = scanned[m.stage]
     dists = populations_json(pops)
     card["distributions"] = dists
     if not dists:
-        absent["distributions"] = "no stage output holds documents"
+        absent.setdefault("distributions", "no stage output holds documents")
     elif not any(p["scores"] for p in dists.values()):
         absent["scores"] = "no document carries scores (quality, heuristics) yet"
     if dists and not any(p["lang_confidence"] for p in dists.values()):
         absent["lang_confidence"] = "no document carries a language yet"
-    dedup = {
-        m.stage: clusters_json(scan_clusters(view.stage_dir(m.stage), m), m)
-        for m in view.stages
-        if "dedup" in m.stage
-    }
+    dedup = {}
+    for m in view.stages:
+        if "dedup" in m.stage:
+            clusters = _readable(absent, f"dedup ({m.stage})", scan_clusters, view, m)
+            if clusters is not None:
+                dedup[m.stage] = clusters_json(clusters, m)
     card["dedup"] = dedup
-    if not dedup:
+    if not any("dedup" in m.stage for m in view.stages):
         absent["dedup"] = "no dedup stage in this build"
 
     card["contamination"] = contamination(view)
@@ -276,7 +288,7 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     for m in view.stages:
         t = m.yield_counts().total()
         if t.quarantined:
-            samples = quarantine_samples(view.stage_dir(m.stage), m)
+            samples = _readable(absent, f"quarantine samples ({m.stage})", quarantine_samples, view, m) or {}
             card["quarantine"][m.stage] = {
                 r: {"count": n, "samples": samples.get(r, [])} for r, n in sorted(t.quarantined.items())
             }

@@ -79,7 +79,14 @@ def _note(text: str) -> str:
 
 
 def _alarms(card: dict[str, Any]) -> str:
-    return _stage_alarms(card) + _yield_alarms(card)
+    return _stage_alarms(card) + _yield_alarms(card) + _absent(card)
+
+
+def _absent(card: dict[str, Any]) -> str:
+    if not card["absent"]:
+        return ""
+    items = "".join(f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in card["absent"].items())
+    return f'<div class="note">Not on this card:<ul>{items}</ul></div>'
 
 
 def _stage_alarms(card: dict[str, Any]) -> str:

@@ -199,3 +199,14 @@ def test_record_adds_the_build_to_the_history_and_exits_3_on_an_alarm(builds, tm
     assert proc.returncode == 3
     assert "YIELD ALARM: policy retention 0.0%" in proc.stdout
     assert len(hist.read_text().splitlines()) == 2
+
+
+def test_a_damaged_shard_costs_its_section_not_the_card(builds, tmp_path):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(builds.base, damaged)
+    victim = sorted((damaged / "stages" / "exact_dedup" / "filtered").glob("*.zst"))[0]
+    victim.write_bytes(b"not zstd at all")
+    card = make_card(damaged, tmp_path / "card.html")
+    assert "cannot read the exact_dedup stage's shards" in card["absent"]["dedup (exact_dedup)"]
+    assert card["funnel"]["total"] and card["distributions"]["kept"]["docs"] > 0
+    assert "dedup (exact_dedup)" in (tmp_path / "card.html").read_text()
