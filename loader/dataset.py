@@ -56,6 +56,11 @@ def natural_mixture(manifest: SnapshotManifest) -> dict[str, float]:
     return out
 
 
+def default_append_eos(manifest: SnapshotManifest) -> bool:
+    """Append EOS after every document unless the manifest says its documents already end with one."""
+    return not manifest.tokenizer.get("documents_end_with_eos", False)
+
+
 def stream_layout(manifest: SnapshotManifest, seed: int, chunk_tokens: int, epoch_caps: Mapping[str, int | None],
                   append_eos: bool) -> Layout:
     buckets: dict[str, list[tuple[int, str, int]]] = {}
@@ -75,7 +80,7 @@ class SnapshotLoader(IterableDataset):
     def __init__(self, snapshot: str | Path | SnapshotManifest, mixture: Mapping[str, float] | None = None,
                  seed: int = 0, seq_len: int = 2048, batch_size: int = 1, dp_rank: int | None = None,
                  dp_world: int | None = None, *, epoch_caps: Mapping[str, int | None] | int | None = None,
-                 run_len: int = 8, chunk_tokens: int = 1 << 20, append_eos: bool = True,
+                 run_len: int = 8, chunk_tokens: int = 1 << 20, append_eos: bool | None = None,
                  max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION, root: str | Path | None = None,
                  verbose: bool = False) -> None:
         super().__init__()
@@ -100,6 +105,8 @@ class SnapshotLoader(IterableDataset):
             raise UserError("the snapshot manifest's tokenizer has no eos_id")
         self.eos_id = int(self.manifest.tokenizer["eos_id"])
         self.seed, self.seq_len, self.batch_size = int(seed), int(seq_len), int(batch_size)
+        if append_eos is None:
+            append_eos = default_append_eos(self.manifest)
         self.run_len, self.chunk_tokens, self.append_eos = int(run_len), int(chunk_tokens), bool(append_eos)
         self.rank, self.world = dp_rank, dp_world
         self.verbose = verbose

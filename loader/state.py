@@ -258,7 +258,7 @@ def remaining_pieces(layout: Layout, plan: Plan, cursors: list[Mapping[str, tupl
 def redistribute(old_layout: Layout, record: Mapping, new_world: int) -> Plan:
     """A plan for ``new_world`` ranks that reads exactly what the record's ranks had not read yet.
 
-    Remainders of open epochs are sorted by their place in the epoch order and dealt out strided;
+    Remainders of open epochs are sorted by (epoch, place in the epoch order) and dealt out strided;
     epochs nobody had opened are left to the formula, so they are assigned as if training had started
     on ``new_world`` ranks.
     """
@@ -274,13 +274,9 @@ def redistribute(old_layout: Layout, record: Mapping, new_world: int) -> Plan:
             fresh[bucket] = cap if cap is not None else plan.fresh_epoch.get(bucket, 0)
             continue
         fresh[bucket] = last + 1
-        per_epoch: dict[int, list[Piece]] = {}
-        for p in pieces:
-            per_epoch.setdefault(p.epoch, []).append(p)
-        per_rank: list[list[Piece]] = [[] for _ in range(new_world)]
-        for e in sorted(per_epoch):
-            for r in range(new_world):
-                per_rank[r].extend(per_epoch[e][i] for i in strided(len(per_epoch[e]), r, new_world))
+        # ``pieces`` is sorted epoch-major, so dealing it out strided keeps each rank's carry in epoch
+        # order and spreads the remainders of consecutive epochs over different ranks
+        per_rank = [[pieces[i] for i in strided(len(pieces), r, new_world)] for r in range(new_world)]
         carry[bucket] = tuple(tuple(x) for x in per_rank)
     return Plan(new_world, fresh, carry)
 

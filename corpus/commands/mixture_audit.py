@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-len", type=int, default=8, help="steps a rank stays on one bucket")
     p.add_argument("--chunk-tokens", type=int, default=1 << 20)
     p.add_argument("--epoch-caps", default=None, help='JSON {"bucket": epochs} or one int for all buckets')
+    p.add_argument("--append-eos", choices=("auto", "yes", "no"), default="auto",
+                   help="whether the loader appends EOS after documents (auto: unless the manifest says "
+                        "documents already end with EOS)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 
@@ -42,9 +45,9 @@ def _json_arg(value: str | None, what: str):
 
 
 def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: int, seq_len: int, batch_size: int,
-          run_len: int, chunk_tokens: int, epoch_caps) -> dict:
+          run_len: int, chunk_tokens: int, epoch_caps, append_eos: bool | None = None) -> dict:
     """Tokens each bucket would deliver over ``steps`` steps on ``world`` ranks, against the target weights."""
-    from loader.dataset import load_manifest, natural_mixture, stream_layout
+    from loader.dataset import default_append_eos, load_manifest, natural_mixture, stream_layout
     from loader.sampler import SAMPLER_VERSION
     from loader.state import Plan, RankCursor
 
@@ -58,7 +61,9 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
         raise UserError("world, seq-len, batch-size, run-len and chunk-tokens must be positive, steps >= 0")
     caps = {b: epoch_caps for b in buckets} if isinstance(epoch_caps, int) or epoch_caps is None else \
         {b: epoch_caps.get(b) for b in buckets}
-    layout = stream_layout(manifest, seed, chunk_tokens, caps, append_eos=True)
+    if append_eos is None:
+        append_eos = default_append_eos(manifest)
+    layout = stream_layout(manifest, seed, chunk_tokens, caps, append_eos)
     plan = Plan.fresh(world)
     tokens = dict.fromkeys(buckets, 0)
     sequences = dict.fromkeys(buckets, 0)
@@ -119,6 +124,6 @@ def format_table(report: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     report = audit(args.snapshot, _json_arg(args.mixture, "mixture"), args.seed, args.world, args.steps,
                    args.seq_len, args.batch_size, args.run_len, args.chunk_tokens,
-                   _json_arg(args.epoch_caps, "epoch-caps"))
+                   _json_arg(args.epoch_caps, "epoch-caps"), {"auto": None, "yes": True, "no": False}[args.append_eos])
     print(json.dumps(report, indent=1) if args.json else format_table(report))
     return 0

@@ -85,3 +85,16 @@ def test_a_snapshot_without_an_eos_id_is_refused(id_snapshot, tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(UserError, match="eos_id"):
         SnapshotLoader(tmp_path, root=id_snapshot)
+
+
+def test_documents_that_already_end_with_eos_get_no_second_one(tmp_path):
+    import numpy as np
+    from snapshot_factory import write_snapshot
+
+    docs = [np.array([5, 6, 7, EOS], dtype=np.uint16), np.array([8, EOS], dtype=np.uint16),
+            np.array([9, 10, EOS], dtype=np.uint16)]
+    write_snapshot(tmp_path, {"web": [docs, docs[:1]]}, "uint16", EOS, {"documents_end_with_eos": True})
+    loader = SnapshotLoader(tmp_path, seed=0, seq_len=4, batch_size=1, epoch_caps=1)
+    assert loader.append_eos is False
+    got = Counter(t for b in loader for t in b.tokens[b.loss_mask].tolist())
+    assert got == Counter([5, 6, 7, EOS, 8, EOS, 9, 10, EOS, 5, 6, 7, EOS])
