@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 from corpus.extract import ExtractWorker, cap_html, repair_replacement_chars, strip_invisible
+from tests.conftest import ROOT, mpiexec
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 from tests.stages.warc_fixtures import (
     deeply_nested,
@@ -151,3 +155,52 @@ def test_a_parse_over_the_time_limit_is_quarantined_and_the_shard_goes_on(poison
     assert status == "extract_timeout" and q["stage"] == "extract" and len(q["raw_digest"]) == 64
     assert got[kinds["normal"]][0] == "kept" and got[kinds["zero_width"]][0] == "kept"
     assert reconciles(manifest(tmp_path / "extract")["totals"])
+
+
+def test_a_killed_rank_mid_extract_then_rerun_equals_an_uninterrupted_run(tmp_path, shared_data):
+    pages = real_pages(shared_data, 72, part=3)
+    (tmp_path / "in").mkdir()
+    for i in range(6):
+        (tmp_path / "in" / f"p{i}.warc.gz").write_bytes(warc_bytes(pages[i::6]))
+    run_stage("ingest", 2, [tmp_path / "in"], tmp_path / "ingest")
+    run_stage("extract", 2, [tmp_path / "ingest"], tmp_path / "clean")
+
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [
+        mpiexec(),
+        "-n",
+        "2",
+        sys.executable,
+        "-m",
+        "hpc_jobs.extract",
+        "--in",
+        str(tmp_path / "ingest"),
+        "--out",
+        str(out),
+    ]
+    job = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def finished() -> int:
+        return len(list((out / "stats").glob("*.json"))) if (out / "stats").exists() else 0
+
+    deadline = time.time() + 300
+    while time.time() < deadline and finished() < 1:
+        time.sleep(0.05)
+    ranks = [
+        int(p)
+        for p in subprocess.run(
+            ["pgrep", "-f", "hpc_jobs.extract --in"], capture_output=True, text=True
+        ).stdout.split()
+        if int(p) != job.pid
+    ]
+    ranks = [p for p in ranks if str(tmp_path) in open(f"/proc/{p}/cmdline").read()]
+    assert ranks, "no rank to kill"
+    os.kill(max(ranks), signal.SIGKILL)
+    job.communicate(timeout=300)
+    assert job.returncode != 0 and not (out / "manifest.json").exists()
+    assert 0 < finished() < 6, "the kill must land mid-stage"
+
+    run_stage("extract", 1, [tmp_path / "ingest"], out)
+    clean, rerun = manifest(tmp_path / "clean"), manifest(out)
+    assert (rerun["outputs"], rerun["side_outputs"]) == (clean["outputs"], clean["side_outputs"])
