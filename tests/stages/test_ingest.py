@@ -170,3 +170,18 @@ def test_an_unknown_tier_is_a_one_line_config_error(tmp_path):
     )
     assert proc.returncode != 0
     assert "unknown source tier 'premium'" in proc.stderr
+
+
+def test_real_odd_files_from_warc_tools_are_read_or_quarantined(tmp_path, shared_data):
+    (tmp_path / "in").mkdir()
+    for p in sorted((shared_data / "warc-edge").iterdir()):
+        shutil.copyfile(p, tmp_path / "in" / p.name.removesuffix(".bad"))  # example-bad.warc.gz.bad: a corrupt gzip
+    run_stage("ingest", 2, [tmp_path / "in"], tmp_path / "out")
+    m = manifest(tmp_path / "out")
+    t = m["totals"]
+    assert reconciles(t) and len(m["outputs"]) == 12
+    # the corrupt gzip WARC and the ARC whose length field is not a number
+    assert t["quarantined"] == {"malformed_warc": 2}
+    assert t["out"] == 22  # HTML 200 responses: Common Crawl 3, iana 16, dupes 1, fb 1, example.arc 1
+    skipped = m["extra"]["skipped_records"]
+    assert skipped["revisit"] == 133 and skipped["request"] == 190 and skipped["response_status_302"] == 7
