@@ -267,6 +267,10 @@ def test_trace_command_finds_the_snapshot_by_id_under_a_root(built, snap, root):
     assert out["doc"]["source"] == "perl-mirror" and out["doc"]["url"].startswith(
         "https://mirror.example.net/"
     )
+    by_id = json.loads(
+        run_corpus("trace", "--snapshot", str(built), "--doc-id", out["doc"]["doc_id"], "--json").stdout
+    )
+    assert (by_id["shard"], by_id["doc_index"], by_id["offset"]) == ("mirror-00000", 0, 0)
     bad = run_corpus(
         "trace",
         "--snapshot",
