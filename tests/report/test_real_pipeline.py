@@ -12,7 +12,7 @@ import pytest
 
 from corpus.alarms import check_build
 from tests.conftest import ROOT, run_corpus
-from tests.report.test_report import screenshots
+from tests.report.browser import screenshots
 
 pytestmark = pytest.mark.slow
 

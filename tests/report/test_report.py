@@ -7,19 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from corpus.model import StageManifest
 from tests.conftest import run_corpus
+from tests.report.browser import screenshots
 from tests.report.toy_pipeline import make_build
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 
 
 def manifest(build, stage) -> StageManifest:
@@ -158,30 +150,6 @@ def test_card_shows_alarms_first_and_opens_in_chromium_without_errors(
         assert errors == [], name
         assert widths and all(w > 100 for w in widths), name  # every plot decoded and laid out
     assert (artifacts_dir / "report-card.png").stat().st_size > 50_000
-
-
-def screenshots(pages: dict[str, Path], artifacts_dir: Path) -> dict[str, tuple[list[str], list[int]]]:
-    """Open each page in headless Chromium; its console errors and image widths, and a full-page PNG."""
-    out = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            for name, path in pages.items():
-                page = browser.new_page(viewport={"width": 1200, "height": 900})
-                errors: list[str] = []
-                page.on(
-                    "console", lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None
-                )
-                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
-                page.goto(path.as_uri())
-                page.wait_for_load_state("load")
-                widths = page.eval_on_selector_all("img", "els => els.map(e => e.naturalWidth)")
-                page.screenshot(path=str(artifacts_dir / f"{name}.png"), full_page=True)
-                out[name] = (errors, widths)
-                page.close()
-        finally:
-            browser.close()
-    return out
 
 
 def test_record_adds_the_build_to_the_history_and_exits_3_on_an_alarm(builds, tmp_path):
