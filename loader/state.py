@@ -245,13 +245,17 @@ def remaining_pieces(layout: Layout, plan: Plan, cursors: list[Mapping[str, tupl
         return [], None
     last = max(open_epochs)
     out: list[Piece] = []
-    for q, k, off in heads:
-        p = q.piece(k)
-        while p is not None and p.epoch <= last:
-            if p.start + off < p.end:
-                out.append(Piece(p.epoch, p.order, p.shard, p.start + off, p.end))
-            off, k = 0, k + 1
-            p = q.piece(k)
+    # walk all ranks epoch by epoch, so each epoch's chunk order is computed once (it stays cached)
+    walkers = [[q, k, off, p] for (q, k, off), p in zip(heads, current, strict=True) if p is not None]
+    for epoch in range(min(open_epochs), last + 1):
+        for w in walkers:
+            q, k, off, p = w
+            while p is not None and p.epoch == epoch:
+                if p.start + off < p.end:
+                    out.append(Piece(p.epoch, p.order, p.shard, p.start + off, p.end))
+                off, k = 0, k + 1
+                p = q.piece(k)
+            w[1:] = [k, off, p]
     return sorted(out), last
 
 
