@@ -157,6 +157,7 @@ def test_a_parse_over_the_time_limit_is_quarantined_and_the_shard_goes_on(poison
     assert reconciles(manifest(tmp_path / "extract")["totals"])
 
 
+@pytest.mark.slow
 def test_a_killed_rank_mid_extract_then_rerun_equals_an_uninterrupted_run(tmp_path, shared_data):
     pages = real_pages(shared_data, 72, part=3)
     (tmp_path / "in").mkdir()
