@@ -66,9 +66,14 @@ def save_checkpoint(path: str | Path, step: int, model: torch.nn.Module, optimiz
     dcp.save({"train": TrainState(model, optimizer), "loader": loader}, checkpoint_id=str(tmp))
     if _rank() == 0:
         (tmp / TRAIN_STATE).write_text(json.dumps({"step": step, "world": loader.world}))
-        if path.exists():
-            shutil.rmtree(path)
+        old = path.with_name(f".{path.name}.old")
+        if path.exists():  # move the previous checkpoint aside first: one complete checkpoint exists at all times
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(path, old)
         os.replace(tmp, path)
+        if old.exists():
+            shutil.rmtree(old)
     _barrier()
     return path
 
