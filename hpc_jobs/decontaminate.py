@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 from corpus.decont.corpus_index import doc_grams, save_index
 from corpus.decont.matcher import EvalIndex
 from corpus.decont.ngrams import SCHEME
-from corpus.decont.registry import EvalRegistry, RegistryError
+from corpus.decont.registry import EvalRegistry, RegistryError, registry_digest
 from corpus.decont.report import ITEM_PREFIX, REASON, RUN_PREFIX
 from corpus.digest import json_digest
 from corpus.docshard import iter_docs
@@ -34,6 +34,12 @@ class DecontaminateConfig:
     eval_dir: str = "assets/evals"  # relative paths resolve against the repository
     min_run: int = 10  # consecutive matching 13-grams that make a document contaminated
     min_item_words: int = 8  # eval items shorter than this are too generic to check
+    #: computed, not set: the registry's content digest is part of the config (and its hash), so an
+    #: eval file changed in place re-runs the stage like any other config change
+    eval_registry_hash: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eval_registry_hash", registry_digest(resolve_asset(self.eval_dir)))
 
 
 class Decontaminate(Stage):
@@ -51,6 +57,10 @@ class Decontaminate(Stage):
         if self.index is None:
             try:
                 registry = EvalRegistry.load(resolve_asset(self.config.eval_dir))
+                if registry.digest != self.config.eval_registry_hash:
+                    raise RegistryError(
+                        f"eval registry {self.config.eval_dir} changed while the stage started"
+                    )
                 self.index = EvalIndex(registry, self.config.min_run, self.config.min_item_words)
             except (RegistryError, ValueError) as e:
                 raise StageError(str(e)) from e

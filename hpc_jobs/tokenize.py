@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from corpus.digest import file_sha256
 from corpus.docshard import iter_docs
 from corpus.megatron import read_index, write_indexed_shard
 from corpus.model import Kept, Outcome
-from corpus.tokenizer import DEFAULT_EOS, DEFAULT_TOKENIZER, PinnedTokenizer, TokenizerError
+from corpus.tokenizer import DEFAULT_EOS, DEFAULT_TOKENIZER, PinnedTokenizer, TokenizerError, resolve_asset
 from hpc_jobs.runner import InputShard, Stage, StageContext, StageError, main
 
 TOKENS = "tokens"
@@ -29,6 +30,15 @@ class TokenizeConfig:
     tokenizer: str = DEFAULT_TOKENIZER  # a tokenizer.json; relative paths resolve against the repository
     eos_token: str = DEFAULT_EOS
     batch_size: int = 256  # documents per encode_batch call
+    #: computed, not set: the artifact's sha256 is part of the config (and its hash), so a tokenizer
+    #: file replaced in place re-runs the stage like any other config change
+    tokenizer_sha256: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        path = resolve_asset(self.tokenizer)
+        if not path.is_file():
+            raise TokenizerError(f"tokenizer artifact not found: {self.tokenizer} (looked at {path})")
+        object.__setattr__(self, "tokenizer_sha256", file_sha256(path))
 
 
 class Tokenize(Stage):
@@ -49,6 +59,8 @@ class Tokenize(Stage):
         if self._tok is None:
             try:
                 self._tok = PinnedTokenizer(self.config.tokenizer, self.config.eos_token)
+                if self._tok.info.sha256 != self.config.tokenizer_sha256:
+                    raise TokenizerError(f"tokenizer {self.config.tokenizer} changed while the stage started")
             except TokenizerError as e:
                 raise StageError(str(e)) from e
         return self._tok

@@ -54,9 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     loader.add_argument("--chunk-tokens", type=int, default=1 << 20)
     loader.add_argument(
         "--append-eos",
-        choices=("yes", "no"),
-        default="yes",
-        help="whether the loader appended EOS after each document (its default: yes)",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="whether the loader appended EOS after each document (auto, the loader's default: only "
+        "when the snapshot's documents do not end with one)",
     )
     p.add_argument(
         "--json", action="store_true", help="print JSON (the default output is JSON too, indented)"
@@ -103,7 +104,10 @@ def loader_position(snap: Snapshot, args: argparse.Namespace) -> tuple[int, int,
         raise UserError(f"--rank {args.rank} outside a world of {args.world}")
     if not 0 <= args.position < args.seq_len * args.batch_size:
         raise UserError(f"--position must be in [0, {args.seq_len * args.batch_size}) (batch size × seq len)")
-    append_eos = args.append_eos == "yes"
+    if args.append_eos == "auto":
+        append_eos = not snap.manifest.tokenizer.get("documents_end_with_eos", False)
+    else:
+        append_eos = args.append_eos == "yes"
     mixture = parse_mixture(args.mixture)
     if mixture is None:
         mixture = {}

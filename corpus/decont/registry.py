@@ -71,22 +71,31 @@ def load_benchmark(path: Path, name: str | None = None) -> Benchmark:
     return Benchmark(name, path, file_sha256(path), tuple(items))
 
 
+def registry_files(directory: str | Path) -> list[Path]:
+    d = Path(directory)
+    if not d.is_dir():
+        raise RegistryError(f"eval registry directory not found: {d}")
+    files = sorted(p for p in d.iterdir() if p.is_file() and p.name.endswith(SUFFIXES))
+    if not files:
+        raise RegistryError(f"eval registry {d} holds no benchmark files (*.jsonl, *.jsonl.gz)")
+    return files
+
+
+def registry_digest(directory: str | Path) -> str:
+    """The digest :attr:`EvalRegistry.digest` will have, from the files' bytes alone (no parsing)."""
+    return json_digest([[benchmark_name(p), file_sha256(p)] for p in registry_files(directory)])
+
+
 @dataclass(frozen=True)
 class EvalRegistry:
     benchmarks: tuple[Benchmark, ...]  # sorted by name
 
     @classmethod
     def load(cls, directory: str | Path) -> EvalRegistry:
-        d = Path(directory)
-        if not d.is_dir():
-            raise RegistryError(f"eval registry directory not found: {d}")
-        files = sorted(p for p in d.iterdir() if p.is_file() and p.name.endswith(SUFFIXES))
-        if not files:
-            raise RegistryError(f"eval registry {d} holds no benchmark files (*.jsonl, *.jsonl.gz)")
-        benchmarks = [load_benchmark(p) for p in files]
+        benchmarks = [load_benchmark(p) for p in registry_files(directory)]
         names = [b.name for b in benchmarks]
         if len(set(names)) != len(names):
-            raise RegistryError(f"eval registry {d}: two files give the same benchmark name")
+            raise RegistryError(f"eval registry {directory}: two files give the same benchmark name")
         return cls(tuple(sorted(benchmarks, key=lambda b: b.name)))
 
     @property

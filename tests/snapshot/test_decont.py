@@ -136,3 +136,16 @@ def test_an_ngram_hash_depends_only_on_its_words(hosts):
         for i in (0, 17, len(words) - n):
             assert grams[i] == gram_hashes(word_hashes(words[i : i + n]), n)[0]
     assert gram_hashes(hashes[:13], 13)[0] != gram_hashes(hashes[:12], 12)[0]
+
+
+def test_an_eval_file_changed_in_place_changes_the_stage_config(tmp_path):
+    from corpus.config import config_hash, stage_config
+    from hpc_jobs.decontaminate import DecontaminateConfig
+
+    shutil.copy(EVALS / "gsm8k.jsonl", tmp_path / "gsm8k.jsonl")
+    before = stage_config(DecontaminateConfig, {"eval_dir": str(tmp_path)}, "decontaminate")
+    assert before.eval_registry_hash == EvalRegistry.load(tmp_path).digest
+    with open(tmp_path / "gsm8k.jsonl", "a") as f:
+        f.write(json.dumps({"id": "new", "text": "a question published later with its answer"}) + "\n")
+    after = stage_config(DecontaminateConfig, {"eval_dir": str(tmp_path)}, "decontaminate")
+    assert config_hash(after) != config_hash(before)

@@ -332,7 +332,8 @@ def test_a_large_vocabulary_gives_int32_shards(built, root):
     check_shards_against_an_independent_reader(other, CL100K, "int32", seed=7)
 
 
-def test_the_trace_of_the_loaders_view_is_what_the_loader_reads(snap):
+@pytest.mark.parametrize("append_eos", ["auto", "yes"])
+def test_the_trace_of_the_loaders_view_is_what_the_loader_reads(snap, append_eos):
     import argparse
 
     from corpus.commands.trace import loader_position
@@ -342,7 +343,14 @@ def test_the_trace_of_the_loaders_view_is_what_the_loader_reads(snap):
     rng = np.random.default_rng(7)
     for rank, world, step in ((0, 1, 0), (1, 2, 3), (2, 3, 5)):
         loader = SnapshotLoader(
-            snap.dir, None, seed=11, seq_len=seq_len, batch_size=batch, dp_rank=rank, dp_world=world
+            snap.dir,
+            None,
+            seed=11,
+            seq_len=seq_len,
+            batch_size=batch,
+            dp_rank=rank,
+            dp_world=world,
+            append_eos=None if append_eos == "auto" else True,
         )
         loader.seek(step)
         tokens = loader.next_batch().tokens.numpy()
@@ -358,7 +366,7 @@ def test_the_trace_of_the_loaders_view_is_what_the_loader_reads(snap):
                 batch_size=batch,
                 run_len=8,
                 chunk_tokens=1 << 20,
-                append_eos="yes",
+                append_eos=append_eos,
             )
             shard, offset, facts = loader_position(snap, args)
             t = snap.trace(shard, offset)

@@ -75,3 +75,17 @@ def test_train_tokenizer_on_a_corpus_sample_is_reproducible(tmp_path):
     assert tok.info.vocab_size == 800 and tok.info.token_dtype == "uint16"
     text = "=head1 NAME\n\nperlfunc - Perl builtin functions"
     assert tok.tok.decode(tok.encode_batch([text], eos=False)[0].tolist()) == text
+
+
+def test_a_tokenizer_replaced_in_place_changes_the_stage_config(tmp_path):
+    import shutil
+
+    from corpus.config import config_hash, stage_config
+    from hpc_jobs.tokenize import TokenizeConfig
+
+    path = tmp_path / "tokenizer.json"
+    shutil.copy(OLMO, path)
+    before = stage_config(TokenizeConfig, {"tokenizer": str(path)}, "tokenize")
+    shutil.copy(CL100K, path)
+    after = stage_config(TokenizeConfig, {"tokenizer": str(path)}, "tokenize")
+    assert after.tokenizer_sha256 == file_sha256(CL100K) and config_hash(after) != config_hash(before)
