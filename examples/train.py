@@ -23,8 +23,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from loader import SnapshotLoader, World
-from loader.checkpoint import load_checkpoint, save_checkpoint
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's packages, however it is launched
+
+from loader import SnapshotLoader, World  # noqa: E402
+from loader.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 
 
 class TinyLM(torch.nn.Module):
