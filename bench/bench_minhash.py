@@ -284,6 +284,27 @@ def bench_quality(n_docs: int) -> tuple[dict, list[dict]]:
     return {"docs": len(docs), "threshold": THRESHOLD, "bands": BANDS, "rows": ROWS}, rows
 
 
+def plot_scurve(rows: list[dict], path: Path) -> None:
+    """The S-curve as a picture: theory 1-(1-s^r)^b, and the share of planted pairs each LSH found."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = np.linspace(0.3, 1.0, 200)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(s, lsh_probability(s, BANDS, ROWS), color="gray", label=f"1-(1-s^{ROWS})^{BANDS}")
+    ax.plot([r["jaccard"] for r in rows], [r["ours"] for r in rows], "o", label="ours (mpi_kernels.minhash)")
+    ax.plot([r["jaccard"] for r in rows], [r["datasketch"] for r in rows], "x", label="datasketch MinHashLSH")
+    ax.set_xlabel("shingle Jaccard similarity of the planted pair")
+    ax.set_ylabel("share of pairs sharing a band")
+    ax.legend(loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
 def table(rows: list[dict]) -> str:
     cols = list(rows[0])
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
@@ -300,6 +321,7 @@ def main() -> None:
     ap.add_argument("--speed-mb", type=float, default=2.0, help="MB of text for the speed comparison")
     ap.add_argument("--quality-docs", type=int, default=3000)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--plot", type=Path, help="write the S-curve as a PNG here")
     a = ap.parse_args()
     texts, size = [], 0
     for pod in perl_pods(SHARED):
@@ -314,6 +336,8 @@ def main() -> None:
     print(f"## S-curve (b={BANDS}, r={ROWS}): share of planted pairs found\n")
     report["scurve"] = bench_scurve()
     print(table(report["scurve"]) + "\n")
+    if a.plot:
+        plot_scurve(report["scurve"], a.plot)
     setup, rows = bench_quality(a.quality_docs)
     report["quality"] = {**setup, "rows": rows}
     print(f"## Removed set vs exact all-pairs Jaccard >= {THRESHOLD}, {setup['docs']} documents\n")

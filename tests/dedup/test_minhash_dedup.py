@@ -4,10 +4,16 @@ each cluster, every member carries the cluster's id and size, identically on 1, 
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
+from tests.conftest import ROOT, mpiexec
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
 
@@ -147,3 +153,51 @@ def test_rerun_after_a_lost_global_phase_is_byte_identical(corpus, two_rank_run,
         json.loads((out / "work" / "global.json").read_text())["digest"]
         == json.loads((two_rank_run / "work" / "global.json").read_text())["digest"]
     )
+
+
+def rank_pids(launcher_pid: int) -> list[int]:
+    """The rank processes under an mpiexec (hydra starts them through a proxy process)."""
+    children = subprocess.run(
+        ["pgrep", "-P", str(launcher_pid)], capture_output=True, text=True
+    ).stdout.split()
+    ranks = []
+    for c in children:
+        grand = subprocess.run(["pgrep", "-P", c], capture_output=True, text=True).stdout.split()
+        ranks.extend(int(g) for g in grand)
+    return ranks
+
+
+@pytest.mark.slow
+def test_rank_killed_in_the_global_phase_then_rerun_gives_identical_outputs(corpus, two_rank_run, tmp_path):
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    job = subprocess.Popen(
+        [
+            mpiexec(),
+            "-n",
+            "3",
+            sys.executable,
+            "-m",
+            "hpc_jobs.minhash_dedup",
+            "--in",
+            str(corpus[0]),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((out / "work" / "signatures").glob("*.npz")):
+        time.sleep(0.02)
+    pids = rank_pids(job.pid)
+    assert pids, "no rank processes found to kill"
+    os.kill(pids[-1], signal.SIGKILL)
+    job.communicate(timeout=120)
+    assert job.returncode != 0
+    assert not (out / "manifest.json").exists(), "a killed stage must not look complete"
+
+    run_stage("minhash_dedup", 2, corpus[0], out)
+    assert output_digests(out) == output_digests(two_rank_run)
