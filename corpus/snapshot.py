@@ -11,7 +11,10 @@ Layout of ``<build>/snapshot/`` (self-contained: copy the directory and it still
     decont/corpus-13grams.npy            the retained corpus-side 13-gram index
     tokenizer/<name>                     the pinned tokenizer artifact
 
-Files are hard-linked from the build's stage directories (copied where links are impossible).
+Files are hard-linked from the build's stage directories (copied where links are impossible; stages
+only ever replace files, never rewrite them, so a link keeps the bytes it was made with); the tokenizer,
+which lives outside the build, is copied. A rebuild into the same build directory replaces
+``snapshot/``: to keep a snapshot, move or copy it under a snapshots root.
 
 How ``--snapshot REF`` resolves (:func:`resolve_snapshot`): a path to a snapshot directory, to its
 ``manifest.json`` or to a build directory (``<build>/snapshot``) is used as is; anything else is a
@@ -123,7 +126,10 @@ def assemble(
             f"({tok.info.sha256[:12]}… vs {tok_info['sha256'][:12]}…): rerun the build"
         )
     tok_rel = f"tokenizer/{tok_info['name']}"
-    _link(tok.path, snap / tok_rel)
+    (snap / tok_rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(
+        tok.path, snap / tok_rel
+    )  # a copy: the artifact lives outside the build and may be edited
 
     # the retained 13-gram index and the contamination report
     decont_dir = stages / "decontaminate"
