@@ -1,0 +1,71 @@
+"""The pure parts of write_shards: shuffle keys, shard cuts and the validation numbers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hpc_jobs.runner import StageError
+from hpc_jobs.write_shards import (
+    WriteShards,
+    WriteShardsConfig,
+    histogram_bits,
+    shard_of_bins,
+    shard_stats,
+    shuffle_key,
+    validation_failures,
+)
+
+
+def test_shuffle_key_is_a_pure_function_of_doc_id_and_seed():
+    assert shuffle_key("abc", 1) == shuffle_key("abc", 1)
+    assert shuffle_key("abc", 1) != shuffle_key("abc", 2)
+    assert shuffle_key("abc", 1) != shuffle_key("abd", 1)
+    assert 0 <= shuffle_key("abc", 1) < 2**64
+
+
+def test_shards_are_cut_every_target_tokens_and_the_last_takes_the_rest():
+    rng = np.random.default_rng(0)
+    hist = rng.integers(0, 50, size=1 << 16)
+    target = 100_000
+    shard = shard_of_bins(hist, target)
+    n = math.ceil(hist.sum() / target)
+    assert shard.min() == 0 and shard.max() == n - 1
+    assert np.all(np.diff(shard) >= 0), "shards are contiguous key ranges"
+    sizes = np.bincount(shard, weights=hist)
+    assert np.all(np.abs(sizes[:-1] - target) <= hist.max())
+    assert sizes.sum() == hist.sum()
+
+
+def test_histogram_resolution_grows_with_the_number_of_shards():
+    assert histogram_bits(10, 1 << 24) == 16
+    assert histogram_bits(1 << 40, 1 << 24) == 22  # 65,536 shards x 64 bins
+    assert histogram_bits(1 << 50, 1 << 24) == 24
+
+
+def test_shard_stats_measure_runs_entropy_and_top_token():
+    eos = 9
+    uniform = np.tile(np.arange(256, dtype=np.int32), 4)
+    s = shard_stats(np.concatenate([uniform, [eos]]).astype(np.int32), eos_id=eos)
+    assert s["tokens"] == 1025 and s["max_repeat_run"] == 1
+    assert s["entropy_bits"] == pytest.approx(math.log2(255), abs=1e-6)  # eos (9) is left out
+    degenerate = np.array([5] * 3000 + [6, eos], dtype=np.uint16)
+    d = shard_stats(degenerate, eos_id=eos)
+    assert d["max_repeat_run"] == 3000 and d["top_token"] == 5 and d["top_token_share"] > 0.99
+
+
+def test_validation_names_every_number_that_fails():
+    cfg = WriteShardsConfig()
+    bad = {"tokens": 10, "max_repeat_run": 5000, "entropy_bits": 0.5, "top_token": 5, "top_token_share": 0.9}
+    failures = validation_failures(bad, index_tokens=11, cfg=cfg)
+    assert len(failures) == 4
+    assert "token count 10 != 11" in failures[0] and "repeats 5000 times" in failures[1]
+    good = {"tokens": 10, "max_repeat_run": 3, "entropy_bits": 9.0, "top_token": 5, "top_token_share": 0.05}
+    assert validation_failures(good, index_tokens=10, cfg=cfg) == []
+
+
+def test_a_bucket_name_that_cannot_be_a_file_name_is_refused():
+    with pytest.raises(StageError, match="bucket 'web/news'"):
+        WriteShards(WriteShardsConfig(bucket_of_source={"news": "web/news"}))
