@@ -70,10 +70,6 @@ class Batch:
     buckets: tuple[str, ...]
     step: int
 
-    def as_dict(self) -> dict:
-        return {"tokens": self.tokens, "position_ids": self.position_ids, "loss_mask": self.loss_mask,
-                "cu_seqlens": self.cu_seqlens, "buckets": list(self.buckets), "step": self.step}
-
 
 def assemble_sequence(parts: list[tuple[np.ndarray, np.ndarray]], seq_len: int, pad: int, pad_id: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
