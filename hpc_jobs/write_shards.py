@@ -220,36 +220,37 @@ class WriteShards(Stage):
         mine = assign(inputs, ctx.rank, ctx.size)
         in_dir = ctx.in_paths[0]
 
-        # pass 1: every local document's bucket, shuffle key and token count
-        doc_bucket, doc_key, doc_tokens = [], [], []
+        # pass 1: every local document's bucket, shuffle key and token count (compact arrays per shard)
+        key_parts, bucket_parts, token_parts = [], [], []
         for shard in mine:
             lengths = IndexedShard(token_prefix(in_dir, shard.name)).index.lengths
-            for doc, n in zip(iter_docs(shard.path), lengths, strict=False):
-                doc_bucket.append(self.bucket_of(doc))
-                doc_key.append(shuffle_key(doc.doc_id, self.config.seed))
-                doc_tokens.append(int(n))
-        local: Counter = Counter()
-        for b, n in zip(doc_bucket, doc_tokens, strict=True):
-            local[b] += n
+            names, keys = [], []
+            for doc in itertools.islice(iter_docs(shard.path), lengths.shape[0]):
+                names.append(self.bucket_of(doc))
+                keys.append(shuffle_key(doc.doc_id, self.config.seed))
+            key_parts.append(np.array(keys, dtype=np.uint64))
+            bucket_parts.append(np.array(names, dtype=str))
+            token_parts.append(lengths[: len(keys)].astype(np.int64))
+        keys = np.concatenate(key_parts) if key_parts else np.empty(0, np.uint64)
+        doc_buckets = np.concatenate(bucket_parts) if bucket_parts else np.empty(0, str)
+        doc_tokens = np.concatenate(token_parts) if token_parts else np.empty(0, np.int64)
+        local = {str(b): int(doc_tokens[doc_buckets == b].sum()) for b in np.unique(doc_buckets)}
         totals: Counter = Counter()
         for c in comm.allgather(local):
             totals.update(c)
         buckets = sorted(totals)
         bucket_index = {b: i for i, b in enumerate(buckets)}
         # the shard cuts: a global token histogram over each bucket's key range, cut every target tokens
-        keys = np.array(doc_key, dtype=np.uint64)
-        which = np.array([bucket_index[b] for b in doc_bucket], dtype=np.int64)
-        tokens_arr = np.array(doc_tokens, dtype=np.int64)
         cuts = []
-        for i, b in enumerate(buckets):
+        for b in buckets:
             bits = histogram_bits(totals[b], self.config.shard_target_tokens)
             hist = np.zeros(1 << bits, dtype=np.int64)
-            sel = which == i
-            np.add.at(hist, (keys[sel] >> np.uint64(64 - bits)).astype(np.int64), tokens_arr[sel])
+            sel = doc_buckets == b
+            np.add.at(hist, (keys[sel] >> np.uint64(64 - bits)).astype(np.int64), doc_tokens[sel])
             total_hist = np.empty_like(hist)
             comm.Allreduce(hist, total_hist)
             cuts.append((bits, shard_of_bins(total_hist, self.config.shard_target_tokens)))
-        del doc_bucket, doc_key, doc_tokens, keys, which, tokens_arr
+        del keys, doc_buckets, doc_tokens, key_parts, bucket_parts, token_parts
         base = [0, *itertools.accumulate(int(c.max()) + 1 for _, c in cuts)][:-1]
 
         def records() -> Iterator[tuple[bytes, bytes]]:
