@@ -90,7 +90,7 @@ def test_a_job_submitted_over_ssh_runs_the_stage(services, small_inputs, ingest_
 
 
 @pytest.mark.cluster
-def test_a_cancelled_job_reports_cancelled_with_its_log(services, small_inputs, tmp_path):
+def test_a_job_cancelled_before_it_runs_reports_cancelled(services, small_inputs, tmp_path):
     backend = LocalBackend()
     job = StageJob(stage="ingest", inputs=tuple(map(str, small_inputs)), out=str(tmp_path / "ingest"), config=None,
                    log_dir=str(tmp_path / "logs"), ranks=2, sbatch_args=("--begin=now+600",))
