@@ -44,7 +44,7 @@ class DecontaminateConfig:
 
 class Decontaminate(Stage):
     name = "decontaminate"
-    version = "1"
+    version = "2"
     Config = DecontaminateConfig
     artifact_kinds = ("ngrams",)
 

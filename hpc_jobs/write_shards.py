@@ -115,22 +115,25 @@ def shard_stats(tokens: np.ndarray, eos_id: int) -> dict[str, Any]:
     if n:
         change = np.flatnonzero(np.diff(tokens.astype(np.int64))) if n > 1 else np.empty(0, np.int64)
         bounds = np.concatenate(([-1], change, [n - 1]))
-        max_run = int(np.diff(bounds).max())
+        runs = np.diff(bounds)
+        longest = int(np.argmax(runs))
+        max_run, run_token = int(runs[longest]), int(tokens[bounds[longest + 1]])
     else:
-        max_run = 0
+        max_run, run_token = 0, -1
     content = tokens[tokens != eos_id].astype(np.int64)
     if content.shape[0]:
-        counts = np.bincount(content)
-        counts = counts[counts > 0]
+        full = np.bincount(content)
+        counts = full[full > 0]
         p = counts / content.shape[0]
         entropy = float(-(p * np.log2(p)).sum())
-        top = int(np.argmax(np.bincount(content)))
+        top = int(np.argmax(full))
         top_share = float(counts.max() / content.shape[0])
     else:
         entropy, top, top_share = 0.0, -1, 0.0
     return {
         "tokens": n,
         "max_repeat_run": max_run,
+        "max_repeat_token": run_token,
         "entropy_bits": round(entropy, 6),
         "top_token": top,
         "top_token_share": round(top_share, 6),
@@ -143,7 +146,7 @@ def validation_failures(stats: dict[str, Any], index_tokens: int, cfg: WriteShar
         failures.append(f"token count {stats['tokens']} != {index_tokens} in the index")
     if stats["max_repeat_run"] > cfg.max_repeat_run:
         failures.append(
-            f"token {stats['top_token']} or another repeats {stats['max_repeat_run']} times in a row "
+            f"token {stats['max_repeat_token']} repeats {stats['max_repeat_run']} times in a row "
             f"(max_repeat_run {cfg.max_repeat_run})"
         )
     if stats["entropy_bits"] < cfg.min_entropy_bits:
@@ -160,7 +163,7 @@ def validation_failures(stats: dict[str, Any], index_tokens: int, cfg: WriteShar
 
 class WriteShards(Stage):
     name = "write_shards"
-    version = "1"
+    version = "2"
     Config = WriteShardsConfig
     artifact_kinds = (MEGATRON, LINEAGE)
 

@@ -53,15 +53,23 @@ def test_shard_stats_measure_runs_entropy_and_top_token():
     assert s["entropy_bits"] == pytest.approx(math.log2(255), abs=1e-6)  # eos (9) is left out
     degenerate = np.array([5] * 3000 + [6, eos], dtype=np.uint16)
     d = shard_stats(degenerate, eos_id=eos)
-    assert d["max_repeat_run"] == 3000 and d["top_token"] == 5 and d["top_token_share"] > 0.99
+    assert (d["max_repeat_run"], d["max_repeat_token"]) == (3000, 5)
+    assert d["top_token"] == 5 and d["top_token_share"] > 0.99
 
 
 def test_validation_names_every_number_that_fails():
     cfg = WriteShardsConfig()
-    bad = {"tokens": 10, "max_repeat_run": 5000, "entropy_bits": 0.5, "top_token": 5, "top_token_share": 0.9}
+    bad = {
+        "tokens": 10,
+        "max_repeat_run": 5000,
+        "max_repeat_token": 7,
+        "entropy_bits": 0.5,
+        "top_token": 5,
+        "top_token_share": 0.9,
+    }
     failures = validation_failures(bad, index_tokens=11, cfg=cfg)
     assert len(failures) == 4
-    assert "token count 10 != 11" in failures[0] and "repeats 5000 times" in failures[1]
+    assert "token count 10 != 11" in failures[0] and "token 7 repeats 5000 times" in failures[1]
     good = {"tokens": 10, "max_repeat_run": 3, "entropy_bits": 9.0, "top_token": 5, "top_token_share": 0.05}
     assert validation_failures(good, index_tokens=10, cfg=cfg) == []
 
