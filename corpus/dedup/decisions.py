@@ -11,6 +11,7 @@ say) skips the global phase and gets the same digest, so the runner skips the sh
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterable
 from itertools import chain, groupby
 from operator import itemgetter
@@ -23,6 +24,7 @@ from mpi_kernels.shuffle import shuffle_by_key
 
 DECISIONS = "decisions"
 CHECKPOINT = "global.json"
+SPILL = "spill"
 
 
 def decisions_path(work_dir: Path, shard_name: str) -> Path:
@@ -136,6 +138,7 @@ def checkpointed_global_phase(
         return done["digest"]
     if ctx.rank == 0:
         ckpt.invalidate()
+        shutil.rmtree(Path(ctx.work_dir) / SPILL, ignore_errors=True)  # runs left by a killed rank
     comm.Barrier()
     facts = compute(assign(inputs, ctx.rank, ctx.size))
     gathered = comm.gather(facts, root=0)

@@ -92,3 +92,13 @@ def test_rerun_after_losing_a_finished_shard_redoes_only_that_shard(corpus, tmp_
     assert "1 shards processed" in again.stderr
     assert (out / "work" / "global.json").stat().st_mtime_ns == checkpoint, "global phase was redone"
     assert output_digests(out) == first
+
+
+@pytest.mark.parametrize("stage", ["exact_dedup", "line_dedup", "minhash_dedup"])
+def test_empty_and_single_document_shards_pass_through(stage, tmp_path):
+    docs = [make_doc("just one short document here", 1)]
+    in_dir = write_stage_dir(tmp_path / "in", docs, shards=3)  # two of the three shards are empty
+    run_stage(stage, 2, in_dir, tmp_path / "out")
+    m = manifest(tmp_path / "out")
+    assert m["totals"]["in"] == m["totals"]["out"] == 1 and len(m["outputs"]) == 3
+    assert [d.text for d in kept_docs(tmp_path / "out")] == [docs[0].text]
