@@ -15,10 +15,16 @@ NORMALIZATION_VERSION = "1"
 
 _NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]+")
 _WHITESPACE = re.compile(r"\s+")
+#: the same rule for ASCII text as a translate table (str.translate has an ASCII fast path)
+_ASCII_DROP = str.maketrans(
+    {c: None for c in range(128) if not (chr(c).isalnum() or chr(c) == "_" or chr(c).isspace())}
+)
 
 
 def normalize_text(text: str) -> str:
     """The normalized form two texts must share to count as duplicates (see the module docstring)."""
+    if text.isascii():  # NFKC is the identity on ASCII; str.split() splits on exactly what \s matches
+        return " ".join(text.lower().translate(_ASCII_DROP).split())
     text = unicodedata.normalize("NFKC", text).lower()
     text = _NOT_WORD_OR_SPACE.sub("", text)
     return _WHITESPACE.sub(" ", text).strip()

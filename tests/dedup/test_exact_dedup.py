@@ -102,3 +102,16 @@ def test_empty_and_single_document_shards_pass_through(stage, tmp_path):
     m = manifest(tmp_path / "out")
     assert m["totals"]["in"] == m["totals"]["out"] == 1 and len(m["outputs"]) == 3
     assert [d.text for d in kept_docs(tmp_path / "out")] == [docs[0].text]
+
+
+def test_ascii_fast_path_of_normalization_equals_the_regex_rule(shared_data):
+    import re
+    import unicodedata
+
+    def by_regex(text: str) -> str:
+        text = re.sub(r"[^\w\s]+", "", unicodedata.normalize("NFKC", text).lower())
+        return re.sub(r"\s+", " ", text).strip()
+
+    texts = [t for t in perl_sections(shared_data) if t.isascii()][:500]
+    texts += ["".join(map(chr, range(128))) * 3, "A\x1cB\x1fc_d  e-f\t\n"]
+    assert [normalize_text(t) for t in texts] == [by_regex(t) for t in texts]
