@@ -113,3 +113,17 @@ def test_model_and_loader_state_round_trip_through_one_checkpoint(id_snapshot, t
     assert torch.equal(model2.weight, model.weight)
     assert digest(loader2.next_batch()) == expected
     assert not (tmp_path / ".ckpt.partial").exists()
+
+
+def test_seek_lands_where_iteration_does_even_across_epoch_caps(id_snapshot):
+    walked = make(id_snapshot, 1, 2, epoch_caps=CAPS, batch_size=3)
+    batches = list(walked)
+    assert len(batches) > 20
+    for step in (0, 7, len(batches) // 2, len(batches) - 1):
+        jumped = make(id_snapshot, 1, 2, epoch_caps=CAPS, batch_size=3)
+        jumped.seek(step)
+        got = jumped.next_batch()
+        assert got.step == step and torch.equal(got.tokens, batches[step].tokens) and got.buckets == batches[step].buckets
+    done = make(id_snapshot, 1, 2, epoch_caps=CAPS, batch_size=3)
+    done.seek(len(batches) + 5)
+    assert done.next_batch() is None
