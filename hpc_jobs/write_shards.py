@@ -213,8 +213,12 @@ class WriteShards(Stage):
             p = out / MEGATRON / COMPLETE
             done = p.exists() and json.loads(p.read_text()).get("key") == key
             if not done:
-                for d in (MEGATRON, LINEAGE):
-                    shutil.rmtree(out / d, ignore_errors=True)
+                for d in (
+                    out / MEGATRON,
+                    out / LINEAGE,
+                    ctx.work_dir / "spill",
+                ):  # incl. a killed run's spill
+                    shutil.rmtree(d, ignore_errors=True)
                 (out / VALIDATION).unlink(missing_ok=True)
         if comm.bcast(done, root=0):
             return key
