@@ -7,9 +7,6 @@ from pathlib import Path
 import pytest
 from snapshot_factory import write_id_snapshot
 
-MIXTURE = {"code": 0.2, "web": 0.5, "wiki": 0.3}
-CAPS = {"code": 1, "web": 1, "wiki": 2}
-
 
 @pytest.fixture(scope="session")
 def id_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -18,6 +18,9 @@ from corpus.megatron import write_indexed_shard
 from corpus.model import SnapshotManifest, SnapshotShard
 
 EOS = 0
+#: The mixture and epoch caps most loader tests use on the id snapshot's three buckets.
+MIXTURE = {"code": 0.2, "web": 0.5, "wiki": 0.3}
+CAPS = {"code": 1, "web": 1, "wiki": 2}
 
 
 def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype: str, eos_id: int,

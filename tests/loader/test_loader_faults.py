@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CAPS, MIXTURE
-from snapshot_factory import expected_tokens
+from snapshot_factory import CAPS, MIXTURE, expected_tokens
 
 from loader import SnapshotLoader, load_manifest
 from loader.faults import TooManyCorruptShards

@@ -13,8 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import CAPS, MIXTURE
-from snapshot_factory import bucket_token_ids, expected_tokens
+from snapshot_factory import CAPS, MIXTURE, bucket_token_ids, expected_tokens
 
 from loader import SnapshotLoader, load_manifest
 

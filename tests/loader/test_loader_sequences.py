@@ -8,8 +8,7 @@ from collections import Counter
 
 import pytest
 import torch
-from conftest import CAPS, MIXTURE
-from snapshot_factory import EOS, write_text_snapshot
+from snapshot_factory import CAPS, EOS, MIXTURE, write_text_snapshot
 
 from loader import SnapshotLoader
 

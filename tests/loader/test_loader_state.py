@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CAPS, MIXTURE
+from snapshot_factory import CAPS, MIXTURE
 
 from loader import ResumeRefused, SnapshotLoader
 from loader.checkpoint import load_checkpoint, save_checkpoint

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CAPS, MIXTURE
-from snapshot_factory import expected_tokens
+from snapshot_factory import CAPS, MIXTURE, expected_tokens
 
 from loader import load_manifest
 

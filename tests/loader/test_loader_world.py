@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import CAPS, MIXTURE
+from snapshot_factory import CAPS, MIXTURE
 from torch.utils.data import DataLoader
 
 from loader import SnapshotLoader, World

@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from conftest import CAPS, MIXTURE
+from snapshot_factory import CAPS, MIXTURE
 
 from corpus.commands.mixture_audit import audit
 from loader import SnapshotLoader
