@@ -45,14 +45,16 @@ def main() -> None:
         def part(key: bytes) -> int:
             return int(key[1:] or b"0") if key[1:].isdigit() else 0
 
+    # each rank its own spill directory, so it can look at its runs while other ranks remove theirs
+    spill_dir = a.spill_dir / f"rank{comm.rank}" if a.spill_dir else None
     out = shuffle_by_key(
         comm,
         my_share(global_records(a.records), comm.rank, comm.size),
         partition_of=part,
         memory_budget_bytes=a.budget,
-        spill_dir=a.spill_dir,
+        spill_dir=spill_dir,
     )
-    spill_files_during = sorted(str(p) for p in a.spill_dir.rglob("*") if p.is_file()) if a.spill_dir else []
+    spill_files_during = sorted(str(p) for p in spill_dir.rglob("*") if p.is_file()) if spill_dir else []
     got = [(k.hex(), p.hex()) for k, p in out]
     result = {
         "records": got,
