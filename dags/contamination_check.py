@@ -23,7 +23,7 @@ from corpus.orchestration.submit import BACKENDS, PROJECT_ROOT, backend_for
 PARAMS = {
     "snapshot": Param("", type="string", minLength=1, title="Snapshot",
                       description="snapshot id (sha256:... or a prefix), or a snapshot / build directory"),
-    "snapshots_root": Param("", type="string", title="Where snapshots live",
+    "snapshots_root": Param(None, type=["null", "string"], title="Where snapshots live",
                             description="for a snapshot id; empty: $CORPUS_SNAPSHOTS on the cluster"),
     "benchmarks": Param([], type="array", items={"type": "string"}, minItems=1, title="Benchmarks",
                         description='benchmark JSONL files ({"id", "text"} per line) on the cluster'),
@@ -33,7 +33,7 @@ PARAMS = {
     "backend": Param(os.environ.get("CORPUS_BACKEND", "local"), type="string", enum=list(BACKENDS)),
     "ssh_conn_id": Param("slurm_login", type="string", title="SSH connection"),
     "cluster_root": Param(str(PROJECT_ROOT), type="string", title="Repository on the cluster"),
-    "python": Param("", type="string", title="Python on the cluster",
+    "python": Param(None, type=["null", "string"], title="Python on the cluster",
                     description="empty: <repository>/.venv/bin/python"),
 }
 

@@ -41,6 +41,9 @@ class StageJobTrigger(BaseTrigger):
         backend = backend_for(job.backend, job.conn_id)
         errors = 0
         while True:
+            # sleep first: a job just submitted is not done yet, and a trigger that fires within
+            # seconds of the deferral can race the scheduler's handling of it (apache/airflow#71172)
+            await asyncio.sleep(self.poll_interval)
             try:
                 status = await backend.astatus(job)
                 errors = 0
@@ -54,7 +57,6 @@ class StageJobTrigger(BaseTrigger):
                 if errors >= MAX_POLL_ERRORS:
                     yield TriggerEvent({"ok": False, "error": f"cannot read the job's state: {e}", "job": self.job})
                     return
-                await asyncio.sleep(self.poll_interval)
                 continue
             if status.done:
                 tail = await backend.arun(["tail", "-n", str(LOG_TAIL_LINES), "--", job.log_path])
@@ -67,7 +69,6 @@ class StageJobTrigger(BaseTrigger):
                 })
                 return
             self.log.info("%s", status.describe())
-            await asyncio.sleep(self.poll_interval)
 
 
 def stage_job(build: dict[str, Any], stage: str) -> StageJob:
