@@ -24,7 +24,7 @@ def test_missing_input_is_named(tmp_path):
 def test_report_on_something_that_is_not_a_build(tmp_path):
     proc = run_corpus("report", str(tmp_path), "--json", check=False)
     assert proc.returncode == 2
-    assert "no completed stage" in error_line(proc)
+    assert "neither a build directory" in error_line(proc)
 
 
 def test_missing_required_argument_is_a_usage_error():
