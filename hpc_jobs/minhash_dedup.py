@@ -30,6 +30,7 @@ import io
 import os
 import struct
 import sys
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -46,6 +47,7 @@ from corpus.dedup.decisions import (
     global_facts,
     global_phase_key,
     load_decisions,
+    progress,
     route_decisions,
 )
 from corpus.dedup.normalize import NORMALIZATION_VERSION
@@ -160,10 +162,16 @@ class MinhashDedupStage(Stage):
         spill = ctx.work_dir / "spill"
         hasher = MinHasher(self.params)
         facts: Counter = Counter()
+        t0 = time.monotonic()
         for shard in mine:
             arrays = self._signatures(ctx, shard, hasher)
             facts["docs"] += len(arrays["ids"])
             facts["docs_without_shingles"] += int(is_empty(arrays["sigs"]).sum())
+        progress(
+            ctx,
+            self.name,
+            f"signatures of {len(mine)} shards, {facts['docs']} documents, in {time.monotonic() - t0:.1f}s",
+        )
 
         def band_records():
             for shard in mine:
@@ -189,16 +197,23 @@ class MinhashDedupStage(Stage):
                 facts["hot_buckets"] += 1
             edges.extend(bucket_edges(key, members, cfg.bucket_cap))
         facts["candidate_edges"] += len(edges)
+        progress(
+            ctx,
+            self.name,
+            f"{facts['shared_buckets']} shared buckets here ({facts['hot_buckets']} hot), "
+            f"{len(edges)} candidate edges",
+        )
 
         # 3. components: (node, smallest node of its component), at the node's owner
         components = connected_components(comm, edges, memory_budget_bytes=budget, spill_dir=spill)
         del edges
-        if ctx.rank == 0:  # the round count depends on the rank count, so it is logged, not digested
-            print(
-                f"[{self.name}] connected components converged in {components.rounds} rounds",
-                file=sys.stderr,
-                flush=True,
-            )
+        # the round count depends on the rank count, so it is logged, not digested
+        progress(
+            ctx,
+            self.name,
+            f"{len(components.labels)} clustered documents here; components converged "
+            f"in {components.rounds} rounds",
+        )
 
         # 4. join each labelled doc with its representative key and shard, then group by component
         def member_info():
@@ -247,6 +262,7 @@ class MinhashDedupStage(Stage):
                     }
                     (ordinal,) = _ORDINAL.unpack_from(m, REP_KEY_BYTES)
                     verdicts.append((m[self._shard_at :].decode(), str(ordinal), verdict))
+        progress(ctx, self.name, f"{sum(sizes.values())} clusters here, {len(verdicts)} verdicts")
         route_decisions(comm, verdicts, [s.name for s in mine], ctx.work_dir, budget)
         return {"counts": dict(facts), "cluster_sizes": dict(sizes)}
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+import time
 from collections.abc import Iterable
 from itertools import chain, groupby
 from operator import itemgetter
@@ -102,6 +104,11 @@ class GlobalCheckpoint:
         return data
 
 
+def progress(ctx: Any, stage: str, msg: str) -> None:
+    """A per-rank progress line on stderr, in the runner's format."""
+    print(f"{time.strftime('%H:%M:%S')} [{stage} r{ctx.rank}/{ctx.size}] {msg}", file=sys.stderr, flush=True)
+
+
 def global_phase_key(stage: Any, inputs: Iterable[Any], **extra: Any) -> dict[str, Any]:
     """What a stage's global phase depends on: code version, config and every input shard's digest."""
     from corpus.config import config_hash
@@ -135,12 +142,16 @@ def checkpointed_global_phase(
     done = ckpt.load() if ctx.rank == 0 else None
     done = comm.bcast(done, root=0)
     if done is not None:
+        if ctx.rank == 0:
+            progress(ctx, key["stage"], f"global phase complete already ({done['digest'][:19]}…): reused")
         return done["digest"]
     if ctx.rank == 0:
         ckpt.invalidate()
         shutil.rmtree(Path(ctx.work_dir) / SPILL, ignore_errors=True)  # runs left by a killed rank
     comm.Barrier()
+    t0 = time.monotonic()
     facts = compute(assign(inputs, ctx.rank, ctx.size))
+    progress(ctx, key["stage"], f"global phase done on this rank in {time.monotonic() - t0:.1f}s")
     gathered = comm.gather(facts, root=0)
     comm.Barrier()
     digest = None
