@@ -25,6 +25,7 @@ from corpus.dedup.decisions import (
     global_facts,
     global_phase_key,
     load_decisions,
+    progress,
     route_decisions,
 )
 from corpus.dedup.normalize import NORMALIZATION_VERSION, text_key
@@ -85,6 +86,8 @@ class ExactDedupStage(Stage):
                 shard = payload[KEEPER_KEY_BYTES + _ORDINAL.size :].decode()
                 verdict = {"copies": len(copies)} if n == 0 else {"dup_of": keeper_id}
                 verdicts.append((shard, str(ordinal), verdict))
+        dups = sum(1 for v in verdicts if "dup_of" in v[2])
+        progress(ctx, self.name, f"{sum(groups.values())} distinct texts here, {dups} duplicate copies")
         route_decisions(ctx.comm, verdicts, [s.name for s in mine], ctx.work_dir, budget)
         return {"groups_by_size": dict(groups)}
 

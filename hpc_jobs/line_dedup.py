@@ -21,7 +21,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from corpus.dedup.decisions import checkpointed_global_phase, global_facts, global_phase_key
+from corpus.dedup.decisions import checkpointed_global_phase, global_facts, global_phase_key, progress
 from corpus.dedup.normalize import NORMALIZATION_VERSION, line_key
 from corpus.docshard import atomic_write_bytes, iter_docs
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
@@ -101,6 +101,12 @@ class LineDedupStage(Stage):
             distinct += 1
             if sum(int.from_bytes(n, "big") for _, n in group) > self.config.max_docs_per_line:
                 frequent.append(key)
+        progress(
+            ctx,
+            self.name,
+            f"{distinct} distinct lines here, {len(frequent)} in more than "
+            f"{self.config.max_docs_per_line} documents",
+        )
         everyone = ctx.comm.gather(frequent, root=0)
         if ctx.rank == 0:
             keys = sorted(k for part in everyone for k in part)
