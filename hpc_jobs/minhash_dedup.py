@@ -51,7 +51,7 @@ from corpus.dedup.decisions import (
     route_decisions,
 )
 from corpus.dedup.normalize import NORMALIZATION_VERSION
-from corpus.dedup.order import encode_representative_key
+from corpus.dedup.order import doc_id_bytes, encode_representative_key
 from corpus.dedup.verify import verified_clusters
 from corpus.docshard import iter_docs
 from corpus.model import Annotation, Filtered, Kept, Outcome
@@ -134,7 +134,7 @@ class MinhashDedupStage(Stage):
                     return {k: z[k] for k in ("ids", "sigs", "rep")}
         ids, rep, sigs, batch = [], [], [], []
         for doc in iter_docs(shard.path):
-            ids.append(bytes.fromhex(doc.doc_id))
+            ids.append(doc_id_bytes(doc.doc_id))
             rep.append(encode_representative_key(doc))
             batch.append(doc.text)
             if len(batch) >= self.config.batch_docs:

@@ -35,10 +35,21 @@ def representative_key(doc: Document) -> tuple[int, float, str, str]:
     )
 
 
+def doc_id_bytes(doc_id: str) -> bytes:
+    """The 16 raw bytes of a doc_id (``corpus.digest.doc_id_for``: 32 hex characters)."""
+    try:
+        raw = bytes.fromhex(doc_id)
+    except ValueError:
+        raw = b""
+    if len(raw) != 16:
+        raise ValueError(f"doc_id {doc_id!r} is not 32 hex characters (corpus.digest.doc_id_for)")
+    return raw
+
+
 def encode_exact_keeper_key(doc: Document) -> bytes:
     """``exact_keeper_key`` as 10 + 1 + 16 bytes (date, tier rank, raw doc_id); byte order = key order."""
     date, rank, doc_id = exact_keeper_key(doc)
-    return date.encode("ascii").ljust(10, b"9")[:10] + bytes([rank]) + bytes.fromhex(doc_id)
+    return date.encode("ascii", "replace").ljust(10, b"9")[:10] + bytes([rank]) + doc_id_bytes(doc_id)
 
 
 _QUALITY = struct.Struct(">Q")
@@ -57,6 +68,6 @@ def encode_representative_key(doc: Document) -> bytes:
     return (
         bytes([rank])
         + _sortable_float(neg_quality)
-        + date.encode("ascii").ljust(10, b"9")[:10]
-        + bytes.fromhex(doc_id)
+        + date.encode("ascii", "replace").ljust(10, b"9")[:10]
+        + doc_id_bytes(doc_id)
     )

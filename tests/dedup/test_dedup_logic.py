@@ -108,3 +108,11 @@ def test_verification_keeps_chains_of_verified_pairs_together():
 )
 def test_cluster_size_histogram_in_powers_of_two(sizes, expected):
     assert size_histogram(sizes) == expected
+
+
+def test_a_malformed_doc_id_is_a_clear_error():
+    from dataclasses import replace
+
+    doc = replace(make_doc("x", 1), doc_id="not-an-id")
+    with pytest.raises(ValueError, match="not 32 hex characters"):
+        encode_representative_key(doc)
