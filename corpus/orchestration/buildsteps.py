@@ -87,9 +87,14 @@ def prepare(out: Path, config_file: Path | None, seed: int | None, overrides: di
         return pipeline.write_build_config(out, merged, seed)
 
 
+#: ``corpus report --record`` exits with this when a yield alarm fires in "fail" mode
+YIELD_ALARM_EXIT = 3
+
+
 def finalize(out: Path, stages: list[str]) -> dict[str, Any]:
     """The snapshot of a build whose stages are all complete, written as ``corpus build`` writes it,
-    then the build's data card (``corpus report``: ``OUT/report/card.html`` and ``card.json``)."""
+    then the build's data card (``corpus report``: ``OUT/report/card.html`` and ``card.json``), recorded
+    in the yield history; a yield alarm fails the build (or only warns, by config)."""
     manifests = pipeline.read_stage_manifests(out)
     have = [m.stage for m in manifests]
     if have != stages:
@@ -98,8 +103,11 @@ def finalize(out: Path, stages: list[str]) -> dict[str, Any]:
     snapshot = pipeline.assemble_snapshot(out, manifests, seed)
     manifest = out / pipeline.SNAPSHOT_DIR / "manifest.json"
     atomic_write_json(manifest, snapshot.to_dict())
-    with contextlib.redirect_stdout(sys.stderr):  # the funnel table goes to the log
-        rc = cli_main(["report", str(out)])
+    with contextlib.redirect_stdout(sys.stderr):  # the funnel table and any alarms go to the log
+        rc = cli_main(["report", str(out), "--record"])
+    if rc == YIELD_ALARM_EXIT:
+        raise UserError(f"yield alarm on {out}: a stage's retention left its band ([alarms] on_alarm = \"warn\" "
+                        f"only logs it); the alarms are above and at the top of {out / 'report' / 'card.html'}")
     if rc != 0:
         raise UserError(f"corpus report {out} failed (exit {rc})")
     return {"snapshot_id": snapshot.snapshot_id, "manifest": str(manifest),
