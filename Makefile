@@ -7,7 +7,7 @@ WHEELS ?= /opt/wheels
 FIND_LINKS := $(if $(wildcard $(WHEELS)),--find-links $(WHEELS),)
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast services services-down airflow bench lint clean
+.PHONY: venv lock demo test test-fast services services-down airflow bench lint clean
 
 venv: $(VENV)/.installed
 
@@ -17,6 +17,10 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	uv pip sync -q --python $(PY) $(FIND_LINKS) requirements.lock
 	uv pip install -q --python $(PY) --no-deps -e .
 	touch $@
+
+## Re-resolve requirements.in into requirements.lock (what CI installs).
+lock:
+	uv pip compile -q requirements.in --override requirements-overrides.txt --python 3.11 $(FIND_LINKS) -o requirements.lock
 
 ## Run the main job end to end on the bundled sample (no cluster needed).
 demo: venv
