@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from corpus.commands._snapshot_ref import add_snapshot_arguments
 from corpus.decont.corpus_index import check_benchmark
 from corpus.decont.registry import RegistryError, load_benchmark
 from corpus.decont.report import report_table
@@ -22,15 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "contamination", help="a snapshot's contamination report; check a new benchmark against it"
     )
-    p.add_argument(
-        "--snapshot",
-        required=True,
-        metavar="ID",
-        help="snapshot id (sha256:… or a hex prefix) or a snapshot / build directory",
-    )
-    p.add_argument(
-        "--root", default=None, metavar="DIR", help="where snapshots live (default $CORPUS_SNAPSHOTS)"
-    )
+    add_snapshot_arguments(p)
     p.add_argument(
         "--benchmark",
         action="append",

@@ -19,21 +19,14 @@ import json
 
 import numpy as np
 
+from corpus.commands._snapshot_ref import add_snapshot_arguments
 from corpus.errors import UserError
 from corpus.snapshot import Snapshot
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trace", help="the source document of a token of a snapshot")
-    p.add_argument(
-        "--snapshot",
-        required=True,
-        metavar="ID",
-        help="snapshot id (sha256:… or a hex prefix) or a snapshot / build directory",
-    )
-    p.add_argument(
-        "--root", default=None, metavar="DIR", help="where snapshots live (default $CORPUS_SNAPSHOTS)"
-    )
+    add_snapshot_arguments(p)
     p.add_argument("--shard", metavar="S", help="shard name or index")
     p.add_argument("--offset", type=int, metavar="T", help="token offset in the shard")
     p.add_argument("--doc-id", metavar="ID", help="where a document is in the snapshot, and its lineage")
