@@ -49,3 +49,22 @@ def shared_data() -> Path:
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+def _queued_jobs() -> set[str]:
+    r = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True)
+    return set(r.stdout.split()) if r.returncode == 0 else set()
+
+
+@pytest.fixture(autouse=True)
+def cancel_leftover_jobs(request):
+    """A cluster test that fails mid-job must not leave its job holding the node's CPUs: the next
+    test would wait on "Resources" behind it. Jobs still queued when the test ends are cancelled."""
+    if request.node.get_closest_marker("cluster") is None:
+        yield
+        return
+    before = _queued_jobs()
+    yield
+    leftover = sorted(_queued_jobs() - before)
+    if leftover:
+        subprocess.run(["scancel", *leftover], capture_output=True)
