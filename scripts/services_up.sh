@@ -78,7 +78,8 @@ JobCompLoc=/var/log/slurm/jobcomp.log
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-# the PyPI mpich wheel speaks PMI-2: plain \`srun python -m hpc_jobs.X\` starts real MPI ranks
+# the PyPI mpich wheel speaks PMI-2, so \`srun python prog.py\` can start MPI ranks; the stage scripts use the
+# wheel's Hydra mpiexec inside the allocation instead (docs/orchestration.md says why)
 MpiDefault=pmi2
 MailProg=/bin/true
 ReturnToService=2
