@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
@@ -38,8 +39,11 @@ PARAMS = {
 }
 
 
+RETRY_DELAY = timedelta(seconds=float(os.environ.get("CORPUS_RETRY_DELAY_S", "30")))
+
+
 @dag(dag_id="contamination_check", schedule=None, catchup=False, params=PARAMS, doc_md=__doc__,
-     tags=["corpus"], default_args={"retries": 1})
+     tags=["corpus"], default_args={"retries": 1, "retry_delay": RETRY_DELAY})
 def contamination_check() -> None:
     @task
     def check() -> dict[str, Any]:
@@ -55,7 +59,7 @@ def contamination_check() -> None:
             argv += ["--benchmark", b]
         return json.loads(backend.check(argv, timeout=3600))
 
-    @task
+    @task(retries=0)  # a verdict on the same numbers is the same verdict: nothing to retry
     def judge(result: dict[str, Any]) -> dict[str, Any]:
         max_rate = float(get_current_context()["params"]["max_rate"])
         print(f"snapshot {result['snapshot_id']}: {result['index_grams']} retained 13-grams, run >= {result['min_run']}")
