@@ -36,7 +36,13 @@ from corpus.dedup.normalize import normalize_text  # noqa: E402
 from corpus.dedup.order import representative_key  # noqa: E402
 from mpi_kernels.minhash import MinHasher, MinHashParams, lsh_probability  # noqa: E402
 from mpi_kernels.union_find import UnionFind  # noqa: E402
-from tests.dedup.dedup_corpus import make_doc, perl_pods, perl_sections, write_stage_dir  # noqa: E402
+from tests.dedup.dedup_corpus import (  # noqa: E402
+    make_doc,
+    perl_pods,
+    perl_sections,
+    planted_pair,
+    write_stage_dir,
+)
 
 SHARED = ROOT.parent / "shared" / "data"
 BANDS, ROWS, PERM, THRESHOLD = 14, 8, 112, 0.7
@@ -101,30 +107,6 @@ def bench_speed(texts: list[str]) -> list[dict]:
 
 
 # -- 2. S-curve ------------------------------------------------------------------------------------
-def planted_pair(rnd: random.Random, n_words: int, target: float) -> tuple[str, str, float]:
-    base = [f"w{rnd.randrange(10**12)}" for _ in range(n_words)]
-    fresh = [f"x{rnd.randrange(10**12)}" for _ in range(n_words)]
-    order = rnd.sample(range(n_words), n_words)
-    sa = set(shingles(" ".join(base)))
-
-    def replaced(k):
-        copy = list(base)
-        for i in order[:k]:
-            copy[i] = fresh[i]
-        sb = set(shingles(" ".join(copy)))
-        return " ".join(copy), len(sa & sb) / len(sa | sb)
-
-    lo, hi = 0, n_words
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if replaced(mid)[1] <= target:
-            hi = mid
-        else:
-            lo = mid + 1
-    text, j = replaced(lo)
-    return " ".join(base), text, j
-
-
 def datasketch_minhashes(texts: list[str]):
     from datasketch import MinHash
 
@@ -143,7 +125,7 @@ def bench_scurve(pairs_per_level: int = 200) -> list[dict]:
     m = MinHasher(MinHashParams(num_perm=PERM, bands=BANDS, rows=ROWS))
     rows = []
     for target in (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95):
-        pairs = [planted_pair(rnd, 100, target) for _ in range(pairs_per_level)]
+        pairs = [planted_pair(rnd, 100, target, lambda t: set(shingles(t))) for _ in range(pairs_per_level)]
         ka = m.band_keys(m.signatures([p[0] for p in pairs]))
         kb = m.band_keys(m.signatures([p[1] for p in pairs]))
         ours = int((ka == kb).all(axis=2).any(axis=1).sum())

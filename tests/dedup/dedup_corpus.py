@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from corpus.docshard import SUFFIX, write_shard
@@ -77,3 +79,31 @@ def write_stage_dir(stage_dir: Path, docs: list[Document], shards: int = 4) -> P
     )
     (stage_dir / "manifest.json").write_text(json.dumps(m.to_dict()))
     return stage_dir
+
+
+def planted_pair(rnd: random.Random, n_words: int, target: float,
+                 shingle_set: Callable[[str], set]) -> tuple[str, str, float]:
+    """A document of unique words and a copy with the fewest positions replaced that bring the shingle
+    Jaccard (of ``shingle_set``) down to ``target`` (binary search: more replacements never raise it);
+    returns both texts and the exact Jaccard."""
+    base = [f"w{rnd.randrange(10**12)}" for _ in range(n_words)]
+    fresh = [f"x{rnd.randrange(10**12)}" for _ in range(n_words)]
+    order = rnd.sample(range(n_words), n_words)
+    sa = shingle_set(" ".join(base))
+
+    def replaced(k: int) -> tuple[str, float]:
+        copy = list(base)
+        for i in order[:k]:
+            copy[i] = fresh[i]
+        sb = shingle_set(" ".join(copy))
+        return " ".join(copy), len(sa & sb) / len(sa | sb)
+
+    lo, hi = 0, n_words
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if replaced(mid)[1] <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    text, j = replaced(lo)
+    return " ".join(base), text, j

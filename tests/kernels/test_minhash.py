@@ -18,6 +18,7 @@ from mpi_kernels.minhash import (
     mulmod61_add,
     permutation_coefficients,
 )
+from tests.dedup.dedup_corpus import planted_pair
 
 M64 = (1 << 64) - 1
 
@@ -156,32 +157,6 @@ def test_band_keys_are_equal_exactly_when_the_band_is():
     assert not any((keys[0, i] == keys[2, i]).all() for i in range(14))
 
 
-def planted_pair(rnd: random.Random, n_words: int, target: float) -> tuple[str, str, float]:
-    """A document of unique words and a copy with the fewest positions replaced that bring the shingle
-    Jaccard down to ``target`` (binary search: more replacements never raise it); returns the exact value."""
-    base = [f"w{rnd.randrange(10**12)}" for _ in range(n_words)]
-    fresh = [f"x{rnd.randrange(10**12)}" for _ in range(n_words)]
-    order = rnd.sample(range(n_words), n_words)
-    sa = shingle_values(" ".join(base))
-
-    def replaced(k: int) -> tuple[str, float]:
-        copy = list(base)
-        for i in order[:k]:
-            copy[i] = fresh[i]
-        sb = shingle_values(" ".join(copy))
-        return " ".join(copy), len(sa & sb) / len(sa | sb)
-
-    lo, hi = 0, n_words
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if replaced(mid)[1] <= target:
-            hi = mid
-        else:
-            lo = mid + 1
-    text, j = replaced(lo)
-    return " ".join(base), text, j
-
-
 @pytest.mark.parametrize("bands,rows", [(14, 8), (20, 5)])
 def test_detection_rate_follows_the_s_curve(bands, rows):
     """Pairs of known Jaccard 0.5 ... 0.95 share a band with probability 1-(1-s^r)^b, within sampling error."""
@@ -190,7 +165,7 @@ def test_detection_rate_follows_the_s_curve(bands, rows):
     m = MinHasher(params)
     levels = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
     for target in levels:
-        pairs = [planted_pair(rnd, 80, target) for _ in range(120)]
+        pairs = [planted_pair(rnd, 80, target, shingle_values) for _ in range(120)]
         ka = m.band_keys(m.signatures([p[0] for p in pairs]))
         kb = m.band_keys(m.signatures([p[1] for p in pairs]))
         detected = (ka == kb).all(axis=2).any(axis=1)
