@@ -22,9 +22,9 @@ from typing import Any
 
 from corpus.dedup.decisions import (
     checkpointed_global_phase,
+    decided_docs,
     global_facts,
     global_phase_key,
-    load_decisions,
     progress,
     route_decisions,
 )
@@ -92,10 +92,7 @@ class ExactDedupStage(Stage):
         return {"groups_by_size": dict(groups)}
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        decisions = load_decisions(ctx.work_dir, shard.name)
-        for i, doc in enumerate(iter_docs(shard.path)):
-            nbytes = len(doc.text.encode("utf-8"))
-            verdict = decisions.get(str(i))
+        for doc, nbytes, verdict in decided_docs(ctx.work_dir, shard):
             if verdict is None:
                 yield Kept(doc), nbytes
             elif "dup_of" in verdict:

@@ -44,9 +44,9 @@ import numpy as np
 from corpus.dedup.candidates import bucket_edges
 from corpus.dedup.decisions import (
     checkpointed_global_phase,
+    decided_docs,
     global_facts,
     global_phase_key,
-    load_decisions,
     progress,
     route_decisions,
 )
@@ -297,10 +297,7 @@ class MinhashDedupStage(Stage):
 
     # -- per shard -----------------------------------------------------------------------------------
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        decisions = load_decisions(ctx.work_dir, shard.name)
-        for i, doc in enumerate(iter_docs(shard.path)):
-            nbytes = len(doc.text.encode("utf-8"))
-            v = decisions.get(str(i))
+        for doc, nbytes, v in decided_docs(ctx.work_dir, shard):
             if v is None:
                 yield Kept(doc), nbytes
                 continue

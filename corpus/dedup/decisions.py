@@ -14,14 +14,15 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from itertools import chain, groupby
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from corpus.digest import canonical_json, file_sha256, json_digest
-from corpus.docshard import atomic_write_bytes, atomic_write_json
+from corpus.docshard import atomic_write_bytes, atomic_write_json, iter_docs
+from corpus.model import Document
 from mpi_kernels.shuffle import shuffle_by_key
 
 DECISIONS = "decisions"
@@ -33,11 +34,15 @@ def decisions_path(work_dir: Path, shard_name: str) -> Path:
     return Path(work_dir) / DECISIONS / f"{shard_name}.json"
 
 
-def load_decisions(work_dir: Path, shard_name: str) -> dict[str, Any]:
-    p = decisions_path(work_dir, shard_name)
+def decided_docs(work_dir: Path, shard: Any) -> Iterator[tuple[Document, int, Any]]:
+    """Each document of an input shard with its UTF-8 size and the global phase's verdict on it
+    (None: the phase had nothing to say, the document is kept as it is)."""
+    p = decisions_path(work_dir, shard.name)
     if not p.exists():
         raise FileNotFoundError(f"{p}: the global dedup phase did not write this shard's decisions")
-    return json.loads(p.read_bytes())
+    decisions = json.loads(p.read_bytes())
+    for i, doc in enumerate(iter_docs(shard.path)):
+        yield doc, len(doc.text.encode("utf-8")), decisions.get(str(i))
 
 
 def route_decisions(
