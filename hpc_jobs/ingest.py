@@ -15,26 +15,33 @@ Input files are the units of work (one output shard per file); directories are e
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from corpus.digest import json_digest
+from corpus.dedup.decisions import decisions_path, route_decisions
+from corpus.digest import canonical_json
 from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar
 from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
 from corpus.ingest.holdout import in_holdout
-from corpus.ingest.recrawl import RecordKey, recrawl_duplicates
+from corpus.ingest.recrawl import RecordKey, later_fetches
 from corpus.ingest.sources import SourceSpec, expand_inputs, input_format, parse_source_tables, source_for
 from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_html, iter_warc
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from hpc_jobs.runner import InputShard, Stage, StageContext, StageError, assign, main, raw_input_shard
+from mpi_kernels.shuffle import shuffle_by_key
 
 #: bump when the same file would be read into different keys (invalidates the key checkpoints)
 READER_VERSION = "1"
+#: the recrawl decision tables, one per input file (by content digest), under the stage's work dir
+RECRAWL = "recrawl"
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class IngestStage(Stage):
     def __init__(self, config: IngestConfig) -> None:
         super().__init__(config)
         self.declared = parse_source_tables(config.sources)
-        self.duplicates: dict[str, dict[int, str]] = {}
+        self.recrawl_duplicates = 0
         self._skipped: Counter = Counter()
         self._holdout: ShardWriter | None = None
 
@@ -168,21 +175,40 @@ class IngestStage(Stage):
 
     # -- the global phase: recrawl collapse ----------------------------------------------------------
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        """Route every record's key to the owner of its (url, raw digest) with the spilling shuffle; the
+        owners decide their groups and route each verdict to the rank that reads its input file, which
+        writes the file's decision table. Returns the digest of all decisions."""
         if ctx.rank == 0:
             _remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, self.artifact_kinds)
-        keys: list[tuple] = []
-        if self.config.collapse_recrawls:
-            for shard in assign(inputs, ctx.rank, ctx.size):
-                keys.extend(self._keys(shard, ctx))
-        gathered = ctx.comm.allgather(keys)
-        flat = [RecordKey(*k) for part in gathered for k in part]
-        self.duplicates = recrawl_duplicates(flat)
-        decision = {sha: {str(i): d for i, d in idx.items()} for sha, idx in self.duplicates.items()}
-        digest = json_digest(decision)
+        mine = assign(inputs, ctx.rank, ctx.size)
+        counts = Counter()
+
+        def keys() -> Iterator[tuple[bytes, bytes]]:
+            for shard in mine if self.config.collapse_recrawls else ():
+                for url, raw_digest, date, sha, index in self._keys(shard, ctx):
+                    counts["records"] += 1
+                    yield canonical_json([url, raw_digest]), canonical_json([date, sha, index])
+
+        def verdicts(received: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[str, str, str]]:
+            for group_key, group in groupby(received, key=itemgetter(0)):
+                url, raw_digest = json.loads(group_key)
+                fetches = [RecordKey(url, raw_digest, *json.loads(p)) for _, p in group]
+                for k, kept_date in later_fetches(fetches):
+                    counts["duplicates"] += 1
+                    yield k.input_sha256, str(k.index), kept_date
+
+        work = ctx.work_dir / RECRAWL
+        received = shuffle_by_key(ctx.comm, keys(), spill_dir=work / "spill")
+        route_decisions(ctx.comm, verdicts(received), sorted({s.sha256 for s in mine}), work)
+        totals = ctx.comm.allreduce(counts)
+        self.recrawl_duplicates = totals["duplicates"]
+        ctx.comm.Barrier()  # every rank's decision tables are written
+        digest = None
         if ctx.rank == 0:
+            digest = _decisions_digest(work, sorted({s.sha256 for s in inputs}))
             atomic_write_json(
                 ctx.work_dir / "recrawl-decision.json",
-                {"digest": digest, "records": len(flat), "duplicates": decision},
+                {"digest": digest, "records": totals["records"], "duplicates": totals["duplicates"]},
             )
         return digest
 
@@ -203,7 +229,7 @@ class IngestStage(Stage):
 
     # -- the map phase -----------------------------------------------------------------------------
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        dups = self.duplicates.get(shard.sha256, {})
+        dups = json.loads(decisions_path(ctx.work_dir / RECRAWL, shard.sha256).read_bytes())
         self._skipped = Counter()
         self._holdout = ShardWriter(ctx.artifact_path("holdout", f"{shard.name}{SUFFIX}"))
         try:
@@ -212,8 +238,8 @@ class IngestStage(Stage):
                     self._skipped[it.skipped] += 1
                 elif it.bad is not None:
                     yield Quarantined(it.bad), it.bytes_in
-                elif it.index in dups:
-                    doc = it.doc.annotate(Annotation(self.name, "recrawl_of_date", dups[it.index], "fail"))
+                elif str(it.index) in dups:
+                    doc = it.doc.annotate(Annotation(self.name, "recrawl_of_date", dups[str(it.index)], "fail"))
                     yield Filtered(doc, "recrawl_duplicate"), it.bytes_in
                 elif in_holdout(
                     it.doc.url, it.doc.source_tier, self.config.holdout_modulus, self.config.holdout_tiers
@@ -242,9 +268,24 @@ class IngestStage(Stage):
         return {
             "skipped_records": dict(sorted(skipped.items())),
             "holdout_docs": holdout,
-            "recrawl_duplicates": sum(len(d) for d in self.duplicates.values()),
+            "recrawl_duplicates": self.recrawl_duplicates,
             "sources": {s.name: _spec_dict(self.spec(s.path)) for s in inputs},
         }
+
+
+def _decisions_digest(work: Path, input_digests: list[str]) -> str:
+    """``json_digest`` of ``{input sha256: {index: date kept}}`` over the inputs with a repeated fetch,
+    streamed from the decision tables (each already canonical JSON) instead of held in memory."""
+    h = hashlib.sha256(b"{")
+    first = True
+    for sha in input_digests:
+        table = decisions_path(work, sha).read_bytes()
+        if table == b"{}":
+            continue
+        h.update((b"" if first else b",") + canonical_json(sha) + b":" + table)
+        first = False
+    h.update(b"}")
+    return "sha256:" + h.hexdigest()
 
 
 def _spec_dict(spec: SourceSpec) -> dict[str, str]:

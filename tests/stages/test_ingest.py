@@ -12,6 +12,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from corpus.digest import stable_hash64
 from corpus.ingest.holdout import HOLDOUT_SALT
+from corpus.ingest.recrawl import RecordKey, later_fetches
 from tests.conftest import SAMPLE, run_corpus
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 from tests.stages.warc_fixtures import (
@@ -185,3 +186,19 @@ def test_real_odd_files_from_warc_tools_are_read_or_quarantined(tmp_path, shared
     assert t["out"] == 22  # HTML 200 responses: Common Crawl 3, iana 16, dupes 1, fb 1, example.arc 1
     skipped = m["extra"]["skipped_records"]
     assert skipped["revisit"] == 133 and skipped["request"] == 190 and skipped["response_status_302"] == 7
+
+
+def test_of_one_url_and_payload_the_earliest_fetch_is_kept_whoever_read_it():
+    def fetch(date, sha, index):
+        return RecordKey("https://example.org/a", "d" * 64, date, sha, index)
+
+    first = fetch("2026-03-01", "b" * 64, 7)
+    tie_later_file = fetch("2026-03-01", "c" * 64, 0)
+    tie_later_position = fetch("2026-03-01", "b" * 64, 9)
+    later = fetch("2026-06-01", "a" * 64, 0)
+    for order in ([later, tie_later_file, first, tie_later_position], [first, later, tie_later_position, tie_later_file]):
+        assert sorted(later_fetches(order)) == sorted(
+            [(tie_later_position, "2026-03-01"), (tie_later_file, "2026-03-01"), (later, "2026-03-01")]
+        )
+    # the same record listed twice (two identical input files) is the kept fetch, not a repeat of itself
+    assert list(later_fetches([first, first])) == []
