@@ -200,9 +200,8 @@ class IngestStage(Stage):
         work = ctx.work_dir / RECRAWL
         received = shuffle_by_key(ctx.comm, keys(), spill_dir=work / "spill")
         route_decisions(ctx.comm, verdicts(received), sorted({s.sha256 for s in mine}), work)
-        totals = ctx.comm.allreduce(counts)
+        totals = ctx.comm.allreduce(counts)  # also: every rank has written its decision tables
         self.recrawl_duplicates = totals["duplicates"]
-        ctx.comm.Barrier()  # every rank's decision tables are written
         digest = None
         if ctx.rank == 0:
             digest = _decisions_digest(work, sorted({s.sha256 for s in inputs}))
