@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from corpus.dedup.normalize import normalize_text  # noqa: E402
 from corpus.dedup.order import representative_key  # noqa: E402
+from corpus.dedup.union_find import UnionFind  # noqa: E402
 from mpi_kernels.minhash import MinHasher, MinHashParams, lsh_probability  # noqa: E402
-from mpi_kernels.union_find import UnionFind  # noqa: E402
 from tests.dedup.dedup_corpus import (  # noqa: E402
     make_doc,
     perl_pods,

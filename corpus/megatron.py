@@ -18,6 +18,7 @@ uint32 code, so a vocabulary above 65,535 ids is stored as int32 (ids stay far b
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from dataclasses import dataclass
@@ -31,6 +32,11 @@ DTYPE_CODES: dict[str, int] = {
     "uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float64": 6, "float32": 7, "uint16": 8,
 }
 CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+
+# Block size of the per-block .bin digests. A reader verifies only the blocks it touches, so a block
+# is the unit of read amplification (a small read hashes one whole block, once per process) and the
+# manifest carries 64 hex characters per block: 4 MiB keeps both small (16 KiB of digests per GiB).
+BLOCK_SIZE = 4 << 20
 
 
 def token_dtype_for_vocab(vocab_size: int) -> str:
@@ -92,16 +98,47 @@ def write_indexed_shard(prefix: Path, documents: list[np.ndarray], dtype: str) -
     return bin_path, idx_path
 
 
-def read_index(idx_path: Path) -> IndexedShardIndex:
-    buf = Path(idx_path).read_bytes()
-    if buf[:9] != MAGIC:
+def block_digests(bin_path: Path, block_size: int = BLOCK_SIZE) -> list[str]:
+    """Hex sha256 of each ``block_size``-byte block of a file, the last block possibly short.
+
+    Streamed one block at a time, so memory stays at one block whatever the file size. An empty file
+    has no blocks. The loader checks each block the first time it reads from it, so a rank hashes
+    what it reads rather than every shard it touches.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    digests = []
+    with open(bin_path, "rb") as f:
+        while block := f.read(block_size):
+            digests.append(hashlib.sha256(block).hexdigest())
+    return digests
+
+
+def read_index(idx_path: Path, mmap: bool = False) -> IndexedShardIndex:
+    """The index of a shard; with ``mmap`` its arrays are views of a read-only mapping of the file.
+
+    A mapped index costs address space, not memory: pages are read when touched and dropped with the
+    mapping, so a reader holding many shards open keeps its footprint to what it reads. A file too
+    short for the counts its header declares is refused (ValueError), never read past its end.
+    """
+    if mmap:
+        size = Path(idx_path).stat().st_size
+        buf = np.memmap(idx_path, dtype=np.uint8, mode="r") if size else np.zeros(0, dtype=np.uint8)
+    else:
+        buf = np.frombuffer(Path(idx_path).read_bytes(), dtype=np.uint8)
+    if bytes(buf[:9]) != MAGIC:
         raise ValueError(f"{idx_path}: not a Megatron indexed dataset index (bad magic)")
-    (version,) = struct.unpack_from("<Q", buf, 9)
+    if buf.shape[0] < 34:
+        raise ValueError(f"{idx_path}: truncated index header ({buf.shape[0]} bytes)")
+    (version,) = struct.unpack_from("<Q", bytes(buf[9:17]))
     if version != VERSION:
         raise ValueError(f"{idx_path}: unsupported index version {version}")
-    (code,) = struct.unpack_from("<B", buf, 17)
-    (n_seq,) = struct.unpack_from("<Q", buf, 18)
-    (n_doc,) = struct.unpack_from("<Q", buf, 26)
+    code, n_seq, n_doc = struct.unpack_from("<BQQ", bytes(buf[17:34]))
+    if code not in CODE_DTYPES:
+        raise ValueError(f"{idx_path}: unknown token dtype code {code}")
+    need = 34 + 12 * n_seq + 8 * n_doc
+    if buf.shape[0] < need:
+        raise ValueError(f"{idx_path}: index holds {buf.shape[0]} bytes, its header needs {need}")
     off = 34
     lengths = np.frombuffer(buf, dtype=np.int32, count=n_seq, offset=off)
     off += 4 * n_seq

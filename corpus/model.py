@@ -351,9 +351,22 @@ class SnapshotShard:
     docs: int
     tokens: int
     files: dict[str, str] = field(default_factory=dict)  # role -> relative path of companion files
+    # sha256 of each ``block_size``-byte block of the .bin, so a reader verifies only what it reads.
+    # Empty (block_size 0) in snapshots written before block digests: readers check the whole file.
+    block_size: int = 0
+    block_sha256: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "block_sha256", tuple(self.block_sha256))  # JSON gives a list
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.block_size and not self.block_sha256:
+            # a shard without block digests serializes as before, so older snapshots keep their id
+            del d["block_size"], d["block_sha256"]
+        else:
+            d["block_sha256"] = list(self.block_sha256)
+        return d
 
 
 @dataclass(frozen=True)

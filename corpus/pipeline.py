@@ -1,14 +1,13 @@
 """The build: the ordered stages, the local launcher (``mpiexec``) and the snapshot at the end.
 
-A build directory holds one directory per stage (``stages/<name>``), the effective config the stages
-ran with (``build-config.json``) and the snapshot (``snapshot/manifest.json``). Each stage reads the
-previous one's directory; the first reads the raw inputs.
+A build directory (laid out by :mod:`corpus.layout`) holds one directory per stage, the effective config
+the stages ran with and the snapshot. Each stage reads the previous one's directory; the first reads the
+raw inputs. Stages are named, never imported: this module launches ``python -m hpc_jobs.<name>``, so the
+library stays below the stages.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import os
 import shutil
@@ -17,13 +16,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from corpus.config import load_config_file
+from corpus.config import check_build_config, load_config_file
 from corpus.docshard import atomic_write_json
 from corpus.errors import UserError
+from corpus.layout import (
+    SNAPSHOT_DIR,
+    STAGES_DIR,
+    build_config_path,
+    manifest_path,
+    snapshot_dir,
+    stage_dir,
+)
+from corpus.manifests import read_stage_manifest, require_stage_manifest
 from corpus.model import SnapshotManifest, StageManifest
 
 #: Every stage of a build, in order. A stage is the module ``hpc_jobs.<name>`` defining ``STAGE``.
-PLANNED_STAGES: tuple[str, ...] = (
+PIPELINE: tuple[str, ...] = (
     "ingest",  # WARC / JSONL / text -> raw documents; eval holdout; recrawl collapse
     "extract",  # HTML -> text, per-document robustness
     "annotate",  # language ID, heuristic signals, quality score, PII scrub (annotates, never drops)
@@ -37,23 +45,10 @@ PLANNED_STAGES: tuple[str, ...] = (
 )
 
 
-def installed_stages() -> tuple[str, ...]:
-    """The planned stages whose module exists: a build runs every stage that exists, in order."""
-    return tuple(n for n in PLANNED_STAGES if importlib.util.find_spec(f"hpc_jobs.{n}") is not None)
-
-
-PIPELINE: tuple[str, ...] = installed_stages()
-
-STAGES_DIR = "stages"
-SNAPSHOT_DIR = "snapshot"
-BUILD_CONFIG = "build-config.json"
-
-
-def stage_class(name: str) -> type:
-    """The Stage class of ``hpc_jobs.<name>``, or a clear error naming the stages that exist."""
+def check_stage_name(name: str) -> None:
+    """A clear error for a stage name that is not one of the pipeline's."""
     if name not in PIPELINE:
-        raise UserError(f"unknown stage {name!r}; stages: {', '.join(PIPELINE) or '(none)'}")
-    return importlib.import_module(f"hpc_jobs.{name}").STAGE
+        raise UserError(f"unknown stage {name!r}; stages: {', '.join(PIPELINE)}")
 
 
 def mpiexec_path() -> str:
@@ -76,7 +71,7 @@ def stage_command(name: str, in_paths: list[Path], out_dir: Path, config: Path |
 
 def launch_stage(name: str, in_paths: list[Path], out_dir: Path, ranks: int, config: Path | None) -> StageManifest:
     """Run one stage on this machine as ``mpiexec -n RANKS``; progress goes to stderr."""
-    stage_class(name)
+    check_stage_name(name)
     if ranks < 1:
         raise UserError(f"--ranks must be at least 1, got {ranks}")
     cmd = [mpiexec_path(), "-n", str(ranks), *stage_command(name, in_paths, out_dir, config)]
@@ -85,16 +80,17 @@ def launch_stage(name: str, in_paths: list[Path], out_dir: Path, ranks: int, con
     proc = subprocess.run(cmd, env=env, stdout=sys.stderr)
     if proc.returncode != 0:
         raise UserError(f"stage {name} failed with exit status {proc.returncode} (its log is above)")
-    return StageManifest.from_dict(json.loads((out_dir / "manifest.json").read_text()))
+    return require_stage_manifest(out_dir)
 
 
 def write_build_config(out: Path, config_file: Path | None, seed: int | None) -> Path:
     """The effective config every stage of this build reads: the user's file plus the seed."""
     cfg: dict[str, Any] = load_config_file(config_file)
+    check_build_config(cfg, PIPELINE)
     if seed is not None:
         cfg["seed"] = seed
     cfg.setdefault("seed", 0)
-    path = out / BUILD_CONFIG
+    path = build_config_path(out)
     atomic_write_json(path, cfg)
     return path
 
@@ -106,17 +102,15 @@ def build(inputs: list[Path], out: Path, ranks: int, config_file: Path | None, s
         raise UserError(f"input not found: {', '.join(missing)}")
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = write_build_config(out, config_file, seed)
-    if not PIPELINE:
-        raise UserError("no stages are installed")
     manifests = []
     prev: list[Path] = [p.resolve() for p in inputs]
     for name in PIPELINE:
-        stage_dir = out / STAGES_DIR / name
-        manifests.append(launch_stage(name, prev, stage_dir, ranks, cfg_path))
-        prev = [stage_dir]
+        directory = stage_dir(out, name)
+        manifests.append(launch_stage(name, prev, directory, ranks, cfg_path))
+        prev = [directory]
     seed_value = int(json.loads(cfg_path.read_text())["seed"])
     snapshot = assemble_snapshot(out, manifests, seed_value)
-    atomic_write_json(out / SNAPSHOT_DIR / "manifest.json", snapshot.to_dict())
+    atomic_write_json(manifest_path(snapshot_dir(out)), snapshot.to_dict())
     return snapshot
 
 
@@ -140,9 +134,9 @@ def read_stage_manifests(build_dir: Path) -> list[StageManifest]:
     """The manifests of a build's completed stages, in pipeline order."""
     found = []
     for name in PIPELINE:
-        p = build_dir / STAGES_DIR / name / "manifest.json"
-        if p.exists():
-            found.append(StageManifest.from_dict(json.loads(p.read_text())))
+        m = read_stage_manifest(stage_dir(build_dir, name))
+        if m is not None:
+            found.append(m)
     if not found:
         raise UserError(f"{build_dir} holds no completed stage (expected {STAGES_DIR}/<stage>/manifest.json)")
     return found

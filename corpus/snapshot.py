@@ -39,10 +39,11 @@ from corpus.decont.report import REASON, build_report
 from corpus.digest import file_sha256
 from corpus.docshard import SUFFIX, atomic_write_bytes, atomic_write_json, iter_records
 from corpus.errors import UserError
+from corpus.layout import LINEAGE, MANIFEST, MEGATRON, SNAPSHOT_DIR, stage_dir
+from corpus.manifests import token_shard_metas
 from corpus.megatron import IndexedShard, read_index
 from corpus.model import Document, SnapshotManifest, SnapshotShard, StageManifest
 
-MANIFEST = "manifest.json"
 REPORT = "decont/report.json"
 NGRAM_INDEX = "decont/corpus-13grams.npy"
 DOC_INDEX = "lineage/doc_index.npy"
@@ -69,11 +70,10 @@ def assemble(
     manifests: list[StageManifest],
     seed: int,
     stage_versions: dict[str, dict[str, str]],
-    snapshot_dir: str = "snapshot",
+    snapshot_dir: str = SNAPSHOT_DIR,
 ) -> SnapshotManifest:
     """Lay out ``<build>/snapshot`` from the finished stages and return its manifest (not yet written)."""
     from corpus.tokenizer import PinnedTokenizer
-    from hpc_jobs.write_shards import LINEAGE, MEGATRON, snapshot_shard_metas
 
     by_stage = {m.stage: m for m in manifests}
     missing = [s for s in REQUIRED_STAGES if s not in by_stage]
@@ -82,15 +82,14 @@ def assemble(
             f"a snapshot needs the stages {', '.join(missing)}; the build ran {', '.join(by_stage)}"
         )
     decont, tokenize = by_stage["decontaminate"], by_stage["tokenize"]
-    stages = build_dir / "stages"
     snap = build_dir / snapshot_dir
     shutil.rmtree(snap, ignore_errors=True)
     snap.mkdir(parents=True)
 
     # the shards and their lineage
-    ws = stages / "write_shards"
+    ws = stage_dir(build_dir, "write_shards")
     shards, doc_index = [], []
-    for i, meta in enumerate(snapshot_shard_metas(ws)):
+    for i, meta in enumerate(token_shard_metas(ws)):
         name = meta["name"]
         files = {
             "idx": f"shards/{name}.idx",
@@ -110,6 +109,8 @@ def assemble(
                 docs=meta["docs"],
                 tokens=meta["tokens"],
                 files=files,
+                block_size=meta.get("block_size", 0),
+                block_sha256=tuple(meta.get("block_sha256", ())),
             )
         )
         doc_index.extend((d.encode(), i, j) for j, d in enumerate(meta["doc_ids"]))
@@ -132,7 +133,7 @@ def assemble(
     )  # a copy: the artifact lives outside the build and may be edited
 
     # the retained 13-gram index and the contamination report
-    decont_dir = stages / "decontaminate"
+    decont_dir = stage_dir(build_dir, "decontaminate")
     gram_files = [
         decont_dir / "ngrams" / f"{Path(o.path).name.removesuffix(SUFFIX)}.npy" for o in decont.outputs
     ]

@@ -30,9 +30,9 @@ from typing import Any
 
 from airflow.sdk import Param, TaskGroup, dag, get_current_context, task
 
-from corpus.orchestration.buildsteps import verify_stage
-from corpus.orchestration.operators import StageJobOperator
-from corpus.orchestration.submit import BACKENDS, PROJECT_ROOT, SubmitError, backend_for
+from cli.orchestration.buildsteps import verify_stage
+from cli.orchestration.operators import StageJobOperator
+from cli.orchestration.submit import BACKENDS, PROJECT_ROOT, SubmitError, backend_for
 from corpus.pipeline import PIPELINE
 
 #: where builds go when the run names no `out` (one directory per run id)
@@ -84,7 +84,7 @@ def _python(build: dict[str, Any]) -> str:
 def _buildsteps(build: dict[str, Any], *args: str) -> dict[str, Any]:
     """Run a build step on the cluster's side; it prints one JSON line."""
     backend = backend_for(build["backend"], build["conn_id"])
-    argv = [_python(build), "-m", "corpus.orchestration.buildsteps", *args]
+    argv = [_python(build), "-m", "cli.orchestration.buildsteps", *args]
     out = backend.check(argv, env={"PYTHONUNBUFFERED": "1", **build["env"]}, timeout=600)
     return json.loads(out.strip().splitlines()[-1])
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from corpus.orchestration.submit import BACKENDS, PROJECT_ROOT, backend_for
+from cli.orchestration.submit import BACKENDS, PROJECT_ROOT, backend_for
 
 PARAMS = {
     "snapshot": Param("", type="string", minLength=1, title="Snapshot",
@@ -50,7 +50,7 @@ def contamination_check() -> None:
         p = get_current_context()["params"]
         backend = backend_for(p["backend"], p["ssh_conn_id"] if p["backend"] == "ssh" else "")
         python = p["python"] or f"{p['cluster_root']}/.venv/bin/python"
-        argv = [python, "-m", "corpus.cli", "contamination", "--snapshot", p["snapshot"], "--json"]
+        argv = [python, "-m", "cli", "contamination", "--snapshot", p["snapshot"], "--json"]
         if p["snapshots_root"]:
             argv += ["--root", p["snapshots_root"]]
         if p["min_run"]:

@@ -23,7 +23,7 @@ from corpus.filters.langid import identify_language, lid_model_hash, script_frac
 from corpus.filters.pii import scrub_pii
 from corpus.filters.quality import load_quality_model, resolve_model_path
 from corpus.model import Annotation, Document, Kept, Outcome
-from hpc_jobs.runner import InputShard, Stage, StageContext, StageError, main
+from runtime.runner import InputShard, Stage, StageContext, StageError, main
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from corpus.digest import json_digest
 from corpus.docshard import iter_docs
 from corpus.model import Annotation, Filtered, Kept, Outcome
 from corpus.tokenizer import resolve_asset
-from hpc_jobs.runner import InputShard, Stage, StageContext, StageError, main
+from runtime.runner import InputShard, Stage, StageContext, StageError, main
 
 
 @dataclass(frozen=True)

@@ -20,79 +20,81 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
-from corpus.dedup.decisions import (
-    checkpointed_global_phase,
-    decided_docs,
-    global_facts,
-    global_phase_key,
-    progress,
-    route_decisions,
-)
 from corpus.dedup.normalize import NORMALIZATION_VERSION, text_key
 from corpus.dedup.order import encode_exact_keeper_key
 from corpus.docshard import iter_docs
 from corpus.model import Annotation, Filtered, Kept, Outcome
-from hpc_jobs.runner import InputShard, Stage, StageContext, main
-from mpi_kernels.shuffle import shuffle_by_key
+from mpi_kernels.shuffle import stable_key_hash
+from runtime.global_phase import (
+    GlobalPhase,
+    PartWriter,
+    decided_docs,
+    global_phase_key,
+    route_verdicts,
+    write_verdicts,
+)
+from runtime.runner import InputShard, Stage, StageContext, main
 
 _ORDINAL = struct.Struct(">I")
 KEEPER_KEY_BYTES = 27  # see encode_exact_keeper_key
+GROUPS = "groups"
+DECISIONS = "decisions"
 
 
 @dataclass(frozen=True)
 class ExactDedupConfig:
-    #: memory each rank may use for the shuffle before spilling sorted runs to work/spill
-    memory_budget_mb: int = 256
+    """Exact dedup has no settings of its own (its memory budget is the build's ``memory_budget_mb``)."""
 
 
 class ExactDedupStage(Stage):
     name = "exact_dedup"
-    version = "1"
+    version = "2"  # the global phase checkpointed in parts (runtime.global_phase)
     Config = ExactDedupConfig
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION)
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
-        return checkpointed_global_phase(
-            ctx, self._key(inputs), inputs, lambda mine: self._global(ctx, mine), _merge_facts
-        )
+        """Two steps: ``groups`` (each text key to the part that owns it; the part decides its groups'
+        keepers and writes their verdicts) and ``decisions`` (each verdict to its shard's table)."""
+        phase = self._phase = GlobalPhase(ctx, self._key(inputs))
+        if phase.complete:
+            return phase.reused()
+        groups = [f"g{i:05d}" for i in range(len(inputs))]  # one part per input shard: fixed by the data
 
-    def _global(self, ctx: StageContext, mine: list[InputShard]) -> dict[str, Any]:
-        budget = self.config.memory_budget_mb << 20
+        def send(shard: InputShard) -> Iterator[tuple[int, bytes, bytes]]:
+            for i, doc in enumerate(iter_docs(shard.path)):
+                key = text_key(doc.text)
+                # payload = keeper key, then where the copy lives: the first payload of a group wins
+                payload = encode_exact_keeper_key(doc) + _ORDINAL.pack(i) + shard.name.encode()
+                yield stable_key_hash(key) % len(groups), key, payload
 
-        def records():
-            for shard in mine:
-                for i, doc in enumerate(iter_docs(shard.path)):
-                    # payload = keeper key, then where the copy lives: the first payload of a group wins
-                    yield (
-                        text_key(doc.text),
-                        encode_exact_keeper_key(doc) + _ORDINAL.pack(i) + shard.name.encode(),
-                    )
+        def reduce(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
+            sizes: Counter = Counter()
 
-        groups: Counter = Counter()
-        verdicts = []
-        for _, group in groupby(
-            shuffle_by_key(ctx.comm, records(), memory_budget_bytes=budget, spill_dir=ctx.work_dir / "spill"),
-            key=itemgetter(0),
-        ):
-            copies = [p for _, p in group]
-            groups[str(len(copies)) if len(copies) < 10 else "10+"] += 1
-            if len(copies) == 1:
-                continue
-            keeper_id = copies[0][11:27].hex()
-            for n, payload in enumerate(copies):
-                (ordinal,) = _ORDINAL.unpack_from(payload, KEEPER_KEY_BYTES)
-                shard = payload[KEEPER_KEY_BYTES + _ORDINAL.size :].decode()
-                verdict = {"copies": len(copies)} if n == 0 else {"dup_of": keeper_id}
-                verdicts.append((shard, str(ordinal), verdict))
-        dups = sum(1 for v in verdicts if "dup_of" in v[2])
-        progress(ctx, self.name, f"{sum(groups.values())} distinct texts here, {dups} duplicate copies")
-        route_decisions(ctx.comm, verdicts, [s.name for s in mine], ctx.work_dir, budget)
-        return {"groups_by_size": dict(groups)}
+            def verdicts() -> Iterator[tuple[str, str, dict[str, Any]]]:
+                for _, group in groupby(records, key=itemgetter(0)):
+                    copies = [p for _, p in group]
+                    sizes[str(len(copies)) if len(copies) < 10 else "10+"] += 1
+                    if len(copies) == 1:
+                        continue
+                    keeper_id = copies[0][11:27].hex()
+                    for n, payload in enumerate(copies):
+                        (ordinal,) = _ORDINAL.unpack_from(payload, KEEPER_KEY_BYTES)
+                        shard = payload[KEEPER_KEY_BYTES + _ORDINAL.size :].decode()
+                        yield shard, str(ordinal), {"copies": len(copies)} if n == 0 else {"dup_of": keeper_id}
+
+            write_verdicts(writer, verdicts())
+            return {"groups_by_size": dict(sizes)}
+
+        phase.exchange(GROUPS, groups, inputs, send, reduce)
+        shards = [s.name for s in inputs]
+        route_verdicts(phase, DECISIONS, GROUPS, groups, shards)
+        facts = _merge_facts([p.facts for p in phase.parts(GROUPS, groups)]) if ctx.rank == 0 else None
+        return phase.finish({GROUPS: groups, DECISIONS: shards}, ctx.comm.bcast(facts, root=0))
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        for doc, nbytes, verdict in decided_docs(ctx.work_dir, shard):
+        for doc, nbytes, verdict in decided_docs(self._phase.root, DECISIONS, shard):
             if verdict is None:
                 yield Kept(doc), nbytes
             elif "dup_of" in verdict:
@@ -104,7 +106,7 @@ class ExactDedupStage(Stage):
                 yield Kept(doc.annotate(Annotation(self.name, "copies", verdict["copies"], "pass"))), nbytes
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
-        facts = global_facts(ctx, self._key(inputs))
+        facts = self._phase.facts
         return {"normalization_version": NORMALIZATION_VERSION, "groups_by_size": facts["groups_by_size"]}
 
 

@@ -24,7 +24,7 @@ from corpus.extract import (
     strip_invisible,
 )
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
-from hpc_jobs.runner import InputShard, Stage, StageContext, main
+from runtime.runner import InputShard, Stage, StageContext, main
 
 
 @dataclass(frozen=True)

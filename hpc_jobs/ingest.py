@@ -26,7 +26,6 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from corpus.dedup.decisions import decisions_path, route_decisions
 from corpus.digest import canonical_json
 from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar
 from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
@@ -35,8 +34,9 @@ from corpus.ingest.recrawl import RecordKey, later_fetches
 from corpus.ingest.sources import SourceSpec, expand_inputs, input_format, parse_source_tables, source_for
 from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_html, iter_warc
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
-from hpc_jobs.runner import InputShard, Stage, StageContext, StageError, assign, main, raw_input_shard
 from mpi_kernels.shuffle import shuffle_by_key
+from runtime.phases import decisions_path, route_decisions
+from runtime.runner import InputShard, Stage, StageContext, StageError, assign, main, raw_input_shard
 
 #: bump when the same file would be read into different keys (invalidates the key checkpoints)
 READER_VERSION = "1"

@@ -21,12 +21,12 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from corpus.dedup.decisions import checkpointed_global_phase, global_facts, global_phase_key, progress
 from corpus.dedup.normalize import NORMALIZATION_VERSION, line_key
 from corpus.docshard import atomic_write_bytes, iter_docs
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
-from hpc_jobs.runner import InputShard, Stage, StageContext, main
 from mpi_kernels.shuffle import shuffle_by_key
+from runtime.phases import checkpointed_global_phase, global_facts, global_phase_key, progress
+from runtime.runner import InputShard, Stage, StageContext, main
 
 FREQUENT = "frequent_lines.bin"
 KEY_BYTES = 8
@@ -36,7 +36,6 @@ KEY_BYTES = 8
 class LineDedupConfig:
     #: a line in more documents than this is removed from every document
     max_docs_per_line: int = 10
-    memory_budget_mb: int = 256
 
     def __post_init__(self) -> None:
         if self.max_docs_per_line < 1:
@@ -93,7 +92,7 @@ class LineDedupStage(Stage):
         received = shuffle_by_key(
             ctx.comm,
             records,
-            memory_budget_bytes=self.config.memory_budget_mb << 20,
+            memory_budget_bytes=ctx.memory_budget_bytes,
             spill_dir=ctx.work_dir / "spill",
         )
         frequent, distinct = [], 0

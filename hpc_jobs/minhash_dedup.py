@@ -42,7 +42,15 @@ from typing import Any
 import numpy as np
 
 from corpus.dedup.candidates import bucket_edges
-from corpus.dedup.decisions import (
+from corpus.dedup.normalize import NORMALIZATION_VERSION
+from corpus.dedup.order import doc_id_bytes, encode_representative_key
+from corpus.dedup.verify import verified_clusters
+from corpus.docshard import iter_docs
+from corpus.model import Annotation, Filtered, Kept, Outcome
+from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
+from mpi_kernels.shuffle import shuffle_by_key
+from mpi_kernels.union_find import connected_components
+from runtime.phases import (
     checkpointed_global_phase,
     decided_docs,
     global_facts,
@@ -50,15 +58,7 @@ from corpus.dedup.decisions import (
     progress,
     route_decisions,
 )
-from corpus.dedup.normalize import NORMALIZATION_VERSION
-from corpus.dedup.order import doc_id_bytes, encode_representative_key
-from corpus.dedup.verify import verified_clusters
-from corpus.docshard import iter_docs
-from corpus.model import Annotation, Filtered, Kept, Outcome
-from hpc_jobs.runner import InputShard, Stage, StageContext, main
-from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
-from mpi_kernels.shuffle import shuffle_by_key
-from mpi_kernels.union_find import connected_components
+from runtime.runner import InputShard, Stage, StageContext, main
 
 REP_KEY_BYTES = 35  # encode_representative_key: tier, quality, date, doc_id (last 16 bytes)
 ID_BYTES = 16
@@ -92,7 +92,6 @@ class MinhashDedupConfig:
     verify_threshold: float = 0.65
     alarm_cluster_size: int = 10_000
     alarm_clustered_fraction: float = 0.5
-    memory_budget_mb: int = 256
     batch_docs: int = 1024
 
     def __post_init__(self) -> None:
@@ -158,7 +157,7 @@ class MinhashDedupStage(Stage):
     # -- the global phase ----------------------------------------------------------------------------
     def _global(self, ctx: StageContext, mine: list[InputShard]) -> dict[str, Any]:
         cfg, comm = self.config, ctx.comm
-        budget = cfg.memory_budget_mb << 20
+        budget = ctx.memory_budget_bytes
         spill = ctx.work_dir / "spill"
         hasher = MinHasher(self.params)
         facts: Counter = Counter()

@@ -10,7 +10,7 @@ import sys
 
 from corpus.model import Document, Filtered, Kept, Outcome
 from corpus.policy import PolicyConfig, decide
-from hpc_jobs.runner import Stage, StageContext, main
+from runtime.runner import Stage, StageContext, main
 
 
 class PolicyStage(Stage):

@@ -20,7 +20,7 @@ from corpus.docshard import iter_docs
 from corpus.megatron import read_index, write_indexed_shard
 from corpus.model import Kept, Outcome
 from corpus.tokenizer import DEFAULT_EOS, DEFAULT_TOKENIZER, PinnedTokenizer, TokenizerError, resolve_asset
-from hpc_jobs.runner import InputShard, Stage, StageContext, StageError, main
+from runtime.runner import InputShard, Stage, StageContext, StageError, main
 
 TOKENS = "tokens"
 

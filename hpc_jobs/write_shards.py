@@ -46,23 +46,21 @@ from corpus.config import config_to_dict
 from corpus.decont.corpus_index import npy_bytes
 from corpus.digest import canonical_json, file_sha256, json_digest, sha256_hex, stable_hash64
 from corpus.docshard import atomic_write_bytes, atomic_write_json, iter_docs
-from corpus.megatron import IndexedShard, write_indexed_shard
+from corpus.layout import LINEAGE, MEGATRON, SHARD_LIST
+from corpus.manifests import read_stage_manifest
+from corpus.megatron import BLOCK_SIZE, IndexedShard, block_digests, write_indexed_shard
 from corpus.model import Document, Kept, Outcome
-from hpc_jobs.runner import (
+from hpc_jobs.tokenize import token_prefix
+from mpi_kernels.shuffle import shuffle_by_key
+from runtime.runner import (
     InputShard,
     Stage,
     StageContext,
     StageError,
     assign,
-    load_stage_manifest,
     main,
 )
-from hpc_jobs.tokenize import token_prefix
-from mpi_kernels.shuffle import shuffle_by_key
 
-MEGATRON = "megatron"
-LINEAGE = "lineage"
-COMPLETE = "_complete.json"
 VALIDATION = "validation.json"
 _BUCKET_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 _KEY = struct.Struct(">HIQ")  # bucket index, shard number, shuffle key; then the doc_id bytes
@@ -76,7 +74,6 @@ class WriteShardsConfig:
     max_repeat_run: int = 1024  # longest run of one token id a shard may hold
     min_entropy_bits: float = 5.0  # unigram entropy of the shard's non-EOS tokens
     max_top_token_share: float = 0.25  # share of the most frequent non-EOS token
-    memory_budget_mb: int = 256  # for the shuffle (it spills beyond this)
 
 
 def shuffle_key(doc_id: str, seed: int) -> int:
@@ -163,7 +160,7 @@ def validation_failures(stats: dict[str, Any], index_tokens: int, cfg: WriteShar
 
 class WriteShards(Stage):
     name = "write_shards"
-    version = "2"
+    version = "3"  # 3: block digests of each .bin in its .meta.json
     Config = WriteShardsConfig
     artifact_kinds = (MEGATRON, LINEAGE)
 
@@ -190,7 +187,7 @@ class WriteShards(Stage):
 
     # -- the global phase --------------------------------------------------------------------------
     def _tokenizer_info(self, ctx: StageContext) -> dict[str, Any]:
-        m = load_stage_manifest(ctx.in_paths[0])
+        m = read_stage_manifest(ctx.in_paths[0])
         if m is None or "tokenizer" not in m.extra:
             raise StageError(f"write_shards reads a completed tokenize stage; {ctx.in_paths[0]} is not one")
         return m.extra["tokenizer"]
@@ -210,7 +207,7 @@ class WriteShards(Stage):
         key = self.phase_key(ctx, inputs)
         done = None
         if ctx.rank == 0:
-            p = out / MEGATRON / COMPLETE
+            p = out / MEGATRON / SHARD_LIST
             done = p.exists() and json.loads(p.read_text()).get("key") == key
             if not done:
                 for d in (
@@ -286,7 +283,7 @@ class WriteShards(Stage):
             comm,
             records(),
             partition_of=lambda k: base[_KEY.unpack_from(k)[0]] + _KEY.unpack_from(k)[1],
-            memory_budget_bytes=self.config.memory_budget_mb << 20,
+            memory_budget_bytes=ctx.memory_budget_bytes,
             spill_dir=ctx.work_dir / "spill",
         )
         dt = time.monotonic() - t0
@@ -329,7 +326,7 @@ class WriteShards(Stage):
             )
         if ctx.rank == 0:
             atomic_write_json(
-                out / MEGATRON / COMPLETE, {"key": key, "shards": [m["name"] for m in all_written]}
+                out / MEGATRON / SHARD_LIST, {"key": key, "shards": [m["name"] for m in all_written]}
             )
         comm.Barrier()
         return key
@@ -365,6 +362,8 @@ class WriteShards(Stage):
             "tokens": expected,
             "token_dtype": dtype,
             "sha256": file_sha256(prefix.with_suffix(".bin")),
+            "block_size": BLOCK_SIZE,  # the loader verifies what it reads, block by block
+            "block_sha256": block_digests(prefix.with_suffix(".bin"), BLOCK_SIZE),
             "idx_sha256": file_sha256(prefix.with_suffix(".idx")),
             "lineage_sha256": sha256_hex(lineage),
             "lineage_offsets_sha256": file_sha256(out / LINEAGE / f"{name}.offsets.npy"),
@@ -380,7 +379,7 @@ class WriteShards(Stage):
             yield Kept(doc), len(doc.text.encode("utf-8"))
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
-        complete = json.loads((ctx.out_dir / MEGATRON / COMPLETE).read_text())
+        complete = json.loads((ctx.out_dir / MEGATRON / SHARD_LIST).read_text())
         buckets: dict[str, dict[str, int]] = {}
         for name in complete["shards"]:
             m = json.loads((ctx.out_dir / MEGATRON / f"{name}.meta.json").read_text())
@@ -403,12 +402,6 @@ def _say(ctx: StageContext, msg: str) -> None:
         file=sys.stderr,
         flush=True,
     )
-
-
-def snapshot_shard_metas(stage_dir: Path) -> list[dict[str, Any]]:
-    """The metadata of every shard a completed write_shards stage wrote, in name order."""
-    complete = json.loads((stage_dir / MEGATRON / COMPLETE).read_text())
-    return [json.loads((stage_dir / MEGATRON / f"{n}.meta.json").read_text()) for n in complete["shards"]]
 
 
 STAGE = WriteShards

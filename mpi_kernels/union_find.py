@@ -29,40 +29,10 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from corpus.dedup.union_find import UnionFind
 from mpi_kernels.shuffle import shuffle_by_key
 
 MAX_ROUNDS = 200
-
-
-class UnionFind:
-    """Union-find whose root is always the smallest member (path halving)."""
-
-    def __init__(self) -> None:
-        self.parent: dict[bytes, bytes] = {}
-
-    def find(self, x: bytes) -> bytes:
-        parent = self.parent
-        if x not in parent:
-            parent[x] = x
-            return x
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(self, a: bytes, b: bytes) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            if rb < ra:
-                ra, rb = rb, ra
-            self.parent[rb] = ra
-
-    def star_edges(self) -> Iterator[tuple[bytes, bytes]]:
-        """(node, root) for every non-root node, in node order."""
-        for node in sorted(self.parent):
-            root = self.find(node)
-            if root != node:
-                yield node, root
 
 
 def local_components(edges: Iterable[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:

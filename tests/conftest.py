@@ -31,7 +31,7 @@ def run_mpi(ranks: int, *args: str, timeout: float = 600, check: bool = True, **
 
 def run_corpus(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
     """Run the ``corpus`` command line as a user would."""
-    proc = subprocess.run([sys.executable, "-m", "corpus.cli", *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
     if check and proc.returncode != 0:
         raise AssertionError(f"corpus {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from cli.orchestration.buildsteps import finalize
 from corpus.errors import UserError
-from corpus.orchestration.buildsteps import finalize
 from corpus.pipeline import PIPELINE
 from tests.conftest import SAMPLE, run_corpus
 

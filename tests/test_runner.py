@@ -160,7 +160,7 @@ def test_bad_config_key_is_a_one_line_error(tmp_path):
 
 
 def test_missing_previous_stage_is_reported(tmp_path):
-    from hpc_jobs.runner import StageError, shards_of_stage
+    from runtime.runner import StageError, shards_of_stage
 
     with pytest.raises(StageError, match="not a completed stage"):
         shards_of_stage(tmp_path)

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from mpi_kernels.union_find import UnionFind
+from corpus.dedup.union_find import UnionFind
 
 
 def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:

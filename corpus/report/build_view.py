@@ -12,7 +12,7 @@
 A snapshot copied away from its build still reports its own facts (shards, tokens, stage versions);
 the sections that need the stages say they are absent.
 
-Stages are read in pipeline order (``PLANNED_STAGES``), then any other completed stage directory by
+Stages are read in pipeline order (``PIPELINE``), then any other completed stage directory by
 name, so a build made by a newer or older pipeline than this checkout's still reports every stage.
 """
 
@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from corpus.errors import UserError
+from corpus.layout import BUILD_CONFIG, MANIFEST, SNAPSHOT_DIR, STAGES_DIR
 from corpus.model import SnapshotManifest, StageManifest
-from corpus.pipeline import BUILD_CONFIG, PLANNED_STAGES, SNAPSHOT_DIR, STAGES_DIR
-
-MANIFEST = "manifest.json"
+from corpus.pipeline import PIPELINE
 
 
 @dataclass
@@ -79,7 +78,7 @@ def stage_manifests(build_dir: Path) -> list[StageManifest]:
     """Every completed stage of a build: planned stages in order, then others by name."""
     root = build_dir / STAGES_DIR
     present = {p.name for p in root.iterdir() if (p / MANIFEST).is_file()} if root.is_dir() else set()
-    order = [n for n in PLANNED_STAGES if n in present] + sorted(present - set(PLANNED_STAGES))
+    order = [n for n in PIPELINE if n in present] + sorted(present - set(PIPELINE))
     out = []
     for name in order:
         try:

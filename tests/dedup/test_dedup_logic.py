@@ -15,10 +15,10 @@ from corpus.dedup.order import (
     exact_keeper_key,
     representative_key,
 )
+from corpus.dedup.union_find import UnionFind
 from corpus.dedup.verify import estimated_jaccard, verified_clusters
 from hpc_jobs.minhash_dedup import size_histogram
 from mpi_kernels.minhash import MinHasher
-from mpi_kernels.union_find import UnionFind
 from tests.dedup.dedup_corpus import make_doc
 
 

@@ -84,13 +84,13 @@ def test_rerun_after_losing_a_finished_shard_redoes_only_that_shard(corpus, tmp_
     out = tmp_path / "out"
     run_stage("exact_dedup", 2, in_dir, out)
     first = output_digests(out)
-    checkpoint = (out / "work" / "global.json").stat().st_mtime_ns
+    checkpoint = (out / "work" / "phase" / "complete.json").stat().st_mtime_ns
     (out / "manifest.json").unlink()  # as if a rank died before the end
     (out / "stats" / "part-003.json").unlink()
     (out / "shards" / "part-003.jsonl.zst").unlink()
     again = run_stage("exact_dedup", 3, in_dir, out)
     assert "1 shards processed" in again.stderr
-    assert (out / "work" / "global.json").stat().st_mtime_ns == checkpoint, "global phase was redone"
+    assert (out / "work" / "phase" / "complete.json").stat().st_mtime_ns == checkpoint, "global phase was redone"
     assert output_digests(out) == first
 
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from corpus.dedup.union_find import UnionFind
 from mpi_kernels.shuffle import stable_key_hash
-from mpi_kernels.union_find import UnionFind, local_components
+from mpi_kernels.union_find import local_components
 from tests.conftest import run_mpi
 from tests.kernels.cc_worker import graph
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from snapshot_factory import CAPS, MIXTURE
 
-from corpus.commands.mixture_audit import audit
+from cli.commands.mixture_audit import audit
 from loader import SnapshotLoader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ TOLERANCE = 0.02
 
 def test_realized_weights_are_within_tolerance_of_the_target(id_snapshot):
     proc = subprocess.run(
-        [sys.executable, "-m", "corpus.cli", "mixture-audit", str(id_snapshot), "--mixture", json.dumps(MIXTURE),
+        [sys.executable, "-m", "cli", "mixture-audit", str(id_snapshot), "--mixture", json.dumps(MIXTURE),
          "--world", "8", "--steps", "2000", "--seq-len", "16", "--batch-size", "2", "--run-len", "4",
          "--chunk-tokens", "24", "--seed", "3", "--json"],
         capture_output=True, text=True, cwd=ROOT, check=True)
@@ -58,7 +58,7 @@ def test_epoch_caps_show_up_as_exhausted_buckets(id_snapshot):
 
 
 def test_an_unknown_bucket_is_a_one_line_error(id_snapshot):
-    proc = subprocess.run([sys.executable, "-m", "corpus.cli", "mixture-audit", str(id_snapshot), "--mixture",
+    proc = subprocess.run([sys.executable, "-m", "cli", "mixture-audit", str(id_snapshot), "--mixture",
                            '{"nope": 1}'], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert "nope" in proc.stderr and proc.stderr.count("\n") == 1

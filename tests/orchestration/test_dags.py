@@ -77,7 +77,7 @@ def test_a_stage_job_killed_with_scancel_fails_its_task_and_the_retry_completes_
 
 def test_the_embedded_demo_runs_the_dag_with_mpiexec_and_gives_the_same_snapshot_id(small_inputs, reference,
                                                                                    tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "corpus.cli", "demo", "--input", *map(str, small_inputs),
+    proc = subprocess.run([sys.executable, "-m", "cli", "demo", "--input", *map(str, small_inputs),
                            "--out", str(tmp_path / "demo"), "--ranks", "2"],
                           capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus.orchestration.submit import (
+from cli.orchestration.submit import (
     LocalBackend,
     MpiexecBackend,
     SSHBackend,
@@ -122,7 +122,7 @@ def test_the_mpiexec_backend_runs_the_same_job_script_without_slurm(small_inputs
 
 
 SLOW_TOY = '''import sys
-from hpc_jobs.runner import main
+from runtime.runner import main
 from tests.support.toy_stage import ToyStage
 
 

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from corpus.orchestration.buildsteps import VerifyError, verify_stage
-from corpus.orchestration.submit import (
+from cli.orchestration.buildsteps import VerifyError, verify_stage
+from cli.orchestration.submit import (
     LocalBackend,
     Result,
     StageJob,
@@ -23,7 +23,7 @@ from corpus.orchestration.submit import (
     parse_scontrol,
     remote_command,
 )
-from corpus.pipeline import PLANNED_STAGES
+from corpus.pipeline import PIPELINE
 from tests.conftest import ROOT
 
 HOSTILE = [
@@ -90,7 +90,7 @@ def test_bad_stage_names_ranks_and_env_names_are_refused():
 
 
 def test_every_planned_stage_has_a_job_script_that_runs_it():
-    for stage in PLANNED_STAGES:
+    for stage in PIPELINE:
         script = ROOT / "sbatch" / f"{stage}.sbatch"
         text = script.read_text()
         assert f"#SBATCH --job-name=corpus-{stage}" in text

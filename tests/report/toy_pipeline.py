@@ -18,6 +18,7 @@ from typing import Any
 
 from corpus.digest import json_digest, sha256_hex, stable_hash64
 from corpus.docshard import atomic_write_json, iter_docs
+from corpus.layout import SNAPSHOT_DIR, STAGES_DIR
 from corpus.model import (
     Document,
     Filtered,
@@ -29,8 +30,8 @@ from corpus.model import (
     SnapshotShard,
     StageManifest,
 )
-from corpus.pipeline import SNAPSHOT_DIR, STAGES_DIR, stage_versions, write_build_config
-from hpc_jobs.runner import InputShard, Stage, StageContext, main, raw_input_shard
+from corpus.pipeline import stage_versions, write_build_config
+from runtime.runner import InputShard, Stage, StageContext, main, raw_input_shard
 
 
 @dataclass(frozen=True)

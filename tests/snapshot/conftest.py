@@ -16,9 +16,10 @@ import pytest
 
 from corpus.digest import json_digest, sha256_hex
 from corpus.docshard import atomic_write_json, write_shard
+from corpus.layout import SNAPSHOT_DIR, STAGES_DIR
+from corpus.manifests import read_stage_manifest
 from corpus.model import Document, ShardRef, StageManifest
-from corpus.pipeline import SNAPSHOT_DIR, STAGES_DIR, assemble_snapshot
-from hpc_jobs.runner import load_stage_manifest
+from corpus.pipeline import assemble_snapshot
 from tests.conftest import SHARED_DATA, run_mpi
 
 SNAPSHOT_STAGES = ("decontaminate", "tokenize", "write_shards")
@@ -115,7 +116,7 @@ def run_snapshot_stages(build: Path, ranks: int, config: Path | None, upstream: 
         if config:
             args += ["--config", str(config)]
         run_mpi(ranks, *args)
-        manifests.append(load_stage_manifest(out))
+        manifests.append(read_stage_manifest(out))
         prev = out
     seed = tomllib.loads(config.read_text()).get("seed", 0) if config else 0
     snapshot = assemble_snapshot(build, manifests, seed)

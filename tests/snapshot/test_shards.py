@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from hpc_jobs.runner import StageError
 from hpc_jobs.write_shards import (
     WriteShards,
     WriteShardsConfig,
@@ -17,6 +16,7 @@ from hpc_jobs.write_shards import (
     shuffle_key,
     validation_failures,
 )
+from runtime.runner import StageError
 
 
 def test_shuffle_key_is_a_pure_function_of_doc_id_and_seed():

@@ -336,7 +336,7 @@ def test_a_large_vocabulary_gives_int32_shards(built, root):
 def test_the_trace_of_the_loaders_view_is_what_the_loader_reads(snap, append_eos):
     import argparse
 
-    from corpus.commands.trace import loader_position
+    from cli.commands.trace import loader_position
     from loader.dataset import SnapshotLoader
 
     seq_len, batch = 256, 2

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from corpus.digest import sha256_hex
 from corpus.model import Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
-from hpc_jobs.runner import InputShard, Stage, StageContext, main, raw_input_shard
+from runtime.runner import InputShard, Stage, StageContext, main, raw_input_shard
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from corpus.orchestration.submit import StageJob, SubmitError, Submitted, backend_for
+from cli.orchestration.submit import StageJob, SubmitError, Submitted, backend_for
 
 #: consecutive failures to read a job's state (e.g. a dropped SSH connection) before giving up
 MAX_POLL_ERRORS = 5

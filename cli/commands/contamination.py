@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from corpus.commands._snapshot_ref import add_snapshot_arguments
+from cli.commands._snapshot_ref import add_snapshot_arguments
 from corpus.decont.corpus_index import check_benchmark
 from corpus.decont.registry import RegistryError, load_benchmark
 from corpus.decont.report import report_table

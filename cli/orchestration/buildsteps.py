@@ -1,9 +1,9 @@
 """The steps of an orchestrated build besides the stage jobs, written so a DAG can run them on the
 cluster's side (where the build directory is), through the same backend that submits the jobs:
 
-    python -m corpus.orchestration.buildsteps prepare  --out DIR --input PATH... [--config FILE] [--seed S]
+    python -m cli.orchestration.buildsteps prepare  --out DIR --input PATH... [--config FILE] [--seed S]
                                                        [--overrides JSON]
-    python -m corpus.orchestration.buildsteps finalize --out DIR --stages a,b,c
+    python -m cli.orchestration.buildsteps finalize --out DIR --stages a,b,c
 
 ``prepare`` checks and resolves the inputs and writes the build config every stage reads (exactly
 what ``corpus build`` writes);
@@ -23,11 +23,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from cli.main import main as cli_main
 from corpus import pipeline
-from corpus.cli import main as cli_main
 from corpus.config import load_config_file
 from corpus.docshard import atomic_write_json
 from corpus.errors import UserError
+from corpus.layout import build_config_path, manifest_path, snapshot_dir
 from corpus.model import GroupCounts, StageManifest, YieldCounts
 
 
@@ -99,9 +100,9 @@ def finalize(out: Path, stages: list[str]) -> dict[str, Any]:
     have = [m.stage for m in manifests]
     if have != stages:
         raise UserError(f"{out}: completed stages are {have}, expected {stages}")
-    seed = int(json.loads((out / pipeline.BUILD_CONFIG).read_text())["seed"])
+    seed = int(json.loads(build_config_path(out).read_text())["seed"])
     snapshot = pipeline.assemble_snapshot(out, manifests, seed)
-    manifest = out / pipeline.SNAPSHOT_DIR / "manifest.json"
+    manifest = manifest_path(snapshot_dir(out))
     atomic_write_json(manifest, snapshot.to_dict())
     with contextlib.redirect_stdout(sys.stderr):  # the funnel table and any alarms go to the log
         rc = cli_main(["report", str(out), "--record"])
@@ -115,7 +116,7 @@ def finalize(out: Path, stages: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m corpus.orchestration.buildsteps")
+    ap = argparse.ArgumentParser(prog="python -m cli.orchestration.buildsteps")
     sub = ap.add_subparsers(dest="step", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("--out", required=True, type=Path)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from corpus.pipeline import SNAPSHOT_DIR, build
+from corpus.layout import manifest_path, snapshot_dir
+from corpus.pipeline import build
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +21,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     snapshot = build(args.input, args.out, args.ranks, args.config, args.seed)
-    print(f"snapshot manifest {args.out / SNAPSHOT_DIR / 'manifest.json'}")
+    print(f"snapshot manifest {manifest_path(snapshot_dir(args.out))}")
     print(f"snapshot_id {snapshot.snapshot_id}")
     return 0

@@ -13,9 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cli.orchestration.submit import PROJECT_ROOT
 from corpus.errors import UserError
-from corpus.orchestration.submit import PROJECT_ROOT
-from corpus.pipeline import SNAPSHOT_DIR
+from corpus.layout import manifest_path, snapshot_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             rc = proc.wait()
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    manifest = out / SNAPSHOT_DIR / "manifest.json"
+    manifest = manifest_path(snapshot_dir(out))
     if rc != 0 or not manifest.exists():
         errors = [ln.rstrip() for ln in log_path.read_text().splitlines() if "AirflowException" in ln]
         raise UserError(f"the build_snapshot DAG run failed (exit {rc}); {errors[-1] if errors else ''} "

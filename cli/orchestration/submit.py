@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corpus.pipeline import PLANNED_STAGES
+from corpus.pipeline import PIPELINE
 
 #: The repository this module belongs to: where ``sbatch/`` and the default venv live on this host.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +85,7 @@ class StageJob:
     def script_argv(self) -> list[str]:
         """A planned stage's own job script (what a person submits); any other stage through the
         generic ``sbatch/stage.sbatch STAGE``."""
-        if self.stage in PLANNED_STAGES:
+        if self.stage in PIPELINE:
             return [f"{self.root}/sbatch/{self.stage}.sbatch"]
         return [f"{self.root}/sbatch/stage.sbatch", self.stage]
 

@@ -1,4 +1,4 @@
-"""``corpus``: the command line. Each subcommand lives in its own module under ``corpus.commands``
+"""``corpus``: the command line. Each subcommand lives in its own module under ``cli.commands``
 and registers itself with ``register(subparsers)``; this file only discovers and dispatches them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 import sys
 
-import corpus.commands
+import cli.commands
 from corpus.config import ConfigError
 from corpus.errors import UserError
 
@@ -16,9 +16,9 @@ from corpus.errors import UserError
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="corpus", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for mod in sorted(pkgutil.iter_modules(corpus.commands.__path__), key=lambda m: m.name):
+    for mod in sorted(pkgutil.iter_modules(cli.commands.__path__), key=lambda m: m.name):
         if not mod.name.startswith("_"):
-            importlib.import_module(f"corpus.commands.{mod.name}").register(sub)
+            importlib.import_module(f"cli.commands.{mod.name}").register(sub)
     return ap
 
 

@@ -19,7 +19,7 @@ import json
 
 import numpy as np
 
-from corpus.commands._snapshot_ref import add_snapshot_arguments
+from cli.commands._snapshot_ref import add_snapshot_arguments
 from corpus.errors import UserError
 from corpus.snapshot import Snapshot
 

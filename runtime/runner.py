@@ -12,14 +12,7 @@ Contract (every stage in ``hpc_jobs`` obeys it):
   stage is complete; rerunning a complete stage with the same inputs and config does nothing.
 * Counts reconcile per shard and in total: docs in = out + filtered + quarantined, or the stage fails.
 
-Layout of a stage's output directory::
-
-    manifest.json                    StageManifest (written last)
-    shards/NAME.jsonl.zst(.json)     documents that went on
-    filtered/NAME.jsonl.zst(.json)   {"reason", "doc"} for every document a policy dropped
-    quarantine/NAME.jsonl.zst(.json) QuarantineRecord for every input that could not be processed
-    stats/NAME.json                  the shard's YieldCounts and checkpoint key
-    work/                            the stage's own checkpoints for its global phase
+The layout of a stage's output directory is :mod:`corpus.layout`'s.
 """
 
 from __future__ import annotations
@@ -30,7 +23,6 @@ import json
 import logging
 import os
 import re
-import signal
 import socket
 import sys
 import time
@@ -40,9 +32,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from corpus.config import ConfigError, config_hash, config_to_dict, load_config_file, stage_config
+from corpus.config import (
+    DEFAULT_MEMORY_BUDGET_MB,
+    ConfigError,
+    check_build_config,
+    config_hash,
+    config_to_dict,
+    load_config_file,
+    stage_config,
+    stage_memory_budget_mb,
+)
 from corpus.digest import canonical_json, file_sha256
 from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs, read_sidecar
+from corpus.layout import (
+    DOC_OUTPUT_KINDS,
+    FILTERED,
+    QUARANTINE,
+    SHARDS,
+    STATS,
+    manifest_path,
+    stats_path,
+    work_dir,
+)
+from corpus.manifests import NotCompleted, read_stage_manifest, require_stage_manifest
 from corpus.model import (
     Document,
     Filtered,
@@ -53,8 +65,9 @@ from corpus.model import (
     StageManifest,
     YieldCounts,
 )
+from corpus.pipeline import PIPELINE
+from runtime.preemption import PREEMPTED_EXIT, Preempted, any_rank_stopped, install_handlers, stop_requested
 
-MANIFEST = "manifest.json"
 log = logging.getLogger("corpus.stage")
 
 
@@ -79,7 +92,15 @@ class InputShard:
 class StageContext:
     """What a stage sees of the world: its config, directories and the MPI communicator."""
 
-    def __init__(self, comm: Any, in_paths: list[Path], out_dir: Path, config: Any, full_config: dict):
+    def __init__(
+        self,
+        comm: Any,
+        in_paths: list[Path],
+        out_dir: Path,
+        config: Any,
+        full_config: dict,
+        memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
+    ):
         self.comm = comm
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
@@ -87,7 +108,10 @@ class StageContext:
         self.out_dir = out_dir
         self.config = config
         self.full_config = full_config
-        self.work_dir = out_dir / "work"
+        #: what this rank may hold in memory (the build's ``memory_budget_mb``); beyond it, spill or stream
+        self.memory_budget_mb = memory_budget_mb
+        self.memory_budget_bytes = memory_budget_mb << 20
+        self.work_dir = work_dir(out_dir)
 
     def artifact_path(self, kind: str, name: str) -> Path:
         """Where a stage-specific per-shard artifact goes (listed in the manifest's side outputs)."""
@@ -150,21 +174,14 @@ def raw_input_shard(path: Path) -> InputShard:
 
 
 def shards_of_stage(stage_dir: Path) -> list[InputShard]:
-    manifest_path = stage_dir / MANIFEST
-    if not manifest_path.exists():
-        raise StageError(f"input {stage_dir} is not a completed stage (no {MANIFEST}); run that stage first")
-    m = StageManifest.from_dict(json.loads(manifest_path.read_text()))
+    try:
+        m = require_stage_manifest(stage_dir)
+    except NotCompleted as e:
+        raise StageError(str(e)) from None
     return [
         InputShard(name=Path(o.path).name[: -len(SUFFIX)], path=stage_dir / o.path, sha256=o.sha256, records=o.records)
         for o in m.outputs
     ]
-
-
-def load_stage_manifest(stage_dir: Path) -> StageManifest | None:
-    p = Path(stage_dir) / MANIFEST
-    if not p.exists():
-        return None
-    return StageManifest.from_dict(json.loads(p.read_text()))
 
 
 def assign(inputs: list[InputShard], rank: int, size: int) -> list[InputShard]:
@@ -208,7 +225,7 @@ class StageRun:
         }
 
     def stats_path(self, name: str) -> Path:
-        return self.ctx.out_dir / "stats" / f"{name}.json"
+        return stats_path(self.ctx.out_dir, name)
 
     def shard_done(self, shard: InputShard, key: dict[str, str]) -> bool:
         p = self.stats_path(shard.name)
@@ -217,25 +234,25 @@ class StageRun:
         stats = json.loads(p.read_text())
         if stats.get("key") != key:
             return False
-        return all(read_sidecar(self.ctx.out_dir / k / f"{shard.name}{SUFFIX}") is not None for k in ("shards", "filtered", "quarantine"))
+        return all(read_sidecar(self.ctx.out_dir / k / f"{shard.name}{SUFFIX}") is not None for k in DOC_OUTPUT_KINDS)
 
     def run_shard(self, shard: InputShard, key: dict[str, str]) -> None:
         out = self.ctx.out_dir
         counts = YieldCounts()
         t0 = time.monotonic()
         n = 0
-        writers = {k: ShardWriter(out / k / f"{shard.name}{SUFFIX}", key) for k in ("shards", "filtered", "quarantine")}
+        writers = {k: ShardWriter(out / k / f"{shard.name}{SUFFIX}", key) for k in DOC_OUTPUT_KINDS}
         try:
             for outcome, bytes_in in self.stage.process_shard(shard, self.ctx):
                 counts.count(outcome, bytes_in)
                 if isinstance(outcome, Kept):
-                    writers["shards"].write_doc(outcome.doc)
+                    writers[SHARDS].write_doc(outcome.doc)
                 elif isinstance(outcome, Filtered):
-                    writers["filtered"].write_line(
+                    writers[FILTERED].write_line(
                         canonical_json({"reason": outcome.reason, "doc": outcome.doc.to_dict()})
                     )
                 elif isinstance(outcome, Quarantined):
-                    writers["quarantine"].write_line(outcome.record.to_json_bytes())
+                    writers[QUARANTINE].write_line(outcome.record.to_json_bytes())
                 else:
                     raise StageError(f"stage {self.stage.name} yielded {type(outcome).__name__}, not an Outcome")
                 n += 1
@@ -271,7 +288,7 @@ class StageRun:
         if len(set(names)) != len(names):
             raise StageError(f"{stage.name}: two inputs map to the same output shard name")
 
-        existing = load_stage_manifest(ctx.out_dir)
+        existing = read_stage_manifest(ctx.out_dir)
         if existing is not None and self._manifest_matches(existing, inputs):
             if ctx.rank == 0:
                 self.log.say(f"complete already (manifest {existing.digest[:19]}…): nothing to do")
@@ -280,7 +297,7 @@ class StageRun:
         ctx.out_dir.mkdir(parents=True, exist_ok=True)
         comm.Barrier()
         if ctx.rank == 0 and existing is not None:
-            (ctx.out_dir / MANIFEST).unlink()  # the stage is being redone: it is not complete now
+            manifest_path(ctx.out_dir).unlink()  # the stage is being redone: it is not complete now
         prepare_digest = stage.prepare(ctx, inputs)
         prepare_digest = comm.bcast(prepare_digest, root=0)
 
@@ -288,7 +305,7 @@ class StageRun:
         done_by_me = []
         skipped = 0
         for shard in mine:
-            if _STOP_REQUESTED:  # SIGUSR1 (pre-emption): stop at this shard boundary
+            if stop_requested():  # SIGUSR1/SIGTERM (pre-emption): stop at this shard boundary
                 break
             key = self.checkpoint_key(shard, prepare_digest)
             if self.shard_done(shard, key):
@@ -297,13 +314,14 @@ class StageRun:
             self.run_shard(shard, key)
             done_by_me.append(shard.name)
         self.log.say(f"{len(done_by_me)} shards processed, {skipped} already done")
-        if comm.allreduce(int(_STOP_REQUESTED), op=_mpi_max()):
-            raise Preempted("stopped at a shard boundary on request (SIGUSR1); rerun to resume")
+        if any_rank_stopped(comm):
+            raise Preempted("stopped at a shard boundary on request (SIGUSR1/SIGTERM); rerun to resume")
         done = comm.gather(done_by_me, root=0)
+        peaks = comm.gather(peak_rss_mb(), root=0)
         comm.Barrier()
         manifest = None
         if ctx.rank == 0:
-            manifest = self.write_manifest(inputs, prepare_digest, done)
+            manifest = self.write_manifest(inputs, prepare_digest, done, peaks)
         manifest = comm.bcast(manifest, root=0)
         return manifest
 
@@ -314,7 +332,9 @@ class StageRun:
             and [i.sha256 for i in m.inputs] == [s.sha256 for s in sorted(inputs, key=lambda s: s.name)]
         )
 
-    def write_manifest(self, inputs: list[InputShard], prepare_digest: str, done: list[list[str]]) -> StageManifest:
+    def write_manifest(
+        self, inputs: list[InputShard], prepare_digest: str, done: list[list[str]], peaks: list[float]
+    ) -> StageManifest:
         out = self.ctx.out_dir
         inputs = sorted(inputs, key=lambda s: s.name)
         expected = {s.name for s in inputs}
@@ -328,7 +348,7 @@ class StageRun:
             stats = json.loads(self.stats_path(s.name).read_text())
             shard_counts[s.name] = stats["counts"]
             total.merge(YieldCounts.from_dict(stats["counts"]))
-            for kind, dest in (("shards", outputs), ("filtered", sides), ("quarantine", sides)):
+            for kind, dest in ((SHARDS, outputs), (FILTERED, sides), (QUARANTINE, sides)):
                 rel = f"{kind}/{s.name}{SUFFIX}"
                 sc = read_sidecar(out / rel)
                 dest.append(ShardRef(path=rel, sha256=sc["sha256"], records=sc["records"]))
@@ -354,13 +374,16 @@ class StageRun:
             extra=extra,
             run_info={
                 "ranks": self.ctx.size,
+                "memory_budget_mb": self.ctx.memory_budget_mb,
                 "processed_by_rank": {str(r): sorted(names) for r, names in enumerate(done)},
+                # each rank's peak resident memory (VmHWM) when it finished, against memory_budget_mb
+                "peak_rss_mb_by_rank": {str(r): mb for r, mb in enumerate(peaks)},
                 "host": socket.gethostname(),
                 "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             },
         )
-        atomic_write_json(out / MANIFEST, manifest.to_dict())
+        atomic_write_json(manifest_path(out), manifest.to_dict())
         self.log.say(
             f"stage complete: {t.docs_in} in, {t.docs_out} out, filtered {dict(t.filtered)}, "
             f"quarantined {dict(t.quarantined)}; manifest {manifest.digest}"
@@ -369,7 +392,7 @@ class StageRun:
 
     def _remove_stale(self, expected: set[str]) -> None:
         """Outputs of inputs that are no longer part of the stage would confuse a reader: drop them."""
-        for kind, suffixes in (("shards", _SHARD_FILES), ("filtered", _SHARD_FILES), ("quarantine", _SHARD_FILES), ("stats", (".json",))):
+        for kind, suffixes in [(k, _SHARD_FILES) for k in DOC_OUTPUT_KINDS] + [(STATS, (".json",))]:
             d = self.ctx.out_dir / kind
             for p in sorted(d.iterdir()) if d.is_dir() else []:
                 for suffix in suffixes:
@@ -379,6 +402,17 @@ class StageRun:
 
 
 _SHARD_FILES = (SUFFIX + ".json", SUFFIX)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size (VmHWM) in MB, 0.0 where /proc does not say."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0
 
 
 def _input_ref(shard: InputShard, stages_root: Path) -> ShardRef:
@@ -413,33 +447,15 @@ def parse_args(argv: list[str] | None, stage_name: str) -> argparse.Namespace:
 
 def run_stage(stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, config_file: Path | None, comm: Any) -> StageManifest:
     full = load_config_file(config_file)
+    check_build_config(full, PIPELINE)
     table = full.get(stage_cls.name)
     if "seed" in full and "seed" in {f.name for f in dataclasses.fields(stage_cls.Config)} and "seed" not in (table or {}):
         # a stage whose config has a seed gets the build's, so a new seed changes its config hash
         table = {**(table or {}), "seed": full["seed"]}
     cfg = stage_config(stage_cls.Config, table, stage_cls.name)
-    ctx = StageContext(comm, [Path(p) for p in in_paths], Path(out_dir), cfg, full)
+    budget = stage_memory_budget_mb(full, stage_cls.name)
+    ctx = StageContext(comm, [Path(p) for p in in_paths], Path(out_dir), cfg, full, budget)
     return StageRun(stage_cls(cfg), ctx).run()
-
-
-#: exit status of a stage that stopped on SIGUSR1 with every finished shard checkpointed
-PREEMPTED_EXIT = 75
-_STOP_REQUESTED = False
-
-
-class Preempted(Exception):
-    """Every rank stopped at a shard boundary because SIGUSR1 asked it to (SLURM pre-emption)."""
-
-
-def _request_stop(signum: int, frame: Any) -> None:
-    global _STOP_REQUESTED
-    _STOP_REQUESTED = True
-
-
-def _mpi_max() -> Any:
-    from mpi4py import MPI
-
-    return MPI.MAX
 
 
 def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
@@ -448,7 +464,7 @@ def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    signal.signal(signal.SIGUSR1, _request_stop)
+    install_handlers()
     try:
         run_stage(stage_cls, args.inputs, args.out, args.config, comm)
     except Preempted as e:

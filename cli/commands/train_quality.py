@@ -16,7 +16,7 @@ from pathlib import Path
 from corpus.docshard import atomic_write_json, iter_docs
 from corpus.errors import UserError
 from corpus.filters.quality import TrainParams, label_documents, train_model, train_params_dict
-from hpc_jobs.runner import StageError, shards_of_stage
+from corpus.manifests import NotCompleted, require_stage_manifest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,12 +46,12 @@ def run(args: argparse.Namespace) -> int:
     docs = []
     for d in args.stage_dirs:
         try:
-            shards = shards_of_stage(d)
-        except StageError as e:
+            manifest = require_stage_manifest(d)
+        except NotCompleted as e:
             raise UserError(str(e)) from e
-        for s in shards:
+        for out in manifest.outputs:
             docs.extend(
-                (doc.source_tier, doc.text) for doc in iter_docs(s.path) if doc.content_type != "text/html"
+                (doc.source_tier, doc.text) for doc in iter_docs(d / out.path) if doc.content_type != "text/html"
             )
     try:
         lines, counts = label_documents(docs, seed=params.seed)

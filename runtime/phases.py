@@ -24,6 +24,7 @@ from corpus.digest import canonical_json, file_sha256, json_digest
 from corpus.docshard import atomic_write_bytes, atomic_write_json, iter_docs
 from corpus.model import Document
 from mpi_kernels.shuffle import shuffle_by_key
+from runtime.runner import assign
 
 DECISIONS = "decisions"
 CHECKPOINT = "global.json"
@@ -140,8 +141,6 @@ def checkpointed_global_phase(
     """Run ``compute(my_shards) -> facts`` collectively unless the checkpoint for ``key`` exists; rank 0
     merges every rank's facts with ``merge_facts(list)`` and writes the checkpoint. Returns its digest,
     which covers the per-shard decision files (when ``decisions``) and the other ``artifacts``."""
-    from hpc_jobs.runner import assign
-
     comm = ctx.comm
     ckpt = GlobalCheckpoint(ctx.work_dir, key)
     done = ckpt.load() if ctx.rank == 0 else None

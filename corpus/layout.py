@@ -1,0 +1,65 @@
+"""The build directory layout: every directory and file name a build, a stage and a snapshot use.
+
+One module knows where things live, so a stage, the runner, snapshot assembly, the report and the CLI
+never spell a path of their own::
+
+    <build>/build-config.json              the effective config every stage ran with
+    <build>/stages/<stage>/                one directory per stage (see below)
+    <build>/snapshot/manifest.json         the snapshot (see :mod:`corpus.snapshot`)
+
+    <stage>/manifest.json                  StageManifest, written last: its presence means complete
+    <stage>/shards/NAME.jsonl.zst(.json)   documents that went on (+ sidecar: records, sha256)
+    <stage>/filtered/NAME.jsonl.zst(.json) {"reason", "doc"} for every document a policy dropped
+    <stage>/quarantine/NAME.jsonl.zst(.json) a QuarantineRecord for every input that could not be processed
+    <stage>/stats/NAME.json                the shard's YieldCounts and checkpoint key
+    <stage>/work/                          the stage's global-phase checkpoints and spill files
+    <stage>/megatron/, <stage>/lineage/    write_shards' token shards and their lineage
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+BUILD_CONFIG = "build-config.json"
+STAGES_DIR = "stages"
+SNAPSHOT_DIR = "snapshot"
+
+# inside a stage directory
+SHARDS = "shards"
+FILTERED = "filtered"
+QUARANTINE = "quarantine"
+STATS = "stats"
+WORK = "work"
+#: the per-input-shard document outputs of every stage, in the order the runner writes them
+DOC_OUTPUT_KINDS = (SHARDS, FILTERED, QUARANTINE)
+# write_shards' artifacts
+MEGATRON = "megatron"
+LINEAGE = "lineage"
+#: write_shards' list of the token shards its global phase wrote (under MEGATRON)
+SHARD_LIST = "_complete.json"
+
+
+def stage_dir(build_dir: Path, stage: str) -> Path:
+    return Path(build_dir) / STAGES_DIR / stage
+
+
+def snapshot_dir(build_dir: Path) -> Path:
+    return Path(build_dir) / SNAPSHOT_DIR
+
+
+def manifest_path(directory: Path) -> Path:
+    """The manifest of a stage directory or of a snapshot directory."""
+    return Path(directory) / MANIFEST
+
+
+def build_config_path(build_dir: Path) -> Path:
+    return Path(build_dir) / BUILD_CONFIG
+
+
+def stats_path(stage_directory: Path, shard_name: str) -> Path:
+    return Path(stage_directory) / STATS / f"{shard_name}.json"
+
+
+def work_dir(stage_directory: Path) -> Path:
+    return Path(stage_directory) / WORK

@@ -1,0 +1,417 @@
+"""Global phases: the one shape every stage's collective work takes, checkpointed in parts.
+
+A stage whose outputs depend on the whole corpus (dedup, recrawl collapse, the global shuffle) does that
+work in ``Stage.prepare`` as a :class:`GlobalPhase`: a sequence of named *steps*, each of which writes
+*parts* — files under ``work/phase/<step>/`` — and checkpoints each part as it completes with a marker
+(``<part>.done.json``: the phase key's digest, the sha256 of each file as the writer computed it while
+writing, and the part's facts). Two kinds of step:
+
+* :meth:`GlobalPhase.map`: one part per unit of work (an input shard, or a part of an earlier step),
+  units dealt to ranks by :func:`runtime.runner.assign`; each rank skips its units already done.
+* :meth:`GlobalPhase.exchange`: records (part number, key, payload) from every rank's units go through
+  :func:`mpi_kernels.shuffle.shuffle_by_key` to the owner of their part (part number mod ranks), which
+  receives them sorted by (key, payload) and reduces each of its parts in part order. A rerun first
+  learns which parts are done and sends only the records of the others, so **no completed part is
+  redone**; the number of parts is fixed by the data (never by the rank count), so every part's bytes
+  are the same on any number of ranks.
+
+A step ends collectively: if any rank was asked to stop (SIGUSR1/SIGTERM, :mod:`runtime.preemption`) it
+stops after its current part, and every rank raises :class:`~runtime.preemption.Preempted` at the end of
+the step; a killed rank loses only the part it was writing (files are written to temporary names and
+renamed before the marker is written). :meth:`GlobalPhase.finish` writes ``work/phase/complete.json``,
+whose digest covers the key, every part's file digests and the merged facts; while it matches, a rerun
+skips the phase. The whole directory belongs to one phase key: a rerun with another key (new inputs,
+config or code version) starts the phase afresh.
+
+Memory: a step holds one part's working set at a time, plus the shuffle's budget; the per-part markers
+are small. Facts must be deterministic (counts, not timings or rank numbers): they are digested.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+from corpus.config import config_hash
+from corpus.digest import canonical_json, json_digest
+from corpus.docshard import atomic_write_json, iter_docs
+from corpus.model import Document
+from mpi_kernels.shuffle import shuffle_by_key
+from runtime.preemption import Preempted, after_part, any_rank_stopped, stop_requested
+from runtime.runner import assign
+
+PHASE_DIR = "phase"
+SPILL_DIR = "spill"
+KEY_FILE = "key.json"
+COMPLETE = "complete.json"
+PROGRESS = "progress.json"
+_MARKER = ".done.json"
+_PART_PREFIX = struct.Struct(">I")
+
+
+class Unit(Protocol):
+    """A unit of work of a map step or a sender of an exchange: an input shard or an earlier part."""
+
+    name: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Part:
+    """A completed part of a step: the files it wrote (name -> sha256) and the facts it reported."""
+
+    step: str
+    name: str
+    files: dict[str, str]
+    facts: dict[str, Any]
+    directory: Path
+
+    @property
+    def sha256(self) -> str:
+        """A digest of the part's files, so a part can be the unit of a later step."""
+        return json_digest(self.files)
+
+    def path(self, suffix: str) -> Path:
+        return self.directory / f"{self.name}{suffix}"
+
+
+class _HashingWriter:
+    """A file written under a temporary name and hashed as it is written; renamed on commit."""
+
+    def __init__(self, final: Path) -> None:
+        self.final = final
+        self.tmp = final.with_name(f".{final.name}.tmp.{os.getpid()}")
+        self.file: BinaryIO = open(self.tmp, "wb", buffering=1 << 20)
+        self.sha = hashlib.sha256()
+        self.bytes = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.bytes += len(data)
+        return self.file.write(data)
+
+    def close(self) -> None:
+        if not self.file.closed:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+
+
+class PartWriter:
+    """Where one part writes its files (``name + suffix`` in the step directory)."""
+
+    def __init__(self, step_dir: Path, name: str) -> None:
+        self.step_dir = step_dir
+        self.name = name
+        self._files: dict[str, _HashingWriter] = {}
+
+    def open(self, suffix: str) -> _HashingWriter:
+        """A binary file of this part, hashed while written; it appears under its name on commit."""
+        if suffix in self._files:
+            raise ValueError(f"part {self.name}: {suffix} opened twice")
+        w = _HashingWriter(self.step_dir / f"{self.name}{suffix}")
+        self._files[suffix] = w
+        return w
+
+    def write_bytes(self, suffix: str, data: bytes) -> None:
+        self.open(suffix).write(data)
+
+    def write_json(self, suffix: str, value: Any) -> None:
+        self.write_bytes(suffix, canonical_json(value))
+
+    def commit(self, step: str, key_digest: str, facts: dict[str, Any]) -> Part:
+        files = {}
+        for suffix, w in sorted(self._files.items()):
+            w.close()
+            files[f"{self.name}{suffix}"] = "sha256:" + w.sha.hexdigest()
+        for w in self._files.values():
+            os.replace(w.tmp, w.final)
+        marker = {"key": key_digest, "files": files, "facts": facts}
+        atomic_write_json(self.step_dir / f"{self.name}{_MARKER}", marker)
+        return Part(step, self.name, files, facts, self.step_dir)
+
+    def abort(self) -> None:
+        for w in self._files.values():
+            w.file.close()
+            w.tmp.unlink(missing_ok=True)
+
+
+def global_phase_key(stage: Any, inputs: Iterable[Unit], **extra: Any) -> dict[str, Any]:
+    """What a stage's global phase depends on: code version, config and every input shard's digest."""
+    return {
+        "stage": stage.name,
+        "version": stage.version,
+        "config_hash": config_hash(stage.config),
+        "inputs": sorted([s.name, s.sha256] for s in inputs),
+        **extra,
+    }
+
+
+class GlobalPhase:
+    """One stage's global phase over ``ctx`` (a runner StageContext), valid for ``key`` only."""
+
+    def __init__(self, ctx: Any, key: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.comm = ctx.comm
+        self.key = key
+        self.key_digest = json_digest(key)
+        self.root = Path(ctx.work_dir) / PHASE_DIR
+        self.stage = key.get("stage", "stage")
+        #: per step: parts completed by this run and parts found completed by an earlier run (all ranks)
+        self.progress: dict[str, dict[str, int]] = {}
+        self._complete: dict[str, Any] | None = None
+        if ctx.rank == 0:
+            self._complete = self._open()
+        self._complete = self.comm.bcast(self._complete, root=0)
+        self.comm.Barrier()
+
+    def _open(self) -> dict[str, Any] | None:
+        """Rank 0: reuse the phase directory when it holds this key, else start afresh."""
+        key_file = self.root / KEY_FILE
+        current = json.loads(key_file.read_text()) if key_file.exists() else None
+        if current != {"key": self.key, "digest": self.key_digest}:
+            shutil.rmtree(self.root, ignore_errors=True)
+            atomic_write_json(key_file, {"key": self.key, "digest": self.key_digest})
+        shutil.rmtree(Path(self.ctx.work_dir) / SPILL_DIR, ignore_errors=True)  # a killed run's runs
+        complete = self.root / COMPLETE
+        return json.loads(complete.read_text()) if complete.exists() else None
+
+    # -- state ---------------------------------------------------------------------------------------
+    @property
+    def complete(self) -> bool:
+        """True when an earlier run finished this phase with this key (then every step is skipped)."""
+        return self._complete is not None
+
+    @property
+    def digest(self) -> str:
+        if self._complete is None:
+            raise RuntimeError("the global phase has not finished")
+        return self._complete["digest"]
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        if self._complete is None:
+            raise RuntimeError("the global phase has not finished")
+        return self._complete["facts"]
+
+    def step_dir(self, step: str) -> Path:
+        return self.root / step
+
+    def part(self, step: str, name: str) -> Part | None:
+        """The completed part, or None (a marker of another key counts as not done)."""
+        d = self.step_dir(step)
+        marker = d / f"{name}{_MARKER}"
+        if not marker.exists():
+            return None
+        m = json.loads(marker.read_bytes())
+        if m.get("key") != self.key_digest or not all((d / f).exists() for f in m["files"]):
+            return None
+        return Part(step, name, m["files"], m["facts"], d)
+
+    def parts(self, step: str, names: Sequence[str]) -> list[Part]:
+        """Every named part of a finished step, in the given order."""
+        found = []
+        for n in names:
+            p = self.part(step, n)
+            if p is None:
+                raise FileNotFoundError(f"{self.step_dir(step)}: part {n} of step {step} is not complete")
+            found.append(p)
+        return found
+
+    # -- steps ---------------------------------------------------------------------------------------
+    def map(self, step: str, units: Sequence[Unit], fn: Callable[[Unit, PartWriter], dict[str, Any]]) -> None:
+        """Collective: ``fn(unit, writer) -> facts`` for every unit not yet done; a part per unit, named
+        after it."""
+        d = self.step_dir(step)
+        d.mkdir(parents=True, exist_ok=True)
+        done_before = done_now = 0
+        t0 = time.monotonic()
+        for unit in assign(list(units), self.ctx.rank, self.ctx.size):
+            if stop_requested():
+                break
+            if self.part(step, unit.name) is not None:
+                done_before += 1
+                continue
+            self._run_part(step, d, unit.name, lambda w, u=unit: fn(u, w))
+            done_now += 1
+            after_part(f"{self.stage}/{step}", done_now, self.ctx.rank)
+        self._end_step(step, done_before, done_now, t0)
+
+    def exchange(
+        self,
+        step: str,
+        part_names: Sequence[str],
+        senders: Sequence[Unit],
+        send: Callable[[Unit], Iterable[tuple[int, bytes, bytes]]],
+        reduce: Callable[[int, Iterator[tuple[bytes, bytes]], PartWriter], dict[str, Any]],
+    ) -> None:
+        """Collective: every rank calls ``send(unit)`` for its sender units, yielding (part number, key,
+        payload); each part's records reach the part's owner sorted by (key, payload), and
+        ``reduce(part number, records, writer) -> facts`` writes the part (called for every part, also
+        one that received nothing). Parts done by an earlier run receive nothing and are not reduced."""
+        d = self.step_dir(step)
+        d.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        todo = None
+        if self.ctx.rank == 0:
+            todo = [i for i, n in enumerate(part_names) if self.part(step, n) is None]
+        todo = self.comm.bcast(todo, root=0)
+        done_before = (len(part_names) - len(todo)) if self.ctx.rank == 0 else 0  # counted once, then summed
+        done_now = 0
+        if todo:
+            wanted = set(todo)
+
+            def records() -> Iterator[tuple[bytes, bytes]]:
+                for unit in assign(list(senders), self.ctx.rank, self.ctx.size):
+                    for part_no, key, payload in send(unit):
+                        if part_no in wanted:
+                            yield _PART_PREFIX.pack(part_no) + key, payload
+
+            received = shuffle_by_key(
+                self.comm,
+                records(),
+                partition_of=lambda k: _PART_PREFIX.unpack_from(k)[0],
+                memory_budget_bytes=self.ctx.memory_budget_bytes,
+                spill_dir=Path(self.ctx.work_dir) / SPILL_DIR,
+            )
+            groups = groupby(received, key=lambda r: _PART_PREFIX.unpack_from(r[0])[0])
+            pending = next(groups, None)
+            try:
+                for part_no in (p for p in todo if p % self.ctx.size == self.ctx.rank):
+                    if stop_requested():
+                        break
+                    if pending is not None and pending[0] < part_no:
+                        raise RuntimeError(f"step {step}: records for part {pending[0]}, which is not pending")
+                    if pending is not None and pending[0] == part_no:
+                        records_of_part = ((k[_PART_PREFIX.size :], v) for k, v in pending[1])
+                    else:
+                        records_of_part = iter(())
+                    self._run_part(step, d, part_names[part_no], lambda w, p=part_no, r=records_of_part: reduce(p, r, w))
+                    if pending is not None and pending[0] == part_no:
+                        pending = next(groups, None)
+                    done_now += 1
+                    after_part(f"{self.stage}/{step}", done_now, self.ctx.rank)
+            finally:
+                received.close()
+        self._end_step(step, done_before, done_now, t0)
+
+    def _run_part(self, step: str, d: Path, name: str, fn: Callable[[PartWriter], dict[str, Any]]) -> Part:
+        writer = PartWriter(d, name)
+        try:
+            facts = fn(writer)
+        except BaseException:
+            writer.abort()
+            raise
+        return writer.commit(step, self.key_digest, facts)
+
+    def _end_step(self, step: str, done_before: int, done_now: int, t0: float) -> None:
+        before = self.comm.allreduce(done_before)
+        now = self.comm.allreduce(done_now)
+        self.progress[step] = {"parts_done_before": before, "parts_done_now": now}
+        if self.ctx.rank == 0:
+            self._say(f"step {step}: {now} parts done now, {before} done by an earlier run ({time.monotonic() - t0:.1f}s)")
+            self._record_progress()
+        if any_rank_stopped(self.comm):
+            raise Preempted(
+                f"{self.stage}: stopped inside the global phase after step {step}'s completed parts "
+                "(SIGUSR1/SIGTERM); rerun to resume"
+            )
+
+    def _record_progress(self) -> None:
+        """What this run did per step (not digested): tests and people see which parts were redone."""
+        p = self.root / PROGRESS
+        runs = json.loads(p.read_text()) if p.exists() else []
+        if not runs or runs[-1].get("pid") != os.getpid():
+            runs.append({"pid": os.getpid(), "steps": {}})
+        runs[-1]["steps"] = dict(self.progress)
+        atomic_write_json(p, runs)
+
+    def finish(self, steps: dict[str, Sequence[str]], facts: dict[str, Any]) -> str:
+        """Collective: record the phase complete; its digest covers the key, the files of every listed
+        part (step -> part names) and ``facts``. Returns the digest (the stage's prepare digest)."""
+        self.comm.Barrier()
+        data = None
+        if self.ctx.rank == 0:
+            files = {step: {p.name: p.files for p in self.parts(step, names)} for step, names in sorted(steps.items())}
+            body = {"key": self.key, "parts": files, "facts": facts}
+            data = {"key": self.key, "facts": facts, "digest": json_digest(body)}
+            atomic_write_json(self.root / COMPLETE, data)
+            self._say(f"global phase complete ({data['digest'][:19]}…)")
+        self._complete = self.comm.bcast(data, root=0)
+        return self._complete["digest"]
+
+    def reused(self) -> str:
+        """The digest of an earlier run's complete phase (call when :attr:`complete`)."""
+        if self.ctx.rank == 0:
+            self._say(f"global phase complete already ({self.digest[:19]}…): reused")
+        return self.digest
+
+    def _say(self, msg: str) -> None:
+        print(
+            f"{time.strftime('%H:%M:%S')} [{self.stage} r{self.ctx.rank}/{self.ctx.size}] {msg}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+# -- the last step of a dedup phase: verdicts to the shards they are about ----------------------------
+VERDICTS = ".verdicts.jsonl"
+DECISIONS = ".decisions.json"
+
+
+def part_of_name(names: Sequence[str]) -> Callable[[str], int]:
+    index = {n: i for i, n in enumerate(names)}
+    return index.__getitem__
+
+
+def write_verdicts(writer: PartWriter, verdicts: Iterable[tuple[str, str, Any]]) -> int:
+    """Write (shard name, document key, verdict) lines to a part's verdict file; returns how many."""
+    f = writer.open(VERDICTS)
+    n = 0
+    for shard, key, verdict in verdicts:
+        f.write(canonical_json([shard, key, verdict]) + b"\n")
+        n += 1
+    return n
+
+
+def route_verdicts(phase: GlobalPhase, step: str, from_step: str, from_parts: Sequence[str], shards: Sequence[str]) -> None:
+    """An exchange step that sends every verdict line of ``from_step``'s parts to the part of the shard
+    it is about and writes one decision table per shard (``{document key: verdict}``, canonical JSON;
+    every shard gets one, empty when nothing happened to it)."""
+    shard_no = part_of_name(shards)
+    senders = phase.parts(from_step, from_parts) if phase.ctx.rank == 0 else None
+    senders = phase.comm.bcast(senders, root=0)
+
+    def send(part: Part) -> Iterator[tuple[int, bytes, bytes]]:
+        with open(part.path(VERDICTS), "rb") as f:
+            for line in f:
+                shard, key, verdict = json.loads(line)
+                yield shard_no(shard), key.encode(), canonical_json(verdict)
+
+    def reduce(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
+        table = {k.decode(): json.loads(v) for k, v in records}
+        writer.write_json(DECISIONS, table)
+        return {"verdicts": len(table)}
+
+    phase.exchange(step, shards, senders, send, reduce)
+
+
+def decided_docs(phase_root: Path, step: str, shard: Any) -> Iterator[tuple[Document, int, Any]]:
+    """Each document of an input shard with its UTF-8 size and the phase's verdict on it, keyed by its
+    ordinal in the shard (None: the phase had nothing to say, the document is kept as it is)."""
+    p = Path(phase_root) / step / f"{shard.name}{DECISIONS}"
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: the global phase did not write this shard's decisions")
+    decisions = json.loads(p.read_bytes())
+    for i, doc in enumerate(iter_docs(shard.path)):
+        yield doc, len(doc.text.encode("utf-8")), decisions.get(str(i))

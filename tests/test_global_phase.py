@@ -1,0 +1,158 @@
+"""Global phases resume in parts: a rank killed (kill -9) or asked to stop (SIGUSR1) in the middle of a
+global phase costs only the part it was on. The rerun redoes no completed part (counted from the markers
+on disk before the rerun, not assumed) and its outputs are byte-identical to an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from runtime.global_phase import GlobalPhase, PartWriter
+from runtime.preemption import PREEMPTED_EXIT, parse_fault
+from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
+from tests.dedup.stage_io import output_digests, run_stage
+
+#: (stage, step, signal, rank): one kill -9 and one SIGUSR1 inside each stage's global phase
+INTERRUPTIONS = [
+    ("exact_dedup", "groups", "KILL", 1),
+    ("exact_dedup", "decisions", "USR1", 0),
+]
+
+
+@pytest.fixture(scope="module")
+def dedup_input(shared_data, tmp_path_factory):
+    sections = perl_sections(shared_data)[:60]
+    docs = [make_doc(t, i) for i, t in enumerate(sections)]
+    docs += [make_doc(t.upper(), 100 + i, crawl_date="2026-06-01") for i, t in enumerate(sections[:10])]
+    return write_stage_dir(tmp_path_factory.mktemp("phase") / "in", docs, shards=6)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(dedup_input, tmp_path_factory):
+    runs = {}
+
+    def get(stage: str) -> dict:
+        if stage not in runs:
+            out = tmp_path_factory.mktemp(f"{stage}-whole") / "out"
+            run_stage(stage, 2, dedup_input, out)
+            runs[stage] = output_digests(out)
+        return runs[stage]
+
+    return get
+
+
+def completed_parts(out: Path, step: str) -> int:
+    return len(list((out / "work" / "phase" / step).glob("*.done.json")))
+
+
+def last_run(out: Path) -> dict:
+    return json.loads((out / "work" / "phase" / "progress.json").read_text())[-1]["steps"]
+
+
+@pytest.mark.parametrize(("stage", "step", "sig", "rank"), INTERRUPTIONS)
+def test_an_interrupted_global_phase_resumes_from_its_completed_parts(
+    stage, step, sig, rank, dedup_input, uninterrupted, tmp_path, monkeypatch
+):
+    out = tmp_path / "out"
+    monkeypatch.setenv("CORPUS_FAULT", f"{stage}/{step}:1:{sig}:{rank}")
+    stopped = run_stage(stage, 2, dedup_input, out, check=False)
+    if sig == "USR1":
+        assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-2000:]
+        assert "stopped inside the global phase" in stopped.stderr
+    else:
+        assert stopped.returncode != 0
+    assert not (out / "manifest.json").exists(), "an interrupted stage must not look complete"
+    before = completed_parts(out, step)
+    assert before >= 1, "the part finished before the interruption must be checkpointed"
+
+    monkeypatch.delenv("CORPUS_FAULT")
+    run_stage(stage, 2, dedup_input, out)
+    redo = last_run(out)[step]
+    assert redo["parts_done_before"] == before, "the rerun must reuse every completed part"
+    assert redo["parts_done_before"] + redo["parts_done_now"] == completed_parts(out, step)
+    assert output_digests(out) == uninterrupted(stage)
+
+
+# -- the runtime's own logic, on one in-process rank (MPI.COMM_SELF) ---------------------------------------
+def _ctx(work: Path) -> SimpleNamespace:
+    from mpi4py import MPI
+
+    return SimpleNamespace(comm=MPI.COMM_SELF, rank=0, size=1, work_dir=work, memory_budget_bytes=1 << 20)
+
+
+def _unit(name: str) -> SimpleNamespace:
+    return SimpleNamespace(name=name, sha256=f"sha256:{name}")
+
+
+def test_an_exchange_reduces_every_part_once_with_its_records_sorted(tmp_path):
+    phase = GlobalPhase(_ctx(tmp_path), {"stage": "toy", "v": 1})
+    seen = {}
+
+    def send(unit):
+        for i in range(6):
+            yield i % 3, f"{unit.name}-{5 - i}".encode(), b"x"
+
+    def reduce(part_no, records, writer: PartWriter):
+        seen[part_no] = [k for k, _ in records]
+        writer.write_json(".keys.json", [k.decode() for k in seen[part_no]])
+        return {"n": len(seen[part_no])}
+
+    phase.exchange("s", ["p0", "p1", "p2", "p3"], [_unit("a"), _unit("b")], send, reduce)
+    assert sorted(seen) == [0, 1, 2, 3]  # part 3 received nothing and is still written
+    assert seen[0] == sorted(seen[0]) and len(seen[0]) == 4 and seen[3] == []
+    assert [p.facts["n"] for p in phase.parts("s", ["p0", "p1", "p2", "p3"])] == [4, 4, 4, 0]
+
+
+def test_a_rerun_sends_nothing_to_completed_parts_and_a_new_key_starts_afresh(tmp_path):
+    calls = []
+
+    def send(unit):
+        yield 0, b"k0", b""
+        yield 1, b"k1", b""
+
+    def reduce(part_no, records, writer):
+        calls.append((part_no, [k for k, _ in records]))
+        return {}
+
+    phase = GlobalPhase(_ctx(tmp_path), {"stage": "toy", "v": 1})
+    phase.exchange("s", ["p0", "p1"], [_unit("a")], send, reduce)
+    (tmp_path / "phase" / "s" / "p1.done.json").unlink()  # as if the rank writing p1 was killed
+    calls.clear()
+    GlobalPhase(_ctx(tmp_path), {"stage": "toy", "v": 1}).exchange("s", ["p0", "p1"], [_unit("a")], send, reduce)
+    assert calls == [(1, [b"k1"])]
+    calls.clear()
+    GlobalPhase(_ctx(tmp_path), {"stage": "toy", "v": 2}).exchange("s", ["p0", "p1"], [_unit("a")], send, reduce)
+    assert [p for p, _ in calls] == [0, 1], "another key must not reuse the old parts"
+
+
+def test_a_failing_part_leaves_no_file_a_rerun_would_trust(tmp_path):
+    phase = GlobalPhase(_ctx(tmp_path), {"stage": "toy"})
+
+    def fn(unit, writer):
+        writer.open(".bin").write(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        phase.map("m", [_unit("a")], fn)
+    assert phase.part("m", "a") is None
+    assert not [p for p in (tmp_path / "phase" / "m").iterdir()]
+
+
+def test_the_phase_digest_covers_the_part_files_not_the_run(tmp_path):
+    def run(work: Path) -> str:
+        phase = GlobalPhase(_ctx(work), {"stage": "toy"})
+        phase.map("m", [_unit("a"), _unit("b")], lambda u, w: w.write_bytes(".bin", u.name.encode()) or {"u": u.name})
+        return phase.finish({"m": ["a", "b"]}, {"total": 2})
+
+    assert run(tmp_path / "one") == run(tmp_path / "two")
+
+
+def test_fault_specs_are_checked():
+    assert parse_fault("exact_dedup/groups:2:KILL:1")[1:2] == (2,)
+    with pytest.raises(ValueError, match="STEP:N:SIGNAL"):
+        parse_fault("exact_dedup/groups:two:KILL")
+    with pytest.raises(ValueError, match="KILL or USR1"):
+        parse_fault("x:1:TERM")
