@@ -4,16 +4,16 @@ on disk before the rerun, not assumed) and its outputs are byte-identical to an 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from runtime.global_phase import GlobalPhase, PartWriter
-from runtime.preemption import PREEMPTED_EXIT, parse_fault
+from runtime.preemption import parse_fault
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import output_digests, run_stage
+from tests.support.interruptions import assert_resumes_after_interruption
 
 #: (stage, step, signal, rank): one kill -9 and one SIGUSR1 inside each stage's global phase
 INTERRUPTIONS = [
@@ -44,36 +44,13 @@ def uninterrupted(dedup_input, tmp_path_factory):
     return get
 
 
-def completed_parts(out: Path, step: str) -> int:
-    return len(list((out / "work" / "phase" / step).glob("*.done.json")))
-
-
-def last_run(out: Path) -> dict:
-    return json.loads((out / "work" / "phase" / "progress.json").read_text())[-1]["steps"]
-
-
 @pytest.mark.parametrize(("stage", "step", "sig", "rank"), INTERRUPTIONS)
 def test_an_interrupted_global_phase_resumes_from_its_completed_parts(
     stage, step, sig, rank, dedup_input, uninterrupted, tmp_path, monkeypatch
 ):
-    out = tmp_path / "out"
-    monkeypatch.setenv("CORPUS_FAULT", f"{stage}/{step}:1:{sig}:{rank}")
-    stopped = run_stage(stage, 2, dedup_input, out, check=False)
-    if sig == "USR1":
-        assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-2000:]
-        assert "stopped inside the global phase" in stopped.stderr
-    else:
-        assert stopped.returncode != 0
-    assert not (out / "manifest.json").exists(), "an interrupted stage must not look complete"
-    before = completed_parts(out, step)
-    assert before >= 1, "the part finished before the interruption must be checkpointed"
-
-    monkeypatch.delenv("CORPUS_FAULT")
-    run_stage(stage, 2, dedup_input, out)
-    redo = last_run(out)[step]
-    assert redo["parts_done_before"] == before, "the rerun must reuse every completed part"
-    assert redo["parts_done_before"] + redo["parts_done_now"] == completed_parts(out, step)
-    assert output_digests(out) == uninterrupted(stage)
+    assert_resumes_after_interruption(
+        stage, step, sig, rank, dedup_input, tmp_path / "out", uninterrupted(stage), monkeypatch
+    )
 
 
 # -- the runtime's own logic, on one in-process rank (MPI.COMM_SELF) ---------------------------------------
