@@ -161,6 +161,11 @@ class Stage:
         """Called after a shard's outputs are written, before it is marked done (for artifacts)."""
 
     # -- the end ----------------------------------------------------------------------------------
+    def conclude(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        """Collective work after every shard is done (all ranks call it), e.g. a global phase over the
+        shards' artifacts. Returns a digest of what it wrote ("" for nothing); it goes into the manifest."""
+        return ""
+
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         """Stage-specific facts digested into the manifest (rank 0 only, after every shard is done)."""
         return {}
@@ -316,12 +321,14 @@ class StageRun:
         self.log.say(f"{len(done_by_me)} shards processed, {skipped} already done")
         if any_rank_stopped(comm):
             raise Preempted("stopped at a shard boundary on request (SIGUSR1/SIGTERM); rerun to resume")
+        comm.Barrier()  # every shard is written before a conclusion reads them
+        conclude_digest = comm.bcast(stage.conclude(ctx, inputs), root=0)
         done = comm.gather(done_by_me, root=0)
         peaks = comm.gather(peak_rss_mb(), root=0)
         comm.Barrier()
         manifest = None
         if ctx.rank == 0:
-            manifest = self.write_manifest(inputs, prepare_digest, done, peaks)
+            manifest = self.write_manifest(inputs, prepare_digest, conclude_digest, done, peaks)
         manifest = comm.bcast(manifest, root=0)
         return manifest
 
@@ -333,7 +340,12 @@ class StageRun:
         )
 
     def write_manifest(
-        self, inputs: list[InputShard], prepare_digest: str, done: list[list[str]], peaks: list[float]
+        self,
+        inputs: list[InputShard],
+        prepare_digest: str,
+        conclude_digest: str,
+        done: list[list[str]],
+        peaks: list[float],
     ) -> StageManifest:
         out = self.ctx.out_dir
         inputs = sorted(inputs, key=lambda s: s.name)
@@ -361,6 +373,8 @@ class StageRun:
         extra = self.stage.manifest_extra(self.ctx, inputs)
         if prepare_digest:
             extra = {**extra, "prepare_digest": prepare_digest}
+        if conclude_digest:
+            extra = {**extra, "conclude_digest": conclude_digest}
         manifest = StageManifest(
             stage=self.stage.name,
             stage_version=self.stage.version,
@@ -447,7 +461,7 @@ def parse_args(argv: list[str] | None, stage_name: str) -> argparse.Namespace:
 
 def run_stage(stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, config_file: Path | None, comm: Any) -> StageManifest:
     full = load_config_file(config_file)
-    check_build_config(full, PIPELINE)
+    check_build_config(full, (*PIPELINE, stage_cls.name))  # a stage outside the pipeline (a test's) too
     table = full.get(stage_cls.name)
     if "seed" in full and "seed" in {f.name for f in dataclasses.fields(stage_cls.Config)} and "seed" not in (table or {}):
         # a stage whose config has a seed gets the build's, so a new seed changes its config hash
