@@ -1,35 +1,48 @@
 """Line-level dedup: a line found in more than N documents is boilerplate and is removed from all of them.
 
-Global phase (all ranks): each rank counts, for the documents of its shards, in how many documents each
-normalized line occurs (a line counts once per document; blank lines never count); the counts are
-shuffled to the owner of the line's key and summed, and the keys seen in more than
-``max_docs_per_line`` documents are gathered into ``work/frequent_lines.bin`` (sorted 8-byte keys).
-Per shard: those lines are removed; a document that lost lines gets new text (``Document.with_text``, so
-a new doc_id with ``derived_from`` the old one) and the annotations ``lines_removed`` and
-``bytes_removed``; a document left with nothing but whitespace is filtered as ``all_lines_frequent``.
+Global phase (``runtime.global_phase``, one exchange step ``lines``): every document sends each of its
+distinct normalized line keys (8 bytes; blank lines never count) with a count, pre-summed per input shard
+in a bounded table that is flushed whenever it fills, to the part that owns the key's range (parts split
+the 64-bit key space into equal ranges, one part per input shard, so the number of parts depends only on
+the data). The owner sums each key's counts while streaming the sorted shuffle and writes the keys seen in
+more than ``max_docs_per_line`` documents to ``work/phase/lines/<part>.frequent`` (sorted 8-byte keys):
+nothing but the shuffle's budget is held, and a rank killed or pre-empted in the phase costs one part.
+Per shard: each line's key is looked up in its range's file by binary search on a memory map; those lines
+are removed; a document that lost lines gets new text (``Document.with_text``, so a new doc_id with
+``derived_from`` the old one) and the annotations ``lines_removed`` and ``bytes_removed``; a document left
+with nothing but whitespace is filtered as ``all_lines_frequent``.
 
     python -m hpc_jobs.line_dedup --in build/stages/exact_dedup --out build/stages/line_dedup
 """
 
 from __future__ import annotations
 
+import functools
+import struct
 import sys
+import time
 from collections import Counter
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from corpus.dedup.normalize import NORMALIZATION_VERSION, line_key
-from corpus.docshard import atomic_write_bytes, iter_docs
+from corpus.docshard import iter_docs
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
-from mpi_kernels.shuffle import shuffle_by_key
-from runtime.phases import checkpointed_global_phase, global_facts, global_phase_key, progress
+from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
 from runtime.runner import InputShard, Stage, StageContext, main
 
-FREQUENT = "frequent_lines.bin"
-KEY_BYTES = 8
+LINES = "lines"
+FREQUENT = ".frequent"  # a part's frequent keys: sorted 8-byte big-endian keys, back to back
+_KEY_DTYPE = np.dtype(">u8")  # line keys compare as bytes, i.e. as big-endian integers
+_COUNT = struct.Struct(">Q")
+#: what one entry of a sender's pre-summing table costs (key bytes, int, dict slot)
+_COMBINED_ENTRY_BYTES = 120
 
 
 @dataclass(frozen=True)
@@ -46,7 +59,7 @@ def doc_line_keys(text: str) -> set[bytes]:
     return {k for line in text.splitlines() if (k := line_key(line)) is not None}
 
 
-def remove_lines(text: str, frequent: frozenset[bytes]) -> tuple[str, int]:
+def remove_lines(text: str, frequent: Container[bytes]) -> tuple[str, int]:
     """The text without its frequent lines (line ends kept as they were), and how many were removed."""
     kept, removed = [], 0
     for line in text.splitlines(keepends=True):
@@ -57,69 +70,87 @@ def remove_lines(text: str, frequent: frozenset[bytes]) -> tuple[str, int]:
     return "".join(kept), removed
 
 
+class FrequentLines:
+    """The frequent line keys of a finished phase: one sorted file per key range, searched by memory map
+    (at most ``open_parts`` maps held), so a rank's memory does not grow with the number of such lines."""
+
+    def __init__(self, step_dir: Path, parts: int, open_parts: int = 64) -> None:
+        self.step_dir = step_dir
+        self.parts = parts
+        self._map = functools.lru_cache(maxsize=open_parts)(self._load)
+
+    def _load(self, part: int) -> np.ndarray:
+        path = self.step_dir / f"{part_name(part)}{FREQUENT}"
+        if path.stat().st_size == 0:
+            return np.empty(0, dtype=_KEY_DTYPE)
+        return np.memmap(path, dtype=_KEY_DTYPE, mode="r")
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, bytes):  # a blank line has no key
+            return False
+        keys = self._map(key_part(key, self.parts))
+        value = int.from_bytes(key, "big")
+        i = int(np.searchsorted(keys, value))
+        return i < keys.shape[0] and int(keys[i]) == value
+
+
 class LineDedupStage(Stage):
     name = "line_dedup"
-    version = "1"
+    version = "2"  # the global phase checkpointed in parts; frequent keys searched by memory map
     Config = LineDedupConfig
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        self._frequent: frozenset[bytes] | None = None
+        self._frequent: FrequentLines | None = None
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION)
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
-        return checkpointed_global_phase(
-            ctx,
-            self._key(inputs),
-            inputs,
-            lambda mine: self._global(ctx, mine),
-            _merge_facts,
-            decisions=False,
-            artifacts=[ctx.work_dir / FREQUENT],
-        )
+        phase = self._phase = GlobalPhase(ctx, self._key(inputs))
+        parts = max(1, len(inputs))
+        self._frequent = FrequentLines(phase.step_dir(LINES), parts)
+        if phase.complete:
+            return phase.reused()
+        combine_cap = max(1024, ctx.memory_budget_bytes // (8 * _COMBINED_ENTRY_BYTES))
 
-    def _global(self, ctx: StageContext, mine: list[InputShard]) -> dict[str, Any]:
-        counts: Counter = Counter()
-        docs = 0
-        for shard in mine:
+        def send(shard: InputShard) -> Iterator[tuple[int, bytes, bytes]]:
+            counts: Counter = Counter()
             for doc in iter_docs(shard.path):
                 counts.update(doc_line_keys(doc.text))
-                docs += 1
-        records = ((k, n.to_bytes(8, "big")) for k, n in sorted(counts.items()))
-        del counts
-        received = shuffle_by_key(
-            ctx.comm,
-            records,
-            memory_budget_bytes=ctx.memory_budget_bytes,
-            spill_dir=ctx.work_dir / "spill",
-        )
-        frequent, distinct = [], 0
-        for key, group in groupby(received, key=itemgetter(0)):
-            distinct += 1
-            if sum(int.from_bytes(n, "big") for _, n in group) > self.config.max_docs_per_line:
-                frequent.append(key)
-        progress(
-            ctx,
-            self.name,
-            f"{distinct} distinct lines here, {len(frequent)} in more than "
-            f"{self.config.max_docs_per_line} documents",
-        )
-        everyone = ctx.comm.gather(frequent, root=0)
-        if ctx.rank == 0:
-            keys = sorted(k for part in everyone for k in part)
-            atomic_write_bytes(ctx.work_dir / FREQUENT, b"".join(keys))
-        return {"docs": docs, "distinct_lines": distinct, "frequent_lines": len(frequent)}
+                if len(counts) >= combine_cap:  # flush: memory stays bounded whatever the shard
+                    yield from _count_records(counts, parts)
+                    counts.clear()
+            yield from _count_records(counts, parts)
 
-    def frequent(self, ctx: StageContext) -> frozenset[bytes]:
-        if self._frequent is None:
-            data = Path(ctx.work_dir / FREQUENT).read_bytes()
-            self._frequent = frozenset(data[i : i + KEY_BYTES] for i in range(0, len(data), KEY_BYTES))
-        return self._frequent
+        def reduce(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
+            out = writer.open(FREQUENT)
+            distinct = frequent = 0
+            for key, group in groupby(records, key=itemgetter(0)):
+                distinct += 1
+                if sum(_COUNT.unpack(n)[0] for _, n in group) > self.config.max_docs_per_line:
+                    out.write(key)
+                    frequent += 1
+            return {"distinct_lines": distinct, "frequent_lines": frequent}
+
+        names = [part_name(i) for i in range(parts)]
+        phase.exchange(LINES, names, inputs, send, reduce)
+        facts = None
+        if ctx.rank == 0:
+            total: Counter = Counter({"docs": sum(max(s.records, 0) for s in inputs)})
+            for part in phase.parts(LINES, names):
+                total.update(part.facts)
+            facts = dict(sorted(total.items()))
+            self._say(ctx, f"{facts['distinct_lines']} distinct lines, {facts['frequent_lines']} frequent")
+        return phase.finish({LINES: names}, ctx.comm.bcast(facts, root=0))
+
+    @staticmethod
+    def _say(ctx: StageContext, msg: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} [line_dedup r{ctx.rank}/{ctx.size}] {msg}", file=sys.stderr, flush=True)
 
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
-        text, removed = remove_lines(doc.text, self.frequent(ctx))
+        assert self._frequent is not None
+        text, removed = remove_lines(doc.text, self._frequent)
         if not removed:
             return Kept(doc)
         lost = len(doc.text.encode("utf-8")) - len(text.encode("utf-8"))
@@ -132,14 +163,22 @@ class LineDedupStage(Stage):
         return Kept(doc.with_text(text, annotations=doc.annotations + notes))
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
-        return {"normalization_version": NORMALIZATION_VERSION, **global_facts(ctx, self._key(inputs))}
+        return {"normalization_version": NORMALIZATION_VERSION, **self._phase.facts}
 
 
-def _merge_facts(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    total: Counter = Counter()
-    for f in per_rank:
-        total.update(f)
-    return dict(sorted(total.items()))
+def part_name(part: int) -> str:
+    return f"l{part:05d}"
+
+
+def key_part(key: bytes, parts: int) -> int:
+    """The part owning a key: equal ranges of the 64-bit key space, in key order, so the parts' files
+    concatenated are one sorted list."""
+    return (int.from_bytes(key, "big") * parts) >> 64
+
+
+def _count_records(counts: Counter, parts: int) -> Iterator[tuple[int, bytes, bytes]]:
+    for key, n in sorted(counts.items()):
+        yield key_part(key, parts), key, _COUNT.pack(n)
 
 
 STAGE = LineDedupStage

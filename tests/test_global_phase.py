@@ -19,6 +19,8 @@ from tests.support.interruptions import assert_resumes_after_interruption
 INTERRUPTIONS = [
     ("exact_dedup", "groups", "KILL", 1),
     ("exact_dedup", "decisions", "USR1", 0),
+    ("line_dedup", "lines", "KILL", 1),
+    ("line_dedup", "lines", "USR1", 0),
 ]
 
 
