@@ -5,8 +5,9 @@
   unreadable files become quarantine records with the reason and the raw digest; requests, metadata,
   revisits and non-HTML responses are not documents and are counted in ``skipped/``.
 * JSONL and plain text: curated documents, passed through with their license hint.
-* Recrawl collapse (global, in ``prepare``): identical (url, raw digest) pairs count once; the
-  earliest fetch is kept, the others go to ``filtered/`` as ``recrawl_duplicate``.
+* Recrawl collapse (global, in ``prepare``, a ``runtime.global_phase`` checkpointed in parts):
+  identical (url, raw digest) pairs count once; the earliest fetch is kept, the others go to
+  ``filtered/`` as ``recrawl_duplicate``.
 * Eval holdout: web documents with ``hash(url) % holdout_modulus == 0`` go to ``holdout/`` (and to
   ``filtered/`` as ``eval_holdout``), never to the corpus.
 
@@ -15,7 +16,6 @@ Input files are the units of work (one output shard per file); directories are e
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from collections import Counter
@@ -34,14 +34,24 @@ from corpus.ingest.recrawl import RecordKey, later_fetches
 from corpus.ingest.sources import SourceSpec, expand_inputs, input_format, parse_source_tables, source_for
 from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_html, iter_warc
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
-from mpi_kernels.shuffle import shuffle_by_key
-from runtime.phases import decisions_path, route_decisions
-from runtime.runner import InputShard, Stage, StageContext, StageError, assign, main, raw_input_shard
+from mpi_kernels.shuffle import stable_key_hash
+from runtime.global_phase import (
+    GlobalPhase,
+    PartWriter,
+    decisions_of,
+    global_phase_key,
+    route_verdicts,
+    write_verdicts,
+)
+from runtime.runner import InputShard, Stage, StageContext, StageError, main, raw_input_shard
 
-#: bump when the same file would be read into different keys (invalidates the key checkpoints)
+#: bump when the same file would be read into different keys (invalidates the global phase)
 READER_VERSION = "1"
-#: the recrawl decision tables, one per input file (by content digest), under the stage's work dir
-RECRAWL = "recrawl"
+# the recrawl collapse's steps (runtime.global_phase)
+KEYS = "keys"
+KEYS_FILE = ".keys.jsonl"
+GROUPS = "groups"
+DECISIONS = "decisions"
 
 
 @dataclass(frozen=True)
@@ -71,14 +81,13 @@ class _Item:
 
 class IngestStage(Stage):
     name = "ingest"
-    version = "1"
+    version = "2"  # the recrawl collapse as a global phase checkpointed in parts
     Config = IngestConfig
     artifact_kinds = ("holdout", "skipped")
 
     def __init__(self, config: IngestConfig) -> None:
         super().__init__(config)
         self.declared = parse_source_tables(config.sources)
-        self.recrawl_duplicates = 0
         self._skipped: Counter = Counter()
         self._holdout: ShardWriter | None = None
 
@@ -175,60 +184,69 @@ class IngestStage(Stage):
 
     # -- the global phase: recrawl collapse ----------------------------------------------------------
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
-        """Route every record's key to the owner of its (url, raw digest) with the spilling shuffle; the
-        owners decide their groups and route each verdict to the rank that reads its input file, which
-        writes the file's decision table. Returns the digest of all decisions."""
+        """Three steps of a checkpointed global phase: ``keys`` (each input file's (url, raw digest, date,
+        position) list), ``groups`` (each key to the part owning its (url, raw digest); the part decides
+        its groups) and ``decisions`` (each verdict to the input file it is about). Returns the phase's
+        digest, part of every shard's checkpoint key."""
         if ctx.rank == 0:
             _remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, self.artifact_kinds)
-        mine = assign(inputs, ctx.rank, ctx.size)
-        counts = Counter()
+        phase = self._phase = GlobalPhase(ctx, global_phase_key(self, inputs, reader=READER_VERSION))
+        if phase.complete:
+            return phase.reused()
+        names = [s.name for s in inputs]
+        groups = [f"g{i:05d}" for i in range(len(inputs))]  # one part per input file: fixed by the data
+        names_of_sha: dict[str, list[str]] = {}
+        for s in inputs:  # identical files share one digest and so one set of verdicts
+            names_of_sha.setdefault(s.sha256, []).append(s.name)
 
-        def keys() -> Iterator[tuple[bytes, bytes]]:
-            for shard in mine if self.config.collapse_recrawls else ():
-                for url, raw_digest, date, sha, index in self._keys(shard, ctx):
-                    counts["records"] += 1
-                    yield canonical_json([url, raw_digest]), canonical_json([date, sha, index])
+        def read_keys(shard: InputShard, writer: PartWriter) -> dict[str, Any]:
+            f = writer.open(KEYS_FILE)
+            n = 0
+            for it in self.items(shard) if self.config.collapse_recrawls else ():
+                if it.doc is not None:
+                    f.write(canonical_json([it.doc.url, it.doc.raw_digest, it.doc.crawl_date, shard.sha256, it.index]) + b"\n")
+                    n += 1
+            return {"records": n}
 
-        def verdicts(received: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[str, str, str]]:
-            for group_key, group in groupby(received, key=itemgetter(0)):
-                url, raw_digest = json.loads(group_key)
-                fetches = [RecordKey(url, raw_digest, *json.loads(p)) for _, p in group]
-                for k, kept_date in later_fetches(fetches):
-                    counts["duplicates"] += 1
-                    yield k.input_sha256, str(k.index), kept_date
+        phase.map(KEYS, inputs, read_keys)
 
-        work = ctx.work_dir / RECRAWL
-        received = shuffle_by_key(ctx.comm, keys(), spill_dir=work / "spill")
-        route_decisions(ctx.comm, verdicts(received), sorted({s.sha256 for s in mine}), work)
-        totals = ctx.comm.allreduce(counts)  # also: every rank has written its decision tables
-        self.recrawl_duplicates = totals["duplicates"]
-        digest = None
+        def send(part: Any) -> Iterator[tuple[int, bytes, bytes]]:
+            with open(part.path(KEYS_FILE), "rb") as f:
+                for line in f:
+                    url, raw_digest, date, sha, index = json.loads(line)
+                    key = canonical_json([url, raw_digest])
+                    yield stable_key_hash(key) % len(groups), key, canonical_json([date, sha, index])
+
+        def decide(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
+            duplicates = 0
+
+            def verdicts() -> Iterator[tuple[str, str, str]]:
+                nonlocal duplicates
+                for group_key, group in groupby(records, key=itemgetter(0)):
+                    url, raw_digest = json.loads(group_key)
+                    fetches = [RecordKey(url, raw_digest, *json.loads(p)) for _, p in group]
+                    for k, kept_date in later_fetches(fetches):
+                        duplicates += 1
+                        for name in names_of_sha[k.input_sha256]:
+                            yield name, str(k.index), kept_date
+
+            write_verdicts(writer, verdicts())
+            return {"duplicates": duplicates}
+
+        senders = phase.comm.bcast(phase.parts(KEYS, names) if ctx.rank == 0 else None, root=0)
+        phase.exchange(GROUPS, groups, senders, send, decide)
+        route_verdicts(phase, DECISIONS, GROUPS, groups, names)
+        facts = None
         if ctx.rank == 0:
-            digest = _decisions_digest(work, sorted({s.sha256 for s in inputs}))
-            atomic_write_json(
-                ctx.work_dir / "recrawl-decision.json",
-                {"digest": digest, "records": totals["records"], "duplicates": totals["duplicates"]},
-            )
-        return digest
-
-    def _keys(self, shard: InputShard, ctx: StageContext) -> list[tuple]:
-        """The (url, raw digest, date, input, index) of every document of a file, checkpointed."""
-        cache = (
-            ctx.work_dir / "keys" / f"{shard.sha256}-r{READER_VERSION}-{self.config.max_record_bytes}.json"
-        )
-        if cache.exists():
-            return [tuple(k) for k in json.loads(cache.read_text())]
-        keys = [
-            (it.doc.url, it.doc.raw_digest, it.doc.crawl_date, shard.sha256, it.index)
-            for it in self.items(shard)
-            if it.doc is not None
-        ]
-        atomic_write_json(cache, keys)
-        return keys
+            facts = {
+                "records": sum(p.facts["records"] for p in phase.parts(KEYS, names)),
+                "duplicates": sum(p.facts["duplicates"] for p in phase.parts(GROUPS, groups)),
+            }
+        return phase.finish({GROUPS: groups, DECISIONS: names}, phase.comm.bcast(facts, root=0))
 
     # -- the map phase -----------------------------------------------------------------------------
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        dups = json.loads(decisions_path(ctx.work_dir / RECRAWL, shard.sha256).read_bytes())
+        dups = decisions_of(self._phase.root, DECISIONS, shard.name)
         self._skipped = Counter()
         self._holdout = ShardWriter(ctx.artifact_path("holdout", f"{shard.name}{SUFFIX}"))
         try:
@@ -267,24 +285,9 @@ class IngestStage(Stage):
         return {
             "skipped_records": dict(sorted(skipped.items())),
             "holdout_docs": holdout,
-            "recrawl_duplicates": self.recrawl_duplicates,
+            "recrawl_duplicates": self._phase.facts["duplicates"],
             "sources": {s.name: _spec_dict(self.spec(s.path)) for s in inputs},
         }
-
-
-def _decisions_digest(work: Path, input_digests: list[str]) -> str:
-    """``json_digest`` of ``{input sha256: {index: date kept}}`` over the inputs with a repeated fetch,
-    streamed from the decision tables (each already canonical JSON) instead of held in memory."""
-    h = hashlib.sha256(b"{")
-    first = True
-    for sha in input_digests:
-        table = decisions_path(work, sha).read_bytes()
-        if table == b"{}":
-            continue
-        h.update((b"" if first else b",") + canonical_json(sha) + b":" + table)
-        first = False
-    h.update(b"}")
-    return "sha256:" + h.hexdigest()
 
 
 def _spec_dict(spec: SourceSpec) -> dict[str, str]:

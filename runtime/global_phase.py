@@ -406,12 +406,17 @@ def route_verdicts(phase: GlobalPhase, step: str, from_step: str, from_parts: Se
     phase.exchange(step, shards, senders, send, reduce)
 
 
+def decisions_of(phase_root: Path, step: str, shard_name: str) -> dict[str, Any]:
+    """A shard's decision table, ``{document key: verdict}``, as :func:`route_verdicts` wrote it."""
+    p = Path(phase_root) / step / f"{shard_name}{DECISIONS}"
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: the global phase did not write this shard's decisions")
+    return json.loads(p.read_bytes())
+
+
 def decided_docs(phase_root: Path, step: str, shard: Any) -> Iterator[tuple[Document, int, Any]]:
     """Each document of an input shard with its UTF-8 size and the phase's verdict on it, keyed by its
     ordinal in the shard (None: the phase had nothing to say, the document is kept as it is)."""
-    p = Path(phase_root) / step / f"{shard.name}{DECISIONS}"
-    if not p.exists():
-        raise FileNotFoundError(f"{p}: the global phase did not write this shard's decisions")
-    decisions = json.loads(p.read_bytes())
+    decisions = decisions_of(phase_root, step, shard.name)
     for i, doc in enumerate(iter_docs(shard.path)):
         yield doc, len(doc.text.encode("utf-8")), decisions.get(str(i))

@@ -11,12 +11,15 @@ import pytest
 
 from runtime.global_phase import GlobalPhase, PartWriter
 from runtime.preemption import parse_fault
+from tests.conftest import ROOT
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import output_digests, run_stage
 from tests.support.interruptions import assert_resumes_after_interruption
 
 #: (stage, step, signal, rank): one kill -9 and one SIGUSR1 inside each stage's global phase
 INTERRUPTIONS = [
+    ("ingest", "keys", "KILL", 1),
+    ("ingest", "groups", "USR1", 0),
     ("exact_dedup", "groups", "KILL", 1),
     ("exact_dedup", "decisions", "USR1", 0),
     ("line_dedup", "lines", "KILL", 1),
@@ -33,13 +36,20 @@ def dedup_input(shared_data, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(dedup_input, tmp_path_factory):
+def stage_input(dedup_input):
+    """What each stage reads: raw files for ingest (the sample's edge cases: recrawls, bad records),
+    a previous stage's shards for the others."""
+    return lambda stage: ROOT / "sample" / "edge" if stage == "ingest" else dedup_input
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(stage_input, tmp_path_factory):
     runs = {}
 
     def get(stage: str) -> dict:
         if stage not in runs:
             out = tmp_path_factory.mktemp(f"{stage}-whole") / "out"
-            run_stage(stage, 2, dedup_input, out)
+            run_stage(stage, 2, stage_input(stage), out)
             runs[stage] = output_digests(out)
         return runs[stage]
 
@@ -48,10 +58,10 @@ def uninterrupted(dedup_input, tmp_path_factory):
 
 @pytest.mark.parametrize(("stage", "step", "sig", "rank"), INTERRUPTIONS)
 def test_an_interrupted_global_phase_resumes_from_its_completed_parts(
-    stage, step, sig, rank, dedup_input, uninterrupted, tmp_path, monkeypatch
+    stage, step, sig, rank, stage_input, uninterrupted, tmp_path, monkeypatch
 ):
     assert_resumes_after_interruption(
-        stage, step, sig, rank, dedup_input, tmp_path / "out", uninterrupted(stage), monkeypatch
+        stage, step, sig, rank, stage_input(stage), tmp_path / "out", uninterrupted(stage), monkeypatch
     )
 
 
