@@ -323,12 +323,13 @@ class StageRun:
             raise Preempted("stopped at a shard boundary on request (SIGUSR1/SIGTERM); rerun to resume")
         comm.Barrier()  # every shard is written before a conclusion reads them
         conclude_digest = comm.bcast(stage.conclude(ctx, inputs), root=0)
+        digests = _gather_dicts(comm, _hash_share(_artifact_files(ctx.out_dir, stage.artifact_kinds), ctx.rank, ctx.size))
         done = comm.gather(done_by_me, root=0)
         peaks = comm.gather(peak_rss_mb(), root=0)
         comm.Barrier()
         manifest = None
         if ctx.rank == 0:
-            manifest = self.write_manifest(inputs, prepare_digest, conclude_digest, done, peaks)
+            manifest = self.write_manifest(inputs, prepare_digest, conclude_digest, done, peaks, digests)
         manifest = comm.bcast(manifest, root=0)
         return manifest
 
@@ -346,6 +347,7 @@ class StageRun:
         conclude_digest: str,
         done: list[list[str]],
         peaks: list[float],
+        artifact_digests: dict[str, str],
     ) -> StageManifest:
         out = self.ctx.out_dir
         inputs = sorted(inputs, key=lambda s: s.name)
@@ -364,8 +366,9 @@ class StageRun:
                 rel = f"{kind}/{s.name}{SUFFIX}"
                 sc = read_sidecar(out / rel)
                 dest.append(ShardRef(path=rel, sha256=sc["sha256"], records=sc["records"]))
-        for kind in self.stage.artifact_kinds:
-            sides.extend(_artifact_refs(out, kind))
+        for rel, _, sidecar in _artifact_files(out, self.stage.artifact_kinds):
+            sha = sidecar["sha256"] if sidecar and "sha256" in sidecar else artifact_digests[rel]
+            sides.append(ShardRef(path=rel, sha256=sha, records=sidecar["records"] if sidecar else -1))
         self._remove_stale(expected)
         t = total.total()
         if not t.reconciles():
@@ -437,18 +440,30 @@ def _input_ref(shard: InputShard, stages_root: Path) -> ShardRef:
     return ShardRef(path=shard.path.name, sha256=shard.sha256, records=shard.records)
 
 
-def _artifact_refs(out: Path, kind: str) -> list[ShardRef]:
-    """Every finished file of a stage-specific artifact directory (sidecars are folded into their file)."""
-    d = out / kind
-    files = sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith(".")) if d.is_dir() else []
-    names = {p.name for p in files}
-    refs = []
-    for p in files:
-        if p.name.endswith(".json") and p.name[: -len(".json")] in names:
-            continue
-        sc = read_sidecar(p)
-        refs.append(ShardRef(path=f"{kind}/{p.name}", sha256=file_sha256(p), records=sc["records"] if sc else -1))
-    return refs
+def _artifact_files(out: Path, kinds: tuple[str, ...]) -> list[tuple[str, Path, dict | None]]:
+    """Every finished file of the stage-specific artifact directories, as (path in the stage, path,
+    its sidecar or None); sidecars are folded into their file."""
+    found = []
+    for kind in kinds:
+        d = out / kind
+        files = sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith(".")) if d.is_dir() else []
+        names = {p.name for p in files}
+        for p in files:
+            if not (p.name.endswith(".json") and p.name[: -len(".json")] in names):
+                found.append((f"{kind}/{p.name}", p, read_sidecar(p)))
+    return found
+
+
+def _hash_share(files: list[tuple[str, Path, dict | None]], rank: int, size: int) -> dict[str, str]:
+    """This rank's share of the artifacts whose writer recorded no digest, hashed here: the ranks hash
+    in parallel instead of rank 0 reading every file alone."""
+    unhashed = [(rel, p) for rel, p, sidecar in files if not (sidecar and "sha256" in sidecar)]
+    return {rel: file_sha256(p) for rel, p in unhashed[rank::size]}
+
+
+def _gather_dicts(comm: Any, mine: dict[str, str]) -> dict[str, str]:
+    parts = comm.gather(mine, root=0)
+    return {k: v for part in parts or [] for k, v in part.items()}
 
 
 def parse_args(argv: list[str] | None, stage_name: str) -> argparse.Namespace:
