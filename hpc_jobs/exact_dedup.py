@@ -11,7 +11,6 @@ written to ``filtered/`` as ``exact_duplicate`` with ``dup_of`` = the keeper's d
 
 from __future__ import annotations
 
-import struct
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -20,8 +19,8 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
+from corpus.dedup.exact_copy import ExactCopy
 from corpus.dedup.normalize import NORMALIZATION_VERSION, text_key
-from corpus.dedup.order import encode_exact_keeper_key
 from corpus.docshard import iter_docs
 from corpus.model import Annotation, Filtered, Kept, Outcome
 from mpi_kernels.shuffle import stable_key_hash
@@ -35,8 +34,6 @@ from runtime.global_phase import (
 )
 from runtime.runner import InputShard, Stage, StageContext, main
 
-_ORDINAL = struct.Struct(">I")
-KEEPER_KEY_BYTES = 27  # see encode_exact_keeper_key
 GROUPS = "groups"
 DECISIONS = "decisions"
 
@@ -65,24 +62,21 @@ class ExactDedupStage(Stage):
         def send(shard: InputShard) -> Iterator[tuple[int, bytes, bytes]]:
             for i, doc in enumerate(iter_docs(shard.path)):
                 key = text_key(doc.text)
-                # payload = keeper key, then where the copy lives: the first payload of a group wins
-                payload = encode_exact_keeper_key(doc) + _ORDINAL.pack(i) + shard.name.encode()
-                yield stable_key_hash(key) % len(groups), key, payload
+                # the first copy of a group in byte order is its keeper
+                yield stable_key_hash(key) % len(groups), key, ExactCopy.of(doc, i, shard.name).encode()
 
         def reduce(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
             sizes: Counter = Counter()
 
             def verdicts() -> Iterator[tuple[str, str, dict[str, Any]]]:
                 for _, group in groupby(records, key=itemgetter(0)):
-                    copies = [p for _, p in group]
+                    copies = [ExactCopy.decode(p) for _, p in group]
                     sizes[str(len(copies)) if len(copies) < 10 else "10+"] += 1
                     if len(copies) == 1:
                         continue
-                    keeper_id = copies[0][11:27].hex()
-                    for n, payload in enumerate(copies):
-                        (ordinal,) = _ORDINAL.unpack_from(payload, KEEPER_KEY_BYTES)
-                        shard = payload[KEEPER_KEY_BYTES + _ORDINAL.size :].decode()
-                        yield shard, str(ordinal), {"copies": len(copies)} if n == 0 else {"dup_of": keeper_id}
+                    keeper_id = copies[0].doc_id
+                    for n, c in enumerate(copies):
+                        yield c.shard, str(c.ordinal), {"copies": len(copies)} if n == 0 else {"dup_of": keeper_id}
 
             write_verdicts(writer, verdicts())
             return {"groups_by_size": dict(sizes)}
