@@ -249,6 +249,7 @@ class StageRun:
         writers = {k: ShardWriter(out / k / f"{shard.name}{SUFFIX}", key) for k in DOC_OUTPUT_KINDS}
         try:
             for outcome, bytes_in in self.stage.process_shard(shard, self.ctx):
+                check_record_fits(bytes_in, self.ctx.memory_budget_mb, f"a document of shard {shard.name}")
                 counts.count(outcome, bytes_in)
                 if isinstance(outcome, Kept):
                     writers[SHARDS].write_doc(outcome.doc)
@@ -419,6 +420,21 @@ class StageRun:
 
 
 _SHARD_FILES = (SUFFIX + ".json", SUFFIX)
+
+
+#: one record (a document, with its decoded and encoded copies) may take at most this share of the budget
+RECORD_SHARE = 4
+
+
+def check_record_fits(nbytes: int, budget_mb: int, what: str) -> None:
+    """A one-line error naming ``memory_budget_mb`` and the size it needs when one record is too large
+    for the budget (its copies in memory are several times its bytes)."""
+    if nbytes * RECORD_SHARE > budget_mb << 20:
+        need = -(-nbytes * RECORD_SHARE // (1 << 20))
+        raise StageError(
+            f"{what} is {nbytes / (1 << 20):.1f} MB, more than memory_budget_mb = {budget_mb} allows for one "
+            f"record (1/{RECORD_SHARE} of it): set memory_budget_mb to at least {need}"
+        )
 
 
 def peak_rss_mb() -> float:

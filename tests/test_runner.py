@@ -164,3 +164,25 @@ def test_missing_previous_stage_is_reported(tmp_path):
 
     with pytest.raises(StageError, match="not a completed stage"):
         shards_of_stage(tmp_path)
+
+
+def test_a_document_too_large_for_the_memory_budget_is_a_one_line_error_naming_the_key(tmp_path):
+    big = tmp_path / "in" / "big.jsonl"
+    big.parent.mkdir()
+    big.write_text(json.dumps({"url": "https://x.example/big", "text": "ham " * ((3 << 18) - 64)}) + "\n")  # 3 MB
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("memory_budget_mb = 8\n")
+    proc = run_toy(2, [big], tmp_path / "out", cfg, check=False)
+    assert proc.returncode != 0
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "memory_budget_mb" in errors[0] and "at least 12" in errors[0], proc.stderr
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not list((tmp_path / "out" / "shards").glob("*.json")), "no shard may look finished"
+
+
+def test_an_unknown_top_level_config_key_is_an_error_naming_the_known_ones(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("memory_budget = 64\n")  # a typo of memory_budget_mb
+    proc = run_toy(1, make_inputs(tmp_path / "in", files=1), tmp_path / "out", cfg, check=False)
+    assert proc.returncode == 2
+    assert "unknown top-level config keys: memory_budget (known: alarms, memory_budget_mb, seed" in proc.stderr
