@@ -1,0 +1,57 @@
+"""The layers a newcomer can see: each package imports only the layers below it, anywhere in a module
+(inside functions too). corpus <- mpi_kernels <- runtime <- hpc_jobs <- cli and dags; loader <- corpus."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from tests.conftest import ROOT
+
+PROJECT = {"corpus", "mpi_kernels", "runtime", "hpc_jobs", "loader", "cli", "dags"}
+ALLOWED = {
+    "corpus": {"corpus"},
+    "mpi_kernels": {"corpus", "mpi_kernels"},
+    "runtime": {"corpus", "mpi_kernels", "runtime"},
+    "hpc_jobs": {"corpus", "mpi_kernels", "runtime", "hpc_jobs"},
+    "loader": {"corpus", "loader"},
+}
+
+
+def project_imports(path) -> set[tuple[str, int]]:
+    """(top-level project package, line) of every import in a module, nested ones included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+            and node.args
+            and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))
+        ):
+            first = node.args[0].value if isinstance(node.args[0], ast.Constant) else node.args[0].values[0]
+            names = [getattr(first, "value", first)] if isinstance(getattr(first, "value", first), str) else []
+        found |= {(n.split(".")[0], node.lineno) for n in names if n.split(".")[0] in PROJECT}
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_a_layer_imports_only_the_layers_below_it(package):
+    wrong = [
+        f"{p.relative_to(ROOT)}:{line} imports {top}"
+        for p in sorted((ROOT / package).rglob("*.py"))
+        for top, line in sorted(project_imports(p))
+        if top not in ALLOWED[package]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_check_sees_an_import_hidden_in_a_function(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text("def f():\n    from hpc_jobs.runner import assign\n    return importlib.import_module('loader.state')\n")
+    assert project_imports(mod) == {("hpc_jobs", 2), ("loader", 3)}
