@@ -70,13 +70,16 @@ class ExactDedupStage(Stage):
 
             def verdicts() -> Iterator[tuple[str, str, dict[str, Any]]]:
                 for _, group in groupby(records, key=itemgetter(0)):
-                    copies = [ExactCopy.decode(p) for _, p in group]
-                    sizes[str(len(copies)) if len(copies) < 10 else "10+"] += 1
-                    if len(copies) == 1:
-                        continue
-                    keeper_id = copies[0].doc_id
-                    for n, c in enumerate(copies):
-                        yield c.shard, str(c.ordinal), {"copies": len(copies)} if n == 0 else {"dup_of": keeper_id}
+                    # streamed: a text with millions of copies costs one record of memory, not a list
+                    copies = (ExactCopy.decode(p) for _, p in group)
+                    keeper = next(copies)
+                    n = 1
+                    for c in copies:
+                        n += 1
+                        yield c.shard, str(c.ordinal), {"dup_of": keeper.doc_id}
+                    sizes[str(n) if n < 10 else "10+"] += 1
+                    if n > 1:
+                        yield keeper.shard, str(keeper.ordinal), {"copies": n}
 
             write_verdicts(writer, verdicts())
             return {"groups_by_size": dict(sizes)}
