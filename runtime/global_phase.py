@@ -262,11 +262,10 @@ class GlobalPhase:
         d = self.step_dir(step)
         d.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        todo = None
-        if self.ctx.rank == 0:
-            todo = [i for i, n in enumerate(part_names) if self.part(step, n) is None]
-        todo = self.comm.bcast(todo, root=0)
-        done_before = (len(part_names) - len(todo)) if self.ctx.rank == 0 else 0  # counted once, then summed
+        # each rank checks the markers of the parts it owns; together they know what is left
+        mine = [i for i in range(self.ctx.rank, len(part_names), self.ctx.size) if self.part(step, part_names[i]) is None]
+        todo = sorted(i for owned in self.comm.allgather(mine) for i in owned)
+        done_before = len(range(self.ctx.rank, len(part_names), self.ctx.size)) - len(mine)
         done_now = 0
         if todo:
             wanted = set(todo)
