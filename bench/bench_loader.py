@@ -1,27 +1,36 @@
-"""Loader benchmark: tokens/s per rank from the page cache, and time to the first batch after a resume.
+"""Loader benchmark: tokens/s per rank, bytes hashed per rank, peak RSS with many shards, resume time.
 
-    python bench/bench_loader.py [--tokens-per-shard N] [--steps N] [--out DIR]
+    python bench/bench_loader.py [--tokens-per-shard N] [--steps N] [--rss-shards N] [--out DIR]
 
 Writes a snapshot of uint16 Megatron shards (random token ids, document lengths drawn around 600
 tokens; the loader's cost does not depend on the ids), reads it once so it sits in the page cache,
 then measures on one process acting as one rank of a world of 8:
 
 * SnapshotLoader tokens/s (seq_len 2048, batch 8) on the first pass (which includes the sha256
-  verification of every shard on first read) and once the shards are verified;
+  verification of every block on first read) and once the blocks read are verified;
+* bytes of .bin each of the 8 ranks hashes over one epoch, with per-block digests (4 MiB blocks, the
+  write_shards default) and with the whole-file check of a manifest without them (snapshots written
+  before block digests), against the bytes the rank reads;
 * a plain baseline on the same files: consecutive seq_len slices of one memory-mapped shard into a
   torch tensor (no mixture, no EOS, no boundaries), and the loader's ratio to it;
 * time to the first batch after resuming from a checkpoint record at step 0 and at step 10^6, on the
   same world (8) and on another (6). The record at step 10^6 is produced by ``seek`` (arithmetic,
-  no reads), whose time is reported separately; resuming never replays the steps before.
+  no reads), whose time is reported separately; resuming never replays the steps before;
+* peak RSS and open file descriptors of a process reading one whole epoch of a snapshot of many
+  small shards (``--rss-shards``), under a 16 MiB loader memory budget and under a 4 GiB one (every
+  shard stays open, as the loader did before its cache was bounded); each in a fresh process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from corpus.digest import file_sha256  # noqa: E402
-from corpus.megatron import write_indexed_shard  # noqa: E402
+from corpus.megatron import BLOCK_SIZE, block_digests, write_indexed_shard  # noqa: E402
 from corpus.model import SnapshotManifest, SnapshotShard  # noqa: E402
 from loader import SnapshotLoader  # noqa: E402
 
@@ -39,10 +48,12 @@ SEQ_LEN, BATCH, WORLD = 2048, 8, 8
 MIXTURE = {"code": 0.3, "web": 0.7}
 
 
-def write_bench_snapshot(root: Path, shards_per_bucket: int, tokens_per_shard: int) -> Path:
+def write_bench_snapshot(root: Path, shards_per_bucket: int, tokens_per_shard: int,
+                         mixture: dict[str, float] = MIXTURE) -> Path:
+    """``manifest.json`` with block digests, ``manifest-legacy.json`` (same shards) without."""
     rng = np.random.default_rng(0)
     shards = []
-    for bucket in sorted(MIXTURE):
+    for bucket in sorted(mixture):
         for n in range(shards_per_bucket):
             lengths = np.maximum(1, rng.lognormal(6.2, 0.8, size=tokens_per_shard // 300).astype(np.int64))
             lengths = lengths[np.cumsum(lengths) <= tokens_per_shard]
@@ -57,12 +68,16 @@ def write_bench_snapshot(root: Path, shards_per_bucket: int, tokens_per_shard: i
                     len(docs),
                     int(flat.shape[0]),
                     {"idx": str(idx_path.relative_to(root))},
+                    BLOCK_SIZE,
+                    tuple(block_digests(bin_path, BLOCK_SIZE)),
                 )
             )
-    manifest = SnapshotManifest(
-        tuple(shards), {"bench": {"version": "1"}}, seed=0, token_dtype="uint16", tokenizer={"eos_id": 50_279}
-    )
-    (root / "manifest.json").write_text(json.dumps(manifest.to_dict()))
+    for name, with_blocks in (("manifest.json", True), ("manifest-legacy.json", False)):
+        listed = shards if with_blocks else [replace(s, block_size=0, block_sha256=()) for s in shards]
+        manifest = SnapshotManifest(
+            tuple(listed), {"bench": {"version": "1"}}, seed=0, token_dtype="uint16", tokenizer={"eos_id": 50_279}
+        )
+        (root / name).write_text(json.dumps(manifest.to_dict()))
     return root
 
 
@@ -71,17 +86,59 @@ def warm(root: Path) -> None:
         f.read_bytes()
 
 
-def make(root: Path, rank: int = 0, world: int = WORLD) -> SnapshotLoader:
+def make(root: Path, rank: int = 0, world: int = WORLD, **kw) -> SnapshotLoader:
     return SnapshotLoader(
         root,
-        MIXTURE,
+        kw.pop("mixture", MIXTURE),
         seed=1,
         seq_len=SEQ_LEN,
         batch_size=BATCH,
         dp_rank=rank,
         dp_world=world,
-        chunk_tokens=1 << 20,
+        **{"chunk_tokens": 1 << 20, **kw},
     )
+
+
+def hashed_per_rank(manifest: Path, world: int = WORLD) -> list[tuple[int, int]]:
+    """(bytes hashed, bytes read) of each rank over one epoch of every bucket."""
+    out = []
+    for rank in range(world):
+        loader = make(manifest, rank, world, epoch_caps=1)
+        read = 0
+        while (b := loader.next_batch()) is not None:
+            read += int(b.loss_mask.sum()) * 2  # uint16 tokens delivered (the appended EOS, 1 in ~600, included)
+        out.append((loader.store.bytes_hashed, read))
+    return out
+
+
+def rss_child(root: Path, budget_mb: int) -> dict:
+    """Read one epoch of ``root`` as rank 0 of 1 under ``budget_mb``; peak RSS and descriptors (this process)."""
+    loader = make(root, 0, 1, mixture={"web": 1.0}, epoch_caps=1, memory_budget_mb=budget_mb, chunk_tokens=1 << 14)
+    base_fds = len(os.listdir("/proc/self/fd"))
+    start_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS"))
+    peak_fds = steps = 0
+    while loader.next_batch() is not None:
+        steps += 1
+        if steps % 16 == 0:
+            peak_fds = max(peak_fds, len(os.listdir("/proc/self/fd")) - base_fds)
+    # VmHWM, not getrusage's ru_maxrss: that one keeps the parent's peak across fork and exec
+    hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+    return {"steps": steps, "maxrss_kb": hwm, "peak_fds": peak_fds, "opens": loader.store.opens,
+            "start_rss_kb": start_kb}
+
+
+def rss_rows(n_shards: int, tmp: Path) -> list[tuple[str, str, str]]:
+    root = write_bench_snapshot(tmp / "many", n_shards, 200_000, mixture={"web": 1.0})
+    size = sum(f.stat().st_size for f in root.rglob("*.bin")) / 2**20
+    rows = []
+    for budget in (16, 4096):
+        proc = subprocess.run([sys.executable, __file__, "--rss-child", str(root), "--budget-mb", str(budget)],
+                              capture_output=True, text=True, check=True)
+        r = json.loads(proc.stdout)
+        rows.append((f"one epoch of {n_shards} shards ({size:.0f} MiB), budget {budget} MiB: peak RSS / fds",
+                     f"{r['maxrss_kb'] / 1024:.0f} MiB / {r['peak_fds']}",
+                     f"+{(r['maxrss_kb'] - r['start_rss_kb']) / 1024:.0f} MiB over the loader at rest"))
+    return rows
 
 
 def loader_rate(loader: SnapshotLoader, steps: int) -> float:
@@ -132,10 +189,16 @@ def main() -> int:
     ap.add_argument("--shards-per-bucket", type=int, default=4)
     ap.add_argument("--tokens-per-shard", type=int, default=4_000_000)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--rss-shards", type=int, default=200, help="shards of the peak-RSS snapshot")
+    ap.add_argument("--rss-child", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--budget-mb", type=int, default=16, help=argparse.SUPPRESS)
     ap.add_argument(
         "--out", type=Path, default=None, help="where to write the snapshot (default: a temp dir)"
     )
     args = ap.parse_args()
+    if args.rss_child:
+        print(json.dumps(rss_child(args.rss_child, args.budget_mb)))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         root = write_bench_snapshot(args.out or Path(tmp), args.shards_per_bucket, args.tokens_per_shard)
         total = sum(s["tokens"] for s in json.loads((root / "manifest.json").read_text())["shards"])
@@ -144,6 +207,8 @@ def main() -> int:
         first = loader_rate(loader, args.steps)
         steady = loader_rate(loader, args.steps)
         base = baseline_rate(root, args.steps)
+        by_block = hashed_per_rank(root / "manifest.json")
+        by_file = hashed_per_rank(root / "manifest-legacy.json")
         rec0, _ = record_at(root, 0)
         rec_m, seek_s = record_at(root, 10**6)
         # one untimed resume first, so imports and allocator warm-up do not count against step 0
@@ -178,14 +243,23 @@ def main() -> int:
             ),
             ("seek to step 10^6 without a checkpoint (per rank, no reads)", f"{seek_s:.2f} s", ""),
         ]
+        mib = 2**20
+        for name, hashed in (("per-block digests", by_block), ("whole-file sha256 (older manifests)", by_file)):
+            h = [x[0] / mib for x in hashed]
+            rows.append((f"bytes hashed per rank over an epoch, {name}",
+                         f"{min(h):.1f}..{max(h):.1f} MiB (mean {sum(h) / len(h):.1f})",
+                         f"{sum(x[0] for x in hashed) / sum(x[1] for x in hashed):.2f} x bytes read"))
+        rows.append(("bytes read per rank over an epoch",
+                     f"{sum(x[1] for x in by_block) / len(by_block) / mib:.1f} MiB (mean)", ""))
+        rows += rss_rows(args.rss_shards, Path(tmp))
     print(
         f"snapshot: {2 * args.shards_per_bucket} uint16 shards, {total / 1e6:.0f} M tokens; rank 0 of {WORLD}, "
         f"seq_len {SEQ_LEN}, batch {BATCH}, {args.steps} steps per rate; record at 10^6 has "
         f"{len(json.dumps(rec_m)) / 1e3:.1f} kB"
     )
     w = max(len(r[0]) for r in rows)
-    print(f"| {'measure'.ljust(w)} | value | ratio to baseline |")
-    print(f"|{'-' * (w + 2)}|-------|-------------------|")
+    print(f"| {'measure'.ljust(w)} | value | ratio |")
+    print(f"|{'-' * (w + 2)}|-------|-------|")
     for name, value, ratio in rows:
         print(f"| {name.ljust(w)} | {value} | {ratio} |")
     return 0

@@ -6,7 +6,9 @@ consumption record (:mod:`loader.state`), sequence packing (:mod:`loader.sequenc
 """
 
 from loader.dataset import ResumeRefused, SnapshotLoader, load_manifest, natural_mixture
+from loader.faults import ShardUnavailable, TooManyCorruptShards
 from loader.sampler import SAMPLER_VERSION
 from loader.world import World
 
-__all__ = ["SnapshotLoader", "ResumeRefused", "World", "SAMPLER_VERSION", "load_manifest", "natural_mixture"]
+__all__ = ["SnapshotLoader", "ResumeRefused", "ShardUnavailable", "TooManyCorruptShards", "World", "SAMPLER_VERSION",
+           "load_manifest", "natural_mixture"]

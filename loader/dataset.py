@@ -4,16 +4,18 @@ What rank ``r`` of ``W`` reads at step ``n`` is a pure function of (manifest, mi
 step, rank, world) and of the plan the last resume produced; the only mutable state is each rank's
 cursor per bucket (:mod:`loader.state`). ``state_dict`` / ``load_state_dict`` follow
 ``torch.distributed.checkpoint``'s Stateful protocol: ``state_dict`` all-gathers every rank's cursors
-over the default process group (gloo on CPU) into one global record, identical on all ranks, so it
-can be saved beside the model; ``load_state_dict`` on any number of ranks redistributes the unread
-remainder of every open epoch.
+over the data-parallel process group (``dp_group``; default the whole world, gloo on CPU) into one
+global record, identical on all ranks of the group, so it can be saved beside the model;
+``load_state_dict`` on any number of ranks redistributes the unread remainder of every open epoch.
+With tensor or pipeline parallelism, pass the data-parallel group: ranks of one model replica read
+the same data, and only the replicas are data-parallel ranks.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,15 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from corpus.errors import UserError
 from corpus.model import SnapshotManifest
-from loader.faults import DEFAULT_MAX_SKIP_FRACTION, ShardStore
+from loader.faults import (
+    DEFAULT_IO_RETRY_DELAYS,
+    DEFAULT_MAX_SKIP_FRACTION,
+    DEFAULT_MEMORY_BUDGET_MB,
+    ShardStore,
+)
 from loader.sampler import SAMPLER_VERSION
 from loader.sequences import Batch, assemble_sequence, make_batch
-from loader.state import RECORD_FORMAT, Layout, Plan, RankCursor, merge_local_states, redistribute
+from loader.state import RECORD_FORMAT, Plan, RankCursor, merge_local_states, redistribute, stream_layout
 from loader.world import World
 
 
@@ -61,13 +68,23 @@ def default_append_eos(manifest: SnapshotManifest) -> bool:
     return not manifest.tokenizer.get("documents_end_with_eos", False)
 
 
-def stream_layout(manifest: SnapshotManifest, seed: int, chunk_tokens: int, epoch_caps: Mapping[str, int | None],
-                  append_eos: bool) -> Layout:
-    buckets: dict[str, list[tuple[int, str, int]]] = {}
-    for i, s in enumerate(manifest.shards):
-        buckets.setdefault(s.bucket, []).append((i, s.sha256, s.tokens + (s.docs if append_eos else 0)))
-    caps = {b: epoch_caps.get(b) for b in buckets}
-    return Layout({b: tuple(v) for b, v in sorted(buckets.items())}, seed, chunk_tokens, caps)
+def gather_states(local: Mapping[str, Any], world: int, group: Any = None) -> list[Any]:
+    """Every data-parallel rank's local state, gathered over ``group`` (None: the default world group).
+
+    The group must hold exactly the loader's ``world`` ranks: gathering over the whole world when
+    tensor or pipeline parallel ranks share a data-parallel rank would count its stream several times.
+    """
+    if world == 1 and group is None:
+        return [local]
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("state_dict with dp_world > 1 needs torch.distributed initialized (gloo is fine)")
+    size = dist.get_world_size(group)
+    if size != world:
+        raise RuntimeError(f"the data-parallel process group has {size} ranks, the loader {world}: pass the "
+                           "loader's dp_group (ranks that read different data), not the whole world")
+    gathered: list[Any] = [None] * size
+    dist.all_gather_object(gathered, local, group=group)
+    return gathered
 
 
 class SnapshotLoader(IterableDataset):
@@ -82,9 +99,14 @@ class SnapshotLoader(IterableDataset):
                  dp_world: int | None = None, *, epoch_caps: Mapping[str, int | None] | int | None = None,
                  run_len: int = 8, chunk_tokens: int = 1 << 20, append_eos: bool | None = None,
                  max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION, root: str | Path | None = None,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, dp_group: Any = None, memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
+                 io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS) -> None:
         super().__init__()
         self.manifest, self.root = load_manifest(snapshot, root)
+        self.dp_group = dp_group
+        if dp_group is not None and (dp_rank is None or dp_world is None):
+            dp_rank = dist.get_rank(dp_group) if dp_rank is None else dp_rank
+            dp_world = dist.get_world_size(dp_group) if dp_world is None else dp_world
         if dp_rank is None or dp_world is None:
             world = World.detect()
             dp_rank = world.rank if dp_rank is None else dp_rank
@@ -110,9 +132,13 @@ class SnapshotLoader(IterableDataset):
         self.run_len, self.chunk_tokens, self.append_eos = int(run_len), int(chunk_tokens), bool(append_eos)
         self.rank, self.world = dp_rank, dp_world
         self.verbose = verbose
-        self.layout = stream_layout(self.manifest, self.seed, self.chunk_tokens, self.epoch_caps, self.append_eos)
+        self.layout = stream_layout(self.manifest.shards, self.seed, self.chunk_tokens, self.epoch_caps,
+                                    self.append_eos, self.world)
+        if memory_budget_mb < 1:
+            raise UserError(f"memory_budget_mb must be positive, got {memory_budget_mb}")
         self.store = ShardStore(self.root, self.manifest, self.eos_id, self.append_eos, max_skip_fraction,
-                                log=self._log)
+                                log=self._log, memory_budget_bytes=int(memory_budget_mb) << 20,
+                                io_retry_delays=io_retry_delays)
         self.cursor = RankCursor(self.layout, Plan.fresh(self.world), self.rank)
 
     # --- iteration --------------------------------------------------------------------------------
@@ -158,6 +184,7 @@ class SnapshotLoader(IterableDataset):
             "seq_len": self.seq_len,
             "batch_size": self.batch_size,
             "run_len": self.run_len,
+            "chunk_cuts": dict(self.layout.cuts),
         }
 
     def local_state(self) -> dict[str, Any]:
@@ -168,18 +195,10 @@ class SnapshotLoader(IterableDataset):
         return merge_local_states(self._header(), self.cursor.plan, list(local_states))
 
     def state_dict(self) -> dict[str, Any]:
-        """The global record, all-gathered (a collective: every rank calls it at the same checkpoint)."""
-        local = self.local_state()
-        if self.world == 1:
-            gathered = [local]
-        else:
-            if not (dist.is_available() and dist.is_initialized()):
-                raise RuntimeError("state_dict with dp_world > 1 needs torch.distributed initialized (gloo is fine)")
-            gathered = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, local)
-            if len(gathered) != self.world:
-                raise RuntimeError(f"process group has {len(gathered)} ranks, the loader {self.world}")
-        return {"record": json.dumps(self.global_record(gathered), sort_keys=True)}
+        """The global record, all-gathered over ``dp_group`` (a collective: every rank of the group calls it
+        at the same checkpoint; with several data-parallel groups, each gathers its own replicas)."""
+        return {"record": json.dumps(self.global_record(gather_states(self.local_state(), self.world,
+                                                                       self.dp_group)), sort_keys=True)}
 
     def load_state_dict(self, state: Mapping[str, Any], *, allow_snapshot_mismatch: bool = False,
                         allow_version_mismatch: bool = False) -> None:
@@ -207,8 +226,10 @@ class SnapshotLoader(IterableDataset):
             plan = Plan.fresh(self.world)  # the recorded positions mean nothing here: new epochs, same step
             skipped = set()
         else:
-            recorded = stream_layout(self.manifest, int(record["seed"]), int(record["chunk_tokens"]),
-                                     record["epoch_caps"], bool(record["append_eos"]))
+            # the layout the record was taken under, cut as recorded (records before cuts: none)
+            recorded = stream_layout(self.manifest.shards, int(record["seed"]), int(record["chunk_tokens"]),
+                                     record["epoch_caps"], bool(record["append_eos"]), int(record["plan"]["world"]),
+                                     cuts=record.get("chunk_cuts", {}))
             if bool(record["append_eos"]) != self.append_eos:
                 raise ResumeRefused("checkpoint was taken with a different append_eos: stream positions differ")
             if record["plan"]["world"] == self.world and recorded == self.layout:

@@ -1,17 +1,37 @@
-"""Corrupt or missing shards: verified on first read, replaced deterministically, bounded.
+"""Corrupt, missing and unreachable shards; what is verified when; how many shards stay open.
 
-Every shard's ``.bin`` is checked against the manifest's sha256 the first time this process reads it.
-A shard that fails (or is missing, or whose index disagrees with the manifest) joins the *skip set*,
-which is part of the loader state, and its stream positions are read from a substitute instead: the
-first shard of the same bucket, in an order keyed by the bad shard's digest, that itself verifies. The
-substitute depends only on the files' contents, never on which rank found the fault first or when, so a
-replay (or another rank) reads exactly the same tokens. Positions map onto the substitute modulo its
-length, so the amount of data, and therefore every cursor, is unchanged.
+Verification. A shard written with block digests (``SnapshotShard.block_sha256``, the sha256 of each
+``block_size``-byte block of its ``.bin``) is verified block by block: a block is hashed the first time
+this process reads from it, never again, so a rank hashes about what it reads rather than every shard
+it touches. A shard from an older snapshot (no block digests) falls back to the whole-file sha256 on
+its first open. The ``.idx`` is checked for consistency with the ``.bin`` and the manifest on its
+first open (:func:`loader.sequences.check_index`).
+
+Corruption. Only a digest mismatch or a format failure (a bad index, sizes that disagree with the
+manifest) makes a shard corrupt. It joins the *skip set*, which is part of the loader state, and its
+stream positions are read from a substitute: the first shard of the same bucket, in an order keyed by
+the bad shard's digest, that opens and verifies. The substitute depends only on the files' contents,
+so a replay reads exactly the same tokens. Positions map onto the substitute modulo its length, so
+the amount of data, and therefore every cursor, is unchanged. Blocks of a corrupt shard that verified
+before the bad one was found were good data and stay delivered; from then on the shard is substituted.
+
+Unreachable files. An ``OSError`` (a missing file, a transient mount, too many open files) says
+nothing about the data: the open is retried after ``io_retry_delays`` (closing every cached shard
+first on EMFILE/ENFILE), then :class:`ShardUnavailable` is raised. It is never recorded as corruption.
+
+Open shards. Shards stay open (both files mapped) in an LRU cache bounded by a memory budget: at most
+``memory_budget_bytes`` mapped and :func:`cache_bounds` open shards (two descriptors each), so the
+loader's memory and file handles do not grow with the number of shards a job touches. The shard
+being read stays open even when it alone exceeds the budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import errno
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,27 +39,57 @@ import numpy as np
 from corpus.digest import file_sha256, stable_hash64
 from corpus.errors import UserError
 from corpus.model import SnapshotManifest
-from loader.sequences import OpenShard
+from loader.sequences import OpenShard, check_index
 
 #: More than this fraction of the snapshot's shards skipped halts the loader.
 DEFAULT_MAX_SKIP_FRACTION = 0.001
+#: Mapped shard bytes the loader keeps open by default (pages it has read count toward its RSS).
+DEFAULT_MEMORY_BUDGET_MB = 1024
+#: One open shard per this much of the budget: 64 shards (128 descriptors) at the default budget.
+BUDGET_PER_OPEN_SHARD = 16 << 20
+#: Seconds to wait before each retry of a shard that could not be opened (an OSError).
+DEFAULT_IO_RETRY_DELAYS = (1.0, 4.0, 16.0)
 
 
 class TooManyCorruptShards(UserError):
     """The snapshot is damaged beyond what substitution should paper over."""
 
 
+class ShardUnavailable(UserError):
+    """A shard's files could not be opened after the retries: an I/O problem, not corruption."""
+
+
+class _Corrupt(Exception):
+    """A block of a shard did not verify (internal: the store substitutes and reads again)."""
+
+
+def cache_bounds(memory_budget_bytes: int) -> tuple[int, int]:
+    """(open shards, mapped bytes) the cache may hold under a memory budget; at least two shards."""
+    if memory_budget_bytes < 1:
+        raise ValueError(f"memory budget must be positive, got {memory_budget_bytes} bytes")
+    return max(2, memory_budget_bytes // BUDGET_PER_OPEN_SHARD), memory_budget_bytes
+
+
 class ShardStore:
     def __init__(self, root: Path, manifest: SnapshotManifest, eos_id: int, append_eos: bool,
                  max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION, skipped: set[int] | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None,
+                 memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_MB << 20,
+                 io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS) -> None:
         self.root, self.manifest = Path(root), manifest
         self.eos_id, self.append_eos = eos_id, append_eos
         self.max_skip_fraction = max_skip_fraction
         self.skipped: set[int] = set(skipped or ())
         self.log = log or (lambda msg: None)
-        self._open: dict[int, OpenShard] = {}
+        self.max_open, self.max_mapped = cache_bounds(memory_budget_bytes)
+        self.io_retry_delays = tuple(io_retry_delays)
+        self._open: OrderedDict[int, OpenShard] = OrderedDict()  # the LRU cache, oldest first
+        self._mapped = 0
         self._substitute: dict[int, int] = {}
+        self._index_ok: set[int] = set()  # shards whose index (and whole file, if no blocks) verified
+        self._verified: dict[int, np.ndarray] = {}  # shard -> bool per block: hashed and matched
+        self.bytes_hashed = 0  # .bin bytes this process hashed (block and whole-file checks)
+        self.opens = 0  # shard opens (first opens and reopens after eviction)
         self._check_budget()
 
     def paths(self, i: int) -> tuple[Path, Path]:
@@ -48,34 +98,100 @@ class ShardStore:
         idx_rel = shard.files.get("idx")
         return bin_path, (self.root / idx_rel if idx_rel else bin_path.with_suffix(".idx"))
 
-    def _verify_and_open(self, i: int) -> OpenShard | None:
-        """The shard, or None (and it is added to the skip set) when it is missing or does not verify."""
+    @property
+    def open_shards(self) -> int:
+        return len(self._open)
+
+    @property
+    def mapped_bytes(self) -> int:
+        return self._mapped
+
+    # --- opening ------------------------------------------------------------------------------------
+
+    def _get(self, i: int) -> OpenShard | None:
+        """Shard ``i`` open and format-checked, or None (and it joins the skip set) when it is corrupt."""
         if i in self.skipped:
             return None
         if i in self._open:
+            self._open.move_to_end(i)
             return self._open[i]
-        shard = self.manifest.shards[i]
-        bin_path, idx_path = self.paths(i)
-        reason = ""
-        if not bin_path.is_file() or not idx_path.is_file():
-            reason = "missing"
-        elif file_sha256(bin_path) != shard.sha256.removeprefix("sha256:"):
-            reason = "sha256 mismatch"
-        else:
-            try:
-                opened = OpenShard(bin_path, idx_path, self.eos_id, self.append_eos)
-                if opened.num_docs != shard.docs or opened.tokens.shape[0] != shard.tokens:
-                    reason = f"index says {opened.num_docs} docs / {opened.tokens.shape[0]} tokens, " \
-                             f"manifest {shard.docs} / {shard.tokens}"
-            except (ValueError, OSError, KeyError) as e:
-                reason = f"unreadable index: {e}"
+        opened = self._open_with_retries(i)
+        reason = self._format_problem(i, opened)
         if reason:
-            self.skipped.add(i)
-            self.log(f"shard {shard.path} skipped ({reason}); reading a substitute from bucket {shard.bucket}")
-            self._check_budget()
+            self._mark_corrupt(i, reason)
             return None
         self._open[i] = opened
+        self._mapped += opened.mapped_bytes
+        self._evict(keep=i)
         return opened
+
+    def _open_with_retries(self, i: int) -> OpenShard | Exception:
+        """The opened shard, or the format error (ValueError...) that makes it corrupt; OSError is retried."""
+        bin_path, idx_path = self.paths(i)
+        for attempt, delay in enumerate((*self.io_retry_delays, None)):
+            try:
+                self.opens += 1
+                return OpenShard(bin_path, idx_path, self.eos_id, self.append_eos)
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    self.close_all()  # our own cached handles are the ones we can give back
+                if delay is None:
+                    raise ShardUnavailable(
+                        f"shard {self.manifest.shards[i].path} could not be opened after {attempt + 1} "
+                        f"attempts: {e}; it is not marked corrupt (fix the filesystem and resume)") from e
+                self.log(f"shard {self.manifest.shards[i].path}: {e}; retrying in {delay:g}s")
+                time.sleep(delay)
+            except (ValueError, KeyError) as e:  # a malformed index or .bin: the data is bad
+                return e
+        raise AssertionError("unreachable")
+
+    def _format_problem(self, i: int, opened: OpenShard | Exception) -> str:
+        """Why shard ``i`` is corrupt as opened ("" when it is not); first open only for the costly checks."""
+        if isinstance(opened, Exception):
+            return f"unreadable index: {opened}"
+        shard = self.manifest.shards[i]
+        if opened.num_docs != shard.docs or opened.num_tokens != shard.tokens:
+            return f"index says {opened.num_docs} docs / {opened.num_tokens} tokens, manifest {shard.docs} / " \
+                   f"{shard.tokens}"
+        if i in self._index_ok:
+            return ""
+        if shard.block_sha256:
+            n_blocks = -(-opened.bin_size // shard.block_size) if shard.block_size > 0 else -1
+            if n_blocks != len(shard.block_sha256):
+                return f".bin of {opened.bin_size} bytes has {n_blocks} blocks of {shard.block_size}, " \
+                       f"the manifest {len(shard.block_sha256)}"
+        else:  # a snapshot written before block digests: the whole file, once
+            self.bytes_hashed += opened.bin_size
+            if file_sha256(self.paths(i)[0]) != shard.sha256.removeprefix("sha256:"):
+                return "sha256 mismatch"
+        reason = check_index(opened)
+        if not reason:
+            self._index_ok.add(i)
+        return reason
+
+    def _mark_corrupt(self, i: int, reason: str) -> None:
+        shard = self.manifest.shards[i]
+        self.skipped.add(i)
+        self._close(i)
+        self.log(f"shard {shard.path} skipped ({reason}); reading a substitute from bucket {shard.bucket}")
+        self._check_budget()
+
+    def _close(self, i: int) -> None:
+        opened = self._open.pop(i, None)
+        if opened is not None:
+            self._mapped -= opened.mapped_bytes  # the mapping goes when its last view does
+
+    def _evict(self, keep: int) -> None:
+        while len(self._open) > 1 and (len(self._open) > self.max_open or self._mapped > self.max_mapped):
+            oldest = next(iter(self._open))
+            if oldest == keep:
+                break
+            self._close(oldest)
+
+    def close_all(self) -> None:
+        """Drop every cached shard (they reopen on demand; verified blocks stay verified)."""
+        for i in list(self._open):
+            self._close(i)
 
     def _check_budget(self) -> None:
         n = len(self.manifest.shards)
@@ -85,34 +201,73 @@ class ShardStore:
                 f"{len(self.skipped)} of {n} snapshot shards are corrupt or missing "
                 f"(limit {self.max_skip_fraction:.2%}): {names}; repair the snapshot or raise max_skip_fraction")
 
+    # --- verification -------------------------------------------------------------------------------
+
+    def _verify_blocks(self, i: int, opened: OpenShard, lo: int, hi: int) -> None:
+        """Hash the blocks of the .bin holding tokens ``[lo, hi)`` that this process has not hashed yet."""
+        shard = self.manifest.shards[i]
+        if not shard.block_sha256 or hi <= lo:
+            return  # no block digests: the whole file was verified on first open
+        size = shard.block_size
+        done = self._verified.get(i)
+        if done is None:
+            done = self._verified[i] = np.zeros(len(shard.block_sha256), dtype=bool)
+        for b in range(lo * opened.itemsize // size, (hi * opened.itemsize - 1) // size + 1):
+            if done[b]:
+                continue
+            block = opened.raw[b * size : (b + 1) * size]
+            self.bytes_hashed += block.shape[0]
+            if hashlib.sha256(block).hexdigest() != shard.block_sha256[b]:
+                self._mark_corrupt(i, f"block {b} sha256 mismatch")
+                raise _Corrupt(i)
+            done[b] = True
+
+    def _checked_read(self, i: int, opened: OpenShard, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        return opened.read(start, end, check=lambda lo, hi: self._verify_blocks(i, opened, lo, hi))
+
+    # --- substitution and reading -------------------------------------------------------------------
+
     def substitute(self, i: int) -> int:
-        """The shard whose data stands in for shard ``i`` (``i`` itself when it is sound)."""
-        if self._verify_and_open(i) is not None:
-            return i
-        if i in self._substitute and self._substitute[i] not in self.skipped:
-            return self._substitute[i]
+        """The shard whose data stands in for shard ``i`` (``i`` itself when it is sound so far)."""
+        return self._source(i)[0]
+
+    def _source(self, i: int) -> tuple[int, OpenShard]:
+        opened = self._get(i)
+        if opened is not None:
+            return i, opened
+        j = self._substitute.get(i)
+        if j is not None and (sub := self._get(j)) is not None:
+            return j, sub
         bad = self.manifest.shards[i]
         candidates = sorted(
             (j for j, s in enumerate(self.manifest.shards) if s.bucket == bad.bucket and j != i),
             key=lambda j: stable_hash64("substitute", bad.sha256, self.manifest.shards[j].sha256))
         for j in candidates:
-            if self._verify_and_open(j) is not None and self._open[j].stream_len > 0:
+            sub = self._get(j)
+            if sub is not None and sub.stream_len > 0:
                 self._substitute[i] = j
-                return j
+                return j, sub
         raise TooManyCorruptShards(f"shard {bad.path} is corrupt and bucket {bad.bucket} has no sound shard left")
 
     def read(self, i: int, start: int, end: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Stream positions ``[start, end)`` of shard ``i`` (or of its substitute), as (tokens, doc starts) parts."""
-        j = self.substitute(i)
-        shard = self._open[j]
-        if j == i:
-            return [shard.read(start, end)]
-        parts = []
-        n = shard.stream_len
-        pos = start
-        while pos < end:  # positions map onto the substitute modulo its length
-            a = pos % n
-            b = min(n, a + (end - pos))
-            parts.append(shard.read(a, b))
-            pos += b - a
-        return parts
+        """Stream positions ``[start, end)`` of shard ``i`` (or of its substitute), as (tokens, doc starts) parts.
+
+        Every block the parts come from is verified first; a block that fails makes its shard corrupt
+        and the read starts again from the next substitute, so nothing unverified is returned.
+        """
+        while True:
+            j, shard = self._source(i)
+            try:
+                if j == i:
+                    return [self._checked_read(j, shard, start, end)]
+                parts = []
+                n = shard.stream_len
+                pos = start
+                while pos < end:  # positions map onto the substitute modulo its length
+                    a = pos % n
+                    b = min(n, a + (end - pos))
+                    parts.append(self._checked_read(j, shard, a, b))
+                    pos += b - a
+                return parts
+            except _Corrupt:
+                continue

@@ -59,22 +59,45 @@ def shard_permutation(shard_keys: Sequence[str], seed: int, bucket: str, epoch: 
     return sorted(range(len(shard_keys)), key=lambda i: (keys[i], shard_keys[i]))
 
 
+def shard_cuts(stream_lens: Sequence[int], chunk_tokens: int, world: int) -> tuple[int, ...] | None:
+    """Pieces per shard for a bucket with fewer ``chunk_tokens`` chunks than ranks; None when it has enough.
+
+    Chunks are dealt out strided, so with fewer chunks than ranks some ranks would get none of the
+    bucket and drop it from their mixture (a 2-chunk bucket at weight 0.5 on 8 ranks would deliver
+    0.125). Such a bucket is instead cut into about ``world`` nearly equal pieces, each shard into a
+    number proportional to its length (at least one per non-empty shard), so every rank gets a share.
+    A pure function of the shard sizes and the world size: the checkpoint records it (the world it
+    was cut for), so a record is read back with the cut it was taken under. A bucket with fewer
+    stream positions than ranks cannot feed every rank; it is cut to single positions.
+    """
+    if sum(-(-n // chunk_tokens) for n in stream_lens) >= world:
+        return None
+    total = sum(stream_lens)
+    return tuple(min(n, -(-n * world // total)) if n else 0 for n in stream_lens)
+
+
 def epoch_chunks(shards: Sequence[tuple[int, str, int]], seed: int, bucket: str, epoch: int,
-                 chunk_tokens: int) -> list[Piece]:
+                 chunk_tokens: int, cut_world: int = 0) -> list[Piece]:
     """Every chunk of one bucket epoch, in reading order.
 
     ``shards`` are ``(manifest_index, sha256, stream_len)`` of the bucket's shards. Shards come in keyed
     order; within a shard the chunks stay in file order, so a rank reading consecutive positions of
-    a chunk reads the file sequentially.
+    a chunk reads the file sequentially. ``cut_world`` > 0: the bucket was cut for that many ranks
+    (:func:`shard_cuts`), each shard into nearly equal pieces instead of ``chunk_tokens`` chunks.
     """
     if chunk_tokens <= 0:
         raise ValueError("chunk_tokens must be positive")
+    cuts = shard_cuts([s[2] for s in shards], chunk_tokens, cut_world) if cut_world else None
     perm = shard_permutation([s[1] for s in shards], seed, bucket, epoch)
     out: list[Piece] = []
     for i in perm:
         index, _, stream_len = shards[i]
-        for start in range(0, stream_len, chunk_tokens):
-            out.append(Piece(epoch, len(out), index, start, min(start + chunk_tokens, stream_len)))
+        if cuts is None:
+            bounds = [*range(0, stream_len, chunk_tokens), stream_len]
+        else:
+            bounds = [j * stream_len // cuts[i] for j in range(cuts[i] + 1)] if cuts[i] else [0]
+        for start, end in zip(bounds, bounds[1:], strict=False):
+            out.append(Piece(epoch, len(out), index, start, end))
     return out
 
 

@@ -9,6 +9,7 @@ different document), so ``cu_seqlens`` / ``position_ids`` give an intra-document
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,45 +19,124 @@ import torch
 from corpus.megatron import read_index
 
 
+class _StreamStarts:
+    """Stream position of each document's first token, computed from the mapped index on access.
+
+    ``offsets[i] / itemsize`` is where document ``i`` starts in the .bin, plus ``i`` appended EOS
+    tokens before it when the loader appends one. Only every ``SAMPLE``-th value is kept in memory
+    (8 bytes per 64 documents); a search narrows to one window of ``SAMPLE`` documents with it and reads
+    just that window of the mapped index, so an open shard builds no per-document array.
+    """
+
+    SAMPLE = 64
+
+    def __init__(self, offsets: np.ndarray, itemsize: int, append_eos: bool) -> None:
+        self.offsets, self.itemsize, self.append_eos = offsets, itemsize, append_eos
+        self.n = int(offsets.shape[0])
+        self.sample = self.range(0, self.n, self.SAMPLE)
+
+    def range(self, lo: int, hi: int, step: int = 1) -> np.ndarray:
+        starts = np.asarray(self.offsets[lo:hi:step], dtype=np.int64) // self.itemsize
+        return starts + np.arange(lo, hi, step, dtype=np.int64)[: starts.shape[0]] if self.append_eos else starts
+
+    def search(self, pos: int, side: str) -> int:
+        """``bisect_right`` (side "right") or ``bisect_left`` ("left") of ``pos`` in the stream starts."""
+        j = int(np.searchsorted(self.sample, pos, side=side))
+        if j == 0:
+            return 0
+        lo = (j - 1) * self.SAMPLE
+        return lo + int(np.searchsorted(self.range(lo, min(lo + self.SAMPLE, self.n)), pos, side=side))
+
+
 class OpenShard:
-    """A memory-mapped shard with its stream coordinates (``.bin`` + ``.idx``, Megatron layout)."""
+    """A memory-mapped shard with its stream coordinates (``.bin`` + ``.idx``, Megatron layout).
+
+    Both files are mapped, nothing is copied: what an open shard costs is the pages read so far, and
+    they go with the mapping when the shard is closed (see :class:`loader.faults.ShardStore`'s cache).
+    The index must already be known consistent (:func:`check_index`); ``offsets`` are trusted here.
+    """
 
     def __init__(self, bin_path: Path, idx_path: Path, eos_id: int, append_eos: bool) -> None:
-        index = read_index(idx_path)
-        self.lengths = index.lengths.astype(np.int64)
-        self.token_starts = index.token_starts()
-        # a plain ndarray view of the mapping: slicing a np.memmap subclass costs more than the copy
-        self.tokens = np.asarray(np.memmap(bin_path, dtype=index.dtype, mode="r")) if index.num_tokens else \
-            np.zeros(0, dtype=index.dtype)
-        if self.tokens.shape[0] != index.num_tokens:
-            raise ValueError(f"{bin_path}: holds {self.tokens.shape[0]} tokens, its index says {index.num_tokens}")
+        index = read_index(idx_path, mmap=True)
+        self.index = index
+        self.lengths = index.lengths
+        self.itemsize = index.dtype.itemsize
+        n_bytes = Path(bin_path).stat().st_size
+        self.bin_size = n_bytes
+        self.mapped_bytes = n_bytes + Path(idx_path).stat().st_size
+        # the raw bytes (block digests are over them) and a plain ndarray token view of the same mapping:
+        # slicing a np.memmap subclass costs more than the copy
+        self.raw = np.asarray(np.memmap(bin_path, dtype=np.uint8, mode="r")) if n_bytes else np.zeros(0, np.uint8)
+        if n_bytes % self.itemsize:
+            raise ValueError(f"{bin_path}: {n_bytes} bytes is not a whole number of {index.dtype} tokens")
+        self.tokens = self.raw.view(index.dtype)
+        self.num_tokens = int(self.tokens.shape[0])
         self.eos_id, self.append_eos = eos_id, append_eos
-        self.stream_starts = self.token_starts[:-1] + (np.arange(index.num_docs) if append_eos else 0)
-        self.stream_len = index.num_tokens + (index.num_docs if append_eos else 0)
+        self.stream_starts = _StreamStarts(index.offsets, self.itemsize, append_eos)
+        self.stream_len = self.num_tokens + (self.num_docs if append_eos else 0)
 
     @property
     def num_docs(self) -> int:
         return int(self.lengths.shape[0])
 
-    def read(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
-        """Stream positions ``[start, end)`` as int64 tokens, and where documents start (relative to start)."""
+    def read(self, start: int, end: int, check: Callable[[int, int], None] | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """Stream positions ``[start, end)`` as int64 tokens, and where documents start (relative to start).
+
+        ``check(lo, hi)`` is called with the ``.bin`` tokens ``[lo, hi)`` the range reads before any of
+        them is copied (the store verifies their blocks there).
+        """
         if not 0 <= start <= end <= self.stream_len:
             raise IndexError(f"stream range [{start}, {end}) outside [0, {self.stream_len})")
-        starts = self.stream_starts[(self.stream_starts >= start) & (self.stream_starts < end)] - start
+        # documents [first, last) overlap the range
+        first = max(self.stream_starts.search(start, "right") - 1, 0)
+        last = self.stream_starts.search(end, "left")
+        doc_starts = self.stream_starts.range(first, last)
+        starts = doc_starts[doc_starts >= start] - start
         if not self.append_eos:
+            if check is not None and end > start:
+                check(start, end)
             return np.asarray(self.tokens[start:end], dtype=np.int64), starts
+        if check is not None and end > start:
+            # the range's first and last positions, as .bin tokens (an appended EOS: its document's last)
+            lo = int(doc_starts[0]) - first + min(start - int(doc_starts[0]), max(int(self.lengths[first]) - 1, 0))
+            tail = last - 1
+            hi = int(doc_starts[-1]) - tail + min(end - 1 - int(doc_starts[-1]), int(self.lengths[tail]) - 1) + 1
+            lo = min(max(lo, 0), self.num_tokens)
+            check(lo, min(max(hi, lo), self.num_tokens))
         # one slice per document touched (a few per sequence), EOS written after each document's end
-        first = int(np.searchsorted(self.stream_starts, start, side="right")) - 1
-        last = int(np.searchsorted(self.stream_starts, end, side="left"))
         out = np.empty(end - start, dtype=np.int64)
-        for i in range(max(first, 0), last):
-            doc_start, n, tok_start = int(self.stream_starts[i]), int(self.lengths[i]), int(self.token_starts[i])
+        for i in range(first, last):
+            doc_start, n = int(doc_starts[i - first]), int(self.lengths[i])
+            tok_start = doc_start - i
             lo, hi = max(start, doc_start), min(end, doc_start + n)
             if hi > lo:
                 out[lo - start : hi - start] = self.tokens[tok_start + lo - doc_start : tok_start + hi - doc_start]
             if start <= doc_start + n < end:
                 out[doc_start + n - start] = self.eos_id
         return out, starts
+
+
+def check_index(opened: OpenShard, block: int = 1 << 20) -> str:
+    """Why the shard's index is inconsistent with its .bin, or "" when it is consistent.
+
+    Lengths must be non-negative, offsets the running sum of the lengths (in bytes), and the lengths
+    must add up to the .bin's token count: then every stream position maps inside the file. Checked
+    ``block`` documents at a time, so the check costs bounded memory whatever the shard's size.
+    """
+    lengths, offsets, itemsize = opened.lengths, opened.index.offsets, opened.itemsize
+    total = 0
+    for lo in range(0, opened.num_docs, block):
+        ln = np.asarray(lengths[lo : lo + block], dtype=np.int64)
+        if ln.size and int(ln.min()) < 0:
+            return f"negative document length in documents {lo}..{lo + ln.size - 1}"
+        expect = (total + np.concatenate(([0], np.cumsum(ln[:-1])))) * itemsize
+        if not np.array_equal(np.asarray(offsets[lo : lo + block], dtype=np.int64), expect):
+            return f"offsets disagree with lengths in documents {lo}..{lo + ln.size - 1}"
+        total += int(ln.sum())
+    if total != opened.num_tokens:
+        return f".bin holds {opened.num_tokens} tokens, its index says {total}"
+    return ""
 
 
 @dataclass(frozen=True)

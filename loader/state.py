@@ -17,6 +17,7 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from loader.sampler import (
     SAMPLER_VERSION,
@@ -25,6 +26,7 @@ from loader.sampler import (
     epoch_chunks,
     rank_point,
     run_of,
+    shard_cuts,
     strided,
 )
 
@@ -39,6 +41,7 @@ class Layout:
     seed: int
     chunk_tokens: int
     epoch_caps: Mapping[str, int | None]
+    cuts: Mapping[str, int] = field(default_factory=dict)  # bucket -> world it is cut for (sampler.shard_cuts)
 
     def cap(self, bucket: str) -> int | None:
         return self.epoch_caps.get(bucket)
@@ -47,15 +50,38 @@ class Layout:
         return _chunks(self, bucket, epoch)
 
     def chunks_per_epoch(self, bucket: str) -> int:
-        return sum(math.ceil(s[2] / self.chunk_tokens) for s in self.buckets[bucket])
+        lens = [s[2] for s in self.buckets[bucket]]
+        cut = self.cuts.get(bucket, 0)
+        pieces = shard_cuts(lens, self.chunk_tokens, cut) if cut else None
+        if pieces is not None:
+            return sum(pieces)
+        return sum(math.ceil(n / self.chunk_tokens) for n in lens)
 
     def __hash__(self) -> int:
-        return hash((tuple(sorted(self.buckets)), self.seed, self.chunk_tokens))
+        return hash((tuple(sorted(self.buckets)), self.seed, self.chunk_tokens, tuple(sorted(self.cuts.items()))))
+
+
+def stream_layout(shards: Any, seed: int, chunk_tokens: int, epoch_caps: Mapping[str, int | None],
+                  append_eos: bool, world: int, cuts: Mapping[str, int] | None = None) -> Layout:
+    """The layout of a manifest's shards (``SnapshotShard``-like: bucket, sha256, tokens, docs) for ``world`` ranks.
+
+    Buckets with fewer chunks than ranks are cut for ``world`` (:func:`loader.sampler.shard_cuts`);
+    ``cuts`` given (from a checkpoint record) overrides that with the cut the record was taken under.
+    """
+    buckets: dict[str, list[tuple[int, str, int]]] = {}
+    for i, s in enumerate(shards):
+        buckets.setdefault(s.bucket, []).append((i, s.sha256, s.tokens + (s.docs if append_eos else 0)))
+    if cuts is None:
+        cuts = {b: world for b, v in buckets.items() if shard_cuts([x[2] for x in v], chunk_tokens, world)}
+    caps = {b: epoch_caps.get(b) for b in buckets}
+    return Layout({b: tuple(v) for b, v in sorted(buckets.items())}, seed, chunk_tokens, caps,
+                  {b: int(w) for b, w in sorted(cuts.items())})
 
 
 @functools.lru_cache(maxsize=64)
 def _chunks(layout: Layout, bucket: str, epoch: int) -> list[Piece]:
-    return epoch_chunks(layout.buckets[bucket], layout.seed, bucket, epoch, layout.chunk_tokens)
+    return epoch_chunks(layout.buckets[bucket], layout.seed, bucket, epoch, layout.chunk_tokens,
+                        layout.cuts.get(bucket, 0))
 
 
 @dataclass(frozen=True)

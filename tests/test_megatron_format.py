@@ -1,11 +1,22 @@
-"""The indexed-shard format round-trips and matches Megatron-LM's header layout byte for byte."""
+"""The indexed-shard format round-trips, matches Megatron-LM's header layout byte for byte, and its
+.bin carries per-block digests that the snapshot manifest records."""
 
+import hashlib
+import json
 import struct
 
 import numpy as np
 import pytest
 
-from corpus.megatron import IndexedShard, read_index, token_dtype_for_vocab, write_indexed_shard
+from corpus.megatron import (
+    BLOCK_SIZE,
+    IndexedShard,
+    block_digests,
+    read_index,
+    token_dtype_for_vocab,
+    write_indexed_shard,
+)
+from corpus.model import SnapshotManifest, SnapshotShard
 
 
 @pytest.mark.parametrize("dtype", ["uint16", "int32"])
@@ -38,3 +49,37 @@ def test_an_empty_shard_reads_as_empty(tmp_path):
     write_indexed_shard(tmp_path / "e", [], "uint16")
     shard = IndexedShard(tmp_path / "e")
     assert len(shard) == 0 and shard.index.num_tokens == 0
+
+
+def test_block_digests_cover_the_bin_block_by_block(tmp_path):
+    docs = [np.arange(n, dtype="uint16") for n in (7, 3, 9)]  # 19 tokens, 38 bytes
+    bin_path, _ = write_indexed_shard(tmp_path / "s", docs, "uint16")
+    raw = bin_path.read_bytes()
+    digests = block_digests(bin_path, block_size=16)
+    assert digests == [hashlib.sha256(raw[i : i + 16]).hexdigest() for i in (0, 16, 32)]
+    assert len(raw[32:]) == 6  # the last block is short, not padded
+    assert block_digests(bin_path, block_size=64) == [hashlib.sha256(raw).hexdigest()]
+
+
+def test_an_empty_bin_has_no_blocks_and_a_bad_block_size_is_refused(tmp_path):
+    bin_path, _ = write_indexed_shard(tmp_path / "e", [], "uint16")
+    assert block_digests(bin_path) == []
+    with pytest.raises(ValueError, match="block_size must be positive"):
+        block_digests(bin_path, block_size=0)
+
+
+def test_block_digests_round_trip_through_the_snapshot_manifest():
+    shard = SnapshotShard("shards/web-00000.bin", "c" * 64, "web", docs=5, tokens=1000,
+                          block_size=BLOCK_SIZE, block_sha256=("a" * 64, "b" * 64))
+    m = SnapshotManifest(shards=(shard,), stage_versions={}, seed=7)
+    again = SnapshotManifest.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert again == m and again.shards[0].block_sha256 == ("a" * 64, "b" * 64)
+    assert again.snapshot_id == m.snapshot_id
+
+
+def test_a_manifest_written_before_block_digests_loads_with_the_same_id():
+    old = SnapshotShard("shards/web-00000.bin", "c" * 64, "web", docs=5, tokens=1000)
+    d = SnapshotManifest(shards=(old,), stage_versions={}, seed=7).to_dict()
+    assert "block_size" not in d["shards"][0]  # exactly the shard fields of the earlier format
+    again = SnapshotManifest.from_dict(json.loads(json.dumps(d)))
+    assert again.shards[0].block_size == 0 and again.shards[0].block_sha256 == ()

@@ -47,9 +47,9 @@ def _json_arg(value: str | None, what: str):
 def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: int, seq_len: int, batch_size: int,
           run_len: int, chunk_tokens: int, epoch_caps, append_eos: bool | None = None) -> dict:
     """Tokens each bucket would deliver over ``steps`` steps on ``world`` ranks, against the target weights."""
-    from loader.dataset import default_append_eos, load_manifest, natural_mixture, stream_layout
+    from loader.dataset import default_append_eos, load_manifest, natural_mixture
     from loader.sampler import SAMPLER_VERSION
-    from loader.state import Plan, RankCursor
+    from loader.state import Plan, RankCursor, stream_layout
 
     manifest, _ = load_manifest(snapshot)
     buckets = sorted({s.bucket for s in manifest.shards})
@@ -63,7 +63,7 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
         {b: epoch_caps.get(b) for b in buckets}
     if append_eos is None:
         append_eos = default_append_eos(manifest)
-    layout = stream_layout(manifest, seed, chunk_tokens, caps, append_eos)
+    layout = stream_layout(manifest.shards, seed, chunk_tokens, caps, append_eos, world)
     plan = Plan.fresh(world)
     tokens = dict.fromkeys(buckets, 0)
     sequences = dict.fromkeys(buckets, 0)
@@ -94,7 +94,8 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
                      "tokens": tokens[b], "sequences": sequences[b], "epoch_cap": caps[b],
                      "ranks_exhausted": len(exhausted_at[b]),
                      "first_exhausted_step": min(exhausted_at[b]) if exhausted_at[b] else None,
-                     "rank0_epoch": epochs[b]})
+                     "rank0_epoch": epochs[b], "chunks_per_epoch": layout.chunks_per_epoch(b),
+                     "cut": b in layout.cuts})
     return {"snapshot_id": manifest.snapshot_id, "sampler_version": SAMPLER_VERSION, "seed": seed, "world": world,
             "steps": steps, "steps_delivered": last_step, "seq_len": seq_len, "batch_size": batch_size,
             "run_len": run_len, "tokens": total_t, "buckets": rows,
@@ -111,12 +112,16 @@ def _epochs_reached(cursor, bucket: str) -> int | None:
 def format_table(report: dict) -> str:
     lines = [f"snapshot {report['snapshot_id']}  seed {report['seed']}  world {report['world']}  "
              f"steps {report['steps_delivered']}/{report['steps']}  {report['tokens']:,} tokens",
-             f"{'bucket':<16} {'target':>8} {'realized':>9} {'diff':>8} {'tokens':>14} {'cap':>5} {'exhausted':>10}"]
+             f"{'bucket':<16} {'target':>8} {'realized':>9} {'diff':>8} {'tokens':>14} {'cap':>5} {'exhausted':>10} "
+             f"{'chunks':>8}"]
     for r in report["buckets"]:
         cap = "-" if r["epoch_cap"] is None else str(r["epoch_cap"])
         ex = "-" if r["first_exhausted_step"] is None else f"@{r['first_exhausted_step']}"
+        chunks = f"{r['chunks_per_epoch']}{'*' if r['cut'] else ''}"
         lines.append(f"{r['bucket']:<16} {r['target']:>8.4f} {r['realized']:>9.4f} {r['diff']:>+8.4f} "
-                     f"{r['tokens']:>14,} {cap:>5} {ex:>10}")
+                     f"{r['tokens']:>14,} {cap:>5} {ex:>10} {chunks:>8}")
+    if any(r["cut"] for r in report["buckets"]):
+        lines.append(f"* fewer chunks than ranks: cut into pieces so each of the {report['world']} ranks reads a share")
     lines.append(f"max |realized - target| = {report['max_abs_diff']:.4f}")
     return "\n".join(lines)
 

@@ -73,17 +73,12 @@ def parse_mixture(text: str) -> dict[str, float] | None:
     return {str(k): float(v) for k, v in value.items()}
 
 
-def loader_layout(snap: Snapshot, seed: int, chunk_tokens: int, append_eos: bool):
-    """The loader's static layout of this snapshot (as ``loader.dataset.stream_layout`` builds it, without
-    importing torch: tests check the two agree)."""
-    from loader.state import Layout
+def loader_layout(snap: Snapshot, seed: int, chunk_tokens: int, append_eos: bool, world: int):
+    """The loader's static layout of this snapshot for ``world`` ranks (``loader.state.stream_layout``, the
+    function the loader itself uses; it does not import torch)."""
+    from loader.state import stream_layout
 
-    buckets: dict[str, list[tuple[int, str, int]]] = {}
-    for i, s in enumerate(snap.manifest.shards):
-        buckets.setdefault(s.bucket, []).append((i, s.sha256, s.tokens + (s.docs if append_eos else 0)))
-    return Layout(
-        {b: tuple(v) for b, v in sorted(buckets.items())}, seed, chunk_tokens, dict.fromkeys(buckets)
-    )
+    return stream_layout(snap.manifest.shards, seed, chunk_tokens, {}, append_eos, world)
 
 
 def loader_position(snap: Snapshot, args: argparse.Namespace) -> tuple[int, int, dict]:
@@ -109,7 +104,7 @@ def loader_position(snap: Snapshot, args: argparse.Namespace) -> tuple[int, int,
     unknown = sorted(set(mixture) - {s.bucket for s in snap.manifest.shards})
     if unknown:
         raise UserError(f"--mixture names buckets the snapshot does not have: {unknown}")
-    layout = loader_layout(snap, args.seed, args.chunk_tokens, append_eos)
+    layout = loader_layout(snap, args.seed, args.chunk_tokens, append_eos, args.world)
     cursor = RankCursor(layout, Plan.fresh(args.world), args.rank)
     cursor.seek(args.step, mixture, args.seed, args.run_len, args.seq_len, args.batch_size)
     if cursor.step != args.step:

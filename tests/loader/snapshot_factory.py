@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from corpus.digest import file_sha256
-from corpus.megatron import write_indexed_shard
+from corpus.megatron import BLOCK_SIZE, block_digests, write_indexed_shard
 from corpus.model import SnapshotManifest, SnapshotShard
 
 EOS = 0
@@ -24,8 +24,12 @@ CAPS = {"code": 1, "web": 1, "wiki": 2}
 
 
 def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype: str, eos_id: int,
-                   tokenizer: dict | None = None) -> SnapshotManifest:
-    """Write ``buckets`` (bucket -> shards -> documents) under ``root`` and its manifest.json."""
+                   tokenizer: dict | None = None, block_size: int = BLOCK_SIZE) -> SnapshotManifest:
+    """Write ``buckets`` (bucket -> shards -> documents) under ``root`` and its manifest.json.
+
+    Shards carry block digests of ``block_size`` bytes, as write_shards records them; ``block_size=0``
+    writes a manifest as snapshots did before block digests (whole-file sha256 only).
+    """
     root.mkdir(parents=True, exist_ok=True)
     shards = []
     for bucket in sorted(buckets):
@@ -35,7 +39,8 @@ def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype
             shards.append(SnapshotShard(
                 path=str(bin_path.relative_to(root)), sha256=file_sha256(bin_path), bucket=bucket,
                 docs=len(docs), tokens=int(sum(d.shape[0] for d in docs)),
-                files={"idx": str(idx_path.relative_to(root))}))
+                files={"idx": str(idx_path.relative_to(root))}, block_size=block_size,
+                block_sha256=tuple(block_digests(bin_path, block_size)) if block_size else ()))
     manifest = SnapshotManifest(shards=tuple(shards), stage_versions={"test": {"version": "1"}}, seed=0,
                                 token_dtype=dtype, tokenizer={"eos_id": eos_id, **(tokenizer or {})})
     (root / "manifest.json").write_text(json.dumps(manifest.to_dict(), indent=1))
@@ -43,8 +48,8 @@ def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype
 
 
 def write_id_snapshot(root: Path, shards_per_bucket: dict[str, int], seed: int = 0,
-                      doc_len: tuple[int, int] = (1, 40), docs_per_shard: tuple[int, int] = (1, 12)
-                      ) -> SnapshotManifest:
+                      doc_len: tuple[int, int] = (1, 40), docs_per_shard: tuple[int, int] = (1, 12),
+                      block_size: int = BLOCK_SIZE) -> SnapshotManifest:
     """Shards whose tokens are the distinct ids 1, 2, 3, ... (documents of random length)."""
     rng = np.random.default_rng(seed)
     next_id = 1
@@ -58,7 +63,7 @@ def write_id_snapshot(root: Path, shards_per_bucket: dict[str, int], seed: int =
                 docs.append(np.arange(next_id, next_id + n, dtype=np.int32))
                 next_id += n
             buckets[bucket].append(docs)
-    return write_snapshot(root, buckets, "int32", EOS)
+    return write_snapshot(root, buckets, "int32", EOS, block_size=block_size)
 
 
 def expected_tokens(root: Path, manifest: SnapshotManifest, caps: dict[str, int]) -> Counter:

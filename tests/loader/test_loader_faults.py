@@ -1,4 +1,5 @@
-"""Corrupt and missing shards: detected by sha256 on first read, substituted the same way every time."""
+"""Corrupt shards are detected by digest on first read and substituted the same way every time;
+unreachable ones are I/O errors, never corruption."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from snapshot_factory import CAPS, MIXTURE, expected_tokens
 
 from loader import SnapshotLoader, load_manifest
-from loader.faults import TooManyCorruptShards
+from loader.faults import ShardUnavailable, TooManyCorruptShards
 
 
 def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
@@ -86,15 +87,20 @@ def test_substitution_survives_a_resume_at_another_world_size(damaged):
     assert before + delivered(stream(resumed)) == uninterrupted
 
 
-def test_a_missing_shard_is_substituted_too(id_snapshot, tmp_path):
+def test_a_missing_shard_is_an_io_error_not_corruption_and_is_read_once_it_is_back(id_snapshot, tmp_path):
     root = tmp_path / "snap"
     shutil.copytree(id_snapshot, root)
     manifest = load_manifest(root)[0]
     gone = next(i for i, s in enumerate(manifest.shards) if s.bucket == "wiki")
-    (root / manifest.shards[gone].path).unlink()
-    loaders = [make(root, r, 2) for r in range(2)]
-    assert delivered(stream(loaders))
-    assert all(gone in ld.store.skipped for ld in loaders)
+    path = root / manifest.shards[gone].path
+    path.rename(path.with_name("away"))  # a mount that went away for a while
+    loader = make(root, 0, 1, io_retry_delays=(0.0, 0.0))
+    with pytest.raises(ShardUnavailable, match="could not be opened after 3 attempts.*not marked corrupt"):
+        stream([loader])
+    assert gone not in loader.store.skipped and loader.local_state()["skipped"] == []
+    path.with_name("away").rename(path)  # back: the same loader reads it, nothing substituted
+    healthy = make(id_snapshot, 0, 1)
+    assert stream([make(root, 0, 1)]) == stream([healthy])
 
 
 def test_more_than_a_tenth_of_a_percent_of_shards_skipped_halts(damaged):

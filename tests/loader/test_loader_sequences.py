@@ -6,11 +6,14 @@ import gzip
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from snapshot_factory import CAPS, EOS, MIXTURE, write_text_snapshot
 
+from corpus.megatron import write_indexed_shard
 from loader import SnapshotLoader
+from loader.sequences import OpenShard, check_index
 
 TOKENIZER = "tokenizers/gpt-neox-olmo-dolma-v1_5.tokenizer.json"
 
@@ -97,3 +100,41 @@ def test_documents_that_already_end_with_eos_get_no_second_one(tmp_path):
     assert loader.append_eos is False
     got = Counter(t for b in loader for t in b.tokens[b.loss_mask].tolist())
     assert got == Counter([5, 6, 7, EOS, 8, EOS, 9, 10, EOS, 5, 6, 7, EOS])
+
+
+@pytest.mark.parametrize("append_eos", [True, False])
+def test_a_mapped_shard_reads_any_range_like_its_documents_laid_end_to_end(tmp_path, append_eos):
+    """1,000 documents (some empty), so searches cross many windows of the sampled stream index."""
+    rng = np.random.default_rng(7)
+    docs, next_id = [], 1
+    for _ in range(1000):
+        n = int(rng.choice([0, 1, 3, 17, 90]))
+        docs.append(np.arange(next_id, next_id + n, dtype=np.int32))
+        next_id += n
+    bin_path, idx_path = write_indexed_shard(tmp_path / "s", docs, "int32")
+    shard = OpenShard(bin_path, idx_path, EOS, append_eos)
+    assert check_index(shard) == ""
+    stream, starts = [], []
+    for d in docs:
+        starts.append(len(stream))
+        stream.extend(d.tolist() + ([EOS] if append_eos else []))
+    assert shard.stream_len == len(stream)
+    flat = np.concatenate(docs)
+    for start, end in [(0, 0), (0, len(stream)), (len(stream) - 1, len(stream))] + [
+            tuple(sorted(rng.integers(0, len(stream) + 1, size=2).tolist())) for _ in range(300)]:
+        spans: list[tuple[int, int]] = []
+        toks, doc_starts = shard.read(start, end, check=lambda lo, hi, spans=spans: spans.append((lo, hi)))
+        assert toks.tolist() == stream[start:end]
+        # (without appended EOS an empty document starts where the next does: a repeated boundary)
+        assert sorted(set(doc_starts.tolist())) == sorted({s - start for s in starts if start <= s < end})
+        if end > start:  # the checked .bin span holds every document token the range reads
+            (lo, hi), = spans
+            assert set(t for t in stream[start:end] if t != EOS) <= set(flat[lo:hi].tolist())
+
+
+def test_an_index_that_disagrees_with_its_bin_is_found(tmp_path):
+    bin_path, idx_path = write_indexed_shard(tmp_path / "s", [np.arange(1, 6, dtype=np.int32)] * 3, "int32")
+    raw = bytearray(idx_path.read_bytes())
+    raw[34 + 12 + 8 : 34 + 12 + 16] = (7).to_bytes(8, "little")  # the second document's offset
+    idx_path.write_bytes(bytes(raw))
+    assert "offsets disagree with lengths" in check_index(OpenShard(bin_path, idx_path, EOS, True))
