@@ -1,17 +1,14 @@
-"""Benchmark: tokenizer throughput per core and the write_shards global shuffle on 1 and 2 ranks.
+"""Benchmark: the write_shards global shuffle on 1 and 2 ranks (the tokenizer: ``bench_tokenize.py``).
 
 Data: Perl's documentation (``../shared/data/curated/perl-doc.jsonl.gz``, 206 real documents, 8.8 MB),
-repeated ``--copies`` times under different source names for the shuffle.
+repeated ``--copies`` times under different source names.
 
-* Tokenizer: tokens/s on one core (``TOKENIZERS_PARALLELISM=false``, ``RAYON_NUM_THREADS=1``) of
-  ``PinnedTokenizer.encode_batch`` (batched, EOS appended, numpy output, what the tokenize stage runs)
-  against a bare loop of ``Tokenizer.encode`` over the same texts with the same tokenizer.
 * Shuffle: the write_shards stage's global phase on 1 and 2 MPI ranks (read the tokenize stage, route
   every document's lineage record + tokens to its shard's owner with ``shuffle_by_key``), MB/s of
   records moved, from the stage's own timing lines; the peer is one process building the same records
   and sorting them in memory (``sorted``), which is what the shuffle replaces.
 
-Run: ``.venv/bin/python bench/bench_tokenize_shuffle.py`` (about three minutes on two cores).
+Run: ``.venv/bin/python bench/bench_tokenize_shuffle.py`` (about two minutes on two cores).
 """
 
 from __future__ import annotations
@@ -42,38 +39,14 @@ from corpus.digest import canonical_json, json_digest, sha256_hex  # noqa: E402
 from corpus.docshard import atomic_write_json, iter_docs, write_shard  # noqa: E402
 from corpus.megatron import IndexedShard  # noqa: E402
 from corpus.model import Document, ShardRef, StageManifest  # noqa: E402
-from corpus.tokenizer import PinnedTokenizer  # noqa: E402
 from hpc_jobs.write_shards import lineage_record, shuffle_key  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
-TOKENIZERS = {
-    "olmo (50k, uint16)": SHARED / "tokenizers" / "gpt-neox-olmo-dolma-v1_5.tokenizer.json",
-    "cl100k (100k, int32)": SHARED / "tokenizers" / "cl100k_base.tokenizer.json",
-}
 
 
 def load_texts() -> list[tuple[str, str, str]]:
     with gzip.open(SHARED / "curated" / "perl-doc.jsonl.gz", "rt", encoding="utf-8") as f:
         return [(r["text"], r["url"], r["license"]) for r in map(json.loads, f)]
-
-
-def bench_tokenizer(texts: list[str], path: Path, repeat: int = 2) -> dict:
-    """Best of ``repeat`` runs, in CPU seconds of this single-threaded process (core-seconds: a
-    fair per-core number even on a machine other jobs share)."""
-    tok = PinnedTokenizer(path)
-    best_bare = best_ours = float("inf")
-    for _ in range(repeat):
-        t0 = time.process_time()
-        n_bare = sum(len(tok.tok.encode(t, add_special_tokens=False).ids) + 1 for t in texts)
-        best_bare = min(best_bare, time.process_time() - t0)
-        t0 = time.process_time()
-        n_ours = 0
-        for i in range(0, len(texts), 256):
-            n_ours += sum(a.shape[0] for a in tok.encode_batch(texts[i : i + 256]))
-        best_ours = min(best_ours, time.process_time() - t0)
-    assert n_bare == n_ours, (n_bare, n_ours)
-    mb = sum(len(t.encode()) for t in texts) / 1e6
-    return {"tokens": n_ours, "mb": mb, "bare_s": best_bare, "ours_s": best_ours}
 
 
 def make_stage(stage_dir: Path, docs: list[Document], parts: int = 8) -> None:
@@ -176,18 +149,6 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=6, help="copies of perl-doc in the shuffle corpus")
     args = ap.parse_args()
     texts = load_texts()
-    print(
-        "## Tokenizer, one core, CPU time (perl-doc, %.1f MB)\n"
-        % (sum(len(t[0].encode()) for t in texts) / 1e6)
-    )
-    print("| tokenizer | tokens | bare loop tok/s | encode_batch tok/s | ratio | MB/s |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, path in TOKENIZERS.items():
-        r = bench_tokenizer([t[0] for t in texts], path)
-        print(
-            f"| {name} | {r['tokens']:,} | {r['tokens'] / r['bare_s']:,.0f} | {r['tokens'] / r['ours_s']:,.0f} | "
-            f"{r['bare_s'] / r['ours_s']:.2f}x | {r['mb'] / r['ours_s']:.2f} |"
-        )
     work = Path(tempfile.mkdtemp(prefix="bench-shuffle-"))
     try:
         rows = bench_shuffle(texts, args.copies, work)

@@ -4,25 +4,75 @@ Documents go on unchanged (the next stage needs their lineage); the tokens of in
 written beside them as a Megatron indexed pair ``tokens/NAME.bin`` / ``tokens/NAME.idx``, one sequence
 per document in the shard's document order. The tokenizer's sha256 is part of every shard's
 checkpoint key and of the manifest (``tokenizer_hash``), so a different tokenizer is a different build.
+
+Ids come from ``PinnedTokenizer.encode_batch``: the tiktoken fast path where it is proven to equal HF
+``tokenizers`` for the artifact, HF otherwise (logged once per rank with the reason). Which one ran is
+not part of the output or the manifest, because the bytes are the same.
+
+Memory per shard is bounded by one batch: each batch's tokens are appended to the ``.bin`` as they come
+(in the work directory, renamed into place when the shard is done); only the lengths (4 bytes per
+document) wait for the ``.idx``, which ``corpus.megatron.index_bytes`` lays out.
 """
 
 from __future__ import annotations
 
+import array
+import logging
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from corpus.digest import file_sha256
 from corpus.docshard import iter_docs
-from corpus.megatron import read_index, write_indexed_shard
+from corpus.megatron import index_bytes, read_index
 from corpus.model import Kept, Outcome
 from corpus.tokenizer import DEFAULT_EOS, DEFAULT_TOKENIZER, PinnedTokenizer, TokenizerError, resolve_asset
 from runtime.runner import InputShard, Stage, StageContext, StageError, main
 
 TOKENS = "tokens"
+log = logging.getLogger(__name__)
+
+
+class StreamingShardWriter:
+    """A Megatron ``.bin``/``.idx`` pair written document by document, byte-identical to
+    ``corpus.megatron.write_indexed_shard`` given the same documents, holding only their lengths.
+
+    Tokens go to ``partial`` (one fixed name per shard, so a rerun after a crash overwrites what the
+    killed rank left); ``finish`` fsyncs it, renames it to ``prefix.bin``, then writes ``prefix.idx``
+    through a temporary name: the index appears last, as with ``write_indexed_shard``.
+    """
+
+    def __init__(self, prefix: Path, partial: Path, dtype: str) -> None:
+        self.prefix, self.partial, self.dtype = Path(prefix), Path(partial), dtype
+        self.partial.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.partial, "wb")  # noqa: SIM115 -- closed by finish/close
+        self._lengths = array.array("i")  # int32: 4 bytes a document
+
+    def add(self, tokens: np.ndarray) -> None:
+        self._f.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
+        self._lengths.append(int(tokens.shape[0]))
+
+    def finish(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        self.prefix.parent.mkdir(parents=True, exist_ok=True)
+        bin_path, idx_path = self.prefix.with_suffix(".bin"), self.prefix.with_suffix(".idx")
+        os.replace(self.partial, bin_path)
+        tmp = idx_path.with_name(f".{idx_path.name}.tmp.{os.getpid()}")
+        with open(tmp, "wb") as f:
+            f.write(index_bytes(np.frombuffer(self._lengths, dtype=np.int32), self.dtype))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, idx_path)
+
+    def close(self) -> None:
+        self._f.close()
 
 
 @dataclass(frozen=True)
@@ -52,7 +102,7 @@ class Tokenize(Stage):
         if config.batch_size < 1:
             raise StageError(f"[tokenize] batch_size must be positive, got {config.batch_size}")
         self._tok: PinnedTokenizer | None = None
-        self._tokens: dict[str, list[np.ndarray]] = {}
+        self._writers: dict[str, StreamingShardWriter] = {}
 
     @property
     def tokenizer(self) -> PinnedTokenizer:
@@ -63,6 +113,12 @@ class Tokenize(Stage):
                     raise TokenizerError(f"tokenizer {self.config.tokenizer} changed while the stage started")
             except TokenizerError as e:
                 raise StageError(str(e)) from e
+            if self._tok.fast is None:
+                log.warning(
+                    "[tokenize] %s: encoding with HF tokenizers (fast path refused: %s)",
+                    self._tok.info.name,
+                    self._tok.fast_path_refused,
+                )
         return self._tok
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
@@ -76,25 +132,34 @@ class Tokenize(Stage):
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
         tok = self.tokenizer
-        arrays = self._tokens[shard.name] = []
+        stale = self._writers.pop(shard.name, None)  # a failed earlier attempt in this process
+        if stale is not None:
+            stale.close()
+        writer = self._writers[shard.name] = StreamingShardWriter(
+            ctx.artifact_path(TOKENS, shard.name),
+            ctx.work_dir / TOKENS / f"{shard.name}.bin.partial",
+            tok.info.token_dtype,
+        )
         batch = []
         for doc in iter_docs(shard.path):
             batch.append(doc)
             if len(batch) >= self.config.batch_size:
-                yield from self._encode(tok, batch, arrays)
+                yield from self._encode(tok, batch, writer)
                 batch = []
-        yield from self._encode(tok, batch, arrays)
+        yield from self._encode(tok, batch, writer)
 
-    def _encode(self, tok: PinnedTokenizer, batch: list, arrays: list) -> Iterator[tuple[Outcome, int]]:
+    def _encode(
+        self, tok: PinnedTokenizer, batch: list, writer: StreamingShardWriter
+    ) -> Iterator[tuple[Outcome, int]]:
         if not batch:
             return
-        arrays.extend(tok.encode_batch([d.text for d in batch]))
+        for tokens in tok.encode_batch([d.text for d in batch]):
+            writer.add(tokens)
         for doc in batch:
             yield Kept(doc), len(doc.text.encode("utf-8"))
 
     def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
-        arrays = self._tokens.pop(shard.name)
-        write_indexed_shard(ctx.artifact_path(TOKENS, shard.name), arrays, self.tokenizer.info.token_dtype)
+        self._writers.pop(shard.name).finish()
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         info = self.tokenizer.info
