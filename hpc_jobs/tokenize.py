@@ -161,6 +161,10 @@ class Tokenize(Stage):
     def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
         self._writers.pop(shard.name).finish()
 
+    def run_info(self, ctx: StageContext) -> dict[str, Any]:
+        tok = self.tokenizer
+        return {"encoder": tok.encoder, "fast_path_refused": tok.fast_path_refused}
+
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         info = self.tokenizer.info
         tokens = sum(read_index(ctx.artifact_path(TOKENS, f"{s.name}.idx")).num_tokens for s in inputs)

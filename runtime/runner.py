@@ -166,6 +166,10 @@ class Stage:
         shards' artifacts. Returns a digest of what it wrote ("" for nothing); it goes into the manifest."""
         return ""
 
+    def run_info(self, ctx: StageContext) -> dict[str, Any]:
+        """How this run went, for people (rank 0 only; kept in the manifest's run_info, not digested)."""
+        return {}
+
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         """Stage-specific facts digested into the manifest (rank 0 only, after every shard is done)."""
         return {}
@@ -396,6 +400,7 @@ class StageRun:
                 "processed_by_rank": {str(r): sorted(names) for r, names in enumerate(done)},
                 # each rank's peak resident memory (VmHWM) when it finished, against memory_budget_mb
                 "peak_rss_mb_by_rank": {str(r): mb for r, mb in enumerate(peaks)},
+                **self.stage.run_info(self.ctx),
                 "host": socket.gethostname(),
                 "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -372,3 +372,5 @@ def test_the_stage_writes_the_bytes_hf_ids_would_give(tmp_path, proof_texts):
         )
         for ref_file in ref:
             assert (tmp_path / "out" / "tokens" / ref_file.name).read_bytes() == ref_file.read_bytes()
+    run_info = json.loads((tmp_path / "out" / "manifest.json").read_text())["run_info"]
+    assert (run_info["encoder"], run_info["fast_path_refused"]) == ("tiktoken", None), "the manifest says which path ran"
