@@ -1,6 +1,7 @@
 """The whole near-duplicate stage: ours on 1 and 2 ranks, datatrove's 4 MinHash steps, datasketch.
 
     python bench/bench_dedup_stage.py [--in STAGE_DIR] [--copies 1500]
+    python bench/bench_dedup_stage.py --vs-kernel [--in STAGE_DIR]   # the stage against its own kernel
 
 Input: a completed stage directory (e.g. ``build/stages/line_dedup`` of a sample build), or by default
 real text made into one: every POD of Perl's documentation, each of its ``=head`` sections, and
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -52,7 +54,14 @@ def default_corpus(copies: int) -> list[Document]:
 
 
 def ours(in_dir: Path, ranks: int) -> tuple[float, int]:
+    wall, removed, _ = ours_timed(in_dir, ranks)
+    return wall, removed
+
+
+def ours_timed(in_dir: Path, ranks: int) -> tuple[float, int, float]:
+    """Wall time, documents removed, and CPU time (user + system of mpiexec and its ranks)."""
     with tempfile.TemporaryDirectory() as tmp:
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.time()
         subprocess.run(
             [
@@ -72,8 +81,54 @@ def ours(in_dir: Path, ranks: int) -> tuple[float, int]:
             capture_output=True,
         )
         wall = time.time() - t
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
         m = json.loads(Path(f"{tmp}/out/manifest.json").read_text())
-        return wall, m["totals"]["filtered"].get("near_duplicate", 0)
+        return wall, m["totals"]["filtered"].get("near_duplicate", 0), cpu
+
+
+def kernel_cpu(docs: list[Document]) -> float:
+    """CPU seconds of the signature kernel alone on the same texts, in batches as the stage runs it
+    (compiled beforehand: the stage loads numba's cache, which its own time includes)."""
+    from mpi_kernels.minhash import MinHasher
+
+    h = MinHasher()
+    h.signatures([docs[0].text])
+    texts = [d.text for d in docs]
+    t = time.process_time()
+    for lo in range(0, len(texts), 1024):
+        h.signatures(texts[lo : lo + 1024])
+    return time.process_time() - t
+
+
+def vs_kernel(in_dir: Path, docs: list[Document], mb: float, repeats: int, tmp: Path) -> None:
+    """The whole stage on one rank (start-up, read, signatures, buckets, components, verification,
+    write) against the kernel on the same documents, both as CPU time, best of ``repeats``. Start-up
+    (interpreter, imports, MPI, numba's cache) is measured as the same stage on one document."""
+    kernel = min(kernel_cpu(docs) for _ in range(repeats))
+    tiny = write_stage_dir(tmp / "tiny", docs[:1], shards=1)
+    startup = min(ours_timed(tiny, 1)[2] for _ in range(repeats))
+    wall, removed, cpu = min((ours_timed(in_dir, 1) for _ in range(repeats)), key=lambda r: r[2])
+    print(f"## minhash_dedup against its kernel, {len(docs)} documents, {mb:.1f} MB, one rank\n")
+    rows = [
+        ("kernel (MinHasher.signatures)", kernel),
+        (f"stage, whole (wall {wall:.1f} s, removed {removed})", cpu),
+        ("stage start-up (the stage on 1 document)", startup),
+        ("stage minus start-up", cpu - startup),
+    ]
+    print(
+        table(
+            [
+                {
+                    "what": w,
+                    "cpu_s": round(c, 2),
+                    "MB_per_cpu_s": round(mb / c, 1),
+                    "vs_kernel": round(c / kernel, 2),
+                }
+                for w, c in rows
+            ]
+        )
+    )
 
 
 def datatrove(docs: list[Document]) -> tuple[float, int]:
@@ -151,6 +206,8 @@ def main() -> None:
     ap.add_argument("--in", dest="in_dir", type=Path, help="a completed stage directory (default: Perl docs)")
     ap.add_argument("--copies", type=int, default=1500)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--vs-kernel", action="store_true", help="only the stage against its kernel")
+    ap.add_argument("--repeats", type=int, default=2)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if a.in_dir:
@@ -160,6 +217,9 @@ def main() -> None:
             docs = default_corpus(a.copies)
             in_dir = write_stage_dir(Path(tmp) / "in", docs, shards=8)
         mb = sum(len(d.text.encode()) for d in docs) / 1e6
+        if a.vs_kernel:
+            vs_kernel(in_dir, docs, mb, a.repeats, Path(tmp))
+            return
         print(f"## Near-duplicate stage, {len(docs)} documents, {mb:.1f} MB, b={BANDS} r={ROWS}\n")
         runs = [
             ("ours minhash_dedup", 1, *ours(in_dir, 1)),

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import struct
 import sys
-import time
 from collections import Counter
 from collections.abc import Container, Iterator
 from dataclasses import dataclass
@@ -141,12 +140,8 @@ class LineDedupStage(Stage):
             for part in phase.parts(LINES, names):
                 total.update(part.facts)
             facts = dict(sorted(total.items()))
-            self._say(ctx, f"{facts['distinct_lines']} distinct lines, {facts['frequent_lines']} frequent")
+            ctx.say(f"{facts['distinct_lines']} distinct lines, {facts['frequent_lines']} frequent")
         return phase.finish({LINES: names}, ctx.comm.bcast(facts, root=0))
-
-    @staticmethod
-    def _say(ctx: StageContext, msg: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} [line_dedup r{ctx.rank}/{ctx.size}] {msg}", file=sys.stderr, flush=True)
 
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
         assert self._frequent is not None

@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import struct
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from corpus.config import config_hash
-from corpus.digest import canonical_json, json_digest
+from corpus.digest import canonical_json, file_sha256, json_digest
 from corpus.docshard import atomic_write_json, iter_docs
 from corpus.model import Document
 from mpi_kernels.shuffle import shuffle_by_key
@@ -218,6 +217,23 @@ class GlobalPhase:
             return None
         return Part(step, name, m["files"], m["facts"], d)
 
+    def forget(self, step: str, name: str) -> None:
+        """Make a completed part count as not done (its step will redo it)."""
+        (self.step_dir(step) / f"{name}{_MARKER}").unlink(missing_ok=True)
+
+    def verified_part(self, step: str, name: str) -> Part | None:
+        """The completed part if its files still have the digests its writer recorded; a damaged part is
+        forgotten (and None returned), so a rerun redoes it instead of trusting or crashing on it."""
+        part = self.part(step, name)
+        if part is None:
+            return None
+        for fname, digest in part.files.items():
+            if "sha256:" + file_sha256(part.directory / fname) != digest:
+                self.say(f"{step}/{fname} does not match its recorded digest: redoing part {name}")
+                self.forget(step, name)
+                return None
+        return part
+
     def parts(self, step: str, names: Sequence[str]) -> list[Part]:
         """Every named part of a finished step, in the given order."""
         found = []
@@ -251,14 +267,15 @@ class GlobalPhase:
         self,
         step: str,
         part_names: Sequence[str],
-        senders: Sequence[Unit],
-        send: Callable[[Unit], Iterable[tuple[int, bytes, bytes]]],
+        senders: Sequence[Unit] | None,
+        send: Callable[[Any], Iterable[tuple[int, bytes, bytes]]],
         reduce: Callable[[int, Iterator[tuple[bytes, bytes]], PartWriter], dict[str, Any]],
     ) -> None:
         """Collective: every rank calls ``send(unit)`` for its sender units, yielding (part number, key,
         payload); each part's records reach the part's owner sorted by (key, payload), and
         ``reduce(part number, records, writer) -> facts`` writes the part (called for every part, also
-        one that received nothing). Parts done by an earlier run receive nothing and are not reduced."""
+        one that received nothing). Parts done by an earlier run receive nothing and are not reduced.
+        ``senders=None``: every rank calls ``send(None)`` once, for records it holds in memory."""
         d = self.step_dir(step)
         d.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
@@ -271,7 +288,8 @@ class GlobalPhase:
             wanted = set(todo)
 
             def records() -> Iterator[tuple[bytes, bytes]]:
-                for unit in assign(list(senders), self.ctx.rank, self.ctx.size):
+                units = [None] if senders is None else assign(list(senders), self.ctx.rank, self.ctx.size)
+                for unit in units:
                     for part_no, key, payload in send(unit):
                         if part_no in wanted:
                             yield _PART_PREFIX.pack(part_no) + key, payload
@@ -318,7 +336,7 @@ class GlobalPhase:
         now = self.comm.allreduce(done_now)
         self.progress[step] = {"parts_done_before": before, "parts_done_now": now}
         if self.ctx.rank == 0:
-            self._say(f"step {step}: {now} parts done now, {before} done by an earlier run ({time.monotonic() - t0:.1f}s)")
+            self.say(f"step {step}: {now} parts done now, {before} done by an earlier run ({time.monotonic() - t0:.1f}s)")
             self._record_progress()
         if any_rank_stopped(self.comm):
             raise Preempted(
@@ -345,22 +363,19 @@ class GlobalPhase:
             body = {"key": self.key, "parts": files, "facts": facts}
             data = {"key": self.key, "facts": facts, "digest": json_digest(body)}
             atomic_write_json(self.root / COMPLETE, data)
-            self._say(f"global phase complete ({data['digest'][:19]}…)")
+            self.say(f"global phase complete ({data['digest'][:19]}…)")
         self._complete = self.comm.bcast(data, root=0)
         return self._complete["digest"]
 
     def reused(self) -> str:
         """The digest of an earlier run's complete phase (call when :attr:`complete`)."""
         if self.ctx.rank == 0:
-            self._say(f"global phase complete already ({self.digest[:19]}…): reused")
+            self.say(f"global phase complete already ({self.digest[:19]}…): reused")
         return self.digest
 
-    def _say(self, msg: str) -> None:
-        print(
-            f"{time.strftime('%H:%M:%S')} [{self.stage} r{self.ctx.rank}/{self.ctx.size}] {msg}",
-            file=sys.stderr,
-            flush=True,
-        )
+    def say(self, msg: str) -> None:
+        """A progress line on stderr in the runner's format."""
+        self.ctx.say(msg)
 
 
 # -- the last step of a dedup phase: verdicts to the shards they are about ----------------------------

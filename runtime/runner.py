@@ -100,6 +100,7 @@ class StageContext:
         config: Any,
         full_config: dict,
         memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
+        stage_name: str = "stage",
     ):
         self.comm = comm
         self.rank: int = comm.Get_rank()
@@ -111,7 +112,14 @@ class StageContext:
         #: what this rank may hold in memory (the build's ``memory_budget_mb``); beyond it, spill or stream
         self.memory_budget_mb = memory_budget_mb
         self.memory_budget_bytes = memory_budget_mb << 20
+        self.stage_name = stage_name
+        self._log = _RankLog(stage_name, self.rank, self.size)
+
         self.work_dir = work_dir(out_dir)
+
+    def say(self, msg: str) -> None:
+        """A progress line on stderr: ``HH:MM:SS [stage rRANK/SIZE] msg``."""
+        self._log.say(msg)
 
     def artifact_path(self, kind: str, name: str) -> Path:
         """Where a stage-specific per-shard artifact goes (listed in the manifest's side outputs)."""
@@ -504,7 +512,7 @@ def run_stage(stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, confi
         table = {**(table or {}), "seed": full["seed"]}
     cfg = stage_config(stage_cls.Config, table, stage_cls.name)
     budget = stage_memory_budget_mb(full, stage_cls.name)
-    ctx = StageContext(comm, [Path(p) for p in in_paths], Path(out_dir), cfg, full, budget)
+    ctx = StageContext(comm, [Path(p) for p in in_paths], Path(out_dir), cfg, full, budget, stage_cls.name)
     return StageRun(stage_cls(cfg), ctx).run()
 
 

@@ -69,7 +69,9 @@ def test_an_interrupted_global_phase_resumes_from_its_completed_parts(
 def _ctx(work: Path) -> SimpleNamespace:
     from mpi4py import MPI
 
-    return SimpleNamespace(comm=MPI.COMM_SELF, rank=0, size=1, work_dir=work, memory_budget_bytes=1 << 20)
+    return SimpleNamespace(
+        comm=MPI.COMM_SELF, rank=0, size=1, work_dir=work, memory_budget_bytes=1 << 20, say=lambda msg: None
+    )
 
 
 def _unit(name: str) -> SimpleNamespace:
@@ -145,3 +147,29 @@ def test_fault_specs_are_checked():
         parse_fault("exact_dedup/groups:two:KILL")
     with pytest.raises(ValueError, match="KILL or USR1"):
         parse_fault("x:1:TERM")
+
+
+def test_a_damaged_part_is_forgotten_and_redone_not_trusted(tmp_path):
+    phase = GlobalPhase(_ctx(tmp_path), {"stage": "toy"})
+    phase.map("m", [_unit("a")], lambda u, w: w.write_bytes(".bin", b"good") or {})
+    assert phase.verified_part("m", "a") is not None
+    (tmp_path / "phase" / "m" / "a.bin").write_bytes(b"torn")
+    assert phase.verified_part("m", "a") is None and phase.part("m", "a") is None
+    phase.map("m", [_unit("a")], lambda u, w: w.write_bytes(".bin", b"good") or {})
+    assert (tmp_path / "phase" / "m" / "a.bin").read_bytes() == b"good"
+
+
+def test_without_sender_units_each_rank_sends_what_it_holds_once(tmp_path):
+    phase = GlobalPhase(_ctx(tmp_path), {"stage": "toy"})
+    calls, got = [], {}
+
+    def send(unit):
+        calls.append(unit)
+        yield 1, b"held", b""
+
+    def reduce(part_no, records, writer):
+        got[part_no] = [k for k, _ in records]
+        return {}
+
+    phase.exchange("s", ["p0", "p1"], None, send, reduce)
+    assert calls == [None] and got == {0: [], 1: [b"held"]}

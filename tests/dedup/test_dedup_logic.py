@@ -78,6 +78,41 @@ def test_hot_bucket_is_split_into_about_cap_sized_stars_deterministically():
     assert len(edges) == len(members) - len(sizes)
 
 
+def band_rows_of(buckets: dict[bytes, list[bytes]]):
+    """BAND_ROW rows of buckets given as {band key: member nodes}, in a scrambled order."""
+    from corpus.dedup.records import BAND_ROW, NODE
+
+    pairs = [(k, m) for k, members in buckets.items() for m in members]
+    random.Random(5).shuffle(pairs)
+    rows = np.zeros(len(pairs), dtype=BAND_ROW)
+    rows["key"] = [np.void(k) for k, _ in pairs]
+    rows["node"] = np.frombuffer(b"".join(m for _, m in pairs), dtype=NODE)
+    return rows
+
+
+def test_a_bucket_part_gives_the_edges_of_its_buckets_one_by_one():
+    """The vectorized stars of a whole bucket part equal ``bucket_edges`` bucket by bucket, in key order,
+    hot buckets (above the cap) split the same way, single-member buckets ignored."""
+    from corpus.dedup.candidates import bucket_star_edges
+    from corpus.dedup.records import EDGE, graph_node
+
+    rnd = random.Random(8)
+    node = [graph_node(rnd.randbytes(16), i, "s") for i in range(400)]
+    buckets = {
+        b"\x00\x01" + rnd.randbytes(16): sorted(rnd.sample(node, size)) for size in (1, 2, 3, 7, 30, 250)
+    }
+    edges, facts = bucket_star_edges(band_rows_of(buckets), cap=20)
+    want = [e for k in sorted(buckets) for e in bucket_edges(k, buckets[k], 20)]
+    assert edges.dtype == EDGE
+    assert [(e["node"].tobytes(), e["hub"].tobytes()) for e in edges] == want
+    assert facts == {
+        "shared_buckets": 5,
+        "hot_buckets": 2,
+        "largest_bucket": 250,
+        "candidate_edges": len(want),
+    }
+
+
 def test_verification_splits_a_component_chained_by_one_shared_band():
     """Two unrelated groups of copies that happen to share one band value are not merged."""
     m = MinHasher()
@@ -101,6 +136,46 @@ def test_verification_keeps_chains_of_verified_pairs_together():
     c[30:60] += 2000  # agrees with b on 82/112, with a on 52/112
     labels = verified_clusters([b"a", b"b", b"c"], np.stack([a, b, c]), bands=14, rows=8, threshold=0.65)
     assert estimated_jaccard(a, c) < 0.65 and labels == [b"a", b"a", b"a"]
+
+
+def one_by_one_verified_clusters(ids, sigs, bands, rows, threshold, max_leaders=8):
+    """The verification rule written plainly, member by member (the reference for the chunked one)."""
+    uf = UnionFind()
+    for i in ids:
+        uf.find(i)
+    for band in range(bands):
+        buckets = {}
+        for i in range(len(ids)):
+            buckets.setdefault(sigs[i, band * rows : (band + 1) * rows].tobytes(), []).append(i)
+        for members in buckets.values():
+            leaders = []
+            for i in members:
+                hits = [h for h in leaders if estimated_jaccard(sigs[h], sigs[i]) >= threshold]
+                for h in hits:
+                    uf.union(ids[i], ids[h])
+                if not hits and len(leaders) < max_leaders:
+                    leaders.append(i)
+    return [uf.find(i) for i in ids]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_chunked_verification_gives_the_member_by_member_result(seed, monkeypatch):
+    """Families of noisy copies (some pairs above the threshold, some below) sharing bands, with chunks
+    smaller than a bucket so that leaders are found in the middle of a chunk."""
+    import corpus.dedup.verify as verify
+
+    monkeypatch.setattr(verify, "CHUNK", 7)
+    rng = np.random.default_rng(seed)
+    k, n = 112, 300
+    bases = rng.integers(0, 2**40, size=(6, k), dtype=np.uint64)
+    family = rng.integers(0, 6, size=n)
+    sigs = bases[family].copy()
+    noise = rng.random((n, k)) < rng.uniform(0.05, 0.5, size=(n, 1))
+    sigs[noise] = rng.integers(0, 2**40, size=int(noise.sum()), dtype=np.uint64)
+    ids = [i.to_bytes(4, "big") for i in range(n)]
+    got = verified_clusters(ids, sigs, bands=14, rows=8, threshold=0.65, max_leaders=3)
+    assert got == one_by_one_verified_clusters(ids, sigs, 14, 8, 0.65, max_leaders=3)
+    assert 6 <= len(set(got)) < n  # the data has both merges and splits
 
 
 @pytest.mark.parametrize(

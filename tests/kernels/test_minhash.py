@@ -172,3 +172,18 @@ def test_detection_rate_follows_the_s_curve(bands, rows):
         expected = np.array([lsh_probability(p[2], bands, rows) for p in pairs])
         sigma = np.sqrt((expected * (1 - expected)).sum()) + 1.0
         assert abs(detected.sum() - expected.sum()) <= 4 * sigma, (target, detected.sum(), expected.sum())
+
+
+def test_the_code_point_table_follows_the_normalization_regexes_everywhere():
+    """Every code point (surrogates included) is classed as ``normalize_text``'s regexes class it, checked
+    a block of code points at a time."""
+    import re
+
+    from mpi_kernels.minhash import codepoint_classes
+
+    table = codepoint_classes()
+    assert table.shape == (0x110000,)
+    for lo in range(0, 0x110000, 1 << 16):
+        block = "".join(chr(c) for c in range(lo, lo + (1 << 16)))
+        want = [0 if re.match(r"[^\w\s]", ch) else 2 if re.match(r"\s", ch) else 1 for ch in block]
+        assert table[lo : lo + (1 << 16)].tolist() == want, hex(lo)

@@ -1,0 +1,87 @@
+"""The fixed-width records of MinHash dedup's global phase, one codec each, fields named.
+
+Every record a step writes to a part file or sends through a shuffle is a numpy structured dtype below,
+so stage code reads ``rows["ordinal"]`` rather than slicing bytes at an offset. Integer fields that
+take part in an order are big-endian, so the bytes of a record sort like its fields (a shuffle orders
+records by their bytes); byte fields (``V``) compare bytewise.
+
+* :data:`NODE` -- a document as a graph node: doc_id first, so the smallest node has the smallest
+  doc_id; then where it is (ordinal in its shard, a tag of the shard's name), so two copies with the
+  same doc_id are two nodes and still cluster together.
+* :data:`BAND_ROW` -- a band key of a document, with the bucket part that owns the key: what the
+  ``signatures`` step writes, sorted, so that each bucket part reads one contiguous run per shard.
+* :data:`EDGE` -- a candidate edge of a bucket (member, hub): what the ``buckets`` step writes.
+* :data:`LABEL` -- a document of one shard (by ordinal) and the smallest node of its component: what
+  the ``labels`` step writes per shard.
+* :func:`member_dtype` -- a clustered document as its component's owner needs it: representative key
+  (``corpus.dedup.order.encode_representative_key``), where it is, and its signature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+REP_KEY_BYTES = 35  # encode_representative_key: tier (1), quality (8), date (10), doc_id (16)
+DOC_ID_BYTES = 16
+SHARD_TAG_BYTES = 8
+
+NODE = np.dtype([("doc_id", f"V{DOC_ID_BYTES}"), ("ordinal", ">u4"), ("shard_tag", f"V{SHARD_TAG_BYTES}")])
+EDGE = np.dtype([("node", NODE), ("hub", NODE)])
+BAND_KEY_BYTES = 18  # mpi_kernels.minhash.BAND_KEY_BYTES: band index (u16), 128-bit hash
+BAND_ROW = np.dtype([("part", ">u4"), ("key", f"V{BAND_KEY_BYTES}"), ("node", NODE)])
+LABEL = np.dtype([("ordinal", ">u4"), ("label", NODE)])
+
+
+def shard_tag(shard_name: str) -> bytes:
+    """8 bytes naming a shard inside a node (a hash: nodes stay fixed-width whatever the names)."""
+    return hashlib.blake2b(shard_name.encode(), digest_size=SHARD_TAG_BYTES).digest()
+
+
+def shard_tags(shard_names: list[str]) -> dict[bytes, str]:
+    """tag -> shard name for every input shard; two names with one tag would merge documents, so refuse."""
+    tags = {shard_tag(n): n for n in shard_names}
+    if len(tags) != len(set(shard_names)):
+        raise ValueError("two input shard names share a shard tag (8-byte blake2b): rename one")
+    return tags
+
+
+def graph_nodes(doc_ids: np.ndarray, ordinals: np.ndarray, shard_name: str) -> np.ndarray:
+    """NODE rows of one shard's documents: ``doc_ids`` (n, 16) uint8, ``ordinals`` their positions."""
+    nodes = np.empty(len(ordinals), dtype=NODE)
+    nodes["doc_id"] = np.ascontiguousarray(doc_ids, dtype=np.uint8).view(f"V{DOC_ID_BYTES}").reshape(-1)
+    nodes["ordinal"] = ordinals
+    nodes["shard_tag"] = np.void(shard_tag(shard_name))
+    return nodes
+
+
+def graph_node(doc_id: bytes, ordinal: int, shard_name: str) -> bytes:
+    """One NODE as bytes (the same bytes as a row of :func:`graph_nodes`)."""
+    return graph_nodes(
+        np.frombuffer(doc_id, np.uint8).reshape(1, -1), np.array([ordinal]), shard_name
+    ).tobytes()
+
+
+def decode_node(node: bytes) -> tuple[bytes, int, bytes]:
+    """(doc_id, ordinal, shard tag) of a NODE's bytes."""
+    row = np.frombuffer(node, dtype=NODE)[0]
+    return row["doc_id"].tobytes(), int(row["ordinal"]), row["shard_tag"].tobytes()
+
+
+def member_dtype(num_perm: int) -> np.dtype:
+    """A clustered document at its component's owner. Byte order of a record = (representative key,
+    ordinal, shard tag, signature), so the first record of a sorted cluster is its representative."""
+    return np.dtype(
+        [
+            ("rep", f"V{REP_KEY_BYTES}"),
+            ("ordinal", ">u4"),
+            ("shard_tag", f"V{SHARD_TAG_BYTES}"),
+            ("sig", "<u8", (num_perm,)),
+        ]
+    )
+
+
+def member_doc_id(rep: bytes) -> bytes:
+    """The doc_id inside a representative key (its last 16 bytes, see ``encode_representative_key``)."""
+    return rep[REP_KEY_BYTES - DOC_ID_BYTES : REP_KEY_BYTES]
