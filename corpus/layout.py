@@ -14,10 +14,14 @@ never spell a path of their own::
     <stage>/stats/NAME.json                the shard's YieldCounts and checkpoint key
     <stage>/work/                          the stage's global-phase checkpoints and spill files
     <stage>/megatron/, <stage>/lineage/    write_shards' token shards and their lineage
+    <stage>/lineage/doc_index/dNNNNN.docidx write_shards' doc_id index, range-partitioned by doc_id prefix
+    <stage>/ngram_index/gNNNNN.u64         decontaminate's retained 13-gram index, partitioned by hash prefix
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -36,8 +40,17 @@ DOC_OUTPUT_KINDS = (SHARDS, FILTERED, QUARANTINE)
 # write_shards' artifacts
 MEGATRON = "megatron"
 LINEAGE = "lineage"
-#: write_shards' list of the token shards its global phase wrote (under MEGATRON)
+#: write_shards' list of the token shards its global phase wrote (under MEGATRON); retired with
+#: stage version 4 (the list is the stage manifest's ``extra["token_shards"]``), kept for old builds
 SHARD_LIST = "_complete.json"
+#: the doc_id index parts (write_shards, under LINEAGE; the snapshot keeps the same relative path)
+DOC_INDEX_DIR = "doc_index"
+DOC_INDEX_SUFFIX = ".docidx"
+#: decontaminate's retained 13-gram index parts (in the stage directory; in the snapshot under decont/)
+NGRAM_INDEX_DIR = "ngram_index"
+NGRAM_INDEX_SUFFIX = ".u64"
+#: decontaminate's per-shard 13-gram arrays (the senders of its index exchange)
+NGRAMS = "ngrams"
 
 
 def stage_dir(build_dir: Path, stage: str) -> Path:
@@ -63,3 +76,20 @@ def stats_path(stage_directory: Path, shard_name: str) -> Path:
 
 def work_dir(stage_directory: Path) -> Path:
     return Path(stage_directory) / WORK
+
+
+def link_file(src: Path, dst: Path) -> None:
+    """Give ``src`` the published name ``dst``: a hard link (a copy where links are impossible), made
+    under a temporary name and renamed, so a reader sees the old file or the new one. Stages only ever
+    replace files, never rewrite them, so a link keeps the bytes it was made with."""
+    src, dst = Path(src), Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists() and os.path.samefile(src, dst):
+        return
+    tmp = dst.with_name(f".{dst.name}.link.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from corpus.layout import MEGATRON, SHARD_LIST, manifest_path
+from corpus.layout import manifest_path
 from corpus.model import SnapshotManifest, StageManifest
 
 
@@ -36,8 +37,16 @@ def read_snapshot_manifest(snapshot_directory: Path) -> SnapshotManifest:
     return SnapshotManifest.from_dict(json.loads(manifest_path(snapshot_directory).read_text()))
 
 
-def token_shard_metas(write_shards_dir: Path) -> list[dict[str, Any]]:
-    """The ``.meta.json`` of every token shard a completed write_shards stage wrote, in its order."""
-    megatron = Path(write_shards_dir) / MEGATRON
-    listed = json.loads((megatron / SHARD_LIST).read_text())
-    return [json.loads((megatron / f"{n}.meta.json").read_text()) for n in listed["shards"]]
+def token_shard_metas(write_shards_dir: Path) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every token shard a completed write_shards stage wrote, in its order: (its listing in the stage
+    manifest — name, bucket, counts, ``files`` {suffix: {path, sha256}} — and its ``.meta.json``).
+    One meta at a time, so a reader of 10⁵ shards holds one shard's doc_ids, not all of them."""
+    m = require_stage_manifest(Path(write_shards_dir))
+    if "token_shards" not in m.extra:
+        raise NotCompleted(
+            f"{write_shards_dir}: a write_shards stage of version {m.stage_version} lists no token shards "
+            "in its manifest (extra.token_shards); rerun write_shards"
+        )
+    for listing in m.extra["token_shards"]:
+        meta_path = Path(write_shards_dir) / listing["files"][".meta.json"]["path"]
+        yield listing, json.loads(meta_path.read_text())

@@ -6,10 +6,15 @@ Layout of ``<build>/snapshot/`` (self-contained: copy the directory and it still
     shards/<bucket>-<NNNNN>.bin / .idx   Megatron-LM indexed dataset, one sequence per document
     shards/<bucket>-<NNNNN>.meta.json    bucket, counts, doc_ids in order, sha256s, validation numbers
     lineage/<shard>.jsonl / .offsets.npy each document's metadata (no text) and its byte offset
-    lineage/doc_index.npy                doc_id -> (shard, document), sorted by doc_id
+    lineage/doc_index/dNNNNN.docidx      doc_id -> (shard, document), part NNNNN of the doc_id prefixes
     decont/report.json                   the per-benchmark contamination report (required)
-    decont/corpus-13grams.npy            the retained corpus-side 13-gram index
+    decont/13grams/gNNNNN.u64            the retained corpus 13-gram index, part NNNNN of the hash prefixes
     tokenizer/<name>                     the pinned tokenizer artifact
+
+Both indexes are built range-partitioned by the stages (write_shards' and decontaminate's global
+phases) and only *linked* here: assembly holds one shard's metadata at a time, never an index, and takes
+every digest from the stage manifests (computed by the writing ranks as they wrote), so it reads no data
+file. :func:`validate_snapshot` re-hashes every file, in parallel threads, each one streamed.
 
 Files are hard-linked from the build's stage directories (copied where links are impossible; stages
 only ever replace files, never rewrite them, so a link keeps the bytes it was made with); the tokenizer,
@@ -28,41 +33,54 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from corpus.decont.corpus_index import load_index, merge_indices, npy_bytes
+from corpus.decont.corpus_index import GRAM_RECORD, PartitionedGramIndex
 from corpus.decont.ngrams import NGRAM, SCHEME
 from corpus.decont.report import REASON, build_report
-from corpus.digest import file_sha256
-from corpus.docshard import SUFFIX, atomic_write_bytes, atomic_write_json, iter_records
+from corpus.digest import file_sha256, sha256_hex
+from corpus.doc_index import DOC_INDEX_RECORD, PartitionedDocIndex
+from corpus.docshard import atomic_write_bytes, iter_records
 from corpus.errors import UserError
-from corpus.layout import LINEAGE, MANIFEST, MEGATRON, SNAPSHOT_DIR, stage_dir
+from corpus.layout import MANIFEST, SNAPSHOT_DIR, link_file, stage_dir
 from corpus.manifests import token_shard_metas
 from corpus.megatron import IndexedShard, read_index
 from corpus.model import Document, SnapshotManifest, SnapshotShard, StageManifest
 
 REPORT = "decont/report.json"
-NGRAM_INDEX = "decont/corpus-13grams.npy"
-DOC_INDEX = "lineage/doc_index.npy"
+NGRAM_INDEX_DIR = "decont/13grams"
+DOC_INDEX_DIR = "lineage/doc_index"
 SNAPSHOTS_ENV = "CORPUS_SNAPSHOTS"
 REQUIRED_STAGES = ("decontaminate", "tokenize", "write_shards")
-_DOC_INDEX_DTYPE = np.dtype([("doc_id", "S32"), ("shard", "<u4"), ("doc", "<u4")])
+#: the shard files and where they go in the snapshot (suffix -> role in SnapshotShard.files, directory)
+_SHARD_FILES = {
+    ".bin": (None, "shards"),
+    ".idx": ("idx", "shards"),
+    ".meta.json": ("meta", "shards"),
+    ".jsonl": ("lineage", "lineage"),
+    ".offsets.npy": ("lineage_offsets", "lineage"),
+}
+#: which sha256 of a shard's .meta.json vouches for each of its files
+_META_DIGESTS = {
+    ".bin": "sha256",
+    ".idx": "idx_sha256",
+    ".jsonl": "lineage_sha256",
+    ".offsets.npy": "lineage_offsets_sha256",
+}
 
 
-def _link(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    dst.unlink(missing_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
-
-
-def _artifact(snap: Path, rel: str, **extra: Any) -> dict[str, Any]:
-    return {"path": rel, "sha256": file_sha256(snap / rel), **extra}
+def _link_parts(src_dir: Path, parts: list[dict[str, Any]], snap: Path, dest: str) -> list[dict[str, Any]]:
+    """Link a stage's index parts into ``snap/dest``; their listing with snapshot-relative paths."""
+    listed = []
+    for part in parts:
+        name = Path(part["path"]).name
+        link_file(src_dir / part["path"], snap / dest / name)
+        listed.append({**part, "path": f"{dest}/{name}"})
+    return listed
 
 
 def assemble(
@@ -81,26 +99,31 @@ def assemble(
         raise UserError(
             f"a snapshot needs the stages {', '.join(missing)}; the build ran {', '.join(by_stage)}"
         )
-    decont, tokenize = by_stage["decontaminate"], by_stage["tokenize"]
+    decont, tokenize, ws_manifest = by_stage["decontaminate"], by_stage["tokenize"], by_stage["write_shards"]
+    for m, key in ((decont, "ngram_index"), (ws_manifest, "doc_index")):
+        if key not in m.extra:
+            raise UserError(
+                f"the {m.stage} stage (version {m.stage_version}) lists no {key}: rerun the build"
+            )
     snap = build_dir / snapshot_dir
     shutil.rmtree(snap, ignore_errors=True)
     snap.mkdir(parents=True)
 
-    # the shards and their lineage
+    # the shards and their lineage: linked, one shard's metadata in memory at a time
     ws = stage_dir(build_dir, "write_shards")
-    shards, doc_index = [], []
-    for i, meta in enumerate(token_shard_metas(ws)):
-        name = meta["name"]
-        files = {
-            "idx": f"shards/{name}.idx",
-            "meta": f"shards/{name}.meta.json",
-            "lineage": f"lineage/{name}.jsonl",
-            "lineage_offsets": f"lineage/{name}.offsets.npy",
-        }
-        for suffix in (".bin", ".idx", ".meta.json"):
-            _link(ws / MEGATRON / f"{name}{suffix}", snap / "shards" / f"{name}{suffix}")
-        for suffix in (".jsonl", ".offsets.npy"):
-            _link(ws / LINEAGE / f"{name}{suffix}", snap / "lineage" / f"{name}{suffix}")
+    shards = []
+    for listing, meta in token_shard_metas(ws):
+        name = listing["name"]
+        files = {}
+        for suffix, (role, directory) in _SHARD_FILES.items():
+            src = listing["files"][suffix]
+            if suffix in _META_DIGESTS and meta[_META_DIGESTS[suffix]] != src["sha256"]:
+                raise UserError(
+                    f"{ws / src['path']}: its .meta.json and the stage manifest disagree: rerun write_shards"
+                )
+            link_file(ws / src["path"], snap / directory / f"{name}{suffix}")
+            if role:
+                files[role] = f"{directory}/{name}{suffix}"
         shards.append(
             SnapshotShard(
                 path=f"shards/{name}.bin",
@@ -113,10 +136,8 @@ def assemble(
                 block_sha256=tuple(meta.get("block_sha256", ())),
             )
         )
-        doc_index.extend((d.encode(), i, j) for j, d in enumerate(meta["doc_ids"]))
-    index = np.array(doc_index, dtype=_DOC_INDEX_DTYPE)
-    index.sort(order=["doc_id", "shard", "doc"])
-    atomic_write_bytes(snap / DOC_INDEX, npy_bytes(index))
+    doc_index = ws_manifest.extra["doc_index"]
+    doc_parts = _link_parts(ws, doc_index["parts"], snap, DOC_INDEX_DIR)
 
     # the tokenizer
     tok_info = tokenize.extra["tokenizer"]
@@ -132,13 +153,10 @@ def assemble(
         tok.path, snap / tok_rel
     )  # a copy: the artifact lives outside the build and may be edited
 
-    # the retained 13-gram index and the contamination report
+    # the retained 13-gram index (linked parts) and the contamination report
     decont_dir = stage_dir(build_dir, "decontaminate")
-    gram_files = [
-        decont_dir / "ngrams" / f"{Path(o.path).name.removesuffix(SUFFIX)}.npy" for o in decont.outputs
-    ]
-    grams = merge_indices(gram_files)
-    atomic_write_bytes(snap / NGRAM_INDEX, npy_bytes(grams))
+    grams = decont.extra["ngram_index"]
+    gram_parts = _link_parts(decont_dir, grams["parts"], snap, NGRAM_INDEX_DIR)
     flagged = [
         Document.from_dict(r["doc"])
         for s in decont.side_outputs
@@ -156,7 +174,8 @@ def assemble(
         count_tokens=tok.count_tokens,
         settings={"eval_registry_hash": decont.extra.get("eval_registry_hash", ""), **matching},
     )
-    atomic_write_json(snap / REPORT, report)
+    report_bytes = (json.dumps(report, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
+    atomic_write_bytes(snap / REPORT, report_bytes)
 
     buckets: dict[str, dict[str, int]] = {}
     for s in shards:
@@ -169,16 +188,22 @@ def assemble(
         "docs": sum(s.docs for s in shards),
         "tokens": tokens_kept,
         "artifacts": {
-            "contamination_report": _artifact(snap, REPORT),
-            "ngram_index": _artifact(
-                snap,
-                NGRAM_INDEX,
-                grams=int(grams.shape[0]),
-                n=NGRAM,
-                scheme=SCHEME,
-                min_run=matching.get("min_run", 10),
-            ),
-            "doc_index": _artifact(snap, DOC_INDEX),
+            "contamination_report": {"path": REPORT, "sha256": sha256_hex(report_bytes)},
+            "ngram_index": {
+                "parts": gram_parts,
+                "prefix_bits": grams["prefix_bits"],
+                "record": str(GRAM_RECORD),
+                "grams": grams["grams"],
+                "n": NGRAM,
+                "scheme": SCHEME,
+                "min_run": matching.get("min_run", 10),
+            },
+            "doc_index": {
+                "parts": doc_parts,
+                "prefix_bits": doc_index["prefix_bits"],
+                "record": "doc_id S32, shard <u4, doc <u4",
+                "docs": doc_index["docs"],
+            },
         },
         "contamination": {
             "eval_registry_hash": decont.extra.get("eval_registry_hash", ""),
@@ -203,7 +228,7 @@ def assemble(
         tokenizer=tokenizer,
         extra=extra,
     )
-    problems = snapshot_problems(snap, manifest)
+    problems = snapshot_problems(snap, manifest, rehash=False)
     if problems:
         raise UserError(f"the assembled snapshot in {snap} is not sound: " + "; ".join(problems[:10]))
     return manifest
@@ -340,16 +365,19 @@ class Snapshot:
         }
 
     def locate(self, doc_id: str) -> tuple[str, int] | None:
-        """(shard name, document number) of a doc_id, by binary search in the doc_id index."""
-        index = np.load(self.dir / DOC_INDEX, mmap_mode="r")
-        key = doc_id.encode()
-        pos = int(np.searchsorted(index["doc_id"], key))
-        if pos < index.shape[0] and index["doc_id"][pos] == key:
-            return self.names[int(index["shard"][pos])], int(index["doc"][pos])
-        return None
+        """(shard name, document number) of a doc_id: one memory-mapped part of the doc_id index, one
+        binary search."""
+        found = self.doc_index().locate(doc_id)
+        return None if found is None else (self.names[found[0]], found[1])
 
-    def ngram_index(self) -> np.ndarray:
-        return load_index(self.dir / NGRAM_INDEX)
+    def doc_index(self) -> PartitionedDocIndex:
+        art = self.manifest.extra["artifacts"]["doc_index"]
+        return PartitionedDocIndex([self.dir / p["path"] for p in art["parts"]], art["prefix_bits"])
+
+    def ngram_index(self) -> PartitionedGramIndex:
+        """The retained 13-gram index: a lookup maps only the parts its hashes fall in."""
+        art = self.manifest.extra["artifacts"]["ngram_index"]
+        return PartitionedGramIndex([self.dir / p["path"] for p in art["parts"]], art["prefix_bits"])
 
     def contamination_report(self) -> dict[str, Any]:
         return json.loads((self.dir / REPORT).read_text())
@@ -381,35 +409,61 @@ def describe_doc(record: dict[str, Any]) -> dict[str, Any]:
     return {**{k: record.get(k) for k in keys}, "scores": record.get("scores", {}), "filter_values": filters}
 
 
-def validate_snapshot(directory: Path) -> list[str]:
-    """Every way the snapshot on disk differs from its manifest (empty when it is intact)."""
+def validate_snapshot(directory: Path, workers: int | None = None) -> list[str]:
+    """Every way the snapshot on disk differs from its manifest (empty when it is intact): every file
+    re-hashed, streamed, ``workers`` files at a time (hashlib releases the GIL on large buffers)."""
     snap = Snapshot(directory)
-    return snapshot_problems(snap.dir, snap.manifest)
+    return snapshot_problems(snap.dir, snap.manifest, rehash=True, workers=workers)
 
 
-def snapshot_problems(directory: Path, m: SnapshotManifest) -> list[str]:
-    """Every way the files under ``directory`` differ from manifest ``m`` (each file re-hashed)."""
+def _artifact_files(m: SnapshotManifest) -> list[tuple[str, str, str, int | None]]:
+    """(artifact name, path, sha256, size it must have or None) of every artifact file."""
+    files = []
+    for name, art in sorted(m.extra.get("artifacts", {}).items()):
+        if "parts" in art:
+            itemsize = {"ngram_index": GRAM_RECORD.itemsize, "doc_index": DOC_INDEX_RECORD.itemsize}.get(name)
+            count = "grams" if name == "ngram_index" else "docs"
+            for part in art["parts"]:
+                size = itemsize * part[count] if itemsize and count in part else None
+                files.append((name, part["path"], part["sha256"], size))
+        else:
+            files.append((name, art["path"], art["sha256"], None))
+    return files
+
+
+def snapshot_problems(
+    directory: Path, m: SnapshotManifest, rehash: bool = True, workers: int | None = None
+) -> list[str]:
+    """Every way the files under ``directory`` differ from manifest ``m``. With ``rehash`` every file is
+    re-hashed against its recorded sha256 (in ``workers`` threads); without, only what costs no data
+    read is checked: presence, sizes, each shard's index and metadata (one shard at a time)."""
     problems: list[str] = []
+    to_hash: list[tuple[Path, str, str]] = []  # (file, expected sha256, what to say when it differs)
     for s in m.shards:
         bin_path = directory / s.path
         if not bin_path.is_file():
             problems.append(f"{s.path}: missing")
             continue
-        if file_sha256(bin_path) != s.sha256:
-            problems.append(f"{s.path}: sha256 does not match the manifest")
+        to_hash.append((bin_path, s.sha256, f"{s.path}: sha256 does not match the manifest"))
         meta_path = directory / s.files["meta"]
         if not meta_path.is_file():
             problems.append(f"{s.files['meta']}: missing")
             continue
         meta = json.loads(meta_path.read_text())
+        if meta.get("sha256") != s.sha256:
+            problems.append(f"{s.files['meta']}: its .bin sha256 is not the manifest's")
         for role, key in (
             ("idx", "idx_sha256"),
             ("lineage", "lineage_sha256"),
             ("lineage_offsets", "lineage_offsets_sha256"),
         ):
             p = directory / s.files[role]
-            if not p.is_file() or file_sha256(p) != meta[key]:
+            if not p.is_file():
                 problems.append(f"{s.files[role]}: missing or its sha256 does not match {s.files['meta']}")
+            else:
+                to_hash.append(
+                    (p, meta[key], f"{s.files[role]}: missing or its sha256 does not match {s.files['meta']}")
+                )
         try:
             shard = IndexedShard(bin_path.with_suffix(""))
         except ValueError as e:
@@ -422,15 +476,29 @@ def snapshot_problems(directory: Path, m: SnapshotManifest) -> list[str]:
             )
         if shard.index.dtype != np.dtype(m.token_dtype):
             problems.append(f"{s.path}: dtype {shard.index.dtype}, manifest says {m.token_dtype}")
-    for name, art in sorted(m.extra.get("artifacts", {}).items()):
-        p = directory / art["path"]
+    for name, rel, sha, size in _artifact_files(m):
+        p = directory / rel
         if not p.is_file():
-            problems.append(f"required artifact {name} ({art['path']}) is missing")
-        elif file_sha256(p) != art["sha256"]:
-            problems.append(f"artifact {name} ({art['path']}): sha256 does not match the manifest")
+            problems.append(f"required artifact {name} ({rel}) is missing")
+            continue
+        if size is not None and p.stat().st_size != size:
+            problems.append(f"artifact {name} ({rel}): {p.stat().st_size} bytes, the manifest says {size}")
+        to_hash.append((p, sha, f"artifact {name} ({rel}): sha256 does not match the manifest"))
     if "contamination_report" not in m.extra.get("artifacts", {}):
         problems.append("the snapshot has no contamination report")
     tok = directory / m.tokenizer.get("path", "")
-    if not tok.is_file() or file_sha256(tok) != m.tokenizer.get("sha256"):
+    if not tok.is_file():
         problems.append(f"tokenizer {m.tokenizer.get('path')}: missing or not the pinned artifact")
+    else:
+        to_hash.append(
+            (
+                tok,
+                m.tokenizer.get("sha256", ""),
+                f"tokenizer {m.tokenizer.get('path')}: missing or not the pinned artifact",
+            )
+        )
+    if rehash:
+        with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
+            digests = pool.map(lambda item: file_sha256(item[0]), to_hash)
+            problems += [say for (_, want, say), got in zip(to_hash, digests, strict=True) if got != want]
     return problems

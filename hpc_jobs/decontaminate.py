@@ -5,7 +5,15 @@ the prepare digest, so a changed eval set redoes every shard). A flagged documen
 ``Filtered(doc, "contaminated")`` annotated with each benchmark it matched (its longest run and the
 item): the policy keeps contaminated documents out of snapshots, and ``filtered/`` keeps them for the
 report. Per output shard, the unique 13-gram hashes of the documents that went on are written to
-``ngrams/NAME.npy``; the snapshot merges them into its retained corpus index.
+``ngrams/NAME.npy``.
+
+The retained corpus index is built in :meth:`Decontaminate.conclude`, a global phase with one exchange
+step (``grams``): every rank sends each hash of its shards' arrays to the part of its hash prefix
+(``2**prefix_bits`` parts of about ``index_part_grams`` hashes, a number fixed by the data), and the
+part's owner writes the sorted unique hashes as it receives them (:class:`SortedUniqueWriter`; the
+shuffle spills beyond the memory budget, so no rank holds more than its budget and one batch). Each
+part is checkpointed as it completes; the parts are linked into ``ngram_index/`` and listed, with the
+digests computed while writing, in the manifest (``extra["ngram_index"]``); the snapshot links them.
 """
 
 from __future__ import annotations
@@ -17,16 +25,30 @@ from typing import Any
 
 import numpy as np
 
-from corpus.decont.corpus_index import doc_grams, save_index
+from corpus.decont.corpus_index import (
+    GRAM_RECORD,
+    SortedUniqueWriter,
+    doc_grams,
+    load_index,
+    npy_length,
+    part_of_hashes,
+    prefix_bits,
+    save_index,
+)
 from corpus.decont.matcher import EvalIndex
 from corpus.decont.ngrams import SCHEME
 from corpus.decont.registry import EvalRegistry, RegistryError, registry_digest
 from corpus.decont.report import ITEM_PREFIX, REASON, RUN_PREFIX
 from corpus.digest import json_digest
 from corpus.docshard import iter_docs
+from corpus.layout import NGRAM_INDEX_DIR, NGRAM_INDEX_SUFFIX, NGRAMS, link_file
 from corpus.model import Annotation, Filtered, Kept, Outcome
 from corpus.tokenizer import resolve_asset
+from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
 from runtime.runner import InputShard, Stage, StageContext, StageError, main
+
+GRAMS = "grams"
+_SEND_BATCH = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -34,6 +56,9 @@ class DecontaminateConfig:
     eval_dir: str = "assets/evals"  # relative paths resolve against the repository
     min_run: int = 10  # consecutive matching 13-grams that make a document contaminated
     min_item_words: int = 8  # eval items shorter than this are too generic to check
+    #: about how many distinct 13-grams one part of the retained index holds (8 bytes each); the number
+    #: of parts follows from the data and this, never from the rank count
+    index_part_grams: int = 1 << 22
     #: computed, not set: the registry's content digest is part of the config (and its hash), so an
     #: eval file changed in place re-runs the stage like any other config change
     eval_registry_hash: str = field(init=False, default="")
@@ -44,14 +69,19 @@ class DecontaminateConfig:
 
 class Decontaminate(Stage):
     name = "decontaminate"
-    version = "2"
+    version = "3"  # 3: the retained index range-partitioned by hash prefix, built in a global phase
     Config = DecontaminateConfig
-    artifact_kinds = ("ngrams",)
+    artifact_kinds = (NGRAMS,)
 
     def __init__(self, config: DecontaminateConfig) -> None:
         super().__init__(config)
         self.index: EvalIndex | None = None
         self._grams: dict[str, list[np.ndarray]] = {}
+        self._phase: GlobalPhase | None = None
+        if config.index_part_grams < 1:
+            raise StageError(
+                f"[decontaminate] index_part_grams must be positive, got {config.index_part_grams}"
+            )
 
     def _load(self) -> EvalIndex:
         if self.index is None:
@@ -70,7 +100,7 @@ class Decontaminate(Stage):
         index = self._load()
         if ctx.rank == 0:  # the index files of inputs no longer in the stage would be listed in its manifest
             expected = {f"{s.name}.npy" for s in inputs}
-            stale = ctx.out_dir / "ngrams"
+            stale = ctx.out_dir / NGRAMS
             for p in sorted(stale.iterdir()) if stale.is_dir() else []:
                 if p.name not in expected and not p.name.startswith("."):
                     p.unlink()
@@ -95,7 +125,87 @@ class Decontaminate(Stage):
     def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
         parts = self._grams.pop(shard.name, [])
         hashes = np.concatenate(parts) if parts else np.empty(0, np.uint64)
-        save_index(ctx.artifact_path("ngrams", f"{shard.name}.npy"), hashes)
+        save_index(ctx.artifact_path(NGRAMS, f"{shard.name}.npy"), hashes)
+
+    # -- the retained index: a global phase over the shards' arrays ---------------------------------
+    def conclude(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        """One exchange step: each hash to the part of its prefix; each part written sorted and unique."""
+        phase = self._phase = GlobalPhase(ctx, global_phase_key(self, inputs, scheme=SCHEME))
+        bits, names = self._parts(ctx, inputs)
+        if phase.complete:
+            digest = phase.reused()
+        else:
+
+            def send(shard: InputShard) -> Iterator[tuple[int, bytes, bytes]]:
+                hashes = load_index(ctx.artifact_path(NGRAMS, f"{shard.name}.npy"))
+                for start in range(0, hashes.shape[0], _SEND_BATCH):
+                    batch = np.asarray(hashes[start : start + _SEND_BATCH])
+                    for part, key in zip(part_of_hashes(batch, bits).tolist(), batch.tolist(), strict=True):
+                        yield part, key.to_bytes(8, "big"), b""
+
+            def reduce(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
+                out = SortedUniqueWriter(writer.open(NGRAM_INDEX_SUFFIX))
+                for key, _payload in records:
+                    out.add(int.from_bytes(key, "big"))
+                out.flush()
+                return {"grams": out.count}
+
+            phase.exchange(GRAMS, names, inputs, send, reduce)
+            total = None
+            if ctx.rank == 0:
+                total = sum(p.facts["grams"] for p in phase.parts(GRAMS, names))
+            total = ctx.comm.bcast(total, root=0)
+            digest = phase.finish({GRAMS: names}, {"grams": total, "prefix_bits": bits})
+        self._publish(ctx, names)
+        return digest
+
+    def _parts(self, ctx: StageContext, inputs: list[InputShard]) -> tuple[int, list[str]]:
+        """The index's prefix bits and part names, from the number of hashes the shards hold (headers)."""
+        bits = None
+        if ctx.rank == 0:
+            total = sum(npy_length(ctx.artifact_path(NGRAMS, f"{s.name}.npy")) for s in inputs)
+            bits = prefix_bits(total, self.config.index_part_grams)
+        bits = ctx.comm.bcast(bits, root=0)
+        return bits, [f"g{p:05d}" for p in range(1 << bits)]
+
+    def _publish(self, ctx: StageContext, names: list[str]) -> None:
+        """Each rank links the parts it owns into ``ngram_index/`` (the checkpointed files themselves)."""
+        assert self._phase is not None
+        d = ctx.out_dir / NGRAM_INDEX_DIR
+        d.mkdir(parents=True, exist_ok=True)
+        for n in names[ctx.rank :: ctx.size]:
+            link_file(
+                self._phase.step_dir(GRAMS) / f"{n}{NGRAM_INDEX_SUFFIX}", d / f"{n}{NGRAM_INDEX_SUFFIX}"
+            )
+        ctx.comm.Barrier()
+        if ctx.rank == 0:  # parts of an earlier, larger index would be listed by nobody: drop them
+            keep = {f"{n}{NGRAM_INDEX_SUFFIX}" for n in names}
+            for p in sorted(d.iterdir()):
+                if p.name not in keep:
+                    p.unlink()
+
+    def index_listing(self) -> dict[str, Any]:
+        """The retained index as the manifest lists it: parts with the digests computed while writing."""
+        assert self._phase is not None
+        facts = self._phase.facts
+        names = [f"g{p:05d}" for p in range(1 << facts["prefix_bits"])]
+        parts = []
+        for part in self._phase.parts(GRAMS, names):
+            file = f"{part.name}{NGRAM_INDEX_SUFFIX}"
+            parts.append(
+                {
+                    "path": f"{NGRAM_INDEX_DIR}/{file}",
+                    "sha256": part.files[file].removeprefix("sha256:"),
+                    "grams": part.facts["grams"],
+                }
+            )
+        return {
+            "scheme": SCHEME,
+            "record": str(GRAM_RECORD),
+            "prefix_bits": facts["prefix_bits"],
+            "grams": facts["grams"],
+            "parts": parts,
+        }
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         index = self._load()
@@ -106,6 +216,7 @@ class Decontaminate(Stage):
             "eval_registry_hash": index.registry.digest,
             "eval_registry": described,
             "matching": index.describe() | {"scheme": SCHEME},
+            "ngram_index": self.index_listing(),
         }
 
 

@@ -1,31 +1,39 @@
 """write_shards: the global shuffle and the snapshot's Megatron shards, validated before they count.
 
-Global phase (``prepare``, collective):
+The global phase (``prepare``, :class:`runtime.global_phase.GlobalPhase`) has three steps, each of
+whose parts is checkpointed as it completes, so a rank killed or pre-empted loses only its current part:
 
-1. Every rank reads its tokenize-stage shards and totals tokens per mixture bucket (the document's
-   ``source_tier`` unless ``bucket_of_source`` maps its source); an all-gather gives every rank the
-   totals, hence the number of shards of each bucket: ``ceil(tokens / shard_target_tokens)``.
-2. Each document gets ``shuffle_key(doc_id, seed)``, a 64-bit hash. An all-reduced histogram of
-   tokens over each bucket's key range (2**16+ bins) cuts the range into shards of
-   ``shard_target_tokens`` (give or take one bin; the last shard takes the rest). So every shard is a
-   uniform random sample of its bucket, homogeneous by bucket, and which documents land in which shard
-   (and in which order: by key) depends only on content, seed and target, never on the rank count.
-3. ``mpi_kernels.shuffle.shuffle_by_key`` routes every document (lineage record + tokens) to the rank
-   that owns its shard, sorted by (bucket, shard, shuffle key, doc_id); that rank writes the shard:
-   ``megatron/<bucket>-<NNNNN>.bin/.idx`` (Megatron-LM's indexed dataset), ``.meta.json`` (bucket,
-   counts, doc_ids in order, sha256s, validation numbers) and ``lineage/<shard>.jsonl`` plus
-   ``.offsets.npy`` (each document's metadata, for ``corpus trace``).
-4. Every shard is validated by reading it back: token count against its index, longest run of one
-   repeated token, unigram entropy and top-token share. Any failure stops the stage with a report
-   (``validation.json``) naming the shard and the number that failed.
+1. ``census`` (a map step, one part per input shard): each document's mixture bucket (its
+   ``source_tier`` unless ``bucket_of_source`` maps its source), shuffle key ``shuffle_key(doc_id,
+   seed)`` and token count, as fixed-width records (:data:`CENSUS_RECORD`); the part's facts hold its
+   buckets' token totals. A document whose shuffle record cannot fit in the budget stops the stage here
+   with a one-line error naming ``memory_budget_mb`` and the size it needs, before anything is sent.
+2. The cuts (collective, not a part: recomputed from the census parts in one pass): from the totals,
+   each bucket's key histogram resolution (``histogram_bits``); an all-reduced token histogram over the
+   bucket's key range is cut every ``shard_target_tokens`` (``shard_of_bins``), so every shard is a
+   uniform random sample of its bucket, holds the target give or take one bin, and which documents land
+   in which shard, in which order (by key), depends only on content, seed and target, never on ranks.
+3. ``shards`` (an exchange step, one part per output token shard): every document (lineage record and
+   tokens, :func:`encode_doc_record`) goes to the owner of its shard's part, sorted by (shuffle key,
+   doc_id); the owner *streams* the part: ``.bin`` (tokens, hashed whole and per block while written),
+   ``.idx``, ``.jsonl`` + ``.offsets.npy`` (lineage), ``.doc_ids`` and ``.meta.json``, with the
+   validation numbers computed incrementally (:class:`ShardStatsAccumulator`). It holds one record,
+   the shard's per-document lengths and offsets (12 bytes a document) and one 4 MiB block at a time.
+4. Validation: every shard's numbers go to ``validation.json``; any failure stops the stage naming the
+   shard and the number (the parts stay checkpointed: a rerun fails the same way without redoing them).
+5. ``doc_index`` (an exchange step): each shard's doc_ids, with (shard number, document number), go to
+   the part of their doc_id prefix (``2**bits`` parts of about ``doc_index_part_docs`` records, fixed by
+   the data); each part is written sorted (:mod:`corpus.doc_index`).
 
-The phase is checkpointed as a whole (``megatron/_complete.json`` records its key): shards need the
-whole shuffle, so a rerun after a crash redoes it and gets byte-identical files. The per-input-shard
-document outputs of the runner then pass the documents through unchanged.
+Then every rank links the parts it owns into ``megatron/``, ``lineage/`` and ``lineage/doc_index/``, and
+the manifest lists them with the digests their writers computed (``extra["token_shards"]``,
+``extra["doc_index"]``): nothing is re-hashed. The per-input-shard document outputs of the runner pass
+the documents through unchanged.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -34,24 +42,25 @@ import shutil
 import struct
 import sys
 import time
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from corpus.config import config_to_dict
-from corpus.decont.corpus_index import npy_bytes
-from corpus.digest import canonical_json, file_sha256, json_digest, sha256_hex, stable_hash64
-from corpus.docshard import atomic_write_bytes, atomic_write_json, iter_docs
-from corpus.layout import LINEAGE, MEGATRON, SHARD_LIST
+from corpus.decont.corpus_index import map_records, npy_bytes, prefix_bits
+from corpus.digest import canonical_json, sha256_hex, stable_hash64
+from corpus.doc_index import DOC_ID_CHARS, encode_doc_index, part_of_doc_id
+from corpus.docshard import atomic_write_json, iter_docs
+from corpus.layout import DOC_INDEX_DIR, DOC_INDEX_SUFFIX, LINEAGE, MEGATRON, link_file
 from corpus.manifests import read_stage_manifest
-from corpus.megatron import BLOCK_SIZE, IndexedShard, block_digests, write_indexed_shard
+from corpus.megatron import BLOCK_SIZE, IndexedShard, index_bytes
 from corpus.model import Document, Kept, Outcome
 from hpc_jobs.tokenize import token_prefix
-from mpi_kernels.shuffle import shuffle_by_key
+from mpi_kernels.shuffle import round_bytes, too_large_error
+from runtime.global_phase import GlobalPhase, Part, PartWriter, global_phase_key
 from runtime.runner import (
     InputShard,
     Stage,
@@ -63,7 +72,56 @@ from runtime.runner import (
 
 VALIDATION = "validation.json"
 _BUCKET_NAME = re.compile(r"^[A-Za-z0-9_]+$")
-_KEY = struct.Struct(">HIQ")  # bucket index, shard number, shuffle key; then the doc_id bytes
+CENSUS, SHARDS, DOC_INDEX = "census", "shards", "doc_index"
+
+# -- the records of the phase, one codec each --------------------------------------------------------
+#: a census record: one document of an input shard (bucket = index into the part's sorted bucket list)
+CENSUS_RECORD = np.dtype([("key", "<u8"), ("tokens", "<i8"), ("bucket", "<u2")])
+#: the shuffle key of a document's record: shuffle key (big-endian, so bytes sort as numbers), doc_id
+_DOC_KEY = struct.Struct(">Q32s")
+#: a document's payload: lineage record length, then the record, then the tokens
+_DOC_PAYLOAD = struct.Struct("<I")
+#: a doc index record on its way: (shard number, document number), big-endian (bytes sort as numbers)
+_DOC_LOCATION = struct.Struct(">II")
+#: a part's doc_ids, in order: 32 ASCII hex characters each
+DOC_IDS_RECORD = np.dtype(f"S{DOC_ID_CHARS}")
+#: the files of one token shard part, and where each is published (directory under the stage)
+SHARD_FILES = {
+    ".bin": MEGATRON,
+    ".idx": MEGATRON,
+    ".meta.json": MEGATRON,
+    ".jsonl": LINEAGE,
+    ".offsets.npy": LINEAGE,
+}
+_SHUFFLE_OVERHEAD = 8 + 4  # the shuffle's framing and the exchange's part number
+_STATS_BATCH = 1 << 16  # tokens counted at once by the validation statistics (~40 bytes each, transient)
+
+
+def encode_doc_key(key: int, doc_id: str) -> bytes:
+    return _DOC_KEY.pack(key, doc_id.encode())
+
+
+def decode_doc_key(data: bytes) -> tuple[int, str]:
+    key, doc_id = _DOC_KEY.unpack(data)
+    return key, doc_id.decode()
+
+
+def encode_doc_record(lineage: bytes, tokens: np.ndarray) -> bytes:
+    return _DOC_PAYLOAD.pack(len(lineage)) + lineage + np.ascontiguousarray(tokens).tobytes()
+
+
+def decode_doc_record(data: bytes, dtype: str) -> tuple[bytes, np.ndarray]:
+    (n,) = _DOC_PAYLOAD.unpack_from(data)
+    start = _DOC_PAYLOAD.size
+    return data[start : start + n], np.frombuffer(data, dtype=dtype, offset=start + n)
+
+
+def encode_doc_location(shard: int, doc: int) -> bytes:
+    return _DOC_LOCATION.pack(shard, doc)
+
+
+def decode_doc_location(data: bytes) -> tuple[int, int]:
+    return _DOC_LOCATION.unpack(data)
 
 
 @dataclass(frozen=True)
@@ -74,6 +132,9 @@ class WriteShardsConfig:
     max_repeat_run: int = 1024  # longest run of one token id a shard may hold
     min_entropy_bits: float = 5.0  # unigram entropy of the shard's non-EOS tokens
     max_top_token_share: float = 0.25  # share of the most frequent non-EOS token
+    #: about how many documents one part of the doc_id index holds (40 bytes each); the number of parts
+    #: follows from the data and this, never from the rank count
+    doc_index_part_docs: int = 1 << 20
 
 
 def shuffle_key(doc_id: str, seed: int) -> int:
@@ -137,6 +198,115 @@ def shard_stats(tokens: np.ndarray, eos_id: int) -> dict[str, Any]:
     }
 
 
+class ShardStatsAccumulator:
+    """:func:`shard_stats` over a shard's documents as they stream past, one at a time (the same numbers:
+    the longest run continues across documents, ties go to the first; the counts are a bincount)."""
+
+    def __init__(self, eos_id: int) -> None:
+        self.eos_id = eos_id
+        self.n = 0
+        self.counts = np.zeros(0, dtype=np.int64)
+        self.run_token, self.run_len = -1, 0  # the run still open at the end of what was added
+        self.max_run, self.max_token = 0, -1
+
+    def add(self, tokens: np.ndarray) -> None:
+        t = np.asarray(tokens).astype(np.int64)
+        if t.shape[0] == 0:
+            return
+        change = np.flatnonzero(np.diff(t)) if t.shape[0] > 1 else np.empty(0, np.int64)
+        bounds = np.concatenate(([-1], change, [t.shape[0] - 1]))
+        runs = np.diff(bounds)
+        starts = bounds[:-1] + 1
+        if int(t[0]) == self.run_token:  # the first run continues the one still open
+            first = int(runs[0]) + self.run_len
+        else:  # the open run ends here: it counts before any of these (the first of equals wins)
+            if self.run_len > self.max_run:
+                self.max_run, self.max_token = self.run_len, self.run_token
+            first = int(runs[0])
+        # every run but the last is closed now (in order: the first, then the inner ones); the last
+        # stays open for what comes next
+        if runs.shape[0] == 1:
+            self.run_len, self.run_token = first, int(t[0])
+        else:
+            if first > self.max_run:
+                self.max_run, self.max_token = first, int(t[0])
+            if runs.shape[0] > 2:
+                k = int(np.argmax(runs[1:-1]))  # the first of the longest
+                if int(runs[1 + k]) > self.max_run:
+                    self.max_run, self.max_token = int(runs[1 + k]), int(t[starts[1 + k]])
+            self.run_len, self.run_token = int(runs[-1]), int(t[starts[-1]])
+        content = t[t != self.eos_id]
+        if content.shape[0]:
+            bc = np.bincount(content)
+            if bc.shape[0] > self.counts.shape[0]:
+                self.counts = np.concatenate(
+                    [self.counts, np.zeros(bc.shape[0] - self.counts.shape[0], np.int64)]
+                )
+            self.counts[: bc.shape[0]] += bc
+        self.n += t.shape[0]
+
+    def result(self) -> dict[str, Any]:
+        max_run, run_token = self.max_run, self.max_token
+        if self.run_len > max_run:
+            max_run, run_token = self.run_len, self.run_token
+        content = int(self.counts.sum())
+        if content:
+            counts = self.counts[self.counts > 0]
+            p = counts / content
+            entropy = float(-(p * np.log2(p)).sum())
+            top = int(np.argmax(self.counts))
+            top_share = float(counts.max() / content)
+        else:
+            entropy, top, top_share = 0.0, -1, 0.0
+        return {
+            "tokens": self.n,
+            "max_repeat_run": max_run if self.n else 0,
+            "max_repeat_token": run_token if self.n else -1,
+            "entropy_bits": round(entropy, 6),
+            "top_token": top,
+            "top_token_share": round(top_share, 6),
+        }
+
+
+class BlockHasher:
+    """sha256 of a stream, whole and per ``block_size`` block (:func:`corpus.megatron.block_digests`'s
+    numbers, computed while writing, so nothing is read back; memory: one block)."""
+
+    def __init__(self, block_size: int = BLOCK_SIZE) -> None:
+        self.block_size = block_size
+        self.whole = hashlib.sha256()
+        self.block = hashlib.sha256()
+        self.in_block = 0
+        self.blocks: list[str] = []
+
+    def update(self, data: bytes) -> None:
+        self.whole.update(data)
+        view = memoryview(data)
+        while view.nbytes:
+            take = min(view.nbytes, self.block_size - self.in_block)
+            self.block.update(view[:take])
+            self.in_block += take
+            view = view[take:]
+            if self.in_block == self.block_size:
+                self.blocks.append(self.block.hexdigest())
+                self.block, self.in_block = hashlib.sha256(), 0
+
+    def block_digests(self) -> list[str]:
+        return self.blocks + ([self.block.hexdigest()] if self.in_block else [])
+
+
+class _Hashed:
+    """A part's file, with the sha256 of what went into it at hand before the part commits."""
+
+    def __init__(self, out: BinaryIO, hasher: Any = None) -> None:
+        self.out = out
+        self.hasher = hasher or hashlib.sha256()
+
+    def write(self, data: bytes) -> None:
+        self.hasher.update(data)
+        self.out.write(data)
+
+
 def validation_failures(stats: dict[str, Any], index_tokens: int, cfg: WriteShardsConfig) -> list[str]:
     failures = []
     if stats["tokens"] != index_tokens:
@@ -160,15 +330,20 @@ def validation_failures(stats: dict[str, Any], index_tokens: int, cfg: WriteShar
 
 class WriteShards(Stage):
     name = "write_shards"
-    version = "3"  # 3: block digests of each .bin in its .meta.json
+    version = "4"  # 4: the global phase in checkpointed parts; the doc_id index range-partitioned
     Config = WriteShardsConfig
-    artifact_kinds = (MEGATRON, LINEAGE)
 
     def __init__(self, config: WriteShardsConfig) -> None:
         super().__init__(config)
+        self._phase: GlobalPhase | None = None
+        self._received = [0, 0]
         if config.shard_target_tokens < 1:
             raise StageError(
                 f"[write_shards] shard_target_tokens must be positive, got {config.shard_target_tokens}"
+            )
+        if config.doc_index_part_docs < 1:
+            raise StageError(
+                f"[write_shards] doc_index_part_docs must be positive, got {config.doc_index_part_docs}"
             )
         for source, bucket in sorted(config.bucket_of_source.items()):
             if not _BUCKET_NAME.match(bucket):
@@ -192,186 +367,268 @@ class WriteShards(Stage):
             raise StageError(f"write_shards reads a completed tokenize stage; {ctx.in_paths[0]} is not one")
         return m.extra["tokenizer"]
 
-    def phase_key(self, ctx: StageContext, inputs: list[InputShard]) -> str:
-        return json_digest(
-            {
-                "version": self.version,
-                "config": config_to_dict(self.config),
-                "inputs": sorted((s.name, s.sha256) for s in inputs),
-                "tokenizer": self._tokenizer_info(ctx),
-            }
-        )
+    def _documents(self, ctx: StageContext, shard: InputShard) -> Iterator[tuple[Document, np.ndarray]]:
+        """An input shard's documents with their tokens (the tokenize stage's sequences, in order)."""
+        tokens = IndexedShard(token_prefix(ctx.in_paths[0], shard.name))
+        n = 0
+        for doc in iter_docs(shard.path):
+            if n >= len(tokens):
+                n += 1
+                break
+            yield doc, tokens.document(n)
+            n += 1
+        if n != len(tokens) or (shard.records >= 0 and n != shard.records):
+            raise StageError(
+                f"{shard.name}: {shard.records} documents but {len(tokens)} token sequences in "
+                f"the tokenize stage; rerun tokenize"
+            )
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
-        comm, out = ctx.comm, ctx.out_dir
-        key = self.phase_key(ctx, inputs)
-        done = None
-        if ctx.rank == 0:
-            p = out / MEGATRON / SHARD_LIST
-            done = p.exists() and json.loads(p.read_text()).get("key") == key
-            if not done:
-                for d in (
-                    out / MEGATRON,
-                    out / LINEAGE,
-                    ctx.work_dir / "spill",
-                ):  # incl. a killed run's spill
-                    shutil.rmtree(d, ignore_errors=True)
-                (out / VALIDATION).unlink(missing_ok=True)
-        if comm.bcast(done, root=0):
-            return key
-        comm.Barrier()
+        """census (map) -> cuts -> shards (exchange) -> validation -> doc_index (exchange) -> publish."""
         tok = self._tokenizer_info(ctx)
-        mine = assign(inputs, ctx.rank, ctx.size)
-        in_dir = ctx.in_paths[0]
-
-        # pass 1: every local document's bucket, shuffle key and token count (compact arrays per shard)
-        key_parts, bucket_parts, token_parts = [], [], []
-        for shard in mine:
-            lengths = IndexedShard(token_prefix(in_dir, shard.name)).index.lengths
-            names, keys = [], []
-            for doc in itertools.islice(iter_docs(shard.path), lengths.shape[0]):
-                names.append(self.bucket_of(doc))
-                keys.append(shuffle_key(doc.doc_id, self.config.seed))
-            key_parts.append(np.array(keys, dtype=np.uint64))
-            bucket_parts.append(np.array(names, dtype=str))
-            token_parts.append(lengths[: len(keys)].astype(np.int64))
-        keys = np.concatenate(key_parts) if key_parts else np.empty(0, np.uint64)
-        doc_buckets = np.concatenate(bucket_parts) if bucket_parts else np.empty(0, str)
-        doc_tokens = np.concatenate(token_parts) if token_parts else np.empty(0, np.int64)
-        local = {str(b): int(doc_tokens[doc_buckets == b].sum()) for b in np.unique(doc_buckets)}
-        totals: Counter = Counter()
-        for c in comm.allgather(local):
-            totals.update(c)
-        buckets = sorted(totals)
-        bucket_index = {b: i for i, b in enumerate(buckets)}
-        # the shard cuts: a global token histogram over each bucket's key range, cut every target tokens
-        cuts = []
-        for b in buckets:
-            bits = histogram_bits(totals[b], self.config.shard_target_tokens)
-            hist = np.zeros(1 << bits, dtype=np.int64)
-            sel = doc_buckets == b
-            np.add.at(hist, (keys[sel] >> np.uint64(64 - bits)).astype(np.int64), doc_tokens[sel])
-            total_hist = np.empty_like(hist)
-            comm.Allreduce(hist, total_hist)
-            cuts.append((bits, shard_of_bins(total_hist, self.config.shard_target_tokens)))
-        del keys, doc_buckets, doc_tokens, key_parts, bucket_parts, token_parts
-        base = [0, *itertools.accumulate(int(c.max()) + 1 for _, c in cuts)][:-1]
-
-        def records() -> Iterator[tuple[bytes, bytes]]:
-            for shard in mine:
-                tokens = IndexedShard(token_prefix(in_dir, shard.name))
-                n_docs = 0
-                for i, doc in enumerate(iter_docs(shard.path)):
-                    if i >= len(tokens):
-                        break
-                    b = bucket_index[self.bucket_of(doc)]
-                    skey = shuffle_key(doc.doc_id, self.config.seed)
-                    bits, shard_table = cuts[b]
-                    number = int(shard_table[skey >> (64 - bits)])
-                    rkey = _KEY.pack(b, number, skey) + doc.doc_id.encode()
-                    meta = canonical_json(lineage_record(doc))
-                    yield rkey, struct.pack("<I", len(meta)) + meta + np.asarray(tokens.document(i)).tobytes()
-                    n_docs += 1
-                if n_docs != len(tokens) or n_docs != shard.records:
-                    raise StageError(
-                        f"{shard.name}: {n_docs} documents but {len(tokens)} token sequences in "
-                        f"the tokenize stage; rerun tokenize"
-                    )
-
+        phase = self._phase = GlobalPhase(ctx, global_phase_key(self, inputs, tokenizer=tok))
+        if phase.complete:
+            digest = phase.reused()
+            self._publish(ctx)
+            return digest
+        if ctx.rank == 0:  # links of an earlier phase; the checkpointed parts live in the phase directory
+            for d in (ctx.out_dir / MEGATRON, ctx.out_dir / LINEAGE):
+                shutil.rmtree(d, ignore_errors=True)
+            (ctx.out_dir / VALIDATION).unlink(missing_ok=True)
+        ctx.comm.Barrier()
+        # 1. census: per input shard, each document's bucket, shuffle key and tokens
+        phase.map(CENSUS, inputs, lambda shard, w: self._census(ctx, shard, w, tok))
+        # 2. the cuts: which shard of its bucket each key falls in
+        plan = self._plan(ctx, phase, inputs)
+        # 3. shards: every document to its shard's owner, which streams the shard's files
         t0 = time.monotonic()
-        received = shuffle_by_key(
-            comm,
-            records(),
-            partition_of=lambda k: base[_KEY.unpack_from(k)[0]] + _KEY.unpack_from(k)[1],
-            memory_budget_bytes=ctx.memory_budget_bytes,
-            spill_dir=ctx.work_dir / "spill",
+        self._received = [0, 0]  # documents and record bytes this rank's parts received (for the log)
+        phase.exchange(
+            SHARDS,
+            plan.names,
+            inputs,
+            lambda shard: self._send_docs(ctx, shard, plan),
+            lambda p, records, w: self._write_shard(p, plan, records, w, tok),
         )
-        dt = time.monotonic() - t0
+        docs, nbytes = self._received
         _say(
             ctx,
-            f"read and shuffled: received {received.records} docs, {received.bytes / 1e6:.2f} MB in {dt:.2f}s "
-            f"({received.rounds} rounds, {received.spilled_runs} spilled runs)",
+            f"read and shuffled: received {docs} docs, {nbytes / 1e6:.2f} MB in {time.monotonic() - t0:.2f}s "
+            "(the shards step: sending, exchange and streaming this rank's shards)",
         )
-        t0 = time.monotonic()
-        written = []
-        dtype = tok["token_dtype"]
-        for (b, number), group in itertools.groupby(received, key=lambda r: _KEY.unpack_from(r[0])[:2]):
-            written.append(
-                self._write_shard(out, shard_name(buckets[b], number), buckets[b], group, dtype, tok)
+        # 4. validation, from the parts' facts
+        shard_parts = self._validate(ctx, phase, plan)
+        # 5. the doc_id index, range-partitioned by doc_id prefix
+        total_docs = sum(p.facts["docs"] for p in shard_parts)
+        bits = prefix_bits(total_docs, self.config.doc_index_part_docs)
+        index_names = [f"d{p:05d}" for p in range(1 << bits)]
+        shard_no = {n: i for i, n in enumerate(plan.names)}
+        phase.exchange(
+            DOC_INDEX,
+            index_names,
+            shard_parts,
+            lambda part: _send_doc_ids(part, shard_no[part.name], bits),
+            _write_doc_index,
+        )
+        buckets: dict[str, dict[str, int]] = {}
+        for p in shard_parts:
+            b = buckets.setdefault(p.facts["bucket"], {"shards": 0, "docs": 0, "tokens": 0})
+            b["shards"] += 1
+            b["docs"] += p.facts["docs"]
+            b["tokens"] += p.facts["tokens"]
+        facts = {"shards": plan.names, "buckets": buckets, "docs": total_docs, "doc_index_bits": bits}
+        digest = phase.finish(
+            {CENSUS: [s.name for s in inputs], SHARDS: plan.names, DOC_INDEX: index_names}, facts
+        )
+        self._publish(ctx)
+        return digest
+
+    def _census(self, ctx: StageContext, shard: InputShard, writer: PartWriter, tok: dict) -> dict[str, Any]:
+        """One input shard's census part; refuses a document whose tokens alone exceed a shuffle round."""
+        limit = round_bytes(ctx.memory_budget_bytes)
+        itemsize = np.dtype(tok["token_dtype"]).itemsize
+        keys, tokens, names = [], [], []
+        for doc, toks in self._documents(ctx, shard):
+            # the tokens alone (the lineage record is checked, exactly, when the document is sent)
+            floor = _SHUFFLE_OVERHEAD + _DOC_KEY.size + _DOC_PAYLOAD.size + itemsize * toks.shape[0]
+            _check_record(ctx, doc, shard, floor, limit, toks.shape[0])
+            keys.append(shuffle_key(doc.doc_id, self.config.seed))
+            tokens.append(int(toks.shape[0]))
+            names.append(self.bucket_of(doc))
+        buckets = sorted(set(names))
+        rec = np.empty(len(keys), dtype=CENSUS_RECORD)
+        rec["key"] = np.array(keys, dtype=np.uint64)
+        rec["tokens"] = tokens
+        index = {b: i for i, b in enumerate(buckets)}
+        rec["bucket"] = [index[b] for b in names]
+        writer.write_bytes(".census", rec.tobytes())
+        totals = {b: int(rec["tokens"][rec["bucket"] == i].sum()) for i, b in enumerate(buckets)}
+        return {"buckets": buckets, "tokens": totals, "docs": len(keys)}
+
+    def _plan(self, ctx: StageContext, phase: GlobalPhase, inputs: list[InputShard]) -> ShardPlan:
+        """Collective: the shard cuts from the census parts (an all-reduced histogram per bucket)."""
+        totals = None
+        if ctx.rank == 0:
+            c: Counter = Counter()
+            for p in phase.parts(CENSUS, [s.name for s in inputs]):
+                c.update(p.facts["tokens"])
+            totals = dict(sorted(c.items()))
+        totals = ctx.comm.bcast(totals, root=0)
+        buckets = sorted(totals)
+        mine = [phase.part(CENSUS, s.name) for s in assign(inputs, ctx.rank, ctx.size)]
+        tables, names, part_of = [], [], {}
+        for b, bucket in enumerate(buckets):
+            bits = histogram_bits(totals[bucket], self.config.shard_target_tokens)
+            hist = np.zeros(1 << bits, dtype=np.int64)
+            for part in mine:  # one census part in memory at a time
+                assert part is not None
+                local = part.facts["buckets"]
+                if bucket not in local:
+                    continue
+                rec = map_records(part.path(".census"), CENSUS_RECORD)
+                sel = rec["bucket"] == local.index(bucket)
+                np.add.at(
+                    hist, (rec["key"][sel] >> np.uint64(64 - bits)).astype(np.int64), rec["tokens"][sel]
+                )
+            total_hist = np.empty_like(hist)
+            ctx.comm.Allreduce(hist, total_hist)
+            table = shard_of_bins(total_hist, self.config.shard_target_tokens).astype(np.int32)
+            tables.append((bits, table))
+            for number in np.unique(table[total_hist > 0]).tolist():  # a shard no key fell in is no shard
+                part_of[(b, number)] = len(names)
+                names.append(shard_name(bucket, number))
+        return ShardPlan(buckets, tables, names, part_of)
+
+    def _send_docs(
+        self, ctx: StageContext, shard: InputShard, plan: ShardPlan
+    ) -> Iterator[tuple[int, bytes, bytes]]:
+        bucket_index = {b: i for i, b in enumerate(plan.buckets)}
+        limit = round_bytes(ctx.memory_budget_bytes)
+        for doc, toks in self._documents(ctx, shard):
+            b = bucket_index[self.bucket_of(doc)]
+            key = shuffle_key(doc.doc_id, self.config.seed)
+            bits, table = plan.tables[b]
+            part = plan.part_of[(b, int(table[key >> (64 - bits)]))]
+            doc_key, payload = (
+                encode_doc_key(key, doc.doc_id),
+                encode_doc_record(canonical_json(lineage_record(doc)), toks),
             )
-        _say(ctx, f"wrote and validated {len(written)} shards in {time.monotonic() - t0:.2f}s")
-        all_written = sorted(itertools.chain.from_iterable(comm.allgather(written)), key=lambda m: m["name"])
-        failed = [m for m in all_written if m["validation"]["failures"]]
+            # before the shuffle sees it: parts are reduced only after the exchange, so none is half-written
+            _check_record(
+                ctx, doc, shard, _SHUFFLE_OVERHEAD + len(doc_key) + len(payload), limit, toks.shape[0]
+            )
+            yield part, doc_key, payload
+
+    def _write_shard(
+        self,
+        part_no: int,
+        plan: ShardPlan,
+        records: Iterator[tuple[bytes, bytes]],
+        writer: PartWriter,
+        tok: dict,
+    ) -> dict[str, Any]:
+        """Stream one token shard: .bin/.idx, lineage, doc_ids and meta, with its validation numbers."""
+        name = plan.names[part_no]
+        bucket = name.rsplit("-", 1)[0]
+        dtype = tok["token_dtype"]
+        bin_hash = BlockHasher(BLOCK_SIZE)
+        bin_file = _Hashed(writer.open(".bin"), bin_hash)
+        lineage = _Hashed(writer.open(".jsonl"))
+        doc_ids_file = writer.open(".doc_ids")
+        lengths, offsets, doc_ids = array("i"), array("q", [0]), []
+        stats = ShardStatsAccumulator(int(tok["eos_id"]))
+        pending: list[np.ndarray] = []  # tokens not yet counted: counted in batches of _STATS_BATCH (exact)
+        pending_tokens = 0
+        for key, payload in records:
+            _, doc_id = decode_doc_key(key)
+            meta, tokens = decode_doc_record(payload, dtype)
+            bin_file.write(tokens.tobytes())
+            lineage.write(meta + b"\n")
+            doc_ids_file.write(doc_id.encode())
+            offsets.append(offsets[-1] + len(meta) + 1)
+            lengths.append(tokens.shape[0])
+            doc_ids.append(doc_id)
+            pending.append(tokens)
+            pending_tokens += tokens.shape[0]
+            if pending_tokens >= _STATS_BATCH:
+                stats.add(np.concatenate(pending))
+                pending, pending_tokens = [], 0
+            self._received[0] += 1
+            self._received[1] += len(key) + len(payload)
+        if pending:
+            stats.add(np.concatenate(pending))
+        idx = index_bytes(np.frombuffer(lengths, dtype=np.int32), dtype)
+        writer.write_bytes(".idx", idx)
+        offsets_npy = npy_bytes(np.frombuffer(offsets, dtype=np.int64))
+        writer.write_bytes(".offsets.npy", offsets_npy)
+        numbers = stats.result()
+        written = int(sum(lengths))
+        failures = validation_failures(numbers, written, self.config)
+        meta = {
+            "name": name,
+            "bucket": bucket,
+            "docs": len(doc_ids),
+            "tokens": written,
+            "token_dtype": dtype,
+            "sha256": bin_hash.whole.hexdigest(),
+            "block_size": BLOCK_SIZE,  # the loader verifies what it reads, block by block
+            "block_sha256": bin_hash.block_digests(),
+            "idx_sha256": sha256_hex(idx),
+            "lineage_sha256": lineage.hasher.hexdigest(),
+            "lineage_offsets_sha256": sha256_hex(offsets_npy),
+            "doc_ids": doc_ids,
+            "validation": {**numbers, "failures": failures},
+        }
+        writer.write_bytes(".meta.json", (json.dumps(meta, sort_keys=True, indent=1) + "\n").encode())
+        return {"bucket": bucket, "docs": len(doc_ids), "tokens": written, "validation": meta["validation"]}
+
+    def _validate(self, ctx: StageContext, phase: GlobalPhase, plan: ShardPlan) -> list[Part]:
+        """Collective: write ``validation.json`` from the parts' facts; stop the stage if any failed.
+        Returns every shard part (in shard order) on every rank."""
+        parts = phase.parts(SHARDS, plan.names) if ctx.rank == 0 else None
+        parts = ctx.comm.bcast(parts, root=0)
+        failed = [p for p in parts if p.facts["validation"]["failures"]]
         if ctx.rank == 0:
             atomic_write_json(
-                out / VALIDATION,
+                ctx.out_dir / VALIDATION,
                 {
                     "passed": not failed,
                     "limits": {
                         k: getattr(self.config, k)
                         for k in ("max_repeat_run", "min_entropy_bits", "max_top_token_share")
                     },
-                    "shards": {m["name"]: m["validation"] for m in all_written},
+                    "shards": {p.name: p.facts["validation"] for p in parts},
                 },
             )
-        comm.Barrier()  # the report is on disk before any rank stops the job
+        ctx.comm.Barrier()  # the report is on disk before any rank stops the job
         if failed:
             lines = [
-                f"{m['name']} ({m['bucket']}, {m['docs']} docs): " + "; ".join(m["validation"]["failures"])
-                for m in failed[:10]
+                f"{p.name} ({p.facts['bucket']}, {p.facts['docs']} docs): "
+                + "; ".join(p.facts["validation"]["failures"])
+                for p in failed[:10]
             ]
             raise StageError(
-                f"{len(failed)} of {len(all_written)} shards failed validation (report: "
-                f"{out / VALIDATION}):\n  " + "\n  ".join(lines)
+                f"{len(failed)} of {len(parts)} shards failed validation (report: "
+                f"{ctx.out_dir / VALIDATION}):\n  " + "\n  ".join(lines)
             )
-        if ctx.rank == 0:
-            atomic_write_json(
-                out / MEGATRON / SHARD_LIST, {"key": key, "shards": [m["name"] for m in all_written]}
-            )
-        comm.Barrier()
-        return key
+        return parts
 
-    def _write_shard(self, out: Path, name: str, bucket: str, group, dtype: str, tok: dict) -> dict[str, Any]:
-        doc_ids, metas, arrays = [], [], []
-        for rkey, payload in group:
-            (mlen,) = struct.unpack_from("<I", payload)
-            doc_ids.append(rkey[_KEY.size :].decode())
-            metas.append(payload[4 : 4 + mlen])
-            arrays.append(np.frombuffer(payload, dtype=dtype, offset=4 + mlen))
-        prefix = out / MEGATRON / name
-        write_indexed_shard(prefix, arrays, dtype)
-        lineage = b"".join(m + b"\n" for m in metas)
-        offsets = np.zeros(len(metas) + 1, dtype=np.int64)
-        np.cumsum([len(m) + 1 for m in metas], out=offsets[1:])
-        atomic_write_bytes(out / LINEAGE / f"{name}.jsonl", lineage)
-        atomic_write_bytes(out / LINEAGE / f"{name}.offsets.npy", npy_bytes(offsets))
-
-        shard = IndexedShard(prefix)  # validate what is on disk, not what we meant to write
-        expected = int(sum(a.shape[0] for a in arrays))
-        stats = shard_stats(np.asarray(shard.tokens), int(tok["eos_id"]))
-        failures = validation_failures(stats, shard.index.num_tokens, self.config)
-        if shard.index.num_tokens != expected or len(shard) != len(doc_ids):
-            failures.append(
-                f"index holds {len(shard)} docs / {shard.index.num_tokens} tokens, "
-                f"{len(doc_ids)} / {expected} were written"
+    def _publish(self, ctx: StageContext) -> None:
+        """Collective: each rank links the parts it owns to their published names (cheap, idempotent)."""
+        assert self._phase is not None
+        facts = self._phase.facts
+        out = ctx.out_dir
+        shards_dir = self._phase.step_dir(SHARDS)
+        for name in facts["shards"][ctx.rank :: ctx.size]:
+            for suffix, kind in SHARD_FILES.items():
+                link_file(shards_dir / f"{name}{suffix}", out / kind / f"{name}{suffix}")
+        index_dir = self._phase.step_dir(DOC_INDEX)
+        for name in _index_names(facts["doc_index_bits"])[ctx.rank :: ctx.size]:
+            link_file(
+                index_dir / f"{name}{DOC_INDEX_SUFFIX}",
+                out / LINEAGE / DOC_INDEX_DIR / f"{name}{DOC_INDEX_SUFFIX}",
             )
-        meta = {
-            "name": name,
-            "bucket": bucket,
-            "docs": len(doc_ids),
-            "tokens": expected,
-            "token_dtype": dtype,
-            "sha256": file_sha256(prefix.with_suffix(".bin")),
-            "block_size": BLOCK_SIZE,  # the loader verifies what it reads, block by block
-            "block_sha256": block_digests(prefix.with_suffix(".bin"), BLOCK_SIZE),
-            "idx_sha256": file_sha256(prefix.with_suffix(".idx")),
-            "lineage_sha256": sha256_hex(lineage),
-            "lineage_offsets_sha256": file_sha256(out / LINEAGE / f"{name}.offsets.npy"),
-            "doc_ids": doc_ids,
-            "validation": {**stats, "failures": failures},
-        }
-        atomic_write_json(out / MEGATRON / f"{name}.meta.json", meta)
-        return {k: meta[k] for k in ("name", "bucket", "docs", "tokens", "validation")}
+        ctx.comm.Barrier()
 
     # -- the map phase: documents pass through -------------------------------------------------------
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
@@ -379,20 +636,100 @@ class WriteShards(Stage):
             yield Kept(doc), len(doc.text.encode("utf-8"))
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
-        complete = json.loads((ctx.out_dir / MEGATRON / SHARD_LIST).read_text())
-        buckets: dict[str, dict[str, int]] = {}
-        for name in complete["shards"]:
-            m = json.loads((ctx.out_dir / MEGATRON / f"{name}.meta.json").read_text())
-            b = buckets.setdefault(m["bucket"], {"shards": 0, "docs": 0, "tokens": 0})
-            b["shards"] += 1
-            b["docs"] += m["docs"]
-            b["tokens"] += m["tokens"]
+        """The shards and the doc index as the snapshot reads them, with the digests their writers
+        computed (from the parts' markers: nothing is re-hashed)."""
+        assert self._phase is not None
+        facts = self._phase.facts
+        token_shards = []
+        for p in self._phase.parts(SHARDS, facts["shards"]):
+            token_shards.append(
+                {
+                    "name": p.name,
+                    "bucket": p.facts["bucket"],
+                    "docs": p.facts["docs"],
+                    "tokens": p.facts["tokens"],
+                    "files": {
+                        suffix: {
+                            "path": f"{kind}/{p.name}{suffix}",
+                            "sha256": p.files[f"{p.name}{suffix}"].removeprefix("sha256:"),
+                        }
+                        for suffix, kind in SHARD_FILES.items()
+                    },
+                }
+            )
+        bits = facts["doc_index_bits"]
+        index_parts = []
+        for p in self._phase.parts(DOC_INDEX, _index_names(bits)):
+            file = f"{p.name}{DOC_INDEX_SUFFIX}"
+            index_parts.append(
+                {
+                    "path": f"{LINEAGE}/{DOC_INDEX_DIR}/{file}",
+                    "sha256": p.files[file].removeprefix("sha256:"),
+                    "docs": p.facts["docs"],
+                }
+            )
         return {
-            "snapshot_shards": complete["shards"],
-            "buckets": buckets,
+            "snapshot_shards": facts["shards"],
+            "token_shards": token_shards,
+            "doc_index": {"prefix_bits": bits, "docs": facts["docs"], "parts": index_parts},
+            "buckets": facts["buckets"],
             "seed": self.config.seed,
             "shuffle_key": "blake2b64('shuffle', doc_id, seed)",
         }
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """The shard cuts: per bucket (sorted) its histogram bits and bin -> shard number table; the names
+    of the non-empty shards in order (the exchange's parts) and (bucket, number) -> part number."""
+
+    buckets: list[str]
+    tables: list[tuple[int, np.ndarray]]
+    names: list[str]
+    part_of: dict[tuple[int, int], int]
+
+
+def _check_record(
+    ctx: StageContext, doc: Document, shard: InputShard, record: int, limit: int, tokens: int
+) -> None:
+    """A document's shuffle record must fit in one round of the shuffle: else one line naming
+    ``memory_budget_mb`` and what it would need."""
+    if record > limit:
+        raise StageError(
+            f"document {doc.doc_id} of {shard.name} ({tokens:,} tokens): "
+            f"{too_large_error(record, ctx.memory_budget_bytes)}"
+        )
+
+
+def _index_names(bits: int) -> list[str]:
+    return [f"d{p:05d}" for p in range(1 << bits)]
+
+
+def _send_doc_ids(part: Part, shard_no: int, bits: int) -> Iterator[tuple[int, bytes, bytes]]:
+    """Every doc_id of one token shard, with its place, to the doc index part of its prefix."""
+    for j, doc_id in enumerate(map_records(part.path(".doc_ids"), DOC_IDS_RECORD).tolist()):
+        yield part_of_doc_id(doc_id, bits), doc_id, encode_doc_location(shard_no, j)
+
+
+def _write_doc_index(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
+    """One doc index part: its records arrive sorted by doc_id and are written in batches."""
+    out = writer.open(DOC_INDEX_SUFFIX)
+    n = 0
+    for batch in _batched(records, 1 << 16):
+        ids, shards, docs = [], [], []
+        for doc_id, location in batch:
+            shard, doc = decode_doc_location(location)
+            ids.append(doc_id)
+            shards.append(shard)
+            docs.append(doc)
+        out.write(encode_doc_index(ids, shards, docs))
+        n += len(ids)
+    return {"docs": n}
+
+
+def _batched(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
+    while batch := list(itertools.islice(it, n)):
+        yield batch
 
 
 def _say(ctx: StageContext, msg: str) -> None:

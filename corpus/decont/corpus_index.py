@@ -8,16 +8,23 @@ have all of them present; items under 13 words cannot be answered from a 13-gram
 reported as unchecked.
 
 A sorted array costs 8 bytes per distinct 13-gram and answers exactly (no false positives beyond
-64-bit collisions); a Bloom filter would be ~8x smaller at 1% false positives, the upgrade path once an
-index outgrows a node's memory. Files are plain ``.npy`` (byte-deterministic), built per stage shard
-and merged once per snapshot.
+64-bit collisions); a Bloom filter would be ~8x smaller at 1% false positives. Per stage shard the
+decontaminate stage writes a plain ``.npy``; the retained index is **range-partitioned by hash prefix**:
+part ``p`` of ``2**prefix_bits`` holds the sorted unique hashes whose top ``prefix_bits`` bits are ``p``
+as raw little-endian ``uint64`` records (:data:`GRAM_RECORD`), so the parts in order are one sorted
+array, no process ever holds more than one part, and a lookup maps only the part a hash falls in
+(:class:`PartitionedGramIndex`). The number of parts is fixed by the data (about
+``part_grams`` hashes each), never by the rank count, so the files are the same on any number of ranks.
 """
 
 from __future__ import annotations
 
 import io
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Protocol
 
 import numpy as np
 
@@ -49,9 +56,133 @@ def load_index(path: Path) -> np.ndarray:
     return arr
 
 
-def merge_indices(paths: list[Path]) -> np.ndarray:
-    parts = [np.asarray(load_index(p)) for p in paths]
-    return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
+def npy_length(path: Path) -> int:
+    """How many hashes a per-shard ``.npy`` holds, from its header (the data is not read)."""
+    return int(load_index(path).shape[0])
+
+
+# --- the range-partitioned index -------------------------------------------------------------------
+#: one record of an index part: a 13-gram hash, little-endian (parts hold them sorted and unique)
+GRAM_RECORD = np.dtype("<u8")
+
+
+def prefix_bits(count: int, per_part: int) -> int:
+    """How many top bits of a key choose its part: enough parts of about ``per_part`` records each for
+    ``count`` records (0 bits: one part). A function of the data only, never of the rank count."""
+    if per_part < 1:
+        raise ValueError(f"per_part must be positive, got {per_part}")
+    return max(0, math.ceil(math.log2(max(1, count) / per_part))) if count > per_part else 0
+
+
+def part_of_hashes(hashes: np.ndarray, bits: int) -> np.ndarray:
+    """The part of each uint64 hash: its top ``bits`` bits (all 0 with 0 bits)."""
+    h = np.asarray(hashes, dtype=np.uint64)
+    if bits == 0:
+        return np.zeros(h.shape[0], dtype=np.int64)
+    return (h >> np.uint64(64 - bits)).astype(np.int64)
+
+
+def encode_grams(hashes: np.ndarray) -> bytes:
+    return np.asarray(hashes, dtype=np.uint64).astype(GRAM_RECORD, copy=False).tobytes()
+
+
+def decode_grams(data: bytes | memoryview) -> np.ndarray:
+    if len(data) % GRAM_RECORD.itemsize:
+        raise ValueError(
+            f"a 13-gram index part holds whole {GRAM_RECORD.itemsize}-byte records, got {len(data)} bytes"
+        )
+    return np.frombuffer(data, dtype=GRAM_RECORD)
+
+
+def map_records(path: Path, dtype: np.dtype) -> np.ndarray:
+    """A file of fixed-width records as a read-only memory map (pages read when touched, not held)."""
+    size = Path(path).stat().st_size
+    if size % dtype.itemsize:
+        raise ValueError(f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte records")
+    if size == 0:  # mmap refuses empty files
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+class SortedUniqueWriter:
+    """Writes ascending uint64 values to a part file once each, in batches (memory: one batch).
+
+    The exchange hands a part its hashes sorted, duplicates adjacent (every shard that holds a 13-gram
+    sends it); the writer drops the repeats as they stream past."""
+
+    def __init__(self, out: BinaryIO, batch: int = 1 << 16) -> None:
+        self.out = out
+        self.batch = batch
+        self.buf: list[int] = []
+        self.last: int | None = None
+        self.count = 0
+
+    def add(self, value: int) -> None:
+        if self.last is not None and value <= self.last:
+            if value == self.last:
+                return
+            raise ValueError(f"values must arrive in ascending order: {value} after {self.last}")
+        self.last = value
+        self.buf.append(value)
+        if len(self.buf) >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buf:
+            self.out.write(encode_grams(np.array(self.buf, dtype=np.uint64)))
+            self.count += len(self.buf)
+            self.buf = []
+
+
+class MembershipIndex(Protocol):
+    """What :func:`check_benchmark` needs of an index: exact membership of a batch of hashes."""
+
+    def contains(self, hashes: np.ndarray) -> np.ndarray: ...
+
+
+class SortedGrams:
+    """A sorted unique uint64 array (one shard's ``.npy``, or a test's) as a membership index."""
+
+    def __init__(self, hashes: np.ndarray) -> None:
+        self.hashes = np.asarray(hashes, dtype=np.uint64)
+
+    def contains(self, hashes: np.ndarray) -> np.ndarray:
+        return is_member(np.asarray(hashes, dtype=np.uint64), self.hashes)
+
+    def __len__(self) -> int:
+        return int(self.hashes.shape[0])
+
+
+class PartitionedGramIndex:
+    """The retained index as its parts (``paths[p]`` holds prefix ``p``), looked up by memory map: a
+    lookup maps the parts its hashes fall in, one at a time, so memory stays at what it touches."""
+
+    def __init__(self, paths: Sequence[Path], bits: int) -> None:
+        if len(paths) != 1 << bits:
+            raise ValueError(f"a {bits}-bit partitioned index has {1 << bits} parts, got {len(paths)}")
+        self.paths = [Path(p) for p in paths]
+        self.bits = bits
+
+    def contains(self, hashes: np.ndarray) -> np.ndarray:
+        h = np.asarray(hashes, dtype=np.uint64)
+        found = np.zeros(h.shape[0], dtype=bool)
+        parts = part_of_hashes(h, self.bits)
+        for p in np.unique(parts):
+            sel = parts == p
+            found[sel] = is_member(h[sel], map_records(self.paths[int(p)], GRAM_RECORD))
+        return found
+
+    def __len__(self) -> int:
+        return sum(p.stat().st_size // GRAM_RECORD.itemsize for p in self.paths)
+
+
+def as_index(corpus: MembershipIndex | np.ndarray | Iterable[int]) -> MembershipIndex:
+    return corpus if hasattr(corpus, "contains") else SortedGrams(np.asarray(corpus, dtype=np.uint64))
+
+
+def _item_batches(benchmark: Benchmark, size: int = 4096) -> Iterable[Sequence]:
+    items = list(benchmark.items)
+    return (items[i : i + size] for i in range(0, len(items), size))
 
 
 @dataclass(frozen=True)
@@ -62,17 +193,23 @@ class ItemCheck:
     flagged: bool
 
 
-def check_benchmark(benchmark: Benchmark, corpus: np.ndarray, min_run: int = 10) -> dict:
-    """Per-benchmark result of checking every item against the corpus index."""
+def check_benchmark(benchmark: Benchmark, corpus: MembershipIndex | np.ndarray, min_run: int = 10) -> dict:
+    """Per-benchmark result of checking every item against the corpus index (a partitioned index, or a
+    sorted array)."""
+    corpus = as_index(corpus)
     checks: list[ItemCheck] = []
     unchecked = 0
-    for item in benchmark.items:
-        g = gram_hashes(word_hashes(normalize_words(item.text)), NGRAM)
-        if g.shape[0] == 0:
-            unchecked += 1
-            continue
-        run = longest_run(is_member(g, corpus))
-        checks.append(ItemCheck(item.item_id, int(g.shape[0]), run, run >= min(min_run, g.shape[0])))
+    for batch in _item_batches(benchmark):
+        # one lookup per batch of items: a partitioned index maps each part once, not once per item
+        grams = [gram_hashes(word_hashes(normalize_words(item.text)), NGRAM) for item in batch]
+        found = corpus.contains(np.concatenate(grams)) if grams else np.zeros(0, dtype=bool)
+        ends = np.cumsum([g.shape[0] for g in grams])
+        for item, g, member in zip(batch, grams, np.split(found, ends[:-1]), strict=True):
+            if g.shape[0] == 0:
+                unchecked += 1
+                continue
+            run = longest_run(member)
+            checks.append(ItemCheck(item.item_id, int(g.shape[0]), run, run >= min(min_run, g.shape[0])))
     flagged = [c for c in checks if c.flagged]
     return {
         "benchmark": benchmark.name,

@@ -20,6 +20,7 @@ from corpus.snapshot import Snapshot, validate_snapshot
 from corpus.tokenizer import PinnedTokenizer
 from hpc_jobs.write_shards import shuffle_key
 from tests.conftest import run_corpus, run_mpi
+from tests.dedup.stage_io import output_digests
 from tests.snapshot.conftest import (
     CL100K,
     EVALS,
@@ -31,8 +32,12 @@ from tests.snapshot.conftest import (
     write_config,
 )
 from tests.snapshot.test_decont import item, plant
+from tests.support.interruptions import assert_resumes_after_interruption
 
 TARGET = 8000
+#: small index parts, so that the indexes are read across several parts and every step of the global
+#: phases has several parts per rank (the number of parts follows from the data and these)
+INDEX_PART_GRAMS, DOC_INDEX_PART_DOCS = 2000, 8
 REGISTRY = ("gsm8k", "arc_easy", "arc_challenge")
 PLANTED = {4: ("gsm8k", "gsm8k-0"), 10: ("arc_easy", "arc_easy-3"), 16: ("arc_challenge", "arc_challenge-7")}
 LATER = {7: "HumanEval/5", 13: "HumanEval/42"}
@@ -75,9 +80,13 @@ def build(root: Path, ranks: int, seed: int = 7, tokenizer: Path = OLMO, reuse: 
     cfg = write_config(
         b / "config.toml",
         seed=seed,
-        decontaminate={"eval_dir": str(registry_dir(root))},
+        decontaminate={"eval_dir": str(registry_dir(root)), "index_part_grams": INDEX_PART_GRAMS},
         tokenize={"tokenizer": str(tokenizer)},
-        write_shards={"shard_target_tokens": TARGET, "bucket_of_source": {"perl-mirror": "mirror"}},
+        write_shards={
+            "shard_target_tokens": TARGET,
+            "bucket_of_source": {"perl-mirror": "mirror"},
+            "doc_index_part_docs": DOC_INDEX_PART_DOCS,
+        },
     )
     run_snapshot_stages(b, ranks, cfg)
     return b
@@ -221,10 +230,25 @@ def test_the_snapshot_validates_and_a_damaged_copy_does_not(snap, tmp_path):
     (copy / "decont" / "report.json").unlink()
     lineage = snap.manifest.shards[-1].files["lineage"]
     (copy / lineage).write_text("{}\n")
+    artifacts = snap.manifest.extra["artifacts"]
+    gram_part = copy / artifacts["ngram_index"]["parts"][1]["path"]
+    grams = bytearray(gram_part.read_bytes())
+    grams[0] ^= 0x01
+    gram_part.write_bytes(bytes(grams))
+    doc_part = copy / artifacts["doc_index"]["parts"][0]["path"]
+    doc_part.write_bytes(doc_part.read_bytes()[:-40])
     problems = validate_snapshot(copy)
     assert any("sha256 does not match the manifest" in p for p in problems)
     assert any("contamination_report" in p and "missing" in p for p in problems)
     assert any(p.startswith(lineage) for p in problems)
+    assert any(
+        p.startswith(f"artifact ngram_index ({artifacts['ngram_index']['parts'][1]['path']}): sha256")
+        for p in problems
+    )
+    assert any(
+        p.startswith(f"artifact doc_index ({artifacts['doc_index']['parts'][0]['path']}): ") and "bytes" in p
+        for p in problems
+    )
 
 
 def test_trace_returns_the_document_behind_random_token_positions(built, snap):
@@ -422,42 +446,44 @@ def test_a_degenerate_shard_stops_the_build_with_a_report(tmp_path):
     assert "repeats" in proc.stderr and "top token" in proc.stderr
     report = json.loads((out / "validation.json").read_text())
     assert report["passed"] is False and report["shards"]["curated-00000"]["failures"] == []
-    assert not (out / "manifest.json").exists() and not (out / "megatron" / "_complete.json").exists()
+    assert not (out / "manifest.json").exists() and not (out / "work" / "phase" / "complete.json").exists()
+    assert not (out / "megatron").exists(), "no shard is published before every shard passed validation"
 
 
-def test_an_interrupted_write_shards_reruns_to_byte_identical_shards(built, tmp_path):
-    stages = tmp_path / "stages"
-    for stage in ("tokenize", "write_shards"):
-        shutil.copytree(built / "stages" / stage, stages / stage)
-    out = stages / "write_shards"
-    before = json.loads((out / "manifest.json").read_text())
-    # what a crash mid-phase leaves: no manifest, no completion record, a shard and its lineage gone
-    (out / "manifest.json").unlink()
-    (out / "megatron" / "_complete.json").unlink()
-    (out / "megatron" / "curated-00001.bin").unlink()
-    (out / "lineage" / "mirror-00000.jsonl").unlink()
-    run_mpi(
-        2,
-        "-m",
-        "hpc_jobs.write_shards",
-        "--in",
-        str(stages / "tokenize"),
-        "--out",
-        str(out),
-        "--config",
-        str(built / "config.toml"),
+#: (stage, step, signal, rank, parts done before it): a kill -9 and a SIGUSR1 inside the global phases
+INTERRUPTIONS = [
+    ("decontaminate", "grams", "KILL", 1, 2),
+    ("write_shards", "shards", "KILL", 1, 1),
+    ("write_shards", "doc_index", "USR1", 1, 1),
+]
+
+
+def test_the_indexes_and_the_phases_have_several_parts(built, snap):
+    """What the lookups above and the interruptions below rely on, so that they can fail."""
+    artifacts = snap.manifest.extra["artifacts"]
+    assert len(artifacts["ngram_index"]["parts"]) >= 8 and len(artifacts["doc_index"]["parts"]) >= 4
+    assert sum(p["docs"] for p in artifacts["doc_index"]["parts"]) == snap.manifest.extra["docs"] == 57
+    for stage, step, *_ in INTERRUPTIONS:
+        parts = list((built / "stages" / stage / "work" / "phase" / step).glob("*.done.json"))
+        assert len(parts) >= 4, f"{stage}/{step}: {len(parts)} parts"
+
+
+@pytest.mark.parametrize(("stage", "step", "sig", "rank", "after"), INTERRUPTIONS)
+def test_an_interrupted_global_phase_resumes_from_its_completed_parts(
+    stage, step, sig, rank, after, built, tmp_path, monkeypatch
+):
+    """The rerun redoes no completed part (counted from the markers on disk) and the stage's outputs
+    (shards, lineage, both indexes and every digest its manifest lists) are byte-identical."""
+    upstream = {"decontaminate": "minhash_dedup", "write_shards": "tokenize"}[stage]
+    assert_resumes_after_interruption(
+        stage,
+        step,
+        sig,
+        rank,
+        built / "stages" / upstream,
+        tmp_path / stage,
+        output_digests(built / "stages" / stage),
+        monkeypatch,
+        config=built / "config.toml",
+        after_parts=after,
     )
-    after = json.loads((out / "manifest.json").read_text())
-    assert after["side_outputs"] == before["side_outputs"] and after["outputs"] == before["outputs"]
-    again = run_mpi(
-        1,
-        "-m",
-        "hpc_jobs.write_shards",
-        "--in",
-        str(stages / "tokenize"),
-        "--out",
-        str(out),
-        "--config",
-        str(built / "config.toml"),
-    )
-    assert "nothing to do" in again.stderr

@@ -1,0 +1,148 @@
+"""The records and indexes of the snapshot phases, without MPI: every codec round-trips, the streamed
+numbers equal the whole-array ones, and the partitioned indexes answer like one sorted array."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from corpus.decont.corpus_index import (
+    GRAM_RECORD,
+    PartitionedGramIndex,
+    SortedUniqueWriter,
+    decode_grams,
+    encode_grams,
+    part_of_hashes,
+    prefix_bits,
+)
+from corpus.doc_index import (
+    DOC_INDEX_RECORD,
+    PartitionedDocIndex,
+    decode_doc_index,
+    encode_doc_index,
+    part_of_doc_id,
+)
+from corpus.megatron import block_digests
+from corpus.tokenizer import PinnedTokenizer
+from hpc_jobs.write_shards import (
+    CENSUS_RECORD,
+    BlockHasher,
+    ShardStatsAccumulator,
+    decode_doc_key,
+    decode_doc_location,
+    decode_doc_record,
+    encode_doc_key,
+    encode_doc_location,
+    encode_doc_record,
+    shard_stats,
+)
+from tests.snapshot.conftest import OLMO, perl_docs
+
+DOC_IDS = sorted(d.doc_id for d in perl_docs(n=40))
+
+
+def test_the_shuffle_records_round_trip_and_keys_sort_as_numbers():
+    tokens = np.array([5, 50279, 7], dtype=np.uint16)
+    lineage, back = decode_doc_record(encode_doc_record(b'{"doc_id":"x"}', tokens), "uint16")
+    assert lineage == b'{"doc_id":"x"}' and np.array_equal(back, tokens)
+    assert decode_doc_key(encode_doc_key(2**64 - 1, DOC_IDS[0])) == (2**64 - 1, DOC_IDS[0])
+    assert encode_doc_key(255, DOC_IDS[1]) < encode_doc_key(256, DOC_IDS[0]), "bytes order is key order"
+    assert decode_doc_location(encode_doc_location(70_000, 3)) == (70_000, 3)
+    assert encode_doc_location(1, 2**31) < encode_doc_location(2, 0)
+    assert CENSUS_RECORD.names == ("key", "tokens", "bucket")
+
+
+def test_the_index_records_round_trip():
+    hashes = np.array([3, 2**63, 2**64 - 1], dtype=np.uint64)
+    assert np.array_equal(decode_grams(encode_grams(hashes)), hashes) and GRAM_RECORD.itemsize == 8
+    ids = [d.encode() for d in DOC_IDS[:3]]
+    rec = decode_doc_index(encode_doc_index(ids, [0, 5, 2**32 - 1], [9, 0, 1]))
+    assert rec.dtype == DOC_INDEX_RECORD and rec.dtype.itemsize == 40
+    assert rec["doc_id"].tolist() == ids and rec["shard"].tolist() == [0, 5, 2**32 - 1]
+    with pytest.raises(ValueError, match="whole 40-byte records"):
+        decode_doc_index(b"x" * 41)
+
+
+def test_the_number_of_parts_follows_from_the_data_only():
+    assert prefix_bits(0, 100) == prefix_bits(100, 100) == 0
+    assert prefix_bits(101, 100) == 1 and prefix_bits(800, 100) == 3 and prefix_bits(801, 100) == 4
+    h = np.array([0, 2**63 - 1, 2**63, 2**64 - 1], dtype=np.uint64)
+    assert part_of_hashes(h, 1).tolist() == [0, 0, 1, 1] and part_of_hashes(h, 0).tolist() == [0, 0, 0, 0]
+    assert part_of_doc_id("8" + "0" * 31, 1) == 1 and part_of_doc_id("7f" + "f" * 30, 1) == 0
+
+
+def test_a_part_is_written_once_per_hash_in_ascending_order():
+    buf = io.BytesIO()
+    w = SortedUniqueWriter(buf, batch=2)
+    for v in [1, 1, 4, 9, 9, 9, 12]:
+        w.add(v)
+    w.flush()
+    assert decode_grams(buf.getvalue()).tolist() == [1, 4, 9, 12] and w.count == 4
+    with pytest.raises(ValueError, match="ascending"):
+        w.add(3)
+
+
+def _write_gram_parts(tmp_path, hashes: np.ndarray, bits: int) -> list:
+    parts = part_of_hashes(hashes, bits)
+    paths = []
+    for p in range(1 << bits):
+        paths.append(tmp_path / f"g{p:05d}.u64")
+        paths[-1].write_bytes(encode_grams(np.unique(hashes[parts == p])))
+    return paths
+
+
+def test_the_partitioned_gram_index_answers_like_one_sorted_array(tmp_path):
+    rng = np.random.default_rng(0)
+    corpus = rng.integers(0, 2**64 - 1, size=5000, dtype=np.uint64)
+    index = PartitionedGramIndex(_write_gram_parts(tmp_path, corpus, bits=3), bits=3)
+    queries = np.concatenate([corpus[::7], rng.integers(0, 2**64 - 1, size=500, dtype=np.uint64)])
+    assert np.array_equal(index.contains(queries), np.isin(queries, corpus))
+    assert len(index) == np.unique(corpus).shape[0]
+    with pytest.raises(ValueError, match="has 8 parts"):
+        PartitionedGramIndex([tmp_path / "g00000.u64"], bits=3)
+
+
+def test_the_partitioned_doc_index_finds_every_document_and_nothing_else(tmp_path):
+    bits = 2
+    rows = {d: (i % 3, i) for i, d in enumerate(DOC_IDS)}
+    paths = []
+    for p in range(1 << bits):
+        mine = [d for d in DOC_IDS if part_of_doc_id(d, bits) == p]
+        paths.append(tmp_path / f"d{p:05d}.docidx")
+        paths[-1].write_bytes(
+            encode_doc_index(
+                [d.encode() for d in mine], [rows[d][0] for d in mine], [rows[d][1] for d in mine]
+            )
+        )
+    index = PartitionedDocIndex(paths, bits)
+    assert all(index.locate(d) == rows[d] for d in DOC_IDS) and len(index) == len(DOC_IDS)
+    assert index.locate("0" * 32) is None and index.locate("not-a-doc-id") is None
+
+
+def test_streamed_shard_numbers_equal_the_whole_shards():
+    tok = PinnedTokenizer(OLMO)
+    docs = tok.encode_batch([d.text for d in perl_docs(n=12)])
+    runs = [
+        np.array([7] * 5, dtype=np.uint16),
+        np.array([7, 7, 8], dtype=np.uint16),
+        np.array([], dtype=np.uint16),
+    ]
+    for shard in (docs, runs + docs + runs, [np.array([3, 3], np.uint16), np.array([4, 4], np.uint16)]):
+        acc = ShardStatsAccumulator(tok.eos_id)
+        for d in shard:
+            acc.add(d)
+        assert acc.result() == shard_stats(np.concatenate(shard), tok.eos_id)
+    assert ShardStatsAccumulator(tok.eos_id).result() == shard_stats(np.zeros(0, np.uint16), tok.eos_id)
+
+
+def test_block_digests_computed_while_writing_are_the_files(tmp_path):
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 256, size=10_000, dtype=np.uint8).tobytes()
+    for block in (1000, 999, 4096, 20_000):
+        h = BlockHasher(block)
+        for chunk in (data[:1], data[1:2500], data[2500:2500], data[2500:]):
+            h.update(chunk)
+        (tmp_path / "f.bin").write_bytes(data)
+        assert h.block_digests() == block_digests(tmp_path / "f.bin", block)
