@@ -98,6 +98,33 @@ def write_indexed_shard(prefix: Path, documents: list[np.ndarray], dtype: str) -
     return bin_path, idx_path
 
 
+class BlockHasher:
+    """sha256 of a stream, whole and per ``block_size`` block, computed while it is written (so nothing
+    is read back; memory: one block). :func:`block_digests` is the same rule over a finished file."""
+
+    def __init__(self, block_size: int = BLOCK_SIZE) -> None:
+        self.block_size = block_size
+        self.whole = hashlib.sha256()
+        self.block = hashlib.sha256()
+        self.in_block = 0
+        self.blocks: list[str] = []
+
+    def update(self, data: bytes) -> None:
+        self.whole.update(data)
+        view = memoryview(data)
+        while view.nbytes:
+            take = min(view.nbytes, self.block_size - self.in_block)
+            self.block.update(view[:take])
+            self.in_block += take
+            view = view[take:]
+            if self.in_block == self.block_size:
+                self.blocks.append(self.block.hexdigest())
+                self.block, self.in_block = hashlib.sha256(), 0
+
+    def block_digests(self) -> list[str]:
+        return self.blocks + ([self.block.hexdigest()] if self.in_block else [])
+
+
 def block_digests(bin_path: Path, block_size: int = BLOCK_SIZE) -> list[str]:
     """Hex sha256 of each ``block_size``-byte block of a file, the last block possibly short.
 
@@ -107,11 +134,11 @@ def block_digests(bin_path: Path, block_size: int = BLOCK_SIZE) -> list[str]:
     """
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    digests = []
+    hasher = BlockHasher(block_size)
     with open(bin_path, "rb") as f:
         while block := f.read(block_size):
-            digests.append(hashlib.sha256(block).hexdigest())
-    return digests
+            hasher.update(block)
+    return hasher.block_digests()
 
 
 def read_index(idx_path: Path, mmap: bool = False) -> IndexedShardIndex:

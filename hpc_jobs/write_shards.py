@@ -56,7 +56,7 @@ from corpus.doc_index import DOC_ID_CHARS, encode_doc_index, part_of_doc_id
 from corpus.docshard import atomic_write_json, iter_docs
 from corpus.layout import DOC_INDEX_DIR, DOC_INDEX_SUFFIX, LINEAGE, MEGATRON, link_file
 from corpus.manifests import read_stage_manifest
-from corpus.megatron import BLOCK_SIZE, IndexedShard, index_bytes
+from corpus.megatron import BLOCK_SIZE, BlockHasher, IndexedShard, index_bytes
 from corpus.model import Document, Kept, Outcome
 from hpc_jobs.tokenize import token_prefix
 from mpi_kernels.shuffle import round_bytes, too_large_error
@@ -266,33 +266,6 @@ class ShardStatsAccumulator:
             "top_token": top,
             "top_token_share": round(top_share, 6),
         }
-
-
-class BlockHasher:
-    """sha256 of a stream, whole and per ``block_size`` block (:func:`corpus.megatron.block_digests`'s
-    numbers, computed while writing, so nothing is read back; memory: one block)."""
-
-    def __init__(self, block_size: int = BLOCK_SIZE) -> None:
-        self.block_size = block_size
-        self.whole = hashlib.sha256()
-        self.block = hashlib.sha256()
-        self.in_block = 0
-        self.blocks: list[str] = []
-
-    def update(self, data: bytes) -> None:
-        self.whole.update(data)
-        view = memoryview(data)
-        while view.nbytes:
-            take = min(view.nbytes, self.block_size - self.in_block)
-            self.block.update(view[:take])
-            self.in_block += take
-            view = view[take:]
-            if self.in_block == self.block_size:
-                self.blocks.append(self.block.hexdigest())
-                self.block, self.in_block = hashlib.sha256(), 0
-
-    def block_digests(self) -> list[str]:
-        return self.blocks + ([self.block.hexdigest()] if self.in_block else [])
 
 
 class _Hashed:
