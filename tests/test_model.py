@@ -62,3 +62,17 @@ def test_yield_counts_reconcile_by_source_and_language():
     assert total.reconciles()
     assert set(y.by(1)) == {"en", "de", "und"}
     assert YieldCounts.from_dict(y.to_dict()).to_dict() == y.to_dict()
+
+
+def test_a_documents_dict_is_every_field_with_annotations_as_dicts():
+    from dataclasses import asdict
+
+    from corpus.model import Annotation, Document
+
+    doc = Document.create(
+        text="hello", source="s", source_tier="web", url="u", crawl_date="2026-01-01", raw_digest="0" * 64,
+        scores={"quality": 0.5},
+    ).annotate(Annotation("policy", "min_quality", 0.5, "pass"), dup_of="ab" * 16)
+    expected = asdict(doc) | {"annotations": [asdict(a) for a in doc.annotations]}
+    assert doc.to_dict() == expected and list(doc.to_dict()) == list(expected)
+    assert Document.from_dict(doc.to_dict()) == doc
