@@ -40,9 +40,6 @@ DOC_OUTPUT_KINDS = (SHARDS, FILTERED, QUARANTINE)
 # write_shards' artifacts
 MEGATRON = "megatron"
 LINEAGE = "lineage"
-#: write_shards' list of the token shards its global phase wrote (under MEGATRON); retired with
-#: stage version 4 (the list is the stage manifest's ``extra["token_shards"]``), kept for old builds
-SHARD_LIST = "_complete.json"
 #: the doc_id index parts (write_shards, under LINEAGE; the snapshot keeps the same relative path)
 DOC_INDEX_DIR = "doc_index"
 DOC_INDEX_SUFFIX = ".docidx"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from corpus.layout import manifest_path
 from corpus.model import SnapshotManifest, StageManifest
@@ -35,18 +33,3 @@ def require_stage_manifest(stage_directory: Path) -> StageManifest:
 
 def read_snapshot_manifest(snapshot_directory: Path) -> SnapshotManifest:
     return SnapshotManifest.from_dict(json.loads(manifest_path(snapshot_directory).read_text()))
-
-
-def token_shard_metas(write_shards_dir: Path) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """Every token shard a completed write_shards stage wrote, in its order: (its listing in the stage
-    manifest — name, bucket, counts, ``files`` {suffix: {path, sha256}} — and its ``.meta.json``).
-    One meta at a time, so a reader of 10⁵ shards holds one shard's doc_ids, not all of them."""
-    m = require_stage_manifest(Path(write_shards_dir))
-    if "token_shards" not in m.extra:
-        raise NotCompleted(
-            f"{write_shards_dir}: a write_shards stage of version {m.stage_version} lists no token shards "
-            "in its manifest (extra.token_shards); rerun write_shards"
-        )
-    for listing in m.extra["token_shards"]:
-        meta_path = Path(write_shards_dir) / listing["files"][".meta.json"]["path"]
-        yield listing, json.loads(meta_path.read_text())

@@ -47,9 +47,15 @@ from corpus.doc_index import DOC_INDEX_RECORD, PartitionedDocIndex
 from corpus.docshard import atomic_write_bytes, iter_records
 from corpus.errors import UserError
 from corpus.layout import MANIFEST, SNAPSHOT_DIR, link_file, stage_dir
-from corpus.manifests import token_shard_metas
 from corpus.megatron import IndexedShard, read_index
 from corpus.model import Document, SnapshotManifest, SnapshotShard, StageManifest
+from corpus.stage_facts import (
+    DecontaminationFacts,
+    MissingFacts,
+    PartitionedIndex,
+    WriteShardsFacts,
+    tokenizer_facts,
+)
 
 REPORT = "decont/report.json"
 NGRAM_INDEX_DIR = "decont/13grams"
@@ -73,13 +79,13 @@ _META_DIGESTS = {
 }
 
 
-def _link_parts(src_dir: Path, parts: list[dict[str, Any]], snap: Path, dest: str) -> list[dict[str, Any]]:
+def _link_parts(src_dir: Path, index: PartitionedIndex, snap: Path, dest: str) -> list[dict[str, Any]]:
     """Link a stage's index parts into ``snap/dest``; their listing with snapshot-relative paths."""
     listed = []
-    for part in parts:
-        name = Path(part["path"]).name
-        link_file(src_dir / part["path"], snap / dest / name)
-        listed.append({**part, "path": f"{dest}/{name}"})
+    for ref, n in index.parts:
+        name = Path(ref.path).name
+        link_file(src_dir / ref.path, snap / dest / name)
+        listed.append({"path": f"{dest}/{name}", "sha256": ref.sha256, index.unit: n})
     return listed
 
 
@@ -100,11 +106,11 @@ def assemble(
             f"a snapshot needs the stages {', '.join(missing)}; the build ran {', '.join(by_stage)}"
         )
     decont, tokenize, ws_manifest = by_stage["decontaminate"], by_stage["tokenize"], by_stage["write_shards"]
-    for m, key in ((decont, "ngram_index"), (ws_manifest, "doc_index")):
-        if key not in m.extra:
-            raise UserError(
-                f"the {m.stage} stage (version {m.stage_version}) lists no {key}: rerun the build"
-            )
+    try:
+        ws_facts, decont_facts = WriteShardsFacts.of(ws_manifest), DecontaminationFacts.of(decont)
+        tok_info = tokenizer_facts(tokenize)
+    except MissingFacts as e:
+        raise UserError(str(e)) from e
     snap = build_dir / snapshot_dir
     shutil.rmtree(snap, ignore_errors=True)
     snap.mkdir(parents=True)
@@ -112,16 +118,17 @@ def assemble(
     # the shards and their lineage: linked, one shard's metadata in memory at a time
     ws = stage_dir(build_dir, "write_shards")
     shards = []
-    for listing, meta in token_shard_metas(ws):
-        name = listing["name"]
+    for listing in ws_facts.token_shards:  # one shard's .meta.json (its doc_ids) in memory at a time
+        name = listing.name
+        meta = json.loads((ws / listing.files[".meta.json"].path).read_text())
         files = {}
         for suffix, (role, directory) in _SHARD_FILES.items():
-            src = listing["files"][suffix]
-            if suffix in _META_DIGESTS and meta[_META_DIGESTS[suffix]] != src["sha256"]:
+            src = listing.files[suffix]
+            if suffix in _META_DIGESTS and meta[_META_DIGESTS[suffix]] != src.sha256:
                 raise UserError(
-                    f"{ws / src['path']}: its .meta.json and the stage manifest disagree: rerun write_shards"
+                    f"{ws / src.path}: its .meta.json and the stage manifest disagree: rerun write_shards"
                 )
-            link_file(ws / src["path"], snap / directory / f"{name}{suffix}")
+            link_file(ws / src.path, snap / directory / f"{name}{suffix}")
             if role:
                 files[role] = f"{directory}/{name}{suffix}"
         shards.append(
@@ -136,18 +143,17 @@ def assemble(
                 block_sha256=tuple(meta.get("block_sha256", ())),
             )
         )
-    doc_index = ws_manifest.extra["doc_index"]
-    doc_parts = _link_parts(ws, doc_index["parts"], snap, DOC_INDEX_DIR)
+    doc_index = ws_facts.doc_index
+    doc_parts = _link_parts(ws, doc_index, snap, DOC_INDEX_DIR)
 
     # the tokenizer
-    tok_info = tokenize.extra["tokenizer"]
     tok = PinnedTokenizer(tokenize.config["tokenizer"], tokenize.config["eos_token"])
-    if tok.info.sha256 != tok_info["sha256"]:
+    if tok.info.sha256 != tok_info.sha256:
         raise UserError(
             f"tokenizer {tok.path} changed since the tokenize stage ran "
-            f"({tok.info.sha256[:12]}… vs {tok_info['sha256'][:12]}…): rerun the build"
+            f"({tok.info.sha256[:12]}… vs {tok_info.sha256[:12]}…): rerun the build"
         )
-    tok_rel = f"tokenizer/{tok_info['name']}"
+    tok_rel = f"tokenizer/{tok_info.name}"
     (snap / tok_rel).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(
         tok.path, snap / tok_rel
@@ -155,8 +161,8 @@ def assemble(
 
     # the retained 13-gram index (linked parts) and the contamination report
     decont_dir = stage_dir(build_dir, "decontaminate")
-    grams = decont.extra["ngram_index"]
-    gram_parts = _link_parts(decont_dir, grams["parts"], snap, NGRAM_INDEX_DIR)
+    grams = decont_facts.ngram_index
+    gram_parts = _link_parts(decont_dir, grams, snap, NGRAM_INDEX_DIR)
     flagged = [
         Document.from_dict(r["doc"])
         for s in decont.side_outputs
@@ -165,14 +171,14 @@ def assemble(
         if r["reason"] == REASON
     ]
     tokens_kept = sum(s.tokens for s in shards)
-    matching = decont.extra.get("matching", {})
+    matching = decont_facts.matching
     report = build_report(
         flagged,
-        benchmarks=decont.extra.get("eval_registry", {}),
+        benchmarks=decont_facts.eval_registry,
         docs_scanned=decont.yield_counts().total().docs_in,
         tokens_kept=tokens_kept,
         count_tokens=tok.count_tokens,
-        settings={"eval_registry_hash": decont.extra.get("eval_registry_hash", ""), **matching},
+        settings={"eval_registry_hash": decont_facts.eval_registry_hash, **matching},
     )
     report_bytes = (json.dumps(report, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
     atomic_write_bytes(snap / REPORT, report_bytes)
@@ -191,40 +197,40 @@ def assemble(
             "contamination_report": {"path": REPORT, "sha256": sha256_hex(report_bytes)},
             "ngram_index": {
                 "parts": gram_parts,
-                "prefix_bits": grams["prefix_bits"],
+                "prefix_bits": grams.prefix_bits,
                 "record": str(GRAM_RECORD),
-                "grams": grams["grams"],
+                "grams": grams.count,
                 "n": NGRAM,
                 "scheme": SCHEME,
                 "min_run": matching.get("min_run", 10),
             },
             "doc_index": {
                 "parts": doc_parts,
-                "prefix_bits": doc_index["prefix_bits"],
+                "prefix_bits": doc_index.prefix_bits,
                 "record": "doc_id S32, shard <u4, doc <u4",
-                "docs": doc_index["docs"],
+                "docs": doc_index.count,
             },
         },
         "contamination": {
-            "eval_registry_hash": decont.extra.get("eval_registry_hash", ""),
+            "eval_registry_hash": decont_facts.eval_registry_hash,
             "docs_flagged": report["docs_flagged"],
             "tokens_flagged": report["tokens_flagged"],
         },
     }
     tokenizer = {
         "path": tok_rel,
-        "name": tok_info["name"],
-        "sha256": tok_info["sha256"],
-        "vocab_size": tok_info["vocab_size"],
-        "eos_id": tok_info["eos_id"],
-        "eos_token": tok_info["eos_token"],
+        "name": tok_info.name,
+        "sha256": tok_info.sha256,
+        "vocab_size": tok_info.vocab_size,
+        "eos_id": tok_info.eos_id,
+        "eos_token": tok_info.eos_token,
         "documents_end_with_eos": True,  # tokenize appended EOS: a reader must not add another
     }
     manifest = SnapshotManifest(
         shards=tuple(shards),
         stage_versions=stage_versions,
         seed=seed,
-        token_dtype=tok_info["token_dtype"],
+        token_dtype=tok_info.token_dtype,
         tokenizer=tokenizer,
         extra=extra,
     )

@@ -57,6 +57,12 @@ class TokenizerInfo:
     eos_id: int
     token_dtype: str
 
+    @classmethod
+    def from_dict(cls, d: dict) -> TokenizerInfo:
+        return cls(
+            d["name"], d["sha256"], int(d["vocab_size"]), d["eos_token"], int(d["eos_id"]), d["token_dtype"]
+        )
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,

@@ -43,6 +43,7 @@ from corpus.digest import json_digest
 from corpus.docshard import iter_docs
 from corpus.layout import NGRAM_INDEX_DIR, NGRAM_INDEX_SUFFIX, NGRAMS, link_file
 from corpus.model import Annotation, Filtered, Kept, Outcome
+from corpus.stage_facts import DecontaminationFacts, FileRef, PartitionedIndex
 from corpus.tokenizer import resolve_asset
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
 from runtime.runner import InputShard, Stage, StageContext, StageError, main
@@ -184,7 +185,7 @@ class Decontaminate(Stage):
                 if p.name not in keep:
                     p.unlink()
 
-    def index_listing(self) -> dict[str, Any]:
+    def index_listing(self) -> PartitionedIndex:
         """The retained index as the manifest lists it: parts with the digests computed while writing."""
         assert self._phase is not None
         facts = self._phase.facts
@@ -192,32 +193,20 @@ class Decontaminate(Stage):
         parts = []
         for part in self._phase.parts(GRAMS, names):
             file = f"{part.name}{NGRAM_INDEX_SUFFIX}"
-            parts.append(
-                {
-                    "path": f"{NGRAM_INDEX_DIR}/{file}",
-                    "sha256": part.files[file].removeprefix("sha256:"),
-                    "grams": part.facts["grams"],
-                }
-            )
-        return {
-            "scheme": SCHEME,
-            "record": str(GRAM_RECORD),
-            "prefix_bits": facts["prefix_bits"],
-            "grams": facts["grams"],
-            "parts": parts,
-        }
+            ref = FileRef(f"{NGRAM_INDEX_DIR}/{file}", part.files[file].removeprefix("sha256:"))
+            parts.append((ref, part.facts["grams"]))
+        return PartitionedIndex(
+            "grams", facts["prefix_bits"], facts["grams"], tuple(parts), SCHEME, str(GRAM_RECORD)
+        )
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         index = self._load()
         described = index.registry.describe()
         for name, n in index.unchecked.items():
             described[name]["unchecked_items"] = n
-        return {
-            "eval_registry_hash": index.registry.digest,
-            "eval_registry": described,
-            "matching": index.describe() | {"scheme": SCHEME},
-            "ngram_index": self.index_listing(),
-        }
+        return DecontaminationFacts(
+            index.registry.digest, described, index.describe() | {"scheme": SCHEME}, self.index_listing()
+        ).to_extra()
 
 
 STAGE = Decontaminate

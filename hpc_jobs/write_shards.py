@@ -58,6 +58,15 @@ from corpus.layout import DOC_INDEX_DIR, DOC_INDEX_SUFFIX, LINEAGE, MEGATRON, li
 from corpus.manifests import read_stage_manifest
 from corpus.megatron import BLOCK_SIZE, BlockHasher, IndexedShard, index_bytes
 from corpus.model import Document, Kept, Outcome
+from corpus.stage_facts import (
+    FileRef,
+    MissingFacts,
+    PartitionedIndex,
+    TokenShardListing,
+    WriteShardsFacts,
+    tokenizer_facts,
+)
+from corpus.tokenizer import TokenizerInfo
 from hpc_jobs.tokenize import token_prefix
 from mpi_kernels.shuffle import round_bytes, too_large_error
 from runtime.global_phase import GlobalPhase, Part, PartWriter, global_phase_key
@@ -334,11 +343,14 @@ class WriteShards(Stage):
         return bucket
 
     # -- the global phase --------------------------------------------------------------------------
-    def _tokenizer_info(self, ctx: StageContext) -> dict[str, Any]:
+    def _tokenizer_info(self, ctx: StageContext) -> TokenizerInfo:
         m = read_stage_manifest(ctx.in_paths[0])
-        if m is None or "tokenizer" not in m.extra:
+        if m is None or m.stage != "tokenize":
             raise StageError(f"write_shards reads a completed tokenize stage; {ctx.in_paths[0]} is not one")
-        return m.extra["tokenizer"]
+        try:
+            return tokenizer_facts(m)
+        except MissingFacts as e:
+            raise StageError(str(e)) from e
 
     def _documents(self, ctx: StageContext, shard: InputShard) -> Iterator[tuple[Document, np.ndarray]]:
         """An input shard's documents with their tokens (the tokenize stage's sequences, in order)."""
@@ -359,7 +371,7 @@ class WriteShards(Stage):
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """census (map) -> cuts -> shards (exchange) -> validation -> doc_index (exchange) -> publish."""
         tok = self._tokenizer_info(ctx)
-        phase = self._phase = GlobalPhase(ctx, global_phase_key(self, inputs, tokenizer=tok))
+        phase = self._phase = GlobalPhase(ctx, global_phase_key(self, inputs, tokenizer=tok.to_dict()))
         if phase.complete:
             digest = phase.reused()
             self._publish(ctx)
@@ -419,7 +431,7 @@ class WriteShards(Stage):
     def _census(self, ctx: StageContext, shard: InputShard, writer: PartWriter, tok: dict) -> dict[str, Any]:
         """One input shard's census part; refuses a document whose tokens alone exceed a shuffle round."""
         limit = round_bytes(ctx.memory_budget_bytes)
-        itemsize = np.dtype(tok["token_dtype"]).itemsize
+        itemsize = np.dtype(tok.token_dtype).itemsize
         keys, tokens, names = [], [], []
         for doc, toks in self._documents(ctx, shard):
             # the tokens alone (the lineage record is checked, exactly, when the document is sent)
@@ -503,13 +515,13 @@ class WriteShards(Stage):
         """Stream one token shard: .bin/.idx, lineage, doc_ids and meta, with its validation numbers."""
         name = plan.names[part_no]
         bucket = name.rsplit("-", 1)[0]
-        dtype = tok["token_dtype"]
+        dtype = tok.token_dtype
         bin_hash = BlockHasher(BLOCK_SIZE)
         bin_file = _Hashed(writer.open(".bin"), bin_hash)
         lineage = _Hashed(writer.open(".jsonl"))
         doc_ids_file = writer.open(".doc_ids")
         lengths, offsets, doc_ids = array("i"), array("q", [0]), []
-        stats = ShardStatsAccumulator(int(tok["eos_id"]))
+        stats = ShardStatsAccumulator(tok.eos_id)
         pending: list[np.ndarray] = []  # tokens not yet counted: counted in batches of _STATS_BATCH (exact)
         pending_tokens = 0
         for key, payload in records:
@@ -613,38 +625,29 @@ class WriteShards(Stage):
         computed (from the parts' markers: nothing is re-hashed)."""
         assert self._phase is not None
         facts = self._phase.facts
-        token_shards = []
-        for p in self._phase.parts(SHARDS, facts["shards"]):
-            token_shards.append(
+        token_shards = tuple(
+            TokenShardListing(
+                p.name,
+                p.facts["bucket"],
+                p.facts["docs"],
+                p.facts["tokens"],
                 {
-                    "name": p.name,
-                    "bucket": p.facts["bucket"],
-                    "docs": p.facts["docs"],
-                    "tokens": p.facts["tokens"],
-                    "files": {
-                        suffix: {
-                            "path": f"{kind}/{p.name}{suffix}",
-                            "sha256": p.files[f"{p.name}{suffix}"].removeprefix("sha256:"),
-                        }
-                        for suffix, kind in SHARD_FILES.items()
-                    },
-                }
+                    suffix: FileRef(f"{kind}/{p.name}{suffix}", p.files[f"{p.name}{suffix}"].removeprefix("sha256:"))
+                    for suffix, kind in SHARD_FILES.items()
+                },
             )
+            for p in self._phase.parts(SHARDS, facts["shards"])
+        )
         bits = facts["doc_index_bits"]
         index_parts = []
         for p in self._phase.parts(DOC_INDEX, _index_names(bits)):
             file = f"{p.name}{DOC_INDEX_SUFFIX}"
-            index_parts.append(
-                {
-                    "path": f"{LINEAGE}/{DOC_INDEX_DIR}/{file}",
-                    "sha256": p.files[file].removeprefix("sha256:"),
-                    "docs": p.facts["docs"],
-                }
-            )
+            ref = FileRef(f"{LINEAGE}/{DOC_INDEX_DIR}/{file}", p.files[file].removeprefix("sha256:"))
+            index_parts.append((ref, p.facts["docs"]))
+        handed_on = WriteShardsFacts(token_shards, PartitionedIndex("docs", bits, facts["docs"], tuple(index_parts)))
         return {
+            **handed_on.to_extra(),
             "snapshot_shards": facts["shards"],
-            "token_shards": token_shards,
-            "doc_index": {"prefix_bits": bits, "docs": facts["docs"], "parts": index_parts},
             "buckets": facts["buckets"],
             "seed": self.config.seed,
             "shuffle_key": "blake2b64('shuffle', doc_id, seed)",
