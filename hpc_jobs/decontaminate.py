@@ -49,6 +49,8 @@ from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
 from runtime.runner import InputShard, Stage, StageContext, StageError, main
 
 GRAMS = "grams"
+#: a 13-gram on its way to the part of its prefix (the exchange's fixed-width row)
+_GRAM_ROW = np.dtype([("part", "<u4"), ("gram", "<u8")])
 _SEND_BATCH = 1 << 16
 
 
@@ -137,21 +139,21 @@ class Decontaminate(Stage):
             digest = phase.reused()
         else:
 
-            def send(shard: InputShard) -> Iterator[tuple[int, bytes, bytes]]:
+            def send(shard: InputShard) -> Iterator[np.ndarray]:
                 hashes = load_index(ctx.artifact_path(NGRAMS, f"{shard.name}.npy"))
                 for start in range(0, hashes.shape[0], _SEND_BATCH):
                     batch = np.asarray(hashes[start : start + _SEND_BATCH])
-                    for part, key in zip(part_of_hashes(batch, bits).tolist(), batch.tolist(), strict=True):
-                        yield part, key.to_bytes(8, "big"), b""
+                    rows = np.empty(batch.shape[0], dtype=_GRAM_ROW)
+                    rows["part"], rows["gram"] = part_of_hashes(batch, bits), batch
+                    yield rows
 
-            def reduce(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
+            def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
                 out = SortedUniqueWriter(writer.open(NGRAM_INDEX_SUFFIX))
-                for key, _payload in records:
-                    out.add(int.from_bytes(key, "big"))
-                out.flush()
+                for rows in batches:  # sorted by gram within the part, repeats adjacent
+                    out.add_sorted(rows["gram"])
                 return {"grams": out.count}
 
-            phase.exchange(GRAMS, names, inputs, send, reduce)
+            phase.exchange_rows(GRAMS, names, inputs, send, reduce, dtype=_GRAM_ROW, order_fields=("gram",))
             total = None
             if ctx.rank == 0:
                 total = sum(p.facts["grams"] for p in phase.parts(GRAMS, names))

@@ -38,14 +38,17 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
+
+import numpy as np
 
 from corpus.config import config_hash
 from corpus.digest import canonical_json, file_sha256, json_digest
 from corpus.docshard import atomic_write_json, iter_docs
 from corpus.model import Document
-from mpi_kernels.shuffle import shuffle_by_key
+from mpi_kernels.shuffle import shuffle_array, shuffle_by_key
 from runtime.preemption import Preempted, after_part, any_rank_stopped, stop_requested
 from runtime.runner import assign
 
@@ -276,19 +279,8 @@ class GlobalPhase:
         ``reduce(part number, records, writer) -> facts`` writes the part (called for every part, also
         one that received nothing). Parts done by an earlier run receive nothing and are not reduced.
         ``senders=None``: every rank calls ``send(None)`` once, for records it holds in memory."""
-        d = self.step_dir(step)
-        d.mkdir(parents=True, exist_ok=True)
-        t0 = time.monotonic()
-        # each rank checks the markers of the parts it owns; together they know what is left
-        mine = [i for i in range(self.ctx.rank, len(part_names), self.ctx.size) if self.part(step, part_names[i]) is None]
-        todo = sorted(i for owned in self.comm.allgather(mine) for i in owned)
-        done_before = len(range(self.ctx.rank, len(part_names), self.ctx.size)) - len(mine)
-        done_now = 0
-        if todo:
-            wanted = set(todo)
-
+        def shuffled(wanted: set[int], units: list[Any]) -> Any:
             def records() -> Iterator[tuple[bytes, bytes]]:
-                units = [None] if senders is None else assign(list(senders), self.ctx.rank, self.ctx.size)
                 for unit in units:
                     for part_no, key, payload in send(unit):
                         if part_no in wanted:
@@ -301,7 +293,83 @@ class GlobalPhase:
                 memory_budget_bytes=self.ctx.memory_budget_bytes,
                 spill_dir=Path(self.ctx.work_dir) / SPILL_DIR,
             )
-            groups = groupby(received, key=lambda r: _PART_PREFIX.unpack_from(r[0])[0])
+            groups = (
+                (part_no, ((k[_PART_PREFIX.size :], v) for k, v in group))
+                for part_no, group in groupby(received, key=lambda r: _PART_PREFIX.unpack_from(r[0])[0])
+            )
+            return received, groups
+
+        self._exchange(step, part_names, senders, shuffled, reduce)
+
+    def exchange_rows(
+        self,
+        step: str,
+        part_names: Sequence[str],
+        senders: Sequence[Unit] | None,
+        send: Callable[[Any], Iterable[np.ndarray]],
+        reduce: Callable[[int, Iterator[np.ndarray], PartWriter], dict[str, Any]],
+        *,
+        dtype: Any,
+        order_fields: Sequence[str] = (),
+    ) -> None:
+        """:meth:`exchange` for fixed-width records, with no Python work per record: ``send(unit)``
+        yields structured arrays of ``dtype``, whose integer field ``part`` is the part number; a part's
+        rows reach its owner through :func:`mpi_kernels.shuffle.shuffle_array` as batches sorted by
+        ``order_fields`` then the other fields, and ``reduce(part number, batches, writer) -> facts``."""
+        dtype = np.dtype(dtype)
+
+        def shuffled(wanted: set[int], units: list[Any]) -> Any:
+            keep = np.zeros(len(part_names), dtype=bool)
+            keep[sorted(wanted)] = True
+
+            def batches() -> Iterator[np.ndarray]:
+                for unit in units:
+                    for rows in send(unit):
+                        rows = rows[keep[rows["part"]]]
+                        if len(rows):
+                            yield rows
+
+            received = shuffle_array(
+                self.comm,
+                batches(),
+                dtype=dtype,
+                dest_of=lambda rows: rows["part"],
+                order_fields=("part", *order_fields),
+                memory_budget_bytes=self.ctx.memory_budget_bytes,
+                spill_dir=Path(self.ctx.work_dir) / SPILL_DIR,
+            )
+            pieces = (
+                (int(rows["part"][0]), rows)
+                for batch in received
+                for rows in np.split(batch, np.flatnonzero(np.diff(batch["part"])) + 1)
+                if len(rows)
+            )
+            groups = ((part_no, (rows for _, rows in run)) for part_no, run in groupby(pieces, key=itemgetter(0)))
+            return received, groups
+
+        self._exchange(step, part_names, senders, shuffled, reduce)
+
+    def _exchange(
+        self,
+        step: str,
+        part_names: Sequence[str],
+        senders: Sequence[Unit] | None,
+        shuffled: Callable[[set[int], list[Any]], tuple[Any, Iterator[tuple[int, Iterator[Any]]]]],
+        reduce: Callable[[int, Iterator[Any], PartWriter], dict[str, Any]],
+    ) -> None:
+        """The driver both exchanges share: which parts are left, the shuffle, each owned part reduced in
+        part order (also one that received nothing), stop requests between parts."""
+        d = self.step_dir(step)
+        d.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        # each rank checks the markers of the parts it owns; together they know what is left
+        mine = [i for i in range(self.ctx.rank, len(part_names), self.ctx.size) if self.part(step, part_names[i]) is None]
+        todo = sorted(i for owned in self.comm.allgather(mine) for i in owned)
+        done_before = len(range(self.ctx.rank, len(part_names), self.ctx.size)) - len(mine)
+        done_now = 0
+        if todo:
+            units = [None] if senders is None else assign(list(senders), self.ctx.rank, self.ctx.size)
+            received, groups = shuffled(set(todo), units)
             pending = next(groups, None)
             try:
                 for part_no in (p for p in todo if p % self.ctx.size == self.ctx.rank):
@@ -309,12 +377,11 @@ class GlobalPhase:
                         break
                     if pending is not None and pending[0] < part_no:
                         raise RuntimeError(f"step {step}: records for part {pending[0]}, which is not pending")
-                    if pending is not None and pending[0] == part_no:
-                        records_of_part = ((k[_PART_PREFIX.size :], v) for k, v in pending[1])
-                    else:
-                        records_of_part = iter(())
+                    records_of_part = pending[1] if pending is not None and pending[0] == part_no else iter(())
                     self._run_part(step, d, part_names[part_no], lambda w, p=part_no, r=records_of_part: reduce(p, r, w))
                     if pending is not None and pending[0] == part_no:
+                        for _ in pending[1]:  # what reduce left unread belongs to this part
+                            pass
                         pending = next(groups, None)
                     done_now += 1
                     after_part(f"{self.stage}/{step}", done_now, self.ctx.rank)

@@ -173,3 +173,25 @@ def test_without_sender_units_each_rank_sends_what_it_holds_once(tmp_path):
 
     phase.exchange("s", ["p0", "p1"], None, send, reduce)
     assert calls == [None] and got == {0: [], 1: [b"held"]}
+
+
+def test_an_exchange_of_fixed_width_rows_gives_each_part_its_rows_sorted(tmp_path):
+    import numpy as np
+
+    row = np.dtype([("part", "<u4"), ("key", "<u8")])
+    phase = GlobalPhase(_ctx(tmp_path), {"stage": "toy"})
+    got = {}
+
+    def send(unit):
+        keys = np.arange(10, dtype=np.uint64)[::-1] + (100 if unit.name == "b" else 0)
+        rows = np.empty(len(keys), dtype=row)
+        rows["part"], rows["key"] = keys % 3, keys
+        yield rows
+
+    def reduce(part_no, batches, writer):
+        got[part_no] = [int(k) for rows in batches for k in rows["key"]]
+        return {"n": len(got[part_no])}
+
+    phase.exchange_rows("s", ["p0", "p1", "p2", "p3"], [_unit("a"), _unit("b")], send, reduce, dtype=row, order_fields=("key",))
+    assert sorted(got) == [0, 1, 2, 3] and got[3] == []
+    assert got[1] == sorted(k for k in list(range(10)) + list(range(100, 110)) if k % 3 == 1)

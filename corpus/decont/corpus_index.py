@@ -105,33 +105,31 @@ def map_records(path: Path, dtype: np.dtype) -> np.ndarray:
 
 
 class SortedUniqueWriter:
-    """Writes ascending uint64 values to a part file once each, in batches (memory: one batch).
+    """Writes ascending uint64 values to a part file once each, batch by batch (memory: one batch).
 
     The exchange hands a part its hashes sorted, duplicates adjacent (every shard that holds a 13-gram
-    sends it); the writer drops the repeats as they stream past."""
+    sends it), in batches; the writer drops the repeats, also across batch ends, with no Python work per
+    value."""
 
-    def __init__(self, out: BinaryIO, batch: int = 1 << 16) -> None:
+    def __init__(self, out: BinaryIO) -> None:
         self.out = out
-        self.batch = batch
-        self.buf: list[int] = []
         self.last: int | None = None
         self.count = 0
 
-    def add(self, value: int) -> None:
-        if self.last is not None and value <= self.last:
-            if value == self.last:
-                return
-            raise ValueError(f"values must arrive in ascending order: {value} after {self.last}")
-        self.last = value
-        self.buf.append(value)
-        if len(self.buf) >= self.batch:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.buf:
-            self.out.write(encode_grams(np.array(self.buf, dtype=np.uint64)))
-            self.count += len(self.buf)
-            self.buf = []
+    def add_sorted(self, values: np.ndarray) -> None:
+        values = np.asarray(values, dtype=np.uint64)
+        if not values.shape[0]:
+            return
+        if np.any(values[1:] < values[:-1]) or (self.last is not None and int(values[0]) < self.last):
+            raise ValueError("values must arrive in ascending order")
+        keep = np.empty(values.shape[0], dtype=bool)
+        keep[0] = self.last is None or int(values[0]) != self.last
+        np.not_equal(values[1:], values[:-1], out=keep[1:])
+        fresh = values[keep]
+        if fresh.shape[0]:
+            self.out.write(encode_grams(fresh))
+            self.count += int(fresh.shape[0])
+        self.last = int(values[-1])
 
 
 class MembershipIndex(Protocol):

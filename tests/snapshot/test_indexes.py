@@ -75,13 +75,14 @@ def test_the_number_of_parts_follows_from_the_data_only():
 
 def test_a_part_is_written_once_per_hash_in_ascending_order():
     buf = io.BytesIO()
-    w = SortedUniqueWriter(buf, batch=2)
-    for v in [1, 1, 4, 9, 9, 9, 12]:
-        w.add(v)
-    w.flush()
+    w = SortedUniqueWriter(buf)
+    for batch in ([1, 1], [1, 4, 9], [9], [9, 12]):  # repeats straddle the batch ends
+        w.add_sorted(np.array(batch, dtype=np.uint64))
     assert decode_grams(buf.getvalue()).tolist() == [1, 4, 9, 12] and w.count == 4
     with pytest.raises(ValueError, match="ascending"):
-        w.add(3)
+        w.add_sorted(np.array([3], dtype=np.uint64))
+    with pytest.raises(ValueError, match="ascending"):
+        w.add_sorted(np.array([20, 15], dtype=np.uint64))
 
 
 def _write_gram_parts(tmp_path, hashes: np.ndarray, bits: int) -> list:
@@ -146,3 +147,4 @@ def test_block_digests_computed_while_writing_are_the_files(tmp_path):
             h.update(chunk)
         (tmp_path / "f.bin").write_bytes(data)
         assert h.block_digests() == block_digests(tmp_path / "f.bin", block)
+
