@@ -18,13 +18,10 @@ with nothing but whitespace is filtered as ``all_lines_frequent``.
 from __future__ import annotations
 
 import functools
-import struct
 import sys
 from collections import Counter
 from collections.abc import Container, Iterator
 from dataclasses import dataclass
-from itertools import groupby
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +36,8 @@ from runtime.runner import InputShard, Stage, StageContext, main
 LINES = "lines"
 FREQUENT = ".frequent"  # a part's frequent keys: sorted 8-byte big-endian keys, back to back
 _KEY_DTYPE = np.dtype(">u8")  # line keys compare as bytes, i.e. as big-endian integers
-_COUNT = struct.Struct(">Q")
+#: a line key's count on its way to the part of its key range (the exchange's fixed-width row)
+LINE_ROW = np.dtype([("part", "<u4"), ("key", "<u8"), ("count", "<u8")])
 #: what one entry of a sender's pre-summing table costs (key bytes, int, dict slot)
 _COMBINED_ENTRY_BYTES = 120
 
@@ -113,27 +111,24 @@ class LineDedupStage(Stage):
             return phase.reused()
         combine_cap = max(1024, ctx.memory_budget_bytes // (8 * _COMBINED_ENTRY_BYTES))
 
-        def send(shard: InputShard) -> Iterator[tuple[int, bytes, bytes]]:
+        def send(shard: InputShard) -> Iterator[np.ndarray]:
             counts: Counter = Counter()
             for doc in iter_docs(shard.path):
                 counts.update(doc_line_keys(doc.text))
                 if len(counts) >= combine_cap:  # flush: memory stays bounded whatever the shard
-                    yield from _count_records(counts, parts)
+                    yield _count_rows(counts, parts)
                     counts.clear()
-            yield from _count_records(counts, parts)
+            yield _count_rows(counts, parts)
 
-        def reduce(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
-            out = writer.open(FREQUENT)
-            distinct = frequent = 0
-            for key, group in groupby(records, key=itemgetter(0)):
-                distinct += 1
-                if sum(_COUNT.unpack(n)[0] for _, n in group) > self.config.max_docs_per_line:
-                    out.write(key)
-                    frequent += 1
-            return {"distinct_lines": distinct, "frequent_lines": frequent}
+        def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+            totals = KeyTotals(writer.open(FREQUENT), self.config.max_docs_per_line)
+            for rows in batches:  # sorted by key; a key's counts may straddle two batches
+                totals.add(rows["key"], rows["count"])
+            totals.finish()
+            return {"distinct_lines": totals.distinct, "frequent_lines": totals.frequent}
 
         names = [part_name(i) for i in range(parts)]
-        phase.exchange(LINES, names, inputs, send, reduce)
+        phase.exchange_rows(LINES, names, inputs, send, reduce, dtype=LINE_ROW, order_fields=("key",))
         facts = None
         if ctx.rank == 0:
             total: Counter = Counter({"docs": sum(max(s.records, 0) for s in inputs)})
@@ -166,14 +161,51 @@ def part_name(part: int) -> str:
 
 
 def key_part(key: bytes, parts: int) -> int:
-    """The part owning a key: equal ranges of the 64-bit key space, in key order, so the parts' files
-    concatenated are one sorted list."""
-    return (int.from_bytes(key, "big") * parts) >> 64
+    """The part owning a key: equal ranges of the key space, in key order (the top 32 bits scaled), so
+    the parts' files concatenated are one sorted list."""
+    return ((int.from_bytes(key, "big") >> 32) * parts) >> 32
 
 
-def _count_records(counts: Counter, parts: int) -> Iterator[tuple[int, bytes, bytes]]:
-    for key, n in sorted(counts.items()):
-        yield key_part(key, parts), key, _COUNT.pack(n)
+def _count_rows(counts: Counter, parts: int) -> np.ndarray:
+    rows = np.empty(len(counts), dtype=LINE_ROW)
+    rows["key"] = np.fromiter((int.from_bytes(k, "big") for k in counts), dtype=np.uint64, count=len(counts))
+    rows["count"] = np.fromiter(counts.values(), dtype=np.uint64, count=len(counts))
+    rows["part"] = ((rows["key"] >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32)  # = key_part
+    return rows
+
+
+class KeyTotals:
+    """Sums the counts of sorted keys arriving in batches and writes the keys whose total exceeds the
+    limit (8 bytes each, big-endian: the key's own bytes, so the file is sorted)."""
+
+    def __init__(self, out: Any, limit: int) -> None:
+        self.out, self.limit = out, limit
+        self.distinct = self.frequent = 0
+        self._key: int | None = None
+        self._sum = 0
+
+    def add(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        if not keys.shape[0]:
+            return
+        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+        uniq, sums = keys[starts], np.add.reduceat(counts.astype(np.uint64), starts)
+        if self._key is not None and int(uniq[0]) == self._key:
+            sums[0] += np.uint64(self._sum)
+        elif self._key is not None:
+            self._emit(np.array([self._key], dtype=np.uint64), np.array([self._sum], dtype=np.uint64))
+        self._emit(uniq[:-1], sums[:-1])  # the last key may go on in the next batch
+        self._key, self._sum = int(uniq[-1]), int(sums[-1])
+
+    def finish(self) -> None:
+        if self._key is not None:
+            self._emit(np.array([self._key], dtype=np.uint64), np.array([self._sum], dtype=np.uint64))
+            self._key = None
+
+    def _emit(self, keys: np.ndarray, sums: np.ndarray) -> None:
+        frequent = keys[sums > self.limit]
+        self.out.write(frequent.astype(_KEY_DTYPE).tobytes())
+        self.distinct += int(keys.shape[0])
+        self.frequent += int(frequent.shape[0])
 
 
 STAGE = LineDedupStage

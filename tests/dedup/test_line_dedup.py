@@ -88,3 +88,21 @@ def test_threshold_is_configurable(corpus, tmp_path):
     run_stage("line_dedup", 2, corpus[0], tmp_path / "out", cfg)
     assert sum(AT_LIMIT in d.text for d in kept_docs(tmp_path / "out")) == 0
     assert manifest(tmp_path / "out")["extra"]["frequent_lines"] == len(frequent_lines(corpus[1], 9))
+
+
+def test_counts_of_a_key_split_across_batches_are_summed_before_the_limit_is_applied():
+    import io
+
+    import numpy as np
+
+    from hpc_jobs.line_dedup import KeyTotals
+
+    out = io.BytesIO()
+    totals = KeyTotals(out, limit=3)
+    u = np.uint64
+    totals.add(np.array([1, 1, 5], dtype=u), np.array([1, 1, 2], dtype=u))  # key 5 goes on in the next batch
+    totals.add(np.array([5, 7], dtype=u), np.array([2, 9], dtype=u))
+    totals.add(np.array([8], dtype=u), np.array([3], dtype=u))
+    totals.finish()
+    assert np.frombuffer(out.getvalue(), dtype=">u8").tolist() == [5, 7]  # 1: 2, 5: 4, 7: 9, 8: 3 (not > 3)
+    assert (totals.distinct, totals.frequent) == (4, 2)
