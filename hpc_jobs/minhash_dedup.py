@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from corpus.dedup.candidates import bucket_star_edges, concat
+from corpus.dedup.candidates import bucket_star_edges, concat, part_names, part_of_hash
 from corpus.dedup.normalize import NORMALIZATION_VERSION
 from corpus.dedup.order import doc_id_bytes, encode_representative_key
 from corpus.dedup.records import (
@@ -151,17 +151,6 @@ def band_rows(
     rows["key"] = np.ascontiguousarray(flat).view(f"V{flat.shape[1]}").reshape(-1)
     rows["node"] = np.repeat(graph_nodes(ids[live], live, shard_name), bands)
     return rows[np.argsort(rows.view(f"V{BAND_ROW.itemsize}").reshape(-1), kind="stable")]
-
-
-def part_names(prefix: str, n: int) -> list[str]:
-    return [f"{prefix}{i:05d}" for i in range(n)]
-
-
-def part_of_hash(keys: np.ndarray, parts: int) -> np.ndarray:
-    """The part of each key (rows of uint8, at least 8 bytes of hash from byte ``0``): its first 8 bytes
-    as a big-endian integer mod ``parts``; a pure function of the key, never of the rank count."""
-    head = np.ascontiguousarray(keys[:, :8]).view(">u8").reshape(-1)
-    return (head % np.uint64(parts)).astype(np.int64)
 
 
 class MinhashDedupStage(Stage):

@@ -333,7 +333,28 @@ class ShuffleStats:
 
 
 class _StatsMixin:
+    """What both outputs share: their stats, the iterator over what was received, and the removal of
+    the spill files once it is exhausted, closed or dropped."""
+
     stats: ShuffleStats
+    _tmpdir: Path | None
+    _it: Iterator[Any]
+
+    def _cleanup(self) -> None:
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def close(self) -> None:
+        """Stop early and remove the spill files."""
+        self._it.close()  # type: ignore[attr-defined]
+        self._cleanup()
+
+    def __del__(self) -> None:
+        self._cleanup()
 
     @property
     def records(self) -> int:
@@ -386,22 +407,6 @@ class ShuffleOutput(_StatsMixin, Iterator[tuple[bytes, bytes]]):
                 yield from memory
         finally:
             self._cleanup()
-
-    def _cleanup(self) -> None:
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
-
-    def __next__(self) -> tuple[bytes, bytes]:
-        return next(self._it)
-
-    def close(self) -> None:
-        """Stop early and remove the spill files."""
-        self._it.close()  # type: ignore[attr-defined]
-        self._cleanup()
-
-    def __del__(self) -> None:
-        self._cleanup()
 
 
 def _private_dir(spill_dir: Path | None) -> Path:
@@ -987,22 +992,6 @@ class ArrayShuffleOutput(_StatsMixin, Iterator[np.ndarray]):
                     s.close()
         finally:
             self._cleanup()
-
-    def _cleanup(self) -> None:
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
-
-    def __next__(self) -> np.ndarray:
-        return next(self._it)
-
-    def close(self) -> None:
-        """Stop early and remove the spill files."""
-        self._it.close()  # type: ignore[attr-defined]
-        self._cleanup()
-
-    def __del__(self) -> None:
-        self._cleanup()
 
 
 def shuffle_array(

@@ -98,3 +98,17 @@ def write_text_snapshot(root: Path, tokenizer_path: Path, texts: dict[str, list[
         ids = [np.array(e.ids, dtype=np.uint16) for e in tok.encode_batch(docs)]
         buckets[bucket] = [ids[i : i + docs_per_shard] for i in range(0, len(ids), docs_per_shard)]
     return write_snapshot(root, buckets, "uint16", eos_id, {"path": tokenizer_path.name})
+
+
+def consume(loaders: list, delivered: Counter, steps: int | None = None) -> int:
+    """Step every rank together (as training does) until all are done or ``steps`` steps ran."""
+    n = 0
+    while steps is None or n < steps:
+        batches = [ld.next_batch() for ld in loaders]
+        if all(b is None for b in batches):
+            break
+        for b in batches:
+            if b is not None:
+                delivered.update(b.tokens[b.loss_mask].tolist())
+        n += 1
+    return n

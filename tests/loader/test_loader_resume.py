@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from snapshot_factory import CAPS, MIXTURE, bucket_token_ids, expected_tokens
+from snapshot_factory import CAPS, MIXTURE, bucket_token_ids, consume, expected_tokens
 
 from loader import SnapshotLoader, load_manifest
 
@@ -22,20 +22,6 @@ def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
     params = dict(mixture=MIXTURE, seed=11, seq_len=16, batch_size=2, epoch_caps=CAPS, run_len=2, chunk_tokens=24)
     params.update(kw)
     return SnapshotLoader(root, dp_rank=rank, dp_world=world, **params)
-
-
-def consume(loaders: list[SnapshotLoader], delivered: Counter, steps: int | None = None) -> int:
-    """Step every rank together (as training does) until all are done or ``steps`` steps ran."""
-    n = 0
-    while steps is None or n < steps:
-        batches = [ld.next_batch() for ld in loaders]
-        if all(b is None for b in batches):
-            break
-        for b in batches:
-            if b is not None:
-                delivered.update(b.tokens[b.loss_mask].tolist())
-        n += 1
-    return n
 
 
 def checkpoint(loaders: list[SnapshotLoader]) -> dict:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from snapshot_factory import EOS, expected_tokens, write_id_snapshot, write_snapshot
+from snapshot_factory import EOS, consume, expected_tokens, write_id_snapshot, write_snapshot
 
 import loader.faults as faults
 from corpus.errors import UserError
@@ -30,15 +30,7 @@ ONE_BUCKET = {"web": 1.0}
 
 def drain(loaders: list[SnapshotLoader], steps: int | None = None) -> Counter:
     delivered: Counter = Counter()
-    n = 0
-    while steps is None or n < steps:
-        batches = [ld.next_batch() for ld in loaders]
-        if all(b is None for b in batches):
-            break
-        for b in batches:
-            if b is not None:
-                delivered.update(b.tokens[b.loss_mask].tolist())
-        n += 1
+    consume(loaders, delivered, steps)
     return delivered
 
 
