@@ -453,6 +453,7 @@ def test_a_degenerate_shard_stops_the_build_with_a_report(tmp_path):
 #: (stage, step, signal, rank, parts done before it): a kill -9 and a SIGUSR1 inside the global phases
 INTERRUPTIONS = [
     ("decontaminate", "grams", "KILL", 1, 2),
+    ("decontaminate", "grams", "USR1", 0, 1),
     ("write_shards", "shards", "KILL", 1, 1),
     ("write_shards", "doc_index", "USR1", 1, 1),
 ]
