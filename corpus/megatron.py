@@ -99,18 +99,16 @@ def write_indexed_shard(prefix: Path, documents: list[np.ndarray], dtype: str) -
 
 
 class BlockHasher:
-    """sha256 of a stream, whole and per ``block_size`` block, computed while it is written (so nothing
-    is read back; memory: one block). :func:`block_digests` is the same rule over a finished file."""
+    """sha256 of each ``block_size`` block of a stream, computed while it is written (so nothing is read
+    back; memory: one block). :func:`block_digests` is the same rule over a finished file."""
 
     def __init__(self, block_size: int = BLOCK_SIZE) -> None:
         self.block_size = block_size
-        self.whole = hashlib.sha256()
         self.block = hashlib.sha256()
         self.in_block = 0
         self.blocks: list[str] = []
 
     def update(self, data: bytes) -> None:
-        self.whole.update(data)
         view = memoryview(data)
         while view.nbytes:
             take = min(view.nbytes, self.block_size - self.in_block)

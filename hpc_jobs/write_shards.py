@@ -33,7 +33,6 @@ the documents through unchanged.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -46,7 +45,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -277,15 +276,15 @@ class ShardStatsAccumulator:
         }
 
 
-class _Hashed:
-    """A part's file, with the sha256 of what went into it at hand before the part commits."""
+class _BlockHashed:
+    """A part's .bin: the part writer hashes the whole file; this adds the per-block digests."""
 
-    def __init__(self, out: BinaryIO, hasher: Any = None) -> None:
+    def __init__(self, out: Any, blocks: BlockHasher) -> None:
         self.out = out
-        self.hasher = hasher or hashlib.sha256()
+        self.blocks = blocks
 
     def write(self, data: bytes) -> None:
-        self.hasher.update(data)
+        self.blocks.update(data)
         self.out.write(data)
 
 
@@ -517,8 +516,9 @@ class WriteShards(Stage):
         bucket = name.rsplit("-", 1)[0]
         dtype = tok.token_dtype
         bin_hash = BlockHasher(BLOCK_SIZE)
-        bin_file = _Hashed(writer.open(".bin"), bin_hash)
-        lineage = _Hashed(writer.open(".jsonl"))
+        bin_out = writer.open(".bin")
+        bin_file = _BlockHashed(bin_out, bin_hash)
+        lineage = writer.open(".jsonl")
         doc_ids_file = writer.open(".doc_ids")
         lengths, offsets, doc_ids = array("i"), array("q", [0]), []
         stats = ShardStatsAccumulator(tok.eos_id)
@@ -555,11 +555,11 @@ class WriteShards(Stage):
             "docs": len(doc_ids),
             "tokens": written,
             "token_dtype": dtype,
-            "sha256": bin_hash.whole.hexdigest(),
+            "sha256": bin_out.hexdigest(),
             "block_size": BLOCK_SIZE,  # the loader verifies what it reads, block by block
             "block_sha256": bin_hash.block_digests(),
             "idx_sha256": sha256_hex(idx),
-            "lineage_sha256": lineage.hasher.hexdigest(),
+            "lineage_sha256": lineage.hexdigest(),
             "lineage_offsets_sha256": sha256_hex(offsets_npy),
             "doc_ids": doc_ids,
             "validation": {**numbers, "failures": failures},

@@ -95,12 +95,14 @@ class _HashingWriter:
         self.tmp = final.with_name(f".{final.name}.tmp.{os.getpid()}")
         self.file: BinaryIO = open(self.tmp, "wb", buffering=1 << 20)
         self.sha = hashlib.sha256()
-        self.bytes = 0
 
     def write(self, data: bytes) -> int:
         self.sha.update(data)
-        self.bytes += len(data)
         return self.file.write(data)
+
+    def hexdigest(self) -> str:
+        """The sha256 of what was written so far (a part may record it in a file of its own)."""
+        return self.sha.hexdigest()
 
     def close(self) -> None:
         if not self.file.closed:
