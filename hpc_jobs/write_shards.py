@@ -317,7 +317,6 @@ class WriteShards(Stage):
     def __init__(self, config: WriteShardsConfig) -> None:
         super().__init__(config)
         self._phase: GlobalPhase | None = None
-        self._received = [0, 0]
         if config.shard_target_tokens < 1:
             raise StageError(
                 f"[write_shards] shard_target_tokens must be positive, got {config.shard_target_tokens}"
@@ -386,19 +385,17 @@ class WriteShards(Stage):
         plan = self._plan(ctx, phase, inputs)
         # 3. shards: every document to its shard's owner, which streams the shard's files
         t0 = time.monotonic()
-        self._received = [0, 0]  # documents and record bytes this rank's parts received (for the log)
-        phase.exchange(
+        received = phase.exchange(
             SHARDS,
             plan.names,
             inputs,
             lambda shard: self._send_docs(ctx, shard, plan),
             lambda p, records, w: self._write_shard(p, plan, records, w, tok),
         )
-        docs, nbytes = self._received
-        _say(
-            ctx,
+        docs, nbytes = (received.records, received.bytes_received) if received else (0, 0)
+        ctx.say(
             f"read and shuffled: received {docs} docs, {nbytes / 1e6:.2f} MB in {time.monotonic() - t0:.2f}s "
-            "(the shards step: sending, exchange and streaming this rank's shards)",
+            "(the shards step: sending, exchange and streaming this rank's shards)"
         )
         # 4. validation, from the parts' facts
         shard_parts = self._validate(ctx, phase, plan)
@@ -538,8 +535,6 @@ class WriteShards(Stage):
             if pending_tokens >= _STATS_BATCH:
                 stats.add(np.concatenate(pending))
                 pending, pending_tokens = [], 0
-            self._received[0] += 1
-            self._received[1] += len(key) + len(payload)
         if pending:
             stats.add(np.concatenate(pending))
         idx = index_bytes(np.frombuffer(lengths, dtype=np.int32), dtype)
@@ -706,15 +701,6 @@ def _write_doc_index(_: int, records: Iterator[tuple[bytes, bytes]], writer: Par
 def _batched(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
     while batch := list(itertools.islice(it, n)):
         yield batch
-
-
-def _say(ctx: StageContext, msg: str) -> None:
-    """A per-rank progress line in the runner's format."""
-    print(
-        f"{time.strftime('%H:%M:%S')} [write_shards r{ctx.rank}/{ctx.size}] {msg}",
-        file=sys.stderr,
-        flush=True,
-    )
 
 
 STAGE = WriteShards

@@ -48,7 +48,7 @@ from corpus.config import config_hash
 from corpus.digest import canonical_json, file_sha256, json_digest
 from corpus.docshard import atomic_write_json, iter_docs
 from corpus.model import Document
-from mpi_kernels.shuffle import shuffle_array, shuffle_by_key
+from mpi_kernels.shuffle import ShuffleStats, shuffle_array, shuffle_by_key
 from runtime.preemption import Preempted, after_part, any_rank_stopped, stop_requested
 from runtime.runner import assign
 
@@ -275,12 +275,13 @@ class GlobalPhase:
         senders: Sequence[Unit] | None,
         send: Callable[[Any], Iterable[tuple[int, bytes, bytes]]],
         reduce: Callable[[int, Iterator[tuple[bytes, bytes]], PartWriter], dict[str, Any]],
-    ) -> None:
+    ) -> ShuffleStats | None:
         """Collective: every rank calls ``send(unit)`` for its sender units, yielding (part number, key,
         payload); each part's records reach the part's owner sorted by (key, payload), and
         ``reduce(part number, records, writer) -> facts`` writes the part (called for every part, also
         one that received nothing). Parts done by an earlier run receive nothing and are not reduced.
-        ``senders=None``: every rank calls ``send(None)`` once, for records it holds in memory."""
+        ``senders=None``: every rank calls ``send(None)`` once, for records it holds in memory.
+        Returns what this rank's shuffle did (``ShuffleStats``), or None when no part was left."""
         def shuffled(wanted: set[int], units: list[Any]) -> Any:
             def records() -> Iterator[tuple[bytes, bytes]]:
                 for unit in units:
@@ -301,7 +302,7 @@ class GlobalPhase:
             )
             return received, groups
 
-        self._exchange(step, part_names, senders, shuffled, reduce)
+        return self._exchange(step, part_names, senders, shuffled, reduce)
 
     def exchange_rows(
         self,
@@ -313,7 +314,7 @@ class GlobalPhase:
         *,
         dtype: Any,
         order_fields: Sequence[str] = (),
-    ) -> None:
+    ) -> ShuffleStats | None:
         """:meth:`exchange` for fixed-width records, with no Python work per record: ``send(unit)``
         yields structured arrays of ``dtype``, whose integer field ``part`` is the part number; a part's
         rows reach its owner through :func:`mpi_kernels.shuffle.shuffle_array` as batches sorted by
@@ -349,7 +350,7 @@ class GlobalPhase:
             groups = ((part_no, (rows for _, rows in run)) for part_no, run in groupby(pieces, key=itemgetter(0)))
             return received, groups
 
-        self._exchange(step, part_names, senders, shuffled, reduce)
+        return self._exchange(step, part_names, senders, shuffled, reduce)
 
     def _exchange(
         self,
@@ -358,7 +359,7 @@ class GlobalPhase:
         senders: Sequence[Unit] | None,
         shuffled: Callable[[set[int], list[Any]], tuple[Any, Iterator[tuple[int, Iterator[Any]]]]],
         reduce: Callable[[int, Iterator[Any], PartWriter], dict[str, Any]],
-    ) -> None:
+    ) -> ShuffleStats | None:
         """The driver both exchanges share: which parts are left, the shuffle, each owned part reduced in
         part order (also one that received nothing), stop requests between parts."""
         d = self.step_dir(step)
@@ -369,6 +370,7 @@ class GlobalPhase:
         todo = sorted(i for owned in self.comm.allgather(mine) for i in owned)
         done_before = len(range(self.ctx.rank, len(part_names), self.ctx.size)) - len(mine)
         done_now = 0
+        stats = None
         if todo:
             units = [None] if senders is None else assign(list(senders), self.ctx.rank, self.ctx.size)
             received, groups = shuffled(set(todo), units)
@@ -389,7 +391,13 @@ class GlobalPhase:
                     after_part(f"{self.stage}/{step}", done_now, self.ctx.rank)
             finally:
                 received.close()
+            stats = received.stats
+            self.say(
+                f"step {step}: received {stats.records} records, {stats.bytes_received / 1e6:.2f} MB "
+                f"in {stats.rounds} rounds, {stats.spilled_runs} spilled runs"
+            )
         self._end_step(step, done_before, done_now, t0)
+        return stats
 
     def _run_part(self, step: str, d: Path, name: str, fn: Callable[[PartWriter], dict[str, Any]]) -> Part:
         writer = PartWriter(d, name)
