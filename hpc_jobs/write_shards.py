@@ -589,7 +589,8 @@ class WriteShards(Stage):
             ]
             raise StageError(
                 f"{len(failed)} of {len(parts)} shards failed validation (report: "
-                f"{ctx.out_dir / VALIDATION}):\n  " + "\n  ".join(lines)
+                f"{ctx.out_dir / VALIDATION}):\n  " + "\n  ".join(lines),
+                every_rank=True,  # every rank reads the same parts and raises here
             )
         return parts
 

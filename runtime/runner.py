@@ -72,7 +72,14 @@ log = logging.getLogger("corpus.stage")
 
 
 class StageError(RuntimeError):
-    """A stage cannot run or cannot finish; the message names the problem for a person."""
+    """A stage cannot run or cannot finish; the message names the problem for a person.
+
+    ``every_rank``: every rank raises it at the same point (a collective verdict), so the job ends
+    without ``MPI_Abort``, which can drop the message still on its way to the job's log."""
+
+    def __init__(self, message: str, every_rank: bool = False) -> None:
+        super().__init__(message)
+        self.every_rank = every_rank
 
 
 @dataclass(frozen=True)
@@ -529,6 +536,10 @@ def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
         print(f"{stage_cls.name}: {e}", file=sys.stderr, flush=True)
         return PREEMPTED_EXIT
     except (StageError, ConfigError, FileNotFoundError) as e:
+        if getattr(e, "every_rank", False):
+            if comm.Get_rank() == 0:
+                print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
+            return 2
         print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
         if comm.Get_size() > 1:
             comm.Abort(2)
