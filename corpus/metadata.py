@@ -1,0 +1,184 @@
+"""The per-document metadata table: one Parquet file per token shard, row i = document i of the shard.
+
+Why: a version (a selection of documents) must be made from stored values alone, in minutes, without
+reading text or tokens. Every value a selection can name is a column here: identity and position
+(doc_id, shard, index, tokens), origin (url, host, source, tier, crawl_date), licence (id and class),
+language, every score, near-duplicate cluster (id, size, dup_of, representative key), exact copies and
+contamination. DuckDB reads the files of a build as one table ``docs`` (``corpus query``).
+
+The table is derived from the lineage record write_shards stores for each document (the document
+without its text) and the token count of its entry in the ``.idx``; it is a pure function of those,
+so it is the same on any number of ranks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from corpus.decont.report import ITEM_PREFIX, RUN_PREFIX
+from corpus.dedup.order import encode_representative_key
+from corpus.licences import licence_class
+from corpus.model import Document
+from corpus.tiers import source_rank
+
+#: the fixed columns, in order; every score follows as a float64 column of its own name
+FIXED_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("shard", pa.string()),
+        ("index", pa.int64()),
+        ("tokens", pa.int64()),
+        ("url", pa.string()),
+        ("host", pa.string()),
+        ("source", pa.string()),
+        ("tier", pa.string()),
+        ("tier_rank", pa.int32()),
+        ("licence", pa.string()),
+        ("licence_class", pa.string()),
+        ("crawl_date", pa.date32()),
+        ("lang", pa.string()),
+        ("lang_confidence", pa.float64()),
+        ("dup_cluster_id", pa.string()),
+        ("dup_cluster_size", pa.int64()),
+        ("dup_of", pa.string()),
+        ("representative_key", pa.string()),
+        ("copies", pa.int64()),
+        ("contaminated_benchmark", pa.string()),
+        ("contaminated_run", pa.int64()),
+        ("contaminated_item", pa.string()),
+        ("text_bytes", pa.int64()),
+        ("text_digest", pa.string()),
+        ("derived_from", pa.string()),
+    ]
+)
+FIXED_COLUMNS: tuple[str, ...] = tuple(FIXED_SCHEMA.names)
+METADATA_SUFFIX = ".parquet"
+
+
+def host_of(url: str) -> str:
+    """The URL's host, lower-cased, without port or credentials ("" for a URL without one): the unit of
+    a host opt-out."""
+    try:
+        return (urlsplit(url).hostname or "").rstrip(".")
+    except ValueError:
+        return ""
+
+
+def _contamination(annotations: Iterable[dict[str, Any]]) -> tuple[str | None, int | None, str | None]:
+    """The longest contamination run a document carries: (benchmark, run length, item id)."""
+    best: tuple[str | None, int | None, str | None] = (None, None, None)
+    items: dict[str, str] = {}
+    for a in annotations:
+        name = a.get("name", "")
+        if name.startswith(ITEM_PREFIX):
+            items[name[len(ITEM_PREFIX) :]] = str(a.get("value"))
+    for a in annotations:
+        name = a.get("name", "")
+        if name.startswith(RUN_PREFIX):
+            bench, run = name[len(RUN_PREFIX) :], int(a.get("value") or 0)
+            if best[1] is None or (run, bench) > (best[1], best[0] or ""):
+                best = (bench, run, items.get(bench))
+    return best
+
+
+def _copies(annotations: Iterable[dict[str, Any]]) -> int:
+    """How many exact copies the document stands for (exact_dedup's ``copies``; 1 when it had none)."""
+    for a in reversed(list(annotations)):
+        if a.get("stage") == "exact_dedup" and a.get("name") == "copies":
+            return int(a.get("value") or 1)
+    return 1
+
+
+def _date(text: str) -> dt.date | None:
+    """A crawl date as a date (null when the document has none or it is not YYYY-MM-DD)."""
+    try:
+        return dt.date.fromisoformat(text[:10])
+    except ValueError:
+        return None
+
+
+def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) -> dict[str, Any]:
+    """One row of the table from a lineage record (``Document.to_dict`` without its text)."""
+    notes = record.get("annotations") or []
+    bench, run, item = _contamination(notes)
+    date = record.get("crawl_date") or ""
+    doc = Document(
+        doc_id=record["doc_id"],
+        source=record.get("source", ""),
+        source_tier=record.get("source_tier", ""),
+        url="",
+        crawl_date=date,
+        raw_digest="",
+        text_digest="",
+        text="",
+        scores=record.get("scores") or {},
+    )
+    return {
+        "doc_id": record["doc_id"],
+        "shard": shard,
+        "index": index,
+        "tokens": tokens,
+        "url": record.get("url", ""),
+        "host": host_of(record.get("url", "")),
+        "source": record.get("source", ""),
+        "tier": record.get("source_tier", ""),
+        "tier_rank": source_rank(record.get("source_tier", "")),
+        "licence": record.get("license_hint", ""),
+        "licence_class": licence_class(record.get("license_hint", "")),
+        "crawl_date": _date(date),
+        "lang": record.get("lang", ""),
+        "lang_confidence": float(record.get("lang_confidence") or 0.0),
+        "dup_cluster_id": record.get("dup_cluster_id", ""),
+        "dup_cluster_size": int(record.get("dup_cluster_size") or 1),
+        "dup_of": record.get("dup_of", ""),
+        # minhash_dedup's representative order (tier, quality descending, date, doc_id) as hex of its
+        # byte encoding, whose text order is the key order: the smallest key of a cluster is its pick
+        "representative_key": encode_representative_key(doc).hex(),
+        "copies": _copies(notes),
+        "contaminated_benchmark": bench,
+        "contaminated_run": run,
+        "contaminated_item": item,
+        "text_bytes": int(record.get("text_bytes") or 0),
+        "text_digest": record.get("text_digest", ""),
+        "derived_from": record.get("derived_from", ""),
+    }
+
+
+def metadata_table(records: Sequence[dict[str, Any]], shard: str, token_counts: Sequence[int]) -> pa.Table:
+    """The metadata table of one token shard: row i describes document i (its lineage record
+    ``records[i]`` and its ``token_counts[i]`` tokens). Scores become float64 columns named by the
+    score, in name order; a score a document lacks is null."""
+    if len(records) != len(token_counts):
+        raise ValueError(f"shard {shard}: {len(records)} lineage records but {len(token_counts)} documents")
+    rows = [
+        metadata_row(r, shard, i, int(n)) for i, (r, n) in enumerate(zip(records, token_counts, strict=True))
+    ]
+    score_names = sorted({k for r in records for k in (r.get("scores") or {})})
+    clash = sorted(set(score_names) & set(FIXED_COLUMNS))
+    if clash:
+        raise ValueError(f"score names {clash} collide with metadata columns; rename the scores")
+    columns = {name: [row[name] for row in rows] for name in FIXED_COLUMNS}
+    arrays = [pa.array(columns[f.name], type=f.type) for f in FIXED_SCHEMA]
+    fields = list(FIXED_SCHEMA)
+    for name in score_names:
+        values = [(r.get("scores") or {}).get(name) for r in records]
+        arrays.append(pa.array([None if v is None else float(v) for v in values], type=pa.float64()))
+        fields.append(pa.field(name, pa.float64()))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def write_metadata(table: pa.Table, path: Path) -> None:
+    """Write one shard's table. Parquet's own statistics and dictionary encoding keep it small; the
+    file is written without a creation timestamp so its bytes depend only on the table."""
+    pq.write_table(table, path, compression="zstd", write_statistics=True, store_schema=False)
+
+
+def read_metadata(path: Path) -> pa.Table:
+    return pq.read_table(path)

@@ -1,0 +1,384 @@
+"""A selection: which stored documents a version keeps, as a TOML file turned into one SQL query.
+
+Why: thresholds, opt-outs, cutoffs, licences and the choice of each near-duplicate cluster's
+representative are decisions, and decisions are made when a version is made, from the metadata table
+alone (:mod:`corpus.metadata`), never inside the build. A selection is data: every key is checked, every
+column it names must exist, every value reaches DuckDB as a bound parameter, never as SQL text.
+
+Keys (all optional; an empty selection keeps every stored document)::
+
+    min_scores = { quality = 0.05 }            # keep score >= value (a missing score fails)
+    max_scores = { dup_line_fraction = 0.3 }   # keep score <= value
+    [min_scores_by_lang.en]                    # per language, replaces the global value for that lang
+    quality = 0.2
+    [max_scores_by_lang.en]
+    min_lang_confidence = 0.65
+    langs = ["en", "fr"]                       # keep only these languages
+    [[top_fraction]]                           # per-language quantile: the top share of each language
+    score = "quality"                          # by this score (ties broken by doc_id)
+    keep = 0.35                                # share kept, 0..1
+    by_lang = { fr = 0.5 }                     # per-language share (else ``keep``)
+    crawl_date_max = "2026-06-01"              # knowledge cutoff: crawl_date <= D (undated documents
+    crawl_date_max_by_source = { web = "2026-03-31" }   # are kept only without a cutoff)
+    exclude_hosts = ["example.com"]            # a host and its subdomains
+    exclude_hosts_file = "optout.txt"          # one host a line, '#' comments (relative to the TOML)
+    exclude_sources = ["perl-doc"]
+    allowed_licence_classes = ["public_domain", "permissive", "unknown"]
+    include_contaminated = false               # contaminated documents are excluded by default
+    near_duplicates = "representative"         # or "all": keep every selected cluster member
+
+Order: the row rules (scores, languages, cutoffs, hosts, sources, licences, contamination) first; then
+each language's top fraction among the documents the row rules kept; then, per near-duplicate cluster,
+the representative among the *selected* members (lowest ``representative_key``: most trusted tier,
+highest quality, earliest date, doc_id, as minhash_dedup orders them). So excluding a representative's
+host hands the cluster to its next member instead of dropping the cluster.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corpus.digest import canonical_json, sha256_hex
+from corpus.errors import UserError
+from corpus.licences import LICENCE_CLASSES, UNKNOWN
+
+KEYS = (
+    "min_scores",
+    "max_scores",
+    "min_scores_by_lang",
+    "max_scores_by_lang",
+    "min_lang_confidence",
+    "langs",
+    "top_fraction",
+    "crawl_date_max",
+    "crawl_date_max_by_source",
+    "exclude_hosts",
+    "exclude_hosts_file",
+    "exclude_sources",
+    "allowed_licence_classes",
+    "include_contaminated",
+    "near_duplicates",
+)
+NEAR_DUPLICATE_MODES = ("representative", "all")
+
+
+@dataclass(frozen=True)
+class TopFraction:
+    score: str
+    keep: float
+    by_lang: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A parsed selection; ``canonical()`` is what a version's id covers (hosts read from the file
+    are inlined, so the id changes when the opt-out list does, wherever the file lives)."""
+
+    min_scores: dict[str, float] = field(default_factory=dict)
+    max_scores: dict[str, float] = field(default_factory=dict)
+    min_scores_by_lang: dict[str, dict[str, float]] = field(default_factory=dict)
+    max_scores_by_lang: dict[str, dict[str, float]] = field(default_factory=dict)
+    min_lang_confidence: float | None = None
+    langs: tuple[str, ...] = ()
+    top_fraction: tuple[TopFraction, ...] = ()
+    crawl_date_max: str | None = None
+    crawl_date_max_by_source: dict[str, str] = field(default_factory=dict)
+    exclude_hosts: tuple[str, ...] = ()
+    exclude_sources: tuple[str, ...] = ()
+    allowed_licence_classes: tuple[str, ...] | None = None
+    include_contaminated: bool = False
+    near_duplicates: str = "representative"
+
+    def canonical(self) -> dict[str, Any]:
+        return {
+            "min_scores": dict(sorted(self.min_scores.items())),
+            "max_scores": dict(sorted(self.max_scores.items())),
+            "min_scores_by_lang": {
+                k: dict(sorted(v.items())) for k, v in sorted(self.min_scores_by_lang.items())
+            },
+            "max_scores_by_lang": {
+                k: dict(sorted(v.items())) for k, v in sorted(self.max_scores_by_lang.items())
+            },
+            "min_lang_confidence": self.min_lang_confidence,
+            "langs": sorted(self.langs),
+            "top_fraction": [
+                {"score": t.score, "keep": t.keep, "by_lang": dict(sorted(t.by_lang.items()))}
+                for t in self.top_fraction
+            ],
+            "crawl_date_max": self.crawl_date_max,
+            "crawl_date_max_by_source": dict(sorted(self.crawl_date_max_by_source.items())),
+            "exclude_hosts": sorted(set(self.exclude_hosts)),
+            "exclude_sources": sorted(set(self.exclude_sources)),
+            "allowed_licence_classes": None
+            if self.allowed_licence_classes is None
+            else sorted(set(self.allowed_licence_classes)),
+            "include_contaminated": self.include_contaminated,
+            "near_duplicates": self.near_duplicates,
+        }
+
+    @property
+    def digest(self) -> str:
+        return sha256_hex(canonical_json(self.canonical()))
+
+    def score_columns(self) -> set[str]:
+        """Every column the selection names (checked against the table before anything runs)."""
+        names = set(self.min_scores) | set(self.max_scores)
+        for table in (*self.min_scores_by_lang.values(), *self.max_scores_by_lang.values()):
+            names |= set(table)
+        names |= {t.score for t in self.top_fraction}
+        return names
+
+
+def _err(where: str, msg: str) -> UserError:
+    return UserError(f"selection {where}: {msg}")
+
+
+def _number_table(where: str, key: str, value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise _err(where, f"{key} must be a table of column = number")
+    out = {}
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise _err(where, f"{key}.{k} must be a finite number, not {v!r}")
+        out[str(k)] = float(v)
+    return out
+
+
+def _strings(where: str, key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _err(where, f"{key} must be a list of strings")
+    return tuple(value)
+
+
+def _date(where: str, key: str, value: Any) -> str:
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    try:
+        return dt.date.fromisoformat(str(value)).isoformat()
+    except ValueError:
+        raise _err(where, f"{key} must be a date YYYY-MM-DD, not {value!r}") from None
+
+
+def _share(where: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise _err(where, f"{key} must be a share between 0 and 1, not {value!r}")
+    return float(value)
+
+
+def read_hosts_file(path: Path) -> tuple[str, ...]:
+    """An opt-out list: one host a line; blank lines and ``#`` comments are ignored."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise UserError(f"exclude_hosts_file {path}: {e.strerror or e}") from None
+    return tuple(h for line in lines if (h := line.split("#", 1)[0].strip().lower().rstrip(".")))
+
+
+def parse_selection(data: dict[str, Any], where: str = "<inline>", base_dir: Path | None = None) -> Selection:
+    """A :class:`Selection` from a TOML table; every mistake is a one-line error naming the key."""
+    unknown = sorted(set(data) - set(KEYS))
+    if unknown:
+        raise _err(where, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
+    kw: dict[str, Any] = {}
+    for key in ("min_scores", "max_scores"):
+        if key in data:
+            kw[key] = _number_table(where, key, data[key])
+    for key in ("min_scores_by_lang", "max_scores_by_lang"):
+        if key in data:
+            if not isinstance(data[key], dict):
+                raise _err(where, f"{key} must be a table of [{key}.LANG] tables")
+            kw[key] = {str(lang): _number_table(where, f"{key}.{lang}", t) for lang, t in data[key].items()}
+    if "min_lang_confidence" in data:
+        kw["min_lang_confidence"] = _share(where, "min_lang_confidence", data["min_lang_confidence"])
+    if "langs" in data:
+        kw["langs"] = _strings(where, "langs", data["langs"])
+    if "top_fraction" in data:
+        items = data["top_fraction"]
+        items = [items] if isinstance(items, dict) else items
+        tops = []
+        for i, t in enumerate(items if isinstance(items, list) else [None]):
+            if not isinstance(t, dict) or not isinstance(t.get("score"), str) or "keep" not in t:
+                raise _err(where, f'top_fraction[{i}] needs score = "NAME" and keep = SHARE')
+            extra = sorted(set(t) - {"score", "keep", "by_lang"})
+            if extra:
+                raise _err(where, f"top_fraction[{i}] has unknown key(s) {', '.join(extra)}")
+            by_lang = t.get("by_lang", {})
+            if not isinstance(by_lang, dict):
+                raise _err(where, f"top_fraction[{i}].by_lang must be a table of lang = share")
+            tops.append(
+                TopFraction(
+                    t["score"],
+                    _share(where, f"top_fraction[{i}].keep", t["keep"]),
+                    {str(k): _share(where, f"top_fraction[{i}].by_lang.{k}", v) for k, v in by_lang.items()},
+                )
+            )
+        kw["top_fraction"] = tuple(tops)
+    if "crawl_date_max" in data:
+        kw["crawl_date_max"] = _date(where, "crawl_date_max", data["crawl_date_max"])
+    if "crawl_date_max_by_source" in data:
+        table = data["crawl_date_max_by_source"]
+        if not isinstance(table, dict):
+            raise _err(where, "crawl_date_max_by_source must be a table of source = date")
+        kw["crawl_date_max_by_source"] = {
+            str(k): _date(where, f"crawl_date_max_by_source.{k}", v) for k, v in table.items()
+        }
+    hosts = [
+        h.strip().lower().rstrip(".") for h in _strings(where, "exclude_hosts", data.get("exclude_hosts", []))
+    ]
+    if "exclude_hosts_file" in data:
+        if not isinstance(data["exclude_hosts_file"], str):
+            raise _err(where, "exclude_hosts_file must be a path")
+        path = Path(data["exclude_hosts_file"])
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        hosts += read_hosts_file(path)
+    kw["exclude_hosts"] = tuple(h for h in hosts if h)
+    if "exclude_sources" in data:
+        kw["exclude_sources"] = _strings(where, "exclude_sources", data["exclude_sources"])
+    if "allowed_licence_classes" in data:
+        classes = _strings(where, "allowed_licence_classes", data["allowed_licence_classes"])
+        known = (*LICENCE_CLASSES, UNKNOWN)
+        bad = sorted(set(classes) - set(known))
+        if bad:
+            raise _err(where, f"unknown licence class(es) {', '.join(bad)}; known: {', '.join(known)}")
+        kw["allowed_licence_classes"] = classes
+    if "include_contaminated" in data:
+        if not isinstance(data["include_contaminated"], bool):
+            raise _err(where, "include_contaminated must be true or false")
+        kw["include_contaminated"] = data["include_contaminated"]
+    if "near_duplicates" in data:
+        if data["near_duplicates"] not in NEAR_DUPLICATE_MODES:
+            raise _err(where, f"near_duplicates must be one of {', '.join(NEAR_DUPLICATE_MODES)}")
+        kw["near_duplicates"] = data["near_duplicates"]
+    return Selection(**kw)
+
+
+def load_selection(path: Path) -> Selection:
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UserError(f"selection {path}: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"selection {path}: not TOML: {e}") from None
+    return parse_selection(data, str(path), Path(path).parent)
+
+
+def parse_inline(text: str) -> Selection:
+    """A selection given as TOML text (a DAG Param) rather than a file."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"selection <inline>: not TOML: {e}") from None
+    return parse_selection(data)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def check_columns(selection: Selection, columns: list[str]) -> None:
+    """Refuse a selection that names a column the table does not have, listing the ones it has."""
+    missing = sorted(selection.score_columns() - set(columns))
+    if missing:
+        raise UserError(
+            f"selection names unknown column(s) {', '.join(missing)}; known: {', '.join(sorted(columns))}"
+        )
+
+
+def selection_sql(selection: Selection, table: str = "docs") -> tuple[str, list[Any]]:
+    """One query over ``table`` returning (shard, "index", selected) for every row, and its bound
+    parameters. Values are parameters; column names were checked by :func:`check_columns`."""
+    conds: list[str] = []
+    params: list[Any] = []
+
+    def threshold(col: str, op: str, glob: dict[str, float], by_lang: dict[str, dict[str, float]]) -> None:
+        langs = sorted(lang for lang, t in by_lang.items() if col in t)
+        if langs:
+            case = " ".join("WHEN lang = ? THEN ?" for _ in langs)
+            for lang in langs:
+                params.extend([lang, by_lang[lang][col]])
+            if col in glob:
+                conds.append(f"{_ident(col)} {op} (CASE {case} ELSE ? END)")
+                params.append(glob[col])
+            else:
+                conds.append(
+                    f"({_ident(col)} {op} (CASE {case} END) OR lang NOT IN ({', '.join('?' * len(langs))}))"
+                )
+                params.extend(langs)
+        elif col in glob:
+            conds.append(f"{_ident(col)} {op} ?")
+            params.append(glob[col])
+
+    s = selection
+    for col in sorted(set(s.min_scores) | {c for t in s.min_scores_by_lang.values() for c in t}):
+        threshold(col, ">=", s.min_scores, s.min_scores_by_lang)
+    for col in sorted(set(s.max_scores) | {c for t in s.max_scores_by_lang.values() for c in t}):
+        threshold(col, "<=", s.max_scores, s.max_scores_by_lang)
+    if s.min_lang_confidence is not None:
+        conds.append("lang_confidence >= ?")
+        params.append(s.min_lang_confidence)
+    if s.langs:
+        conds.append(f"lang IN ({', '.join('?' * len(s.langs))})")
+        params.extend(sorted(s.langs))
+    if s.crawl_date_max is not None:
+        conds.append("crawl_date <= CAST(? AS DATE)")
+        params.append(s.crawl_date_max)
+    for source, date in sorted(s.crawl_date_max_by_source.items()):
+        conds.append("(source <> ? OR crawl_date <= CAST(? AS DATE))")
+        params.extend([source, date])
+    if s.exclude_hosts:
+        hosts = sorted(set(s.exclude_hosts))
+        conds.append(
+            f"NOT (host IN ({', '.join('?' * len(hosts))}) OR "
+            + " OR ".join("ends_with(host, ?)" for _ in hosts)
+            + ")"
+        )
+        params.extend(hosts)
+        params.extend("." + h for h in hosts)
+    if s.exclude_sources:
+        srcs = sorted(set(s.exclude_sources))
+        conds.append(f"source NOT IN ({', '.join('?' * len(srcs))})")
+        params.extend(srcs)
+    if s.allowed_licence_classes is not None:
+        classes = sorted(set(s.allowed_licence_classes))
+        conds.append(f"licence_class IN ({', '.join('?' * len(classes)) or 'NULL'})")
+        params.extend(classes)
+    if not s.include_contaminated:
+        conds.append("contaminated_run IS NULL")
+    where = " AND ".join(conds) or "TRUE"
+    # a NULL comparison (a missing score) is not a pass
+    sql = [f"WITH rows AS (SELECT *, coalesce({where}, FALSE) AS passes FROM {table})"]
+    prev = "rows"
+    for i, t in enumerate(s.top_fraction):
+        langs = sorted(t.by_lang)
+        share = "?"
+        share_params: list[Any] = [t.keep]
+        if langs:
+            share = "CASE " + " ".join("WHEN lang = ? THEN ?" for _ in langs) + " ELSE ? END"
+            share_params = [x for lang in langs for x in (lang, t.by_lang[lang])] + [t.keep]
+        col = _ident(t.score)
+        # rank within the language among the rows still passing, best first, ties by doc_id; a row
+        # is kept while its rank is within round(share * n) of its language
+        sql.append(
+            f", top{i} AS (SELECT * EXCLUDE (passes), passes AND {col} IS NOT NULL AND "
+            f"row_number() OVER (PARTITION BY lang, passes AND {col} IS NOT NULL ORDER BY {col} DESC, doc_id) "
+            f"<= round(({share}) * count(*) OVER (PARTITION BY lang, passes AND {col} IS NOT NULL)) "
+            f"AS passes FROM {prev})"
+        )
+        params.extend(share_params)
+        prev = f"top{i}"
+    if s.near_duplicates == "representative":
+        sql.append(
+            f", picked AS (SELECT *, passes AND (dup_cluster_id = '' OR dup_cluster_id IS NULL OR "
+            f"row_number() OVER (PARTITION BY dup_cluster_id, passes ORDER BY representative_key) = 1) "
+            f"AS selected FROM {prev})"
+        )
+    else:
+        sql.append(f", picked AS (SELECT *, passes AS selected FROM {prev})")
+    sql.append(' SELECT shard, "index", selected FROM picked ORDER BY shard, "index"')
+    return "".join(sql), params
