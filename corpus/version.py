@@ -176,14 +176,16 @@ def open_version(ref: Path) -> Version:
         base_dir = Path(data["run_info"]["base"])
         if not base_dir.is_absolute():
             base_dir = (vdir / base_dir).resolve()
+        if not (base_dir / MANIFEST).is_file():
+            raise UserError(f"version {vdir}: its build's snapshot is not at {base_dir} (moved or deleted)")
         base = _open_base(base_dir)
+        refs = _shard_refs(base_dir, base)
+        _check_shards(vdir, data, refs)
         if base.snapshot_id != data["base_snapshot_id"]:
             raise UserError(
                 f"version {vdir}: its build at {base_dir} has changed (snapshot {base.snapshot_id}, "
                 f"the version was made from {data['base_snapshot_id']})"
             )
-        refs = _shard_refs(base_dir, base)
-        _check_shards(vdir, data, refs)
         return Version(base_dir, base, refs, data, vdir)
     base = _open_base(candidate.parent)
     return Version(candidate.parent, base, _shard_refs(candidate.parent, base))

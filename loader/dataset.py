@@ -33,6 +33,7 @@ from loader.faults import (
 from loader.sampler import SAMPLER_VERSION
 from loader.sequences import Batch, assemble_sequence, make_batch
 from loader.state import RECORD_FORMAT, Plan, RankCursor, merge_local_states, redistribute, stream_layout
+from loader.versions import LoaderVersion
 from loader.world import World
 
 
@@ -57,8 +58,13 @@ def load_manifest(snapshot: str | Path | SnapshotManifest, root: str | Path | No
 
 def natural_mixture(manifest: SnapshotManifest) -> dict[str, float]:
     """Weights proportional to each bucket's tokens: the snapshot as it is."""
+    return natural_mixture_of(manifest.shards)
+
+
+def natural_mixture_of(shards: Sequence[Any]) -> dict[str, float]:
+    """Weights proportional to each bucket's tokens in ``shards`` (a snapshot's, or a version's streams)."""
     out: dict[str, float] = {}
-    for s in manifest.shards:
+    for s in shards:
         out[s.bucket] = out.get(s.bucket, 0.0) + s.tokens
     return out
 
@@ -102,7 +108,14 @@ class SnapshotLoader(IterableDataset):
                  verbose: bool = False, dp_group: Any = None, memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
                  io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS) -> None:
         super().__init__()
-        self.manifest, self.root = load_manifest(snapshot, root)
+        # a version reads the build's shards through its selection; a snapshot reads every document
+        self.version = LoaderVersion.open(Path(snapshot)) if isinstance(snapshot, (str, Path)) else None
+        if self.version is not None:
+            self.manifest, self.root = self.version.manifest, self.version.root
+            self.snapshot_id, self.stream_shards = self.version.snapshot_id, self.version.stream_shards
+        else:
+            self.manifest, self.root = load_manifest(snapshot, root)
+            self.snapshot_id, self.stream_shards = self.manifest.snapshot_id, self.manifest.shards
         self.dp_group = dp_group
         if dp_group is not None and (dp_rank is None or dp_world is None):
             dp_rank = dist.get_rank(dp_group) if dp_rank is None else dp_rank
@@ -114,7 +127,7 @@ class SnapshotLoader(IterableDataset):
         if not 0 <= dp_rank < dp_world:
             raise ValueError(f"dp_rank {dp_rank} outside a world of {dp_world}")
         buckets = sorted({s.bucket for s in self.manifest.shards})
-        self.mixture = dict(natural_mixture(self.manifest) if mixture is None else mixture)
+        self.mixture = dict(natural_mixture_of(self.stream_shards) if mixture is None else mixture)
         unknown = sorted(set(self.mixture) - set(buckets))
         if unknown:
             raise UserError(f"mixture names buckets the snapshot does not have: {unknown} (it has {buckets})")
@@ -132,13 +145,14 @@ class SnapshotLoader(IterableDataset):
         self.run_len, self.chunk_tokens, self.append_eos = int(run_len), int(chunk_tokens), bool(append_eos)
         self.rank, self.world = dp_rank, dp_world
         self.verbose = verbose
-        self.layout = stream_layout(self.manifest.shards, self.seed, self.chunk_tokens, self.epoch_caps,
+        self.layout = stream_layout(self.stream_shards, self.seed, self.chunk_tokens, self.epoch_caps,
                                     self.append_eos, self.world)
         if memory_budget_mb < 1:
             raise UserError(f"memory_budget_mb must be positive, got {memory_budget_mb}")
         self.store = ShardStore(self.root, self.manifest, self.eos_id, self.append_eos, max_skip_fraction,
                                 log=self._log, memory_budget_bytes=int(memory_budget_mb) << 20,
-                                io_retry_delays=io_retry_delays)
+                                io_retry_delays=io_retry_delays,
+                                selection=self.version.selected if self.version is not None else None)
         self.cursor = RankCursor(self.layout, Plan.fresh(self.world), self.rank)
 
     # --- iteration --------------------------------------------------------------------------------
@@ -175,7 +189,7 @@ class SnapshotLoader(IterableDataset):
 
     def _header(self) -> dict[str, Any]:
         return {
-            "snapshot_id": self.manifest.snapshot_id,
+            "snapshot_id": self.snapshot_id,
             "seed": self.seed,
             "chunk_tokens": self.chunk_tokens,
             "append_eos": self.append_eos,
@@ -211,10 +225,10 @@ class SnapshotLoader(IterableDataset):
                     allow_version_mismatch: bool = False) -> None:
         if record.get("format") != RECORD_FORMAT:
             raise ResumeRefused(f"not a loader state record (format {record.get('format')!r})")
-        if record["snapshot_id"] != self.manifest.snapshot_id and not allow_snapshot_mismatch:
+        if record["snapshot_id"] != self.snapshot_id and not allow_snapshot_mismatch:
             raise ResumeRefused(
                 f"checkpoint was taken on snapshot {record['snapshot_id']}, this loader reads "
-                f"{self.manifest.snapshot_id}; pass allow_snapshot_mismatch=True to start this snapshot's "
+                f"{self.snapshot_id}; pass allow_snapshot_mismatch=True to start this snapshot's "
                 "epochs from the recorded step instead")
         if record["sampler_version"] != SAMPLER_VERSION and not allow_version_mismatch:
             raise ResumeRefused(
@@ -222,12 +236,12 @@ class SnapshotLoader(IterableDataset):
                 "pass allow_version_mismatch=True to accept a different stream")
         skipped = {int(i) for i in record["skipped"] if int(i) < len(self.manifest.shards)}
         cursors = None
-        if record["snapshot_id"] != self.manifest.snapshot_id or record["sampler_version"] != SAMPLER_VERSION:
+        if record["snapshot_id"] != self.snapshot_id or record["sampler_version"] != SAMPLER_VERSION:
             plan = Plan.fresh(self.world)  # the recorded positions mean nothing here: new epochs, same step
             skipped = set()
         else:
             # the layout the record was taken under, cut as recorded (records before cuts: none)
-            recorded = stream_layout(self.manifest.shards, int(record["seed"]), int(record["chunk_tokens"]),
+            recorded = stream_layout(self.stream_shards, int(record["seed"]), int(record["chunk_tokens"]),
                                      record["epoch_caps"], bool(record["append_eos"]), int(record["plan"]["world"]),
                                      cuts=record.get("chunk_cuts", {}))
             if bool(record["append_eos"]) != self.append_eos:

@@ -75,8 +75,10 @@ class ShardStore:
                  max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION, skipped: set[int] | None = None,
                  log: Callable[[str], None] | None = None,
                  memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_MB << 20,
-                 io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS) -> None:
+                 io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS,
+                 selection: Callable[[int], np.ndarray] | None = None) -> None:
         self.root, self.manifest = Path(root), manifest
+        self.selection = selection  # a version's bits of shard i (None: every document)
         self.eos_id, self.append_eos = eos_id, append_eos
         self.max_skip_fraction = max_skip_fraction
         self.skipped: set[int] = set(skipped or ())
@@ -131,7 +133,8 @@ class ShardStore:
         for attempt, delay in enumerate((*self.io_retry_delays, None)):
             try:
                 self.opens += 1
-                return OpenShard(bin_path, idx_path, self.eos_id, self.append_eos)
+                selected = self.selection(i) if self.selection is not None else None
+                return OpenShard(bin_path, idx_path, self.eos_id, self.append_eos, selected)
             except OSError as e:
                 if e.errno in (errno.EMFILE, errno.ENFILE):
                     self.close_all()  # our own cached handles are the ones we can give back

@@ -48,15 +48,34 @@ class _StreamStarts:
         return lo + int(np.searchsorted(self.range(lo, min(lo + self.SAMPLE, self.n)), pos, side=side))
 
 
+class _SelectedStarts:
+    """Stream coordinates of a shard read through a version's selection: the stream is the selected
+    documents back to back. Unlike :class:`_StreamStarts` this keeps 24 bytes per *selected* document
+    (document number, length, stream start), bounded by the shard's size, not by the corpus."""
+
+    def __init__(self, lengths: np.ndarray, offsets: np.ndarray, itemsize: int, selected: np.ndarray,
+                 append_eos: bool) -> None:
+        if selected.shape[0] != lengths.shape[0]:
+            raise ValueError(f"selection has {selected.shape[0]} bits, the shard {lengths.shape[0]} documents")
+        docs = np.flatnonzero(selected)
+        self.lengths = np.asarray(lengths[docs], dtype=np.int64)
+        self.token_starts = np.asarray(offsets[docs], dtype=np.int64) // itemsize
+        step = self.lengths + (1 if append_eos else 0)
+        self.starts = np.concatenate(([0], np.cumsum(step)[:-1])).astype(np.int64) if docs.size else step
+        self.stream_len = int(step.sum())
+
+
 class OpenShard:
     """A memory-mapped shard with its stream coordinates (``.bin`` + ``.idx``, Megatron layout).
 
     Both files are mapped, nothing is copied: what an open shard costs is the pages read so far, and
     they go with the mapping when the shard is closed (see :class:`loader.faults.ShardStore`'s cache).
     The index must already be known consistent (:func:`check_index`); ``offsets`` are trusted here.
+    With ``selected`` (a version's bits for this shard) the stream holds only the selected documents.
     """
 
-    def __init__(self, bin_path: Path, idx_path: Path, eos_id: int, append_eos: bool) -> None:
+    def __init__(self, bin_path: Path, idx_path: Path, eos_id: int, append_eos: bool,
+                 selected: np.ndarray | None = None) -> None:
         index = read_index(idx_path, mmap=True)
         self.index = index
         self.lengths = index.lengths
@@ -74,6 +93,10 @@ class OpenShard:
         self.eos_id, self.append_eos = eos_id, append_eos
         self.stream_starts = _StreamStarts(index.offsets, self.itemsize, append_eos)
         self.stream_len = self.num_tokens + (self.num_docs if append_eos else 0)
+        self.selection = None
+        if selected is not None:
+            self.selection = _SelectedStarts(self.lengths, index.offsets, self.itemsize, selected, append_eos)
+            self.stream_len = self.selection.stream_len
 
     @property
     def num_docs(self) -> int:
@@ -88,6 +111,8 @@ class OpenShard:
         """
         if not 0 <= start <= end <= self.stream_len:
             raise IndexError(f"stream range [{start}, {end}) outside [0, {self.stream_len})")
+        if self.selection is not None:
+            return self._read_selected(start, end, check)
         # documents [first, last) overlap the range
         first = max(self.stream_starts.search(start, "right") - 1, 0)
         last = self.stream_starts.search(end, "left")
@@ -115,6 +140,26 @@ class OpenShard:
             if start <= doc_start + n < end:
                 out[doc_start + n - start] = self.eos_id
         return out, starts
+
+
+    def _read_selected(self, start: int, end: int, check: Callable[[int, int], None] | None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """``read`` through a selection: each selected document touched is one slice of the .bin."""
+        sel = self.selection
+        first = max(int(np.searchsorted(sel.starts, start, side="right")) - 1, 0)
+        last = int(np.searchsorted(sel.starts, end, side="left"))
+        doc_starts = sel.starts[first:last]
+        out = np.empty(end - start, dtype=np.int64)
+        for k in range(first, last):
+            doc_start, n, tok = int(sel.starts[k]), int(sel.lengths[k]), int(sel.token_starts[k])
+            lo, hi = max(start, doc_start), min(end, doc_start + n)
+            if hi > lo:
+                if check is not None:
+                    check(tok + lo - doc_start, tok + hi - doc_start)
+                out[lo - start : hi - start] = self.tokens[tok + lo - doc_start : tok + hi - doc_start]
+            if self.append_eos and start <= doc_start + n < end:
+                out[doc_start + n - start] = self.eos_id
+        return out, doc_starts[doc_starts >= start] - start
 
 
 def check_index(opened: OpenShard, block: int = 1 << 20) -> str:

@@ -3,6 +3,10 @@
 ``write_id_snapshot`` makes every token of the snapshot a distinct id (int32, EOS = 0 never used by a
 document), so a test can tell exactly which token was delivered how often. ``write_text_snapshot``
 tokenizes real text with the project's pinned HF tokenizer into uint16 shards.
+
+Every shard also gets its per-document metadata table, as write_shards writes it, from lineage records
+made up here (:func:`lineage_for`: hosts, languages and quality scores that vary by document), so a test
+can make versions of these snapshots with ``corpus.version``.
 """
 
 from __future__ import annotations
@@ -15,12 +19,33 @@ import numpy as np
 
 from corpus.digest import file_sha256
 from corpus.megatron import BLOCK_SIZE, block_digests, write_indexed_shard
+from corpus.metadata import metadata_table, write_metadata
 from corpus.model import SnapshotManifest, SnapshotShard
 
 EOS = 0
 #: The mixture and epoch caps most loader tests use on the id snapshot's three buckets.
 MIXTURE = {"code": 0.2, "web": 0.5, "wiki": 0.3}
 CAPS = {"code": 1, "web": 1, "wiki": 2}
+
+
+HOSTS = ("a.example.org", "b.example.org", "c.example.net")
+LANGS = ("en", "fr")
+
+
+def lineage_for(bucket: str, shard: int, doc: int) -> dict:
+    """A made-up lineage record for document ``doc`` of shard number ``shard`` (in manifest order):
+    host, language and quality cycle with the document."""
+    return {
+        "doc_id": f"{shard:016x}{doc:016x}",
+        "source": bucket,
+        "source_tier": "web",
+        "url": f"https://{HOSTS[doc % 3]}/{bucket}/{shard}/{doc}",
+        "crawl_date": "2026-03-01",
+        "lang": LANGS[doc % 2],
+        "lang_confidence": 0.9,
+        "scores": {"quality": ((doc * 37 + shard * 11) % 100) / 100},
+        "annotations": [],
+    }
 
 
 def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype: str, eos_id: int,
@@ -36,10 +61,18 @@ def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype
         for n, docs in enumerate(buckets[bucket]):
             prefix = root / "shards" / bucket / f"{bucket}-{n:05d}"
             bin_path, idx_path = write_indexed_shard(prefix, docs, dtype)
+            name = prefix.name
+            (root / "metadata").mkdir(exist_ok=True)
+            records = [lineage_for(bucket, len(shards), d) for d in range(len(docs))]
+            write_metadata(metadata_table(records, name, [d.shape[0] for d in docs]),
+                           root / "metadata" / f"{name}.parquet")
+            meta = prefix.with_suffix(".meta.json")
+            meta.write_text(json.dumps({"metadata_sha256": file_sha256(root / "metadata" / f"{name}.parquet")}))
             shards.append(SnapshotShard(
                 path=str(bin_path.relative_to(root)), sha256=file_sha256(bin_path), bucket=bucket,
                 docs=len(docs), tokens=int(sum(d.shape[0] for d in docs)),
-                files={"idx": str(idx_path.relative_to(root))}, block_size=block_size,
+                files={"idx": str(idx_path.relative_to(root)), "meta": str(meta.relative_to(root)),
+                       "metadata": f"metadata/{name}.parquet"}, block_size=block_size,
                 block_sha256=tuple(block_digests(bin_path, block_size)) if block_size else ()))
     manifest = SnapshotManifest(shards=tuple(shards), stage_versions={"test": {"version": "1"}}, seed=0,
                                 token_dtype=dtype, tokenizer={"eos_id": eos_id, **(tokenizer or {})})

@@ -1,0 +1,112 @@
+"""The loader reads versions: a version's stream is the selected documents of the build's shards, each
+position exactly once per bucket epoch, at any world size, and never a token of an unselected document.
+
+The id snapshot makes every token a distinct id, so "never an unselected document" is checked token by
+token: the delivered multiset must equal the selected documents' tokens (plus one EOS per selected
+document per epoch), nothing more.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from snapshot_factory import CAPS, EOS, MIXTURE, consume, write_id_snapshot
+
+from corpus.errors import UserError
+from corpus.megatron import read_index
+from corpus.selection import parse_inline
+from corpus.version import evaluate, open_version, version_manifest, write_version
+from loader import SnapshotLoader
+
+SELECTION = 'exclude_hosts = ["b.example.org"]\nmin_scores = { quality = 0.3 }\n'
+
+
+def make_version(snapshot: Path, out: Path, selection: str) -> Path:
+    """What ``corpus version SNAPSHOT --select-inline SELECTION --out OUT`` writes."""
+    version = open_version(snapshot)
+    sel = parse_inline(selection)
+    bits = evaluate(version, sel)
+    write_version(version, version_manifest(version, sel, bits, []), bits, out, version.base_dir)
+    return out
+
+
+def selected_tokens(version_dir: Path, caps: dict[str, int]) -> Counter:
+    """Every token of every selected document, once per bucket epoch up to its cap, and their EOS."""
+    v = open_version(version_dir)
+    out: Counter = Counter()
+    for shard, ref in zip(v.base.shards, v.shards, strict=True):
+        idx = read_index(v.base_dir / shard.files["idx"])
+        toks = np.fromfile(v.base_dir / shard.path, dtype=idx.dtype)
+        bits = v.selected(ref)
+        cap = caps[shard.bucket]
+        for d in np.flatnonzero(bits):
+            start = int(idx.offsets[d]) // idx.dtype.itemsize
+            out.update({int(t): cap for t in toks[start : start + int(idx.lengths[d])]})
+        out[EOS] += cap * int(bits.sum())
+    return out
+
+
+@pytest.fixture(scope="module")
+def version_of_ids(id_snapshot: Path, tmp_path_factory) -> Path:
+    return make_version(id_snapshot, tmp_path_factory.mktemp("version") / "v", SELECTION)
+
+
+def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
+    params = dict(mixture=MIXTURE, seed=5, seq_len=16, batch_size=2, epoch_caps=CAPS, run_len=2, chunk_tokens=24)
+    params.update(kw)
+    return SnapshotLoader(root, dp_rank=rank, dp_world=world, **params)
+
+
+def test_the_selection_really_drops_documents_of_every_bucket(version_of_ids, id_snapshot):
+    v = open_version(version_of_ids)
+    counts = {s.name: (d, s.docs) for s, d, _ in v.selected_counts()}
+    assert all(0 < d < n for d, n in counts.values() if n > 3)
+    assert sum(d for d, _ in counts.values()) < sum(n for _, n in counts.values())
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_a_version_delivers_each_selected_token_once_per_epoch_and_nothing_unselected(version_of_ids, world):
+    delivered = Counter()
+    consume([make(version_of_ids, r, world) for r in range(world)], delivered)
+    assert delivered == selected_tokens(version_of_ids, CAPS)
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_resume_of_a_version_at_another_world_size_is_exactly_once(version_of_ids, case):
+    rnd = random.Random(case)
+    world, new_world = rnd.randint(1, 5), rnd.randint(1, 5)
+    delivered = Counter()
+    first = [make(version_of_ids, r, world) for r in range(world)]
+    consume(first, delivered, steps=rnd.randint(1, 25))
+    record = first[0].global_record([ld.local_state() for ld in first])
+    assert record["snapshot_id"] == open_version(version_of_ids).snapshot_id
+    resumed = [make(version_of_ids, r, new_world) for r in range(new_world)]
+    for ld in resumed:
+        ld.load_record(record)
+    consume(resumed, delivered)
+    assert delivered == selected_tokens(version_of_ids, CAPS), (world, new_world)
+
+
+def test_the_natural_mixture_of_a_version_is_its_selected_tokens(version_of_ids):
+    ld = SnapshotLoader(version_of_ids, dp_rank=0, dp_world=1)
+    v = open_version(version_of_ids)
+    per_bucket: Counter = Counter()
+    for s, _, t in v.selected_counts():
+        per_bucket[s.bucket] += t
+    assert ld.mixture == {b: float(t) for b, t in per_bucket.items()}
+
+
+def test_a_version_whose_build_changed_or_moved_is_refused_naming_the_shard(tmp_path):
+    snap = tmp_path / "snap"
+    write_id_snapshot(snap, {"web": 2}, seed=1)
+    version = make_version(snap, tmp_path / "v", "")
+    write_id_snapshot(snap, {"web": 2}, seed=2)  # rebuilt in place: other tokens
+    with pytest.raises(UserError, match=r"shard web-00000 of its build has changed"):
+        SnapshotLoader(version, dp_rank=0, dp_world=1)
+    snap.rename(tmp_path / "elsewhere")
+    with pytest.raises(UserError, match=r"its build's snapshot is not at .*snap \(moved or deleted\)"):
+        SnapshotLoader(version, dp_rank=0, dp_world=1)
