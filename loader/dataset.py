@@ -32,8 +32,16 @@ from loader.faults import (
 )
 from loader.sampler import SAMPLER_VERSION
 from loader.sequences import Batch, assemble_sequence, make_batch
-from loader.state import RECORD_FORMAT, Plan, RankCursor, merge_local_states, redistribute, stream_layout
-from loader.versions import LoaderVersion
+from loader.state import (
+    RECORD_FORMAT,
+    Plan,
+    RankCursor,
+    merge_local_states,
+    redistribute,
+    shards_read,
+    stream_layout,
+)
+from loader.versions import LoaderVersion, RunMove
 from loader.world import World
 
 
@@ -154,6 +162,7 @@ class SnapshotLoader(IterableDataset):
                                 io_retry_delays=io_retry_delays,
                                 selection=self.version.selected if self.version is not None else None)
         self.cursor = RankCursor(self.layout, Plan.fresh(self.world), self.rank)
+        self.switches: list[dict[str, Any]] = []  # (step, from, to) of every move between versions
 
     # --- iteration --------------------------------------------------------------------------------
 
@@ -190,6 +199,10 @@ class SnapshotLoader(IterableDataset):
     def _header(self) -> dict[str, Any]:
         return {
             "snapshot_id": self.snapshot_id,
+            # what a later loader needs to move this run to another version of the same build
+            "base_snapshot_id": self.manifest.snapshot_id,
+            "version_dir": str(self.version.version.dir.resolve()) if self.version is not None else None,
+            "switches": list(self.switches),
             "seed": self.seed,
             "chunk_tokens": self.chunk_tokens,
             "append_eos": self.append_eos,
@@ -215,17 +228,23 @@ class SnapshotLoader(IterableDataset):
                                                                        self.dp_group)), sort_keys=True)}
 
     def load_state_dict(self, state: Mapping[str, Any], *, allow_snapshot_mismatch: bool = False,
-                        allow_version_mismatch: bool = False) -> None:
+                        allow_version_mismatch: bool = False, allow_tombstoned: bool = False) -> None:
         record = state["record"]
         record = json.loads(record) if isinstance(record, (str, bytes)) else record
         self.load_record(record, allow_snapshot_mismatch=allow_snapshot_mismatch,
-                         allow_version_mismatch=allow_version_mismatch)
+                         allow_version_mismatch=allow_version_mismatch, allow_tombstoned=allow_tombstoned)
 
     def load_record(self, record: Mapping[str, Any], *, allow_snapshot_mismatch: bool = False,
-                    allow_version_mismatch: bool = False) -> None:
+                    allow_version_mismatch: bool = False, allow_tombstoned: bool = False) -> None:
+        """Resume from a global record. A record of another version of the same build moves the run
+        to this loader's version (docs/loader.md, "Moving to another version"); a record that read a
+        shard this version tombstones is refused unless ``allow_tombstoned``."""
         if record.get("format") != RECORD_FORMAT:
             raise ResumeRefused(f"not a loader state record (format {record.get('format')!r})")
-        if record["snapshot_id"] != self.snapshot_id and not allow_snapshot_mismatch:
+        # another selection of this build (a version, or the build itself when no version dir is recorded)
+        same_build = record.get("base_snapshot_id") == self.manifest.snapshot_id and (
+            record.get("version_dir") is not None or record["snapshot_id"] == record["base_snapshot_id"])
+        if record["snapshot_id"] != self.snapshot_id and not same_build and not allow_snapshot_mismatch:
             raise ResumeRefused(
                 f"checkpoint was taken on snapshot {record['snapshot_id']}, this loader reads "
                 f"{self.snapshot_id}; pass allow_snapshot_mismatch=True to start this snapshot's "
@@ -236,7 +255,15 @@ class SnapshotLoader(IterableDataset):
                 "pass allow_version_mismatch=True to accept a different stream")
         skipped = {int(i) for i in record["skipped"] if int(i) < len(self.manifest.shards)}
         cursors = None
-        if record["snapshot_id"] != self.snapshot_id or record["sampler_version"] != SAMPLER_VERSION:
+        self.switches = list(record.get("switches", []))
+        if record["sampler_version"] == SAMPLER_VERSION and record["snapshot_id"] != self.snapshot_id and same_build:
+            if bool(record["append_eos"]) != self.append_eos:
+                raise ResumeRefused("checkpoint was taken with a different append_eos: stream positions differ")
+            plan = self._move_plan(record, allow_tombstoned)
+            self.switches.append({"step": int(record["step"]), "from": record["snapshot_id"], "to": self.snapshot_id})
+            if self.verbose:
+                self._log(f"moved from version {record['snapshot_id']} to {self.snapshot_id} at step {record['step']}")
+        elif record["snapshot_id"] != self.snapshot_id or record["sampler_version"] != SAMPLER_VERSION:
             plan = Plan.fresh(self.world)  # the recorded positions mean nothing here: new epochs, same step
             skipped = set()
         else:
@@ -257,4 +284,30 @@ class SnapshotLoader(IterableDataset):
         self.cursor = RankCursor(self.layout, plan, self.rank, step=int(record["step"]), cursors=cursors)
         if self.verbose:
             self._log(f"resumed at step {record['step']} from a record of {record['plan']['world']} ranks")
+
+    def _move_plan(self, record: Mapping[str, Any], allow_tombstoned: bool) -> Plan:
+        """The plan that moves a run recorded on another selection of this build onto this one:
+        positions already read stay read, documents this version drops are never read again, and
+        every other unread position of the open epochs is read exactly once."""
+        old = None
+        if record.get("version_dir"):
+            old = LoaderVersion.open(Path(record["version_dir"]))
+            if old is None or old.snapshot_id != record["snapshot_id"]:
+                raise ResumeRefused(
+                    f"checkpoint was taken on version {record['snapshot_id']} at {record['version_dir']}, "
+                    "which is no longer there: its selection is needed to move the run to this version")
+        move = RunMove(self.manifest, self.root, old, self.version, self.append_eos)
+        recorded = stream_layout(move.old_stream_shards, int(record["seed"]), int(record["chunk_tokens"]),
+                                 record["epoch_caps"], bool(record["append_eos"]), int(record["plan"]["world"]),
+                                 cuts=record.get("chunk_cuts", {}))
+        read = shards_read(recorded, record)
+        for i in move.newly_tombstoned():
+            if i in read:
+                name = self.version.names[i]
+                msg = (f"checkpoint at step {record['step']} read shard {name}, which version {self.snapshot_id} "
+                       f"tombstones ({self.version.tombstones[name]['reason']})")
+                if not allow_tombstoned:
+                    raise ResumeRefused(f"{msg}; pass allow_tombstoned=True to go on without it")
+                self._log(f"{msg}; going on without it (allow_tombstoned)")
+        return redistribute(recorded, record, self.world, translate=move.translate)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -285,12 +285,14 @@ def remaining_pieces(layout: Layout, plan: Plan, cursors: list[Mapping[str, tupl
     return sorted(out), last
 
 
-def redistribute(old_layout: Layout, record: Mapping, new_world: int) -> Plan:
+def redistribute(old_layout: Layout, record: Mapping, new_world: int,
+                 translate: Callable[[Piece], list[Piece]] | None = None) -> Plan:
     """A plan for ``new_world`` ranks that reads exactly what the record's ranks had not read yet.
 
     Remainders of open epochs are sorted by (epoch, place in the epoch order) and dealt out strided;
     epochs nobody had opened are left to the formula, so they are assigned as if training had started
-    on ``new_world`` ranks.
+    on ``new_world`` ranks. ``translate`` maps a remainder of the record's streams onto this loader's
+    (a move to another version of the build: :func:`loader.versions.translate_range`).
     """
     plan = Plan.from_dict(record["plan"])
     cursors = [{b: tuple(c) for b, c in rank_cursors.items()} for rank_cursors in record["cursors"]]
@@ -304,9 +306,37 @@ def redistribute(old_layout: Layout, record: Mapping, new_world: int) -> Plan:
             fresh[bucket] = cap if cap is not None else plan.fresh_epoch.get(bucket, 0)
             continue
         fresh[bucket] = last + 1
+        if translate is not None:
+            pieces = [q for p in pieces for q in translate(p)]
         # ``pieces`` is sorted epoch-major, so dealing it out strided keeps each rank's carry in epoch
         # order and spreads the remainders of consecutive epochs over different ranks
         per_rank = [[pieces[i] for i in strided(len(pieces), r, new_world)] for r in range(new_world)]
         carry[bucket] = tuple(tuple(x) for x in per_rank)
     return Plan(new_world, fresh, carry)
 
+
+
+def shards_read(layout: Layout, record: Mapping) -> set[int]:
+    """The shards of which the record's ranks had read at least one position (in any epoch).
+
+    Every epoch covers every position of every shard; epochs before the first still open were read
+    whole, and in an open epoch a shard was read where less of it remains than it holds.
+    """
+    plan = Plan.from_dict(record["plan"])
+    cursors = [{b: tuple(c) for b, c in rank_cursors.items()} for rank_cursors in record["cursors"]]
+    out: set[int] = set()
+    for bucket, shards in sorted(layout.buckets.items()):
+        pieces, last = remaining_pieces(layout, plan, cursors, bucket)
+        started = any(c.get(bucket, (0, 0)) != (0, 0) for c in cursors) or bucket in plan.fresh_epoch \
+            or bucket in plan.carry
+        if last is None:  # nothing left open: the bucket was read to its cap, if it was started at all
+            out |= {i for i, _, n in shards if n > 0 and started}
+            continue
+        first = min(p.epoch for p in pieces) if pieces else last
+        left: dict[int, int] = {}
+        for p in pieces:
+            left[p.shard] = left.get(p.shard, 0) + p.length
+        for i, _, n in shards:
+            if n > 0 and (first > 0 or left.get(i, 0) < (last - first + 1) * n):
+                out.add(i)
+    return out

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from corpus.megatron import read_index
 from corpus.model import SnapshotManifest
 from corpus.version import Version, is_version, open_version
+from loader.sampler import Piece
 
 
 @dataclass(frozen=True)
@@ -69,3 +71,84 @@ class LoaderVersion:
     def selected(self, i: int) -> np.ndarray:
         """One bool per document of shard ``i`` (the manifest's order): read it or not."""
         return self.version.selected(self._refs[self.names[i]])
+
+
+@dataclass(frozen=True)
+class SelectedStream:
+    """Where each selected document of one shard lies in the shard's stream under one selection:
+    document ``docs[k]`` occupies positions ``[starts[k], starts[k] + extents[k])``."""
+
+    docs: np.ndarray  # int64, ascending
+    starts: np.ndarray  # int64
+    extents: np.ndarray  # int64: tokens, plus the appended EOS
+
+    @classmethod
+    def of(cls, lengths: np.ndarray, selected: np.ndarray, append_eos: bool) -> SelectedStream:
+        docs = np.flatnonzero(selected).astype(np.int64)
+        extents = np.asarray(lengths, dtype=np.int64)[docs] + (1 if append_eos else 0)
+        starts = np.concatenate(([0], np.cumsum(extents)[:-1])).astype(np.int64) if docs.size else extents
+        return cls(docs, starts, extents)
+
+
+def translate_range(start: int, end: int, old: SelectedStream, new: SelectedStream) -> list[tuple[int, int]]:
+    """The positions ``[start, end)`` of a shard's stream under the old selection, as ranges of its
+    stream under the new one: each document's unread part keeps its offset inside the document; a
+    document the new selection drops is gone; adjacent ranges are merged. Pure."""
+    out: list[tuple[int, int]] = []
+    first = max(int(np.searchsorted(old.starts, start, side="right")) - 1, 0)
+    last = int(np.searchsorted(old.starts, end, side="left"))
+    for k in range(first, last):
+        s, n = int(old.starts[k]), int(old.extents[k])
+        a, b = max(start, s) - s, min(end, s + n) - s
+        if b <= a:
+            continue
+        j = int(np.searchsorted(new.docs, old.docs[k]))
+        if j == new.docs.shape[0] or new.docs[j] != old.docs[k]:
+            continue  # dropped by the new version: never read again
+        lo, hi = int(new.starts[j]) + a, int(new.starts[j]) + b
+        if out and out[-1][1] == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+class RunMove:
+    """A run moving from one selection of a build to another at a checkpoint: what the record's
+    streams were (``old``: a version, or None for the build's own snapshot) and how their unread
+    remainder maps onto this loader's (``new``)."""
+
+    def __init__(self, manifest: SnapshotManifest, root: Path, old: LoaderVersion | None,
+                 new: LoaderVersion | None, append_eos: bool) -> None:
+        self.manifest, self.root, self.old, self.new, self.append_eos = manifest, Path(root), old, new, append_eos
+        self._streams: dict[tuple[int, bool], SelectedStream] = {}
+
+    @property
+    def old_stream_shards(self) -> tuple:
+        return self.old.stream_shards if self.old is not None else self.manifest.shards
+
+    def _stream(self, i: int, new: bool) -> SelectedStream:
+        key = (i, new)
+        if key not in self._streams:
+            version = self.new if new else self.old
+            shard = self.manifest.shards[i]
+            lengths = read_index(self.root / shard.files.get("idx", ""), mmap=True).lengths
+            bits = version.selected(i) if version is not None else np.ones(shard.docs, dtype=bool)
+            self._streams[key] = SelectedStream.of(lengths, bits, self.append_eos)
+        return self._streams[key]
+
+    def translate(self, piece: Piece) -> list[Piece]:
+        """One unread piece of the old streams as pieces of the new (same epoch, order and shard)."""
+        if self._tombstoned(piece.shard):
+            return []  # its files may be gone; a tombstoned shard selects nothing
+        ranges = translate_range(piece.start, piece.end, self._stream(piece.shard, False), self._stream(piece.shard, True))
+        return [Piece(piece.epoch, piece.order, piece.shard, a, b) for a, b in ranges]
+
+    def _tombstoned(self, i: int) -> bool:
+        return self.new is not None and self.new.names[i] in self.new.tombstones
+
+    def newly_tombstoned(self) -> list[int]:
+        """Shards the new version tombstones that the old one did not."""
+        before = set(self.old.tombstones) if self.old is not None else set()
+        return [i for i in range(len(self.manifest.shards))
+                if self._tombstoned(i) and self.new.names[i] not in before]
