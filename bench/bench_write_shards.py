@@ -3,11 +3,13 @@
     python bench/bench_write_shards.py [--n 10000] [--ranks 2] [--budget-mb 64] [--out DIR]
 
 Why: issue 11 measured write_shards at 209 -> 467 MB per rank from 10,000 to 40,000 documents with a
-256 MB budget (x2.2, above its own budget). The stage must cost the same memory per rank whatever the
-corpus size. Both versions run in the same invocation on the same tokenize stage, so the ratio is
-measured, not remembered: the *peer* is the previous write_shards (``git show REV:hpc_jobs/
-write_shards.py``, ``--peer-rev``, default the last commit with the shuffle checkpointed as a whole),
-run as a script.
+256 MB budget (x2.2, above its own budget), then, with the phase in parts, 93 -> 127 MB at 64 MB
+(bench_scale: the documents themselves on the shuffle's bytes path). The stage must cost the same
+memory per rank whatever the corpus size. Both versions run in the same invocation on the same tokenize
+stage, so the ratio is measured, not remembered: the *peer* is the previous write_shards (``git show
+REV:hpc_jobs/write_shards.py``, ``--peer-rev``, default the last commit that shipped documents on the
+bytes path), run as a script. Their outputs must be the same bytes: the table says whether the two
+stage manifests' digests (which cover every shard's and index part's sha256) are equal.
 
 The corpus: windows of Perl's real POD documentation (``../shared/data/curated/perl-doc.jsonl.gz``),
 800 characters each at distinct offsets, half labelled web, half curated; tokenized once per size with
@@ -63,7 +65,7 @@ def mpiexec() -> str:
     return str(Path(sys.executable).with_name("mpiexec"))
 
 
-def run(ranks: int, target: list[str], in_dir: Path, out: Path, config: Path) -> tuple[float, float]:
+def run(ranks: int, target: list[str], in_dir: Path, out: Path, config: Path) -> tuple[float, float, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -88,8 +90,9 @@ def run(ranks: int, target: list[str], in_dir: Path, out: Path, config: Path) ->
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(target)} failed:\n{proc.stderr[-3000:]}")
-    peaks = json.loads((out / "manifest.json").read_text())["run_info"]["peak_rss_mb_by_rank"]
-    return max(peaks.values()), wall
+    manifest = json.loads((out / "manifest.json").read_text())
+    peaks = manifest.pop("run_info")["peak_rss_mb_by_rank"]
+    return max(peaks.values()), wall, json.dumps(manifest, sort_keys=True)
 
 
 def main() -> int:
@@ -97,7 +100,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--budget-mb", type=int, default=64)
-    ap.add_argument("--peer-rev", default="b761d3b", help="the commit whose write_shards is the peer")
+    ap.add_argument("--peer-rev", default="3663a21", help="the commit whose write_shards is the peer")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     work = args.out or Path(tempfile.mkdtemp(prefix="bench-ws-"))
@@ -124,20 +127,22 @@ def main() -> int:
             write_shards={"shard_target_tokens": 1 << 20},
         )
         run(args.ranks, ["-m", "hpc_jobs.tokenize"], base / "minhash_dedup", base / "tokenize", cfg)
+        manifests = []
         for label, target in (
             ("this version", ["-m", "hpc_jobs.write_shards"]),
             ("peer (previous)", [str(peer)]),
         ):
             out = base / label.split()[0]
-            peak, wall = run(args.ranks, target, base / "tokenize", out, cfg)
-            rows.append((label, n, peak, wall))
+            peak, wall, manifest = run(args.ranks, target, base / "tokenize", out, cfg)
+            manifests.append(manifest)
+            rows.append((label, n, peak, wall, manifests[0] == manifest))
             shutil.rmtree(out / "work", ignore_errors=True)
     print(
         f"write_shards, {args.ranks} ranks, memory_budget_mb = {args.budget_mb}, shard_target_tokens = 2^20"
     )
-    print("| version | docs | peak MB/rank | wall s |\n|---|---:|---:|---:|")
-    for label, n, peak, wall in rows:
-        print(f"| {label} | {n:,} | {peak:.0f} | {wall:.1f} |")
+    print("| version | docs | peak MB/rank | wall s | same manifest as this version |\n|---|---:|---:|---:|---|")
+    for label, n, peak, wall, same in rows:
+        print(f"| {label} | {n:,} | {peak:.0f} | {wall:.1f} | {'yes' if same else 'NO'} |")
     for label in ("this version", "peer (previous)"):
         small, large = [r for r in rows if r[0] == label]
         print(f"{label}: peak at 4N / peak at N = {large[2] / small[2]:.2f}x")

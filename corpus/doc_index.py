@@ -32,6 +32,27 @@ def part_of_doc_id(doc_id: str | bytes, bits: int) -> int:
     return int(head, 16) >> (64 - bits)
 
 
+#: the value of each byte as a hex digit (16: not one)
+_HEX_VALUE = np.full(256, 16, dtype=np.uint64)
+_HEX_VALUE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16)
+_HEX_VALUE[np.frombuffer(b"ABCDEF", dtype=np.uint8)] = np.arange(10, 16)
+
+
+def parts_of_doc_ids(doc_ids: np.ndarray, bits: int) -> np.ndarray:
+    """:func:`part_of_doc_id` of every doc_id of an ``S32`` array (uint32): write_shards routes a whole
+    token shard's doc_ids at once, with no Python work per doc_id."""
+    raw = np.ascontiguousarray(doc_ids, dtype=f"S{DOC_ID_CHARS}").view(np.uint8).reshape(-1, DOC_ID_CHARS)
+    digits = _HEX_VALUE[raw[:, :16]]
+    if (digits == 16).any():
+        raise ValueError("a doc_id's leading 16 characters must be hex digits")
+    if bits == 0:
+        return np.zeros(len(raw), dtype=np.uint32)
+    value = np.zeros(len(raw), dtype=np.uint64)
+    for column in digits.T:
+        value = (value << np.uint64(4)) | column
+    return (value >> np.uint64(64 - bits)).astype(np.uint32)
+
+
 def encode_doc_index(doc_ids: Sequence[bytes], shards: Sequence[int], docs: Sequence[int]) -> bytes:
     rec = np.empty(len(doc_ids), dtype=DOC_INDEX_RECORD)
     rec["doc_id"] = doc_ids

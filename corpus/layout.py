@@ -14,6 +14,7 @@ never spell a path of their own::
     <stage>/stats/NAME.json                the shard's YieldCounts and checkpoint key
     <stage>/work/                          the stage's global-phase checkpoints and spill files
     <stage>/megatron/, <stage>/lineage/    write_shards' token shards and their lineage
+    <stage>/metadata/NAME.parquet          write_shards' per-document metadata table of each token shard
     <stage>/lineage/doc_index/dNNNNN.docidx write_shards' doc_id index, range-partitioned by doc_id prefix
     <stage>/ngram_index/gNNNNN.u64         decontaminate's retained 13-gram index, partitioned by hash prefix
 """
@@ -40,6 +41,8 @@ DOC_OUTPUT_KINDS = (SHARDS, FILTERED, QUARANTINE)
 # write_shards' artifacts
 MEGATRON = "megatron"
 LINEAGE = "lineage"
+#: write_shards' per-document metadata tables (one Parquet file per token shard; the same in the snapshot)
+METADATA = "metadata"
 #: the doc_id index parts (write_shards, under LINEAGE; the snapshot keeps the same relative path)
 DOC_INDEX_DIR = "doc_index"
 DOC_INDEX_SUFFIX = ".docidx"

@@ -14,6 +14,7 @@ so it is the same on any number of ranks.
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -151,14 +152,17 @@ def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) ->
     }
 
 
-def metadata_table(records: Sequence[dict[str, Any]], shard: str, token_counts: Sequence[int]) -> pa.Table:
-    """The metadata table of one token shard: row i describes document i (its lineage record
-    ``records[i]`` and its ``token_counts[i]`` tokens). Scores become float64 columns named by the
-    score, in name order; a score a document lacks is null."""
+def metadata_table(
+    records: Sequence[dict[str, Any]], shard: str, token_counts: Sequence[int], first_index: int = 0
+) -> pa.Table:
+    """The metadata table of one token shard: row i describes document ``first_index + i`` (its
+    lineage record ``records[i]`` and its ``token_counts[i]`` tokens). Scores become float64 columns
+    named by the score, in name order; a score a document lacks is null."""
     if len(records) != len(token_counts):
         raise ValueError(f"shard {shard}: {len(records)} lineage records but {len(token_counts)} documents")
     rows = [
-        metadata_row(r, shard, i, int(n)) for i, (r, n) in enumerate(zip(records, token_counts, strict=True))
+        metadata_row(r, shard, first_index + i, int(n))
+        for i, (r, n) in enumerate(zip(records, token_counts, strict=True))
     ]
     score_names = sorted({k for r in records for k in (r.get("scores") or {})})
     clash = sorted(set(score_names) & set(FIXED_COLUMNS))
@@ -182,3 +186,63 @@ def write_metadata(table: pa.Table, path: Path) -> None:
 
 def read_metadata(path: Path) -> pa.Table:
     return pq.read_table(path)
+
+
+class MetadataWriter:
+    """One shard's table written in bounded memory, a document at a time, as write_shards streams it.
+
+    Rows are buffered ``batch`` at a time and each full batch goes to a spool file (Arrow IPC) beside
+    the output; at :meth:`finish`, when every score name of the shard is known, the batches are read
+    back one at a time, given the shard's full column set (missing scores null) and written as Parquet
+    row groups of ``batch`` rows. Memory: one batch, whatever the shard's size; the bytes depend only on
+    the records.
+    """
+
+    def __init__(self, shard: str, spool: Path, batch: int = 8192) -> None:
+        self.shard, self.spool, self.batch = shard, Path(spool), batch
+        shutil.rmtree(self.spool, ignore_errors=True)  # a spool left by an interrupted run
+        self.spool.mkdir(parents=True)
+        self._records: list[dict[str, Any]] = []
+        self._tokens: list[int] = []
+        self._files: list[Path] = []
+        self._scores: set[str] = set()
+        self.rows = 0
+
+    def add(self, record: dict[str, Any], tokens: int) -> None:
+        self._records.append(record)
+        self._tokens.append(tokens)
+        if len(self._records) == self.batch:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._records:
+            return
+        table = metadata_table(self._records, self.shard, self._tokens, first_index=self.rows)
+        self.rows += table.num_rows
+        self._scores |= set(table.column_names[len(FIXED_COLUMNS) :])
+        path = self.spool / f"{len(self._files):06d}.arrow"
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+            out.write_table(table)
+        self._files.append(path)
+        self._records, self._tokens = [], []
+
+    def finish(self, out: Any) -> None:
+        """Write the Parquet file to ``out`` (anything with ``write(bytes)``) and remove the spool."""
+        self._flush()
+        schema = pa.schema([*FIXED_SCHEMA, *(pa.field(n, pa.float64()) for n in sorted(self._scores))])
+        tmp = self.spool / "table.parquet"
+        with pq.ParquetWriter(tmp, schema, compression="zstd", store_schema=False) as writer:
+            for path in self._files:
+                with pa.memory_map(str(path)) as source:
+                    table = pa.ipc.open_file(source).read_all()
+                cols = [
+                    table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+                    for f in schema
+                ]
+                writer.write_table(pa.Table.from_arrays(cols, schema=schema), row_group_size=self.batch)
+            if not self._files:
+                writer.write_table(schema.empty_table())
+        with open(tmp, "rb") as f:
+            while chunk := f.read(1 << 20):
+                out.write(chunk)
+        shutil.rmtree(self.spool)

@@ -6,6 +6,7 @@ Layout of ``<build>/snapshot/`` (self-contained: copy the directory and it still
     shards/<bucket>-<NNNNN>.bin / .idx   Megatron-LM indexed dataset, one sequence per document
     shards/<bucket>-<NNNNN>.meta.json    bucket, counts, doc_ids in order, sha256s, validation numbers
     lineage/<shard>.jsonl / .offsets.npy each document's metadata (no text) and its byte offset
+    metadata/<shard>.parquet             the per-document metadata table (corpus.metadata; versions)
     lineage/doc_index/dNNNNN.docidx      doc_id -> (shard, document), part NNNNN of the doc_id prefixes
     decont/report.json                   the per-benchmark contamination report (required)
     decont/13grams/gNNNNN.u64            the retained corpus 13-gram index, part NNNNN of the hash prefixes
@@ -69,6 +70,7 @@ _SHARD_FILES = {
     ".meta.json": ("meta", "shards"),
     ".jsonl": ("lineage", "lineage"),
     ".offsets.npy": ("lineage_offsets", "lineage"),
+    ".parquet": ("metadata", "metadata"),
 }
 #: which sha256 of a shard's .meta.json vouches for each of its files
 _META_DIGESTS = {
@@ -76,6 +78,7 @@ _META_DIGESTS = {
     ".idx": "idx_sha256",
     ".jsonl": "lineage_sha256",
     ".offsets.npy": "lineage_offsets_sha256",
+    ".parquet": "metadata_sha256",
 }
 
 

@@ -6,24 +6,39 @@ whose parts is checkpointed as it completes, so a rank killed or pre-empted lose
 1. ``census`` (a map step, one part per input shard): each document's mixture bucket (its
    ``source_tier`` unless ``bucket_of_source`` maps its source), shuffle key ``shuffle_key(doc_id,
    seed)`` and token count, as fixed-width records (:data:`CENSUS_RECORD`); the part's facts hold its
-   buckets' token totals. A document whose shuffle record cannot fit in the budget stops the stage here
-   with a one-line error naming ``memory_budget_mb`` and the size it needs, before anything is sent.
-2. The cuts (collective, not a part: recomputed from the census parts in one pass): from the totals,
-   each bucket's key histogram resolution (``histogram_bits``); an all-reduced token histogram over the
-   bucket's key range is cut every ``shard_target_tokens`` (``shard_of_bins``), so every shard is a
+   buckets' token totals. A document whose tokens alone cannot fit in a quarter of the budget stops the
+   stage here with a one-line error naming ``memory_budget_mb`` and the size it needs, before anything
+   is sent (its lineage record is counted too, exactly, when it is sent).
+2. The cuts (collective, not a part: recomputed from the census parts): from the totals, each
+   bucket's key histogram resolution (``histogram_bits``); the all-reduced token histogram over the
+   bucket's key range is cut every ``shard_target_tokens`` (``shard_runs``), so every shard is a
    uniform random sample of its bucket, holds the target give or take one bin, and which documents land
    in which shard, in which order (by key), depends only on content, seed and target, never on ranks.
-3. ``shards`` (an exchange step, one part per output token shard): every document (lineage record and
-   tokens, :func:`encode_doc_record`) goes to the owner of its shard's part, sorted by (shuffle key,
-   doc_id); the owner *streams* the part: ``.bin`` (tokens, hashed whole and per block while written),
-   ``.idx``, ``.jsonl`` + ``.offsets.npy`` (lineage), ``.doc_ids`` and ``.meta.json``, with the
-   validation numbers computed incrementally (:class:`ShardStatsAccumulator`). It holds one record,
-   the shard's per-document lengths and offsets (12 bytes a document) and one 4 MiB block at a time.
+   The histogram is counted and all-reduced ``_CUT_CHUNK_BINS`` bins at a time (one pass over the
+   rank's census parts per chunk): whole, its up to 2**24 bins took 128 MiB per array on every rank.
+3. ``shards`` (an exchange step through ``exchange_rows``, one part per output token shard): every
+   document goes to the owner of its shard's part as a fixed-width row (:data:`SHARD_ROW`: shuffle key,
+   doc_id and where its tokens and lineage are), sorted by (shuffle key, doc_id). Not the document
+   itself: tokens and lineage as variable-length records on the shuffle's bytes path cost the receiver
+   its send queue, the round's copies and the Python objects of what it held, which grew with the
+   corpus until the rounds filled (93 -> 128 MB per rank from 10,000 to 40,000 documents at a 64 MB
+   budget); a row is 72 bytes, moved and sorted without Python work per record. Each sender first
+   writes its input shard's lineage lines to a spool file (``work/lineage_spool/``, rewritten by every
+   run that sends, removed after the step). The owner *streams* the part in row order, reading each
+   document by location (its tokens from the tokenize stage's ``.bin``, its lineage line from the
+   spool: positioned reads, nothing mapped, so nothing read stays resident): ``.bin`` (tokens, hashed
+   whole and per block while written), ``.idx``, ``.jsonl`` + ``.offsets.npy`` (lineage), ``.doc_ids``
+   and ``.meta.json``, with the validation numbers computed incrementally
+   (:class:`ShardStatsAccumulator`). It holds one document, the shard's per-document lengths, offsets
+   and doc_ids, and one 4 MiB block at a time. The parts' bytes are those the bytes-path version wrote
+   (documents that share a doc_id keep its order: :func:`_in_shard_order`), so the stage version and
+   the snapshot id did not change.
 4. Validation: every shard's numbers go to ``validation.json``; any failure stops the stage naming the
    shard and the number (the parts stay checkpointed: a rerun fails the same way without redoing them).
-5. ``doc_index`` (an exchange step): each shard's doc_ids, with (shard number, document number), go to
-   the part of their doc_id prefix (``2**bits`` parts of about ``doc_index_part_docs`` records, fixed by
-   the data); each part is written sorted (:mod:`corpus.doc_index`).
+5. ``doc_index`` (an exchange step, fixed-width rows, :data:`DOC_INDEX_ROW`): each shard's doc_ids,
+   with (shard number, document number), go to the part of their doc_id prefix (``2**bits`` parts of
+   about ``doc_index_part_docs`` records, fixed by the data); each part is written sorted
+   (:mod:`corpus.doc_index`).
 
 Then every rank links the parts it owns into ``megatron/``, ``lineage/`` and ``lineage/doc_index/``, and
 the manifest lists them with the digests their writers computed (``extra["token_shards"]``,
@@ -36,26 +51,30 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import re
 import shutil
 import struct
 import sys
 import time
 from array import array
-from collections import Counter
-from collections.abc import Iterator
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from corpus.decont.corpus_index import map_records, npy_bytes, prefix_bits
 from corpus.digest import canonical_json, sha256_hex, stable_hash64
-from corpus.doc_index import DOC_ID_CHARS, encode_doc_index, part_of_doc_id
+from corpus.doc_index import DOC_ID_CHARS, encode_doc_index, parts_of_doc_ids
 from corpus.docshard import atomic_write_json, iter_docs
-from corpus.layout import DOC_INDEX_DIR, DOC_INDEX_SUFFIX, LINEAGE, MEGATRON, link_file
+from corpus.layout import DOC_INDEX_DIR, DOC_INDEX_SUFFIX, LINEAGE, MEGATRON, METADATA, link_file
 from corpus.manifests import read_stage_manifest
-from corpus.megatron import BLOCK_SIZE, BlockHasher, IndexedShard, index_bytes
+from corpus.megatron import BLOCK_SIZE, BlockHasher, IndexedShard, index_bytes, read_index
+from corpus.metadata import METADATA_SUFFIX, MetadataWriter
 from corpus.model import Document, Kept, Outcome
 from corpus.stage_facts import (
     FileRef,
@@ -67,7 +86,6 @@ from corpus.stage_facts import (
 )
 from corpus.tokenizer import TokenizerInfo
 from hpc_jobs.tokenize import token_prefix
-from mpi_kernels.shuffle import round_bytes, too_large_error
 from runtime.global_phase import GlobalPhase, Part, PartWriter, global_phase_key
 from runtime.runner import (
     InputShard,
@@ -85,12 +103,25 @@ CENSUS, SHARDS, DOC_INDEX = "census", "shards", "doc_index"
 # -- the records of the phase, one codec each --------------------------------------------------------
 #: a census record: one document of an input shard (bucket = index into the part's sorted bucket list)
 CENSUS_RECORD = np.dtype([("key", "<u8"), ("tokens", "<i8"), ("bucket", "<u2")])
-#: the shuffle key of a document's record: shuffle key (big-endian, so bytes sort as numbers), doc_id
-_DOC_KEY = struct.Struct(">Q32s")
-#: a document's payload: lineage record length, then the record, then the tokens
-_DOC_PAYLOAD = struct.Struct("<I")
-#: a doc index record on its way: (shard number, document number), big-endian (bytes sort as numbers)
-_DOC_LOCATION = struct.Struct(">II")
+#: a document on its way to its token shard: the part (token shard) number; its place in the shard
+#: (shuffle key, then doc_id: the exchange sorts by these, then by the rest); its input shard's number
+#: (in the stage's input list); its tokens in that shard's tokenize ``.bin`` (byte offset, count); its
+#: lineage line in that shard's spool (byte offset, length with the newline)
+SHARD_ROW = np.dtype(
+    [
+        ("part", "<u4"),
+        ("key", "<u8"),
+        ("doc_id", f"S{DOC_ID_CHARS}"),
+        ("shard", "<u4"),
+        ("tokens_at", "<u8"),
+        ("tokens", "<u4"),
+        ("lineage_at", "<u8"),
+        ("lineage_bytes", "<u4"),
+    ]
+)
+#: a doc index record on its way: the part of its doc_id prefix, then the record (sorted by doc_id, then
+#: shard number and document number)
+DOC_INDEX_ROW = np.dtype([("part", "<u4"), ("doc_id", f"S{DOC_ID_CHARS}"), ("shard", "<u4"), ("doc", "<u4")])
 #: a part's doc_ids, in order: 32 ASCII hex characters each
 DOC_IDS_RECORD = np.dtype(f"S{DOC_ID_CHARS}")
 #: the files of one token shard part, and where each is published (directory under the stage)
@@ -100,36 +131,16 @@ SHARD_FILES = {
     ".meta.json": MEGATRON,
     ".jsonl": LINEAGE,
     ".offsets.npy": LINEAGE,
+    METADATA_SUFFIX: METADATA,
 }
-_SHUFFLE_OVERHEAD = 8 + 4  # the shuffle's framing and the exchange's part number
+#: where each sender spools its input shards' lineage lines for the shards step (under the work dir)
+LINEAGE_SPOOL = "lineage_spool"
+_SPOOL_SUFFIX = ".jsonl"
+_OPEN_FILES = 64  # files a shard's writer keeps open to read documents by location
+_ROWS_AT_ONCE = 1024  # rows turned into Python objects at a time while a shard is written
+#: key histogram bins counted and all-reduced at once by the cuts (2 MiB per int64 array)
+_CUT_CHUNK_BINS = 1 << 18
 _STATS_BATCH = 1 << 16  # tokens counted at once by the validation statistics (~40 bytes each, transient)
-
-
-def encode_doc_key(key: int, doc_id: str) -> bytes:
-    return _DOC_KEY.pack(key, doc_id.encode())
-
-
-def decode_doc_key(data: bytes) -> tuple[int, str]:
-    key, doc_id = _DOC_KEY.unpack(data)
-    return key, doc_id.decode()
-
-
-def encode_doc_record(lineage: bytes, tokens: np.ndarray) -> bytes:
-    return _DOC_PAYLOAD.pack(len(lineage)) + lineage + np.ascontiguousarray(tokens).tobytes()
-
-
-def decode_doc_record(data: bytes, dtype: str) -> tuple[bytes, np.ndarray]:
-    (n,) = _DOC_PAYLOAD.unpack_from(data)
-    start = _DOC_PAYLOAD.size
-    return data[start : start + n], np.frombuffer(data, dtype=dtype, offset=start + n)
-
-
-def encode_doc_location(shard: int, doc: int) -> bytes:
-    return _DOC_LOCATION.pack(shard, doc)
-
-
-def decode_doc_location(data: bytes) -> tuple[int, int]:
-    return _DOC_LOCATION.unpack(data)
 
 
 @dataclass(frozen=True)
@@ -156,12 +167,32 @@ def histogram_bits(bucket_tokens: int, target: int) -> int:
     return min(24, max(16, math.ceil(math.log2(64 * shards))))
 
 
-def shard_of_bins(hist: np.ndarray, target: int) -> np.ndarray:
-    """Shard number of every key bin: bins are taken in key order and a new shard starts every
-    ``target`` tokens, so shards hold ``target`` tokens give or take one bin (the last one the rest)."""
-    before = np.cumsum(hist) - hist
-    n_shards = max(1, math.ceil(int(hist.sum()) / target))
-    return np.minimum(before // target, n_shards - 1)
+def shard_runs(chunks: Iterable[np.ndarray], total: int, target: int) -> tuple[np.ndarray, ...]:
+    """The cuts of a bucket from its key histogram, read chunk by chunk in bin order (one chunk held,
+    never the up to 2**24 bins): bins are taken in key order and a new shard starts every ``target``
+    tokens, so shards hold ``target`` tokens give or take one bin (the last one the rest); ``total`` is
+    the histogram's sum. Returns, per run of bins of one shard, its first bin, its shard number and
+    whether any of its bins holds tokens (a shard no key fell in is no shard)."""
+    n_shards = max(1, math.ceil(total / target))
+    starts, numbers, filled = array("q"), array("q"), array("b")
+    at = before = 0
+    for hist in chunks:
+        shard = np.minimum((before + np.cumsum(hist) - hist) // target, n_shards - 1)
+        seg = np.concatenate(([0], np.flatnonzero(np.diff(shard)) + 1))
+        seg_filled = np.logical_or.reduceat(hist > 0, seg)
+        if numbers and int(shard[0]) == numbers[-1]:  # the run still open at the end of the last chunk
+            filled[-1] |= int(seg_filled[0])
+            seg, seg_filled = seg[1:], seg_filled[1:]
+        starts.frombytes((at + seg).astype(np.int64).tobytes())
+        numbers.frombytes(shard[seg].astype(np.int64).tobytes())
+        filled.frombytes(seg_filled.astype(np.int8).tobytes())
+        at += len(hist)
+        before += int(hist.sum())
+    return (
+        np.frombuffer(starts, dtype=np.int64),
+        np.frombuffer(numbers, dtype=np.int64),
+        np.frombuffer(filled, dtype=np.int8).astype(bool),
+    )
 
 
 def shard_name(bucket: str, number: int) -> str:
@@ -311,7 +342,9 @@ def validation_failures(stats: dict[str, Any], index_tokens: int, cfg: WriteShar
 
 class WriteShards(Stage):
     name = "write_shards"
-    version = "4"  # 4: the global phase in checkpointed parts; the doc_id index range-partitioned
+    # 4: the global phase in checkpointed parts; the doc_id index range-partitioned
+    # 5: each shard's per-document metadata table (Parquet), the input of versions
+    version = "5"
     Config = WriteShardsConfig
 
     def __init__(self, config: WriteShardsConfig) -> None:
@@ -360,11 +393,7 @@ class WriteShards(Stage):
                 break
             yield doc, tokens.document(n)
             n += 1
-        if n != len(tokens) or (shard.records >= 0 and n != shard.records):
-            raise StageError(
-                f"{shard.name}: {shard.records} documents but {len(tokens)} token sequences in "
-                f"the tokenize stage; rerun tokenize"
-            )
+        _check_sequences(shard, n, len(tokens))
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """census (map) -> cuts -> shards (exchange) -> validation -> doc_index (exchange) -> publish."""
@@ -383,15 +412,33 @@ class WriteShards(Stage):
         phase.map(CENSUS, inputs, lambda shard, w: self._census(ctx, shard, w, tok))
         # 2. the cuts: which shard of its bucket each key falls in
         plan = self._plan(ctx, phase, inputs)
-        # 3. shards: every document to its shard's owner, which streams the shard's files
+        # 3. shards: every document's row to its shard's owner, which streams the shard's files
         t0 = time.monotonic()
-        received = phase.exchange(
-            SHARDS,
-            plan.names,
-            inputs,
-            lambda shard: self._send_docs(ctx, shard, plan),
-            lambda p, records, w: self._write_shard(p, plan, records, w, tok),
+        spool = Path(ctx.work_dir) / LINEAGE_SPOOL
+        if ctx.rank == 0:  # an earlier run's spools: every run that sends writes its own
+            shutil.rmtree(spool, ignore_errors=True)
+            spool.mkdir(parents=True)
+        ctx.comm.Barrier()
+        input_no = {s.name: i for i, s in enumerate(inputs)}
+        reader = DocumentReader(
+            [token_prefix(ctx.in_paths[0], s.name).with_suffix(".bin") for s in inputs],
+            [spool / f"{s.name}{_SPOOL_SUFFIX}" for s in inputs],
         )
+        try:
+            received = phase.exchange_rows(
+                SHARDS,
+                plan.names,
+                inputs,
+                lambda shard: self._send_docs(ctx, input_no[shard.name], shard, plan, spool, tok),
+                lambda p, batches, w: self._write_shard(p, plan, batches, w, tok, reader),
+                dtype=SHARD_ROW,
+                order_fields=("key", "doc_id"),
+            )
+        finally:
+            reader.close()
+        ctx.comm.Barrier()  # every owner has read what it needed from the spools
+        if ctx.rank == 0:
+            shutil.rmtree(spool, ignore_errors=True)
         docs, nbytes = (received.records, received.bytes_received) if received else (0, 0)
         ctx.say(
             f"read and shuffled: received {docs} docs, {nbytes / 1e6:.2f} MB in {time.monotonic() - t0:.2f}s "
@@ -404,12 +451,14 @@ class WriteShards(Stage):
         bits = prefix_bits(total_docs, self.config.doc_index_part_docs)
         index_names = [f"d{p:05d}" for p in range(1 << bits)]
         shard_no = {n: i for i, n in enumerate(plan.names)}
-        phase.exchange(
+        phase.exchange_rows(
             DOC_INDEX,
             index_names,
             shard_parts,
-            lambda part: _send_doc_ids(part, shard_no[part.name], bits),
+            lambda part: _doc_index_rows(part, shard_no[part.name], bits),
             _write_doc_index,
+            dtype=DOC_INDEX_ROW,
+            order_fields=("doc_id",),
         )
         buckets: dict[str, dict[str, int]] = {}
         for p in shard_parts:
@@ -425,14 +474,13 @@ class WriteShards(Stage):
         return digest
 
     def _census(self, ctx: StageContext, shard: InputShard, writer: PartWriter, tok: dict) -> dict[str, Any]:
-        """One input shard's census part; refuses a document whose tokens alone exceed a shuffle round."""
-        limit = round_bytes(ctx.memory_budget_bytes)
+        """One input shard's census part; refuses a document whose tokens alone exceed what the rank
+        writing its shard may hold of one document."""
         itemsize = np.dtype(tok.token_dtype).itemsize
         keys, tokens, names = [], [], []
         for doc, toks in self._documents(ctx, shard):
-            # the tokens alone (the lineage record is checked, exactly, when the document is sent)
-            floor = _SHUFFLE_OVERHEAD + _DOC_KEY.size + _DOC_PAYLOAD.size + itemsize * toks.shape[0]
-            _check_record(ctx, doc, shard, floor, limit, toks.shape[0])
+            # the tokens alone (the lineage line is counted too, exactly, when the document is sent)
+            _check_document(ctx, doc.doc_id, shard.name, itemsize * toks.shape[0], toks.shape[0])
             keys.append(shuffle_key(doc.doc_id, self.config.seed))
             tokens.append(int(toks.shape[0]))
             names.append(self.bucket_of(doc))
@@ -447,7 +495,8 @@ class WriteShards(Stage):
         return {"buckets": buckets, "tokens": totals, "docs": len(keys)}
 
     def _plan(self, ctx: StageContext, phase: GlobalPhase, inputs: list[InputShard]) -> ShardPlan:
-        """Collective: the shard cuts from the census parts (an all-reduced histogram per bucket)."""
+        """Collective: the shard cuts from the census parts (an all-reduced histogram per bucket, in
+        chunks of ``_CUT_CHUNK_BINS`` bins)."""
         totals = None
         if ctx.rank == 0:
             c: Counter = Counter()
@@ -457,81 +506,99 @@ class WriteShards(Stage):
         totals = ctx.comm.bcast(totals, root=0)
         buckets = sorted(totals)
         mine = [phase.part(CENSUS, s.name) for s in assign(inputs, ctx.rank, ctx.size)]
-        tables, names, part_of = [], [], {}
-        for b, bucket in enumerate(buckets):
+        runs, names = [], []
+        for bucket in buckets:
             bits = histogram_bits(totals[bucket], self.config.shard_target_tokens)
-            hist = np.zeros(1 << bits, dtype=np.int64)
-            for part in mine:  # one census part in memory at a time
-                assert part is not None
-                local = part.facts["buckets"]
-                if bucket not in local:
-                    continue
-                rec = map_records(part.path(".census"), CENSUS_RECORD)
-                sel = rec["bucket"] == local.index(bucket)
-                np.add.at(
-                    hist, (rec["key"][sel] >> np.uint64(64 - bits)).astype(np.int64), rec["tokens"][sel]
-                )
-            total_hist = np.empty_like(hist)
-            ctx.comm.Allreduce(hist, total_hist)
-            table = shard_of_bins(total_hist, self.config.shard_target_tokens).astype(np.int32)
-            tables.append((bits, table))
-            for number in np.unique(table[total_hist > 0]).tolist():  # a shard no key fell in is no shard
-                part_of[(b, number)] = len(names)
-                names.append(shard_name(bucket, number))
-        return ShardPlan(buckets, tables, names, part_of)
+            starts, numbers, filled = shard_runs(
+                _histogram(ctx, mine, bucket, bits), totals[bucket], self.config.shard_target_tokens
+            )
+            parts = np.full(len(starts), -1, dtype=np.int64)
+            for i in np.flatnonzero(filled).tolist():
+                parts[i] = len(names)
+                names.append(shard_name(bucket, int(numbers[i])))
+            runs.append((bits, starts, parts))
+        return ShardPlan(buckets, runs, names)
 
     def _send_docs(
-        self, ctx: StageContext, shard: InputShard, plan: ShardPlan
-    ) -> Iterator[tuple[int, bytes, bytes]]:
+        self,
+        ctx: StageContext,
+        input_no: int,
+        shard: InputShard,
+        plan: ShardPlan,
+        spool: Path,
+        tok: TokenizerInfo,
+    ) -> Iterator[np.ndarray]:
+        """One input shard's rows (one array): each document's part, order and location. Its lineage
+        lines are spooled first, so they are on disk before the exchange ends and any owner reads them."""
+        index = read_index(token_prefix(ctx.in_paths[0], shard.name).with_suffix(".idx"))
         bucket_index = {b: i for i, b in enumerate(plan.buckets)}
-        limit = round_bytes(ctx.memory_budget_bytes)
-        for doc, toks in self._documents(ctx, shard):
-            b = bucket_index[self.bucket_of(doc)]
-            key = shuffle_key(doc.doc_id, self.config.seed)
-            bits, table = plan.tables[b]
-            part = plan.part_of[(b, int(table[key >> (64 - bits)]))]
-            doc_key, payload = (
-                encode_doc_key(key, doc.doc_id),
-                encode_doc_record(canonical_json(lineage_record(doc)), toks),
-            )
-            # before the shuffle sees it: parts are reduced only after the exchange, so none is half-written
-            _check_record(
-                ctx, doc, shard, _SHUFFLE_OVERHEAD + len(doc_key) + len(payload), limit, toks.shape[0]
-            )
-            yield part, doc_key, payload
+        itemsize = np.dtype(tok.token_dtype).itemsize
+        buckets, keys, doc_ids, lineage_at, lineage_bytes = [], [], [], [], []
+        at = 0
+        with open(spool / f"{shard.name}{_SPOOL_SUFFIX}", "wb") as out:
+            for doc in iter_docs(shard.path):
+                n = len(keys)
+                if n >= index.num_docs:
+                    _check_sequences(shard, n + 1, index.num_docs)
+                line = canonical_json(lineage_record(doc)) + b"\n"
+                tokens = int(index.lengths[n])
+                # before any part is reduced (only after the exchange), so none is half-written
+                _check_document(ctx, doc.doc_id, shard.name, len(line) + itemsize * tokens, tokens)
+                buckets.append(bucket_index[self.bucket_of(doc)])
+                keys.append(shuffle_key(doc.doc_id, self.config.seed))
+                doc_ids.append(doc.doc_id.encode())
+                lineage_at.append(at)
+                lineage_bytes.append(len(line))
+                out.write(line)
+                at += len(line)
+        _check_sequences(shard, len(keys), index.num_docs)
+        rows = np.empty(len(keys), dtype=SHARD_ROW)
+        rows["key"] = np.array(keys, dtype=np.uint64)
+        rows["part"] = plan.parts_of(np.array(buckets, dtype=np.int64), rows["key"])
+        rows["doc_id"] = doc_ids
+        rows["shard"] = input_no
+        rows["tokens_at"] = index.offsets
+        rows["tokens"] = index.lengths
+        rows["lineage_at"] = lineage_at
+        rows["lineage_bytes"] = lineage_bytes
+        yield rows
 
     def _write_shard(
         self,
         part_no: int,
         plan: ShardPlan,
-        records: Iterator[tuple[bytes, bytes]],
+        batches: Iterator[np.ndarray],
         writer: PartWriter,
         tok: dict,
+        reader: DocumentReader,
     ) -> dict[str, Any]:
-        """Stream one token shard: .bin/.idx, lineage, doc_ids and meta, with its validation numbers."""
+        """Stream one token shard in row order, each document read by location: .bin/.idx, lineage,
+        doc_ids and meta, with its validation numbers."""
         name = plan.names[part_no]
         bucket = name.rsplit("-", 1)[0]
         dtype = tok.token_dtype
+        itemsize = np.dtype(dtype).itemsize
         bin_hash = BlockHasher(BLOCK_SIZE)
         bin_out = writer.open(".bin")
         bin_file = _BlockHashed(bin_out, bin_hash)
         lineage = writer.open(".jsonl")
         doc_ids_file = writer.open(".doc_ids")
+        table = MetadataWriter(name, writer.step_dir / f".{name}.metadata-spool")
         lengths, offsets, doc_ids = array("i"), array("q", [0]), []
         stats = ShardStatsAccumulator(tok.eos_id)
         pending: list[np.ndarray] = []  # tokens not yet counted: counted in batches of _STATS_BATCH (exact)
         pending_tokens = 0
-        for key, payload in records:
-            _, doc_id = decode_doc_key(key)
-            meta, tokens = decode_doc_record(payload, dtype)
-            bin_file.write(tokens.tobytes())
-            lineage.write(meta + b"\n")
-            doc_ids_file.write(doc_id.encode())
-            offsets.append(offsets[-1] + len(meta) + 1)
-            lengths.append(tokens.shape[0])
-            doc_ids.append(doc_id)
-            pending.append(tokens)
-            pending_tokens += tokens.shape[0]
+        for doc_id, shard, tokens_at, n, line in _in_shard_order(batches, reader):
+            data = reader.tokens(shard, tokens_at, n * itemsize)
+            bin_file.write(data)
+            lineage.write(line)
+            table.add(json.loads(line), n)
+            doc_ids_file.write(doc_id)
+            offsets.append(offsets[-1] + len(line))
+            lengths.append(n)
+            doc_ids.append(doc_id.decode())
+            pending.append(np.frombuffer(data, dtype=dtype))
+            pending_tokens += n
             if pending_tokens >= _STATS_BATCH:
                 stats.add(np.concatenate(pending))
                 pending, pending_tokens = [], 0
@@ -541,6 +608,8 @@ class WriteShards(Stage):
         writer.write_bytes(".idx", idx)
         offsets_npy = npy_bytes(np.frombuffer(offsets, dtype=np.int64))
         writer.write_bytes(".offsets.npy", offsets_npy)
+        metadata = writer.open(METADATA_SUFFIX)
+        table.finish(metadata)
         numbers = stats.result()
         written = int(sum(lengths))
         failures = validation_failures(numbers, written, self.config)
@@ -556,6 +625,7 @@ class WriteShards(Stage):
             "idx_sha256": sha256_hex(idx),
             "lineage_sha256": lineage.hexdigest(),
             "lineage_offsets_sha256": sha256_hex(offsets_npy),
+            "metadata_sha256": metadata.hexdigest(),
             "doc_ids": doc_ids,
             "validation": {**numbers, "failures": failures},
         }
@@ -652,56 +722,150 @@ class WriteShards(Stage):
 
 @dataclass(frozen=True)
 class ShardPlan:
-    """The shard cuts: per bucket (sorted) its histogram bits and bin -> shard number table; the names
-    of the non-empty shards in order (the exchange's parts) and (bucket, number) -> part number."""
+    """The shard cuts: per bucket (sorted) its histogram bits, the first bin of each run of bins of one
+    shard and the run's part number (-1: a shard no key fell in, which is no shard); the names of the
+    non-empty shards in order (the exchange's parts)."""
 
     buckets: list[str]
-    tables: list[tuple[int, np.ndarray]]
+    runs: list[tuple[int, np.ndarray, np.ndarray]]
     names: list[str]
-    part_of: dict[tuple[int, int], int]
+
+    def parts_of(self, buckets: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """The part number of each document, from its bucket's number and its shuffle key."""
+        parts = np.empty(len(keys), dtype=np.int64)
+        for b in np.unique(buckets).tolist():
+            bits, starts, run_parts = self.runs[b]
+            sel = buckets == b
+            bins = (keys[sel] >> np.uint64(64 - bits)).astype(np.int64)
+            parts[sel] = run_parts[np.searchsorted(starts, bins, side="right") - 1]
+        return parts
 
 
-def _check_record(
-    ctx: StageContext, doc: Document, shard: InputShard, record: int, limit: int, tokens: int
-) -> None:
-    """A document's shuffle record must fit in one round of the shuffle: else one line naming
-    ``memory_budget_mb`` and what it would need."""
-    if record > limit:
+def _histogram(ctx: StageContext, mine: list[Part | None], bucket: str, bits: int) -> Iterator[np.ndarray]:
+    """Collective: a bucket's token histogram over its ``2**bits`` key bins, summed over every rank's
+    census parts, ``_CUT_CHUNK_BINS`` bins at a time (each chunk reads this rank's parts once more)."""
+    for lo in range(0, 1 << bits, _CUT_CHUNK_BINS):
+        hist = np.zeros(min(_CUT_CHUNK_BINS, (1 << bits) - lo), dtype=np.int64)
+        for part in mine:  # one census part in memory at a time
+            assert part is not None
+            local = part.facts["buckets"]
+            if bucket not in local:
+                continue
+            rec = map_records(part.path(".census"), CENSUS_RECORD)
+            bins = (rec["key"] >> np.uint64(64 - bits)).astype(np.int64)
+            sel = (rec["bucket"] == local.index(bucket)) & (bins >= lo) & (bins < lo + len(hist))
+            np.add.at(hist, bins[sel] - lo, rec["tokens"][sel])
+        total = np.empty_like(hist)
+        ctx.comm.Allreduce(hist, total)
+        yield total
+
+
+def _check_document(ctx: StageContext, doc_id: str, shard: str, nbytes: int, tokens: int) -> None:
+    """The rank writing a shard holds one document (its tokens and lineage line), which must fit in a
+    quarter of the budget: else one line naming ``memory_budget_mb`` and what it would need."""
+    if nbytes > ctx.memory_budget_bytes // 4:
         raise StageError(
-            f"document {doc.doc_id} of {shard.name} ({tokens:,} tokens): "
-            f"{too_large_error(record, ctx.memory_budget_bytes)}"
+            f"document {doc_id} of {shard} ({tokens:,} tokens): memory_budget_mb = "
+            f"{ctx.memory_budget_bytes / (1 << 20):.4g} is too small for a document of {nbytes:,} bytes "
+            "(tokens and lineage): the rank writing its shard holds one document, which must fit in a "
+            f"quarter of the budget, so it needs memory_budget_mb >= {max(1, math.ceil(4 * nbytes / (1 << 20)))}"
         )
+
+
+def _check_sequences(shard: InputShard, docs: int, sequences: int) -> None:
+    """An input shard and its tokens in the tokenize stage must hold the same documents."""
+    if docs != sequences or (shard.records >= 0 and docs != shard.records):
+        raise StageError(
+            f"{shard.name}: {shard.records} documents but {sequences} token sequences in "
+            f"the tokenize stage; rerun tokenize"
+        )
+
+
+class DocumentReader:
+    """A document's tokens (from its input shard's tokenize ``.bin``) and lineage line (from the shard's
+    spool), read by location with positioned reads: nothing is mapped, so what was read does not stay
+    resident, and at most ``_OPEN_FILES`` files are open (the least recently used is closed), however
+    many input shards a token shard draws from."""
+
+    def __init__(self, tokens: list[Path], lineage: list[Path]) -> None:
+        self._paths = (tokens, lineage)
+        self._open: OrderedDict[tuple[int, int], int] = OrderedDict()
+
+    def tokens(self, shard: int, at: int, nbytes: int) -> bytes:
+        return self._read(0, shard, at, nbytes)
+
+    def lineage(self, shard: int, at: int, nbytes: int) -> bytes:
+        return self._read(1, shard, at, nbytes)
+
+    def _read(self, kind: int, shard: int, at: int, nbytes: int) -> bytes:
+        fd = self._open.pop((kind, shard), None)
+        if fd is None:
+            if len(self._open) >= _OPEN_FILES:
+                os.close(self._open.popitem(last=False)[1])
+            fd = os.open(self._paths[kind][shard], os.O_RDONLY)
+        self._open[(kind, shard)] = fd
+        data = os.pread(fd, nbytes, at)
+        if len(data) != nbytes:
+            raise StageError(
+                f"{self._paths[kind][shard]}: {nbytes} bytes at {at} asked, {len(data)} read: the file "
+                "changed during the stage; rerun it"
+            )
+        return data
+
+    def close(self) -> None:
+        for fd in self._open.values():
+            os.close(fd)
+        self._open.clear()
 
 
 def _index_names(bits: int) -> list[str]:
     return [f"d{p:05d}" for p in range(1 << bits)]
 
 
-def _send_doc_ids(part: Part, shard_no: int, bits: int) -> Iterator[tuple[int, bytes, bytes]]:
+def _in_shard_order(
+    batches: Iterator[np.ndarray], reader: DocumentReader
+) -> Iterator[tuple[bytes, int, int, int, bytes]]:
+    """A part's documents in shard order, as (doc_id, input shard, tokens' byte offset, tokens, lineage
+    line): by (shuffle key, doc_id) as the rows arrive; documents that share a doc_id (the same text
+    and source, e.g. texts line_dedup made equal: 40,000 generated documents hold such pairs) by their
+    lineage record's length as 4 little-endian bytes, then the record, which is the order the bytes-path
+    shuffle of stage version 4 gave them, so the shards' bytes are unchanged. Such a group is held whole
+    (its lineage lines) to sort it."""
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        for batch in batches:
+            for start in range(0, len(batch), _ROWS_AT_ONCE):  # Python objects for a slice of rows only
+                yield from batch[start : start + _ROWS_AT_ONCE].tolist()
+
+    for _, group in itertools.groupby(rows(), key=itemgetter(1, 2)):
+        docs = [
+            (doc_id, shard, tokens_at, n, reader.lineage(shard, lineage_at, line_bytes))
+            for _, _, doc_id, shard, tokens_at, n, lineage_at, line_bytes in group
+        ]
+        if len(docs) > 1:
+            docs.sort(key=lambda d: (struct.pack("<I", len(d[4]) - 1), d[4]))
+        yield from docs
+
+
+def _doc_index_rows(part: Part, shard_no: int, bits: int) -> Iterator[np.ndarray]:
     """Every doc_id of one token shard, with its place, to the doc index part of its prefix."""
-    for j, doc_id in enumerate(map_records(part.path(".doc_ids"), DOC_IDS_RECORD).tolist()):
-        yield part_of_doc_id(doc_id, bits), doc_id, encode_doc_location(shard_no, j)
+    doc_ids = map_records(part.path(".doc_ids"), DOC_IDS_RECORD)
+    rows = np.empty(len(doc_ids), dtype=DOC_INDEX_ROW)
+    rows["part"] = parts_of_doc_ids(doc_ids, bits)
+    rows["doc_id"] = doc_ids
+    rows["shard"] = shard_no
+    rows["doc"] = np.arange(len(doc_ids))
+    yield rows
 
 
-def _write_doc_index(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
-    """One doc index part: its records arrive sorted by doc_id and are written in batches."""
+def _write_doc_index(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+    """One doc index part: its rows arrive sorted by doc_id and are written batch by batch."""
     out = writer.open(DOC_INDEX_SUFFIX)
     n = 0
-    for batch in _batched(records, 1 << 16):
-        ids, shards, docs = [], [], []
-        for doc_id, location in batch:
-            shard, doc = decode_doc_location(location)
-            ids.append(doc_id)
-            shards.append(shard)
-            docs.append(doc)
-        out.write(encode_doc_index(ids, shards, docs))
-        n += len(ids)
+    for rows in batches:
+        out.write(encode_doc_index(rows["doc_id"], rows["shard"], rows["doc"]))
+        n += len(rows)
     return {"docs": n}
-
-
-def _batched(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
-    while batch := list(itertools.islice(it, n)):
-        yield batch
 
 
 STAGE = WriteShards

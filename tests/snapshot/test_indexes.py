@@ -23,35 +23,80 @@ from corpus.doc_index import (
     decode_doc_index,
     encode_doc_index,
     part_of_doc_id,
+    parts_of_doc_ids,
 )
 from corpus.megatron import block_digests
 from corpus.tokenizer import PinnedTokenizer
 from hpc_jobs.write_shards import (
     CENSUS_RECORD,
+    DOC_INDEX_ROW,
+    SHARD_ROW,
     BlockHasher,
     ShardStatsAccumulator,
-    decode_doc_key,
-    decode_doc_location,
-    decode_doc_record,
-    encode_doc_key,
-    encode_doc_location,
-    encode_doc_record,
+    _in_shard_order,
     shard_stats,
 )
+from mpi_kernels.shuffle import sort_rows
 from tests.snapshot.conftest import OLMO, perl_docs
 
 DOC_IDS = sorted(d.doc_id for d in perl_docs(n=40))
 
 
-def test_the_shuffle_records_round_trip_and_keys_sort_as_numbers():
-    tokens = np.array([5, 50279, 7], dtype=np.uint16)
-    lineage, back = decode_doc_record(encode_doc_record(b'{"doc_id":"x"}', tokens), "uint16")
-    assert lineage == b'{"doc_id":"x"}' and np.array_equal(back, tokens)
-    assert decode_doc_key(encode_doc_key(2**64 - 1, DOC_IDS[0])) == (2**64 - 1, DOC_IDS[0])
-    assert encode_doc_key(255, DOC_IDS[1]) < encode_doc_key(256, DOC_IDS[0]), "bytes order is key order"
-    assert decode_doc_location(encode_doc_location(70_000, 3)) == (70_000, 3)
-    assert encode_doc_location(1, 2**31) < encode_doc_location(2, 0)
+def test_the_phase_rows_round_trip_and_sort_by_part_key_as_a_number_then_doc_id():
+    rows = np.zeros(5, dtype=SHARD_ROW)
+    rows["part"] = [1, 0, 0, 0, 0]
+    rows["key"] = [0, 256, 255, 255, 2**64 - 1]
+    rows["doc_id"] = [DOC_IDS[0], DOC_IDS[0], DOC_IDS[2], DOC_IDS[1], DOC_IDS[0]]
+    rows["tokens_at"] = [2**40, 0, 1, 2, 3]
+    rows["lineage_bytes"] = 2**32 - 1
+    assert np.array_equal(np.frombuffer(rows.tobytes(), dtype=SHARD_ROW), rows)
+    order = sort_rows(rows, ("part", "key", "doc_id"))  # what exchange_rows gives each part's owner
+    assert order["key"].tolist() == [255, 255, 256, 2**64 - 1, 0]
+    assert order["doc_id"][:2].tolist() == [DOC_IDS[1].encode(), DOC_IDS[2].encode()]
+    index = np.zeros(3, dtype=DOC_INDEX_ROW)
+    index["doc_id"] = [DOC_IDS[1], DOC_IDS[0], DOC_IDS[0]]
+    index["shard"], index["doc"] = [0, 2, 1], [0, 0, 2**31]
+    assert np.array_equal(np.frombuffer(index.tobytes(), dtype=DOC_INDEX_ROW), index)
+    assert sort_rows(index, ("part", "doc_id"))[["shard", "doc"]].tolist() == [(1, 2**31), (2, 0), (0, 0)]
     assert CENSUS_RECORD.names == ("key", "tokens", "bucket")
+
+
+class _Spool:
+    """Lineage lines by (input shard, offset), as DocumentReader would read them from the spools."""
+
+    def __init__(self, lines: dict[tuple[int, int], bytes]) -> None:
+        self.lines = lines
+
+    def lineage(self, shard: int, at: int, nbytes: int) -> bytes:
+        assert len(self.lines[(shard, at)]) == nbytes
+        return self.lines[(shard, at)]
+
+
+def test_documents_sharing_a_doc_id_keep_the_order_of_their_lineage_records():
+    """The order the bytes-path shuffle gave them (payload: record length as 4 little-endian bytes,
+    then the record), so that the shards' bytes are those of the version before rows."""
+    long = b'"' + b"x" * 254 + b'"\n'  # 256 bytes: 00 01 00 00 as little-endian bytes, before 2
+    lines = {
+        (0, 0): b'{"url":"b"}\n',
+        (1, 0): b'{"url":"a"}\n',
+        (2, 0): b'{"url":"zz"}\n',
+        (3, 0): b"{}\n",
+        (4, 0): long,
+    }
+    rows = np.zeros(6, dtype=SHARD_ROW)
+    rows["key"] = [5, 5, 5, 5, 5, 6]
+    rows["doc_id"] = [DOC_IDS[0]] * 5 + [DOC_IDS[1]]
+    rows["shard"] = [0, 1, 2, 3, 4, 0]
+    rows["lineage_bytes"] = [len(lines[(s, 0)]) for s in rows["shard"].tolist()]
+    got = [(d, line) for d, _, _, _, line in _in_shard_order(iter([rows[:2], rows[2:]]), _Spool(lines))]
+    assert got == [
+        (DOC_IDS[0].encode(), long),
+        (DOC_IDS[0].encode(), b"{}\n"),
+        (DOC_IDS[0].encode(), b'{"url":"a"}\n'),
+        (DOC_IDS[0].encode(), b'{"url":"b"}\n'),
+        (DOC_IDS[0].encode(), b'{"url":"zz"}\n'),
+        (DOC_IDS[1].encode(), b'{"url":"b"}\n'),
+    ]
 
 
 def test_the_index_records_round_trip():
@@ -71,6 +116,13 @@ def test_the_number_of_parts_follows_from_the_data_only():
     h = np.array([0, 2**63 - 1, 2**63, 2**64 - 1], dtype=np.uint64)
     assert part_of_hashes(h, 1).tolist() == [0, 0, 1, 1] and part_of_hashes(h, 0).tolist() == [0, 0, 0, 0]
     assert part_of_doc_id("8" + "0" * 31, 1) == 1 and part_of_doc_id("7f" + "f" * 30, 1) == 0
+    ids = np.array([d.encode() for d in [*DOC_IDS, "f" * 32, "0" * 32]], dtype="S32")
+    for bits in (0, 1, 7, 20, 32):
+        assert parts_of_doc_ids(ids, bits).tolist() == [
+            part_of_doc_id(d.decode(), bits) for d in ids.tolist()
+        ]
+    with pytest.raises(ValueError, match="hex digits"):
+        parts_of_doc_ids(np.array([b"g" * 32]), 1)
 
 
 def test_a_part_is_written_once_per_hash_in_ascending_order():

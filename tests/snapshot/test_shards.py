@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from hpc_jobs.write_shards import (
+    ShardPlan,
     WriteShards,
     WriteShardsConfig,
     histogram_bits,
-    shard_of_bins,
+    shard_runs,
     shard_stats,
     shuffle_key,
     validation_failures,
@@ -26,17 +27,46 @@ def test_shuffle_key_is_a_pure_function_of_doc_id_and_seed():
     assert 0 <= shuffle_key("abc", 1) < 2**64
 
 
+def _shard_of_bins(starts: np.ndarray, numbers: np.ndarray, bins: int) -> np.ndarray:
+    return numbers[np.searchsorted(starts, np.arange(bins), side="right") - 1]
+
+
 def test_shards_are_cut_every_target_tokens_and_the_last_takes_the_rest():
     rng = np.random.default_rng(0)
     hist = rng.integers(0, 50, size=1 << 16)
     target = 100_000
-    shard = shard_of_bins(hist, target)
+    starts, numbers, filled = shard_runs([hist], int(hist.sum()), target)
+    shard = _shard_of_bins(starts, numbers, len(hist))
     n = math.ceil(hist.sum() / target)
-    assert shard.min() == 0 and shard.max() == n - 1
+    assert shard.min() == 0 and shard.max() == n - 1 and numbers.tolist() == list(range(n)) and filled.all()
     assert np.all(np.diff(shard) >= 0), "shards are contiguous key ranges"
     sizes = np.bincount(shard, weights=hist)
     assert np.all(np.abs(sizes[:-1] - target) <= hist.max())
     assert sizes.sum() == hist.sum()
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000, 1 << 16])
+def test_the_cuts_read_in_chunks_are_those_of_the_whole_histogram(chunk):
+    """Whatever the chunks, every bin's shard is ``min(tokens before it // target, shards - 1)`` (a bin
+    larger than the target skips shard numbers) and a shard is kept iff a bin of it holds tokens."""
+    rng = np.random.default_rng(chunk)
+    hist = rng.integers(0, 50, size=1 << 16) * (rng.random(1 << 16) < 0.3)
+    hist[[5, 40_000]] = 400_000  # one bin the size of several shards
+    hist[60_000:] = 0  # an empty tail: its shard number holds no key
+    target = 100_000
+    n = math.ceil(hist.sum() / target)
+    starts, numbers, filled = shard_runs(
+        (hist[i : i + chunk] for i in range(0, len(hist), chunk)), int(hist.sum()), target
+    )
+    whole = np.minimum((np.cumsum(hist) - hist) // target, n - 1)
+    assert np.array_equal(_shard_of_bins(starts, numbers, len(hist)), whole)
+    assert np.all(np.diff(numbers) > 0), "one run per shard number"
+    assert numbers[filled].tolist() == np.unique(whole[hist > 0]).tolist()
+    plan = ShardPlan(["b"], [(16, starts, np.where(filled, np.cumsum(filled) - 1, -1))], [])
+    keys = rng.integers(0, 2**64 - 1, size=1000, dtype=np.uint64)
+    keys = keys[hist[(keys >> np.uint64(48)).astype(np.int64)] > 0]
+    want = np.searchsorted(numbers[filled], whole[(keys >> np.uint64(48)).astype(np.int64)])
+    assert np.array_equal(plan.parts_of(np.zeros(len(keys), np.int64), keys), want)
 
 
 def test_histogram_resolution_grows_with_the_number_of_shards():
