@@ -73,3 +73,102 @@ def test_a_new_seed_gives_a_new_snapshot(two_rank_build, tmp_path):
     shutil.copytree(out, tmp_path / "b", symlinks=True)
     reseeded, _ = build(tmp_path / "b", 2, "--seed", "1")
     assert reseeded != snapshot_id
+
+
+# --- versions of the build (issue 12): decisions made from the metadata table, no stage runs ----------
+
+
+def corpus_json(*args):
+    return json.loads(run_corpus(*args).stdout)
+
+
+def stage_state(out):
+    """Every stage manifest's bytes and mtime: a version must touch neither."""
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((out / "stages").glob("*/manifest.json"))}
+
+
+def test_the_metadata_table_has_one_row_per_document_of_the_snapshot(two_rank_build):
+    out, _ = two_rank_build
+    manifest = json.loads((out / "snapshot" / "manifest.json").read_text())
+    rows = corpus_json("query", str(out), "SELECT shard, count(*) AS docs, sum(tokens) AS tokens FROM docs "
+                       "GROUP BY shard ORDER BY shard", "--json")
+    expect = sorted(
+        ({"shard": s["path"].split("/")[-1].removesuffix(".bin"), "docs": s["docs"], "tokens": s["tokens"]}
+         for s in manifest["shards"]), key=lambda r: r["shard"])
+    assert rows == expect
+    langs = corpus_json("query", str(out), "SELECT lang, count(*) AS n FROM docs GROUP BY lang", "--json")
+    assert len(langs) > 5 and sum(r["n"] for r in langs) == sum(s["docs"] for s in manifest["shards"])
+
+
+def test_a_threshold_change_is_a_new_version_without_running_any_stage(two_rank_build, tmp_path):
+    out, snapshot_id = two_rank_build
+    before = stage_state(out)
+    proc = run_corpus("version", str(out), "--select-inline", "min_scores = { quality = 0.2 }", "--out",
+                      str(tmp_path / "v"))
+    last = proc.stdout.strip().splitlines()[-1]
+    assert SNAPSHOT_LINE.match(last) and last.split()[1] != snapshot_id
+    assert stage_state(out) == before
+    kept = corpus_json("query", str(tmp_path / "v"), "SELECT min(quality) AS q, count(*) AS n FROM docs "
+                       "WHERE selected", "--json")[0]
+    dropped = corpus_json("query", str(tmp_path / "v"), "SELECT max(quality) AS q FROM docs "
+                          "WHERE NOT selected AND quality IS NOT NULL", "--json")[0]
+    assert kept["q"] >= 0.2 and dropped["q"] < 0.2 and kept["n"] > 0
+    again = run_corpus("version", str(out), "--select-inline", "min_scores = { quality = 0.2 }", "--out",
+                       str(tmp_path / "v-again"))
+    assert again.stdout.strip().splitlines()[-1] == last, "the same selection of the same build: the same id"
+
+
+def test_excluding_a_host_removes_exactly_its_documents(two_rank_build, tmp_path):
+    out, _ = two_rank_build
+    (host,) = corpus_json("query", str(out), "SELECT host FROM docs GROUP BY host ORDER BY count(*) DESC, host "
+                          "LIMIT 1", "--json")
+    (tmp_path / "optout.txt").write_text(f"# asked on 2026-11-30\n{host['host']}\n")
+    (tmp_path / "sel.toml").write_text('exclude_hosts_file = "optout.txt"\n')
+    run_corpus("version", str(out), "--select", str(tmp_path / "sel.toml"), "--out", str(tmp_path / "v"))
+    rows = corpus_json("query", str(tmp_path / "v"), "SELECT host = ? AS excluded, selected, count(*) AS n "
+                       "FROM docs GROUP BY ALL ORDER BY ALL".replace("?", f"'{host['host']}'"), "--json")
+    assert {(r["excluded"], r["selected"]) for r in rows} == {(True, False), (False, True)}
+    diff = run_corpus("diff", str(out), str(tmp_path / "v"), check=False)
+    assert diff.returncode == 1 and host["host"] in diff.stdout
+
+
+def test_the_trace_of_a_versions_loader_view_is_what_the_loader_reads(two_rank_build, tmp_path):
+    import argparse
+
+    import numpy as np
+
+    from cli.commands.trace import loader_position
+    from corpus.snapshot import Snapshot
+    from loader.dataset import SnapshotLoader
+    from loader.versions import LoaderVersion
+
+    out, _ = two_rank_build
+    run_corpus("version", str(out), "--select-inline", "min_scores = { quality = 0.1 }", "--out", str(tmp_path / "v"))
+    version = LoaderVersion.open(tmp_path / "v")
+    snap = Snapshot(version.root)
+    rng = np.random.default_rng(3)
+    for rank, world, step in ((0, 1, 0), (1, 2, 4)):
+        loader = SnapshotLoader(tmp_path / "v", None, seed=2, seq_len=128, batch_size=2, dp_rank=rank, dp_world=world)
+        loader.seek(step)
+        tokens = loader.next_batch().tokens.numpy().reshape(-1)
+        for p in rng.integers(256, size=12):
+            args = argparse.Namespace(mixture="natural", seed=2, step=step, rank=rank, world=world, position=int(p),
+                                      seq_len=128, batch_size=2, run_len=8, chunk_tokens=1 << 20, append_eos="auto")
+            shard, offset, facts = loader_position(snap, args, version)
+            t = snap.trace(shard, offset)
+            assert version.selected(shard)[t["doc_index"]]
+            assert tokens[p] == (snap.manifest.tokenizer["eos_id"] if facts["loader_appended_eos"] else t["token_id"])
+
+
+def test_a_selection_that_empties_a_bucket_or_names_an_unknown_column_writes_nothing(two_rank_build, tmp_path):
+    out, _ = two_rank_build
+    empty = run_corpus("version", str(out), "--select-inline", 'exclude_sources = ["perl-doc"]', "--out",
+                       str(tmp_path / "v"), check=False)
+    assert empty.returncode == 2 and "keeps no document of bucket(s) curated" in empty.stderr
+    assert not (tmp_path / "v").exists()
+    dry = run_corpus("version", str(out), "--select-inline", 'exclude_sources = ["perl-doc"]', "--dry-run")
+    assert "warning: the selection keeps no document of bucket curated" in dry.stdout
+    bad = run_corpus("version", str(out), "--select-inline", "min_scores = { qualty = 0.1 }", "--out",
+                     str(tmp_path / "v"), check=False)
+    assert bad.returncode == 2 and "unknown column(s) qualty; known:" in bad.stderr and "quality" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "v").exists()

@@ -41,3 +41,17 @@ def test_bad_config_file_is_named(tmp_path):
     proc = run_corpus("build", "--input", str(src), "--out", str(tmp_path / "o"), "--config", str(bad), check=False)
     assert proc.returncode == 2
     assert "not valid TOML" in error_line(proc)
+
+
+def test_query_and_version_on_something_that_is_not_a_build(tmp_path):
+    for args in (("query", str(tmp_path), "SELECT 1"), ("version", str(tmp_path), "--select-inline", "", "--dry-run")):
+        proc = run_corpus(*args, check=False)
+        assert proc.returncode == 2
+        assert "is neither a build, a snapshot nor a version" in error_line(proc)
+
+
+def test_a_selection_that_is_not_toml_is_named(tmp_path):
+    sel = tmp_path / "sel.toml"
+    sel.write_text("min_scores = {")
+    proc = run_corpus("version", str(tmp_path), "--select", str(sel), "--dry-run", check=False)
+    assert proc.returncode == 2 and f"selection {sel}: not TOML" in error_line(proc)

@@ -1,4 +1,8 @@
-"""``corpus diff A B``: what differs between two builds or snapshots; exit 0 when identical, 1 when not."""
+"""``corpus diff A B``: what differs between two builds, snapshots or versions; exit 0 when identical.
+
+When either side is a version (``corpus version``), both must be versions of one build (the build
+itself counts as the version that selects everything), and the diff names the selection changes,
+the tombstones, and the documents and tokens added and removed per bucket, source and language."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from pathlib import Path
 
 from corpus.report.build_view import open_build
 from corpus.report.diff import SAMPLE, diff_builds, summary_text
+from corpus.version import diff_text, diff_versions, is_version, open_version
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if is_version(args.a) or is_version(args.b):
+        d = diff_versions(open_version(args.a), open_version(args.b))
+        print(json.dumps(d, indent=1) if args.json else diff_text(d))
+        return 0 if d["identical"] else 1
     d = diff_builds(open_build(args.a), open_build(args.b), sample=args.sample)
     print(json.dumps(d, indent=1) if args.json else summary_text(d))
     return 0 if d["identical"] else 1

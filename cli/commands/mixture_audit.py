@@ -16,7 +16,8 @@ from corpus.errors import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mixture-audit", help="replay the loader's mixture sampler (no reads) and report weights")
-    p.add_argument("snapshot", type=Path, help="snapshot directory (holds manifest.json) or the manifest itself")
+    p.add_argument("snapshot", type=Path,
+                   help="snapshot or version directory (holds manifest.json), or a snapshot's manifest itself")
     p.add_argument("--mixture", default=None,
                    help='weights as JSON ({"web": 0.7, "code": 0.3}) or a JSON file; default: by token count')
     p.add_argument("--seed", type=int, default=0)
@@ -47,13 +48,18 @@ def _json_arg(value: str | None, what: str):
 def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: int, seq_len: int, batch_size: int,
           run_len: int, chunk_tokens: int, epoch_caps, append_eos: bool | None = None) -> dict:
     """Tokens each bucket would deliver over ``steps`` steps on ``world`` ranks, against the target weights."""
-    from loader.dataset import default_append_eos, load_manifest, natural_mixture
+    from loader.dataset import default_append_eos, load_manifest, natural_mixture_of
     from loader.sampler import SAMPLER_VERSION
     from loader.state import Plan, RankCursor, stream_layout
+    from loader.versions import LoaderVersion
 
-    manifest, _ = load_manifest(snapshot)
+    # a version's streams are its selected documents (their sizes are in the version's manifest)
+    version = LoaderVersion.open(snapshot) if Path(snapshot).is_dir() else None
+    manifest = version.manifest if version is not None else load_manifest(snapshot)[0]
+    streams = version.stream_shards if version is not None else manifest.shards
+    snapshot_id = version.snapshot_id if version is not None else manifest.snapshot_id
     buckets = sorted({s.bucket for s in manifest.shards})
-    weights = dict(natural_mixture(manifest) if mixture is None else mixture)
+    weights = dict(natural_mixture_of(streams) if mixture is None else mixture)
     unknown = sorted(set(weights) - set(buckets))
     if unknown:
         raise UserError(f"mixture names buckets the snapshot does not have: {unknown} (it has {buckets})")
@@ -63,7 +69,7 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
         {b: epoch_caps.get(b) for b in buckets}
     if append_eos is None:
         append_eos = default_append_eos(manifest)
-    layout = stream_layout(manifest.shards, seed, chunk_tokens, caps, append_eos, world)
+    layout = stream_layout(streams, seed, chunk_tokens, caps, append_eos, world)
     plan = Plan.fresh(world)
     tokens = dict.fromkeys(buckets, 0)
     sequences = dict.fromkeys(buckets, 0)
@@ -96,7 +102,7 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
                      "first_exhausted_step": min(exhausted_at[b]) if exhausted_at[b] else None,
                      "rank0_epoch": epochs[b], "chunks_per_epoch": layout.chunks_per_epoch(b),
                      "cut": b in layout.cuts})
-    return {"snapshot_id": manifest.snapshot_id, "sampler_version": SAMPLER_VERSION, "seed": seed, "world": world,
+    return {"snapshot_id": snapshot_id, "sampler_version": SAMPLER_VERSION, "seed": seed, "world": world,
             "steps": steps, "steps_delivered": last_step, "seq_len": seq_len, "batch_size": batch_size,
             "run_len": run_len, "tokens": total_t, "buckets": rows,
             "max_abs_diff": max((abs(r["diff"]) for r in rows), default=0.0)}

@@ -10,6 +10,9 @@ Two forms:
   ``--seq-len`` tokens). The loader's settings must be the ones training used.
 
 Both answer from indices (the shard's document boundaries, the lineage offsets), not by scanning.
+``--snapshot`` may be a version directory (``corpus version``): the loader's view then replays the
+version's streams (its selected documents), and every answer names the version and whether the
+document is selected in it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from cli.commands._snapshot_ref import add_snapshot_arguments
 from corpus.errors import UserError
 from corpus.snapshot import Snapshot
+from corpus.version import is_version
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,15 +77,15 @@ def parse_mixture(text: str) -> dict[str, float] | None:
     return {str(k): float(v) for k, v in value.items()}
 
 
-def loader_layout(snap: Snapshot, seed: int, chunk_tokens: int, append_eos: bool, world: int):
-    """The loader's static layout of this snapshot for ``world`` ranks (``loader.state.stream_layout``, the
-    function the loader itself uses; it does not import torch)."""
+def loader_layout(streams, seed: int, chunk_tokens: int, append_eos: bool, world: int):
+    """The loader's static layout of these shard streams for ``world`` ranks (``loader.state.stream_layout``,
+    the function the loader itself uses; it does not import torch)."""
     from loader.state import stream_layout
 
-    return stream_layout(snap.manifest.shards, seed, chunk_tokens, {}, append_eos, world)
+    return stream_layout(streams, seed, chunk_tokens, {}, append_eos, world)
 
 
-def loader_position(snap: Snapshot, args: argparse.Namespace) -> tuple[int, int, dict]:
+def loader_position(snap: Snapshot, args: argparse.Namespace, version=None) -> tuple[int, int, dict]:
     """(shard index, token offset, loader facts) for a position of a rank's batch at a step: the
     loader's cursor is advanced by arithmetic (``seek``), nothing is read."""
     from loader.state import Plan, RankCursor
@@ -96,15 +100,16 @@ def loader_position(snap: Snapshot, args: argparse.Namespace) -> tuple[int, int,
         append_eos = not snap.manifest.tokenizer.get("documents_end_with_eos", False)
     else:
         append_eos = args.append_eos == "yes"
+    streams = version.stream_shards if version is not None else snap.manifest.shards
     mixture = parse_mixture(args.mixture)
     if mixture is None:
         mixture = {}
-        for s in snap.manifest.shards:
+        for s in streams:
             mixture[s.bucket] = mixture.get(s.bucket, 0.0) + s.tokens
     unknown = sorted(set(mixture) - {s.bucket for s in snap.manifest.shards})
     if unknown:
         raise UserError(f"--mixture names buckets the snapshot does not have: {unknown}")
-    layout = loader_layout(snap, args.seed, args.chunk_tokens, append_eos, args.world)
+    layout = loader_layout(streams, args.seed, args.chunk_tokens, append_eos, args.world)
     cursor = RankCursor(layout, Plan.fresh(args.world), args.rank)
     cursor.seek(args.step, mixture, args.seed, args.run_len, args.seq_len, args.batch_size)
     if cursor.step != args.step:
@@ -118,7 +123,10 @@ def loader_position(snap: Snapshot, args: argparse.Namespace) -> tuple[int, int,
     for shard, a, b in plan.segments:
         if at < b - a:
             stream_pos = a + at
-            offset, appended_eos = stream_to_token(snap, shard, stream_pos, append_eos)
+            if version is not None:
+                offset, appended_eos = selected_stream_to_token(snap, version, shard, stream_pos, append_eos)
+            else:
+                offset, appended_eos = stream_to_token(snap, shard, stream_pos, append_eos)
             facts = {
                 "bucket": plan.bucket,
                 "row": row,
@@ -146,8 +154,30 @@ def stream_to_token(snap: Snapshot, shard: int, stream_pos: int, append_eos: boo
     return int(starts[doc]) + within, False
 
 
+def selected_stream_to_token(snap: Snapshot, version, shard: int, stream_pos: int, append_eos: bool
+                             ) -> tuple[int, bool]:
+    """``stream_to_token`` for a version's stream, which holds only the shard's selected documents."""
+    from loader.versions import SelectedStream
+
+    starts = snap.token_starts(shard)
+    stream = SelectedStream.of(np.diff(starts), version.selected(shard), append_eos)
+    k = int(np.searchsorted(stream.starts, stream_pos, side="right")) - 1
+    doc, within = int(stream.docs[k]), stream_pos - int(stream.starts[k])
+    length = int(starts[doc + 1] - starts[doc])
+    if within == length:
+        return int(starts[doc]) + length - 1, True
+    return int(starts[doc]) + within, False
+
+
 def run(args: argparse.Namespace) -> int:
-    snap = Snapshot.open(args.snapshot, args.root)
+    version = None
+    if is_version(args.snapshot):
+        from loader.versions import LoaderVersion
+
+        version = LoaderVersion.open(args.snapshot)
+        snap = Snapshot(version.root)
+    else:
+        snap = Snapshot.open(args.snapshot, args.root)
     if args.doc_id:
         where = snap.locate(args.doc_id)
         if where is None:
@@ -159,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.step is not None or args.mixture is not None:
         if args.step is None or args.mixture is None:
             raise UserError("the loader's view needs --mixture, --seed, --step, --rank and --position")
-        shard, offset, facts = loader_position(snap, args)
+        shard, offset, facts = loader_position(snap, args, version)
         out = snap.trace(shard, offset) | {"loader": facts}
     else:
         if args.shard is None or args.offset is None:
@@ -167,5 +197,9 @@ def run(args: argparse.Namespace) -> int:
                 "give --shard S --offset T, or the loader's view (--mixture … --position P), or --doc-id"
             )
         out = snap.trace(args.shard, args.offset)
+    if version is not None:
+        i = snap.shard_number(out["shard"]) if "shard" in out else None
+        selected = bool(version.selected(i)[out["doc_index"]]) if i is not None and "doc_index" in out else None
+        out = {"version": version.snapshot_id, "selected_in_version": selected, **out}
     print(json.dumps(out, indent=None if args.json else 1, ensure_ascii=False))
     return 0

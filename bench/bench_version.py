@@ -1,0 +1,116 @@
+"""A version against the rebuild the same change needs: a quality threshold, an opt-out host, a cutoff.
+
+    python bench/bench_version.py [--ranks 2] [--out /tmp/bench_version]
+
+Builds the shared crawls (``../shared/data/warc``, both crawls) once with ``corpus build``, then makes
+each change both ways, in the same run, on the same machine:
+
+* **version**: ``corpus version BUILD --select-inline …`` (reads only the metadata table);
+* **rebuild**: what the change costs without versions. A quality threshold is a ``[policy]`` key, so
+  ``corpus build`` with the new key re-runs ``policy`` and every stage after it (it reuses ingest,
+  extract and annotate: their config did not change). A host opt-out or a knowledge cutoff has no
+  build key: the inputs change (the host's records or the late crawl removed), so every stage runs
+  again; the full build's time stands for it.
+
+Target (issue 12): the version costs at most 2 % of the rebuild. Wall times include starting the
+interpreter (and, for builds, ``mpiexec``); the exit status is 1 only when a command fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CRAWLS = ROOT.parent / "shared" / "data" / "warc"
+TARGET = 0.02
+
+
+def corpus(*args: str) -> tuple[float, str]:
+    """Run ``corpus ARGS``; its wall time and standard output."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"corpus {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall, proc.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/bench_version"))
+    args = ap.parse_args(argv)
+    shutil.rmtree(args.out, ignore_errors=True)
+    args.out.mkdir(parents=True)
+    build = args.out / "build"
+    print(f"building {CRAWLS} on {args.ranks} ranks ...", file=sys.stderr)
+    full_s, _ = corpus("build", "--input", str(CRAWLS), "--out", str(build), "--ranks", str(args.ranks))
+    _, docs = corpus(
+        "query", str(build), "SELECT count(*) AS docs, sum(tokens) AS tokens FROM docs", "--json"
+    )
+    _, top = corpus(
+        "query",
+        str(build),
+        "SELECT host, count(*) AS n FROM docs GROUP BY host ORDER BY n DESC, host LIMIT 1",
+        "--json",
+    )
+    _, dates = corpus(
+        "query",
+        str(build),
+        "SELECT crawl_date, count(*) AS n FROM docs GROUP BY crawl_date ORDER BY crawl_date",
+        "--json",
+    )
+    host = json.loads(top)[0]["host"]
+    cutoff = json.loads(dates)[0]["crawl_date"]
+    changes = {
+        "quality threshold (min quality 0.3)": "min_scores = { quality = 0.3 }",
+        f"opt-out host ({host})": f'exclude_hosts = ["{host}"]',
+        f"knowledge cutoff (crawl_date <= {cutoff})": f'crawl_date_max = "{cutoff}"',
+    }
+    # the rebuild a threshold needs: policy and every stage after it, into a copy of the build
+    rebuilt = args.out / "rebuild"
+    shutil.copytree(build, rebuilt, symlinks=True)
+    config = args.out / "policy.toml"
+    config.write_text("[policy]\nmin_quality = 0.3\n")
+    policy_s, _ = corpus(
+        "build",
+        "--input",
+        str(CRAWLS),
+        "--out",
+        str(rebuilt),
+        "--ranks",
+        str(args.ranks),
+        "--config",
+        str(config),
+    )
+    rebuild_s = {name: policy_s if name.startswith("quality") else full_s for name in changes}
+    rows = []
+    for i, (name, selection) in enumerate(changes.items()):
+        version_s, out = corpus(
+            "version", str(build), "--select-inline", selection, "--out", str(args.out / f"v{i}")
+        )
+        kept = [line for line in out.splitlines() if line.startswith("  ")]
+        rows.append((name, version_s, rebuild_s[name], out.strip().splitlines()[-1], len(kept)))
+    d = json.loads(docs)[0]
+    print(
+        f"## Version vs rebuild ({time.strftime('%Y-%m-%d')}, {args.ranks} ranks, shared crawls: "
+        f"{d['docs']:,} documents, {d['tokens']:,} tokens stored; full build {full_s:.1f} s)\n"
+    )
+    print("| change | version s | rebuild s | rebuild is | version / rebuild | ≤ 2 % |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, v, r, _, _ in rows:
+        what = "policy → write_shards" if name.startswith("quality") else "every stage (new inputs)"
+        print(
+            f"| {name} | {v:.2f} | {r:.1f} | {what} | {v / r:.2%} | {'PASS' if v / r <= TARGET else 'FAIL'} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
