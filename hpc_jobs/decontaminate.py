@@ -5,7 +5,9 @@ the prepare digest, so a changed eval set redoes every shard). A flagged documen
 ``Filtered(doc, "contaminated")`` annotated with each benchmark it matched (its longest run and the
 item): the policy keeps contaminated documents out of snapshots, and ``filtered/`` keeps them for the
 report. Per output shard, the unique 13-gram hashes of the documents that went on are written to
-``ngrams/NAME.npy``.
+``ngrams/NAME.npy``, through a :class:`GramSpool` that holds an eighth of the memory budget and spills
+sorted runs to ``work/grams-spill/`` beyond it (a shard's 13-grams grow with its size, not with the
+corpus, but a shard of 10,000 documents holds ~3 M of them).
 
 The retained corpus index is built in :meth:`Decontaminate.conclude`, a global phase with one exchange
 step (``grams``): every rank sends each hash of its shards' arrays to the part of its hash prefix
@@ -27,13 +29,13 @@ import numpy as np
 
 from corpus.decont.corpus_index import (
     GRAM_RECORD,
+    GramSpool,
     SortedUniqueWriter,
     doc_grams,
     load_index,
     npy_length,
     part_of_hashes,
     prefix_bits,
-    save_index,
 )
 from corpus.decont.matcher import EvalIndex
 from corpus.decont.ngrams import SCHEME
@@ -49,6 +51,8 @@ from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
 from runtime.runner import InputShard, Stage, StageContext, StageError, main
 
 GRAMS = "grams"
+#: under the stage's work directory: the runs a shard's 13-grams spill to past the spool's memory
+GRAMS_SPILL_DIR = "grams-spill"
 #: a 13-gram on its way to the part of its prefix (the exchange's fixed-width row)
 _GRAM_ROW = np.dtype([("part", "<u4"), ("gram", "<u8")])
 _SEND_BATCH = 1 << 16
@@ -79,7 +83,7 @@ class Decontaminate(Stage):
     def __init__(self, config: DecontaminateConfig) -> None:
         super().__init__(config)
         self.index: EvalIndex | None = None
-        self._grams: dict[str, list[np.ndarray]] = {}
+        self._grams: dict[str, GramSpool] = {}
         self._phase: GlobalPhase | None = None
         if config.index_part_grams < 1:
             raise StageError(
@@ -111,7 +115,9 @@ class Decontaminate(Stage):
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
         index = self._load()
-        grams = self._grams[shard.name] = []
+        grams = self._grams[shard.name] = GramSpool(
+            ctx.work_dir / GRAMS_SPILL_DIR / shard.name, ctx.memory_budget_bytes // 8
+        )
         for doc in iter_docs(shard.path):
             nbytes = len(doc.text.encode("utf-8"))
             matches = index.scan(doc.text)
@@ -122,13 +128,11 @@ class Decontaminate(Stage):
                     notes.append(Annotation(self.name, ITEM_PREFIX + m.benchmark, m.item_id, "info"))
                 yield Filtered(doc.annotate(*notes), REASON), nbytes
             else:
-                grams.append(doc_grams(doc.text))
+                grams.add(doc_grams(doc.text))
                 yield Kept(doc), nbytes
 
     def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
-        parts = self._grams.pop(shard.name, [])
-        hashes = np.concatenate(parts) if parts else np.empty(0, np.uint64)
-        save_index(ctx.artifact_path(NGRAMS, f"{shard.name}.npy"), hashes)
+        self._grams.pop(shard.name).save(ctx.artifact_path(NGRAMS, f"{shard.name}.npy"))
 
     # -- the retained index: a global phase over the shards' arrays ---------------------------------
     def conclude(self, ctx: StageContext, inputs: list[InputShard]) -> str:

@@ -607,6 +607,7 @@ def _exchange(
         sent_total += int(counts.sum())
         received_total += len(recv)
         largest = max(largest, len(recv))
+        del recv  # not held through the next round's exchange: a round's buffer is budget/4
 
 
 def _alltoall(comm: Any, send: np.ndarray) -> np.ndarray:
@@ -870,7 +871,8 @@ class _ArrayReceiver:
             self.spill()
             rows = rows[step:]
         if len(rows):
-            self.held.append(rows)
+            # a copy: a view would keep the whole round's receive buffer alive until the next spill
+            self.held.append(rows.copy())
             self.held_bytes += rows.nbytes
 
     def sorted_held(self) -> np.ndarray:

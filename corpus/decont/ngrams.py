@@ -23,8 +23,12 @@ from corpus.digest import stable_hash64
 SCHEME = "nfkc-lower-words/1+blake2b-word/poly64-prefix-gram/2"
 NGRAM = 13
 _WORD = re.compile(r"\w+")
+#: word -> hash for the words seen last, emptied when full. About 150 bytes an entry, so the bound
+#: (~10 MB) is what keeps it from growing with the corpus's vocabulary: at 2**20 entries it reached
+#: ~125 k words (~19 MB) a rank at 40,000 documents and could grow to ~150 MB. On the benchmark corpus
+#: (2.2 M words, 89 k distinct) 2**16 entries miss 5.2 % of the words, against the 4.0 % never seen before.
 _WORD_CACHE: dict[str, int] = {}
-_WORD_CACHE_MAX = 1 << 20
+_WORD_CACHE_MAX = 1 << 16
 
 
 def normalize_words(text: str) -> list[str]:

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from corpus.decont.corpus_index import check_benchmark, doc_grams
+from corpus.decont.corpus_index import GramSpool, check_benchmark, doc_grams, npy_bytes, save_index
 from corpus.decont.matcher import EvalIndex
 from corpus.decont.ngrams import normalize_words, text_grams
 from corpus.decont.registry import EvalRegistry, RegistryError, load_benchmark
@@ -149,3 +149,28 @@ def test_an_eval_file_changed_in_place_changes_the_stage_config(tmp_path):
         f.write(json.dumps({"id": "new", "text": "a question published later with its answer"}) + "\n")
     after = stage_config(DecontaminateConfig, {"eval_dir": str(tmp_path)}, "decontaminate")
     assert config_hash(after) != config_hash(before)
+
+
+@pytest.mark.parametrize("limit_bytes", [8 << 10, 64 << 10, 1 << 30])
+def test_a_shard_spooled_in_little_memory_writes_the_same_npy(hosts, tmp_path, limit_bytes):
+    """The spool spills sorted runs past its limit and merges them back, to the bytes of one
+    ``np.unique`` over every document's 13-grams (the .npy the stage wrote before it spooled); its runs
+    are gone afterwards, with the runs a killed run left in its directory."""
+    docs = [doc_grams(d) for d in hosts] + [doc_grams(d) for d in hosts[:10]]  # repeats across runs
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    (spill / "run-000000.u64").write_bytes(np.arange(5, dtype=np.uint64).tobytes())  # stale
+    spool = GramSpool(spill, limit_bytes)
+    for g in docs:
+        spool.add(g)
+    runs = len(spool.runs)
+    count = spool.save(tmp_path / "spooled.npy")
+    save_index(tmp_path / "whole.npy", np.concatenate(docs))
+    assert (tmp_path / "spooled.npy").read_bytes() == (tmp_path / "whole.npy").read_bytes()
+    assert count == np.load(tmp_path / "whole.npy").shape[0]
+    assert (runs > 3) == (limit_bytes < 1 << 20) and not spill.exists()
+
+
+def test_an_empty_spool_writes_an_empty_index(tmp_path):
+    GramSpool(tmp_path / "spill", 1 << 10).save(tmp_path / "empty.npy")
+    assert (tmp_path / "empty.npy").read_bytes() == npy_bytes(np.empty(0, np.uint64))
