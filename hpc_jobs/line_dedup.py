@@ -1,12 +1,13 @@
 """Line-level dedup: a line found in more than N documents is boilerplate and is removed from all of them.
 
 Global phase (``runtime.global_phase``, one exchange step ``lines``): every document sends each of its
-distinct normalized line keys (8 bytes; blank lines never count) with a count, pre-summed per input shard
-in a bounded table that is flushed whenever it fills, to the part that owns the key's range (parts split
-the 64-bit key space into equal ranges, one part per input shard, so the number of parts depends only on
-the data). The owner sums each key's counts while streaming the sorted shuffle and writes the keys seen in
-more than ``max_docs_per_line`` documents to ``work/phase/lines/<part>.frequent`` (sorted 8-byte keys):
-nothing but the shuffle's budget is held, and a rank killed or pre-empted in the phase costs one part.
+distinct normalized line keys (8 bytes; blank lines never count) with a count, pre-summed over all of a
+rank's input shards in a table of an eighth of the budget (:class:`KeyCounts`, flushed whenever it fills),
+to the part that owns the key's range (parts split the 64-bit key space into equal ranges, one part per
+input shard, so the number of parts depends only on the data). The owner sums each key's counts while
+streaming the sorted shuffle and writes the keys seen in more than ``max_docs_per_line`` documents to
+``work/phase/lines/<part>.frequent`` (sorted 8-byte keys): nothing but the shuffle's budget is held, and a
+rank killed or pre-empted in the phase costs one part.
 Per shard: each line's key is looked up in its range's file by binary search on a memory map; those lines
 are removed; a document that lost lines gets new text (``Document.with_text``, so a new doc_id with
 ``derived_from`` the old one) and the annotations ``lines_removed`` and ``bytes_removed``; a document left
@@ -31,15 +32,21 @@ from corpus.dedup.normalize import NORMALIZATION_VERSION, line_key
 from corpus.docshard import iter_docs
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
-from runtime.runner import InputShard, Stage, StageContext, main
+from runtime.runner import InputShard, Stage, StageContext, assign, main
 
 LINES = "lines"
 FREQUENT = ".frequent"  # a part's frequent keys: sorted 8-byte big-endian keys, back to back
 _KEY_DTYPE = np.dtype(">u8")  # line keys compare as bytes, i.e. as big-endian integers
-#: a line key's count on its way to the part of its key range (the exchange's fixed-width row)
-LINE_ROW = np.dtype([("part", "<u4"), ("key", "<u8"), ("count", "<u8")])
-#: what one entry of a sender's pre-summing table costs (key bytes, int, dict slot)
-_COMBINED_ENTRY_BYTES = 120
+_KEY_BYTES = np.dtype("S8")  # the same keys as byte strings: searched in place, no byte swap
+#: a line key's count on its way to the part of its key range (the exchange's fixed-width row, 16 bytes).
+#: Counts are capped at ``max_docs_per_line + 1``: whether a key's total passes the limit is all the
+#: reduce asks, and the cap keeps a count in 4 bytes however many documents a sender summed
+LINE_ROW = np.dtype([("part", "<u4"), ("key", "<u8"), ("count", "<u4")])
+_COUNT_MAX = np.iinfo(np.uint32).max
+#: what one entry of a sender's pre-summing table's capacity costs at its fullest (measured 47 bytes with
+#: every key distinct): up to 1.25 entries of 12 bytes (key and count), twice while a fold rebuilds the
+#: table, and a quarter of a pending key (8 bytes) with the fold's temporaries (about 70)
+_COMBINE_ENTRY_BYTES = 48
 
 
 @dataclass(frozen=True)
@@ -48,12 +55,19 @@ class LineDedupConfig:
     max_docs_per_line: int = 10
 
     def __post_init__(self) -> None:
-        if self.max_docs_per_line < 1:
-            raise ValueError("max_docs_per_line must be at least 1")
+        if not 1 <= self.max_docs_per_line < _COUNT_MAX:
+            raise ValueError(f"max_docs_per_line must be at least 1 and below {_COUNT_MAX}")
 
 
 def doc_line_keys(text: str) -> set[bytes]:
     return {k for line in text.splitlines() if (k := line_key(line)) is not None}
+
+
+def key_values(keys: set[bytes]) -> np.ndarray:
+    """8-byte keys as the integers they spell big-endian (the order of their bytes), native uint64, sorted:
+    a set's order changes with the process's hash seed, and where a document's keys are split between
+    two folds of :class:`KeyCounts` (so which rows a rank sends) must not."""
+    return np.sort(np.frombuffer(b"".join(keys), dtype=_KEY_DTYPE).astype(np.uint64))
 
 
 def remove_lines(text: str, frequent: Container[bytes]) -> tuple[str, int]:
@@ -77,18 +91,19 @@ class FrequentLines:
         self._map = functools.lru_cache(maxsize=open_parts)(self._load)
 
     def _load(self, part: int) -> np.ndarray:
+        """The part's keys as 8-byte strings, which sort as the big-endian integers they spell. Searched as
+        ``>u8`` integers, numpy would first copy the whole file to native byte order, at every lookup."""
         path = self.step_dir / f"{part_name(part)}{FREQUENT}"
         if path.stat().st_size == 0:
-            return np.empty(0, dtype=_KEY_DTYPE)
-        return np.memmap(path, dtype=_KEY_DTYPE, mode="r")
+            return np.empty(0, dtype=_KEY_BYTES)
+        return np.memmap(path, dtype=_KEY_BYTES, mode="r")
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, bytes):  # a blank line has no key
             return False
         keys = self._map(key_part(key, self.parts))
-        value = int.from_bytes(key, "big")
-        i = int(np.searchsorted(keys, value))
-        return i < keys.shape[0] and int(keys[i]) == value
+        i = int(np.searchsorted(keys, key))
+        return i < keys.shape[0] and keys[i : i + 1].tobytes() == key  # keys[i] would drop trailing NULs
 
 
 class LineDedupStage(Stage):
@@ -109,16 +124,18 @@ class LineDedupStage(Stage):
         self._frequent = FrequentLines(phase.step_dir(LINES), parts)
         if phase.complete:
             return phase.reused()
-        combine_cap = max(1024, ctx.memory_budget_bytes // (8 * _COMBINED_ENTRY_BYTES))
+        capacity = max(1024, ctx.memory_budget_bytes // (8 * _COMBINE_ENTRY_BYTES))
+        cap = self.config.max_docs_per_line + 1
 
-        def send(shard: InputShard) -> Iterator[np.ndarray]:
-            counts: Counter = Counter()
-            for doc in iter_docs(shard.path):
-                counts.update(doc_line_keys(doc.text))
-                if len(counts) >= combine_cap:  # flush: memory stays bounded whatever the shard
-                    yield _count_rows(counts, parts)
-                    counts.clear()
-            yield _count_rows(counts, parts)
+        def send(_: None) -> Iterator[np.ndarray]:
+            # one table over all of this rank's shards: a line repeated across them is sent once per flush
+            table = KeyCounts(capacity, cap)
+            for shard in assign(inputs, ctx.rank, ctx.size):
+                for doc in iter_docs(shard.path):
+                    for keys, counts in table.add(key_values(doc_line_keys(doc.text))):
+                        yield _count_rows(keys, counts, parts)
+            for keys, counts in table.drain():
+                yield _count_rows(keys, counts, parts)
 
         def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
             totals = KeyTotals(writer.open(FREQUENT), self.config.max_docs_per_line)
@@ -128,7 +145,7 @@ class LineDedupStage(Stage):
             return {"distinct_lines": totals.distinct, "frequent_lines": totals.frequent}
 
         names = [part_name(i) for i in range(parts)]
-        phase.exchange_rows(LINES, names, inputs, send, reduce, dtype=LINE_ROW, order_fields=("key",))
+        phase.exchange_rows(LINES, names, None, send, reduce, dtype=LINE_ROW, order_fields=("key",))
         facts = None
         if ctx.rank == 0:
             total: Counter = Counter({"docs": sum(max(s.records, 0) for s in inputs)})
@@ -166,12 +183,71 @@ def key_part(key: bytes, parts: int) -> int:
     return ((int.from_bytes(key, "big") >> 32) * parts) >> 32
 
 
-def _count_rows(counts: Counter, parts: int) -> np.ndarray:
-    rows = np.empty(len(counts), dtype=LINE_ROW)
-    rows["key"] = np.fromiter((int.from_bytes(k, "big") for k in counts), dtype=np.uint64, count=len(counts))
-    rows["count"] = np.fromiter(counts.values(), dtype=np.uint64, count=len(counts))
-    rows["part"] = ((rows["key"] >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32)  # = key_part
+def _count_rows(keys: np.ndarray, counts: np.ndarray, parts: int) -> np.ndarray:
+    rows = np.empty(len(keys), dtype=LINE_ROW)
+    rows["key"] = keys
+    rows["count"] = counts
+    rows["part"] = ((keys >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32)  # = key_part
     return rows
+
+
+class KeyCounts:
+    """A sender's pre-summing table: in how many documents each key was (capped at ``cap``), as a sorted
+    array of keys and one of counts, 12 bytes an entry (a dict of key objects costs ~120).
+
+    A document's keys go to a pending buffer of a quarter of ``capacity``; when it is full it is sorted
+    in place, its runs counted and merged into the table (binary search, one insert), and when the table
+    then holds more than ``capacity`` entries it is flushed. Memory is set by ``capacity`` whatever the
+    number of distinct keys, and a key that many documents share (boilerplate) leaves once per flush, not
+    once per document or input shard."""
+
+    def __init__(self, capacity: int, cap: int) -> None:
+        self.capacity, self.cap = capacity, cap
+        self._pending = np.empty(max(1, capacity // 4), dtype=np.uint64)
+        self._n = 0
+        self._keys = np.empty(0, dtype=np.uint64)
+        self._counts = np.empty(0, dtype=np.uint32)
+
+    def add(self, keys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Count each of ``keys`` (one document's distinct keys) once; yields (sorted keys, counts)
+        whenever the table is flushed to make room."""
+        while len(keys):
+            piece = keys[: len(self._pending) - self._n]
+            self._pending[self._n : self._n + len(piece)] = piece
+            self._n += len(piece)
+            keys = keys[len(piece) :]
+            if self._n == len(self._pending):
+                self._fold()
+                if len(self._keys) > self.capacity:
+                    yield self._take()
+
+    def drain(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """What the table holds, as (sorted keys, counts); the table is empty afterwards."""
+        self._fold()
+        if len(self._keys):
+            yield self._take()
+
+    def _take(self) -> tuple[np.ndarray, np.ndarray]:
+        table = self._keys, self._counts
+        self._keys, self._counts = np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint32)
+        return table
+
+    def _fold(self) -> None:
+        pending = self._pending[: self._n]
+        self._n = 0
+        if not len(pending):
+            return
+        pending.sort()
+        starts = np.flatnonzero(np.concatenate(([True], pending[1:] != pending[:-1])))
+        keys, runs = pending[starts], np.diff(np.append(starts, len(pending)))
+        pos = np.searchsorted(self._keys, keys)
+        hit = pos < len(self._keys)
+        hit[hit] = self._keys[pos[hit]] == keys[hit]
+        at = pos[hit]
+        self._counts[at] = np.minimum(self._counts[at] + runs[hit], self.cap)
+        new = ~hit
+        self._keys = np.insert(self._keys, pos[new], keys[new])
+        self._counts = np.insert(self._counts, pos[new], np.minimum(runs[new], self.cap))
 
 
 class KeyTotals:

@@ -712,7 +712,11 @@ def order_of(cols: Sequence[np.ndarray]) -> np.ndarray:
     """The permutation that sorts rows by ``cols`` (most significant first).
 
     One ``argsort`` of the first column, then a ``lexsort`` of only the rows that tie on it: keys are
-    mostly hashes, so ties are few, and this is 2-4x faster than ``lexsort`` over every column."""
+    mostly hashes, so ties are few, and this is 2-4x faster than ``lexsort`` over every column. When
+    most rows tie on the first column (a part number that every row of a part shares), one ``lexsort``
+    over every column is as fast and needs 24 instead of ~58 bytes of temporaries per row. Rows equal
+    in every column may come out in either order: no stage depends on it, since the order they arrive
+    in depends on the rank count already."""
     order = np.argsort(cols[0])
     if len(cols) == 1 or len(order) < 2:
         return order
@@ -720,6 +724,9 @@ def order_of(cols: Sequence[np.ndarray]) -> np.ndarray:
     same = first[1:] == first[:-1]
     if not same.any():
         return order
+    if 2 * int(np.count_nonzero(same)) > len(same):
+        del order, first, same
+        return np.lexsort([np.asarray(c) for c in cols[::-1]])
     tied = np.zeros(len(order), dtype=bool)
     tied[1:] |= same
     tied[:-1] |= same

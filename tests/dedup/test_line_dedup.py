@@ -106,3 +106,62 @@ def test_counts_of_a_key_split_across_batches_are_summed_before_the_limit_is_app
     totals.finish()
     assert np.frombuffer(out.getvalue(), dtype=">u8").tolist() == [5, 7]  # 1: 2, 5: 4, 7: 9, 8: 3 (not > 3)
     assert (totals.distinct, totals.frequent) == (4, 2)
+
+
+def test_the_pre_summing_table_counts_every_key_and_stays_within_its_capacity():
+    import numpy as np
+
+    from hpc_jobs.line_dedup import KeyCounts
+
+    rng = np.random.default_rng(7)
+    table = KeyCounts(capacity=40, cap=5)
+    truth: Counter = Counter()
+    sent: Counter = Counter()
+
+    def take(flushed):
+        for keys, counts in flushed:
+            assert len(keys) <= 40 + 10 and (keys[1:] > keys[:-1]).all()  # bounded, sorted, unique
+            sent.update(dict(zip(keys.tolist(), counts.tolist(), strict=True)))
+
+    for _ in range(300):  # documents: a few common keys (boilerplate) and many rare ones
+        common = rng.integers(0, 8, 3, dtype=np.uint64)
+        rare = rng.integers(2**63, 2**64 - 1, 6, dtype=np.uint64)
+        doc = np.unique(np.concatenate([common, rare]))
+        truth.update(doc.tolist())
+        take(table.add(doc))
+    take(table.drain())
+    assert set(sent) == set(truth)
+    # a flushed count is capped at cap (the limit + 1): the sums decide exactly what the limit decides
+    assert all(min(sent[k], 5) == min(truth[k], 5) for k in truth)
+    assert max(sent[k] for k in range(8)) < 300, "common keys leave once per flush, not once per document"
+
+
+def test_frequent_lines_are_searched_in_the_map_without_copying_it(tmp_path):
+    import tracemalloc
+
+    import numpy as np
+
+    from hpc_jobs.line_dedup import FREQUENT, FrequentLines, key_part, part_name
+
+    rng = np.random.default_rng(3)
+    keys = np.append(rng.integers(0, 2**64 - 1, 1 << 20, dtype=np.uint64), np.uint64(7 << 56))
+    keys = np.unique(np.append(keys, np.uint64((7 << 56) | 1))).astype(">u8")
+    (tmp_path / f"{part_name(0)}{FREQUENT}").write_bytes(keys.tobytes())
+    frequent = FrequentLines(tmp_path, parts=1)
+    assert key_part((7 << 56).to_bytes(8, "big"), 1) == 0
+    tracemalloc.start()
+    try:
+        for k in keys[::4096].tolist() + [7 << 56, (7 << 56) | 1]:  # the last two end in NUL bytes
+            assert k.to_bytes(8, "big") in frequent
+        assert (7 << 56 | 2).to_bytes(8, "big") not in frequent and None not in frequent
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < keys.nbytes // 16, f"a lookup copied {peak} bytes of an {keys.nbytes}-byte part"
+
+
+def test_the_limit_must_fit_the_exchanged_count():
+    from hpc_jobs.line_dedup import LineDedupConfig
+
+    with pytest.raises(ValueError, match="max_docs_per_line"):
+        LineDedupConfig(max_docs_per_line=2**32 - 1)
