@@ -7,18 +7,21 @@ pre-empted in the middle of it costs only the part it was on:
 1. ``signatures`` (map, a part per input shard): doc_ids, representative keys and MinHash signatures
    (``mpi_kernels.minhash``) as ``.npy`` files. A part whose files no longer match the digests its
    marker recorded (a torn or corrupted file) is redone, not trusted and not fatal.
-2. ``buckets`` (exchange, parts fixed by the input count): every band key of every document goes to the
-   part owning the key; each bucket links its members as a star, hot buckets split by a secondary hash
-   (``corpus.dedup.candidates``); the part writes its candidate edges (``corpus.dedup.records.EDGE``).
-3. ``labels`` (exchange, a part per input shard): connected components of all candidate edges
-   (``mpi_kernels.union_find``), then every labelled document goes to its shard's part, which writes
-   (ordinal, smallest node of the component) rows (``LABEL``).
-4. ``clusters`` (exchange, parts fixed by the input count): every labelled document, with its signature,
-   goes to the part owning its component; the part verifies components larger than
-   ``verify_components_above`` by estimated Jaccard (``corpus.dedup.verify``), picks each cluster's
-   representative (most trusted tier, best quality, earliest crawl, smallest doc_id:
-   ``corpus.dedup.order``) and writes a verdict per member. A component larger than a quarter of the
-   memory budget spills its members' signatures to ``work/spill`` and is verified memory-mapped.
+2. ``buckets`` (map, a part per bucket part, their number fixed by the input count): each part reads
+   its run of band rows from every signature part, links each bucket as a star, hot buckets split by a
+   secondary hash (``corpus.dedup.candidates``), and writes its candidate edges (``records.EDGE``).
+3. ``labels`` (exchange of numpy rows, a part per input shard): connected components of all candidate
+   edges (``mpi_kernels.union_find``: numpy rows, each round's edges spilled), then every labelled
+   document goes to its shard's part, which writes (ordinal, smallest node of the component) rows
+   (``LABEL``).
+4. ``clusters`` (exchange of numpy rows, parts fixed by the input count): every labelled document
+   (``records.MEMBER``: representative key and where it is) goes to the part owning its component;
+   the part verifies components larger than ``verify_components_above`` by estimated Jaccard
+   (``corpus.dedup.verify``, many small components in one pass), reading the signatures from the
+   signature parts (memory-mapped), picks each cluster's representative (most trusted tier, best
+   quality, earliest crawl, smallest doc_id: ``corpus.dedup.order``) and writes a verdict per member.
+   A component larger than a quarter of the memory budget spills its member records to
+   ``work/spill`` and is verified memory-mapped.
 5. ``decisions``: verdicts to their shard's decision table (``runtime.global_phase.route_verdicts``).
 
 Per shard: every clustered document gets ``dup_cluster_id`` (smallest doc_id of its cluster) and
@@ -35,11 +38,9 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from itertools import groupby
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -53,19 +54,22 @@ from corpus.dedup.records import (
     DOC_ID_BYTES,
     EDGE,
     LABEL,
+    LABEL_ROUTE,
+    MEMBER,
+    MEMBER_ROUTE,
     NODE,
     REP_KEY_BYTES,
     graph_nodes,
-    member_doc_id,
-    member_dtype,
+    shard_numbers,
     shard_tag,
     shard_tags,
+    unrouted,
 )
-from corpus.dedup.verify import verified_clusters
+from corpus.dedup.verify import verified_roots
 from corpus.docshard import iter_docs
 from corpus.model import Annotation, Filtered, Kept, Outcome
 from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
-from mpi_kernels.union_find import connected_components
+from mpi_kernels.union_find import connected_components, pair_dtype
 from runtime.global_phase import (
     SPILL_DIR,
     GlobalPhase,
@@ -173,6 +177,7 @@ class MinhashDedupStage(Stage):
         inputs = sorted(inputs, key=lambda s: s.name)
         shards = [s.name for s in inputs]
         self._tags = shard_tags(shards)
+        self._signature_parts = _SignatureParts(phase, shards)
         self._hasher = MinHasher(self.params)
         # the number of parts of the hashed steps is fixed by the data, never by the rank count
         groups = part_names("g", len(inputs))
@@ -185,12 +190,14 @@ class MinhashDedupStage(Stage):
         # 3. connected components -> a label table per shard
         self._labels(phase, groups, shards)
         # 4. members to their component's part -> verified clusters, representatives, verdicts
-        phase.exchange(
+        phase.exchange_rows(
             CLUSTERS,
             groups,
             inputs,
-            lambda s: self._member_records(phase, s, len(groups)),
+            lambda s: self._member_rows(phase, s, len(groups)),
             self._reduce_clusters,
+            dtype=MEMBER_ROUTE,
+            order_fields=("label",),
         )
         # 5. verdicts to their shard's decision table
         route_verdicts(phase, DECISIONS, CLUSTERS, groups, shards)
@@ -269,12 +276,6 @@ class MinhashDedupStage(Stage):
         writer.open(EDGES).write(edges.tobytes())
         return facts
 
-    def _edges_of(self, part: Any) -> Iterator[tuple[bytes, bytes]]:
-        rows = np.fromfile(part.path(EDGES), dtype=EDGE)
-        for lo in range(0, len(rows), 65536):
-            block = rows[lo : lo + 65536]
-            yield from zip(_row_bytes(block["node"]), _row_bytes(block["hub"]), strict=True)
-
     # -- 3. components -> labels ---------------------------------------------------------------------
     def _labels(self, phase: GlobalPhase, groups: list[str], shards: list[str]) -> None:
         """Connected components of every candidate edge, then each document's label to its shard's
@@ -284,130 +285,189 @@ class MinhashDedupStage(Stage):
         todo = None
         if ctx.rank == 0:
             todo = any(phase.part(LABELS, s) is None for s in shards)
-        labels: list[tuple[bytes, bytes]] = []
+        labels = np.empty(0, dtype=pair_dtype(NODE.itemsize))
         if comm.bcast(todo, root=0):
             edge_parts = phase.parts(BUCKETS, groups) if ctx.rank == 0 else None
             edge_parts = comm.bcast(edge_parts, root=0)
-
-            def edges() -> Iterator[tuple[bytes, bytes]]:
-                for part in assign(edge_parts, ctx.rank, ctx.size):
-                    yield from self._edges_of(part)
-
+            edges = (
+                np.fromfile(part.path(EDGES), dtype=EDGE).view(labels.dtype)
+                for part in assign(edge_parts, ctx.rank, ctx.size)
+            )
             components = connected_components(
                 comm,
-                edges(),
+                edges,
+                width=NODE.itemsize,
                 memory_budget_bytes=ctx.memory_budget_bytes,
                 spill_dir=Path(ctx.work_dir) / SPILL_DIR,
             )
             # the round count depends on the rank count, so it is logged, not digested
-            ctx.say(f"{len(components.labels)} clustered documents here; components in {components.rounds} rounds")
+            ctx.say(
+                f"{len(components.labels)} clustered documents here; components in {components.rounds} rounds"
+            )
             labels = components.labels
-        shard_no = {name: i for i, name in enumerate(shards)}
-        tags = self._tags
+        nodes = np.ascontiguousarray(labels["u"]).view(NODE)
+        rows = np.empty(len(labels), dtype=LABEL_ROUTE)
+        rows["part"] = shard_numbers(nodes["shard_tag"], shards)
+        rows["ordinal"] = nodes["ordinal"]
+        rows["label"] = labels["v"]
 
-        def send(_: None) -> Iterator[tuple[int, bytes, bytes]]:
-            nodes = np.frombuffer(b"".join(node for node, _ in labels), dtype=NODE)
-            ordinals = _row_bytes(nodes["ordinal"])
-            for i, (tag, (_, label)) in enumerate(zip(_row_bytes(nodes["shard_tag"]), labels, strict=True)):
-                yield shard_no[tags[tag]], ordinals[i], label
+        def send(_: None) -> Iterator[np.ndarray]:
+            yield rows
 
-        def reduce(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
-            rows = [ordinal + label for ordinal, label in records]
-            writer.write_bytes(LABEL_ROWS, b"".join(rows))
-            return {"clustered_docs": len(rows)}
+        def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+            out = writer.open(LABEL_ROWS)
+            n = 0
+            for batch in batches:  # sorted by ordinal: the part's LABEL rows in order
+                out.write(unrouted(batch, LABEL_ROUTE, LABEL).tobytes())
+                n += len(batch)
+            return {"clustered_docs": n}
 
-        phase.exchange(LABELS, shards, None, send, reduce)  # each rank sends the labels it holds
+        # each rank sends the labels it holds
+        phase.exchange_rows(LABELS, shards, None, send, reduce, dtype=LABEL_ROUTE, order_fields=("ordinal",))
 
     # -- 4. clusters ---------------------------------------------------------------------------------
-    def _member_records(
-        self, phase: GlobalPhase, shard: InputShard, parts: int
-    ) -> Iterator[tuple[int, bytes, bytes]]:
+    def _member_rows(self, phase: GlobalPhase, shard: InputShard, parts: int) -> Iterator[np.ndarray]:
+        """The shard's labelled documents as rows routed to the part of their component (a hash of its
+        label, whose doc_id is itself a hash). Their signatures stay in this shard's signature part,
+        where the component's owner reads them (a member row is 79 bytes, its signature 8 K)."""
         labels = np.fromfile(phase.part(LABELS, shard.name).path(LABEL_ROWS), dtype=LABEL)
         if not labels.size:
             return
-        _, rep, sigs = self._load_signatures(phase, shard.name)
-        ordinals = labels["ordinal"].astype(np.int64)
-        members = np.empty(len(labels), dtype=member_dtype(self.config.num_perm))
-        members["rep"] = np.ascontiguousarray(rep[ordinals]).view(f"V{REP_KEY_BYTES}").reshape(-1)
-        members["ordinal"] = labels["ordinal"]
-        members["shard_tag"] = np.void(shard_tag(shard.name))
-        members["sig"] = sigs[ordinals]
+        _, rep, _ = self._load_signatures(phase, shard.name)
         label_nodes = np.ascontiguousarray(labels["label"])
-        # the component's part: a hash of its label (whose doc_id is itself a hash)
-        where = part_of_hash(label_nodes.view(np.uint8).reshape(len(labels), -1), parts).tolist()
-        yield from zip(where, _row_bytes(label_nodes), _row_bytes(members), strict=True)
+        rows = np.empty(len(labels), dtype=MEMBER_ROUTE)
+        rows["part"] = part_of_hash(label_nodes.view(np.uint8).reshape(len(labels), -1), parts)
+        rows["label"] = label_nodes.view(MEMBER_ROUTE["label"])
+        rows["rep"] = (
+            np.ascontiguousarray(rep[labels["ordinal"].astype(np.int64)]).view(MEMBER["rep"]).reshape(-1)
+        )
+        rows["ordinal"] = labels["ordinal"]
+        rows["shard_tag"] = np.void(shard_tag(shard.name))
+        yield rows
 
-    def _reduce_clusters(
-        self, _: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter
-    ) -> dict[str, Any]:
-        cfg = self.config
-        dtype = member_dtype(cfg.num_perm)
+    def _reduce_clusters(self, _: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+        """One bucket part's components, their rows sorted by (label, member record): complete components
+        are gathered up to a quarter of the budget and verified together; one that outgrows it alone
+        is spilled to ``work/spill`` and verified memory-mapped. A verdict is written per member.
+        Signatures are read from the signature parts (memory-mapped) as verification needs them."""
+        dtype, routed = MEMBER, MEMBER_ROUTE
         sizes: Counter = Counter()
         facts = {"verified_components": 0}
         spill = Path(self._phase.ctx.work_dir) / SPILL_DIR
         limit = max(self._phase.ctx.memory_budget_bytes // 4, dtype.itemsize)
+        gathered = _Gathered(limit)  # whole components waiting to be verified together
+
+        def flush() -> Iterator[tuple[str, str, dict[str, Any]]]:
+            if gathered.parts:
+                yield from self._verdicts(*gathered.take(), facts, sizes)
+
+        def gather(rows: np.ndarray, starts: list[int]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+            if gathered.parts and gathered.bytes + rows.nbytes > limit:
+                yield from flush()
+            gathered.add(rows, starts)
+
+        def tail_done(tail: ComponentMembers) -> Iterator[tuple[str, str, dict[str, Any]]]:
+            with tail:
+                members = tail.rows()
+                if not tail.spilled:
+                    yield from gather(members, [0])
+                    return
+                self._phase.ctx.say(f"a component of {len(members)} members spilled to disk")
+                yield from flush()
+                yield from self._verdicts(members, np.zeros(1, dtype=np.int64), facts, sizes)
 
         def verdicts() -> Iterator[tuple[str, str, dict[str, Any]]]:
-            for label, group in groupby(records, key=itemgetter(0)):
-                with ComponentMembers(dtype, limit, spill) as buf:
-                    for _, payload in group:
-                        buf.append(payload)
-                    members = buf.rows()
-                    if buf.spilled:
-                        self._phase.ctx.say(f"a component of {len(members)} members spilled to disk")
-                    clusters = (
-                        self._clusters(label, members)
-                        if len(members) > cfg.verify_components_above
-                        else [np.arange(len(members))]
-                    )
-                    if len(clusters) > 1 or len(clusters[0]) != len(members):
-                        facts["verified_components"] += 1
-                    for cluster in clusters:
-                        if len(cluster) < 2:
-                            continue
-                        sizes[len(cluster)] += 1
-                        yield from self._cluster_verdicts(members, cluster)
+            label, tail = None, None  # the last component seen, which the next batch may continue
+            for batch in batches:
+                raw = np.ascontiguousarray(batch["label"]).view(np.uint8).reshape(len(batch), -1)
+                cuts = [0, *(np.flatnonzero(np.any(raw[1:] != raw[:-1], axis=1)) + 1).tolist(), len(batch)]
+                members = unrouted(batch, routed, dtype)
+                first = 0
+                if tail is not None and raw[0].tobytes() == label:
+                    tail.append(members[: cuts[1]])
+                    first = 1
+                if first < len(cuts) - 1:  # the batch starts other components: the tail is complete
+                    if tail is not None:
+                        yield from tail_done(tail)
+                    if first < len(cuts) - 2:  # components wholly inside the batch
+                        yield from gather(
+                            members[cuts[first] : cuts[-2]], [c - cuts[first] for c in cuts[first:-2]]
+                        )
+                    label, tail = raw[cuts[-2]].tobytes(), ComponentMembers(dtype, limit, spill)
+                    tail.append(members[cuts[-2] :])
+            if tail is not None:
+                yield from tail_done(tail)
+            yield from flush()
 
         write_verdicts(writer, verdicts())
         return {**facts, "cluster_sizes": {str(k): sizes[k] for k in sorted(sizes)}}
 
-    def _clusters(self, label: bytes, members: np.ndarray) -> list[np.ndarray]:
-        """Split one component into clusters of pairs verified by estimated Jaccard; each cluster as the
-        member indices (into ``members``, ascending), clusters in the order of their smallest node."""
-        nodes = [
-            member_doc_id(r["rep"].tobytes()) + r["ordinal"].tobytes() + r["shard_tag"].tobytes()
-            for r in members[["rep", "ordinal", "shard_tag"]]
-        ]
-        order = sorted(range(len(nodes)), key=nodes.__getitem__)
-        labels = verified_clusters(
-            [nodes[i] for i in order],
-            _SigView(members, order),
-            self.config.bands,
-            self.config.rows,
-            self.config.verify_threshold,
-        )
-        by_label: dict[bytes, list[int]] = {}
-        for i, lab in zip(order, labels, strict=True):
-            by_label.setdefault(lab, []).append(i)
-        return [np.array(sorted(by_label[k])) for k in sorted(by_label)]
-
-    def _cluster_verdicts(
-        self, members: np.ndarray, cluster: np.ndarray
+    def _verdicts(
+        self, members: np.ndarray, starts: np.ndarray, facts: dict[str, int], sizes: Counter
     ) -> Iterator[tuple[str, str, dict[str, Any]]]:
-        """A verdict per member: the representative is the smallest member record (its representative
-        key first; (rep, ordinal, shard tag) is unique per document, so the signature never decides),
-        the cluster id the smallest doc_id. Only those fields are read: a spilled component's
-        signatures stay on disk."""
-        reps = _row_bytes(members["rep"][cluster])
-        ordinals = members["ordinal"][cluster].tolist()
-        tags = _row_bytes(members["shard_tag"][cluster])
-        keys = [r + o.to_bytes(4, "big") + t for r, o, t in zip(reps, ordinals, tags, strict=True)]
-        best = min(range(len(keys)), key=keys.__getitem__)
-        rep_id = member_doc_id(reps[best]).hex()
-        cluster_id = min(member_doc_id(r) for r in reps).hex()
-        for i, (ordinal, tag) in enumerate(zip(ordinals, tags, strict=True)):
-            verdict = {"cluster": cluster_id, "size": len(keys), "dup_of": "" if i == best else rep_id}
-            yield self._tags[tag], str(ordinal), verdict
+        """Verdicts of whole components (``members`` of each in member-record order, component c from
+        ``starts[c]``), in component order, then cluster order (by smallest node), members ascending.
+        A cluster's representative is its smallest member record (representative key, ordinal, shard
+        tag: unique per document), its id the smallest doc_id."""
+        n = len(members)
+        comp = np.repeat(np.arange(len(starts), dtype=np.uint64), np.diff(np.append(starts, n)))
+        keys = np.empty(n, dtype=[("rep", f"V{REP_KEY_BYTES}"), ("ordinal", ">u4"), ("tag", "V8")])
+        keys["rep"], keys["ordinal"], keys["tag"] = members["rep"], members["ordinal"], members["shard_tag"]
+        raw = keys.view(np.uint8).reshape(n, -1)
+        doc_ids = raw[:, REP_KEY_BYTES - DOC_ID_BYTES : REP_KEY_BYTES]
+        roots = self._cluster_roots(members, comp, doc_ids, raw[:, REP_KEY_BYTES:])
+        split = np.zeros(len(starts), dtype=bool)  # components cut into more than one cluster
+        split[comp[roots != roots[starts[comp.astype(np.int64)]]].astype(np.int64)] = True
+        facts["verified_components"] += int(split.sum())
+        # clusters of two or more, in root order (component, then smallest node), members ascending
+        root_ids, size_of = np.unique(roots, return_counts=True)
+        size = size_of[np.searchsorted(root_ids, roots)]
+        cluster_sizes, counts = np.unique(size_of[size_of > 1], return_counts=True)
+        sizes.update(dict(zip(cluster_sizes.tolist(), counts.tolist(), strict=True)))
+        out = np.flatnonzero(size > 1)
+        out = out[np.argsort(roots[out], kind="stable")]
+        if not len(out):
+            return
+        cut = np.flatnonzero(np.diff(roots[out])) + 1
+        heads = np.append(0, cut)
+        # per cluster: the first member by (root, member record) and by (root, doc_id)
+        best = out[_first_of_runs(roots[out], raw[out], heads)]
+        smallest = out[_first_of_runs(roots[out], doc_ids[out], heads)]
+        names = [self._tags[t] for t in _row_bytes(keys["tag"][out])]
+        ordinals = keys["ordinal"][out].tolist()
+        for c, (lo, hi) in enumerate(zip(heads.tolist(), [*cut.tolist(), len(out)], strict=True)):
+            rep_id = doc_ids[best[c]].tobytes().hex()
+            dup = {"cluster": doc_ids[smallest[c]].tobytes().hex(), "size": hi - lo, "dup_of": rep_id}
+            kept = {**dup, "dup_of": ""}
+            for i in range(lo, hi):
+                yield names[i], str(ordinals[i]), kept if out[i] == best[c] else dup
+
+    def _cluster_roots(
+        self, members: np.ndarray, comp: np.ndarray, doc_ids: np.ndarray, where: np.ndarray
+    ) -> np.ndarray:
+        """Each member's cluster, as the index of its smallest node: components of more than
+        ``verify_components_above`` members are split by verification (``corpus.dedup.verify``),
+        smaller ones are one cluster."""
+        n = len(members)
+        node_keys = np.empty((n, 8 + NODE.itemsize), dtype=np.uint8)  # (component, node) bytewise
+        node_keys[:, :8] = comp.astype(">u8").view(np.uint8).reshape(n, 8)
+        node_keys[:, 8 : 8 + DOC_ID_BYTES] = doc_ids
+        node_keys[:, 8 + DOC_ID_BYTES :] = where
+        order = np.argsort(node_keys.view(f"V{node_keys.shape[1]}").reshape(-1), kind="stable")
+        in_order = comp[order]
+        roots = np.searchsorted(in_order, in_order)  # unverified: each component's first position
+        count = np.bincount(in_order.astype(np.int64))[in_order.astype(np.int64)]
+        check = np.flatnonzero(count > self.config.verify_components_above)
+        if len(check):
+            cfg = self.config
+            sigs = _MemberSignatures(
+                self._signature_parts, members[order[check]], self._phase.ctx.memory_budget_bytes // 4
+            )
+            sub = verified_roots(sigs, cfg.bands, cfg.rows, cfg.verify_threshold, groups=in_order[check])
+            roots[check] = check[sub]
+        by_member = np.empty(n, dtype=np.int64)
+        by_member[order] = roots
+        return by_member
 
     # -- per shard -----------------------------------------------------------------------------------
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
@@ -460,7 +520,7 @@ class MinhashDedupStage(Stage):
 class ComponentMembers:
     """One component's member records at its owner: in memory up to ``limit`` bytes, beyond that
     appended to a file under ``spill_dir`` and read back memory-mapped, so a giant component (a
-    template shared by millions of pages) costs its node ids in memory, not its signatures."""
+    template shared by millions of pages) is not held whole while it arrives."""
 
     def __init__(self, dtype: np.dtype, limit: int, spill_dir: Path) -> None:
         self.dtype, self.limit, self.spill_dir = dtype, limit, spill_dir
@@ -470,10 +530,11 @@ class ComponentMembers:
         self._path: Path | None = None
         self._count = 0
 
-    def append(self, payload: bytes) -> None:
-        self._chunks.append(payload)
-        self._held += len(payload)
-        self._count += 1
+    def append(self, rows: np.ndarray) -> None:
+        """Add member records (an array of ``dtype``)."""
+        self._chunks.append(rows.tobytes())
+        self._held += rows.nbytes
+        self._count += len(rows)
         if self._held > self.limit:
             self._flush()
 
@@ -505,21 +566,90 @@ class ComponentMembers:
             self._path.unlink(missing_ok=True)
 
 
-class _SigView:
-    """The signatures of a component's members in node order, without copying them all: what
-    ``verified_clusters`` indexes (a band's columns of every row, or a few rows) is read from
-    ``members`` (in memory or memory-mapped) when asked for."""
+class _Gathered:
+    """Member records of whole components, gathered to be verified in one pass (``parts`` in order,
+    component c beginning at row ``starts[c]`` of their concatenation)."""
 
-    def __init__(self, members: np.ndarray, order: list[int]) -> None:
-        self.sig = members["sig"]
-        self.order = np.asarray(order, dtype=np.int64)
-        self.shape = (len(order), self.sig.shape[1])
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[np.ndarray] = []
+        self.starts: list[int] = []
+        self.rows = self.bytes = 0
+
+    def add(self, rows: np.ndarray, starts: list[int]) -> None:
+        self.starts.extend(self.rows + s for s in starts)
+        self.parts.append(rows)
+        self.rows += len(rows)
+        self.bytes += rows.nbytes
+
+    def take(self) -> tuple[np.ndarray, np.ndarray]:
+        members = self.parts[0] if len(self.parts) == 1 else concat(self.parts, self.parts[0].dtype)
+        starts = np.array(self.starts, dtype=np.int64)
+        self.parts, self.starts, self.rows, self.bytes = [], [], 0, 0
+        return members, starts
+
+
+class _SignatureParts:
+    """The signatures the ``signatures`` step wrote, one memory map per shard (``.sigs.npy``), the most
+    recently used few kept open: a component's owner reads its members' signatures where they are."""
+
+    OPEN = 64
+
+    def __init__(self, phase: GlobalPhase, shards: list[str]) -> None:
+        self.phase, self.shards = phase, shards
+        self._open: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def of(self, shard_no: int) -> np.ndarray:
+        sigs = self._open.pop(shard_no, None)
+        if sigs is None:
+            part = self.phase.part(SIGNATURES, self.shards[shard_no])
+            sigs = np.load(part.path(SIG_FILES[2]), mmap_mode="r", allow_pickle=False)
+            if len(self._open) >= self.OPEN:
+                self._open.popitem(last=False)
+        self._open[shard_no] = sigs
+        return sigs
+
+
+class _MemberSignatures:
+    """The signatures of ``members`` (MEMBER rows, in this order): read from the signature parts, shard
+    by shard, by ordinal. Up to ``limit`` bytes of them are read at once and held; beyond that (a giant
+    component) what ``verified_roots`` indexes (a band's columns of every row, or a few rows) is read
+    when asked for, so they are never copied whole."""
+
+    def __init__(self, parts: _SignatureParts, members: np.ndarray, limit: int) -> None:
+        self.parts = parts
+        self.shard = shard_numbers(members["shard_tag"], parts.shards)
+        self.ordinal = members["ordinal"].astype(np.int64)
+        self.shape = (len(members), parts.of(int(self.shard[0])).shape[1] if len(members) else 0)
+        self.held = None
+        if self.shape[0] * self.shape[1] * 8 <= limit:
+            self.held = self._take(np.arange(self.shape[0]), slice(None))
 
     def __getitem__(self, index: Any) -> np.ndarray:
+        if self.held is not None:
+            return self.held[index]
         if isinstance(index, tuple):  # (all rows, some columns): one band
             rows, cols = index
-            return np.asarray(self.sig[:, cols][self.order[rows]])
-        return np.asarray(self.sig[self.order[index]])
+            return self._take(np.arange(self.shape[0])[rows], cols)
+        return self._take(np.asarray(index, dtype=np.int64), slice(None))
+
+    def _take(self, idx: np.ndarray, cols: slice) -> np.ndarray:
+        out = np.empty((len(idx), len(range(self.shape[1])[cols])), dtype=np.uint64)
+        shard = self.shard[idx]
+        by_shard = np.argsort(shard, kind="stable")
+        for group in np.split(by_shard, np.flatnonzero(np.diff(shard[by_shard])) + 1):
+            if len(group):
+                out[group] = self.parts.of(int(shard[group[0]]))[self.ordinal[idx[group]], cols]
+        return out
+
+
+def _first_of_runs(runs: np.ndarray, raw: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """For rows grouped in runs of equal ``runs`` (ascending; run r starts at ``heads[r]``), the index
+    of each run's bytewise smallest row of ``raw`` (n, w) uint8."""
+    keyed = np.empty((len(raw), 8 + raw.shape[1]), dtype=np.uint8)
+    keyed[:, :8] = runs.astype(">u8").view(np.uint8).reshape(-1, 8)
+    keyed[:, 8:] = raw
+    return np.argsort(keyed.view(f"V{keyed.shape[1]}").reshape(-1), kind="stable")[heads]
 
 
 def _row_bytes(rows: np.ndarray) -> list[bytes]:

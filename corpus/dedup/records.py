@@ -13,8 +13,12 @@ records by their bytes); byte fields (``V``) compare bytewise.
 * :data:`EDGE` -- a candidate edge of a bucket (member, hub): what the ``buckets`` step writes.
 * :data:`LABEL` -- a document of one shard (by ordinal) and the smallest node of its component: what
   the ``labels`` step writes per shard.
-* :func:`member_dtype` -- a clustered document as its component's owner needs it: representative key
-  (``corpus.dedup.order.encode_representative_key``), where it is, and its signature.
+* :data:`MEMBER` -- a clustered document as its component's owner needs it: representative key
+  (``corpus.dedup.order.encode_representative_key``) and where it is, which also locates its signature
+  in the ``signatures`` step's part of its shard (signatures are read there, never shipped).
+* :data:`LABEL_ROUTE`, :data:`MEMBER_ROUTE` -- a LABEL and a MEMBER on their way through a shuffle of
+  numpy rows (``GlobalPhase.exchange_rows``): the part they go to and, for a member, its component's
+  label, then the record's own bytes (:func:`unrouted` takes them back out).
 """
 
 from __future__ import annotations
@@ -32,6 +36,13 @@ EDGE = np.dtype([("node", NODE), ("hub", NODE)])
 BAND_KEY_BYTES = 18  # mpi_kernels.minhash.BAND_KEY_BYTES: band index (u16), 128-bit hash
 BAND_ROW = np.dtype([("part", ">u4"), ("key", f"V{BAND_KEY_BYTES}"), ("node", NODE)])
 LABEL = np.dtype([("ordinal", ">u4"), ("label", NODE)])
+LABEL_ROUTE = np.dtype([("part", ">u4"), ("ordinal", ">u4"), ("label", f"V{NODE.itemsize}")])
+#: byte order of a record = (representative key, ordinal, shard tag), so the first record of a sorted
+#: cluster is its representative; (ordinal, shard tag) also say where the member's signature is
+MEMBER = np.dtype([("rep", f"V{REP_KEY_BYTES}"), ("ordinal", ">u4"), ("shard_tag", f"V{SHARD_TAG_BYTES}")])
+#: a MEMBER with the part of its component and the component's label (a NODE's bytes) before it, so
+#: that a shuffle orders members by (label, member record)
+MEMBER_ROUTE = np.dtype([("part", ">u4"), ("label", f"V{NODE.itemsize}"), *MEMBER.descr])
 
 
 def shard_tag(shard_name: str) -> bytes:
@@ -45,6 +56,18 @@ def shard_tags(shard_names: list[str]) -> dict[bytes, str]:
     if len(tags) != len(set(shard_names)):
         raise ValueError("two input shard names share a shard tag (8-byte blake2b): rename one")
     return tags
+
+
+def shard_numbers(tags: np.ndarray, shard_names: list[str]) -> np.ndarray:
+    """The position in ``shard_names`` of the shard each tag names (``tags``: a NODE's ``shard_tag``
+    field), found by one sorted search; a tag of no listed shard is an error, as a name lookup would be."""
+    known = np.frombuffer(b"".join(shard_tag(n) for n in shard_names), dtype=">u8")
+    order = np.argsort(known, kind="stable")
+    wanted = np.ascontiguousarray(tags).view(">u8").reshape(-1)
+    at = np.minimum(np.searchsorted(known[order], wanted), max(len(known) - 1, 0))
+    if len(wanted) and not np.array_equal(known[order][at], wanted):
+        raise KeyError("a node names a shard tag of no input shard")
+    return order[at]
 
 
 def graph_nodes(doc_ids: np.ndarray, ordinals: np.ndarray, shard_name: str) -> np.ndarray:
@@ -69,19 +92,15 @@ def decode_node(node: bytes) -> tuple[bytes, int, bytes]:
     return row["doc_id"].tobytes(), int(row["ordinal"]), row["shard_tag"].tobytes()
 
 
-def member_dtype(num_perm: int) -> np.dtype:
-    """A clustered document at its component's owner. Byte order of a record = (representative key,
-    ordinal, shard tag, signature), so the first record of a sorted cluster is its representative."""
-    return np.dtype(
-        [
-            ("rep", f"V{REP_KEY_BYTES}"),
-            ("ordinal", ">u4"),
-            ("shard_tag", f"V{SHARD_TAG_BYTES}"),
-            ("sig", "<u8", (num_perm,)),
-        ]
-    )
-
-
 def member_doc_id(rep: bytes) -> bytes:
     """The doc_id inside a representative key (its last 16 bytes, see ``encode_representative_key``)."""
     return rep[REP_KEY_BYTES - DOC_ID_BYTES : REP_KEY_BYTES]
+
+
+def unrouted(rows: np.ndarray, routed: np.ndarray | np.dtype, dtype: np.dtype) -> np.ndarray:
+    """The records of ``dtype`` inside ``rows`` of the ``routed`` dtype: each row's last bytes. The rows
+    are first given ``routed``'s exact layout again: a shuffle's merge concatenates batches, which may
+    hand back its integer fields in native byte order (the same values, other bytes)."""
+    routed = np.dtype(routed)
+    raw = np.ascontiguousarray(rows.astype(routed, copy=False)).view(np.uint8).reshape(len(rows), -1)
+    return np.ascontiguousarray(raw[:, routed.itemsize - dtype.itemsize :]).view(dtype).reshape(-1)

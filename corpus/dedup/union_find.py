@@ -1,7 +1,7 @@
-"""Union-find whose root is the smallest member: the local, pure part of connected components.
+"""Union-find whose root is the smallest member, over byte strings, one union at a time.
 
-The distributed components (:mod:`mpi_kernels.union_find`) contract each rank's edges with it first;
-verification groups a cluster's accepted pairs with it.
+The plain reference: tests check the array forms the stage runs (``corpus.dedup.verify.min_roots``,
+:mod:`mpi_kernels.union_find`) against it, and the benchmarks cluster their baselines' LSH pairs with it.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ LSH proposes pairs; in a component that grew beyond a configured size (a chain t
 a pair is only trusted when its signatures agree on at least ``threshold`` of their values (the MinHash
 estimate of the Jaccard similarity of the shingle sets). The component is then clustered again from the
 trusted pairs only.
+
+Everything here works on whole arrays: a band's buckets come from one sort, the buckets of two members
+(most of them) are compared all at once, larger ones a chunk of members against their leaders at once,
+and the clusters are the components of the accepted pairs by array label propagation, so a component
+costs no Python work per member.
 """
 
 from __future__ import annotations
@@ -12,62 +17,108 @@ from typing import Any
 
 import numpy as np
 
-from corpus.dedup.union_find import UnionFind
-
 #: members compared with a bucket's leaders at once (bounds the (chunk, leaders, K) comparison)
 CHUNK = 4096
-#: below this many members a band's buckets are grouped with a dict, above it by one sort
-SMALL = 64
+#: accepted pairs are folded into the clusters once there are this many per member
+FOLD = 2
 
 
 def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.count_nonzero(a == b)) / a.shape[-1]
 
 
-def band_buckets(block: np.ndarray) -> list[np.ndarray]:
-    """The rows of ``block`` (n, r) grouped by equal value: each group's row indices ascending, groups of
-    two or more only (their order does not matter: unions commute)."""
+def band_groups(block: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of ``block`` (n, r) grouped by equal (``groups``, value), groups of two or more only:
+    (order, starts, sizes), group g being ``order[starts[g] : starts[g] + sizes[g]]``, row indices
+    ascending (a stable sort; the order of the groups does not matter: their pairs are unioned)."""
+    block = np.column_stack([groups, np.asarray(block)])
     if len(block) < 2:
-        return []
-    if len(block) < SMALL:  # a small component: a dict is cheaper than a sort
-        groups: dict[bytes, list[int]] = {}
-        for i, row in enumerate(np.ascontiguousarray(block)):
-            groups.setdefault(row.tobytes(), []).append(i)
-        return [np.array(g) for g in groups.values() if len(g) > 1]
-    flat = np.ascontiguousarray(block).view(f"V{block.shape[1] * block.itemsize}").reshape(-1)
-    _, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
-    order = np.argsort(inverse.reshape(-1), kind="stable")
-    groups = np.split(order, np.cumsum(counts)[:-1])
-    return [g for g in groups if len(g) > 1]
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty, empty
+    order = np.lexsort(block.T[::-1])
+    ranked = block[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = np.any(ranked[1:] != ranked[:-1], axis=1)
+    starts = np.flatnonzero(new)
+    sizes = np.diff(np.append(starts, len(order)))
+    shared = sizes > 1
+    return order, starts[shared], sizes[shared]
+
+
+def verified_roots(
+    sigs: Any, bands: int, rows: int, threshold: float, max_leaders: int = 8, groups: np.ndarray | None = None
+) -> np.ndarray:
+    """Cluster oversized components again: members (rows of ``sigs``, in node order within each
+    component) sharing a band are compared with up to ``max_leaders`` leaders of that bucket (its earliest
+    members that matched no other leader) and joined to every leader whose estimated Jaccard reaches
+    ``threshold`` (so chains of verified pairs stay connected). Returns each member's cluster as the
+    smallest member index in it.
+
+    ``groups`` (ascending, one per row; default: one component) verifies many components in one pass:
+    a bucket is a band value within one component, so components never join, and a part's thousands of
+    small components cost a few array operations per band rather than a few per component.
+
+    ``sigs`` is an (n, K) array or anything indexed like one (``sigs[:, lo:hi]`` for a band's columns,
+    ``sigs[index_array]`` for rows): a giant component's signatures may stay memory-mapped on disk.
+    A bucket of two compares its pair (all such buckets of a band at once); a larger one compares its
+    members with the leaders a chunk at a time, and a member that matches no leader becomes one and the
+    rest of the chunk is compared again, so the result is the one-by-one rule's."""
+    n, k = sigs.shape
+    groups = np.zeros(n, dtype=np.uint64) if groups is None else np.asarray(groups, dtype=np.uint64)
+    roots = np.arange(n, dtype=np.int64)
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    pending = 0
+    for band in range(bands):
+        band_pairs = _band_pairs(sigs, band, rows, groups, k, threshold, max_leaders)
+        found.extend(band_pairs)
+        pending += sum(len(a) for a, _ in band_pairs)
+        if pending > FOLD * max(n, 1) or band == bands - 1:
+            # fold the pairs into the clusters so far: up to 8 leaders per member and band would
+            # otherwise pile up to 8 x bands pairs per member
+            moved = np.flatnonzero(roots != np.arange(n))
+            a = np.concatenate([moved, *(p[0] for p in found)])
+            b = np.concatenate([roots[moved], *(p[1] for p in found)])
+            roots = min_roots(n, a, b)
+            found, pending = [], 0
+    return roots
+
+
+def _band_pairs(
+    sigs: Any, band: int, rows: int, groups: np.ndarray, k: int, threshold: float, max_leaders: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The (member, leader) pairs of one band's buckets that agree on ``threshold``."""
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    order, starts, sizes = band_groups(sigs[:, band * rows : (band + 1) * rows], groups)
+    pairs = starts[sizes == 2]
+    for lo in range(0, len(pairs), CHUNK):  # a bucket of two: its second member joins the first
+        first, second = order[pairs[lo : lo + CHUNK]], order[pairs[lo : lo + CHUNK] + 1]
+        agree = _agreement(np.asarray(sigs[second]), np.asarray(sigs[first]), k) >= threshold
+        found.append((second[agree], first[agree]))
+    for start, size in zip(starts[sizes > 2].tolist(), sizes[sizes > 2].tolist(), strict=True):
+        found.extend(_bucket_pairs(sigs, order[start : start + size], k, threshold, max_leaders))
+    return found
 
 
 def verified_clusters(
     ids: list[bytes], sigs: Any, bands: int, rows: int, threshold: float, max_leaders: int = 8
 ) -> list[bytes]:
-    """Cluster one oversized component again: members (``ids`` sorted, rows of ``sigs``) sharing a band are
-    compared with up to ``max_leaders`` leaders of that bucket (its earliest members that matched no
-    other leader) and joined to every leader whose estimated Jaccard reaches ``threshold`` (so chains
-    of verified pairs stay connected). Returns each member's new label, the smallest id of its cluster.
-
-    ``sigs`` is an (n, K) array or anything indexed like one (``sigs[:, lo:hi]`` for a band's columns,
-    ``sigs[index_array]`` for rows): a giant component's signatures may stay memory-mapped on disk.
-    Members are compared with the leaders a chunk at a time; a member that matches no leader becomes
-    one and the rest of the chunk is compared again, so the result is the one-by-one rule's."""
-    uf = UnionFind()  # over member indices: ids are sorted, so the smallest index is the smallest id
-    for i in range(len(ids)):
-        uf.find(i)
-    k = sigs.shape[1]
-    for band in range(bands):
-        for members in band_buckets(np.asarray(sigs[:, band * rows : (band + 1) * rows])):
-            _verify_bucket(uf, sigs, members, k, threshold, max_leaders)
-    return [ids[uf.find(i)] for i in range(len(ids))]
+    """:func:`verified_roots` for members named by ``ids`` (sorted): each member's new label, the smallest
+    id of its cluster."""
+    return [ids[r] for r in verified_roots(sigs, bands, rows, threshold, max_leaders).tolist()]
 
 
-def _verify_bucket(
-    uf: UnionFind, sigs: Any, members: np.ndarray, k: int, threshold: float, max_leaders: int
-) -> None:
+def _agreement(x: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
+    """Estimated Jaccard of each row of ``x`` with the same row of ``y``."""
+    return (x == y).sum(axis=1) / k
+
+
+def _bucket_pairs(
+    sigs: Any, members: np.ndarray, k: int, threshold: float, max_leaders: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(member, leader) pairs of one bucket (members ascending) that agree on ``threshold``."""
     leaders: list[int] = [int(members[0])]
     lead_sigs = np.asarray(sigs[np.array(leaders)])
+    found = []
     pos = 1
     while pos < len(members):
         chunk = members[pos : pos + CHUNK]
@@ -78,11 +129,35 @@ def _verify_bucket(
         stop = len(chunk)
         if len(leaders) < max_leaders and not matched.all():
             stop = int(np.argmin(matched))
-        # 2. join every member before the stop to each leader it matches
-        for row, col in zip(*np.nonzero(agree[:stop]), strict=True):
-            uf.union(int(chunk[row]), leaders[col])
+        # 2. every member before the stop joins each leader it matches
+        row, col = np.nonzero(agree[:stop])
+        found.append((chunk[row], np.array(leaders, dtype=np.int64)[col]))
         if stop < len(chunk):
             leaders.append(int(chunk[stop]))
             lead_sigs = np.asarray(sigs[np.array(leaders)])
             stop += 1
         pos += stop
+    return found
+
+
+def min_roots(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For each of ``n`` nodes, the smallest node of its component under the pairs (a[i], b[i]).
+
+    Array label propagation: every root is hooked under the smallest root it is paired with, then
+    pointers jump until each node points at a root; repeated until every pair shares its root. Parents
+    only ever decrease, so each tree's root is its smallest node."""
+    root = np.arange(n, dtype=np.int64)
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    while True:
+        ra, rb = root[a], root[b]
+        apart = ra != rb
+        if not apart.any():
+            return root
+        low = np.minimum(ra[apart], rb[apart])
+        np.minimum.at(root, ra[apart], low)
+        np.minimum.at(root, rb[apart], low)
+        while True:
+            jumped = root[root]
+            if np.array_equal(jumped, root):
+                break
+            root = jumped

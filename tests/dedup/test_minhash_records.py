@@ -9,14 +9,18 @@ import pytest
 from corpus.dedup.records import (
     EDGE,
     LABEL,
+    LABEL_ROUTE,
+    MEMBER,
+    MEMBER_ROUTE,
     NODE,
     decode_node,
     graph_node,
     graph_nodes,
     member_doc_id,
-    member_dtype,
+    shard_numbers,
     shard_tag,
     shard_tags,
+    unrouted,
 )
 
 
@@ -46,14 +50,12 @@ def test_edges_and_labels_are_nodes_side_by_side():
 
 
 def test_a_member_record_round_trips_and_sorts_by_representative_key_first():
-    dt = member_dtype(4)
-    rows = np.zeros(2, dtype=dt)
+    rows = np.zeros(2, dtype=MEMBER)
     rows["rep"] = [np.void(b"\x02" + b"r" * 34), np.void(b"\x01" + b"s" * 34)]
     rows["ordinal"] = [1, 2]
     rows["shard_tag"] = np.void(shard_tag("x"))
-    rows["sig"] = [[1, 2, 3, 2**64 - 1], [5, 6, 7, 8]]
-    back = np.frombuffer(rows.tobytes(), dtype=dt)
-    assert back["sig"].tolist() == [[1, 2, 3, 2**64 - 1], [5, 6, 7, 8]] and back["ordinal"].tolist() == [1, 2]
+    back = np.frombuffer(rows.tobytes(), dtype=MEMBER)
+    assert back["ordinal"].tolist() == [1, 2] and back["shard_tag"].tolist() == [shard_tag("x")] * 2
     first = min(rows[i].tobytes() for i in range(2))
     assert first == rows[1].tobytes() and member_doc_id(first) == b"s" * 16
 
@@ -70,15 +72,47 @@ def test_shard_tags_map_back_to_names_and_refuse_a_collision(monkeypatch):
 def test_a_component_past_its_memory_limit_spills_and_reads_back_the_same_rows(tmp_path):
     from hpc_jobs.minhash_dedup import ComponentMembers
 
-    dt = member_dtype(3)
-    rows = np.zeros(50, dtype=dt)
+    rows = np.zeros(50, dtype=MEMBER)
     rows["ordinal"] = np.arange(50)
-    rows["sig"] = np.arange(150).reshape(50, 3)
-    for limit, spilled in ((1 << 20, False), (4 * dt.itemsize, True)):
-        with ComponentMembers(dt, limit, tmp_path) as buf:
-            for i in range(50):
-                buf.append(rows[i].tobytes())
+    rows["rep"] = [np.void(bytes([i]) * 35) for i in range(50)]
+    for limit, spilled in ((1 << 20, False), (4 * MEMBER.itemsize, True)):
+        with ComponentMembers(MEMBER, limit, tmp_path) as buf:
+            for lo in range(0, 50, 3):  # member records arrive as slices of shuffle batches
+                buf.append(rows[lo : lo + 3])
             back = buf.rows()
             assert buf.spilled == spilled
             assert back.tobytes() == rows.tobytes()
         assert not list(tmp_path.iterdir()), "the spill file is removed with the component"
+
+
+def test_routed_rows_carry_the_record_bytes_after_their_route():
+    """A LABEL and a member travel with a route prefix (the part; for a member also its component's
+    label); ``unrouted`` gives back exactly the record, so the part files keep their bytes."""
+    nodes = graph_nodes(np.arange(48, dtype=np.uint8).reshape(3, 16), np.array([5, 1, 9]), "s")
+    labels = np.empty(3, dtype=LABEL)
+    labels["ordinal"], labels["label"] = [5, 1, 9], nodes
+    routed = np.empty(3, dtype=LABEL_ROUTE)
+    routed["part"], routed["ordinal"] = 7, labels["ordinal"]
+    routed["label"] = nodes.view(LABEL_ROUTE["label"])
+    assert unrouted(routed, LABEL_ROUTE, LABEL).tobytes() == labels.tobytes()
+    native = routed.astype(routed.dtype.newbyteorder("="))  # as a merge of spilled runs may return it
+    assert unrouted(native, LABEL_ROUTE, LABEL).tobytes() == labels.tobytes()
+
+    members = np.zeros(3, dtype=MEMBER)
+    members["ordinal"], members["rep"] = [3, 2, 1], [np.void(bytes([i]) * 35) for i in range(3)]
+    routed = np.zeros(3, dtype=MEMBER_ROUTE)
+    routed["part"], routed["label"] = 2, nodes.view(routed.dtype["label"])
+    for name in MEMBER.names:
+        routed[name] = members[name]
+    got = unrouted(np.concatenate([routed[1:2], routed[2:]]), MEMBER_ROUTE, MEMBER)
+    assert got.dtype == MEMBER and got.tobytes() == members[1:].tobytes()
+
+
+def test_shard_numbers_name_each_nodes_shard_by_its_position():
+    names = ["b", "a", "c"]
+    nodes = np.concatenate(
+        [graph_nodes(np.zeros((2, 16), np.uint8), np.arange(2), n) for n in ("c", "b", "a")]
+    )
+    assert shard_numbers(nodes["shard_tag"], names).tolist() == [2, 2, 0, 0, 1, 1]
+    with pytest.raises(KeyError):
+        shard_numbers(graph_nodes(np.zeros((1, 16), np.uint8), np.arange(1), "d")["shard_tag"], names)

@@ -7,9 +7,12 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 from mpi4py import MPI
 
-from mpi_kernels.union_find import connected_components
+from mpi_kernels.union_find import connected_components, pair_dtype
+
+WIDTH = 9
 
 
 def node(i: int) -> bytes:
@@ -41,8 +44,18 @@ def main() -> None:
     a = ap.parse_args()
     comm = MPI.COMM_WORLD
     mine = graph(a.seed, a.nodes)[comm.rank :: comm.size]
-    comps = connected_components(comm, mine, memory_budget_bytes=a.budget, spill_dir=a.out / "spill")
-    res = {"labels": [(u.hex(), lab.hex()) for u, lab in comps], "rounds": comps.rounds}
+    rows = np.frombuffer(b"".join(u + v for u, v in mine), dtype=pair_dtype(WIDTH))
+    batches = [rows[i : i + 97] for i in range(0, len(rows), 97)]  # several batches per rank
+    comps = connected_components(
+        comm, batches, width=WIDTH, memory_budget_bytes=a.budget, spill_dir=a.out / "spill"
+    )
+    labels = comps.labels
+    res = {
+        "labels": [
+            (u.tobytes().hex(), lab.tobytes().hex()) for u, lab in zip(labels["u"], labels["v"], strict=True)
+        ],
+        "rounds": comps.rounds,
+    }
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"rank{comm.rank}.json").write_text(json.dumps(res))
 

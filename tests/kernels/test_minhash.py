@@ -187,3 +187,20 @@ def test_the_code_point_table_follows_the_normalization_regexes_everywhere():
         block = "".join(chr(c) for c in range(lo, lo + (1 << 16)))
         want = [0 if re.match(r"[^\w\s]", ch) else 2 if re.match(r"\s", ch) else 1 for ch in block]
         assert table[lo : lo + (1 << 16)].tolist() == want, hex(lo)
+
+
+def test_texts_within_the_bmp_use_its_table_and_give_the_signatures_of_the_full_one(monkeypatch):
+    """Without a 4-byte UTF-8 sequence the kernel gets the BMP's part of the code point table (the same
+    classes as the whole table's); a batch with one gets the whole table; the signatures are the same."""
+    import mpi_kernels.minhash as mh
+
+    full = mh.codepoint_classes()
+    assert (mh.codepoint_classes(mh.BMP) == full[: mh.BMP]).all()
+    bmp = ["Ça va, déjà vu — naïve café résumé " * 4, "Straße ΑΒΓ δέλτα «quoted» ünïcödé " * 4]
+    astral = ["emoji 😀 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 letters " * 4]
+    m = MinHasher()
+    want = {name: m.signatures(texts) for name, texts in (("bmp", bmp), ("astral", astral))}
+    seen = []
+    monkeypatch.setattr(mh, "codepoint_classes", lambda limit=0x110000: seen.append(limit) or full)
+    assert (m.signatures(bmp) == want["bmp"]).all() and (m.signatures(astral) == want["astral"]).all()
+    assert seen == [mh.BMP, 0x110000]

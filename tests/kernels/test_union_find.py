@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from corpus.dedup.union_find import UnionFind
-from mpi_kernels.shuffle import stable_key_hash
-from mpi_kernels.union_find import local_components
+from mpi_kernels.union_find import local_components, owner_of, pair_dtype
 from tests.conftest import run_mpi
 from tests.kernels.cc_worker import graph
 
@@ -40,8 +40,9 @@ def test_local_union_find_roots_at_the_minimum():
     uf.union(b"d", b"b")
     uf.union(b"x", b"a")
     assert uf.find(b"d") == b"b" and uf.find(b"x") == b"a"
-    stars, alone = local_components([(b"c", b"d"), (b"d", b"b"), (b"z", b"z")])
-    assert stars == [(b"c", b"b"), (b"d", b"b")] and alone == [b"z"]
+    edges = np.frombuffer(b"cddbzz", dtype=pair_dtype(1))
+    stars, alone = local_components([edges[:2], edges[2:]], 1)
+    assert stars.tobytes() == b"cbdb" and alone.tobytes() == b"z"
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
@@ -63,7 +64,8 @@ def test_components_are_labelled_by_their_minimum_on_any_rank_count(tmp_path, ra
     for r, res in enumerate(results):
         pairs = [(bytes.fromhex(u), bytes.fromhex(lab)) for u, lab in res["labels"]]
         assert pairs == sorted(pairs)
-        assert all(stable_key_hash(u) % ranks == r for u, _ in pairs), "each node is labelled by its owner"
+        owners = owner_of(np.frombuffer(b"".join(u for u, _ in pairs), dtype="V9")) % np.uint64(ranks)
+        assert (owners == r).all(), "each node is labelled by its owner"
         got.update(pairs)
     assert got == expected_labels(graph(seed, n))
     assert len({res["rounds"] for res in results}) == 1
@@ -90,3 +92,32 @@ def test_tiny_memory_budget_gives_the_same_components(tmp_path):
             for u, v in json.loads((tmp_path / f"rank{r}.json").read_text())["labels"]
         )
     assert got == expected_labels(graph(9, 1500))
+
+
+@pytest.mark.parametrize("large", [True, False])
+def test_a_round_gives_the_same_edges_and_labels_whatever_the_batches(tmp_path, large):
+    """A node's sorted neighbourhood may arrive in many batches (a hub's does): the round carries its
+    m across them, so cutting the same rows into batches of 1-3 rows changes nothing."""
+    import io
+    import random
+
+    from mpi_kernels.union_find import _star_round
+
+    rnd = random.Random(5)
+    dtype = pair_dtype(2)
+    pairs = [(rnd.randrange(6), rnd.randrange(12)) for _ in range(80)] + [(3, v) for v in range(12)] * 2
+    rows = np.frombuffer(b"".join(sorted(bytes([0, u, 0, v]) for u, v in pairs if u != v)), dtype=dtype)
+
+    def run(batches):
+        out, labels = io.BytesIO(), io.BytesIO()
+        stars = _star_round(batches, 2, large, out, labels)
+        return stars, sorted(np.frombuffer(out.getvalue(), dtype).tolist()), labels.getvalue()
+
+    whole = run([rows])
+    cuts, at = [], 0
+    while at < len(rows):
+        step = rnd.randint(1, 3)
+        cuts.append(rows[at : at + step])
+        at += step
+    assert run(cuts) == whole
+    assert whole[0] is False and len(whole[2]) == 2 * 2 * len(set(rows["u"].tolist()))  # a label per node
