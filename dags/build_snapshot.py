@@ -5,9 +5,12 @@ job (`sbatch sbatch/<stage>.sbatch` on SLURM, or the same script under `mpiexec`
 demo). Per stage, a task group:
 
 * **submit** submits the stage job and defers: the triggerer polls the job (`scontrol`, `sacct`,
-  `sacct -c`) and no worker slot is held while it runs. A FAILED / CANCELLED / TIMEOUT /
+  `sacct -c`, its exit record) and no worker slot is held while it runs. A FAILED / CANCELLED / TIMEOUT /
   OUT_OF_MEMORY job fails the task with the job's log tail; the retry submits the stage again and
-  it resumes from its checkpoint (stages are idempotent).
+  it resumes from its checkpoint (stages are idempotent). The wait is bounded: a job not done after
+  `time_limit` x (`max_requeues` + 1) + `queue_wait`, or PENDING for a reason that does not clear
+  (held, over a partition limit, an invalid account), is cancelled and fails the task; marking the
+  task failed or clearing it cancels the job.
 * **verify** reads the stage manifest, checks that its counts reconcile and that it was built from
   the previous stage's outputs, and passes the manifest digest on (XCom).
 
@@ -15,8 +18,14 @@ demo). Per stage, a task group:
 assembles the snapshot manifest and the report and puts the `snapshot_id` in XCom. The same inputs,
 config and seed give the same snapshot id as `corpus build`.
 
-Backends: `ssh` (sbatch on a login node; host, user and key from the Airflow Connection named by
-`ssh_conn_id`), `local` (sbatch on the Airflow worker's host), `mpiexec` (no SLURM).
+Backends: `ssh` (sbatch on a login node; host, user and key from the deployment's Airflow Connection),
+`local` (sbatch on the Airflow worker's host), `mpiexec` (no SLURM).
+
+The Params are data, checked by JSON schema when the run is triggered: absolute paths, stage names,
+positive rank counts, the environment keys, partitions and sbatch options the deployment allows. What
+runs -- the repository on the cluster, its Python, the SSH connection -- is deployment configuration
+(`CORPUS_DEPLOYMENT`, docs/orchestration.md), not a Param; `prepare` refuses a run that names it, and
+checks the `config` overrides against every stage's config before any job is submitted.
 """
 
 from __future__ import annotations
@@ -31,8 +40,10 @@ from typing import Any
 from airflow.sdk import Param, TaskGroup, dag, get_current_context, task
 
 from cli.orchestration.buildsteps import verify_stage
+from cli.orchestration.deployment import TIME_LIMIT, Deployment, check_run_conf, path_schema
 from cli.orchestration.operators import StageJobOperator
 from cli.orchestration.submit import BACKENDS, PROJECT_ROOT, SubmitError, backend_for
+from corpus.config import MEMORY_BUDGET, MIN_MEMORY_BUDGET_MB
 from corpus.pipeline import PIPELINE
 
 #: where builds go when the run names no `out` (one directory per run id)
@@ -41,6 +52,8 @@ DEFAULT_BACKEND = os.environ.get("CORPUS_BACKEND", "local")
 RETRY_DELAY = timedelta(seconds=float(os.environ.get("CORPUS_RETRY_DELAY_S", "30")))
 #: a deployment's own defaults for the Params, e.g. CORPUS_DAG_DEFAULTS='{"backend": "ssh", "ranks": 16}'
 DEPLOYMENT_DEFAULTS: dict[str, Any] = json.loads(os.environ.get("CORPUS_DAG_DEFAULTS") or "{}")
+#: what runs and with which options a run may ask for (cli/orchestration/deployment.py)
+DEPLOYMENT = Deployment.from_env()
 
 
 def _param(name: str, default: Any, **schema: Any) -> Param:
@@ -48,45 +61,77 @@ def _param(name: str, default: Any, **schema: Any) -> Param:
 
 
 PARAMS = {
-    "inputs": _param("inputs", [str(PROJECT_ROOT / "sample")], type="array", items={"type": "string"}, minItems=1,
-                    title="Sources", description="WARC / JSONL / text files or directories on the cluster's filesystem"),
-    "out": _param("out", None, type=["null", "string"], title="Build directory",
-                 description=f"on the cluster's filesystem; empty: {BUILD_ROOT}/<run id>"),
-    "config_file": _param("config_file", None, type=["null", "string"], title="Build config (TOML)",
-                         description="filter, dedup, tokenizer and eval-registry settings, a table per stage; empty: defaults"),
-    "config": _param("config", {}, type="object", title="Config overrides",
-                    description='per-stage tables merged over the config file, e.g. {"policy": {"min_quality": 0.2}}'),
+    "inputs": _param("inputs", [str(PROJECT_ROOT / "sample")], type="array", items=path_schema(), minItems=1,
+                    title="Sources",
+                    description="WARC / JSONL / text files or directories on the cluster's filesystem (absolute)"),
+    "out": _param("out", None, **path_schema(nullable=True), title="Build directory",
+                 description=f"absolute, on the cluster's filesystem; empty: {BUILD_ROOT}/<run id>"),
+    "config_file": _param("config_file", None, **path_schema(nullable=True), title="Build config (TOML)",
+                         description="absolute; filter, dedup, tokenizer and eval-registry settings, a table per "
+                                     "stage; empty: defaults"),
+    "config": _param("config", {}, type="object", additionalProperties=False, properties={
+                        **{stage: {"type": "object"} for stage in PIPELINE}, "alarms": {"type": "object"},
+                        MEMORY_BUDGET: {"type": "integer", "minimum": MIN_MEMORY_BUDGET_MB},
+                        "seed": {"type": "integer", "minimum": 0}}, title="Config overrides",
+                    description='per-stage tables merged over the config file, e.g. {"policy": {"min_quality": 0.2}}; '
+                                "each is checked against the stage's config before any job runs"),
     "seed": _param("seed", 0, type="integer", minimum=0, title="Seed", description="the shuffle seed"),
     "ranks": _param("ranks", 2, type="integer", minimum=1, maximum=4096, title="MPI ranks per stage"),
-    "ranks_per_stage": _param("ranks_per_stage", {}, type="object", title="Ranks per stage",
-                             description='overrides of "ranks" by stage, e.g. {"minhash_dedup": 8}'),
+    "ranks_per_stage": _param("ranks_per_stage", {}, type="object", propertyNames={"enum": list(PIPELINE)},
+                             additionalProperties={"type": "integer", "minimum": 1, "maximum": 4096},
+                             title="Ranks per stage", description='overrides of "ranks" by stage, e.g. {"minhash_dedup": 8}'),
     "backend": _param("backend", DEFAULT_BACKEND, type="string", enum=list(BACKENDS), title="Backend",
                      description="ssh: sbatch on a login node; local: sbatch on this host; mpiexec: no SLURM"),
-    "ssh_conn_id": _param("ssh_conn_id", "slurm_login", type="string", title="SSH connection",
-                         description="Airflow Connection of the cluster's login node (ssh backend)"),
-    "cluster_root": _param("cluster_root", str(PROJECT_ROOT), type="string", title="Repository on the cluster"),
-    "python": _param("python", None, type=["null", "string"], title="Python on the cluster",
-                    description="empty: <repository>/.venv/bin/python"),
-    "partition": _param("partition", None, type=["null", "string"], title="SLURM partition", description="empty: the default partition"),
-    "time_limit": _param("time_limit", "04:00:00", type="string", title="Time limit per stage job"),
-    "sbatch_args": _param("sbatch_args", [], type="array", items={"type": "string"}, title="Extra sbatch options"),
-    "job_env": _param("job_env", {}, type="object", title="Extra environment for the jobs"),
+    "partition": _param("partition", None, **DEPLOYMENT.partition_schema(), title="SLURM partition",
+                       description="empty: the default partition; else one the deployment allows"),
+    "time_limit": _param("time_limit", "04:00:00", type="string", pattern=TIME_LIMIT,
+                        title="Time limit per stage job", description="MM, HH:MM:SS or D-HH:MM:SS"),
+    "max_requeues": _param("max_requeues", 3, type="integer", minimum=0, maximum=20, title="Requeues per stage job",
+                          description="how often a pre-empted job may requeue itself (SIGUSR1 before its time limit)"),
+    "queue_wait": _param("queue_wait", "1-00:00:00", type="string", pattern=TIME_LIMIT, title="Queue-wait budget",
+                        description="time a stage job may spend waiting in the queue, in total; a job not done "
+                                    "after time limit x (requeues + 1) + this is cancelled and fails its task"),
+    "sbatch_args": _param("sbatch_args", [], **DEPLOYMENT.sbatch_args_schema(), title="Extra sbatch options",
+                         description="--option or --option=value, of those the deployment allows: "
+                                     + " ".join(DEPLOYMENT.sbatch_options)),
+    "job_env": _param("job_env", {}, **DEPLOYMENT.job_env_schema(), title="Extra environment for the jobs",
+                     description="keys the deployment allows: " + " ".join(DEPLOYMENT.job_env_keys)),
     "poll_interval": _param("poll_interval", 30, type="integer", minimum=1, title="Seconds between job-state polls"),
 }
 if set(DEPLOYMENT_DEFAULTS) - set(PARAMS):
     raise ValueError(f"CORPUS_DAG_DEFAULTS names unknown params: {sorted(set(DEPLOYMENT_DEFAULTS) - set(PARAMS))}")
 
 
-def _python(build: dict[str, Any]) -> str:
-    return build["python"] or f"{build['root']}/.venv/bin/python"
-
-
 def _buildsteps(build: dict[str, Any], *args: str) -> dict[str, Any]:
     """Run a build step on the cluster's side; it prints one JSON line."""
     backend = backend_for(build["backend"], build["conn_id"])
-    argv = [_python(build), "-m", "cli.orchestration.buildsteps", *args]
+    argv = [build["python"], "-m", "cli.orchestration.buildsteps", *args]
     out = backend.check(argv, env={"PYTHONUNBUFFERED": "1", **build["env"]}, timeout=600)
     return json.loads(out.strip().splitlines()[-1])
+
+
+def resolve_build(p: dict[str, Any], run_id: str, deployment: Deployment) -> dict[str, Any]:
+    """What every task of the run works from: the run's Params within the deployment's bounds (the
+    Params were schema-checked at trigger; the deployment may have changed since, so check again)."""
+    if not PIPELINE:
+        raise SubmitError("no stages are installed (corpus.pipeline.PIPELINE is empty)")
+    if p["partition"] and p["partition"] not in deployment.partitions:
+        raise ValueError(f"Param 'partition': {p['partition']!r} is not one the deployment allows "
+                         f"({', '.join(deployment.partitions) or 'only the default partition'})")
+    if refused := sorted(set(p["job_env"]) - set(deployment.job_env_keys)):
+        raise ValueError(f"Param 'job_env': keys {refused} are not allowed ({', '.join(deployment.job_env_keys)})")
+    if refused := [a for a in p["sbatch_args"] if a.split("=", 1)[0] not in deployment.sbatch_options]:
+        raise ValueError(f"Param 'sbatch_args': {refused} are not allowed ({', '.join(deployment.sbatch_options)})")
+    return {
+        "stages": list(PIPELINE), "backend": p["backend"],
+        "conn_id": deployment.ssh_conn_id if p["backend"] == "ssh" else "",
+        "out": p["out"] or str(BUILD_ROOT / re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)),
+        "root": deployment.cluster_root, "python": deployment.interpreter, "ranks": p["ranks"],
+        "ranks_per_stage": p["ranks_per_stage"], "partition": p["partition"] or "", "time_limit": p["time_limit"],
+        "max_requeues": p["max_requeues"], "queue_wait": p["queue_wait"],
+        "sbatch_args": p["sbatch_args"], "env": {k: str(v) for k, v in p["job_env"].items()},
+        "poll_interval": p["poll_interval"], "seed": p["seed"],
+    }
 
 
 @dag(
@@ -104,22 +149,13 @@ def build_snapshot() -> None:
     def prepare() -> dict[str, Any]:
         """Resolve the run's parameters, check the inputs and write the build config."""
         ctx = get_current_context()
+        check_run_conf(ctx["dag_run"].conf or {}, PARAMS)
+        build = resolve_build(ctx["params"], ctx["run_id"], DEPLOYMENT)
         p = ctx["params"]
-        if not PIPELINE:
-            raise SubmitError("no stages are installed (corpus.pipeline.PIPELINE is empty)")
-        out = p["out"] or str(BUILD_ROOT / re.sub(r"[^A-Za-z0-9._-]+", "_", ctx["run_id"]))
-        build = {
-            "stages": list(PIPELINE), "backend": p["backend"],
-            "conn_id": p["ssh_conn_id"] if p["backend"] == "ssh" else "",
-            "out": out, "root": p["cluster_root"], "python": p["python"] or "", "ranks": p["ranks"],
-            "ranks_per_stage": p["ranks_per_stage"], "partition": p["partition"] or "", "time_limit": p["time_limit"],
-            "sbatch_args": p["sbatch_args"], "env": {k: str(v) for k, v in p["job_env"].items()},
-            "poll_interval": p["poll_interval"], "seed": p["seed"],
-        }
-        args = ["prepare", "--out", out, "--seed", str(p["seed"]), "--overrides", json.dumps(p["config"]),
+        args = ["prepare", f"--out={build['out']}", f"--seed={p['seed']}", f"--overrides={json.dumps(p['config'])}",
                 "--input", *p["inputs"]]
         if p["config_file"]:
-            args += ["--config", p["config_file"]]
+            args.append(f"--config={p['config_file']}")
         prepared = _buildsteps(build, *args)
         build.update(inputs=prepared["inputs"], build_config=prepared["build_config"])
         return build

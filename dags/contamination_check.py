@@ -8,6 +8,10 @@ side through the same backends as `build_snapshot` (the index lives on the clust
   longest run, flagged ids);
 * **judge** logs the table and fails the run if a benchmark's flagged rate is above `max_rate`, so a
   contaminated benchmark shows up red in the UI.
+
+The Params are data (paths are absolute, the snapshot is passed as `--snapshot=VALUE` so it is never an
+option); the repository on the cluster, its Python and the SSH connection are deployment configuration
+(`CORPUS_DEPLOYMENT`, see docs/orchestration.md), and a run that names them is refused.
 """
 
 from __future__ import annotations
@@ -19,23 +23,22 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from cli.orchestration.submit import BACKENDS, PROJECT_ROOT, backend_for
+from cli.orchestration.deployment import Deployment, check_run_conf, path_schema
+from cli.orchestration.submit import BACKENDS, backend_for
 
+DEPLOYMENT = Deployment.from_env()
 PARAMS = {
-    "snapshot": Param("", type="string", minLength=1, title="Snapshot",
-                      description="snapshot id (sha256:... or a prefix), or a snapshot / build directory"),
-    "snapshots_root": Param(None, type=["null", "string"], title="Where snapshots live",
+    "snapshot": Param("", type="string", minLength=1, pattern=r"^(sha256:[0-9a-f]+|[0-9a-f]+|/[^\n\r\x00]*)$",
+                      title="Snapshot",
+                      description="snapshot id (sha256:... or a prefix), or an absolute snapshot / build directory"),
+    "snapshots_root": Param(None, **path_schema(nullable=True), title="Where snapshots live",
                             description="for a snapshot id; empty: $CORPUS_SNAPSHOTS on the cluster"),
-    "benchmarks": Param([], type="array", items={"type": "string"}, minItems=1, title="Benchmarks",
-                        description='benchmark JSONL files ({"id", "text"} per line) on the cluster'),
+    "benchmarks": Param([], type="array", items=path_schema(), minItems=1, title="Benchmarks",
+                        description='benchmark JSONL files ({"id", "text"} per line) on the cluster (absolute)'),
     "min_run": Param(0, type="integer", minimum=0, title="Consecutive 13-grams that count",
                      description="0: the snapshot's own setting"),
     "max_rate": Param(0.0, type="number", minimum=0, maximum=1, title="Largest tolerated flagged rate"),
     "backend": Param(os.environ.get("CORPUS_BACKEND", "local"), type="string", enum=list(BACKENDS)),
-    "ssh_conn_id": Param("slurm_login", type="string", title="SSH connection"),
-    "cluster_root": Param(str(PROJECT_ROOT), type="string", title="Repository on the cluster"),
-    "python": Param(None, type=["null", "string"], title="Python on the cluster",
-                    description="empty: <repository>/.venv/bin/python"),
 }
 
 
@@ -47,16 +50,16 @@ RETRY_DELAY = timedelta(seconds=float(os.environ.get("CORPUS_RETRY_DELAY_S", "30
 def contamination_check() -> None:
     @task
     def check() -> dict[str, Any]:
-        p = get_current_context()["params"]
-        backend = backend_for(p["backend"], p["ssh_conn_id"] if p["backend"] == "ssh" else "")
-        python = p["python"] or f"{p['cluster_root']}/.venv/bin/python"
-        argv = [python, "-m", "cli", "contamination", "--snapshot", p["snapshot"], "--json"]
+        ctx = get_current_context()
+        check_run_conf(ctx["dag_run"].conf or {}, PARAMS)
+        p = ctx["params"]
+        backend = backend_for(p["backend"], DEPLOYMENT.ssh_conn_id if p["backend"] == "ssh" else "")
+        argv = [DEPLOYMENT.interpreter, "-m", "cli", "contamination", f"--snapshot={p['snapshot']}", "--json"]
         if p["snapshots_root"]:
-            argv += ["--root", p["snapshots_root"]]
+            argv.append(f"--root={p['snapshots_root']}")
         if p["min_run"]:
-            argv += ["--min-run", str(p["min_run"])]
-        for b in p["benchmarks"]:
-            argv += ["--benchmark", b]
+            argv.append(f"--min-run={p['min_run']}")
+        argv += [f"--benchmark={b}" for b in p["benchmarks"]]
         return json.loads(backend.check(argv, timeout=3600))
 
     @task(retries=0)  # a verdict on the same numbers is the same verdict: nothing to retry

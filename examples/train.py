@@ -26,7 +26,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's packages, however it is launched
 
 from loader import SnapshotLoader, World  # noqa: E402
-from loader.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from loader.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint  # noqa: E402
 
 
 class TinyLM(torch.nn.Module):
@@ -47,13 +47,16 @@ class TinyLM(torch.nn.Module):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--snapshot", required=True, type=Path, help="snapshot directory (holds manifest.json)")
-    ap.add_argument("--ckpt", required=True, type=Path, help="checkpoint directory")
+    ap.add_argument("--ckpt", required=True, type=Path,
+                    help="checkpoint root: one step-N directory per save and a `latest` pointer")
     ap.add_argument("--steps", type=int, default=100, help="stop after this many steps (or when the data ends)")
     ap.add_argument("--save-every", type=int, default=50)
     ap.add_argument("--save-at", type=int, default=None, help="save once at this step")
     ap.add_argument("--stop-after-save", action="store_true", help="exit right after the first save")
-    ap.add_argument("--resume", action="store_true", help="continue from --ckpt (it must exist)")
-    ap.add_argument("--auto-resume", action="store_true", help="continue from --ckpt when it exists")
+    ap.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in --ckpt "
+                    "(there must be one)")
+    ap.add_argument("--auto-resume", action="store_true", help="continue from the newest complete checkpoint in "
+                    "--ckpt when there is one, else start at step 0")
     ap.add_argument("--allow-missing-loader-state", action="store_true")
     ap.add_argument("--mixture", type=json.loads, default=None, help='JSON {"bucket": weight}')
     ap.add_argument("--epoch-caps", type=json.loads, default=None, help='JSON {"bucket": epochs} or an int')
@@ -80,8 +83,11 @@ def main(argv: list[str] | None = None) -> int:
                             batch_size=args.batch_size, dp_rank=world.rank, dp_world=world.world_size,
                             epoch_caps=args.epoch_caps, run_len=args.run_len, chunk_tokens=args.chunk_tokens)
     step = 0
-    if args.resume or (args.auto_resume and (args.ckpt / "train.json").is_file()):
-        step = load_checkpoint(args.ckpt, model, optimizer, loader,
+    ckpt = find_checkpoint(args.ckpt) if args.resume or args.auto_resume else None
+    if args.resume and ckpt is None:
+        raise SystemExit(f"--resume: no complete checkpoint under {args.ckpt}")
+    if ckpt is not None:
+        step = load_checkpoint(ckpt, model, optimizer, loader,
                                allow_missing_loader_state=args.allow_missing_loader_state)
 
     def log(msg: str) -> None:
@@ -116,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         if step % 10 == 0 and batch is not None:
             log(f"step {step} loss {loss.item():.3f} buckets {','.join(sorted(set(batch.buckets)))}")
         if step == args.save_at or (args.save_at is None and step % args.save_every == 0):
-            save_checkpoint(args.ckpt, step, model, optimizer, loader)
-            log(f"checkpoint at step {step} -> {args.ckpt}")
+            saved = save_checkpoint(args.ckpt, step, model, optimizer, loader)
+            log(f"checkpoint at step {step} -> {saved}")
             if args.stop_after_save:
                 break
     if args.dump_tokens is not None:

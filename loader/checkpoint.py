@@ -1,16 +1,30 @@
-"""Model, optimizer and loader state in one ``torch.distributed.checkpoint``, written atomically.
+"""Model, optimizer and loader state in one ``torch.distributed.checkpoint`` per step, never half-written.
 
-Every rank calls :func:`save_checkpoint` at the same step: DCP writes into a temporary directory (the
-loader's ``state_dict`` all-gathers its global record on the way), and after a barrier rank 0 renames it
-into place, so a checkpoint directory either holds all three states or does not exist.
-:func:`load_checkpoint` refuses a checkpoint that has a model but no loader state (resuming the model
-on a fresh data stream would silently repeat and skip data) unless told to, in which case the loader
-jumps to the checkpoint's step by arithmetic.
+A checkpoint root (``--ckpt``) holds one directory per saved step and a pointer to the newest::
+
+    ROOT/step-00000100/              complete: DCP files + train.json
+    ROOT/step-00000150/
+    ROOT/latest -> step-00000150     a relative symlink, replaced atomically after each save
+    ROOT/.step-00000200.partial/     a save in progress, or one a crash interrupted: never read
+
+Every rank calls :func:`save_checkpoint` at the same step: DCP writes into ``.step-N.partial`` (the
+loader's ``state_dict`` all-gathers its global record on the way); after a barrier rank 0 writes
+``train.json`` and renames the directory to ``step-N`` -- one rename, so a ``step-N`` directory holds all
+three states or does not exist -- then repoints ``latest`` and removes the oldest beyond ``keep``. No
+step overwrites another: the earlier design renamed the previous checkpoint aside, then the new one into
+place, and a crash between the two left only ``.old``, from which ``--auto-resume`` restarted at step 0.
+
+:func:`find_checkpoint` resumes from the newest complete ``step-N``, not blindly from ``latest``: a crash
+between the rename and the pointer update leaves ``latest`` one save behind, and that save is complete.
+:func:`load_checkpoint` refuses a checkpoint that has a model but no loader state (resuming the model on a
+fresh data stream would silently repeat and skip data) unless told to, in which case the loader jumps to
+the checkpoint's step by arithmetic.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -25,6 +39,11 @@ from torch.distributed.checkpoint.stateful import Stateful
 from loader.dataset import ResumeRefused, SnapshotLoader
 
 TRAIN_STATE = "train.json"
+DCP_METADATA = ".metadata"  # DCP writes it last: a directory without it was not finished
+STEP_PREFIX = "step-"
+LATEST = "latest"
+
+log = logging.getLogger(__name__)
 
 
 class TrainState(Stateful):
@@ -56,26 +75,104 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def _step_dir(root: Path, step: int) -> Path:
+    return root / f"{STEP_PREFIX}{step:08d}"
+
+
+def _complete_step(path: Path) -> int | None:
+    """The step of a complete checkpoint directory (DCP's metadata and train.json both there), else None."""
+    try:
+        step = int(json.loads((path / TRAIN_STATE).read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return step if (path / DCP_METADATA).is_file() else None
+
+
+def _complete_steps(root: Path) -> list[tuple[int, Path]]:
+    """Complete ``step-N`` directories under ``root``, oldest first (a name that does not match its
+    train.json is not one of ours and is ignored)."""
+    found = []
+    for d in root.glob(f"{STEP_PREFIX}*") if root.is_dir() else ():
+        step = _complete_step(d)
+        if step is not None and d.name == _step_dir(root, step).name:
+            found.append((step, d))
+    return sorted(found)
+
+
+def _retire(path: Path) -> None:
+    """Delete a checkpoint directory by first renaming it out of the ``step-N`` namespace, so a crash
+    mid-delete never leaves a half-deleted directory that looks complete."""
+    doomed = path.with_name(f".{path.name}.deleting")
+    if doomed.exists():
+        shutil.rmtree(doomed)
+    os.replace(path, doomed)
+    shutil.rmtree(doomed)
+
+
+def _point_latest(root: Path, target: Path) -> None:
+    tmp = root / f".{LATEST}.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target.name)
+    os.replace(tmp, root / LATEST)
+
+
 def save_checkpoint(path: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    loader: SnapshotLoader) -> Path:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.partial")
-    if _rank() == 0 and tmp.exists():
-        shutil.rmtree(tmp)
+                    loader: SnapshotLoader, *, keep: int = 2) -> Path:
+    """Write ``ROOT/step-N`` on every rank (a collective), point ``latest`` at it and keep the newest
+    ``keep`` checkpoints at or below ``step``. Checkpoints above ``step`` are from a timeline this run
+    abandoned (it resumed from an older one) and are removed before the new one appears, so resuming
+    never jumps back to them. Returns the new checkpoint's directory."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1, got {keep}")
+    root = Path(path)
+    final = _step_dir(root, step)
+    tmp = root / f".{final.name}.partial"
+    if _rank() == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
     _barrier()
     dcp.save({"train": TrainState(model, optimizer), "loader": loader}, checkpoint_id=str(tmp))
     if _rank() == 0:
         (tmp / TRAIN_STATE).write_text(json.dumps({"step": step, "world": loader.world}))
-        old = path.with_name(f".{path.name}.old")
-        if path.exists():  # move the previous checkpoint aside first: one complete checkpoint exists at all times
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old.exists():
-            shutil.rmtree(old)
+        for s, d in _complete_steps(root):
+            if s >= step:  # a newer one from an abandoned timeline, or this step saved before
+                _retire(d)
+        os.replace(tmp, final)
+        _point_latest(root, final)
+        for _, d in _complete_steps(root)[:-keep]:
+            _retire(d)
     _barrier()
-    return path
+    return final
+
+
+def find_checkpoint(path: str | Path) -> Path | None:
+    """The checkpoint to resume from under ``path``: the newest complete ``step-N`` (``latest`` is only
+    a pointer for people and tools, and may lag one save behind after a crash); ``path`` itself when it
+    is one checkpoint (a ``step-N`` directory, or the single-directory layout of earlier versions), or
+    that layout's ``.NAME.old`` when a crash left only that. None when there is none. A collective when a
+    process group is initialized: rank 0 decides and every rank gets its answer, so no rank resumes from
+    another checkpoint than its peers because of a filesystem's stale listing."""
+    root = Path(path)
+    found: Path | None = None
+    if _rank() == 0:
+        if _complete_step(root) is not None:
+            found = root
+        elif steps := _complete_steps(root):
+            found = steps[-1][1]
+            latest = root / LATEST
+            if latest.resolve() != found.resolve():
+                log.warning("%s points at %s, but %s is the newest complete checkpoint: resuming from it",
+                            latest, os.readlink(latest) if latest.is_symlink() else "nothing", found.name)
+        elif _complete_step(old := root.with_name(f".{root.name}.old")) is not None:
+            found = old
+            log.warning("only %s is left of checkpoint %s (a crash between the two renames of an earlier "
+                        "version): resuming from it", old, root)
+    if dist.is_available() and dist.is_initialized():
+        box = [str(found) if found is not None else None]
+        dist.broadcast_object_list(box, src=0)
+        found = Path(box[0]) if box[0] is not None else None
+    return found
 
 
 def checkpoint_step(path: str | Path) -> int:
@@ -85,8 +182,12 @@ def checkpoint_step(path: str | Path) -> int:
 def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                     loader: SnapshotLoader, *, allow_missing_loader_state: bool = False,
                     allow_snapshot_mismatch: bool = False, allow_version_mismatch: bool = False) -> int:
-    """Restore all three in place; the step to continue from."""
-    path = Path(path)
+    """Restore all three in place from ``path`` (a checkpoint root: its newest complete checkpoint, see
+    :func:`find_checkpoint`; or one checkpoint directory); the step to continue from."""
+    found = find_checkpoint(path)
+    if found is None:
+        raise FileNotFoundError(f"no complete checkpoint under {path} (partial saves are never read)")
+    path = found
     step = checkpoint_step(path)
     keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     has_loader = any(k.startswith("loader.") for k in keys)

@@ -1,15 +1,30 @@
-"""Where this process sits among the data-parallel ranks: detected once, from the launcher's environment.
+"""Where this process sits among the data-parallel ranks: the initialized process group when there is one,
+else the launcher's environment.
 
 This is the only module of the loader that reads environment variables (mosaicml/streaming's
 ``world.py`` does the same): torchrun sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``; ``srun`` sets
-``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``. Outside both, the process is rank 0 of 1.
+``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID`` and ``SLURM_STEP_ID``. Outside both, the process is
+rank 0 of 1.
+
+The batch step of an ``sbatch`` job (the job script itself, no ``srun``) also carries ``SLURM_PROCID=0``
+and ``SLURM_NTASKS=N`` but no ``SLURM_STEP_ID``: those describe the allocation, not this process. Taken
+at their word, one process would read 1/N of the data and nobody would notice, so that case is an error
+unless a process group says how many ranks there really are. When a process group is initialized it is
+the truth (it is what the collectives use); a launcher environment that disagrees with it is an error
+naming both, never a silent pick of one.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import torch.distributed as dist
+
+
+class LauncherMismatch(RuntimeError):
+    """The launcher's environment and the process group (or the job step) disagree about the ranks."""
 
 
 @dataclass(frozen=True)
@@ -17,7 +32,7 @@ class World:
     rank: int
     world_size: int
     local_rank: int = 0
-    launcher: str = "none"  # "torchrun", "slurm" or "none"
+    launcher: str = "none"  # "torchrun", "slurm", "slurm-batch" (see the module doc) or "none"
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
 
@@ -31,7 +46,9 @@ class World:
         return f"tcp://{self.master_addr}:{self.master_port}"
 
     @classmethod
-    def detect(cls, env: Mapping[str, str] | None = None) -> World:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> World:
+        """The world the launcher's environment describes, as it describes it (no checks against a
+        process group; a batch step's allocation comes back as launcher ``slurm-batch``)."""
         env = os.environ if env is None else env
         addr = env.get("MASTER_ADDR", "127.0.0.1")
         if "RANK" in env and "WORLD_SIZE" in env:
@@ -40,6 +57,37 @@ class World:
         if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
             # A port derived from the job id keeps two jobs on one node from colliding.
             default_port = 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000
+            launcher = "slurm" if "SLURM_STEP_ID" in env else "slurm-batch"
             return cls(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0)),
-                       "slurm", addr, int(env.get("MASTER_PORT", default_port)))
+                       launcher, addr, int(env.get("MASTER_PORT", default_port)))
         return cls(0, 1)
+
+    def describe(self) -> str:
+        if self.launcher == "torchrun":
+            return f"torchrun's RANK={self.rank}, WORLD_SIZE={self.world_size}"
+        if self.launcher.startswith("slurm"):
+            where = "an srun task" if self.launcher == "slurm" else "the job's batch step (no srun)"
+            return f"SLURM_PROCID={self.rank}, SLURM_NTASKS={self.world_size} in {where}"
+        return f"rank {self.rank} of {self.world_size}"
+
+    @classmethod
+    def detect(cls, env: Mapping[str, str] | None = None) -> World:
+        """This process's world: the process group's ranks when one is initialized (checked against the
+        launcher's environment), else the launcher's environment (refused in a batch step of N > 1 tasks)."""
+        launched = cls.from_env(env)
+        if dist.is_available() and dist.is_initialized():
+            rank, size = dist.get_rank(), dist.get_world_size()
+            # a batch step's SLURM_PROCID is 0 in every process a launcher like mpiexec starts from it:
+            # only its task count can be compared
+            agrees = size == launched.world_size and (rank == launched.rank or launched.launcher == "slurm-batch")
+            if launched.launcher != "none" and not agrees:
+                raise LauncherMismatch(f"the torch.distributed process group is rank {rank} of {size}, but the "
+                                       f"launcher's environment says {launched.describe()}: fix the launch "
+                                       "(one process per task, started by srun or torchrun)")
+            return replace(launched, rank=rank, world_size=size,
+                           launcher="process-group" if launched.launcher in ("none", "slurm-batch") else launched.launcher)
+        if launched.launcher == "slurm-batch" and launched.world_size > 1:
+            raise LauncherMismatch(f"{launched.describe()}: this one process would read 1/{launched.world_size} of "
+                                   "the data; start one process per task with srun (sbatch/train.sbatch does), or "
+                                   "initialize the torch.distributed process group first")
+        return launched

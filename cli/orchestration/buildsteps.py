@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import sys
 import tempfile
@@ -25,7 +26,8 @@ from typing import Any
 
 from cli.main import main as cli_main
 from corpus import pipeline
-from corpus.config import load_config_file
+from corpus.alarms import alarm_config
+from corpus.config import ConfigError, check_build_config, load_config_file, stage_config
 from corpus.docshard import atomic_write_json
 from corpus.errors import UserError
 from corpus.layout import build_config_path, manifest_path, snapshot_dir
@@ -71,17 +73,31 @@ def verify_stage(stage: str, manifest: dict[str, Any], previous: dict[str, Any] 
     return {"stage": stage, "manifest_digest": m.digest, "totals": totals.to_dict(), "shards": len(m.outputs)}
 
 
+def check_stage_tables(cfg: dict[str, Any]) -> None:
+    """Build every stage's config from its table now, as its job will (an unknown key or a bad value
+    fails here, in ``prepare``, not hours later when that stage's job starts), and the alarms' config."""
+    check_build_config(cfg, pipeline.PIPELINE)
+    for name in pipeline.PIPELINE:
+        if isinstance(cfg.get(name), dict):
+            stage_config(importlib.import_module(f"hpc_jobs.{name}").STAGE.Config, cfg[name], name)
+        elif name in cfg:
+            raise ConfigError(f"[{name}] must be a table, got {cfg[name]!r}")
+    alarm_config(cfg)
+
+
 def prepare(out: Path, config_file: Path | None, seed: int | None, overrides: dict[str, Any]) -> Path:
-    """Write ``OUT/build-config.json``: the config file, each stage table updated by ``overrides``."""
-    out.mkdir(parents=True, exist_ok=True)
-    if not overrides:
-        return pipeline.write_build_config(out, config_file, seed)
+    """Write ``OUT/build-config.json``: the config file, each stage table updated by ``overrides``,
+    every stage's table checked against its config."""
     cfg = load_config_file(config_file)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(cfg.get(key), dict):
             cfg[key] = {**cfg[key], **value}
         else:
             cfg[key] = value
+    check_stage_tables(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    if not overrides:
+        return pipeline.write_build_config(out, config_file, seed)
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         merged = Path(tmp) / "config.json"
         merged.write_text(json.dumps(cfg))

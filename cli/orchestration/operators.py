@@ -5,73 +5,142 @@ state with the backend's async commands (asyncssh for the ssh backend), so no wo
 SLURM runs the stage. Submission and waiting are one task instance on purpose: when the job fails the
 task fails, and Airflow's retry submits the stage again, which resumes from the stage's checkpoint
 (stages are idempotent, so the retry's output is the same as an uninterrupted run's).
+
+Every wait is bounded. The job may live at most its time limit x (max requeues + 1) plus the run's
+queue-wait budget; past that the trigger cancels it and fails the task (the deferral's own timeout, a
+little longer, is the backstop should no triggerer run the trigger). A job PENDING for a reason that
+waiting does not clear (held, over a partition limit, an invalid account) is cancelled and fails the
+task with that reason. A user who marks the deferred task failed, succeeded or clears it cancels the
+job too (the trigger's ``on_kill``), as does killing the task while it submits (the operator's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from cli.orchestration.submit import StageJob, SubmitError, Submitted, backend_for
+from cli.orchestration.submit import (
+    StageJob,
+    SubmitError,
+    Submitted,
+    backend_for,
+    is_transient,
+    job_comment,
+    slurm_seconds,
+)
 
-#: consecutive failures to read a job's state (e.g. a dropped SSH connection) before giving up
-MAX_POLL_ERRORS = 5
 LOG_TAIL_LINES = 60
+#: after a transient failure to read a job's state, wait BASE * 2^(n-1) seconds (at most CAP) before the
+#: n-th try again; give up once the failures have lasted BUDGET seconds in a row. 30 minutes outlast a
+#: login node's reboot or a slurmctld restart; a job that cannot be observed for longer fails its task.
+BACKOFF_BASE_S = 5.0
+BACKOFF_CAP_S = 300.0
+TRANSIENT_BUDGET_S = 1800.0
+
+
+def backoff_delay(attempt: int, base: float = BACKOFF_BASE_S, cap: float = BACKOFF_CAP_S) -> float:
+    """The wait before try ``attempt`` (1, 2, ...) after transient failures: exponential, bounded."""
+    return min(cap, base * 2 ** (attempt - 1))
 
 
 class StageJobTrigger(BaseTrigger):
     """Polls a submitted job until it ends; the event carries the final state and the log's tail."""
 
-    def __init__(self, job: dict[str, str], poll_interval: float = 30.0) -> None:
+    def __init__(self, job: dict[str, str], poll_interval: float = 30.0, deadline: float = 0.0,
+                 backoff_base: float = BACKOFF_BASE_S, backoff_cap: float = BACKOFF_CAP_S,
+                 transient_budget: float = TRANSIENT_BUDGET_S) -> None:
         super().__init__()
         self.job = job
         self.poll_interval = poll_interval
+        self.deadline = deadline  # epoch seconds after which the job is cancelled; 0: none
+        self.backoff_base, self.backoff_cap, self.transient_budget = backoff_base, backoff_cap, transient_budget
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"job": self.job, "poll_interval": self.poll_interval})
+                {"job": self.job, "poll_interval": self.poll_interval, "deadline": self.deadline,
+                 "backoff_base": self.backoff_base, "backoff_cap": self.backoff_cap,
+                 "transient_budget": self.transient_budget})
+
+    async def on_kill(self) -> None:
+        """The user marked the deferred task failed / succeeded or cleared it: the job must not go on."""
+        job = Submitted.from_dict(self.job)
+        await asyncio.to_thread(backend_for(job.backend, job.conn_id).cancel, job)
+        self.log.info("cancelled job %s: its task was marked or cleared by a user", job.job_id)
+
+    async def _give_up(self, backend: Any, job: Submitted, why: str) -> TriggerEvent:
+        """Cancel the job (it must not go on writing once its task has failed) and say why."""
+        try:
+            await asyncio.to_thread(backend.cancel, job)
+            why += "; the job was cancelled"
+        except Exception as e:  # noqa: BLE001 -- the task fails either way; say the job may live on
+            why += f"; cancelling it failed ({type(e).__name__}: {e}): scancel {job.job_id} by hand"
+        return TriggerEvent({"ok": False, "error": why, "job": self.job})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         job = Submitted.from_dict(self.job)
         backend = backend_for(job.backend, job.conn_id)
-        errors = 0
+        # sleep first: a job just submitted is not done yet, and a trigger that fires within seconds of
+        # the deferral can race the scheduler's handling of it (apache/airflow#71172)
+        delay = self.poll_interval
+        failures, failing_since = 0, 0.0
         while True:
-            # sleep first: a job just submitted is not done yet, and a trigger that fires within
-            # seconds of the deferral can race the scheduler's handling of it (apache/airflow#71172)
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(delay)
             try:
                 status = await backend.astatus(job)
-                errors = 0
-            except SubmitError as e:
-                yield TriggerEvent({"ok": False, "error": str(e), "job": self.job})
-                return
-            except (OSError, TimeoutError, ConnectionError) as e:  # asyncssh errors are OSError subclasses
-                errors += 1
-                self.log.warning("reading the state of job %s failed (%d/%d): %s", job.job_id, errors,
-                                 MAX_POLL_ERRORS, e)
-                if errors >= MAX_POLL_ERRORS:
-                    yield TriggerEvent({"ok": False, "error": f"cannot read the job's state: {e}", "job": self.job})
+            except Exception as e:  # noqa: BLE001 -- classified right here: transient, or final for the task
+                if not is_transient(e):
+                    error = str(e) if isinstance(e, SubmitError) else f"{type(e).__name__}: {e}"
+                    yield TriggerEvent({"ok": False, "error": error, "job": self.job})
                     return
+                now = time.monotonic()
+                failures, failing_since = failures + 1, failing_since if failures else now
+                if now - failing_since >= self.transient_budget:
+                    yield TriggerEvent({"ok": False, "job": self.job, "error": (
+                        f"cannot read the job's state: {failures} tries over {now - failing_since:.0f}s failed, "
+                        f"the last with {type(e).__name__}: {e}")})
+                    return
+                delay = backoff_delay(failures, self.backoff_base, self.backoff_cap)
+                self.log.warning("reading the state of job %s failed (%s: %s), transient: try %d in %.0fs",
+                                 job.job_id, type(e).__name__, e, failures + 1, delay)
                 continue
+            failures, delay = 0, self.poll_interval
+            if status.stuck:
+                yield await self._give_up(backend, job, f"{status.describe()}: waiting does not clear that reason")
+                return
+            if not status.done and self.deadline and time.time() > self.deadline:
+                yield await self._give_up(backend, job, (
+                    f"{status.describe()} past its deadline (time limit x (max requeues + 1) + queue wait, "
+                    f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(self.deadline))})"))
+                return
             if status.done:
-                tail = await backend.arun(["tail", "-n", str(LOG_TAIL_LINES), "--", job.log_path])
                 yield TriggerEvent({
                     "ok": status.ok,
                     "state": status.state,
                     "description": status.describe(),
-                    "log_tail": tail.out if tail.rc == 0 else f"(no log at {job.log_path}: {tail.err.strip()})",
+                    "log_tail": await self._log_tail(backend, job),
                     "job": self.job,
                 })
                 return
             self.log.info("%s", status.describe())
 
+    async def _log_tail(self, backend: Any, job: Submitted) -> str:
+        """The log's last lines, or why there are none: the job's end is known, and a dropped connection
+        while reading its log must not turn a finished job into a failed task."""
+        try:
+            tail = await backend.arun(["tail", "-n", str(LOG_TAIL_LINES), "--", job.log_path])
+        except Exception as e:  # noqa: BLE001 -- the log is for people; the job's state is already known
+            return f"(log {job.log_path} not read: {type(e).__name__}: {e})"
+        return tail.out if tail.rc == 0 else f"(no log at {job.log_path}: {tail.err.strip()})"
 
-def stage_job(build: dict[str, Any], stage: str) -> StageJob:
+
+def stage_job(build: dict[str, Any], stage: str, comment: str = "") -> StageJob:
     """The job for ``stage`` of the build that the DAG's ``prepare`` task described."""
     stages: list[str] = build["stages"]
     i = stages.index(stage)
@@ -89,7 +158,15 @@ def stage_job(build: dict[str, Any], stage: str) -> StageJob:
         time_limit=build["time_limit"],
         sbatch_args=tuple(build["sbatch_args"]),
         env=tuple(sorted(build["env"].items())),
+        max_requeues=int(build["max_requeues"]),
+        comment=comment,
     )
+
+
+def wait_budget(build: dict[str, Any]) -> float:
+    """Seconds a stage job may take from submission to its end: every run at its time limit (the first
+    and each allowed requeue) plus the time it may wait in the queue, in total."""
+    return slurm_seconds(build["time_limit"]) * (int(build["max_requeues"]) + 1) + slurm_seconds(build["queue_wait"])
 
 
 class StageJobOperator(BaseOperator):
@@ -102,15 +179,29 @@ class StageJobOperator(BaseOperator):
         super().__init__(**kwargs)
         self.stage = stage
         self.build = build
+        self._submitted: Submitted | None = None
 
     def execute(self, context: Any) -> None:
-        job = stage_job(self.build, self.stage)
+        ti = context["ti"]
+        job = stage_job(self.build, self.stage, job_comment(ti.dag_id, ti.run_id, self.stage, ti.try_number))
         backend = backend_for(self.build["backend"], self.build["conn_id"])
-        submitted = backend.submit(job)
-        self.log.info("stage %s: submitted %s job %s with %d ranks; log %s", self.stage, backend.name,
-                      submitted.job_id, job.ranks, submitted.log_path)
-        self.defer(trigger=StageJobTrigger(submitted.to_dict(), float(self.build["poll_interval"])),
-                   method_name="execute_complete")
+        budget = wait_budget(self.build)
+        # a retry first looks for the job of an earlier try (its sbatch may have timed out after SLURM
+        # accepted it, or the wait failed while the job ran on): one job per stage of a run
+        submitted, how = backend.attach_or_submit(job)
+        self._submitted = submitted
+        self.log.info("stage %s: %s on %s, %d ranks; log %s; waiting at most %s", self.stage, how, backend.name,
+                      job.ranks, submitted.log_path, timedelta(seconds=budget))
+        poll = float(self.build["poll_interval"])
+        # the trigger cancels the job at the deadline; the deferral's timeout is only the backstop
+        self.defer(trigger=StageJobTrigger(submitted.to_dict(), poll, deadline=time.time() + budget),
+                   method_name="execute_complete", timeout=timedelta(seconds=budget + 2 * poll + 600))
+
+    def on_kill(self) -> None:
+        """Killed while submitting (before the deferral): cancel the job this try submitted."""
+        if self._submitted is not None:
+            backend_for(self._submitted.backend, self._submitted.conn_id).cancel(self._submitted)
+            self.log.info("cancelled job %s", self._submitted.job_id)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, str]:
         job = event["job"]

@@ -11,9 +11,15 @@ joins it with :func:`shlex.join` for the remote shell, so a path with spaces, qu
 reaches the job as the same literal string and is never executed.
 
 A job's state comes from ``scontrol show job`` while SLURM remembers it (``MinJobAge``), then from
-``sacct`` (slurmdbd) or ``sacct -c`` (``jobcomp/filetxt``, no slurmdbd). The state logic is written once
+``sacct`` (slurmdbd) or ``sacct -c`` (``jobcomp/filetxt``, no slurmdbd), then from the job's exit record
+(``LOGDIR/<stage>-<id>.exit``, which the job script writes as it ends). The state logic is written once
 (:func:`_slurm_status_steps`) and driven either synchronously (in a task) or asynchronously (in the
 triggerer, which must not block its event loop).
+
+Transient and final failures are told apart (:func:`is_transient`): a dropped or refused SSH connection,
+a socket timeout, or a SLURM command that could not reach its daemon ("try again", "Socket timed out",
+"Unable to contact slurm controller") says nothing about the job and is retried with a bounded backoff;
+a job nobody knows, a refused key or an unknown host key is final.
 """
 
 from __future__ import annotations
@@ -25,13 +31,16 @@ import re
 import shlex
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from corpus.pipeline import PIPELINE
+
+T = TypeVar("T")
 
 #: The repository this module belongs to: where ``sbatch/`` and the default venv live on this host.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -44,12 +53,76 @@ FAILURE_STATES = frozenset({
     "PREEMPTED", "REVOKED", "SPECIAL_EXIT",
 })
 #: Everything else (PENDING, RUNNING, REQUEUED, COMPLETING, SUSPENDED, ...) is still on its way.
+#: ... except a job PENDING for one of these reasons: waiting will not clear them (a hold nobody
+#: releases, a request over the partition's or the association's limits, an account or QOS it may not
+#: use, a dependency that failed), so the waiter cancels the job and fails the task with the reason.
+NEVER_CLEARING_REASONS = frozenset({
+    "JobHeldUser", "JobHeldAdmin", "PartitionTimeLimit", "PartitionNodeLimit", "PartitionConfig",
+    "InvalidAccount", "InvalidQOS", "AccountNotAllowed", "BadConstraints", "DependencyNeverSatisfied",
+    "AssocMaxWallDurationPerJobLimit", "QOSMaxWallDurationPerJobLimit", "AssocMaxNodesPerJobLimit",
+    "QOSMaxNodePerJobLimit", "AssocMaxCpuPerJobLimit", "QOSMaxCpuPerJobLimit",
+})
 
 BACKENDS = ("local", "ssh", "mpiexec")
+#: every job of this project is named PREFIX<stage> (scripts/services_down.sh cancels by this prefix)
+JOB_PREFIX = os.environ.get("CORPUS_JOB_PREFIX", "corpus-")
 
 
 class SubmitError(RuntimeError):
     """A job could not be submitted or its state could not be read; the message says why."""
+
+
+class TransientSubmitError(SubmitError):
+    """Nothing answered for now (the controller, the accounting, the login node): ask again later."""
+
+
+#: what SLURM's commands print when their daemon is unreachable or busy, not when the job is unknown
+TRANSIENT_SLURM_MESSAGE = re.compile(
+    r"try again|timed out|time out|Unable to contact slurm controller|Connection refused|Connection reset|"
+    r"Resource temporarily unavailable|Zero Bytes were transmitted|Transport endpoint|slurm_persist_conn|"
+    r"Temporary failure|Slurmctld is not responding|communication connection failure", re.IGNORECASE)
+
+
+def transient_result(r: Result) -> bool:
+    """A command that failed because something was unreachable: our own timeout (124), ssh's failure to
+    connect (255), or a SLURM message that says so."""
+    return r.rc != 0 and (r.rc in (124, 255) or bool(TRANSIENT_SLURM_MESSAGE.search(f"{r.err}\n{r.out}")))
+
+
+#: waits between tries of a lookup that failed transiently in a worker (the trigger has its own budget)
+SYNC_BACKOFF_S = (2.0, 4.0, 8.0, 16.0, 32.0)
+
+
+def retry_transient(call: Callable[[], T], delays: tuple[float, ...] = SYNC_BACKOFF_S) -> T:
+    """``call()``, tried again after each of ``delays`` while it fails transiently (:func:`is_transient`).
+    Only for what is safe to repeat -- never ``sbatch``: a submission that timed out may have been
+    accepted, and the task's retry re-attaches to it instead."""
+    for delay in delays:
+        try:
+            return call()
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            time.sleep(delay)
+    return call()
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` from running a command says only "not now". asyncssh's DisconnectError,
+    ConnectionLost and ChannelOpenError and paramiko's SSHException are not OSError subclasses, so a
+    plain ``except OSError`` misses them; a refused key or host key is final, though, since it does not
+    heal by waiting."""
+    import asyncssh
+    import paramiko
+
+    if isinstance(exc, TransientSubmitError):
+        return True
+    if isinstance(exc, (asyncssh.PermissionDenied, asyncssh.HostKeyNotVerifiable, asyncssh.IllegalUserName,
+                        asyncssh.ProtocolNotSupported, asyncssh.KeyExchangeFailed,
+                        paramiko.AuthenticationException, paramiko.BadHostKeyException)):
+        return False
+    return isinstance(exc, (OSError, TimeoutError, EOFError, asyncssh.DisconnectError,
+                            asyncssh.ChannelOpenError, paramiko.SSHException))
 
 
 @dataclass(frozen=True)
@@ -68,10 +141,19 @@ class StageJob:
     time_limit: str = ""
     sbatch_args: tuple[str, ...] = ()  # extra sbatch options, e.g. ("--oversubscribe",)
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the job
+    max_requeues: int = 3  # how often the job may requeue itself after SIGUSR1 (sbatch/stage.sbatch)
+    comment: str = ""  # who submitted it (job_comment): a retry finds the job of an earlier try by it
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.stage):
             raise SubmitError(f"bad stage name {self.stage!r}")
+        # absolute: a relative path resolves against another directory on the worker than in the job,
+        # and an absolute one never starts with "-", so no input is ever read as an option
+        for what, paths in (("input", self.inputs), ("out", [self.out]), ("log_dir", [self.log_dir]),
+                            ("root", [self.root]), ("config", [self.config] if self.config else [])):
+            for path in paths:
+                if not path.startswith("/"):
+                    raise SubmitError(f"{what} must be an absolute path, got {path!r}")
         if self.ranks < 1:
             raise SubmitError(f"ranks must be at least 1, got {self.ranks}")
         for k, _ in self.env:
@@ -80,7 +162,7 @@ class StageJob:
 
     @property
     def job_name(self) -> str:
-        return f"corpus-{self.stage}"
+        return f"{JOB_PREFIX}{self.stage}"
 
     def script_argv(self) -> list[str]:
         """A planned stage's own job script (what a person submits); any other stage through the
@@ -95,28 +177,61 @@ class StageJob:
 
     def stage_args(self) -> list[str]:
         """The arguments of ``python -m hpc_jobs.<stage>`` (and of the job script)."""
-        args = ["--in", *self.inputs, "--out", self.out]
+        args = ["--in", *self.inputs, f"--out={self.out}"]
         if self.config:
-            args += ["--config", self.config]
+            args.append(f"--config={self.config}")
         return args
 
     def job_env(self) -> dict[str, str]:
-        return {"CORPUS_ROOT": self.root, "CORPUS_PYTHON": self.interpreter, "CORPUS_RANKS": str(self.ranks),
-                **dict(self.env)}
+        """The extra environment first, so it can never replace what the job script is told here."""
+        return {**dict(self.env), "CORPUS_ROOT": self.root, "CORPUS_PYTHON": self.interpreter,
+                "CORPUS_RANKS": str(self.ranks), "CORPUS_LOG_DIR": self.log_dir,
+                "CORPUS_MAX_REQUEUES": str(self.max_requeues)}
+
+    def exit_record(self, job_id: str) -> str:
+        """Where the job script writes ``job=ID exit=RC`` as it ends (sbatch/stage.sbatch)."""
+        return f"{self.log_dir}/{self.stage}-{job_id}.exit"
 
     def log_template(self) -> str:
         """sbatch's ``--output`` pattern: ``%j`` is the job id; a literal ``%`` in the path is doubled."""
         return f"{self.log_dir.replace('%', '%%')}/{self.stage}-%j.log"
 
     def sbatch_argv(self) -> list[str]:
-        argv = ["sbatch", "--parsable", f"--job-name={self.job_name}", f"--ntasks={self.ranks}",
+        """The extra options first: sbatch lets a later option win, so the job's name, size, log and
+        working directory set here always do (the DAG also refuses such options in its Params)."""
+        argv = ["sbatch", "--parsable", *self.sbatch_args, f"--job-name={self.job_name}", f"--ntasks={self.ranks}",
                 f"--output={self.log_template()}", f"--chdir={self.root}"]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         if self.time_limit:
             argv.append(f"--time={self.time_limit}")
-        argv += [*self.sbatch_args, *self.script_argv(), *self.stage_args()]
+        if self.comment:
+            argv.append(f"--comment={self.comment}")
+        argv += [*self.script_argv(), *self.stage_args()]
         return argv
+
+    @property
+    def owner(self) -> str:
+        """The comment without its try: what every try of the same run's stage has in common."""
+        return self.comment.rsplit(" try=", 1)[0]
+
+
+def job_comment(dag_id: str, run_id: str, stage: str, try_number: int) -> str:
+    """The job's SLURM comment: which DAG run, stage and task try submitted it (``squeue -o %k`` shows it)."""
+    return f"corpus dag={dag_id} run={run_id} stage={stage} try={try_number}"
+
+
+def slurm_seconds(limit: str) -> int:
+    """Seconds of a SLURM time: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``."""
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", limit.strip())
+    if not m:
+        raise SubmitError(f"not a SLURM time: {limit!r}")
+    days, a, b, c = (int(x) if x else None for x in m.groups())
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        return ((days * 24 + a) * 60 + (b or 0)) * 60 + (c or 0)
+    if c is not None:  # H:M:S
+        return (a * 60 + b) * 60 + c
+    return a * 60 + (b or 0)  # M or M:S
 
 
 def expand_log_template(template: str, job_id: str) -> str:
@@ -142,6 +257,7 @@ class Submitted:
     log_path: str
     stage: str
     conn_id: str = ""
+    exit_path: str = ""  # the exit record the job script writes as it ends ("" for the mpiexec backend)
 
     def to_dict(self) -> dict[str, str]:
         return dataclasses.asdict(self)
@@ -166,6 +282,11 @@ class JobStatus:
     @property
     def ok(self) -> bool:
         return self.state in SUCCESS_STATES
+
+    @property
+    def stuck(self) -> bool:
+        """PENDING for a reason that waiting will not clear."""
+        return self.state == "PENDING" and self.reason in NEVER_CLEARING_REASONS
 
     def describe(self) -> str:
         extra = f", exit code {self.exit_code}" if self.exit_code else ""
@@ -210,18 +331,37 @@ class Result:
 Steps = Generator[list[str], Result, JobStatus]
 
 
-def _slurm_status_steps(job_id: str) -> Steps:
-    """Ask scontrol, then sacct, then sacct -c; yields commands, receives their results."""
-    r = yield ["scontrol", "show", "job", "-o", job_id]
-    if r.rc == 0 and (st := parse_scontrol(r.out, job_id)):
-        return st
-    tried = [f"scontrol: {(r.err or r.out).strip()}"]
-    for argv, source in ((["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"], "sacct"),
-                         (["sacct", "-c", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"], "sacct -c")):
+def parse_exit_record(out: str, job_id: str) -> JobStatus | None:
+    """``job=ID exit=RC``, the line sbatch/stage.sbatch writes as it ends (not when it requeues itself)."""
+    m = re.fullmatch(r"job=(\S+) exit=(\d+)", out.strip())
+    if not m or m.group(1) != job_id:
+        return None
+    rc = int(m.group(2))
+    return JobStatus(job_id, "COMPLETED" if rc == 0 else "FAILED", f"{rc}:0", "", "exit record")
+
+
+def _slurm_status_steps(job_id: str, exit_path: str = "") -> Steps:
+    """Ask scontrol, then sacct, then sacct -c, then the job's exit record; yields commands, receives
+    their results. Only when every source answered and none knows the job is that final; when one could
+    not answer (a transient failure), the caller asks again later."""
+    sources = [
+        (["scontrol", "show", "job", "-o", job_id], "scontrol", lambda out: parse_scontrol(out, job_id)),
+        (["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"], "sacct",
+         lambda out: parse_sacct(out, job_id, "sacct")),
+        (["sacct", "-c", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"], "sacct -c",
+         lambda out: parse_sacct(out, job_id, "sacct -c")),
+    ]
+    if exit_path:
+        sources.append((["cat", "--", exit_path], "exit record", lambda out: parse_exit_record(out, job_id)))
+    tried, unreachable = [], []
+    for argv, source, parse in sources:
         r = yield argv
-        if r.rc == 0 and (st := parse_sacct(r.out, job_id, source)):
+        if r.rc == 0 and (st := parse(r.out)):
             return st
-        tried.append(f"{source}: {(r.err or r.out).strip() or 'no record'}")
+        why = f"{source}: {(r.err or r.out).strip() or 'no record'}"
+        (unreachable if transient_result(r) else tried).append(why)
+    if unreachable:
+        raise TransientSubmitError(f"cannot read the state of job {job_id} now ({'; '.join(unreachable + tried)})")
     raise SubmitError(f"SLURM does not know job {job_id} ({'; '.join(tried)})")
 
 
@@ -265,13 +405,53 @@ class Backend:
     def submit(self, job: StageJob) -> Submitted:
         self.check(["mkdir", "-p", "--", job.log_dir])
         job_id = parse_job_id(self.check(job.sbatch_argv(), env=job.job_env()))
-        return Submitted(self.name, job_id, expand_log_template(job.log_template(), job_id), job.stage, self.conn_id)
+        return self.submitted(job, job_id)
+
+    def submitted(self, job: StageJob, job_id: str) -> Submitted:
+        return Submitted(self.name, job_id, expand_log_template(job.log_template(), job_id), job.stage, self.conn_id,
+                         job.exit_record(job_id))
+
+    def live_jobs(self, job: StageJob) -> list[tuple[JobStatus, str]]:
+        """This user's jobs still in the queue that an earlier try of the same run's stage submitted
+        (same name, same comment but for the try), with their comments, newest first."""
+        r = self.run(["squeue", "--me", "-h", f"--name={job.job_name}", "-o", "%i|%T|%r|%k"])
+        if r.rc != 0:
+            error = TransientSubmitError if transient_result(r) else SubmitError
+            raise error(f"squeue failed on {self.name} (exit {r.rc}): {(r.err or r.out).strip()}")
+        found = []
+        for line in r.out.splitlines():
+            parts = line.strip().split("|", 3)  # the comment is last: a "|" in it stays in it
+            if len(parts) != 4 or parts[3].rsplit(" try=", 1)[0] != job.owner:
+                continue
+            status = JobStatus(parts[0], normalise_state(parts[1]), "", parts[2], "squeue")
+            if not status.done and status.state != "COMPLETING":  # an ending job is not one to wait on
+                found.append((status, parts[3]))
+        return sorted(found, key=lambda f: int(f[0].job_id) if f[0].job_id.isdigit() else -1, reverse=True)
+
+    def attach_or_submit(self, job: StageJob) -> tuple[Submitted, str]:
+        """One job per stage of a run: re-attach to the job an earlier try left alive, submit only when
+        there is none. A job that cannot go on (PENDING for a reason that never clears) or a second live
+        one (two writers of one stage directory) is cancelled. Returns the job and what was done."""
+        if not job.comment:  # an empty owner would match any job of that name, a hand-submitted one too
+            raise SubmitError(f"job {job.job_name} has no comment (job_comment) to find its earlier tries by")
+        keep, notes = None, []
+        for status, comment in retry_transient(lambda: self.live_jobs(job)):
+            if keep is None and not status.stuck:
+                keep = (status, comment)
+                continue
+            self.cancel(self.submitted(job, status.job_id))
+            notes.append(f"cancelled job {status.job_id} ({comment}, {status.state} {status.reason})")
+        if keep is None:
+            return self.submit(job), "; ".join([*notes, "submitted"])
+        status, comment = keep
+        return (self.submitted(job, status.job_id),
+                "; ".join([*notes, f"re-attached to job {status.job_id} ({comment}, {status.state})"]))
 
     def status(self, job: Submitted) -> JobStatus:
-        return _drive(_slurm_status_steps(job.job_id), self.run)
+        return _drive(_slurm_status_steps(job.job_id, job.exit_path), self.run)
 
     async def astatus(self, job: Submitted) -> JobStatus:
-        return await _adrive(_slurm_status_steps(job.job_id), self.arun)
+        return await _adrive(_slurm_status_steps(job.job_id, job.exit_path), self.arun)
 
     def cancel(self, job: Submitted) -> None:
         self.check(["scancel", job.job_id])
@@ -376,6 +556,10 @@ class MpiexecBackend(Backend):
         )
         Path(log + ".pid").write_text(str(proc.pid))
         return Submitted(self.name, job_id, log, job.stage)
+
+    def live_jobs(self, job: StageJob) -> list[tuple[JobStatus, str]]:
+        """No queue to ask: without SLURM a retry submits again (the embedded demo's case)."""
+        return []
 
     def _pid(self, job: Submitted) -> int | None:
         p = Path(job.log_path + ".pid")

@@ -112,7 +112,7 @@ def test_model_and_loader_state_round_trip_through_one_checkpoint(id_snapshot, t
     assert load_checkpoint(tmp_path / "ckpt", model2, optimizer2, loader2) == 7
     assert torch.equal(model2.weight, model.weight)
     assert digest(loader2.next_batch()) == expected
-    assert not (tmp_path / ".ckpt.partial").exists()
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["latest", "step-00000007"]  # no partial left
 
 
 def test_seek_lands_where_iteration_does_even_across_epoch_caps(id_snapshot):

@@ -48,7 +48,7 @@ def test_checkpoint_on_4_processes_resumes_exactly_once_on_3_and_on_6(id_snapsho
     k = 9
     torchrun(4, *common, "--ckpt", str(tmp_path / "ckpt"), "--save-at", str(k), "--stop-after-save",
              "--tag", "before")
-    assert (tmp_path / "ckpt" / "train.json").is_file()
+    assert (tmp_path / "ckpt" / "latest" / "train.json").is_file()
     before = tokens(tmp_path, "before")
     assert sum(before.values()) > 0
     expected = expected_tokens(id_snapshot, load_manifest(id_snapshot)[0], CAPS)

@@ -116,7 +116,7 @@ def ssh_build(services, airflow_env, small_inputs, tmp_path_factory) -> Path:
     """A whole build_snapshot run: every stage an sbatch job submitted over SSH."""
     assert PIPELINE, "no stages are installed: nothing to orchestrate"
     out = tmp_path_factory.mktemp("ssh-build") / "build $(touch pwned)"
-    conf = {"backend": "ssh", "ssh_conn_id": "slurm_login", "inputs": [str(p) for p in small_inputs],
+    conf = {"backend": "ssh", "inputs": [str(p) for p in small_inputs],
             "out": str(out), "ranks": 2, "seed": 0, "poll_interval": 1, "sbatch_args": ["--oversubscribe"]}
     proc = dags_test(airflow_env, conf, out.parent / "dags-test.log")
     assert proc.returncode == 0, f"DAG run failed:\n{failure_lines(proc.stdout + proc.stderr)}"

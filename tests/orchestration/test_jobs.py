@@ -86,6 +86,8 @@ def test_a_job_submitted_over_ssh_runs_the_stage(services, small_inputs, ingest_
     assert st.ok, f"{st.describe()}\n{backend.tail(sub.log_path)}"
     assert Path(sub.log_path).parent.name == "logs %j" and "stage ingest: SLURM job" in Path(sub.log_path).read_text()
     assert manifest_digest(out / "ingest") == manifest_digest(ingest_alone)
+    # what the state lookup reads last, once SLURM has forgotten the job
+    assert Path(sub.exit_path).read_text() == f"job={sub.job_id} exit=0\n"
     no_injection(tmp_path, out)
 
 
@@ -136,11 +138,8 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.cluster
-def test_sigusr1_stops_at_a_shard_boundary_and_the_requeued_job_resumes(services, tmp_path):
-    """Pre-emption: the signal SLURM sends before the time limit makes every rank finish its shard and
-    stop; the job requeues itself and its second run only does the shards that were left."""
-    # a slow toy stage beside the real ones (hpc_jobs is a namespace package)
+def slow_toy_job(tmp_path: Path, max_requeues: int = 3) -> StageJob:
+    """A slow toy stage beside the real ones (hpc_jobs is a namespace package): 6 shards of 8 docs."""
     extra = tmp_path / "extra"
     (extra / "hpc_jobs").mkdir(parents=True)
     (extra / "hpc_jobs" / "slow_toy.py").write_text(SLOW_TOY)
@@ -151,18 +150,29 @@ def test_sigusr1_stops_at_a_shard_boundary_and_the_requeued_job_resumes(services
             json.dumps({"url": f"https://x.example/{f}/{i}", "text": f"doc {f}-{i}"}) + "\n" for i in range(8)))
     config = tmp_path / "slow.toml"
     config.write_text("[slow_toy]\nsleep_per_doc = 0.25\n")
-    backend = LocalBackend()
-    job = StageJob(stage="slow_toy", inputs=tuple(str(p) for p in sorted(inputs.iterdir())),
-                   out=str(tmp_path / "out"), config=str(config), log_dir=str(tmp_path / "logs"), ranks=2,
-                   env=(("PYTHONPATH", f"{extra}:{ROOT}"),))
-    sub = backend.submit(job)
+    return StageJob(stage="slow_toy", inputs=tuple(str(p) for p in sorted(inputs.iterdir())),
+                    out=str(tmp_path / "out"), config=str(config), log_dir=str(tmp_path / "logs"), ranks=2,
+                    env=(("PYTHONPATH", f"{extra}:{ROOT}"),), max_requeues=max_requeues)
+
+
+def preempt_after_first_shard(sub: Submitted, until: str, deadline: float) -> None:
     log = Path(sub.log_path)
-    deadline = time.monotonic() + 120
     while time.monotonic() < deadline and "done, 8 in" not in (log.read_text() if log.exists() else ""):
         time.sleep(0.2)  # the first shard is finished: the stage is under way
     subprocess.run(["scancel", "--batch", "--signal=USR1", sub.job_id], check=True)
-    while time.monotonic() < deadline and "requeueing job" not in log.read_text():
+    while time.monotonic() < deadline and until not in log.read_text():
         time.sleep(0.2)
+
+
+@pytest.mark.cluster
+def test_sigusr1_stops_at_a_shard_boundary_and_the_requeued_job_resumes(services, tmp_path):
+    """Pre-emption: the signal SLURM sends before the time limit makes every rank finish its shard and
+    stop; the job requeues itself and its second run only does the shards that were left."""
+    backend = LocalBackend()
+    sub = backend.submit(slow_toy_job(tmp_path))
+    log = Path(sub.log_path)
+    deadline = time.monotonic() + 120
+    preempt_after_first_shard(sub, "requeueing job", deadline)
     text = log.read_text()
     assert "stopped at a shard boundary" in text, text
     # SLURM holds a requeued job for ~2 minutes before it is eligible again; once the first run's
@@ -184,3 +194,16 @@ def test_sigusr1_stops_at_a_shard_boundary_and_the_requeued_job_resumes(services
     assert second.count(": done, ") == 6 - done_first  # finished shards are never redone
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert m["totals"]["in"] == 48 and len(m["outputs"]) == 6
+
+
+@pytest.mark.cluster
+def test_a_job_that_used_up_its_requeues_ends_instead_of_requeueing(services, tmp_path):
+    """CORPUS_MAX_REQUEUES=0: pre-empted, the job stops at a shard boundary and ends with the stage's
+    status rather than requeue, so no job outlives its waiter's bound."""
+    backend = LocalBackend()
+    sub = backend.submit(slow_toy_job(tmp_path, max_requeues=0))
+    preempt_after_first_shard(sub, "exit status", time.monotonic() + 120)
+    st = wait_done(backend, sub)
+    text = Path(sub.log_path).read_text()
+    assert st.state == "FAILED" and "requeued 0 times already (CORPUS_MAX_REQUEUES=0): not again" in text, text
+    assert "(run 2," not in text and Path(sub.exit_path).read_text() == f"job={sub.job_id} exit=75\n"

@@ -64,14 +64,33 @@ def test_the_local_backend_runs_without_a_shell():
 
 
 def test_sbatch_line_passes_stage_arguments_as_separate_words():
-    j = job(inputs=tuple(HOSTILE[:3]), out="/b/o u;t", sbatch_args=("--oversubscribe",), partition="debug",
+    inputs = tuple("/" + h for h in HOSTILE)
+    j = job(inputs=inputs, out="/b/o u;t", sbatch_args=("--oversubscribe",), partition="debug",
             time_limit="01:00:00")
     argv = j.sbatch_argv()
     assert argv[:2] == ["sbatch", "--parsable"]
     assert "--ntasks=4" in argv and "--partition=debug" in argv and "--time=01:00:00" in argv
     assert "--oversubscribe" in argv
     script = argv.index("/srv/corpus/sbatch/ingest.sbatch")
-    assert argv[script + 1:] == ["--in", *HOSTILE[:3], "--out", "/b/o u;t", "--config", "/builds/b1/build-config.json"]
+    assert argv[script + 1:] == ["--in", *inputs, "--out=/b/o u;t", "--config=/builds/b1/build-config.json"]
+
+
+def test_the_submitters_own_options_and_environment_win_over_the_extra_ones():
+    """sbatch takes the last of repeated options; the extra options come before the job's own."""
+    j = job(sbatch_args=("--chdir=/", "--output=/tmp/x", "--ntasks=99"), env=(("CORPUS_PYTHON", "/bin/sh"),))
+    argv = j.sbatch_argv()
+    for mine in ("--chdir=/srv/corpus", "--output=/builds/b1/logs/ingest-%j.log", "--ntasks=4"):
+        option = mine.split("=")[0]
+        assert [a for a in argv if a.startswith(option + "=")][-1] == mine
+    assert j.job_env()["CORPUS_PYTHON"] == "/srv/corpus/.venv/bin/python"
+
+
+@pytest.mark.parametrize("field,value", [("inputs", ("rel/in",)), ("inputs", ("-n",)), ("out", "build"),
+                                         ("config", "cfg.json"), ("root", "."), ("log_dir", "logs")])
+def test_a_relative_path_or_an_option_as_a_path_is_refused(field, value):
+    name = "input" if field == "inputs" else field
+    with pytest.raises(SubmitError, match=f"{name} must be an absolute path"):
+        job(**{field: value})
 
 
 def test_a_percent_in_the_log_directory_is_not_a_filename_pattern():
