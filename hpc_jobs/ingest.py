@@ -32,7 +32,7 @@ from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_
 from corpus.ingest.holdout import in_holdout
 from corpus.ingest.recrawl import RecordKey, later_fetches
 from corpus.ingest.sources import SourceSpec, expand_inputs, input_format, parse_source_tables, source_for
-from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_html, iter_warc
+from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_page, iter_warc
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from mpi_kernels.shuffle import stable_key_hash
 from runtime.global_phase import (
@@ -81,7 +81,7 @@ class _Item:
 
 class IngestStage(Stage):
     name = "ingest"
-    version = "2"  # the recrawl collapse as a global phase checkpointed in parts
+    version = "3"  # pages decoded in the WHATWG order, contradicted charsets corrected
     Config = IngestConfig
     artifact_kinds = ("holdout", "skipped")
 
@@ -153,9 +153,9 @@ class IngestStage(Stage):
                 yield _Item(rec.index, len(rec.text.encode("utf-8")), doc=self._curated_doc(rec, spec))
 
     def _web_doc(self, rec: RawRecord, spec: SourceSpec) -> Document:
-        html, undecodable = decode_html(rec.payload, rec.content_type)
+        page = decode_page(rec.payload, rec.content_type)
         doc = Document.create(
-            text=html,
+            text=page.text,
             source=spec.name,
             source_tier=spec.tier,
             url=rec.url,
@@ -164,9 +164,16 @@ class IngestStage(Stage):
             content_type="text/html",
             license_hint=spec.license,
         )
-        if undecodable:
-            doc = doc.annotate(Annotation(self.name, "undecodable_bytes", undecodable, "info"))
-        return doc
+        notes = []
+        if page.corrected:  # the declaration contradicted the bytes: say which one was believed
+            notes.append(
+                Annotation(self.name, "charset_corrected", f"{page.declared}->{page.encoding}", "info")
+            )
+        elif not page.declared and page.encoding != "utf-8":  # a detector's guess, worth auditing
+            notes.append(Annotation(self.name, "charset_detected", page.encoding, "info"))
+        if page.undecodable:
+            notes.append(Annotation(self.name, "undecodable_bytes", page.undecodable, "info"))
+        return doc.annotate(*notes)
 
     def _curated_doc(self, rec: CuratedRecord, spec: SourceSpec) -> Document:
         doc = Document.create(
@@ -204,7 +211,12 @@ class IngestStage(Stage):
             n = 0
             for it in self.items(shard) if self.config.collapse_recrawls else ():
                 if it.doc is not None:
-                    f.write(canonical_json([it.doc.url, it.doc.raw_digest, it.doc.crawl_date, shard.sha256, it.index]) + b"\n")
+                    f.write(
+                        canonical_json(
+                            [it.doc.url, it.doc.raw_digest, it.doc.crawl_date, shard.sha256, it.index]
+                        )
+                        + b"\n"
+                    )
                     n += 1
             return {"records": n}
 
@@ -256,7 +268,9 @@ class IngestStage(Stage):
                 elif it.bad is not None:
                     yield Quarantined(it.bad), it.bytes_in
                 elif str(it.index) in dups:
-                    doc = it.doc.annotate(Annotation(self.name, "recrawl_of_date", dups[str(it.index)], "fail"))
+                    doc = it.doc.annotate(
+                        Annotation(self.name, "recrawl_of_date", dups[str(it.index)], "fail")
+                    )
                     yield Filtered(doc, "recrawl_duplicate"), it.bytes_in
                 elif in_holdout(
                     it.doc.url, it.doc.source_tier, self.config.holdout_modulus, self.config.holdout_tiers

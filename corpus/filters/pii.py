@@ -1,33 +1,186 @@
 """PII scrubbing in place: spans that identify a person or a machine become typed placeholders.
 
-Emails, phone numbers, public IP addresses (private, loopback and documentation ranges are left as
-they are: they identify nobody) and credit-card-like numbers (13–19 digits passing the Luhn check).
-The document stays; the counts are recorded so the policy (or a reader) can see what was replaced.
+Precision matters as much as recall: a false replacement damages text that identified nobody (a
+version string, a Perl package name, an ISBN), and in code or manuals these are everywhere. So every
+kind is a value that can be validated, not a digit pattern:
+
+* ``email``: ``local@domain.tld`` (a file name such as ``icon@2x.png`` is not one);
+* ``phone``: international ``+CC …`` with a known country code and 8–15 digits; North-American
+  ``(415) 555-0132`` / ``415-555-0132`` (area and exchange codes start with 2–9); spaced national
+  numbers (``020 7946 0958``, ``415 555 0132``) only after a word that says phone (``Tel.``, ``phone``,
+  …): without it, a row of a table of sizes (``256 512 1024``) has the same shape;
+* ``ip``: public IPv4 in an address context (a word such as "IP", "server", "host" or "connect"
+  before it, a ``:port`` or ``/prefix`` after it, or a URL), never after ``/`` or "version"
+  (``Firefox/2.0.0.1``, ``vac 5.0.2.9``); IPv6 only in its global unicast form (``2xxx:``/``3xxx:``
+  with at least three groups written), which ``$a::b`` or ``B::C`` never are. Private, loopback and
+  documentation ranges identify nobody and stay;
+* ``credit_card``: an issuer prefix with its length (Visa, Mastercard, Amex, Discover, JCB, Diners,
+  UnionPay, Maestro), the Luhn check, consistent grouping, and at least four distinct digits
+  (thirteen zeros or ``4111 1111 1111 1111`` identify nobody);
+* ``iban``: a country's IBAN length, check digits 02–98 and the ISO 13616 mod-97 check;
+* ``us_ssn``: ``AAA-GG-SSSS`` outside the never-issued ranges (area 000, 666, 900–999, group 00,
+  serial 0000, and the two numbers published in advertising); the spaced form only after "SSN".
+
+``scrub_pii`` returns the replaced text and every replacement as a span of the *input* text, so a
+replacement can be audited and undone from the document it was derived from.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from collections import Counter
+from dataclasses import dataclass
 
-PLACEHOLDERS = {"email": "<EMAIL>", "phone": "<PHONE>", "ip": "<IP_ADDRESS>", "credit_card": "<CREDIT_CARD>"}
+PLACEHOLDERS = {
+    "email": "<EMAIL>",
+    "phone": "<PHONE>",
+    "ip": "<IP_ADDRESS>",
+    "credit_card": "<CREDIT_CARD>",
+    "iban": "<IBAN>",
+    "us_ssn": "<US_SSN>",
+}
+KINDS = tuple(PLACEHOLDERS)
+#: the kinds a checksum or an unambiguous shape identifies: safe on code and manuals, where digit
+#: groups, dotted versions and ``a::b`` names abound and context words cannot be trusted
+CODE_SAFE_KINDS = ("email", "credit_card", "iban")
+#: when candidates of two kinds overlap, the more structured wins
+_PRIORITY = {kind: i for i, kind in enumerate(("email", "iban", "credit_card", "us_ssn", "ip", "phone"))}
+
+
+@dataclass(frozen=True)
+class PiiSpan:
+    """``text[start:end]`` of the scanned text is PII of ``kind``."""
+
+    start: int
+    end: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class Scrubbed:
+    text: str
+    spans: tuple[PiiSpan, ...]  # in the coordinates of the text that was scrubbed
+
+    def counts(self) -> dict[str, int]:
+        return {kind: sum(s.kind == kind for s in self.spans) for kind in KINDS}
+
+
+# --- email ------------------------------------------------------------------------------------------
 
 _EMAIL = re.compile(
-    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
+    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+([A-Za-z]{2,24})(?![\w-])"
 )
-_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
+_FILE_EXTENSIONS = frozenset(
+    "png jpg jpeg gif svg webp bmp ico css js mjs ts html htm xml json pdf txt rst cpp java rb php "
+    "zip gz tgz bz2 xz tar".split()
+)
+
+
+def _emails(text: str):
+    for m in _EMAIL.finditer(text):
+        if m.group(1).lower() not in _FILE_EXTENSIONS:
+            yield m.start(), m.end()
+
+
+# --- phone ------------------------------------------------------------------------------------------
+
+#: ITU-T E.164 country codes of one and two digits, and the first two digits of the three-digit ones
+_CC_SHORT = frozenset(
+    "1 7 20 27 30 31 32 33 34 36 39 40 41 43 44 45 46 47 48 49 51 52 53 54 55 56 57 58 60 61 62 63 64 "
+    "65 66 81 82 84 86 90 91 92 93 94 95 98".split()
+)
+_CC_THREE_DIGIT_PREFIXES = frozenset(
+    "21 22 23 24 25 26 29 35 37 38 42 50 59 67 68 69 80 85 87 88 96 97 99".split()
+)
+_INTERNATIONAL = re.compile(r"(?<![\w+])\+\d(?:[ .-]?(?:\(\d{1,4}\)|\d{1,5})){1,7}(?![\w-]|\.\d)")
+_NANP = re.compile(
+    r"(?<![\w+.-])(?:\([2-9]\d\d\) ?[2-9]\d\d[-. ]\d{4}|[2-9]\d\d([-.])[2-9]\d\d\1\d{4})(?![\w-]|\.\d)"
+)
+_NATIONAL = re.compile(
+    r"(?i:\b(?:tel|t[ée]l[ée]phone|telephone|phone|telefon|tel[ée]fono|fax|mobile|mobil|cell|call)\b)"
+    r"\.?[ \t]*(?:\([^)\n]{1,12}\))?[ \t]*[:：]?[ \t]*((?:0\d{1,4}|[2-9]\d\d)(?:[ ./-]\d{2,4}){1,4})(?![\w-]|\.\d)"
+)
+
+
+def _country_code_ok(digits: str) -> bool:
+    return digits[:1] in _CC_SHORT or digits[:2] in _CC_SHORT or digits[:2] in _CC_THREE_DIGIT_PREFIXES
+
+
+def _phones(text: str):
+    for m in _INTERNATIONAL.finditer(text):
+        digits = re.sub(r"\D", "", m.group(0))
+        if 8 <= len(digits) <= 15 and _country_code_ok(digits) and m.group(0).count("(") <= 1:
+            yield m.start(), m.end()
+    for m in _NANP.finditer(text):
+        yield m.start(), m.end()
+    for m in _NATIONAL.finditer(text):
+        if 9 <= sum(c.isdigit() for c in m.group(1)) <= 12:
+            yield m.start(1), m.end(1)
+
+
+# --- IP addresses -------------------------------------------------------------------------------------
+
 _IPV4 = re.compile(
-    r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d.]|\.\d)"
+    r"(?<![\w.-])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w-]|\.\d)"
 )
-_IPV6 = re.compile(
-    r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}(?![\w:])|(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}:){0,5}[0-9A-Fa-f]{1,4}(?![\w:])"
+_IPV6 = re.compile(r"(?<![\w:.$@%&*])[23][0-9A-Fa-f]{3}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])")
+_ADDRESS_WORDS = re.compile(
+    r"(?i)\b(?:ip|ipv4|ips|address(?:es)?|addr|hosts?|hostname|server|client|peer|gateway|dns|"
+    r"nameserver|resolver|router|proxy|ping|inet|src|dst|source|destination|remote|connect(?:ed|ing|ion)?|"
+    r"login|logged|visitor|adresse|indirizzo|dirección|endereço|адрес)\b"
 )
-# an international number (+CC ...) or a North-American style (NNN) NNN-NNNN / NNN-NNN-NNNN
-_PHONE = re.compile(
-    r"(?<![\w+])(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]\d{2,4}){2,4}"
-    r"|\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}|\d{3}[.-]\d{3}[.-]\d{4})(?![\w])"
+_VERSION_BEFORE = re.compile(
+    r"(?i)(?:\b(?:v|ver|version|release|rev|revision|build|patch|level)\s*[:=]?\s*|/)$"
 )
+_ADDRESS_AFTER = re.compile(r"^(?::\d{1,5}\b|/\d{1,2}\b| - - )")
+
+
+def _ipv4_in_context(text: str, start: int, end: int) -> bool:
+    """An address context: no version word or ``product/`` right before; a URL, ``user@``, ``:port``,
+    ``/prefix`` or an access-log line around it, or an address word shortly before."""
+    line_start = text.rfind("\n", 0, start) + 1
+    before = text[max(line_start, start - 48) : start]
+    if before.endswith(("://", "@")) or _ADDRESS_AFTER.match(text[end : end + 8]):
+        return True
+    if _VERSION_BEFORE.search(before):
+        return False
+    return bool(_ADDRESS_WORDS.search(before))
+
+
+def _public(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_global
+    except ValueError:
+        return False
+
+
+def _ips(text: str):
+    for m in _IPV4.finditer(text):
+        if _public(m.group(0)) and _ipv4_in_context(text, m.start(), m.end()):
+            yield m.start(), m.end()
+    for m in _IPV6.finditer(text):
+        written = [g for g in m.group(0).split(":") if g]
+        if len(written) >= 3 and _public(m.group(0)):
+            yield m.start(), m.end()
+
+
+# --- card numbers -------------------------------------------------------------------------------------
+
+_CARD = re.compile(r"(?<![\w.-])\d{4}(?:([ -]?)\d{2,6})(?:\1\d{1,6}){0,4}(?![\w-]|[.,]\d)")
+#: (prefixes, lengths) of the issuers whose numbers are 12–19 digits (ISO/IEC 7812)
+_ISSUERS = (
+    (("4",), (13, 16, 19)),  # Visa
+    (tuple(str(p) for p in range(51, 56)) + tuple(str(p) for p in range(2221, 2721)), (16,)),  # Mastercard
+    (("34", "37"), (15,)),  # American Express
+    (("6011", "65") + tuple(str(p) for p in range(644, 650)), (16, 17, 18, 19)),  # Discover
+    (tuple(str(p) for p in range(3528, 3590)), (16, 17, 18, 19)),  # JCB
+    (("36", "38", "39") + tuple(str(p) for p in range(300, 306)), (14, 15, 16, 17, 18, 19)),  # Diners
+    (("62",), (16, 17, 18, 19)),  # UnionPay
+    (("50", "56", "57", "58", "63", "67"), (12, 13, 14, 15, 16, 17, 18, 19)),  # Maestro
+)
+#: digit groupings printed on cards and forms (groups of four; Amex and Diners 4-6-5 / 4-6-4)
+_CARD_GROUPS = re.compile(r"^\d{4}(?:[ -]\d{4}){2,3}(?:[ -]\d{1,4})?$|^\d{4}[ -]\d{6}[ -]\d{4,5}$")
 
 
 def luhn_ok(digits: str) -> bool:
@@ -40,32 +193,113 @@ def luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
-def _public_ip(s: str) -> bool:
-    try:
-        return ipaddress.ip_address(s).is_global
-    except ValueError:
-        return False
+def is_card_number(digits: str) -> bool:
+    """An issuer's prefix and length, the Luhn check, and not a run of a few repeated digits."""
+    issued = any(digits.startswith(prefixes) and len(digits) in lengths for prefixes, lengths in _ISSUERS)
+    return issued and luhn_ok(digits) and len(set(digits)) >= 4
 
 
-def scrub_pii(text: str) -> tuple[str, dict[str, int]]:
-    """The text with PII spans replaced by placeholders, and how many of each kind were replaced."""
-    counts: Counter = Counter()
+def _cards(text: str):
+    for m in _CARD.finditer(text):
+        s = m.group(0)
+        if (s.isdigit() or _CARD_GROUPS.match(s)) and is_card_number(re.sub(r"\D", "", s)):
+            yield m.start(), m.end()
 
-    def sub(kind: str, pattern: re.Pattern, keep=lambda m: True):
-        def repl(m: re.Match) -> str:
-            if not keep(m):
-                return m.group(0)
-            counts[kind] += 1
-            return PLACEHOLDERS[kind]
 
-        return lambda t: pattern.sub(repl, t)
+# --- IBAN -------------------------------------------------------------------------------------------
 
-    for step in (
-        sub("email", _EMAIL),
-        sub("credit_card", _CARD, lambda m: luhn_ok(re.sub(r"\D", "", m.group(0)))),
-        sub("ip", _IPV6, lambda m: _public_ip(m.group(0))),
-        sub("ip", _IPV4, lambda m: _public_ip(m.group(0))),
-        sub("phone", _PHONE, lambda m: sum(c.isdigit() for c in m.group(0)) >= 10),
-    ):
-        text = step(text)
-    return text, {k: counts.get(k, 0) for k in PLACEHOLDERS}
+#: IBAN length per country (the SWIFT IBAN registry)
+IBAN_LENGTHS = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BR": 29,
+    "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28, "EE": 20, "EG": 29,
+    "ES": 24, "FI": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28,
+    "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26, "IT": 27, "JO": 30, "KW": 30, "KZ": 20,
+    "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "MC": 27, "MD": 24, "ME": 22, "MK": 19,
+    "MR": 27, "MT": 31, "MU": 30, "NL": 18, "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29,
+    "RO": 24, "RS": 22, "SA": 24, "SC": 31, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "ST": 25, "SV": 28,
+    "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+}  # fmt: skip
+_IBAN = re.compile(
+    r"(?<![\w-])[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,3})?)(?![\w-])"
+)
+
+
+def iban_ok(iban: str) -> bool:
+    """The country's length, check digits 02–98 and the mod-97 check (ISO 13616) of a compact IBAN."""
+    if IBAN_LENGTHS.get(iban[:2]) != len(iban) or not "02" <= iban[2:4] <= "98":
+        return False  # check digits 00, 01 and 99 are never issued
+    rearranged = iban[4:] + iban[:4]
+    return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
+
+
+def _ibans(text: str):
+    for m in _IBAN.finditer(text):
+        if iban_ok(m.group(0).replace(" ", "")):
+            yield m.start(), m.end()
+
+
+# --- US social security numbers -------------------------------------------------------------------
+
+_SSN = re.compile(r"(?<![\w-])(\d{3})-(\d{2})-(\d{4})(?![\w-])")
+_SSN_SPACED = re.compile(
+    r"(?i:\bssn\b|\bss#|\bsocial security(?: number| no\.?)?)\W{0,3}(\d{3}) (\d{2}) (\d{4})\b"
+)
+_SSN_ADVERTISED = frozenset({"078051120", "219099999"})
+
+
+def ssn_ok(area: str, group: str, serial: str) -> bool:
+    """Not in a range the SSA never issues (area 000, 666, 9xx; group 00; serial 0000)."""
+    return (
+        area not in ("000", "666")
+        and area[0] != "9"
+        and group != "00"
+        and serial != "0000"
+        and area + group + serial not in _SSN_ADVERTISED
+    )
+
+
+def _ssns(text: str):
+    for m in _SSN.finditer(text):
+        if ssn_ok(*m.groups()):
+            yield m.start(), m.end()
+    for m in _SSN_SPACED.finditer(text):
+        if ssn_ok(*m.groups()):
+            yield m.start(1), m.end(3)
+
+
+_FINDERS = {
+    "email": _emails,
+    "phone": _phones,
+    "ip": _ips,
+    "credit_card": _cards,
+    "iban": _ibans,
+    "us_ssn": _ssns,
+}
+
+
+def find_pii(text: str, kinds: tuple[str, ...] | list[str] = KINDS) -> list[PiiSpan]:
+    """The PII spans of ``text`` of the given kinds, in order and not overlapping (where candidates of
+    different kinds overlap, the more structured kind wins, then the longer span)."""
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown PII kinds {sorted(unknown)}; known: {list(KINDS)}")
+    candidates = sorted(
+        (PiiSpan(start, end, kind) for kind in kinds for start, end in _FINDERS[kind](text)),
+        key=lambda s: (_PRIORITY[s.kind], s.start - s.end, s.start),
+    )
+    chosen: list[PiiSpan] = []
+    for span in candidates:
+        if all(span.end <= c.start or span.start >= c.end for c in chosen):
+            chosen.append(span)
+    return sorted(chosen, key=lambda s: s.start)
+
+
+def scrub_pii(text: str, kinds: tuple[str, ...] | list[str] = KINDS) -> Scrubbed:
+    """The text with every PII span of ``kinds`` replaced by its placeholder, and the spans."""
+    spans = find_pii(text, kinds)
+    parts, at = [], 0
+    for s in spans:
+        parts += [text[at : s.start], PLACEHOLDERS[s.kind]]
+        at = s.end
+    parts.append(text[at:])
+    return Scrubbed("".join(parts), tuple(spans))

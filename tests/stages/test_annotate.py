@@ -66,16 +66,17 @@ def test_heuristic_signals_are_numbers_of_the_text():
 
 def test_pii_is_replaced_by_typed_placeholders_and_counted():
     text = (
-        "Write to jane.roe@mailhost.org or call +1 415 555 0132, (212) 555-0199. Card 4111 1111 1111 1111. "
-        "Server 8.8.8.8, LAN 192.168.1.10, Python 3.11.4, released 2026-03-01, build 1234567890123."
+        "Write to jane.roe@mailhost.org or call +1 415 555 0132, (212) 555-0199. Card 4539 1488 0343 6467. "
+        "Server 81.2.69.160, LAN 192.168.1.10, Python 3.11.4, released 2026-03-01, build 1234567890123. "
+        "IBAN GB82 WEST 1234 5698 7654 32, SSN 536-22-8726."
     )
-    scrubbed, counts = scrub_pii(text)
-    assert counts == {"email": 1, "phone": 2, "ip": 1, "credit_card": 1}
-    for placeholder in ("<EMAIL>", "<PHONE>", "<IP_ADDRESS>", "<CREDIT_CARD>"):
-        assert placeholder in scrubbed
+    scrubbed = scrub_pii(text)
+    assert scrubbed.counts() == {"email": 1, "phone": 2, "ip": 1, "credit_card": 1, "iban": 1, "us_ssn": 1}
+    for placeholder in ("<EMAIL>", "<PHONE>", "<IP_ADDRESS>", "<CREDIT_CARD>", "<IBAN>", "<US_SSN>"):
+        assert placeholder in scrubbed.text
     for kept in ("192.168.1.10", "3.11.4", "2026-03-01", "1234567890123"):
-        assert kept in scrubbed, f"{kept} is not PII"
-    assert scrub_pii("4111 1111 1111 1112")[1]["credit_card"] == 0, "fails the Luhn check"
+        assert kept in scrubbed.text, f"{kept} is not PII"
+    assert scrub_pii("4539 1488 0343 6468").counts()["credit_card"] == 0, "fails the Luhn check"
 
 
 def test_the_stage_stores_every_value_and_drops_nothing(tmp_path, shared_data):
@@ -109,6 +110,9 @@ def test_the_stage_stores_every_value_and_drops_nothing(tmp_path, shared_data):
     scrubbed = next(d for d in out if d.url == "https://n.example/1")
     assert "maint@debian-example.org" not in scrubbed.text and "<EMAIL>" in scrubbed.text
     assert scrubbed.scores["pii_email"] == 10 and scrubbed.derived_from
+    spans = json.loads(scrubbed.annotation("annotate", "pii_spans").value)
+    assert [note[s:e] for s, e, _ in spans] == ["maint@debian-example.org"] * 10, "offsets of the text before"
+    assert {kind for _, _, kind in spans} == {"email"}
     by_lang = json.loads(json.dumps(m["shard_counts"]))
     assert any(key.endswith("|fr") for counts in by_lang.values() for key in counts), (
         "yield is counted per language"
