@@ -34,9 +34,9 @@ from corpus.model import SnapshotManifest, StageManifest
 PIPELINE: tuple[str, ...] = (
     "ingest",  # WARC / JSONL / text -> raw documents; eval holdout; recrawl collapse
     "extract",  # HTML -> text, per-document robustness
+    "exact_dedup",  # before the classifiers: an exact copy is never scored (docs/versions.md, cost)
     "annotate",  # language ID, heuristic signals, quality score, PII scrub (annotates, never drops)
     "policy",  # the keep/drop decision from stored values
-    "exact_dedup",
     "line_dedup",
     "minhash_dedup",
     "decontaminate",

@@ -2,11 +2,14 @@
 
 Global phase (all ranks): every document sends (key of its normalized text, keeper key) to the rank
 owning that text key; the shuffle hands each group over sorted by keeper key, so the first is the
-keeper: earliest crawl date, then most trusted source tier, then doc_id (``corpus.dedup.order``).
+keeper: most trusted source tier, then earliest crawl date, then doc_id (``corpus.dedup.order``).
+
+It runs right after extraction, before the classifiers: every exact copy it removes is one document
+annotate (the most expensive stage per byte) does not score; docs/versions.md has the arithmetic.
 Per shard: the keeper is kept and annotated with how many copies it stood for; every other copy is
 written to ``filtered/`` as ``exact_duplicate`` with ``dup_of`` = the keeper's doc_id. Nothing is deleted.
 
-    python -m hpc_jobs.exact_dedup --in build/stages/policy --out build/stages/exact_dedup [--config FILE]
+    python -m hpc_jobs.exact_dedup --in build/stages/extract --out build/stages/exact_dedup [--config FILE]
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ class ExactDedupConfig:
 
 class ExactDedupStage(Stage):
     name = "exact_dedup"
-    version = "2"  # the global phase checkpointed in parts (runtime.global_phase)
+    # 2: the global phase checkpointed in parts (runtime.global_phase)
+    # 3: the keeper is the most trusted tier first, then the earliest date (was date first)
+    version = "3"
     Config = ExactDedupConfig
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:

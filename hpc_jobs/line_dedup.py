@@ -13,7 +13,7 @@ are removed; a document that lost lines gets new text (``Document.with_text``, s
 ``derived_from`` the old one) and the annotations ``lines_removed`` and ``bytes_removed``; a document left
 with nothing but whitespace is filtered as ``all_lines_frequent``.
 
-    python -m hpc_jobs.line_dedup --in build/stages/exact_dedup --out build/stages/line_dedup
+    python -m hpc_jobs.line_dedup --in build/stages/policy --out build/stages/line_dedup
 """
 
 from __future__ import annotations

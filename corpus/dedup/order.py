@@ -20,9 +20,11 @@ def crawl_date_of(doc: Document) -> str:
     return doc.crawl_date[:10] if doc.crawl_date else UNDATED
 
 
-def exact_keeper_key(doc: Document) -> tuple[str, int, str]:
-    """Exact duplicates: earliest crawl date, then most trusted source tier, then doc_id."""
-    return (crawl_date_of(doc), source_rank(doc.source_tier), doc.doc_id)
+def exact_keeper_key(doc: Document) -> tuple[int, str, str]:
+    """Exact duplicates: most trusted source tier (``corpus.tiers``: the curated original beats an
+    earlier web copy of it, and its tokens stay in the curated bucket), then earliest crawl date, then
+    doc_id."""
+    return (source_rank(doc.source_tier), crawl_date_of(doc), doc.doc_id)
 
 
 def representative_key(doc: Document) -> tuple[int, float, str, str]:
@@ -47,9 +49,9 @@ def doc_id_bytes(doc_id: str) -> bytes:
 
 
 def encode_exact_keeper_key(doc: Document) -> bytes:
-    """``exact_keeper_key`` as 10 + 1 + 16 bytes (date, tier rank, raw doc_id); byte order = key order."""
-    date, rank, doc_id = exact_keeper_key(doc)
-    return date.encode("ascii", "replace").ljust(10, b"9")[:10] + bytes([rank]) + doc_id_bytes(doc_id)
+    """``exact_keeper_key`` as 1 + 10 + 16 bytes (tier rank, date, raw doc_id); byte order = key order."""
+    rank, date, doc_id = exact_keeper_key(doc)
+    return bytes([rank]) + date.encode("ascii", "replace").ljust(10, b"9")[:10] + doc_id_bytes(doc_id)
 
 
 _QUALITY = struct.Struct(">Q")

@@ -53,6 +53,13 @@ def test_representative_prefers_tier_then_quality_then_date_then_id():
     assert order == [curated_good_early, curated_good, curated_poor, web_best]
 
 
+def test_the_exact_keeper_is_the_most_trusted_tier_then_the_earliest_copy():
+    web_early = make_doc("same", 1, tier="web", crawl_date="2025-01-01")
+    curated_late = make_doc("same", 2, tier="curated", crawl_date="2026-06-01")
+    web_late = make_doc("same", 3, tier="web", crawl_date="2026-06-01")
+    assert sorted([web_late, web_early, curated_late], key=exact_keeper_key) == [curated_late, web_early, web_late]
+
+
 def test_undated_copies_lose_to_dated_ones():
     dated = make_doc("same", 1, crawl_date="2026-06-01")
     undated = make_doc("same", 2, crawl_date="")

@@ -32,7 +32,7 @@ def base_card(builds, tmp_path_factory) -> tuple[dict, Path]:
 
 def test_json_prints_every_stage_in_out_filtered_quarantined(builds):
     counts = json.loads(run_corpus("report", str(builds.base), "--json").stdout)
-    assert list(counts) == ["ingest", "policy", "exact_dedup"]
+    assert list(counts) == ["ingest", "exact_dedup", "policy"]
     for stage, c in counts.items():
         t = manifest(builds.base, stage).yield_counts().total()
         assert (c["in"], c["out"], c["filtered"], c["quarantined"]) == (
@@ -53,8 +53,8 @@ def test_json_counts_are_the_same_from_the_snapshot_directory(builds):
 
 def test_card_funnel_matches_the_manifests_per_source_and_language(builds, base_card):
     card = base_card[0]
-    assert [r["stage"] for r in card["funnel"]["total"]] == ["ingest", "policy", "exact_dedup"]
-    for stage in ("ingest", "policy", "exact_dedup"):
+    assert [r["stage"] for r in card["funnel"]["total"]] == ["ingest", "exact_dedup", "policy"]
+    for stage in ("ingest", "exact_dedup", "policy"):
         y = manifest(builds.base, stage).yield_counts()
         for source, c in y.by(0).items():
             row = next(r for r in card["funnel"]["by_source"][source] if r["stage"] == stage)
@@ -70,7 +70,7 @@ def test_card_funnel_matches_the_manifests_per_source_and_language(builds, base_
 def test_card_distributions_are_full_and_show_the_policy_cut(builds, base_card):
     card = base_card[0]
     annotated, kept = card["distributions"]["annotated"], card["distributions"]["kept"]
-    assert (annotated["stage"], kept["stage"]) == ("ingest", "exact_dedup")
+    assert (annotated["stage"], kept["stage"]) == ("ingest", "policy")
     assert annotated["docs"] == manifest(builds.base, "ingest").yield_counts().total().docs_out
     quality = annotated["scores"]["quality"]
     assert quality["min"] < 0.3 and sum(quality["histogram"]["counts"]) == pytest.approx(

@@ -1,4 +1,5 @@
-"""A small real pipeline (ingest, policy, exact_dedup) for testing reports, diffs and alarms.
+"""A small real pipeline (ingest, exact_dedup, policy: the production order) for testing reports, diffs
+and alarms.
 
 Run as ``python tests/report/toy_pipeline.py STAGE --in … --out … --config …`` under mpiexec: the
 stages are real runner stages with the planned names, so a build made of them has the exact layout of
@@ -132,7 +133,7 @@ class ToyExactDedup(Stage):
         return {"alarms": [f"largest cluster has {largest} documents"] if too_big else []}
 
 
-STAGES = {s.name: s for s in (ToyIngest, ToyPolicy, ToyExactDedup)}
+STAGES = {s.name: s for s in (ToyIngest, ToyExactDedup, ToyPolicy)}
 SCRIPT = str(Path(__file__).resolve())
 
 LANGS = ("en", "en", "en", "de", "fr", "xx")
