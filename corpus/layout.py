@@ -13,6 +13,7 @@ never spell a path of their own::
     <stage>/quarantine/NAME.jsonl.zst(.json) a QuarantineRecord for every input that could not be processed
     <stage>/stats/NAME.json                the shard's YieldCounts and checkpoint key
     <stage>/work/                          the stage's global-phase checkpoints and spill files
+    <stage>/.writer.lock                   who is writing the stage now (runtime.output_lock)
     <stage>/megatron/, <stage>/lineage/    write_shards' token shards and their lineage
     <stage>/metadata/NAME.parquet          write_shards' per-document metadata table of each token shard
     <stage>/lineage/doc_index/dNNNNN.docidx write_shards' doc_id index, range-partitioned by doc_id prefix
@@ -36,6 +37,8 @@ FILTERED = "filtered"
 QUARANTINE = "quarantine"
 STATS = "stats"
 WORK = "work"
+#: the one-writer lock of a stage directory (held while a job writes it; runtime.output_lock)
+WRITER_LOCK = ".writer.lock"
 #: the per-input-shard document outputs of every stage, in the order the runner writes them
 DOC_OUTPUT_KINDS = (SHARDS, FILTERED, QUARANTINE)
 # write_shards' artifacts

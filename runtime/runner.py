@@ -66,6 +66,7 @@ from corpus.model import (
     YieldCounts,
 )
 from corpus.pipeline import PIPELINE
+from runtime.output_lock import LockHeld, Writer, acquire, release
 from runtime.preemption import PREEMPTED_EXIT, Preempted, any_rank_stopped, install_handlers, stop_requested
 
 log = logging.getLogger("corpus.stage")
@@ -320,6 +321,32 @@ class StageRun:
             return existing
 
         ctx.out_dir.mkdir(parents=True, exist_ok=True)
+        writer = self._lock_output()
+        try:
+            return self._run(inputs, existing)
+        finally:
+            if writer is not None:
+                release(ctx.out_dir, writer)
+
+    def _lock_output(self) -> Writer | None:
+        """Collective: rank 0 takes the stage directory's writer lock (runtime.output_lock); if another
+        live job holds it, every rank stops with its name before anything is written."""
+        ctx = self.ctx
+        writer, refused = None, None
+        if ctx.rank == 0:
+            writer = Writer.me()
+            try:
+                acquire(ctx.out_dir, writer, self.log.say)
+            except LockHeld as e:
+                writer, refused = None, str(e)
+        refused = ctx.comm.bcast(refused, root=0)
+        if refused is not None:
+            raise StageError(refused, every_rank=True)
+        return writer
+
+    def _run(self, inputs: list[InputShard], existing: StageManifest | None) -> StageManifest:
+        ctx, stage = self.ctx, self.stage
+        comm = ctx.comm
         comm.Barrier()
         if ctx.rank == 0 and existing is not None:
             manifest_path(ctx.out_dir).unlink()  # the stage is being redone: it is not complete now

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -186,3 +187,38 @@ def test_an_unknown_top_level_config_key_is_an_error_naming_the_known_ones(tmp_p
     proc = run_toy(1, make_inputs(tmp_path / "in", files=1), tmp_path / "out", cfg, check=False)
     assert proc.returncode == 2
     assert "unknown top-level config keys: memory_budget (known: alarms, memory_budget_mb, seed" in proc.stderr
+
+
+def test_a_second_writer_of_a_stage_directory_is_refused_while_the_first_runs(tmp_path):
+    inputs = make_inputs(tmp_path / "in", files=2, docs=20)
+    clean = tmp_path / "clean"
+    run_toy(1, inputs, clean)
+    out = tmp_path / "out"
+    cfg = write_config(tmp_path / "slow.toml", sleep_per_doc=0.1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([mpiexec(), "-n", "1", sys.executable, TOY, "--in", *map(str, inputs), "--out", str(out),
+                              "--config", str(cfg)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lock = out / ".writer.lock"
+    deadline = time.time() + 60
+    while time.time() < deadline and not lock.exists():
+        time.sleep(0.05)
+    holder = json.loads(lock.read_text())
+    second = run_toy(2, inputs, out, cfg, check=False)
+    assert second.returncode != 0
+    assert f"is being written by a process on host {holder['host']} (pid {holder['pid']})" in second.stderr
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err[-2000:]
+    assert output_digests(out) == output_digests(clean) and not lock.exists()
+
+
+def test_a_lock_left_by_a_dead_writer_is_taken_over_and_logged(tmp_path):
+    inputs = make_inputs(tmp_path / "in", files=2, docs=5)
+    out = tmp_path / "out"
+    out.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    holder = {"job_id": "", "host": socket.gethostname(), "pid": gone.pid, "since": "2026-12-01T00:00:00Z"}
+    (out / ".writer.lock").write_text(json.dumps(holder))
+    proc = run_toy(2, inputs, out)
+    assert f"took over the stale writer lock of {out} held by a process on host" in proc.stderr
+    assert (out / "manifest.json").exists() and not (out / ".writer.lock").exists()
