@@ -80,3 +80,26 @@ def test_sbatch_train_on_4_tasks_resumes_exactly_once_on_3(id_snapshot, tmp_path
     assert not (ROOT / "pwned").exists() and not (work / "pwned").exists()
     expected = expected_tokens(id_snapshot, load_manifest(id_snapshot)[0], CAPS)
     assert tokens(work, "before") + tokens(work, "after") == expected
+
+
+@pytest.mark.slow
+def test_a_job_moves_to_a_narrower_version_at_a_checkpoint_on_4_then_3_processes(id_snapshot, tmp_path):
+    """Train on a version, checkpoint, resume the same checkpoint on a narrower version (an opt-out
+    applied mid-run): every still-selected token is trained on exactly as often as its bucket's cap
+    says, and no token of a dropped document after the switch."""
+    from test_loader_versions import SELECTION, doc_tokens, make_version
+
+    wide = make_version(id_snapshot, tmp_path / "wide", SELECTION)
+    opt_out = SELECTION.replace('"b.example.org"', '"b.example.org", "c.example.net"')
+    narrow = make_version(id_snapshot, tmp_path / "narrow", opt_out)
+    common = ["--mixture", json.dumps(MIXTURE), "--epoch-caps", json.dumps(CAPS), "--seq-len", "16",
+              "--batch-size", "2", "--run-len", "2", "--chunk-tokens", "24", "--seed", "5", "--steps", "100000",
+              "--dump-tokens", str(tmp_path), "--ckpt", str(tmp_path / "ckpt")]
+    torchrun(4, "--snapshot", str(wide), *common, "--save-at", "6", "--stop-after-save", "--tag", "before")
+    out = torchrun(3, "--snapshot", str(narrow), *common, "--resume", "--save-every", "1000000", "--tag", "after")
+    assert "starting at step 6" in out.stdout
+    before, after = tokens(tmp_path, "before"), tokens(tmp_path, "after")
+    old, new = doc_tokens(wide, id_snapshot), doc_tokens(narrow, id_snapshot)
+    for bucket, cap in CAPS.items():
+        assert not any(after[t] for t in old[bucket] - new[bucket]), bucket
+        assert {before[t] + after[t] for t in new[bucket]} == {cap}, bucket
