@@ -61,6 +61,8 @@ FIXED_SCHEMA = pa.schema(
 )
 FIXED_COLUMNS: tuple[str, ...] = tuple(FIXED_SCHEMA.names)
 METADATA_SUFFIX = ".parquet"
+#: rows per Parquet row group, and per batch a writer holds as parsed records
+ROW_GROUP = 1024
 
 
 def host_of(url: str) -> str:
@@ -191,14 +193,15 @@ def read_metadata(path: Path) -> pa.Table:
 class MetadataWriter:
     """One shard's table written in bounded memory, a document at a time, as write_shards streams it.
 
-    Rows are buffered ``batch`` at a time and each full batch goes to a spool file (Arrow IPC) beside
-    the output; at :meth:`finish`, when every score name of the shard is known, the batches are read
-    back one at a time, given the shard's full column set (missing scores null) and written as Parquet
-    row groups of ``batch`` rows. Memory: one batch, whatever the shard's size; the bytes depend only on
-    the records.
+    Rows are buffered :data:`ROW_GROUP` at a time and each full batch goes to a spool file (Arrow IPC)
+    beside the output; at :meth:`finish`, when every score name of the shard is known, the batches are
+    read back one at a time, given the shard's full column set (missing scores null) and written as
+    Parquet row groups. Memory: one batch of parsed lineage records (~5 MB), whatever the shard's size.
+    The batch is fixed, not derived from the memory budget: the file's bytes (its row groups) depend
+    only on the records, so the snapshot id does not depend on the budget.
     """
 
-    def __init__(self, shard: str, spool: Path, batch: int = 8192) -> None:
+    def __init__(self, shard: str, spool: Path, batch: int = ROW_GROUP) -> None:
         self.shard, self.spool, self.batch = shard, Path(spool), batch
         shutil.rmtree(self.spool, ignore_errors=True)  # a spool left by an interrupted run
         self.spool.mkdir(parents=True)
