@@ -49,6 +49,14 @@ def run_toy(ranks: int, inputs: list[Path], out: Path, config: Path | None = Non
     return run_mpi(ranks, *args, **kw)
 
 
+def start_toy(ranks: int, inputs: list[Path], out: Path, config: Path) -> subprocess.Popen:
+    """The toy stage running in the background (a test then kills it, or runs a second one beside it)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [mpiexec(), "-n", str(ranks), sys.executable, TOY, "--in", *map(str, inputs), "--out", str(out),
+            "--config", str(config)]
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
 def manifest(out: Path) -> dict:
     return json.loads((out / "manifest.json").read_text())
 
@@ -92,9 +100,7 @@ def test_killed_rank_then_rerun_equals_uninterrupted_run(tmp_path):
 
     out = tmp_path / "killed"
     cfg = write_config(tmp_path / "slow.toml", sleep_per_doc=0.05)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    job = subprocess.Popen([mpiexec(), "-n", "3", sys.executable, TOY, "--in", *map(str, inputs), "--out", str(out),
-                            "--config", str(cfg)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job = start_toy(3, inputs, out, cfg)
     # wait until at least one shard is finished and the ranks are busy with the next ones
     deadline = time.time() + 120
     while time.time() < deadline and len(list((out / "stats").glob("*.json")) if (out / "stats").exists() else []) < 1:
@@ -195,9 +201,7 @@ def test_a_second_writer_of_a_stage_directory_is_refused_while_the_first_runs(tm
     run_toy(1, inputs, clean)
     out = tmp_path / "out"
     cfg = write_config(tmp_path / "slow.toml", sleep_per_doc=0.1)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    first = subprocess.Popen([mpiexec(), "-n", "1", sys.executable, TOY, "--in", *map(str, inputs), "--out", str(out),
-                              "--config", str(cfg)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = start_toy(1, inputs, out, cfg)
     lock = out / ".writer.lock"
     deadline = time.time() + 60
     while time.time() < deadline and not lock.exists():
