@@ -441,3 +441,64 @@ def diff_text(d: dict[str, Any]) -> str:
                 f"-{c['removed_docs']:,} docs / -{c['removed_tokens']:,} tokens"
             )
     return "\n".join(lines)
+
+
+GROUPS = ("bucket", "source", "lang")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A version worked out but not written: its bits, its manifest and what it keeps."""
+
+    version: Version
+    bits: dict[str, np.ndarray]
+    manifest: dict[str, Any]
+    #: per group (bucket, source, lang), per value: docs and tokens kept, and stored
+    kept: dict[str, dict[str, dict[str, int]]]
+
+    @property
+    def empty_buckets(self) -> list[str]:
+        """Buckets the build has of which the selection keeps nothing."""
+        return sorted(b for b, c in self.kept["bucket"].items() if c["docs"] == 0 and c["stored_docs"] > 0)
+
+
+def plan_version(build: Path, selection: Selection) -> Planned:
+    """What ``corpus version BUILD`` with ``selection`` would write (a version of a version keeps its
+    tombstones)."""
+    version = open_version(build)
+    bits = evaluate(version, selection)
+    before = {g: kept_by(version, None, g) for g in GROUPS}
+    after = {g: kept_by(version, bits, g) for g in GROUPS}
+    kept = {
+        g: {
+            k: {"stored_docs": before[g][k]["docs"], "stored_tokens": before[g][k]["tokens"], **after[g][k]}
+            for k in after[g]
+        }
+        for g in GROUPS
+    }
+    manifest = version_manifest(version, selection, bits, list(version.tombstones.values()))
+    return Planned(version, bits, manifest, kept)
+
+
+def make_version(build: Path, selection: Selection, out: Path) -> Planned:
+    """Write the version (refused, before anything is written, when it empties a bucket)."""
+    planned = plan_version(build, selection)
+    if planned.empty_buckets:
+        raise UserError(
+            f"the selection keeps no document of bucket(s) {', '.join(planned.empty_buckets)}, which the build "
+            f"has; nothing written (check it with --dry-run)"
+        )
+    write_version(planned.version, planned.manifest, planned.bits, Path(out), planned.version.base_dir)
+    return planned
+
+
+def kept_text(kept: dict[str, dict[str, dict[str, int]]]) -> str:
+    """The kept table as aligned text (a --dry-run, and after a version is written)."""
+    lines = []
+    for g, rows in kept.items():
+        lines.append(f"{g:<24} {'docs kept':>12} {'of':>10} {'tokens kept':>14} {'of':>14}")
+        for k, c in rows.items():
+            lines.append(
+                f"  {k:<22} {c['docs']:>12,} {c['stored_docs']:>10,} {c['tokens']:>14,} {c['stored_tokens']:>14,}"
+            )
+    return "\n".join(lines)

@@ -40,9 +40,10 @@ from typing import Any
 from airflow.sdk import Param, TaskGroup, dag, get_current_context, task
 
 from cli.orchestration.buildsteps import verify_stage
-from cli.orchestration.deployment import TIME_LIMIT, Deployment, check_run_conf, path_schema
+from cli.orchestration.deployment import Deployment, check_run_conf, path_schema
+from cli.orchestration.jobparams import job_params, resolve_job_params
 from cli.orchestration.operators import StageJobOperator
-from cli.orchestration.submit import BACKENDS, PROJECT_ROOT, SubmitError, backend_for
+from cli.orchestration.submit import PROJECT_ROOT, SubmitError, backend_for
 from corpus.config import MEMORY_BUDGET, MIN_MEMORY_BUDGET_MB
 from corpus.pipeline import PIPELINE
 
@@ -80,23 +81,7 @@ PARAMS = {
     "ranks_per_stage": _param("ranks_per_stage", {}, type="object", propertyNames={"enum": list(PIPELINE)},
                              additionalProperties={"type": "integer", "minimum": 1, "maximum": 4096},
                              title="Ranks per stage", description='overrides of "ranks" by stage, e.g. {"minhash_dedup": 8}'),
-    "backend": _param("backend", DEFAULT_BACKEND, type="string", enum=list(BACKENDS), title="Backend",
-                     description="ssh: sbatch on a login node; local: sbatch on this host; mpiexec: no SLURM"),
-    "partition": _param("partition", None, **DEPLOYMENT.partition_schema(), title="SLURM partition",
-                       description="empty: the default partition; else one the deployment allows"),
-    "time_limit": _param("time_limit", "04:00:00", type="string", pattern=TIME_LIMIT,
-                        title="Time limit per stage job", description="MM, HH:MM:SS or D-HH:MM:SS"),
-    "max_requeues": _param("max_requeues", 3, type="integer", minimum=0, maximum=20, title="Requeues per stage job",
-                          description="how often a pre-empted job may requeue itself (SIGUSR1 before its time limit)"),
-    "queue_wait": _param("queue_wait", "1-00:00:00", type="string", pattern=TIME_LIMIT, title="Queue-wait budget",
-                        description="time a stage job may spend waiting in the queue, in total; a job not done "
-                                    "after time limit x (requeues + 1) + this is cancelled and fails its task"),
-    "sbatch_args": _param("sbatch_args", [], **DEPLOYMENT.sbatch_args_schema(), title="Extra sbatch options",
-                         description="--option or --option=value, of those the deployment allows: "
-                                     + " ".join(DEPLOYMENT.sbatch_options)),
-    "job_env": _param("job_env", {}, **DEPLOYMENT.job_env_schema(), title="Extra environment for the jobs",
-                     description="keys the deployment allows: " + " ".join(DEPLOYMENT.job_env_keys)),
-    "poll_interval": _param("poll_interval", 30, type="integer", minimum=1, title="Seconds between job-state polls"),
+    **job_params(DEPLOYMENT, _param, DEFAULT_BACKEND),
 }
 if set(DEPLOYMENT_DEFAULTS) - set(PARAMS):
     raise ValueError(f"CORPUS_DAG_DEFAULTS names unknown params: {sorted(set(DEPLOYMENT_DEFAULTS) - set(PARAMS))}")
@@ -115,22 +100,10 @@ def resolve_build(p: dict[str, Any], run_id: str, deployment: Deployment) -> dic
     Params were schema-checked at trigger; the deployment may have changed since, so check again)."""
     if not PIPELINE:
         raise SubmitError("no stages are installed (corpus.pipeline.PIPELINE is empty)")
-    if p["partition"] and p["partition"] not in deployment.partitions:
-        raise ValueError(f"Param 'partition': {p['partition']!r} is not one the deployment allows "
-                         f"({', '.join(deployment.partitions) or 'only the default partition'})")
-    if refused := sorted(set(p["job_env"]) - set(deployment.job_env_keys)):
-        raise ValueError(f"Param 'job_env': keys {refused} are not allowed ({', '.join(deployment.job_env_keys)})")
-    if refused := [a for a in p["sbatch_args"] if a.split("=", 1)[0] not in deployment.sbatch_options]:
-        raise ValueError(f"Param 'sbatch_args': {refused} are not allowed ({', '.join(deployment.sbatch_options)})")
     return {
-        "stages": list(PIPELINE), "backend": p["backend"],
-        "conn_id": deployment.ssh_conn_id if p["backend"] == "ssh" else "",
+        **resolve_job_params(p, deployment), "stages": list(PIPELINE),
         "out": p["out"] or str(BUILD_ROOT / re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)),
-        "root": deployment.cluster_root, "python": deployment.interpreter, "ranks": p["ranks"],
-        "ranks_per_stage": p["ranks_per_stage"], "partition": p["partition"] or "", "time_limit": p["time_limit"],
-        "max_requeues": p["max_requeues"], "queue_wait": p["queue_wait"],
-        "sbatch_args": p["sbatch_args"], "env": {k: str(v) for k, v in p["job_env"].items()},
-        "poll_interval": p["poll_interval"], "seed": p["seed"],
+        "ranks": p["ranks"], "ranks_per_stage": p["ranks_per_stage"], "seed": p["seed"],
     }
 
 

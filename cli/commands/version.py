@@ -8,9 +8,7 @@ from pathlib import Path
 
 from corpus.errors import UserError
 from corpus.selection import load_selection, parse_inline
-from corpus.version import evaluate, kept_by, open_version, version_manifest, write_version
-
-GROUPS = ("bucket", "source", "lang")
+from corpus.version import kept_text, make_version, plan_version
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,49 +32,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def summary(version, bits) -> dict[str, dict[str, dict[str, int]]]:
-    before = {g: kept_by(version, None, g) for g in GROUPS}
-    after = {g: kept_by(version, bits, g) for g in GROUPS}
-    return {
-        g: {
-            k: {"stored_docs": before[g][k]["docs"], "stored_tokens": before[g][k]["tokens"], **after[g][k]}
-            for k in after[g]
-        }
-        for g in GROUPS
-    }
-
-
-def summary_text(table: dict[str, dict[str, dict[str, int]]]) -> str:
-    lines = []
-    for g, rows in table.items():
-        lines.append(f"{g:<24} {'docs kept':>12} {'of':>10} {'tokens kept':>14} {'of':>14}")
-        for k, c in rows.items():
-            lines.append(
-                f"  {k:<22} {c['docs']:>12,} {c['stored_docs']:>10,} {c['tokens']:>14,} {c['stored_tokens']:>14,}"
-            )
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace) -> int:
     selection = load_selection(args.select) if args.select else parse_inline(args.select_inline)
-    version = open_version(args.build)
-    bits = evaluate(version, selection)
-    table = summary(version, bits)
-    empty = sorted(b for b, c in table["bucket"].items() if c["docs"] == 0 and c["stored_docs"] > 0)
     if args.dry_run:
-        print(json.dumps(table, indent=1) if args.json else summary_text(table))
-        for b in empty:
-            print(f"warning: the selection keeps no document of bucket {b}")
+        planned = plan_version(args.build, selection)
+        if args.json:
+            print(
+                json.dumps({"kept": planned.kept, "snapshot_id": planned.manifest["snapshot_id"]}, indent=1)
+            )
+        else:
+            print(kept_text(planned.kept))
+            for b in planned.empty_buckets:
+                print(f"warning: the selection keeps no document of bucket {b}")
+            print(f"snapshot_id {planned.manifest['snapshot_id']} (not written: --dry-run)")
         return 0
     if args.out is None:
         raise UserError("--out DIR is required (or --dry-run)")
-    if empty:
-        raise UserError(
-            f"the selection keeps no document of bucket(s) {', '.join(empty)}, which the build has; "
-            f"nothing written (check it with --dry-run)"
-        )
-    manifest = version_manifest(version, selection, bits, list(version.tombstones.values()))
-    write_version(version, manifest, bits, args.out, version.base_dir)
-    print(summary_text(table))
-    print(f"snapshot_id {manifest['snapshot_id']}")
+    planned = make_version(args.build, selection, args.out)
+    print(kept_text(planned.kept))
+    print(f"snapshot_id {planned.manifest['snapshot_id']}")
     return 0

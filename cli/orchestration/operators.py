@@ -27,6 +27,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from cli.orchestration.submit import (
+    VERSION_STEP,
     StageJob,
     SubmitError,
     Submitted,
@@ -181,9 +182,12 @@ class StageJobOperator(BaseOperator):
         self.build = build
         self._submitted: Submitted | None = None
 
+    def make_job(self, comment: str) -> StageJob:
+        return stage_job(self.build, self.stage, comment)
+
     def execute(self, context: Any) -> None:
         ti = context["ti"]
-        job = stage_job(self.build, self.stage, job_comment(ti.dag_id, ti.run_id, self.stage, ti.try_number))
+        job = self.make_job(job_comment(ti.dag_id, ti.run_id, self.stage, ti.try_number))
         backend = backend_for(self.build["backend"], self.build["conn_id"])
         budget = wait_budget(self.build)
         # a retry first looks for the job of an earlier try (its sbatch may have timed out after SLURM
@@ -215,3 +219,36 @@ class StageJobOperator(BaseOperator):
         self.log.info("stage %s: %s; log %s", self.stage, event["description"], job["log_path"])
         self.log.info("last lines of the job's log:\n%s", event["log_tail"].rstrip())
         return {"job_id": job["job_id"], "state": event["state"], "log": job["log_path"]}
+
+
+def version_job(step: dict[str, Any], comment: str = "") -> StageJob:
+    """The version step of a ``build_version`` / ``refresh_optouts`` run (its ``prepare`` task's XCom):
+    one task reading the build's metadata table, writing the version directory."""
+    inline = (f"--select-inline={step['selection_toml']}",) if step.get("selection_toml") else ()
+    return StageJob(
+        stage=VERSION_STEP,
+        inputs=(step["build"],),
+        out=step["out"],
+        config=step.get("selection") or None,
+        log_dir=step["log_dir"],
+        ranks=1,
+        root=step["root"],
+        python=step["python"],
+        partition=step["partition"],
+        time_limit=step["time_limit"],
+        sbatch_args=tuple(step["sbatch_args"]),
+        env=tuple(sorted(step["env"].items())),
+        max_requeues=int(step["max_requeues"]),
+        comment=comment,
+        extra_args=inline,
+    )
+
+
+class VersionJobOperator(StageJobOperator):
+    """Submit the version step (hpc_jobs/version.py) as a job and wait for it, as a stage is waited for."""
+
+    def __init__(self, *, step: Any, **kwargs: Any) -> None:
+        super().__init__(stage=VERSION_STEP, build=step, **kwargs)
+
+    def make_job(self, comment: str) -> StageJob:
+        return version_job(self.build, comment)

@@ -125,6 +125,10 @@ def is_transient(exc: BaseException) -> bool:
                             asyncssh.ChannelOpenError, paramiko.SSHException))
 
 
+#: the version step (hpc_jobs/version.py, sbatch/version.sbatch) runs as a job like the stages
+VERSION_STEP = "version"
+
+
 @dataclass(frozen=True)
 class StageJob:
     """One stage of one build as a job: what ``sbatch sbatch/<stage>.sbatch ARGS`` is given."""
@@ -143,6 +147,7 @@ class StageJob:
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the job
     max_requeues: int = 3  # how often the job may requeue itself after SIGUSR1 (sbatch/stage.sbatch)
     comment: str = ""  # who submitted it (job_comment): a retry finds the job of an earlier try by it
+    extra_args: tuple[str, ...] = ()  # more arguments of the step, each --name=value (the version step)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.stage):
@@ -156,6 +161,9 @@ class StageJob:
                     raise SubmitError(f"{what} must be an absolute path, got {path!r}")
         if self.ranks < 1:
             raise SubmitError(f"ranks must be at least 1, got {self.ranks}")
+        for arg in self.extra_args:  # one argv element each, in = form: a value is never read as an option
+            if not re.fullmatch(r"--[a-z][a-z-]*=.*", arg, flags=re.DOTALL):
+                raise SubmitError(f"extra argument {arg!r} is not --name=value")
         for k, _ in self.env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
                 raise SubmitError(f"bad environment variable name {k!r}")
@@ -165,9 +173,9 @@ class StageJob:
         return f"{JOB_PREFIX}{self.stage}"
 
     def script_argv(self) -> list[str]:
-        """A planned stage's own job script (what a person submits); any other stage through the
-        generic ``sbatch/stage.sbatch STAGE``."""
-        if self.stage in PIPELINE:
+        """A planned stage's (or the version step's) own job script (what a person submits); any other
+        stage through the generic ``sbatch/stage.sbatch STAGE``."""
+        if self.stage in (*PIPELINE, VERSION_STEP):
             return [f"{self.root}/sbatch/{self.stage}.sbatch"]
         return [f"{self.root}/sbatch/stage.sbatch", self.stage]
 
@@ -180,7 +188,7 @@ class StageJob:
         args = ["--in", *self.inputs, f"--out={self.out}"]
         if self.config:
             args.append(f"--config={self.config}")
-        return args
+        return [*args, *self.extra_args]
 
     def job_env(self) -> dict[str, str]:
         """The extra environment first, so it can never replace what the job script is told here."""

@@ -95,9 +95,10 @@ def airflow_env(tmp_path_factory) -> dict[str, str]:
     return env
 
 
-def dags_test(env: dict[str, str], conf: dict, log: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    """`airflow dags test build_snapshot -c CONF`; the whole output goes to ``log``."""
-    proc = subprocess.run([AIRFLOW, "dags", "test", "build_snapshot", "-c", json.dumps(conf)], env=env,
+def dags_test(env: dict[str, str], conf: dict, log: Path, timeout: float = 900,
+              dag: str = "build_snapshot") -> subprocess.CompletedProcess:
+    """`airflow dags test DAG -c CONF`; the whole output goes to ``log``."""
+    proc = subprocess.run([AIRFLOW, "dags", "test", dag, "-c", json.dumps(conf)], env=env,
                           capture_output=True, text=True, timeout=timeout)
     log.write_text(proc.stdout + proc.stderr)
     return proc
