@@ -17,6 +17,7 @@ on which pages the same process parsed before, and so on the rank count.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import re
 from collections.abc import Callable
@@ -35,17 +36,49 @@ TRAFILATURA_OPTIONS: dict[str, Any] = {
     "with_metadata": False,
 }
 
+#: invisible characters that carry nothing in extracted text: zero-width space, soft hyphen, bidi marks,
+#: embeddings and isolates, word joiners, BOM, Hangul and Khmer fillers, C0 controls. Kept because they
+#: change spelling or rendering: ZWNJ and ZWJ (U+200C/D: Persian, Urdu, Indic conjuncts, emoji
+#: sequences), variation selectors (U+FE00-FE0F: emoji presentation, CJK variants), the combining
+#: grapheme joiner (U+034F) and the Mongolian free variation selectors and vowel separator (U+180B-E).
 _INVISIBLE = re.compile(
-    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
-    "\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+    "[\u00ad\u061c\u115f\u1160\u17b4\u17b5\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064"
+    "\u2066-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
 )
+
+
+#: format characters trafilatura must not drop (it keeps only what ``str.isprintable`` accepts): they
+#: change the spelling of Persian, Urdu and Indic words and join emoji sequences (see ``_INVISIBLE``)
+_MEANINGFUL_FORMAT = frozenset("\u200c\u200d\u034f\u180b\u180c\u180d\u180e") | frozenset(
+    chr(c) for c in range(0xFE00, 0xFE10)
+)
+
+
+def _printable_or_meaningful(char: str) -> str:
+    return char if char.isprintable() or char.isspace() or char in _MEANINGFUL_FORMAT else ""
+
+
+@functools.cache
+def _trafilatura():
+    """trafilatura, with its control-character filter keeping ZWJ, ZWNJ and the variation selectors.
+
+    ``trafilatura.utils.remove_control_characters`` maps every character of a line that is not
+    printable through ``return_printables_and_spaces``, which drops format characters (category Cf),
+    so "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645" lost its ZWNJ and changed spelling. The
+    function is looked up in the module at each call, so replacing it there is enough;
+    tests/stages/test_extract.py fails if a trafilatura release stops calling it."""
+    import trafilatura
+    import trafilatura.utils
+
+    trafilatura.utils.return_printables_and_spaces = functools.lru_cache(maxsize=2**14)(
+        _printable_or_meaningful
+    )
+    return trafilatura
 
 
 def extract_text(html: str) -> str:
     """The main text of a page ("" when trafilatura finds none)."""
-    import trafilatura
-
-    return trafilatura.extract(html, **TRAFILATURA_OPTIONS) or ""
+    return _trafilatura().extract(html, **TRAFILATURA_OPTIONS) or ""
 
 
 def cap_html(html: str, max_bytes: int) -> tuple[str, int]:
@@ -59,7 +92,8 @@ def cap_html(html: str, max_bytes: int) -> tuple[str, int]:
 
 
 def strip_invisible(text: str) -> tuple[str, int]:
-    """Text without zero-width / bidi-control / C0-control characters, and how many were removed."""
+    """Text without the invisible characters of ``_INVISIBLE`` (zero-width space, bidi controls, C0
+    controls, ...), and how many were removed; ZWJ, ZWNJ and variation selectors stay."""
     return _INVISIBLE.subn("", text)
 
 

@@ -40,7 +40,7 @@ class ExtractConfig:
 
 class ExtractStage(Stage):
     name = "extract"
-    version = "1"
+    version = "2"  # 2: ZWJ, ZWNJ and variation selectors are kept (docs/ingest-and-filters.md)
     Config = ExtractConfig
 
     def __init__(self, config: ExtractConfig) -> None:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from corpus.extract import ExtractWorker, cap_html, repair_replacement_chars, strip_invisible
+from corpus.extract import ExtractWorker, cap_html, extract_text, repair_replacement_chars, strip_invisible
 from tests.conftest import ROOT, mpiexec
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 from tests.stages.warc_fixtures import (
@@ -34,9 +34,20 @@ def test_cap_html_cuts_at_a_character_boundary_and_reports_the_original_size():
 
 
 def test_invisible_characters_are_stripped_and_counted():
-    text, n = strip_invisible("in\u200bvis\u200dible\ufeff te\u202ext\x07")
+    text, n = strip_invisible("in\u200bvis\u200eible\ufeff te\u202ext\x07")
     assert (text, n) == ("invisible text", 5)
     assert strip_invisible("line one\n\tline two") == ("line one\n\tline two", 0)
+
+
+def test_joiners_and_variation_selectors_that_change_spelling_are_kept():
+    persian = "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"  # mi-khaham: ZWNJ after the prefix
+    devanagari = "\u0915\u094d\u200d\u0937"  # a half form, by ZWJ
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # one emoji sequence
+    heart = "\u2764\ufe0f"  # emoji presentation
+    for text in (persian, devanagari, family, heart):
+        assert strip_invisible(text) == (text, 0)
+        page = f"<html><body><article><p>{(text + ' is a word of this sentence, long enough to keep. ') * 20}</p>"
+        assert text in extract_text(page + "</article></body></html>")
 
 
 def test_a_few_undecodable_bytes_are_repaired_too_many_are_refused():
@@ -89,7 +100,7 @@ def poisoned(tmp_path_factory, shared_data):
         (kinds["huge"], huge_page(p3)),
         (kinds["nested"], deeply_nested(p4)),
         (kinds["no_text"], p5[:body] + b"<body><script>var x = 1;</script></body></html>"),
-        (kinds["zero_width"], p6.replace(b"the ", "the\u200b \u200d".encode())),
+        (kinds["zero_width"], p6.replace(b"e ", "e\u200b \u200d".encode(), 50)),
     ]
     (d / "in").mkdir()
     (d / "in" / "poisoned.warc.gz").write_bytes(warc_bytes(damaged))
@@ -133,7 +144,7 @@ def test_each_poisoned_page_ends_in_output_or_quarantine_with_its_reason(poisone
     assert got[kinds["no_text"]][0] == "no_text_extracted"
 
     status, zw = got[kinds["zero_width"]]
-    assert status == "kept" and "\u200b" not in zw.text and "\u200d" not in zw.text
+    assert status == "kept" and "\u200b" not in zw.text and "\u200d" in zw.text  # ZWJ may change spelling
 
     status, plain = got[kinds["plain_invisible"]]
     assert status == "kept" and plain.text.startswith(
