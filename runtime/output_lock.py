@@ -74,14 +74,24 @@ def writer_alive(w: Writer, me: Writer, job_alive: Callable[[str], bool | None] 
         if alive is not None:
             return alive
     if w.host == me.host:
-        try:
-            os.kill(w.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return process_alive(w.pid)
     return True
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of this host still runs: a zombie does not (a rank killed by MPI_Abort can stay
+    one where the init process reaps nothing, and ``kill(pid, 0)`` still succeeds on it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # the state follows the parenthesised command
 
 
 def acquire(out_dir: Path, me: Writer, log: Callable[[str], None],

@@ -550,6 +550,18 @@ def run_stage(stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, confi
     return StageRun(stage_cls(cfg), ctx).run()
 
 
+#: seconds a failing rank waits between printing its error and aborting the job: MPI_Abort makes
+#: Hydra kill every rank and proxy at once, and a line still in a proxy's pipe is lost (seen in CI: a
+#: stage failed with exit status 2 and no error line in its log)
+ABORT_GRACE_S = 1.0
+
+
+def _abort(comm: Any, code: int) -> None:
+    if comm.Get_size() > 1:
+        time.sleep(ABORT_GRACE_S)
+        comm.Abort(code)
+
+
 def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
     """Entry point of ``python -m hpc_jobs.<stage>``: any rank's failure aborts the whole job."""
     args = parse_args(argv, stage_cls.name)
@@ -568,13 +580,11 @@ def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
                 print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
             return 2
         print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
-        if comm.Get_size() > 1:
-            comm.Abort(2)
+        _abort(comm, 2)
         return 2
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()
-        if comm.Get_size() > 1:
-            comm.Abort(1)
+        _abort(comm, 1)
         return 1
     return 0
