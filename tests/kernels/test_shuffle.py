@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mpi_kernels.shuffle import (
+    _ArrayReceiver,
     grant_round,
     old_round_bytes,
     pack_records,
@@ -147,6 +148,29 @@ def test_numpy_path_spills_sorted_runs_and_merges_them_in_order(tmp_path):
     got = b"".join(b.tobytes() for b in out)
     assert got == b"".join(k + p for k, p in sorted(fixed_records(20_000)))
     assert not [p for p in tmp_path.rglob("*") if p.is_file()], "spill files are removed once read"
+
+
+def test_numpy_receiver_spills_sorted_runs_within_its_threshold_whatever_the_round_sizes(tmp_path):
+    """Small rounds are held (sorted on arrival) and spilled together once the next round would not fit;
+    a round larger than the threshold is spilled in pieces; every run is sorted and none passes it."""
+    dt = np.dtype([("part", "<u4"), ("gram", "<u8")])
+    rng = np.random.default_rng(7)
+    receiver = _ArrayReceiver(dt, ("part", "gram"), 100 * dt.itemsize, tmp_path)
+    rounds = []
+    for n in (30, 40, 20, 250, 10, 90, 5):
+        rows = np.zeros(n, dtype=dt)
+        rows["part"], rows["gram"] = rng.integers(0, 3, n), rng.integers(0, 50, n)  # repeats included
+        rounds.append(rows)
+        receiver.make_room(rows.nbytes)
+        receiver.add(rows.tobytes())
+    runs = [np.fromfile(p, dtype=dt) for p in receiver.runs]
+    assert [len(r) for r in runs] == [90, 100, 100, 60]
+    for run in runs:
+        assert run.tobytes() == sort_rows(run, ("part", "gram")).tobytes()
+    held = receiver.sorted_held()
+    assert held.tobytes() == sort_rows(held, ("part", "gram")).tobytes()
+    every = sort_rows(np.concatenate(rounds), ("part", "gram"))
+    assert sort_rows(np.concatenate([*runs, held]), ("part", "gram")).tobytes() == every.tobytes()
 
 
 def test_numpy_path_orders_integer_fields_numerically_then_the_other_fields():
