@@ -153,15 +153,22 @@ def stage_job(build: dict[str, Any], stage: str, comment: str = "") -> StageJob:
         config=build["build_config"],
         log_dir=f"{build['out']}/logs",
         ranks=int(build["ranks_per_stage"].get(stage, build["ranks"])),
-        root=build["root"],
-        python=build["python"],
-        partition=build["partition"],
-        time_limit=build["time_limit"],
-        sbatch_args=tuple(build["sbatch_args"]),
-        env=tuple(sorted(build["env"].items())),
-        max_requeues=int(build["max_requeues"]),
         comment=comment,
+        **job_settings(build),
     )
+
+
+def job_settings(run: dict[str, Any]) -> dict[str, Any]:
+    """The StageJob fields every job of a run shares (cli/orchestration/jobparams.py resolved them)."""
+    return {
+        "root": run["root"],
+        "python": run["python"],
+        "partition": run["partition"],
+        "time_limit": run["time_limit"],
+        "sbatch_args": tuple(run["sbatch_args"]),
+        "env": tuple(sorted(run["env"].items())),
+        "max_requeues": int(run["max_requeues"]),
+    }
 
 
 def wait_budget(build: dict[str, Any]) -> float:
@@ -232,15 +239,9 @@ def version_job(step: dict[str, Any], comment: str = "") -> StageJob:
         config=step.get("selection") or None,
         log_dir=step["log_dir"],
         ranks=1,
-        root=step["root"],
-        python=step["python"],
-        partition=step["partition"],
-        time_limit=step["time_limit"],
-        sbatch_args=tuple(step["sbatch_args"]),
-        env=tuple(sorted(step["env"].items())),
-        max_requeues=int(step["max_requeues"]),
         comment=comment,
         extra_args=inline,
+        **job_settings(step),
     )
 
 

@@ -122,3 +122,15 @@ def ssh_build(services, airflow_env, small_inputs, tmp_path_factory) -> Path:
     proc = dags_test(airflow_env, conf, out.parent / "dags-test.log")
     assert proc.returncode == 0, f"DAG run failed:\n{failure_lines(proc.stdout + proc.stderr)}"
     return out
+
+
+def scripted(answers: dict):
+    """A fake command runner answering by the command's first two words; it records what was asked."""
+    calls = []
+
+    def run(argv):
+        key = " ".join(argv[:2])
+        calls.append(key)
+        return answers[key]
+
+    return run, calls

@@ -25,6 +25,7 @@ from cli.orchestration.submit import (
 )
 from corpus.pipeline import PIPELINE
 from tests.conftest import ROOT
+from tests.orchestration.conftest import scripted
 
 HOSTILE = [
     "dir with spaces/x.warc.gz",
@@ -153,16 +154,6 @@ def test_sacct_states_with_and_without_slurmdbd():
     # a requeued job has one record per run: the last one is how it ended
     assert parse_sacct("5|PREEMPTED|0:0\n5|COMPLETED|0:0\n", "5", "sacct -c").ok
     assert parse_sacct("51|COMPLETED|0:0\n", "5", "sacct") is None
-
-
-def scripted(answers: dict[str, Result]):
-    calls = []
-
-    def run(argv):
-        key = " ".join(argv[:2])
-        calls.append(key)
-        return answers[key]
-    return run, calls
 
 
 def test_state_falls_back_from_scontrol_to_sacct_to_sacct_c():

@@ -28,6 +28,7 @@ from cli.orchestration.submit import (
     job_comment,
     transient_result,
 )
+from tests.orchestration.conftest import scripted
 
 JOB = Submitted("ssh", "9", "/b/logs/ingest-9.log", "ingest", "slurm_login", "/b/logs/ingest-9.exit")
 
@@ -77,16 +78,6 @@ def test_refused_credentials_unknown_jobs_and_bugs_are_final(exc):
 ])
 def test_which_slurm_answers_mean_try_again(result, transient):
     assert transient_result(result) is transient
-
-
-def scripted(answers: dict[str, Result]):
-    calls = []
-
-    def run(argv):
-        key = " ".join(argv[:2])
-        calls.append(key)
-        return answers[key]
-    return run, calls
 
 
 GONE = Result(1, "", "slurm_load_jobs error: Invalid job id specified")
