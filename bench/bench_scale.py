@@ -519,16 +519,11 @@ def run_assembly(build_dir: Path, logf) -> StageRun:
 
 def assemble_main(build_dir: Path) -> int:
     """What ``corpus build`` does after its last stage: assemble and write the snapshot manifest."""
-    from corpus.docshard import atomic_write_json
-    from corpus.layout import build_config_path, manifest_path, snapshot_dir
-    from corpus.pipeline import assemble_snapshot, read_stage_manifests
+    from corpus.pipeline import finish_build, read_stage_manifests
     from runtime.runner import peak_rss_mb
 
-    manifests = read_stage_manifests(build_dir)
-    seed = int(json.loads(build_config_path(build_dir).read_text())["seed"])
-    snapshot = assemble_snapshot(build_dir, manifests, seed)
-    atomic_write_json(manifest_path(snapshot_dir(build_dir)), snapshot.to_dict())
-    print(json.dumps({"snapshot_id": snapshot.snapshot_id, "peak_rss_mb": peak_rss_mb()}))
+    snapshot_id = finish_build(build_dir, read_stage_manifests(build_dir))
+    print(json.dumps({"snapshot_id": snapshot_id, "peak_rss_mb": peak_rss_mb()}))
     return 0
 
 

@@ -5,7 +5,8 @@ Every build of the same set of sources is recorded in a small local history file
 with the trailing median of the previous builds of the same sources, and a deviation beyond the
 configured band (in percentage points) is an alarm. Two kinds of metric are recorded:
 
-* ``<stage>``: the stage's document retention, 100 * out / in;
+* ``<stage>``: the stage's document retention, 100 * out / in (``policy``: the share of the stored
+  documents the reported version's quality policy accepts);
 * ``<stage>/<reason>``: the share of the stage's input dropped for one filter reason; a band key may
   be a glob over reasons (``policy/*lang*``), whose matching reasons are summed.
 
@@ -120,14 +121,16 @@ def sources_key(sources: list[str]) -> str:
 
 
 def build_id(view: BuildView) -> str:
-    """The snapshot id, or the digest of the stage manifests of a build without a snapshot."""
-    if view.snapshot is not None:
-        return view.snapshot.snapshot_id
+    """The snapshot (version) id, or the digest of the stage manifests of a build without a snapshot."""
+    if view.snapshot_id is not None:
+        return view.snapshot_id
     return json_digest([m.digest for m in view.stages])
 
 
 def build_metrics(view: BuildView) -> dict[str, dict[str, Any]]:
-    """Per stage: retention % and the drop share % of every filter and quarantine reason."""
+    """Per stage: retention % and the drop share % of every filter and quarantine reason; and
+    ``policy``, the reported version's quality policy over the stored documents (its rejections by
+    reason, from the version's manifest: the policy is a selection, not a stage)."""
     out: dict[str, dict[str, Any]] = {}
     for m in view.stages:
         t = m.yield_counts().total()
@@ -135,6 +138,11 @@ def build_metrics(view: BuildView) -> dict[str, dict[str, Any]]:
             continue
         drops = {r: 100 * n / t.docs_in for r, n in sorted((t.filtered + t.quarantined).items())}
         out[m.stage] = {"retention": 100 * t.docs_out / t.docs_in, "drops": drops, "in": t.docs_in}
+    reasons = (view.version.manifest or {}).get("policy_reasons") if view.version else None
+    stored = sum(s.docs for s in view.version.live_shards) if view.version else 0
+    if reasons is not None and stored:
+        drops = {r: 100 * n / stored for r, n in sorted(reasons.items())}
+        out["policy"] = {"retention": 100 - sum(drops.values()), "drops": drops, "in": stored}
     return out
 
 

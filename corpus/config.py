@@ -32,7 +32,8 @@ DEFAULT_MEMORY_BUDGET_MB = 256
 #: the smallest budget a stage accepts: below it the fixed costs (interpreter, libraries) dominate
 MIN_MEMORY_BUDGET_MB = 8
 MEMORY_BUDGET = "memory_budget_mb"
-TOP_LEVEL_KEYS = ("alarms", MEMORY_BUDGET, "seed")
+#: besides the stage tables: ``[policy]`` is the default version's quality policy (corpus.pipeline.default_selection)
+TOP_LEVEL_KEYS = ("alarms", MEMORY_BUDGET, "policy", "seed")
 
 
 def check_build_config(cfg: dict[str, Any], stages: tuple[str, ...] | list[str]) -> None:

@@ -5,7 +5,9 @@ never spell a path of their own::
 
     <build>/build-config.json              the effective config every stage ran with
     <build>/stages/<stage>/                one directory per stage (see below)
-    <build>/snapshot/manifest.json         the snapshot (see :mod:`corpus.snapshot`)
+    <build>/candidates/manifest.json       every stored document: shards, metadata, indexes (corpus.snapshot)
+    <build>/snapshot/manifest.json         the default version: the build config's selection of the
+                                           candidates (corpus.version; what the loader reads by default)
 
     <stage>/manifest.json                  StageManifest, written last: its presence means complete
     <stage>/shards/NAME.jsonl.zst(.json)   documents that went on (+ sidecar: records, sha256)
@@ -30,6 +32,7 @@ MANIFEST = "manifest.json"
 BUILD_CONFIG = "build-config.json"
 STAGES_DIR = "stages"
 SNAPSHOT_DIR = "snapshot"
+CANDIDATES_DIR = "candidates"
 
 # inside a stage directory
 SHARDS = "shards"
@@ -62,6 +65,10 @@ def stage_dir(build_dir: Path, stage: str) -> Path:
 
 def snapshot_dir(build_dir: Path) -> Path:
     return Path(build_dir) / SNAPSHOT_DIR
+
+
+def candidates_dir(build_dir: Path) -> Path:
+    return Path(build_dir) / CANDIDATES_DIR
 
 
 def manifest_path(directory: Path) -> Path:

@@ -13,12 +13,10 @@ so it is the same on any number of ranks.
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,6 +25,7 @@ from corpus.decont.report import ITEM_PREFIX, RUN_PREFIX
 from corpus.dedup.order import encode_representative_key
 from corpus.licences import licence_class
 from corpus.model import Document
+from corpus.provenance import crawl_day, host_of
 from corpus.tiers import source_rank
 
 #: the fixed columns, in order; every score follows as a float64 column of its own name
@@ -51,6 +50,7 @@ FIXED_SCHEMA = pa.schema(
         ("dup_of", pa.string()),
         ("representative_key", pa.string()),
         ("copies", pa.int64()),
+        ("exact_keeper_id", pa.string()),
         ("contaminated_benchmark", pa.string()),
         ("contaminated_run", pa.int64()),
         ("contaminated_item", pa.string()),
@@ -63,15 +63,6 @@ FIXED_COLUMNS: tuple[str, ...] = tuple(FIXED_SCHEMA.names)
 METADATA_SUFFIX = ".parquet"
 #: rows per Parquet row group, and per batch a writer holds as parsed records
 ROW_GROUP = 1024
-
-
-def host_of(url: str) -> str:
-    """The URL's host, lower-cased, without port or credentials ("" for a URL without one): the unit of
-    a host opt-out."""
-    try:
-        return (urlsplit(url).hostname or "").rstrip(".")
-    except ValueError:
-        return ""
 
 
 def _contamination(annotations: Iterable[dict[str, Any]]) -> tuple[str | None, int | None, str | None]:
@@ -91,26 +82,24 @@ def _contamination(annotations: Iterable[dict[str, Any]]) -> tuple[str | None, i
     return best
 
 
-def _copies(annotations: Iterable[dict[str, Any]]) -> int:
-    """How many exact copies the document stands for (exact_dedup's ``copies``; 1 when it had none)."""
-    for a in reversed(list(annotations)):
+def _copies(annotations: Iterable[dict[str, Any]]) -> tuple[int, str | None]:
+    """How many exact copies the document stands for (exact_dedup's ``copies``; 1 when it had none) and
+    the doc_id it had when exact dedup kept it (``keeper_id``: what its copies' records point at; a
+    later stage that changes the text gives the document a new doc_id)."""
+    n, keeper = 1, None
+    for a in annotations:
         if a.get("stage") == "exact_dedup" and a.get("name") == "copies":
-            return int(a.get("value") or 1)
-    return 1
-
-
-def _date(text: str) -> dt.date | None:
-    """A crawl date as a date (null when the document has none or it is not YYYY-MM-DD)."""
-    try:
-        return dt.date.fromisoformat(text[:10])
-    except ValueError:
-        return None
+            n = int(a.get("value") or 1)
+        elif a.get("stage") == "exact_dedup" and a.get("name") == "keeper_id":
+            keeper = str(a.get("value"))
+    return n, keeper
 
 
 def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) -> dict[str, Any]:
     """One row of the table from a lineage record (``Document.to_dict`` without its text)."""
     notes = record.get("annotations") or []
     bench, run, item = _contamination(notes)
+    copies, keeper_id = _copies(notes)
     date = record.get("crawl_date") or ""
     doc = Document(
         doc_id=record["doc_id"],
@@ -135,7 +124,7 @@ def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) ->
         "tier_rank": source_rank(record.get("source_tier", "")),
         "licence": record.get("license_hint", ""),
         "licence_class": licence_class(record.get("license_hint", "")),
-        "crawl_date": _date(date),
+        "crawl_date": crawl_day(date),
         "lang": record.get("lang", ""),
         "lang_confidence": float(record.get("lang_confidence") or 0.0),
         "dup_cluster_id": record.get("dup_cluster_id", ""),
@@ -144,7 +133,8 @@ def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) ->
         # minhash_dedup's representative order (tier, quality descending, date, doc_id) as hex of its
         # byte encoding, whose text order is the key order: the smallest key of a cluster is its pick
         "representative_key": encode_representative_key(doc).hex(),
-        "copies": _copies(notes),
+        "copies": copies,
+        "exact_keeper_id": keeper_id,
         "contaminated_benchmark": bench,
         "contaminated_run": run,
         "contaminated_item": item,

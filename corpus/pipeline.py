@@ -1,9 +1,17 @@
-"""The build: the ordered stages, the local launcher (``mpiexec``) and the snapshot at the end.
+"""The build: the ordered stages, the local launcher (``mpiexec``), the candidates and the default version.
 
 A build directory (laid out by :mod:`corpus.layout`) holds one directory per stage, the effective config
-the stages ran with and the snapshot. Each stage reads the previous one's directory; the first reads the
-raw inputs. Stages are named, never imported: this module launches ``python -m hpc_jobs.<name>``, so the
-library stays below the stages.
+the stages ran with, the **candidates** (every document that passed the hard rules, tokenized and
+sharded: ``candidates/``) and the **default version** (``snapshot/``, what the loader reads unless told
+otherwise): the config's selection of the candidates, made from their metadata table. Each stage reads the
+previous one's directory; the first reads the raw inputs. Stages are named, never imported: this module
+launches ``python -m hpc_jobs.<name>``, so the library stays below the stages.
+
+The hard rules, the only documents a build does not store (docs/versions.md): a record that cannot be
+read or decoded (quarantined, with its reason), an eval-holdout document and an older fetch of a URL
+fetched again (ingest), a page whose extraction gives no text (extract), an exact copy (stored once;
+exact_dedup counts its copies), a document line dedup empties. Everything else (the quality policy,
+near-duplicates, contamination, opt-outs, cutoffs, licences) is a selection.
 """
 
 from __future__ import annotations
@@ -20,15 +28,17 @@ from corpus.config import check_build_config, load_config_file
 from corpus.docshard import atomic_write_json
 from corpus.errors import UserError
 from corpus.layout import (
-    SNAPSHOT_DIR,
+    CANDIDATES_DIR,
     STAGES_DIR,
     build_config_path,
+    candidates_dir,
     manifest_path,
     snapshot_dir,
     stage_dir,
 )
 from corpus.manifests import read_stage_manifest, require_stage_manifest
 from corpus.model import SnapshotManifest, StageManifest
+from corpus.selection import Selection, parse_policy
 
 #: Every stage of a build, in order. A stage is the module ``hpc_jobs.<name>`` defining ``STAGE``.
 PIPELINE: tuple[str, ...] = (
@@ -36,10 +46,9 @@ PIPELINE: tuple[str, ...] = (
     "extract",  # HTML -> text, per-document robustness
     "exact_dedup",  # before the classifiers: an exact copy is never scored (docs/versions.md, cost)
     "annotate",  # language ID, heuristic signals, quality score, PII scrub (annotates, never drops)
-    "policy",  # the keep/drop decision from stored values
     "line_dedup",
-    "minhash_dedup",
-    "decontaminate",
+    "minhash_dedup",  # clusters and representative keys (annotates; the version picks representatives)
+    "decontaminate",  # contamination runs (annotates; the default version excludes contaminated documents)
     "tokenize",
     "write_shards",  # global shuffle and Megatron-format shards
 )
@@ -87,6 +96,7 @@ def write_build_config(out: Path, config_file: Path | None, seed: int | None) ->
     """The effective config every stage of this build reads: the user's file plus the seed."""
     cfg: dict[str, Any] = load_config_file(config_file)
     check_build_config(cfg, PIPELINE)
+    default_selection(cfg)  # a mistake in [policy] fails now, not after every stage has run
     if seed is not None:
         cfg["seed"] = seed
     cfg.setdefault("seed", 0)
@@ -95,8 +105,17 @@ def write_build_config(out: Path, config_file: Path | None, seed: int | None) ->
     return path
 
 
-def build(inputs: list[Path], out: Path, ranks: int, config_file: Path | None, seed: int | None) -> SnapshotManifest:
-    """Run every stage in order, then write the snapshot manifest. Reruns resume where they stopped."""
+def default_selection(cfg: dict[str, Any]) -> Selection:
+    """The build's default version: the config's ``[policy]`` (PolicyConfig's defaults where it is
+    silent), contaminated documents out, one representative per near-duplicate cluster."""
+    return Selection(
+        policy=parse_policy(cfg.get("policy") or {}), include_contaminated=False, near_duplicates="representative"
+    )
+
+
+def build(inputs: list[Path], out: Path, ranks: int, config_file: Path | None, seed: int | None) -> str:
+    """Run every stage in order, then write the candidates and the default version; returns the
+    default version's id. Reruns resume where they stopped."""
     missing = [str(p) for p in inputs if not p.exists()]
     if missing:
         raise UserError(f"input not found: {', '.join(missing)}")
@@ -108,10 +127,7 @@ def build(inputs: list[Path], out: Path, ranks: int, config_file: Path | None, s
         directory = stage_dir(out, name)
         manifests.append(launch_stage(name, prev, directory, ranks, cfg_path))
         prev = [directory]
-    seed_value = int(json.loads(cfg_path.read_text())["seed"])
-    snapshot = assemble_snapshot(out, manifests, seed_value)
-    atomic_write_json(manifest_path(snapshot_dir(out)), snapshot.to_dict())
-    return snapshot
+    return finish_build(out, manifests)
 
 
 def stage_versions(manifests: list[StageManifest]) -> dict[str, dict[str, str]]:
@@ -122,12 +138,29 @@ def stage_versions(manifests: list[StageManifest]) -> dict[str, dict[str, str]]:
     }
 
 
-def assemble_snapshot(out: Path, manifests: list[StageManifest], seed: int) -> SnapshotManifest:
-    """Lay out ``out/snapshot`` (Megatron shards, lineage, contamination report, 13-gram index,
-    tokenizer) from the finished stages; see :mod:`corpus.snapshot`."""
+def assemble_candidates(out: Path, manifests: list[StageManifest], seed: int) -> SnapshotManifest:
+    """Lay out ``out/candidates`` (Megatron shards, lineage, metadata, contamination report, 13-gram
+    index, tokenizer) from the finished stages and write its manifest; see :mod:`corpus.snapshot`."""
     from corpus.snapshot import assemble
 
-    return assemble(out, manifests, seed, stage_versions(manifests), SNAPSHOT_DIR)
+    candidates = assemble(out, manifests, seed, stage_versions(manifests), CANDIDATES_DIR)
+    atomic_write_json(manifest_path(candidates_dir(out)), candidates.to_dict())
+    return candidates
+
+
+def finish_build(out: Path, manifests: list[StageManifest]) -> str:
+    """After the last stage: the candidates, then the default version in ``out/snapshot`` (the
+    config's selection, :func:`default_selection`); returns the default version's id. A default version
+    may keep no document of a bucket (a tiny build's strict policy): the loader names the empty bucket
+    when a mixture asks for it."""
+    from corpus.version import plan_version, write_version  # DuckDB and pyarrow: not in every rank's runner
+
+    cfg = json.loads(build_config_path(out).read_text())
+    assemble_candidates(out, manifests, int(cfg["seed"]))
+    planned = plan_version(candidates_dir(out), default_selection(cfg))
+    shutil.rmtree(snapshot_dir(out), ignore_errors=True)
+    write_version(planned.version, planned.manifest, planned.bits, snapshot_dir(out), planned.version.base_dir)
+    return planned.manifest["snapshot_id"]
 
 
 def read_stage_manifests(build_dir: Path) -> list[StageManifest]:

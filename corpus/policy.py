@@ -1,8 +1,10 @@
-"""The keep/drop policy: thresholds applied to the values the annotate stage stored.
+"""The quality policy: thresholds applied to the values the annotate stage stored.
 
-Nothing here looks at the text, so changing a threshold re-runs only the ``policy`` stage. Checks run
-in a fixed order and the first that fails names the reason a document is filtered; every check that
-failed is recorded on the document as an Annotation with its value, and the decision as one more.
+It is a selection rule, decided when a version is made (``policy`` in a selection, and the build's
+``[policy]`` table for its default version, :mod:`corpus.selection`), never inside the build: it reads
+a document's language, tier and scores only, which the metadata table holds, so a changed threshold is a
+new version in seconds. Checks run in a fixed order and the first that fails names the reason; every
+check that failed is returned as an Annotation with its value, and the decision as one more.
 
 Trusted tiers (``exempt_tiers``: curated, books, code by default) skip the heuristic and quality
 checks, which were designed for web pages (a Perl manual is full of "symbols"); language checks apply
@@ -11,9 +13,11 @@ to every tier. Word-based checks skip languages written without spaces (``no_spa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from corpus.model import Annotation, Document
+from corpus.model import Annotation
 
 STAGE = "policy"
 
@@ -92,7 +96,16 @@ def _min(name: str, limit: float):
     return lambda s: (s.get(name, 0.0), s.get(name, 0.0) >= limit)
 
 
-def decide(doc: Document, cfg: PolicyConfig) -> tuple[str | None, list[Annotation]]:
+class PolicySubject(Protocol):
+    """What the policy reads of a document: a :class:`corpus.model.Document`, or a metadata row."""
+
+    lang: str | None
+    lang_confidence: float
+    source_tier: str
+    scores: Mapping[str, float]
+
+
+def decide(doc: PolicySubject, cfg: PolicyConfig) -> tuple[str | None, list[Annotation]]:
     """The reason ``doc`` is dropped (None to keep it), the failed checks and the decision as Annotations."""
     checks: list[tuple[str, object]] = []
     lang = doc.lang or "und"

@@ -26,8 +26,10 @@ Keys (all optional; an empty selection keeps every stored document)::
     allowed_licence_classes = ["public_domain", "permissive", "unknown"]
     include_contaminated = false               # contaminated documents are excluded by default
     near_duplicates = "representative"         # or "all": keep every selected cluster member
+    [policy]                                   # the quality policy (corpus.policy.PolicyConfig): its
+    min_quality = 0.05                         # keys, defaults for the rest; absent = no policy
 
-Order: the row rules (scores, languages, cutoffs, hosts, sources, licences, contamination) first; then
+Order: the row rules (policy, scores, languages, cutoffs, hosts, sources, licences, contamination) first; then
 each language's top fraction among the documents the row rules kept; then, per near-duplicate cluster,
 the representative among the *selected* members (lowest ``representative_key``: most trusted tier,
 highest quality, earliest date, doc_id, as minhash_dedup orders them). So excluding a representative's
@@ -43,9 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corpus.config import ConfigError, config_to_dict, stage_config
 from corpus.digest import canonical_json, sha256_hex
 from corpus.errors import UserError
 from corpus.licences import LICENCE_CLASSES, UNKNOWN
+from corpus.policy import PolicyConfig
 
 KEYS = (
     "min_scores",
@@ -63,6 +67,7 @@ KEYS = (
     "allowed_licence_classes",
     "include_contaminated",
     "near_duplicates",
+    "policy",
 )
 NEAR_DUPLICATE_MODES = ("representative", "all")
 
@@ -93,6 +98,8 @@ class Selection:
     allowed_licence_classes: tuple[str, ...] | None = None
     include_contaminated: bool = False
     near_duplicates: str = "representative"
+    #: the quality policy (tier exemptions, per-language checks, Gopher/C4 rules, quality), or none
+    policy: PolicyConfig | None = None
 
     def canonical(self) -> dict[str, Any]:
         return {
@@ -119,6 +126,7 @@ class Selection:
             else sorted(set(self.allowed_licence_classes)),
             "include_contaminated": self.include_contaminated,
             "near_duplicates": self.near_duplicates,
+            "policy": None if self.policy is None else config_to_dict(self.policy),
         }
 
     @property
@@ -255,7 +263,19 @@ def parse_selection(data: dict[str, Any], where: str = "<inline>", base_dir: Pat
         if data["near_duplicates"] not in NEAR_DUPLICATE_MODES:
             raise _err(where, f"near_duplicates must be one of {', '.join(NEAR_DUPLICATE_MODES)}")
         kw["near_duplicates"] = data["near_duplicates"]
+    if "policy" in data:
+        kw["policy"] = parse_policy(data["policy"], where)
     return Selection(**kw)
+
+
+def parse_policy(table: Any, where: str = "build config") -> PolicyConfig:
+    """The ``policy`` table (a selection's, or the build config's ``[policy]``) as a PolicyConfig."""
+    if not isinstance(table, dict):
+        raise _err(where, "policy must be a table of PolicyConfig keys")
+    try:
+        return stage_config(PolicyConfig, table, "policy")
+    except ConfigError as e:
+        raise _err(where, str(e)) from None
 
 
 def load_selection(path: Path) -> Selection:
@@ -290,9 +310,43 @@ def check_columns(selection: Selection, columns: list[str]) -> None:
         )
 
 
+def provenance_rules(s: Selection, alias: str) -> tuple[list[str], list[Any]]:
+    """The rules that judge a document by its origin (cutoffs, hosts, sources, licences), over the
+    columns of ``alias`` (``""``: the row itself; ``"c."``: an exact copy, :mod:`corpus.provenance`)."""
+    conds: list[str] = []
+    params: list[Any] = []
+    if s.crawl_date_max is not None:
+        conds.append(f"{alias}crawl_date <= CAST(? AS DATE)")
+        params.append(s.crawl_date_max)
+    for source, date in sorted(s.crawl_date_max_by_source.items()):
+        conds.append(f"({alias}source <> ? OR {alias}crawl_date <= CAST(? AS DATE))")
+        params.extend([source, date])
+    if s.exclude_hosts:
+        hosts = sorted(set(s.exclude_hosts))
+        conds.append(
+            f"NOT ({alias}host IN ({', '.join('?' * len(hosts))}) OR "
+            + " OR ".join(f"ends_with({alias}host, ?)" for _ in hosts)
+            + ")"
+        )
+        params.extend(hosts)
+        params.extend("." + h for h in hosts)
+    if s.exclude_sources:
+        srcs = sorted(set(s.exclude_sources))
+        conds.append(f"{alias}source NOT IN ({', '.join('?' * len(srcs))})")
+        params.extend(srcs)
+    if s.allowed_licence_classes is not None:
+        classes = sorted(set(s.allowed_licence_classes))
+        conds.append(f"{alias}licence_class IN ({', '.join('?' * len(classes)) or 'NULL'})")
+        params.extend(classes)
+    return conds, params
+
+
 def selection_sql(selection: Selection, table: str = "docs") -> tuple[str, list[Any]]:
     """One query over ``table`` returning (shard, "index", selected) for every row, and its bound
-    parameters. Values are parameters; column names were checked by :func:`check_columns`."""
+    parameters. Values are parameters; column names were checked by :func:`check_columns`. The
+    provenance rules also read the view ``copies`` (exact copies' origins, one row per copy). With a
+    ``policy``, ``table`` carries its verdict as a boolean column ``policy_pass`` (computed by
+    :func:`corpus.version.policy_verdicts`: the policy is Python, the one definition the tests check)."""
     conds: list[str] = []
     params: list[Any] = []
 
@@ -325,31 +379,19 @@ def selection_sql(selection: Selection, table: str = "docs") -> tuple[str, list[
     if s.langs:
         conds.append(f"lang IN ({', '.join('?' * len(s.langs))})")
         params.extend(sorted(s.langs))
-    if s.crawl_date_max is not None:
-        conds.append("crawl_date <= CAST(? AS DATE)")
-        params.append(s.crawl_date_max)
-    for source, date in sorted(s.crawl_date_max_by_source.items()):
-        conds.append("(source <> ? OR crawl_date <= CAST(? AS DATE))")
-        params.extend([source, date])
-    if s.exclude_hosts:
-        hosts = sorted(set(s.exclude_hosts))
+    own, own_params = provenance_rules(s, "")
+    if own:
+        # the stored document passes when its own origin does or when any exact copy's does
+        copy, copy_params = provenance_rules(s, "c.")
         conds.append(
-            f"NOT (host IN ({', '.join('?' * len(hosts))}) OR "
-            + " OR ".join("ends_with(host, ?)" for _ in hosts)
-            + ")"
+            f"(({' AND '.join(own)}) OR EXISTS (SELECT 1 FROM copies c WHERE c.doc_id = {table}.exact_keeper_id "
+            f"AND {' AND '.join(copy)}))"
         )
-        params.extend(hosts)
-        params.extend("." + h for h in hosts)
-    if s.exclude_sources:
-        srcs = sorted(set(s.exclude_sources))
-        conds.append(f"source NOT IN ({', '.join('?' * len(srcs))})")
-        params.extend(srcs)
-    if s.allowed_licence_classes is not None:
-        classes = sorted(set(s.allowed_licence_classes))
-        conds.append(f"licence_class IN ({', '.join('?' * len(classes)) or 'NULL'})")
-        params.extend(classes)
+        params.extend(own_params + copy_params)
     if not s.include_contaminated:
         conds.append("contaminated_run IS NULL")
+    if s.policy is not None:
+        conds.append("policy_pass")
     where = " AND ".join(conds) or "TRUE"
     # a NULL comparison (a missing score) is not a pass
     sql = [f"WITH rows AS (SELECT *, coalesce({where}, FALSE) AS passes FROM {table})"]

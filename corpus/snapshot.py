@@ -8,6 +8,7 @@ Layout of ``<build>/snapshot/`` (self-contained: copy the directory and it still
     lineage/<shard>.jsonl / .offsets.npy each document's metadata (no text) and its byte offset
     metadata/<shard>.parquet             the per-document metadata table (corpus.metadata; versions)
     lineage/doc_index/dNNNNN.docidx      doc_id -> (shard, document), part NNNNN of the doc_id prefixes
+    copies/<input shard>.jsonl.zst       each exact copy's provenance, pointing at its stored keeper
     decont/report.json                   the per-benchmark contamination report (required)
     decont/13grams/gNNNNN.u64            the retained corpus 13-gram index, part NNNNN of the hash prefixes
     tokenizer/<name>                     the pinned tokenizer artifact
@@ -42,14 +43,14 @@ import numpy as np
 
 from corpus.decont.corpus_index import GRAM_RECORD, PartitionedGramIndex
 from corpus.decont.ngrams import NGRAM, SCHEME
-from corpus.decont.report import REASON, build_report
+from corpus.decont.report import FLAGGED, build_report
 from corpus.digest import file_sha256, sha256_hex
 from corpus.doc_index import DOC_INDEX_RECORD, PartitionedDocIndex
-from corpus.docshard import atomic_write_bytes, iter_records
+from corpus.docshard import SUFFIX, atomic_write_bytes, iter_docs
 from corpus.errors import UserError
 from corpus.layout import MANIFEST, SNAPSHOT_DIR, link_file, stage_dir
 from corpus.megatron import IndexedShard, read_index
-from corpus.model import Document, SnapshotManifest, SnapshotShard, StageManifest
+from corpus.model import SnapshotManifest, SnapshotShard, StageManifest
 from corpus.stage_facts import (
     DecontaminationFacts,
     MissingFacts,
@@ -57,8 +58,11 @@ from corpus.stage_facts import (
     WriteShardsFacts,
     tokenizer_facts,
 )
+from corpus.version import is_version, open_version
 
 REPORT = "decont/report.json"
+#: exact_dedup's copies/ (one file per input shard with copies), under the same name in the snapshot
+COPIES_DIR = "copies"
 NGRAM_INDEX_DIR = "decont/13grams"
 DOC_INDEX_DIR = "lineage/doc_index"
 SNAPSHOTS_ENV = "CORPUS_SNAPSHOTS"
@@ -149,6 +153,15 @@ def assemble(
     doc_index = ws_facts.doc_index
     doc_parts = _link_parts(ws, doc_index, snap, DOC_INDEX_DIR)
 
+    # the provenance of every exact copy the build stored once (exact_dedup's copies/, when it ran)
+    copies = []
+    if "exact_dedup" in by_stage:
+        exact_dir = stage_dir(build_dir, "exact_dedup")
+        for s in by_stage["exact_dedup"].side_outputs:
+            if s.path.startswith(f"{COPIES_DIR}/") and s.path.endswith(SUFFIX) and s.records > 0:
+                link_file(exact_dir / s.path, snap / s.path)
+                copies.append({"path": s.path, "sha256": s.sha256, "records": s.records})
+
     # the tokenizer
     tok = PinnedTokenizer(tokenize.config["tokenizer"], tokenize.config["eos_token"])
     if tok.info.sha256 != tok_info.sha256:
@@ -167,19 +180,18 @@ def assemble(
     grams = decont_facts.ngram_index
     gram_parts = _link_parts(decont_dir, grams, snap, NGRAM_INDEX_DIR)
     flagged = [
-        Document.from_dict(r["doc"])
+        doc
         for s in decont.side_outputs
-        if s.path.startswith("filtered/")
-        for r in iter_records(decont_dir / s.path)
-        if r["reason"] == REASON
+        if s.path.startswith(f"{FLAGGED}/")
+        for doc in iter_docs(decont_dir / s.path)
     ]
-    tokens_kept = sum(s.tokens for s in shards)
+    tokens_stored = sum(s.tokens for s in shards)
     matching = decont_facts.matching
     report = build_report(
         flagged,
         benchmarks=decont_facts.eval_registry,
         docs_scanned=decont.yield_counts().total().docs_in,
-        tokens_kept=tokens_kept,
+        tokens_scanned=tokens_stored,
         count_tokens=tok.count_tokens,
         settings={"eval_registry_hash": decont_facts.eval_registry_hash, **matching},
     )
@@ -195,7 +207,7 @@ def assemble(
     extra = {
         "buckets": buckets,
         "docs": sum(s.docs for s in shards),
-        "tokens": tokens_kept,
+        "tokens": tokens_stored,
         "artifacts": {
             "contamination_report": {"path": REPORT, "sha256": sha256_hex(report_bytes)},
             "ngram_index": {
@@ -207,6 +219,7 @@ def assemble(
                 "scheme": SCHEME,
                 "min_run": matching.get("min_run", 10),
             },
+            "copies": {"parts": copies, "record": "corpus.provenance.COPY_COLUMNS, JSON lines, zstd"},
             "doc_index": {
                 "parts": doc_parts,
                 "prefix_bits": doc_index.prefix_bits,
@@ -300,10 +313,13 @@ def resolve_snapshot(ref: str, root: str | Path | None = None) -> Path:
 
 
 class Snapshot:
-    """An opened snapshot: its manifest and index-based lookups (no scans of the data)."""
+    """An opened snapshot: its manifest and index-based lookups (no scans of the data). Opening a
+    version (a build's default version included) opens the stored candidates it selects from."""
 
     def __init__(self, directory: Path) -> None:
         self.dir = Path(directory)
+        if is_version(self.dir):  # a version (a build's snapshot/ is one): its files are its build's
+            self.dir = open_version(self.dir).base_dir
         try:
             self.manifest = SnapshotManifest.from_dict(json.loads((self.dir / MANIFEST).read_text()))
         except FileNotFoundError as e:

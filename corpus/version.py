@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,11 @@ import pyarrow as pa
 from corpus.digest import canonical_json, json_digest, sha256_hex
 from corpus.docshard import atomic_write_bytes
 from corpus.errors import UserError
-from corpus.layout import MANIFEST
+from corpus.layout import MANIFEST, SNAPSHOT_DIR
+from corpus.metadata import FIXED_COLUMNS
 from corpus.model import SnapshotManifest
+from corpus.policy import PolicyConfig, decide
+from corpus.provenance import COPY_COLUMNS
 from corpus.selection import Selection, check_columns, selection_sql
 
 VERSION_FORMAT = "corpus-version/1"
@@ -151,18 +155,23 @@ def _shard_refs(snap_dir: Path, m: SnapshotManifest) -> tuple[ShardRef, ...]:
 
 
 def is_version(ref: Path) -> bool:
-    """Whether ``ref`` is a version directory (or its manifest), as ``corpus version`` writes them."""
-    path = Path(ref) if Path(ref).name == MANIFEST else Path(ref) / MANIFEST
-    try:
-        return json.loads(path.read_text()).get("format") == VERSION_FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
+    """Whether ``ref`` is a version directory (or its manifest), as ``corpus version`` writes them, or
+    a build directory (whose ``snapshot/`` is its default version)."""
+    ref = Path(ref)
+    paths = [ref] if ref.name == MANIFEST else [ref / MANIFEST, ref / SNAPSHOT_DIR / MANIFEST]
+    for path in paths:
+        if path.is_file():
+            try:
+                return json.loads(path.read_text()).get("format") == VERSION_FORMAT
+            except (OSError, ValueError, AttributeError):
+                return False
+    return False
 
 
 def open_version(ref: Path) -> Version:
     """A build directory (its ``snapshot/``), a snapshot directory or a version directory."""
     ref = Path(ref)
-    for candidate in (ref / MANIFEST, ref / "snapshot" / MANIFEST):
+    for candidate in (ref / MANIFEST, ref / SNAPSHOT_DIR / MANIFEST):
         if candidate.is_file():
             data = _read_json(candidate)
             break
@@ -222,6 +231,9 @@ def connect(version: Version) -> duckdb.DuckDBPyConnection:
     if not files:
         raise UserError(f"snapshot {version.snapshot_id} has no shards")
     con.read_parquet(files, union_by_name=True).create_view("stored")
+    copies = [str(version.base_dir / p["path"]) for p in version.base.extra.get("artifacts", {}).get("copies", {}).get("parts", [])]
+    if copies:
+        con.read_json(copies, format="newline_delimited", columns=COPY_COLUMNS).create_view("copies")
     if version.manifest is None:
         con.execute("CREATE VIEW docs AS SELECT * FROM stored")
     else:
@@ -245,20 +257,38 @@ def columns(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in con.execute("DESCRIBE stored").fetchall()]
 
 
-def evaluate(version: Version, selection: Selection) -> dict[str, np.ndarray]:
+def evaluate(
+    version: Version, selection: Selection, policy_reasons: Counter | None = None
+) -> dict[str, np.ndarray]:
     """The selected bits of every shard of the build under ``selection`` (a version's own selection is
     not applied first: a version is always a selection of the build, never of another version)."""
     base = Version(version.base_dir, version.base, version.live_shards)
-    return select_rows(connect(base), selection, {s.name: s.docs for s in base.shards})
+    return select_rows(connect(base), selection, {s.name: s.docs for s in base.shards}, policy_reasons)
 
 
 def select_rows(
-    con: duckdb.DuckDBPyConnection, selection: Selection, docs: dict[str, int]
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection,
+    docs: dict[str, int],
+    policy_reasons: Counter | None = None,
 ) -> dict[str, np.ndarray]:
     """Run ``selection`` over the table ``stored`` of ``con``: per shard (``docs``: its document
-    count), one bool per document."""
-    check_columns(selection, columns(con))
-    sql, params = selection_sql(selection, "stored")
+    count), one bool per document. With a policy, ``policy_reasons`` (when given) is filled with the
+    number of stored documents the policy rejects, by the first check each fails."""
+    cols = columns(con)
+    check_columns(selection, cols)
+    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'copies'").fetchall()[0][0]:
+        empty = ", ".join(f"NULL::{t} AS {c}" for c, t in COPY_COLUMNS.items())
+        con.execute(f"CREATE VIEW copies AS SELECT {empty} WHERE FALSE")  # a build without exact copies
+    table = "stored"
+    if selection.policy is not None:
+        con.register("policy_verdicts", policy_verdicts(con, selection.policy, cols, policy_reasons))
+        con.execute(
+            'CREATE OR REPLACE VIEW judged AS SELECT stored.*, v.policy_pass FROM stored '
+            'JOIN policy_verdicts v USING (shard, "index")'
+        )
+        table = "judged"
+    sql, params = selection_sql(selection, table)
     table = con.execute(sql, params).fetchnumpy()
     shard_col, index_col = table["shard"], table["index"]
     sel_col = table["selected"].astype(bool)
@@ -269,6 +299,54 @@ def select_rows(
         bits[index_col[mask]] = sel_col[mask]
         out[name] = bits
     return out
+
+
+@dataclass(frozen=True)
+class _PolicyRow:
+    """A metadata row as the policy reads a document (corpus.policy.PolicySubject)."""
+
+    lang: str | None
+    lang_confidence: float
+    source_tier: str
+    scores: dict[str, float]
+
+
+#: rows the policy judges at a time (a batch of the table in memory, never the table)
+POLICY_BATCH_ROWS = 65_536
+
+
+def policy_verdicts(
+    con: duckdb.DuckDBPyConnection, policy: PolicyConfig, cols: list[str], reasons: Counter | None = None
+) -> pa.Table:
+    """(shard, index, policy_pass) for every row of ``stored``: :func:`corpus.policy.decide` on the
+    row's language, tier and scores (a null score is absent, as on the document), read in batches;
+    each rejection's reason counted into ``reasons``."""
+    scores = [c for c in cols if c not in FIXED_COLUMNS]
+    select = ", ".join(['shard', '"index"', "lang", "lang_confidence", "tier", *('"' + c.replace('"', '""') + '"' for c in scores)])
+    reader = con.sql(f"SELECT {select} FROM stored").to_arrow_reader(POLICY_BATCH_ROWS)
+    shards, index, passes = [], [], []
+    for batch in reader:
+        d = batch.to_pydict()
+        for i in range(batch.num_rows):
+            row = _PolicyRow(
+                d["lang"][i],
+                d["lang_confidence"][i] or 0.0,
+                d["tier"][i] or "",
+                {c: d[c][i] for c in scores if d[c][i] is not None},
+            )
+            reason = decide(row, policy)[0]
+            passes.append(reason is None)
+            if reason is not None and reasons is not None:
+                reasons[reason] += 1
+        shards.extend(d["shard"])
+        index.extend(d["index"])
+    return pa.table(
+        {
+            "shard": pa.array(shards, pa.string()),
+            "index": pa.array(index, pa.int64()),
+            "policy_pass": pa.array(passes, pa.bool_()),
+        }
+    )
 
 
 def token_counts(version: Version, shard: ShardRef) -> np.ndarray:
@@ -285,10 +363,15 @@ def _bits_for(name: str, docs: int, bits: dict[str, np.ndarray], gone: set[str])
 
 
 def version_manifest(
-    version: Version, selection: Selection, bits: dict[str, np.ndarray], tombstones: list[dict[str, Any]]
+    version: Version,
+    selection: Selection,
+    bits: dict[str, np.ndarray],
+    tombstones: list[dict[str, Any]],
+    policy_reasons: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The manifest (without ``run_info``) of the version selecting ``bits`` of ``version``'s build;
-    a tombstoned shard selects nothing (its files may be gone)."""
+    a tombstoned shard selects nothing (its files may be gone). ``policy_reasons``: the stored documents
+    its policy rejects, by reason (what the yield alarms and the data card read)."""
     shards = []
     gone = {t["name"] for t in tombstones}
     for s in version.shards:
@@ -315,6 +398,8 @@ def version_manifest(
         "shards": shards,
         "tombstones": sorted(tombstones, key=lambda t: t["name"]),
     }
+    if policy_reasons is not None:
+        digested["policy_reasons"] = dict(sorted(policy_reasons.items()))
     return {**digested, "snapshot_id": json_digest(digested)}
 
 
@@ -466,7 +551,8 @@ def plan_version(build: Path, selection: Selection) -> Planned:
     """What ``corpus version BUILD`` with ``selection`` would write (a version of a version keeps its
     tombstones)."""
     version = open_version(build)
-    bits = evaluate(version, selection)
+    reasons: Counter = Counter()
+    bits = evaluate(version, selection, reasons)
     before = {g: kept_by(version, None, g) for g in GROUPS}
     after = {g: kept_by(version, bits, g) for g in GROUPS}
     kept = {
@@ -476,7 +562,13 @@ def plan_version(build: Path, selection: Selection) -> Planned:
         }
         for g in GROUPS
     }
-    manifest = version_manifest(version, selection, bits, list(version.tombstones.values()))
+    manifest = version_manifest(
+        version,
+        selection,
+        bits,
+        list(version.tombstones.values()),
+        dict(reasons) if selection.policy is not None else None,
+    )
     return Planned(version, bits, manifest, kept)
 
 

@@ -1,10 +1,11 @@
 """decontaminate: flag documents that contain eval-set items; keep the corpus's 13-grams for later checks.
 
 Every rank builds the eval index from the registry (cheap next to the corpus; the registry digest is
-the prepare digest, so a changed eval set redoes every shard). A flagged document leaves the stream as
-``Filtered(doc, "contaminated")`` annotated with each benchmark it matched (its longest run and the
-item): the policy keeps contaminated documents out of snapshots, and ``filtered/`` keeps them for the
-report. Per output shard, the unique 13-gram hashes of the documents that went on are written to
+the prepare digest, so a changed eval set redoes every shard). A flagged document stays a candidate,
+annotated with each benchmark it matched (its longest run and the item), and is also written to
+``flagged/NAME.jsonl.zst`` for the contamination report; excluding it is a version's decision (the
+default version does, ``include_contaminated = false``). Per output shard, the unique 13-gram hashes of
+its documents (every candidate: a later check asks what the stored corpus holds) are written to
 ``ngrams/NAME.npy``, through a :class:`GramSpool` that holds an eighth of the memory budget and spills
 sorted runs to ``work/grams-spill/`` beyond it (a shard's 13-grams grow with its size, not with the
 corpus, but a shard of 10,000 documents holds ~3 M of them).
@@ -40,15 +41,15 @@ from corpus.decont.corpus_index import (
 from corpus.decont.matcher import EvalIndex
 from corpus.decont.ngrams import SCHEME
 from corpus.decont.registry import EvalRegistry, RegistryError, registry_digest
-from corpus.decont.report import ITEM_PREFIX, REASON, RUN_PREFIX
+from corpus.decont.report import FLAGGED, ITEM_PREFIX, RUN_PREFIX
 from corpus.digest import json_digest
-from corpus.docshard import iter_docs
+from corpus.docshard import SUFFIX, ShardWriter, iter_docs
 from corpus.layout import NGRAM_INDEX_DIR, NGRAM_INDEX_SUFFIX, NGRAMS, link_file
-from corpus.model import Annotation, Filtered, Kept, Outcome
+from corpus.model import Annotation, Kept, Outcome
 from corpus.stage_facts import DecontaminationFacts, FileRef, PartitionedIndex
 from corpus.tokenizer import resolve_asset
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
-from runtime.runner import InputShard, Stage, StageContext, StageError, main
+from runtime.runner import InputShard, Stage, StageContext, StageError, main, remove_stale_artifacts
 
 GRAMS = "grams"
 #: under the stage's work directory: the runs a shard's 13-grams spill to past the spool's memory
@@ -76,14 +77,15 @@ class DecontaminateConfig:
 
 class Decontaminate(Stage):
     name = "decontaminate"
-    version = "3"  # 3: the retained index range-partitioned by hash prefix, built in a global phase
+    version = "4"  # 4: flagged documents stay candidates (annotated, copied to flagged/ for the report)
     Config = DecontaminateConfig
-    artifact_kinds = (NGRAMS,)
+    artifact_kinds = (NGRAMS, FLAGGED)
 
     def __init__(self, config: DecontaminateConfig) -> None:
         super().__init__(config)
         self.index: EvalIndex | None = None
         self._grams: dict[str, GramSpool] = {}
+        self._flagged: dict[str, ShardWriter] = {}
         self._phase: GlobalPhase | None = None
         if config.index_part_grams < 1:
             raise StageError(
@@ -105,12 +107,8 @@ class Decontaminate(Stage):
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         index = self._load()
-        if ctx.rank == 0:  # the index files of inputs no longer in the stage would be listed in its manifest
-            expected = {f"{s.name}.npy" for s in inputs}
-            stale = ctx.out_dir / NGRAMS
-            for p in sorted(stale.iterdir()) if stale.is_dir() else []:
-                if p.name not in expected and not p.name.startswith("."):
-                    p.unlink()
+        remove_stale_artifacts(ctx, inputs, NGRAMS, (".npy",))
+        remove_stale_artifacts(ctx, inputs, FLAGGED, (SUFFIX, SUFFIX + ".json"))
         return json_digest({"eval_registry": index.registry.digest, "scheme": SCHEME})
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
@@ -118,21 +116,25 @@ class Decontaminate(Stage):
         grams = self._grams[shard.name] = GramSpool(
             ctx.work_dir / GRAMS_SPILL_DIR / shard.name, ctx.memory_budget_bytes // 8
         )
+        flagged = self._flagged[shard.name] = ShardWriter(
+            ctx.artifact_path(FLAGGED, f"{shard.name}{SUFFIX}")
+        )
         for doc in iter_docs(shard.path):
             nbytes = len(doc.text.encode("utf-8"))
+            grams.add(doc_grams(doc.text))
             matches = index.scan(doc.text)
             if matches:
                 notes = []
                 for m in matches:
                     notes.append(Annotation(self.name, RUN_PREFIX + m.benchmark, m.run, "fail"))
                     notes.append(Annotation(self.name, ITEM_PREFIX + m.benchmark, m.item_id, "info"))
-                yield Filtered(doc.annotate(*notes), REASON), nbytes
-            else:
-                grams.add(doc_grams(doc.text))
-                yield Kept(doc), nbytes
+                doc = doc.annotate(*notes)
+                flagged.write_doc(doc)
+            yield Kept(doc), nbytes
 
     def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
         self._grams.pop(shard.name).save(ctx.artifact_path(NGRAMS, f"{shard.name}.npy"))
+        self._flagged.pop(shard.name).close()
 
     # -- the retained index: a global phase over the shards' arrays ---------------------------------
     def conclude(self, ctx: StageContext, inputs: list[InputShard]) -> str:

@@ -7,7 +7,10 @@ keeper: most trusted source tier, then earliest crawl date, then doc_id (``corpu
 It runs right after extraction, before the classifiers: every exact copy it removes is one document
 annotate (the most expensive stage per byte) does not score; docs/versions.md has the arithmetic.
 Per shard: the keeper is kept and annotated with how many copies it stood for; every other copy is
-written to ``filtered/`` as ``exact_duplicate`` with ``dup_of`` = the keeper's doc_id. Nothing is deleted.
+written to ``filtered/`` as ``exact_duplicate`` with ``dup_of`` = the keeper's doc_id, and its
+provenance (url, host, source, tier, date, licence: ``corpus.provenance``) to ``copies/NAME.jsonl.zst``,
+which the candidates keep: a version that excludes the keeper's host, source, date or licence keeps the
+stored text when another copy passes. Nothing is deleted.
 
     python -m hpc_jobs.exact_dedup --in build/stages/extract --out build/stages/exact_dedup [--config FILE]
 """
@@ -24,8 +27,10 @@ from typing import Any
 
 from corpus.dedup.exact_copy import ExactCopy
 from corpus.dedup.normalize import NORMALIZATION_VERSION, text_key
-from corpus.docshard import iter_docs
+from corpus.digest import canonical_json
+from corpus.docshard import SUFFIX, ShardWriter, iter_docs
 from corpus.model import Annotation, Filtered, Kept, Outcome
+from corpus.provenance import copy_record
 from mpi_kernels.shuffle import stable_key_hash
 from runtime.global_phase import (
     GlobalPhase,
@@ -35,10 +40,12 @@ from runtime.global_phase import (
     route_verdicts,
     write_verdicts,
 )
-from runtime.runner import InputShard, Stage, StageContext, main
+from runtime.runner import InputShard, Stage, StageContext, main, remove_stale_artifacts
 
 GROUPS = "groups"
 DECISIONS = "decisions"
+#: the per-shard provenance of the copies the stage did not store (corpus.provenance)
+COPIES = "copies"
 
 
 @dataclass(frozen=True)
@@ -50,8 +57,14 @@ class ExactDedupStage(Stage):
     name = "exact_dedup"
     # 2: the global phase checkpointed in parts (runtime.global_phase)
     # 3: the keeper is the most trusted tier first, then the earliest date (was date first)
-    version = "3"
+    # 4: every dropped copy's provenance in copies/
+    version = "4"
     Config = ExactDedupConfig
+    artifact_kinds = (COPIES,)
+
+    def __init__(self, config: ExactDedupConfig) -> None:
+        super().__init__(config)
+        self._copies: dict[str, ShardWriter] = {}
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION)
@@ -59,6 +72,7 @@ class ExactDedupStage(Stage):
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """Two steps: ``groups`` (each text key to the part that owns it; the part decides its groups'
         keepers and writes their verdicts) and ``decisions`` (each verdict to its shard's table)."""
+        remove_stale_artifacts(ctx, inputs, COPIES, (SUFFIX, SUFFIX + ".json"))
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))
         if phase.complete:
             return phase.reused()
@@ -96,6 +110,7 @@ class ExactDedupStage(Stage):
         return phase.finish({GROUPS: groups, DECISIONS: shards}, ctx.comm.bcast(facts, root=0))
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
+        copies = self._copies[shard.name] = ShardWriter(ctx.artifact_path(COPIES, f"{shard.name}{SUFFIX}"))
         for doc, nbytes, verdict in decided_docs(self._phase.root, DECISIONS, shard):
             if verdict is None:
                 yield Kept(doc), nbytes
@@ -103,9 +118,17 @@ class ExactDedupStage(Stage):
                 dup = doc.annotate(
                     Annotation(self.name, "dup_of", verdict["dup_of"], "fail"), dup_of=verdict["dup_of"]
                 )
+                copies.write_line(canonical_json(copy_record(doc, verdict["dup_of"])))
                 yield Filtered(dup, "exact_duplicate"), nbytes
             else:
-                yield Kept(doc.annotate(Annotation(self.name, "copies", verdict["copies"], "pass"))), nbytes
+                kept = doc.annotate(
+                    Annotation(self.name, "copies", verdict["copies"], "pass"),
+                    Annotation(self.name, "keeper_id", doc.doc_id, "info"),  # what copies/ points at
+                )
+                yield Kept(kept), nbytes
+
+    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
+        self._copies.pop(shard.name).close()
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         facts = self._phase.facts

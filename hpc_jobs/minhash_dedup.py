@@ -25,8 +25,8 @@ pre-empted in the middle of it costs only the part it was on:
 5. ``decisions``: verdicts to their shard's decision table (``runtime.global_phase.route_verdicts``).
 
 Per shard: every clustered document gets ``dup_cluster_id`` (smallest doc_id of its cluster) and
-``dup_cluster_size``; the representative is kept, the others go to ``filtered/`` as ``near_duplicate``
-with ``dup_of`` = the representative. The manifest's ``extra`` has the cluster-size distribution and an
+``dup_cluster_size`` and every other member ``dup_of`` = the representative; all stay candidates
+(a version keeps, per cluster, the representative among its *selected* members: corpus.selection). The manifest's ``extra`` has the cluster-size distribution and an
 ``alarms`` list (a cluster above ``alarm_cluster_size``, or more than ``alarm_clustered_fraction`` of the
 documents in clusters, usually means boilerplate is chaining unrelated pages).
 
@@ -67,7 +67,7 @@ from corpus.dedup.records import (
 )
 from corpus.dedup.verify import verified_roots
 from corpus.docshard import iter_docs
-from corpus.model import Annotation, Filtered, Kept, Outcome
+from corpus.model import Annotation, Kept, Outcome
 from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
 from mpi_kernels.union_find import connected_components, pair_dtype
 from runtime.global_phase import (
@@ -159,7 +159,7 @@ def band_rows(
 
 class MinhashDedupStage(Stage):
     name = "minhash_dedup"
-    version = "2"  # the global phase checkpointed in parts (runtime.global_phase)
+    version = "3"  # 3: members stay candidates (labelled); 2: the global phase checkpointed in parts
     Config = MinhashDedupConfig
 
     @property
@@ -480,7 +480,7 @@ class MinhashDedupStage(Stage):
             doc = doc.annotate(
                 Annotation(self.name, "dup_cluster_size", v["size"], "fail" if dup else "pass")
             )
-            yield (Filtered(doc, "near_duplicate") if dup else Kept(doc)), nbytes
+            yield Kept(doc), nbytes
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         facts = self._phase.facts

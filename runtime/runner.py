@@ -469,6 +469,18 @@ class StageRun:
 _SHARD_FILES = (SUFFIX + ".json", SUFFIX)
 
 
+def remove_stale_artifacts(ctx: StageContext, inputs: list[InputShard], kind: str, suffixes: tuple[str, ...]) -> None:
+    """On rank 0: drop the per-input artifacts of ``kind`` (``NAME + suffix``) whose input is no longer
+    part of the stage; the manifest lists every file of an artifact kind, so they would be listed."""
+    if ctx.rank != 0:
+        return
+    expected = {s.name + x for s in inputs for x in suffixes}
+    d = ctx.out_dir / kind
+    for p in sorted(d.iterdir()) if d.is_dir() else []:
+        if p.name not in expected and not p.name.startswith("."):
+            p.unlink()
+
+
 #: one record (a document, with its decoded and encoded copies) may take at most this share of the budget
 RECORD_SHARE = 4
 

@@ -56,7 +56,25 @@ def test_every_stage_reconciles_in_the_report(two_rank_build):
         previous_out = c["out"]
     assert counts["ingest"]["quarantined"], "the sample's malformed WARC must be quarantined with a reason"
     assert counts["exact_dedup"]["filtered"].get("exact_duplicate", 0) > 0
-    assert counts["minhash_dedup"]["filtered"].get("near_duplicate", 0) > 0
+    assert counts["minhash_dedup"]["filtered"] == {} and counts["decontaminate"]["filtered"] == {}, (
+        "near-duplicates and contaminated documents stay candidates"
+    )
+
+
+def test_the_default_version_is_the_configs_policy_one_representative_per_cluster_and_no_contamination(
+    two_rank_build, tmp_path
+):
+    out, snapshot_id = two_rank_build
+    same = run_corpus("version", str(out), "--select-inline", "[policy]", "--out", str(tmp_path / "v"))
+    assert same.stdout.strip().splitlines()[-1] == f"snapshot_id {snapshot_id}"
+    (members,) = corpus_json("query", str(out), "SELECT count(*) AS n FROM docs WHERE dup_of <> ''", "--json")
+    assert members["n"] > 0, "the sample's near-duplicates are stored, labelled"
+    twice = corpus_json("query", str(out), "SELECT dup_cluster_id FROM docs WHERE dup_cluster_id <> '' "
+                        "GROUP BY 1 HAVING sum(selected::int) > 1", "--json")
+    assert twice == []
+    (stored,) = corpus_json("query", str(out), "SELECT count(*) AS n, sum(selected::int) AS kept FROM docs",
+                            "--json")
+    assert 0 < stored["kept"] < stored["n"]
 
 
 def test_a_rebuild_does_no_work_and_gives_the_same_id(two_rank_build):
@@ -87,9 +105,9 @@ def stage_state(out):
     return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((out / "stages").glob("*/manifest.json"))}
 
 
-def test_the_metadata_table_has_one_row_per_document_of_the_snapshot(two_rank_build):
+def test_the_metadata_table_has_one_row_per_stored_document(two_rank_build):
     out, _ = two_rank_build
-    manifest = json.loads((out / "snapshot" / "manifest.json").read_text())
+    manifest = json.loads((out / "candidates" / "manifest.json").read_text())
     rows = corpus_json("query", str(out), "SELECT shard, count(*) AS docs, sum(tokens) AS tokens FROM docs "
                        "GROUP BY shard ORDER BY shard", "--json")
     expect = sorted(
@@ -103,8 +121,8 @@ def test_the_metadata_table_has_one_row_per_document_of_the_snapshot(two_rank_bu
 def test_a_threshold_change_is_a_new_version_without_running_any_stage(two_rank_build, tmp_path):
     out, snapshot_id = two_rank_build
     before = stage_state(out)
-    proc = run_corpus("version", str(out), "--select-inline", "min_scores = { quality = 0.2 }", "--out",
-                      str(tmp_path / "v"))
+    threshold = 'min_scores = { quality = 0.2 }\nnear_duplicates = "all"'  # the threshold alone decides
+    proc = run_corpus("version", str(out), "--select-inline", threshold, "--out", str(tmp_path / "v"))
     last = proc.stdout.strip().splitlines()[-1]
     assert SNAPSHOT_LINE.match(last) and last.split()[1] != snapshot_id
     assert stage_state(out) == before
@@ -113,23 +131,36 @@ def test_a_threshold_change_is_a_new_version_without_running_any_stage(two_rank_
     dropped = corpus_json("query", str(tmp_path / "v"), "SELECT max(quality) AS q FROM docs "
                           "WHERE NOT selected AND quality IS NOT NULL", "--json")[0]
     assert kept["q"] >= 0.2 and dropped["q"] < 0.2 and kept["n"] > 0
-    again = run_corpus("version", str(out), "--select-inline", "min_scores = { quality = 0.2 }", "--out",
-                       str(tmp_path / "v-again"))
+    again = run_corpus("version", str(out), "--select-inline", threshold, "--out", str(tmp_path / "v-again"))
     assert again.stdout.strip().splitlines()[-1] == last, "the same selection of the same build: the same id"
 
 
 def test_excluding_a_host_removes_exactly_its_documents(two_rank_build, tmp_path):
     out, _ = two_rank_build
-    (host,) = corpus_json("query", str(out), "SELECT host FROM docs GROUP BY host ORDER BY count(*) DESC, host "
-                          "LIMIT 1", "--json")
+    # the largest host none of whose documents has an exact copy elsewhere (that case: the test below)
+    (host,) = corpus_json("query", str(out), "SELECT host FROM docs d GROUP BY host HAVING NOT bool_or(EXISTS "
+                          "(SELECT 1 FROM copies c WHERE c.doc_id = d.exact_keeper_id AND c.host <> d.host)) "
+                          "ORDER BY count(*) DESC, host LIMIT 1", "--json")
     (tmp_path / "optout.txt").write_text(f"# asked on 2026-11-30\n{host['host']}\n")
-    (tmp_path / "sel.toml").write_text('exclude_hosts_file = "optout.txt"\n')
+    (tmp_path / "sel.toml").write_text('exclude_hosts_file = "optout.txt"\nnear_duplicates = "all"\n')
     run_corpus("version", str(out), "--select", str(tmp_path / "sel.toml"), "--out", str(tmp_path / "v"))
     rows = corpus_json("query", str(tmp_path / "v"), "SELECT host = ? AS excluded, selected, count(*) AS n "
                        "FROM docs GROUP BY ALL ORDER BY ALL".replace("?", f"'{host['host']}'"), "--json")
     assert {(r["excluded"], r["selected"]) for r in rows} == {(True, False), (False, True)}
     diff = run_corpus("diff", str(out), str(tmp_path / "v"), check=False)
     assert diff.returncode == 1 and host["host"] in diff.stdout
+
+
+def test_an_exact_copy_comes_back_from_another_host_when_its_keepers_host_is_excluded(two_rank_build, tmp_path):
+    out, _ = two_rank_build
+    (keeper,) = corpus_json("query", str(out), "SELECT d.host FROM docs d JOIN copies c ON c.doc_id = d.exact_keeper_id "
+                            "WHERE c.host <> d.host GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1", "--json")
+    host = keeper["host"]
+    run_corpus("version", str(out), "--select-inline", f'exclude_hosts = ["{host}"]', "--out", str(tmp_path / "v"))
+    rows = corpus_json("query", str(tmp_path / "v"), "SELECT selected, EXISTS (SELECT 1 FROM copies c WHERE "
+                       "c.doc_id = d.exact_keeper_id AND c.host <> d.host) AS elsewhere, count(*) AS n FROM docs d "
+                       f"WHERE d.host = '{host}' GROUP BY ALL ORDER BY ALL", "--json")
+    assert {(r["selected"], r["elsewhere"]) for r in rows} == {(False, False), (True, True)}, rows
 
 
 def test_the_trace_of_a_versions_loader_view_is_what_the_loader_reads(two_rank_build, tmp_path):

@@ -1,11 +1,11 @@
-"""``corpus build``: every stage, locally under ``mpiexec -n N``, then the snapshot manifest."""
+"""``corpus build``: every stage, locally under ``mpiexec -n N``, then the candidates and the default version."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from corpus.layout import manifest_path, snapshot_dir
+from corpus.layout import candidates_dir, manifest_path, snapshot_dir
 from corpus.pipeline import build
 
 
@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    snapshot = build(args.input, args.out, args.ranks, args.config, args.seed)
+    snapshot_id = build(args.input, args.out, args.ranks, args.config, args.seed)
+    print(f"candidates manifest {manifest_path(candidates_dir(args.out))}")
     print(f"snapshot manifest {manifest_path(snapshot_dir(args.out))}")
-    print(f"snapshot_id {snapshot.snapshot_id}")
+    print(f"snapshot_id {snapshot_id}")
     return 0

@@ -1,7 +1,8 @@
 """``corpus diff A B``: what differs between two builds, snapshots or versions; exit 0 when identical.
 
-When either side is a version (``corpus version``), both must be versions of one build (the build
-itself counts as the version that selects everything), and the diff names the selection changes,
+Two build directories are compared as builds (stages, configs, counts, and what their default versions
+select). When either side is a version directory (``corpus version``), both must be versions of one
+build (a build directory stands for its default version), and the diff names the selection changes,
 the tombstones, and the documents and tokens added and removed per bucket, source and language."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from corpus.layout import STAGES_DIR
 from corpus.report.build_view import open_build
 from corpus.report.diff import SAMPLE, diff_builds, summary_text
 from corpus.version import diff_text, diff_versions, is_version, open_version
@@ -35,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if is_version(args.a) or is_version(args.b):
+    if any(is_version(p) and not (p / STAGES_DIR).is_dir() for p in (args.a, args.b)):
         d = diff_versions(open_version(args.a), open_version(args.b))
         print(json.dumps(d, indent=1) if args.json else diff_text(d))
         return 0 if d["identical"] else 1

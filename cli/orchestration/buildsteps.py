@@ -7,8 +7,8 @@ cluster's side (where the build directory is), through the same backend that sub
 
 ``prepare`` checks and resolves the inputs and writes the build config every stage reads (exactly
 what ``corpus build`` writes);
-``finalize`` assembles the snapshot from the stage manifests with :func:`corpus.pipeline.assemble_snapshot`,
-writes it and the build's data card (``corpus report``), and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
+``finalize`` writes the candidates and the default version from the stage manifests with
+:func:`corpus.pipeline.finish_build`, then the build's data card (``corpus report``), and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
 its counts against the previous stage's before the DAG moves on.
 """
 
@@ -28,9 +28,8 @@ from cli.main import main as cli_main
 from corpus import pipeline
 from corpus.alarms import alarm_config
 from corpus.config import ConfigError, check_build_config, load_config_file, stage_config
-from corpus.docshard import atomic_write_json
 from corpus.errors import UserError
-from corpus.layout import build_config_path, manifest_path, snapshot_dir
+from corpus.layout import manifest_path, snapshot_dir
 from corpus.model import GroupCounts, StageManifest, YieldCounts
 
 
@@ -82,6 +81,7 @@ def check_stage_tables(cfg: dict[str, Any]) -> None:
             stage_config(importlib.import_module(f"hpc_jobs.{name}").STAGE.Config, cfg[name], name)
         elif name in cfg:
             raise ConfigError(f"[{name}] must be a table, got {cfg[name]!r}")
+    pipeline.default_selection(cfg)  # [policy]: the default version's quality policy
     alarm_config(cfg)
 
 
@@ -116,10 +116,8 @@ def finalize(out: Path, stages: list[str]) -> dict[str, Any]:
     have = [m.stage for m in manifests]
     if have != stages:
         raise UserError(f"{out}: completed stages are {have}, expected {stages}")
-    seed = int(json.loads(build_config_path(out).read_text())["seed"])
-    snapshot = pipeline.assemble_snapshot(out, manifests, seed)
+    snapshot_id = pipeline.finish_build(out, manifests)
     manifest = manifest_path(snapshot_dir(out))
-    atomic_write_json(manifest, snapshot.to_dict())
     with contextlib.redirect_stdout(sys.stderr):  # the funnel table and any alarms go to the log
         rc = cli_main(["report", str(out), "--record"])
     if rc == YIELD_ALARM_EXIT:
@@ -127,7 +125,7 @@ def finalize(out: Path, stages: list[str]) -> dict[str, Any]:
                         f"only logs it); the alarms are above and at the top of {out / 'report' / 'card.html'}")
     if rc != 0:
         raise UserError(f"corpus report {out} failed (exit {rc})")
-    return {"snapshot_id": snapshot.snapshot_id, "manifest": str(manifest),
+    return {"snapshot_id": snapshot_id, "manifest": str(manifest),
             "report": str(out / "report" / "card.html")}
 
 

@@ -1,8 +1,9 @@
 """The per-benchmark contamination report, a required artifact of every snapshot.
 
-Built from the documents the decontaminate stage flagged (its ``filtered/`` output, reason
-``contaminated``): per benchmark the documents and tokens flagged, their rate against everything the
-stage scanned, the longest run and the distinct items seen.
+Built from the documents the decontaminate stage flagged (its ``flagged/`` artifact: the flagged
+candidates, annotated, with their text): per benchmark the documents and tokens flagged, their rate
+against everything the stage scanned, the longest run and the distinct items seen. Flagged documents
+stay candidates; a version excludes them unless its selection says ``include_contaminated = true``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 from corpus.model import Document
 
 STAGE = "decontaminate"
-REASON = "contaminated"
+#: decontaminate's per-shard artifact of the documents it flagged
+FLAGGED = "flagged"
 RUN_PREFIX = "contaminated:"
 ITEM_PREFIX = "contaminated_item:"
 
@@ -34,7 +36,7 @@ def build_report(
     *,
     benchmarks: dict[str, dict],
     docs_scanned: int,
-    tokens_kept: int,
+    tokens_scanned: int,
     count_tokens: Callable[[list[str]], list[int]],
     settings: dict[str, Any],
 ) -> dict[str, Any]:
@@ -54,7 +56,6 @@ def build_report(
             p["tokens_flagged"] += n_tokens
             p["longest_run"] = max(p["longest_run"], run)
             p["items_matched"].add(item)
-    tokens_scanned = tokens_kept + total_tokens_flagged
     rows = {}
     for bench in sorted(per):
         p = per[bench]
@@ -75,7 +76,7 @@ def build_report(
         "docs_flagged": len(flagged),
         "tokens_flagged": total_tokens_flagged,
         "tokens_scanned": tokens_scanned,
-        "policy": "flagged documents are excluded from the snapshot",
+        "policy": "flagged documents are candidates; a version excludes them unless it sets include_contaminated",
         "benchmarks": rows,
         "flagged_docs": [
             {

@@ -3,9 +3,10 @@
 ``corpus report`` and ``corpus diff`` accept any of:
 
 * a build directory (what ``corpus build --out`` wrote: ``stages/<name>/manifest.json``,
-  ``build-config.json`` and ``snapshot/manifest.json``);
-* a snapshot directory (``<build>/snapshot``) or its ``manifest.json``: the build it came from is the
-  directory holding ``stages/`` above it;
+  ``build-config.json``, ``candidates/`` and ``snapshot/``, its default version);
+* a snapshot or version directory (``<build>/snapshot``) or its ``manifest.json``: the build it came
+  from is the directory holding ``stages/`` above it. A version is reported as its selection of the
+  candidates it points at (``version``: its manifest; ``snapshot``: the candidates');
 * a snapshot id (``sha256:<hex>`` or a unique hex prefix of 8+ characters), looked up under
   ``$CORPUS_SNAPSHOTS`` as :func:`corpus.snapshot.resolve_snapshot` does.
 
@@ -23,10 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from corpus.errors import UserError
 from corpus.layout import BUILD_CONFIG, MANIFEST, SNAPSHOT_DIR, STAGES_DIR
 from corpus.model import SnapshotManifest, StageManifest
 from corpus.pipeline import PIPELINE
+from corpus.version import Version, is_version, open_version
 
 
 @dataclass
@@ -39,6 +43,21 @@ class BuildView:
     snapshot: SnapshotManifest | None
     stages: list[StageManifest] = field(default_factory=list)
     build_config: dict[str, Any] = field(default_factory=dict)
+    #: the version reported (a build's default version), or None for a snapshot that is not one
+    version: Version | None = None
+
+    @property
+    def snapshot_id(self) -> str | None:
+        """The id a run trains on: the version's, else the snapshot's."""
+        if self.version is not None:
+            return self.version.snapshot_id
+        return self.snapshot.snapshot_id if self.snapshot else None
+
+    def selected(self, shard_name: str) -> np.ndarray | None:
+        """The version's selection bits of a shard (None: every document counts)."""
+        if self.version is None:
+            return None
+        return self.version.selected(next(s for s in self.version.shards if s.name == shard_name))
 
     def stage(self, name: str) -> StageManifest | None:
         return next((m for m in self.stages if m.stage == name), None)
@@ -116,7 +135,12 @@ def open_build(path: Path) -> BuildView:
         raise UserError(
             f"{path} is neither a build directory ({STAGES_DIR}/, {SNAPSHOT_DIR}/) nor a snapshot"
         )
-    snapshot = None
+    snapshot, version = None, None
+    if manifest_path.is_file() and is_version(manifest_path):
+        version = open_version(manifest_path.parent)
+        snapshot_dir, manifest_path = version.base_dir, version.base_dir / MANIFEST
+        if build_dir is None and (snapshot_dir.parent / STAGES_DIR).is_dir():
+            build_dir = snapshot_dir.parent
     if manifest_path.is_file():
         d = _read_json(manifest_path)
         if "shards" not in d or "stage_versions" not in d:
@@ -140,4 +164,5 @@ def open_build(path: Path) -> BuildView:
         snapshot=snapshot,
         stages=stages,
         build_config=build_config,
+        version=version,
     )

@@ -14,7 +14,7 @@ from typing import Any
 from corpus.docshard import iter_records
 from corpus.model import StageManifest
 from corpus.report.build_view import BuildView
-from corpus.report.gather import tokens
+from corpus.report.gather import tokens, version_counts
 from corpus.report.scan import holds_documents, shard_paths
 
 SAMPLE = 10
@@ -129,6 +129,16 @@ def documents_delta(a: BuildView, b: BuildView, sample: int = SAMPLE) -> dict[st
     }
 
 
+def _selected(view: BuildView) -> dict[str, Any]:
+    counts = version_counts(view) or {}
+    reasons = (view.version.manifest or {}).get("policy_reasons", {}) if view.version else {}
+    return {
+        "selected_docs": counts.get("selected_docs"),
+        "selected_tokens": counts.get("selected_tokens"),
+        "policy_rejects": reasons,
+    }
+
+
 def shards_shared(a: BuildView, b: BuildView) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if a.snapshot and b.snapshot:
@@ -143,8 +153,8 @@ def shards_shared(a: BuildView, b: BuildView) -> dict[str, Any]:
 
 def diff_builds(a: BuildView, b: BuildView, sample: int = SAMPLE) -> dict[str, Any]:
     """Every difference between two builds, as a JSON-able dict; ``identical`` says whether there is any."""
-    if a.snapshot and b.snapshot:
-        identical = a.snapshot.snapshot_id == b.snapshot.snapshot_id
+    if a.snapshot_id and b.snapshot_id:
+        identical = a.snapshot_id == b.snapshot_id
     else:
         identical = [m.digest for m in a.stages] == [m.digest for m in b.stages] and (a.snapshot is None) == (
             b.snapshot is None
@@ -182,9 +192,11 @@ def diff_builds(a: BuildView, b: BuildView, sample: int = SAMPLE) -> dict[str, A
             counts[s] = c
     ta, tb = _tokens_by(a), _tokens_by(b)
     return {
-        "a": {"path": str(a.path), "snapshot_id": a.snapshot.snapshot_id if a.snapshot else None},
-        "b": {"path": str(b.path), "snapshot_id": b.snapshot.snapshot_id if b.snapshot else None},
+        "a": {"path": str(a.path), "snapshot_id": a.snapshot_id},
+        "b": {"path": str(b.path), "snapshot_id": b.snapshot_id},
         "identical": identical,
+        # the default versions: what each build selects of its candidates, and why its policy rejects
+        "version": changes(_selected(a), _selected(b)),
         "stage_versions": versions,
         "config": config,
         "tokenizer": changes(
@@ -239,6 +251,8 @@ def summary_text(d: dict[str, Any]) -> str:
             )
     lines.append("\nconfig:" + ("" if d["config"] else " same"))
     lines += [f"  {c['key']}: {_v(c['a'])} -> {_v(c['b'])}" for c in d["config"]]
+    lines.append("\ndefault version (A -> B):" + ("" if d["version"] else " same selection counts"))
+    lines += [f"  {c['key']}: {_v(c['a'])} -> {_v(c['b'])}" for c in d["version"]]
     lines.append("\ncounts per stage (A -> B):" + ("" if d["counts"] else " same"))
     for stage, c in d["counts"].items():
         parts = [_delta_line(k, c[k]) for k in ("in", "out") if k in c]

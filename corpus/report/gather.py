@@ -83,14 +83,18 @@ def tokens(view: BuildView, lineage: bool = True) -> dict[str, Any] | None:
     tables: dict[str, dict[str, Any]] = {}
     if view.snapshot is not None and view.snapshot.shards:
         by_bucket: dict[str, dict[str, int]] = {}
-        for s in view.snapshot.shards:
-            b = by_bucket.setdefault(s.bucket, {"tokens": 0, "docs": 0, "shards": 0})
-            b["tokens"] += s.tokens
-            b["docs"] += s.docs
+        if view.version is not None:
+            counts = [(s.bucket, docs, toks) for s, docs, toks in view.version.selected_counts()]
+        else:
+            counts = [(s.bucket, s.docs, s.tokens) for s in view.snapshot.shards]
+        for bucket, docs, toks in counts:
+            b = by_bucket.setdefault(bucket, {"tokens": 0, "docs": 0, "shards": 0})
+            b["tokens"] += toks
+            b["docs"] += docs
             b["shards"] += 1
         tables["bucket"] = dict(sorted(by_bucket.items()))
         if lineage and view.snapshot_dir is not None:
-            tables |= snapshot_tokens(view.snapshot_dir, list(view.snapshot.shards)) or {}
+            tables |= snapshot_tokens(view.snapshot_dir, list(view.snapshot.shards), view.selected) or {}
     extras = [m.extra for m in view.stages] + ([view.snapshot.extra] if view.snapshot else [])
     for extra in extras:
         for key, value in extra.items():
@@ -100,6 +104,21 @@ def tokens(view: BuildView, lineage: bool = True) -> dict[str, Any] | None:
         return None
     total = _token_total(tables.get("bucket", {})) or max(_token_total(t) for t in tables.values())
     return {"total": total, "by": tables}
+
+
+def version_counts(view: BuildView) -> dict[str, Any] | None:
+    """The reported version against the candidates it selects from: ids, documents and tokens."""
+    if view.version is None:
+        return None
+    counts = list(view.version.selected_counts())
+    return {
+        "snapshot_id": view.version.snapshot_id,
+        "candidates_id": view.version.base.snapshot_id,
+        "selected_docs": sum(d for _, d, _ in counts),
+        "stored_docs": sum(s.docs for s, _, _ in counts),
+        "selected_tokens": sum(t for _, _, t in counts),
+        "stored_tokens": sum(s.tokens for s, _, _ in counts),
+    }
 
 
 def _token_total(table: dict[str, Any]) -> int:
@@ -226,7 +245,8 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
         "build": {
             "path": str(view.path),
             "build_dir": str(view.build_dir) if view.build_dir else None,
-            "snapshot_id": view.snapshot.snapshot_id if view.snapshot else None,
+            "snapshot_id": view.snapshot_id,
+            "version": version_counts(view),
             "seed": view.snapshot.seed if view.snapshot else view.build_config.get("seed"),
             "sources": view.sources(),
             "stages": [m.stage for m in view.stages],

@@ -128,10 +128,13 @@ def _header(card: dict[str, Any]) -> str:
         first, last = total[0], total[-1]
         tiles += [
             ("documents in", _n(first["in"])),
-            ("documents out", _n(last["out"])),
+            ("documents stored", _n(last["out"])),
             ("overall retention", _pct(100 * last["out"] / first["in"] if first["in"] else None)),
             ("bytes out", _n(last["bytes_out"])),
         ]
+    version = b.get("version")
+    if version:
+        tiles.append(("documents selected (version)", _n(version["selected_docs"])))
     if card.get("tokens"):
         tiles.append(("tokens", _n(card["tokens"]["total"])))
     if b["shards"] is not None:

@@ -13,10 +13,12 @@ import heapq
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm import tqdm
 
 from corpus.docshard import ShardCorrupt, iter_records
@@ -53,15 +55,15 @@ class Distributions:
 
 @dataclass
 class Clusters:
-    """Duplicate clusters as a dedup stage decided them, from its ``filtered/`` output: every dropped
-    copy names its keeper in ``dup_of``, so a cluster is a keeper and the copies pointing at it."""
+    """Duplicate clusters as a dedup stage decided them: every copy (dropped, or kept as a candidate
+    and labelled) names its keeper in ``dup_of``, so a cluster is a keeper and the copies pointing at it."""
 
     stage: str
     copies: Counter = field(default_factory=Counter)  # keeper doc_id -> dropped copies
     example: dict[str, dict[str, str]] = field(default_factory=dict)  # keeper -> the first copy seen
+    kept_copies: int = 0  # copies that are still in the stage's output (labelled candidates)
 
-    def add_dropped(self, rec: dict[str, Any]) -> None:
-        doc = rec.get("doc", {})
+    def add_copy(self, doc: dict[str, Any]) -> None:
         keeper = doc.get("dup_of")
         if not keeper:
             return
@@ -77,7 +79,7 @@ class Clusters:
     def sizes(self, kept: int) -> dict[int, int]:
         """Cluster size -> how many clusters; the kept documents no copy points at are size 1."""
         sizes = Counter(n + 1 for n in self.copies.values())
-        singles = kept - len(self.copies)
+        singles = kept - self.kept_copies - len(self.copies)
         if singles > 0:
             sizes[1] = singles
         return dict(sorted(sizes.items()))
@@ -127,10 +129,17 @@ def scan_documents(stage_dir: Path, m: StageManifest) -> Distributions:
 
 
 def scan_clusters(stage_dir: Path, m: StageManifest) -> Clusters:
+    """Copies a stage dropped (exact_dedup's ``filtered/``) and members it labelled and kept as
+    candidates (minhash_dedup's documents with ``dup_of``)."""
     clusters = Clusters(m.stage)
     for path in _progress(shard_paths(stage_dir, m, "filtered"), f"reading {m.stage} duplicates"):
         for rec in iter_records(path):
-            clusters.add_dropped(rec)
+            clusters.add_copy(rec.get("doc", {}))
+    for path in _progress(shard_paths(stage_dir, m, "shards"), f"reading {m.stage} labelled members"):
+        for rec in iter_records(path):
+            if rec.get("dup_of"):
+                clusters.add_copy(rec)
+                clusters.kept_copies += 1
     return clusters
 
 
@@ -155,17 +164,23 @@ def quarantine_samples(
     }
 
 
-def snapshot_tokens(snapshot_dir: Path, shards: list[Any]) -> dict[str, dict[str, int]] | None:
+def snapshot_tokens(
+    snapshot_dir: Path, shards: list[Any], selected: Callable[[str], np.ndarray | None] | None = None
+) -> dict[str, dict[str, int]] | None:
     """Tokens per language, source and source tier of a snapshot, from its lineage and index files:
-    each shard's lineage lists its documents in index order, so no token is read, only lengths."""
+    each shard's lineage lists its documents in index order, so no token is read, only lengths.
+    ``selected(shard name)``: a version's bits, counting only its selected documents."""
     tables: dict[str, Counter] = {"lang": Counter(), "source": Counter(), "source_tier": Counter()}
     for s in _progress(list(shards), "reading lineage"):
         lineage, idx = s.files.get("lineage"), s.files.get("idx")
         if not lineage or not idx or not (snapshot_dir / lineage).is_file():
             return None
         lengths = read_index(snapshot_dir / idx).lengths
+        bits = selected(Path(s.path).name.removesuffix(".bin")) if selected else None
         with open(snapshot_dir / lineage, "rb") as f:
-            for n, line in zip(lengths.tolist(), f, strict=True):
+            for i, (n, line) in enumerate(zip(lengths.tolist(), f, strict=True)):
+                if bits is not None and not bits[i]:
+                    continue
                 rec = json.loads(line)
                 tables["lang"][rec.get("lang") or "und"] += n
                 tables["source"][rec.get("source", "")] += n

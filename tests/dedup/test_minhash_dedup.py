@@ -65,41 +65,41 @@ def two_rank_run(corpus, tmp_path_factory):
     return out
 
 
-def test_planted_clusters_have_the_expected_representative(corpus, two_rank_run):
+def test_planted_clusters_have_the_expected_representative_and_every_member_stays_a_candidate(
+    corpus, two_rank_run
+):
     _, docs, clusters, expected_rep, far = corpus
-    kept = {d.url: d for d in kept_docs(two_rank_run)}
-    filtered = {r["doc"]["url"]: r for r in filtered_records(two_rank_run)}
+    assert filtered_records(two_rank_run) == []
+    out = {d.url: d for d in kept_docs(two_rank_run)}
     for name, members in clusters.items():
         rep = expected_rep[name]
         cluster_id = min(m.doc_id for m in members)
-        assert rep.url in kept, name
-        assert kept[rep.url].dup_cluster_id == cluster_id and kept[rep.url].dup_cluster_size == len(members)
-        assert kept[rep.url].dup_of == ""
+        assert out[rep.url].dup_cluster_id == cluster_id and out[rep.url].dup_cluster_size == len(members)
+        assert out[rep.url].dup_of == "", name
         for m in members:
             if m is rep:
                 continue
-            r = filtered[m.url]
-            assert r["reason"] == "near_duplicate"
-            assert r["doc"]["dup_of"] == rep.doc_id
-            assert r["doc"]["dup_cluster_id"] == cluster_id and r["doc"]["dup_cluster_size"] == len(members)
-    assert far.url in kept and kept[far.url].dup_cluster_size == 1
-    twins = [u for u in ("https://web-crawl.example.org/50", "https://web-crawl.example.org/3000")]
-    assert sum(u in kept for u in twins) == 1 and sum(u in filtered for u in twins) == 1
-    twin_id = next(kept[u] for u in twins if u in kept).doc_id
-    assert next(filtered[u] for u in twins if u in filtered)["doc"]["dup_of"] == twin_id
-    assert "https://web-crawl.example.org/2006" in kept
+            d = out[m.url]
+            assert d.dup_of == rep.doc_id
+            assert d.dup_cluster_id == cluster_id and d.dup_cluster_size == len(members)
+    assert out[far.url].dup_cluster_size == 1
+    twins = [out[u] for u in ("https://web-crawl.example.org/50", "https://web-crawl.example.org/3000")]
+    (keeper,) = [d for d in twins if d.dup_of == ""]
+    assert [d.dup_of for d in twins if d is not keeper] == [keeper.doc_id]
+    assert out["https://web-crawl.example.org/2006"].dup_of == ""
 
 
 def test_counts_reconcile_and_the_report_has_the_cluster_distribution(corpus, two_rank_run):
     _, docs, clusters, _, _ = corpus
     m = manifest(two_rank_run)
     t = m["totals"]
-    assert t["in"] == len(docs) == t["out"] + t["filtered"].get("near_duplicate", 0)
+    assert t["in"] == len(docs) == t["out"] and t["filtered"] == {}
     extra = m["extra"]
     assert extra["docs"] == len(docs) and extra["docs_without_shingles"] == 1
     assert extra["clusters"] >= len(clusters)
     assert sum(extra["cluster_size_histogram"].values()) == extra["clusters"]
-    assert t["filtered"]["near_duplicate"] == extra["docs_in_clusters"] - extra["clusters"]
+    labelled = sum(1 for d in kept_docs(two_rank_run) if d.dup_of)
+    assert labelled == extra["docs_in_clusters"] - extra["clusters"]
     assert extra["alarms"] == []
 
 
@@ -123,13 +123,9 @@ def test_hot_buckets_split_oversized_components_verified_and_alarms_raised(corpu
     assert extra["hot_buckets"] > 0 and extra["verified_components"] > 0
     assert len(extra["alarms"]) == 2
     planted = {d.url for members in corpus[2].values() for d in members}
-    got = {r["doc"]["url"]: r["doc"]["dup_of"] for r in filtered_records(out) if r["doc"]["url"] in planted}
-    ref = {
-        r["doc"]["url"]: r["doc"]["dup_of"]
-        for r in filtered_records(two_rank_run)
-        if r["doc"]["url"] in planted
-    }
-    assert got == ref
+    got = {d.url: d.dup_of for d in kept_docs(out) if d.url in planted}
+    ref = {d.url: d.dup_of for d in kept_docs(two_rank_run) if d.url in planted}
+    assert got == ref and any(ref.values())
 
 
 def test_rerun_after_lost_parts_and_a_damaged_signature_part_is_byte_identical(

@@ -21,8 +21,8 @@ DOCS = 40
 
 @pytest.fixture(scope="module")
 def real_builds(tmp_path_factory) -> tuple[Path, Path]:
-    """A: defaults. B: a copy of A rebuilt with a stricter language-ID confidence threshold, so only the
-    policy stage and those after it run again."""
+    """A: defaults. B: a copy of A rebuilt with a stricter language-ID confidence threshold: no stage
+    runs again (the policy is a selection), B's default version selects fewer documents."""
     root = tmp_path_factory.mktemp("real")
     with gzip.open(ROOT / "sample" / "curated" / "perl-doc.jsonl.gz", "rt") as f:
         lines = [next(f) for _ in range(DOCS)]
@@ -37,21 +37,18 @@ def real_builds(tmp_path_factory) -> tuple[Path, Path]:
     return a, b
 
 
-def test_diff_of_a_real_threshold_change_names_it_and_its_counts(real_builds):
+def test_diff_of_a_real_threshold_change_names_it_and_what_the_default_version_selects(real_builds):
     a, b = real_builds
     proc = run_corpus("diff", str(a), str(b), "--json", check=False)
     assert proc.returncode == 1, proc.stderr
     d = json.loads(proc.stdout)
-    assert d["config"] == [{"key": "policy.min_lang_confidence", "a": 0.5, "b": 0.95}]
-    assert d["stage_versions"] == [] and d["tokenizer"] == []
-    assert "lang_confidence" in d["counts"]["policy"]["filtered"]
-    assert d["counts"]["policy"]["filtered"]["lang_confidence"]["delta"] > 0
-    upstream = ("ingest", "extract", "annotate")
-    assert not set(d["counts"]) & set(upstream)
-    assert all(d["shards"][s]["only_a"] == d["shards"][s]["only_b"] == 0 for s in upstream)
-    docs = d["documents"]  # line dedup sees fewer documents in B, so some texts (and doc_ids) change
-    assert docs["removed"] - docs["added"] == -d["counts"]["write_shards"]["out"]["delta"]
-    assert docs["added"] == docs["changed_text"]  # nothing new in B: only old pages with changed text
+    assert d["config"] == [{"key": "build.policy.min_lang_confidence", "a": "(absent)", "b": 0.95}]
+    assert d["stage_versions"] == [] and d["tokenizer"] == [] and d["counts"] == {}, "no stage ran again"
+    assert all(s["only_a"] == s["only_b"] == 0 for s in d["shards"].values())
+    version = {c["key"]: c for c in d["version"]}
+    assert version["selected_docs"]["b"] < version["selected_docs"]["a"]
+    rejects = version["policy_rejects.lang_confidence"]
+    assert rejects["b"] > (0 if rejects["a"] == "(absent)" else rejects["a"])
 
 
 def test_a_real_language_id_regression_trips_the_alarm(real_builds, tmp_path):

@@ -19,7 +19,8 @@ from corpus.docshard import atomic_write_json, write_shard
 from corpus.layout import SNAPSHOT_DIR, STAGES_DIR
 from corpus.manifests import read_stage_manifest
 from corpus.model import Document, ShardRef, StageManifest
-from corpus.pipeline import assemble_snapshot
+from corpus.pipeline import stage_versions
+from corpus.snapshot import assemble
 from tests.conftest import SHARED_DATA, run_mpi
 
 SNAPSHOT_STAGES = ("decontaminate", "tokenize", "write_shards")
@@ -107,7 +108,8 @@ def write_config(path: Path, **tables: dict) -> Path:
 
 
 def run_snapshot_stages(build: Path, ranks: int, config: Path | None, upstream: Path | None = None) -> dict:
-    """Run decontaminate, tokenize and write_shards on real ranks, then assemble the snapshot."""
+    """Run decontaminate, tokenize and write_shards on real ranks, then assemble their documents as a
+    snapshot in ``build/snapshot`` (the candidates' format, where these tests read it)."""
     prev = upstream or build / STAGES_DIR / "minhash_dedup"
     manifests = []
     for name in SNAPSHOT_STAGES:
@@ -119,7 +121,7 @@ def run_snapshot_stages(build: Path, ranks: int, config: Path | None, upstream: 
         manifests.append(read_stage_manifest(out))
         prev = out
     seed = tomllib.loads(config.read_text()).get("seed", 0) if config else 0
-    snapshot = assemble_snapshot(build, manifests, seed)
+    snapshot = assemble(build, manifests, seed, stage_versions(manifests), SNAPSHOT_DIR)
     atomic_write_json(build / SNAPSHOT_DIR / "manifest.json", snapshot.to_dict())
     return snapshot.to_dict()
 

@@ -16,8 +16,10 @@ import pytest
 
 from corpus.docshard import iter_records
 from corpus.model import Document
+from corpus.selection import Selection
 from corpus.snapshot import Snapshot, validate_snapshot
 from corpus.tokenizer import PinnedTokenizer
+from corpus.version import plan_version
 from hpc_jobs.write_shards import shuffle_key
 from tests.conftest import run_corpus, run_mpi
 from tests.dedup.stage_io import output_digests
@@ -168,7 +170,7 @@ def check_shards_against_an_independent_reader(
     assert sorted(seen) == sorted(docs), "every kept document is in exactly one shard"
 
 
-def test_planted_contamination_is_reported_and_kept_out_of_the_snapshot(built, snap):
+def test_planted_contamination_is_reported_stored_and_excluded_by_a_version(built, snap):
     report = snap.contamination_report()
     assert {b: r["docs_flagged"] for b, r in report["benchmarks"].items()} == {
         "arc_challenge": 1,
@@ -181,12 +183,13 @@ def test_planted_contamination_is_reported_and_kept_out_of_the_snapshot(built, s
     flagged = {d["doc_id"]: d["matches"] for d in report["flagged_docs"]}
     planted_ids = {corpus_docs()[i].doc_id: bench for i, (bench, _) in PLANTED.items()}
     assert {k: list(v) for k, v in flagged.items()} == {k: [b] for k, b in planted_ids.items()}
-    in_snapshot = {
-        d
-        for s in snap.manifest.shards
-        for d in json.loads((snap.dir / s.files["meta"]).read_text())["doc_ids"]
-    }
-    assert not in_snapshot & set(flagged) and len(in_snapshot) == 57
+    planned = plan_version(snap.dir, Selection())  # contaminated documents are excluded by default
+    stored, excluded = set(), set()
+    for name, s in zip(snap.names, snap.manifest.shards, strict=True):
+        doc_ids = json.loads((snap.dir / s.files["meta"]).read_text())["doc_ids"]
+        stored |= set(doc_ids)
+        excluded |= {d for d, kept in zip(doc_ids, planned.bits[name], strict=True) if not kept}
+    assert len(stored) == 60 and excluded == set(flagged), "flagged documents are candidates a version excludes"
     assert snap.manifest.extra["artifacts"]["contamination_report"]["path"] == "decont/report.json"
     versions = snap.manifest.stage_versions
     assert versions["decontaminate"]["eval_registry_hash"].startswith("sha256:")
@@ -326,7 +329,8 @@ def test_a_later_benchmark_is_checked_against_the_retained_index(snap, root):
     again = run_corpus(
         "contamination", "--benchmark", str(EVALS / "gsm8k.jsonl"), "--snapshot", str(snap.dir), "--json"
     )
-    assert json.loads(again.stdout)["benchmarks"][0]["flagged_ids"] == []  # removed before indexing
+    # the index holds every candidate, the flagged ones too: a check answers for everything stored
+    assert json.loads(again.stdout)["benchmarks"][0]["flagged_ids"] == ["gsm8k-0"]
     table = run_corpus("contamination", "--snapshot", str(snap.dir)).stdout
     assert "gsm8k" in table and "3 of 60 documents flagged" in table
 
@@ -463,7 +467,7 @@ def test_the_indexes_and_the_phases_have_several_parts(built, snap):
     """What the lookups above and the interruptions below rely on, so that they can fail."""
     artifacts = snap.manifest.extra["artifacts"]
     assert len(artifacts["ngram_index"]["parts"]) >= 8 and len(artifacts["doc_index"]["parts"]) >= 4
-    assert sum(p["docs"] for p in artifacts["doc_index"]["parts"]) == snap.manifest.extra["docs"] == 57
+    assert sum(p["docs"] for p in artifacts["doc_index"]["parts"]) == snap.manifest.extra["docs"] == 60
     for stage, step, *_ in INTERRUPTIONS:
         parts = list((built / "stages" / stage / "work" / "phase" / step).glob("*.done.json"))
         assert len(parts) >= 4, f"{stage}/{step}: {len(parts)} parts"

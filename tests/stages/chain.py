@@ -8,7 +8,7 @@ from pathlib import Path
 from corpus.docshard import iter_docs, iter_records
 from tests.conftest import run_mpi
 
-STAGES = ("ingest", "extract", "annotate", "policy")
+STAGES = ("ingest", "extract", "annotate")
 
 
 def run_stage(name: str, ranks: int, inputs: list[Path], out: Path, config: Path | None = None, **kw):
@@ -19,7 +19,7 @@ def run_stage(name: str, ranks: int, inputs: list[Path], out: Path, config: Path
 
 
 def run_chain(
-    ranks: int, inputs: list[Path], build: Path, config: Path | None = None, upto: str = "policy"
+    ranks: int, inputs: list[Path], build: Path, config: Path | None = None, upto: str = "annotate"
 ) -> dict:
     """Run ingest .. ``upto`` like ``corpus build`` does; returns {stage: stderr}."""
     logs = {}

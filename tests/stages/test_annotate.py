@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 
 import pytest
@@ -13,7 +14,8 @@ from corpus.filters.heuristics import heuristic_signals, words
 from corpus.filters.langid import identify_language, lid_model_path, script_fraction
 from corpus.filters.pii import scrub_pii
 from corpus.filters.quality import DEFAULT_MODEL
-from tests.stages.chain import docs, manifest, reconciles, run_chain
+from tests.conftest import SAMPLE
+from tests.stages.chain import STAGES, docs, manifest, reconciles, run_chain
 from tests.stages.warc_fixtures import real_pages, warc_bytes, write_jsonl_gz
 
 # site of the first crawl -> the language its pages are written in (sites whose pages are translated)
@@ -117,3 +119,23 @@ def test_the_stage_stores_every_value_and_drops_nothing(tmp_path, shared_data):
     assert any(key.endswith("|fr") for counts in by_lang.values() for key in counts), (
         "yield is counted per language"
     )
+
+
+def test_ingest_extract_and_annotate_give_identical_outputs_on_1_and_3_ranks(tmp_path, shared_data):
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.warc.gz").write_bytes(warc_bytes(real_pages(shared_data, 14, part=2)))
+    (d / "b.warc.gz").write_bytes(warc_bytes(real_pages(shared_data, 10, host_prefix="maint-guide", part=3)))
+    shutil.copyfile(SAMPLE / "curated" / "perl-doc.jsonl.gz", d / "perl-doc.jsonl.gz")
+    shutil.copyfile(SAMPLE / "edge" / "example-bad.warc.gz", d / "example-bad.warc.gz")
+    run_chain(1, [d], tmp_path / "r1")
+    run_chain(3, [d], tmp_path / "r3")
+    for stage in STAGES:
+        one, three = manifest(tmp_path / "r1" / stage), manifest(tmp_path / "r3" / stage)
+        assert (one["outputs"], one["side_outputs"], one["totals"]) == (
+            three["outputs"],
+            three["side_outputs"],
+            three["totals"],
+        ), f"{stage} differs between 1 and 3 ranks"
+        assert reconciles(one["totals"])
+    assert manifest(tmp_path / "r3" / "annotate")["run_info"]["ranks"] == 3

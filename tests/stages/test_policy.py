@@ -1,14 +1,17 @@
-"""policy: keep/drop from stored values only; a threshold change re-runs the policy alone."""
+"""The quality policy: a decision from stored values only (language, tier, scores), made when a
+version is made; the same function judges a Document and a metadata row."""
 
 from __future__ import annotations
 
-import shutil
+import duckdb
+import pytest
 
+from corpus.errors import UserError
+from corpus.metadata import metadata_table
 from corpus.model import Document
 from corpus.policy import PolicyConfig, decide
-from tests.conftest import SAMPLE
-from tests.stages.chain import STAGES, docs, manifest, reconciles, run_chain
-from tests.stages.warc_fixtures import real_pages, warc_bytes
+from corpus.selection import parse_inline
+from corpus.version import select_rows
 
 GOOD_WEB = {
     "word_count": 400,
@@ -89,58 +92,48 @@ def test_trusted_tiers_skip_web_heuristics_but_not_language_checks():
     )
 
 
-def small_inputs(d, shared_data):
-    d.mkdir()
-    (d / "a.warc.gz").write_bytes(warc_bytes(real_pages(shared_data, 14, part=2)))
-    (d / "b.warc.gz").write_bytes(warc_bytes(real_pages(shared_data, 10, host_prefix="maint-guide", part=3)))
-    shutil.copyfile(SAMPLE / "curated" / "perl-doc.jsonl.gz", d / "perl-doc.jsonl.gz")
-    shutil.copyfile(SAMPLE / "edge" / "example-bad.warc.gz", d / "example-bad.warc.gz")
-    return [d]
+def row_record(i: int, d: Document) -> dict:
+    """``d`` as write_shards' lineage record (what the metadata table is derived from)."""
+    rec = d.to_dict()
+    rec.pop("text")
+    return {**rec, "doc_id": f"{i:032x}"}
 
 
-def outputs(build):
-    return {
-        s: (
-            manifest(build / s)["outputs"],
-            manifest(build / s)["side_outputs"],
-            manifest(build / s)["totals"],
-        )
-        for s in STAGES
-    }
+CASES = [
+    doc(),
+    doc(conf=0.3),
+    doc(word_count=20),
+    doc(lang="de", conf=0.9),
+    doc(lang="fr"),
+    doc(lang="bg", script_fraction=0.3),
+    doc(tier="curated", word_count=3, quality=0.0),
+    doc(lang="ja", mean_word_length=1.0, alpha_word_fraction=0.5),
+    doc(quality=0.001),
+    doc(lorem_ipsum=1.0),
+    doc(lang="", conf=0.0),
+]
 
 
-def test_identical_outputs_on_1_and_3_ranks(tmp_path, shared_data):
-    inputs = small_inputs(tmp_path / "in", shared_data)
-    run_chain(1, inputs, tmp_path / "r1")
-    run_chain(3, inputs, tmp_path / "r3")
-    one, three = outputs(tmp_path / "r1"), outputs(tmp_path / "r3")
-    for stage in STAGES:
-        assert one[stage] == three[stage], f"{stage} differs between 1 and 3 ranks"
-        assert reconciles(one[stage][2])
-    assert manifest(tmp_path / "r3" / "policy")["run_info"]["ranks"] == 3
-    kept = list(docs(tmp_path / "r1" / "policy"))
-    assert kept and all(d.annotation("policy", "decision").value == "keep" for d in kept)
+@pytest.mark.parametrize(
+    "policy_toml, cfg",
+    [
+        ("[policy]\n", PolicyConfig()),
+        (
+            '[policy]\nmin_quality = 0.3\nlanguages = ["en", "de", "bg"]\nlang_confidence = { de = 0.95 }\n',
+            PolicyConfig(min_quality=0.3, languages=["en", "de", "bg"], lang_confidence={"de": 0.95}),
+        ),
+    ],
+)
+def test_a_selections_policy_judges_each_metadata_row_as_decide_judges_its_document(policy_toml, cfg):
+    records = [row_record(i, d) for i, d in enumerate(CASES)]
+    con = duckdb.connect()
+    con.register("stored", metadata_table(records, "web-00000", [10] * len(records)))
+    got = select_rows(con, parse_inline("include_contaminated = true\n" + policy_toml), {"web-00000": len(CASES)})
+    want = [decide(d, cfg)[0] is None for d in CASES]
+    assert got["web-00000"].tolist() == want
+    assert 2 <= sum(want) < len(CASES), "the cases exercise both verdicts"
 
 
-def test_changing_a_threshold_reruns_only_the_policy(tmp_path, shared_data):
-    inputs = small_inputs(tmp_path / "in", shared_data)
-    build = tmp_path / "b"
-    cfg = tmp_path / "c.toml"
-    cfg.write_text("[policy]\nmin_words = 50\n")
-    run_chain(2, inputs, build, cfg)
-    before = {s: manifest(build / s) for s in STAGES}
-    mtimes = {p: p.stat().st_mtime_ns for s in STAGES[:3] for p in (build / s).rglob("*") if p.is_file()}
-
-    cfg.write_text("[policy]\nmin_words = 400\n")
-    logs = run_chain(2, inputs, build, cfg)
-    for s in STAGES[:3]:
-        assert "nothing to do" in logs[s], f"{s} re-ran"
-        assert manifest(build / s) == before[s]
-    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
-    after = manifest(build / "policy")
-    assert after["config_hash"] != before["policy"]["config_hash"]
-    assert after["inputs"] == before["policy"]["inputs"]
-    assert after["totals"]["filtered"].get("gopher_word_count", 0) > before["policy"]["totals"][
-        "filtered"
-    ].get("gopher_word_count", 0)
-    assert after["totals"]["in"] == before["policy"]["totals"]["in"] and reconciles(after["totals"])
+def test_a_policy_key_the_policy_does_not_have_is_a_one_line_error():
+    with pytest.raises(UserError, match="unknown config keys: min_qualty"):
+        parse_inline("[policy]\nmin_qualty = 0.3\n")
