@@ -72,10 +72,12 @@ PARAMS = {
                                      "stage; empty: defaults"),
     "config": _param("config", {}, type="object", additionalProperties=False, properties={
                         **{stage: {"type": "object"} for stage in PIPELINE}, "alarms": {"type": "object"},
+                        "policy": {"type": "object"},
                         MEMORY_BUDGET: {"type": "integer", "minimum": MIN_MEMORY_BUDGET_MB},
                         "seed": {"type": "integer", "minimum": 0}}, title="Config overrides",
-                    description='per-stage tables merged over the config file, e.g. {"policy": {"min_quality": 0.2}}; '
-                                "each is checked against the stage's config before any job runs"),
+                    description='per-stage tables and [policy] (the default version\'s quality policy) merged over the '
+                                'config file, e.g. {"policy": {"min_quality": 0.2}}; each is checked against its '
+                                "config before any job runs"),
     "seed": _param("seed", 0, type="integer", minimum=0, title="Seed", description="the shuffle seed"),
     "ranks": _param("ranks", 2, type="integer", minimum=1, maximum=4096, title="MPI ranks per stage"),
     "ranks_per_stage": _param("ranks_per_stage", {}, type="object", propertyNames={"enum": list(PIPELINE)},

@@ -203,3 +203,17 @@ def test_a_selection_that_empties_a_bucket_or_names_an_unknown_column_writes_not
                      str(tmp_path / "v"), check=False)
     assert bad.returncode == 2 and "unknown column(s) qualty; known:" in bad.stderr and "quality" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "v").exists()
+
+
+def test_a_tombstoned_shard_shows_in_the_diff_and_on_the_data_card(two_rank_build, tmp_path):
+    out, _ = two_rank_build
+    shard = json.loads((out / "snapshot" / "manifest.json").read_text())["shards"][0]["name"]
+    run_corpus("tombstone", str(out), "--shard", shard, "--reason", "takedown request 12", "--out",
+               str(tmp_path / "v"))
+    diff = run_corpus("diff", str(out), str(tmp_path / "v"), check=False)
+    assert diff.returncode == 1 and f"tombstone added: {shard} (takedown request 12)" in diff.stdout
+    run_corpus("report", str(tmp_path / "v"), "--html", str(tmp_path / "card.html"))
+    card = json.loads((tmp_path / "card.json").read_text())
+    (t,) = card["build"]["version"]["tombstones"]
+    assert (t["name"], t["reason"]) == (shard, "takedown request 12") and t["date"]
+    assert f"tombstone <code>{shard}</code>: takedown request 12" in (tmp_path / "card.html").read_text()

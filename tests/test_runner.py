@@ -192,7 +192,7 @@ def test_an_unknown_top_level_config_key_is_an_error_naming_the_known_ones(tmp_p
     cfg.write_text("memory_budget = 64\n")  # a typo of memory_budget_mb
     proc = run_toy(1, make_inputs(tmp_path / "in", files=1), tmp_path / "out", cfg, check=False)
     assert proc.returncode == 2
-    assert "unknown top-level config keys: memory_budget (known: alarms, memory_budget_mb, seed" in proc.stderr
+    assert "unknown top-level config keys: memory_budget (known: alarms, memory_budget_mb, policy, seed" in proc.stderr
 
 
 def test_a_second_writer_of_a_stage_directory_is_refused_while_the_first_runs(tmp_path):

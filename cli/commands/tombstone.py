@@ -63,7 +63,13 @@ def run(args: argparse.Namespace) -> int:
     tombstone = {"name": shard.name, "sha256": shard.sha256, "size": size, "reason": reason}
     bits = {s.name: version.selected(s) for s in version.live_shards}
     selection = parse_selection(_as_toml_table(version.manifest["selection"]))
-    manifest = version_manifest(version, selection, bits, [*version.tombstones.values(), tombstone])
+    manifest = version_manifest(
+        version,
+        selection,
+        bits,
+        [*version.tombstones.values(), tombstone],
+        version.manifest.get("policy_reasons"),  # as counted when the selection was made
+    )
     date = (args.date or dt.datetime.now(dt.UTC).date()).isoformat()
     dates = {**version.manifest.get("run_info", {}).get("tombstone_dates", {}), shard.name: date}
     write_version(version, manifest, bits, args.out, version.base_dir, {"tombstone_dates": dates})

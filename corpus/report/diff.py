@@ -135,7 +135,7 @@ def _selected(view: BuildView) -> dict[str, Any]:
     return {
         "selected_docs": counts.get("selected_docs"),
         "selected_tokens": counts.get("selected_tokens"),
-        "policy_rejects": reasons,
+        **({"policy_rejects": reasons} if reasons else {}),
     }
 
 

@@ -118,6 +118,10 @@ def version_counts(view: BuildView) -> dict[str, Any] | None:
         "stored_docs": sum(s.docs for s, _, _ in counts),
         "selected_tokens": sum(t for _, _, t in counts),
         "stored_tokens": sum(s.tokens for s, _, _ in counts),
+        "tombstones": [
+            {**t, "date": (view.version.manifest or {}).get("run_info", {}).get("tombstone_dates", {}).get(name)}
+            for name, t in sorted(view.version.tombstones.items())
+        ],
     }
 
 

@@ -140,10 +140,15 @@ def _header(card: dict[str, Any]) -> str:
     if b["shards"] is not None:
         tiles.append(("snapshot shards", _n(b["shards"])))
     tile_html = "".join(f'<div class="tile"><b>{v}</b><span>{escape(k)}</span></div>' for k, v in tiles)
+    tombstones = "".join(
+        f"<div>tombstone <code>{escape(t['name'])}</code>: {escape(t['reason'])} ({escape(t['date'] or 'undated')})</div>"
+        for t in (version or {}).get("tombstones", [])
+    )
     return (
         f'<h1>Data card</h1><div class="id mono">snapshot_id {escape(sid)}</div>'
         f"<div>build <code>{escape(str(b['build_dir'] or b['path']))}</code> · seed {_n(b['seed'])} · "
         f"sources {escape(', '.join(b['sources']) or '–')} · stages {escape(' → '.join(b['stages']) or '–')}</div>"
+        f"{tombstones}"
         f'<div class="tiles">{tile_html}</div>'
     )
 
