@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 from corpus.model import Annotation
@@ -87,13 +88,13 @@ class PolicyConfig:
     # the quality classifier
     min_quality: float = 0.01
 
+    @cached_property
+    def web_checks(self) -> tuple[tuple[str, str, str, float], ...]:
+        return _web_checks(self)
 
-def _max(name: str, limit: float):
-    return lambda s: (s.get(name, 0.0), s.get(name, 0.0) <= limit)
-
-
-def _min(name: str, limit: float):
-    return lambda s: (s.get(name, 0.0), s.get(name, 0.0) >= limit)
+    @cached_property
+    def repetition_checks(self) -> tuple[tuple[str, str, str, float], ...]:
+        return _repetition_checks(self)
 
 
 class PolicySubject(Protocol):
@@ -105,70 +106,72 @@ class PolicySubject(Protocol):
     scores: Mapping[str, float]
 
 
+def _web_checks(cfg: PolicyConfig) -> tuple[tuple[str, str, str, float], ...]:
+    """The Gopher threshold checks every web-tier document gets first, in order: (check, score,
+    "max" | "min", limit)."""
+    checks = [
+        ("gopher_symbol_word_ratio", "symbol_word_ratio", "max", cfg.max_symbol_word_ratio),
+        ("gopher_bullet_lines", "bullet_line_fraction", "max", cfg.max_bullet_line_fraction),
+        ("gopher_ellipsis_lines", "ellipsis_line_fraction", "max", cfg.max_ellipsis_line_fraction),
+    ]
+    return tuple(checks)
+
+
+def _repetition_checks(cfg: PolicyConfig) -> tuple[tuple[str, str, str, float], ...]:
+    """The Gopher repetition, C4 and quality checks every web-tier document gets last, in order."""
+    checks = [
+        ("gopher_dup_lines", "dup_line_fraction", "max", cfg.max_dup_line_fraction),
+        ("gopher_dup_line_chars", "dup_line_char_fraction", "max", cfg.max_dup_line_char_fraction),
+        ("gopher_dup_paragraphs", "dup_paragraph_fraction", "max", cfg.max_dup_paragraph_fraction),
+        ("gopher_top_2gram", "top_2gram_char_fraction", "max", cfg.max_top_2gram_char_fraction),
+        ("gopher_top_3gram", "top_3gram_char_fraction", "max", cfg.max_top_3gram_char_fraction),
+        ("gopher_top_4gram", "top_4gram_char_fraction", "max", cfg.max_top_4gram_char_fraction),
+        ("c4_javascript_lines", "javascript_line_fraction", "max", cfg.max_javascript_line_fraction),
+        ("c4_policy_lines", "policy_line_fraction", "max", cfg.max_policy_line_fraction),
+    ]
+    if cfg.drop_lorem_ipsum:
+        checks.append(("c4_lorem_ipsum", "lorem_ipsum", "max", 0.0))
+    if cfg.drop_curly_brace:
+        checks.append(("c4_curly_brace", "curly_brace", "max", 0.0))
+    checks.append(("quality", "quality", "min", cfg.min_quality))
+    return tuple(checks)
+
+
+def _judge(results: list[tuple[str, object, bool]], s: Mapping[str, float], checks) -> None:
+    for check, score, kind, limit in checks:
+        v = s.get(score, 0.0)
+        results.append((check, v, v <= limit if kind == "max" else v >= limit))
+
+
 def decide(doc: PolicySubject, cfg: PolicyConfig) -> tuple[str | None, list[Annotation]]:
-    """The reason ``doc`` is dropped (None to keep it), the failed checks and the decision as Annotations."""
-    checks: list[tuple[str, object]] = []
+    """The reason ``doc`` is dropped (None to keep it), the failed checks and the decision as Annotations.
+    A missing score counts as 0.0. The version step calls it once a stored document, so it is written
+    to cost a few microseconds: plain comparisons, no closures."""
+    s = doc.scores
     lang = doc.lang or "und"
+    results: list[tuple[str, object, bool]] = []  # (check, value, passed), in order
     if cfg.languages:
-        checks.append(("language", lambda s: (lang, lang in cfg.languages)))
+        results.append(("language", lang, lang in cfg.languages))
     need = cfg.lang_confidence.get(lang, cfg.min_lang_confidence)
-    checks.append(("lang_confidence", lambda s: (doc.lang_confidence, doc.lang_confidence >= need)))
+    results.append(("lang_confidence", doc.lang_confidence, doc.lang_confidence >= need))
     if lang in cfg.script_check_languages:
-        checks.append(("script_fraction", _min("script_fraction", cfg.min_script_fraction)))
+        _judge(results, s, (("script_fraction", "script_fraction", "min", cfg.min_script_fraction),))
     if doc.source_tier not in cfg.exempt_tiers:
         spaced = lang not in cfg.no_space_languages
-        checks += [
-            (
-                "gopher_word_count",
-                lambda s: (
-                    s.get("word_count", 0.0),
-                    cfg.min_words <= s.get("word_count", 0.0) <= cfg.max_words,
-                ),
-            ),
-        ]
+        words = s.get("word_count", 0.0)
+        results.append(("gopher_word_count", words, cfg.min_words <= words <= cfg.max_words))
         if spaced:
-            checks.append(
-                (
-                    "gopher_mean_word_length",
-                    lambda s: (
-                        s.get("mean_word_length", 0.0),
-                        cfg.min_mean_word_length
-                        <= s.get("mean_word_length", 0.0)
-                        <= cfg.max_mean_word_length,
-                    ),
-                )
-            )
-        checks += [
-            ("gopher_symbol_word_ratio", _max("symbol_word_ratio", cfg.max_symbol_word_ratio)),
-            ("gopher_bullet_lines", _max("bullet_line_fraction", cfg.max_bullet_line_fraction)),
-            ("gopher_ellipsis_lines", _max("ellipsis_line_fraction", cfg.max_ellipsis_line_fraction)),
-        ]
+            mean = s.get("mean_word_length", 0.0)
+            ok = cfg.min_mean_word_length <= mean <= cfg.max_mean_word_length
+            results.append(("gopher_mean_word_length", mean, ok))
+        _judge(results, s, cfg.web_checks)
         if spaced:
-            checks.append(("gopher_alpha_words", _min("alpha_word_fraction", cfg.min_alpha_word_fraction)))
+            _judge(results, s, (("gopher_alpha_words", "alpha_word_fraction", "min", cfg.min_alpha_word_fraction),))
         if lang == "en":
-            checks.append(("gopher_stop_words", _min("stop_word_count", cfg.min_stop_words)))
-        checks += [
-            ("gopher_dup_lines", _max("dup_line_fraction", cfg.max_dup_line_fraction)),
-            ("gopher_dup_line_chars", _max("dup_line_char_fraction", cfg.max_dup_line_char_fraction)),
-            ("gopher_dup_paragraphs", _max("dup_paragraph_fraction", cfg.max_dup_paragraph_fraction)),
-            ("gopher_top_2gram", _max("top_2gram_char_fraction", cfg.max_top_2gram_char_fraction)),
-            ("gopher_top_3gram", _max("top_3gram_char_fraction", cfg.max_top_3gram_char_fraction)),
-            ("gopher_top_4gram", _max("top_4gram_char_fraction", cfg.max_top_4gram_char_fraction)),
-            ("c4_javascript_lines", _max("javascript_line_fraction", cfg.max_javascript_line_fraction)),
-            ("c4_policy_lines", _max("policy_line_fraction", cfg.max_policy_line_fraction)),
-        ]
-        if cfg.drop_lorem_ipsum:
-            checks.append(("c4_lorem_ipsum", _max("lorem_ipsum", 0.0)))
-        if cfg.drop_curly_brace:
-            checks.append(("c4_curly_brace", _max("curly_brace", 0.0)))
-        checks.append(("quality", _min("quality", cfg.min_quality)))
+            _judge(results, s, (("gopher_stop_words", "stop_word_count", "min", cfg.min_stop_words),))
+        _judge(results, s, cfg.repetition_checks)
 
-    reason = None
-    failed = []
-    for name, check in checks:
-        value, ok = check(doc.scores)
-        if not ok:
-            failed.append(Annotation(STAGE, name, value, "fail"))
-            reason = reason or name
+    failed = [Annotation(STAGE, name, value, "fail") for name, value, ok in results if not ok]
+    reason = failed[0].name if failed else None
     decision = Annotation(STAGE, "decision", reason or "keep", "fail" if reason else "pass")
     return reason, [*failed, decision]

@@ -324,9 +324,10 @@ def policy_verdicts(
     scores = [c for c in cols if c not in FIXED_COLUMNS]
     select = ", ".join(['shard', '"index"', "lang", "lang_confidence", "tier", *('"' + c.replace('"', '""') + '"' for c in scores)])
     reader = con.sql(f"SELECT {select} FROM stored").to_arrow_reader(POLICY_BATCH_ROWS)
-    shards, index, passes = [], [], []
+    judged = []  # per batch: its own shard and index columns, and the verdicts (a bit a row)
     for batch in reader:
         d = batch.to_pydict()
+        passes = []
         for i in range(batch.num_rows):
             row = _PolicyRow(
                 d["lang"][i],
@@ -338,15 +339,14 @@ def policy_verdicts(
             passes.append(reason is None)
             if reason is not None and reasons is not None:
                 reasons[reason] += 1
-        shards.extend(d["shard"])
-        index.extend(d["index"])
-    return pa.table(
-        {
-            "shard": pa.array(shards, pa.string()),
-            "index": pa.array(index, pa.int64()),
-            "policy_pass": pa.array(passes, pa.bool_()),
-        }
-    )
+        judged.append(
+            pa.record_batch(
+                [batch.column("shard"), batch.column("index"), pa.array(passes, pa.bool_())],
+                names=["shard", "index", "policy_pass"],
+            )
+        )
+    schema = pa.schema([("shard", pa.string()), ("index", pa.int64()), ("policy_pass", pa.bool_())])
+    return pa.Table.from_batches(judged, schema=schema) if judged else schema.empty_table()
 
 
 def token_counts(version: Version, shard: ShardRef) -> np.ndarray:
@@ -403,23 +403,36 @@ def version_manifest(
     return {**digested, "snapshot_id": json_digest(digested)}
 
 
-def kept_by(version: Version, bits: dict[str, np.ndarray] | None, group: str) -> dict[str, dict[str, int]]:
-    """Documents and tokens kept per ``group`` (bucket, source or lang): a --dry-run's table."""
-    con = connect(Version(version.base_dir, version.base, version.live_shards))
-    out: dict[str, dict[str, int]] = {}
-    for s in version.live_shards:
-        col = "'" + s.bucket.replace("'", "''") + "'" if group == "bucket" else group
+def kept_table(
+    con: duckdb.DuckDBPyConnection, version: Version, bits: dict[str, np.ndarray]
+) -> dict[str, dict[str, dict[str, int]]]:
+    """Per group (bucket, source, lang), per value: documents and tokens stored and kept by ``bits``,
+    over the live shards of ``con``'s table ``stored`` (one pass a group): a --dry-run's table."""
+    shards = version.live_shards
+    con.register(
+        "planned_bits",
+        pa.table(
+            {
+                "shard": pa.array([s.name for s in shards for _ in range(s.docs)], pa.string()),
+                "index": pa.array(np.concatenate([np.arange(s.docs) for s in shards]), pa.int64()),
+                "kept": pa.array(np.concatenate([bits[s.name] for s in shards])),
+            }
+        ),
+    )
+    con.register("shard_buckets", pa.table({"shard": [s.name for s in shards], "bucket": [s.bucket for s in shards]}))
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for group in GROUPS:
+        col = "b.bucket" if group == "bucket" else f"s.{group}"
         rows = con.execute(
-            f'SELECT {col} AS g, tokens, "index" FROM stored WHERE shard = ? ORDER BY "index"', [s.name]
-        ).fetchnumpy()
-        sel = bits[s.name] if bits is not None else np.ones(s.docs, dtype=bool)
-        keys = rows["g"]
-        for key in sorted(set(keys.tolist())):
-            m = (keys == key) & sel[rows["index"]]
-            cell = out.setdefault(str(key), {"docs": 0, "tokens": 0})
-            cell["docs"] += int(m.sum())
-            cell["tokens"] += int(rows["tokens"][m].sum())
-    return dict(sorted(out.items()))
+            f"SELECT {col} AS g, count(*), coalesce(sum(s.tokens), 0), count(*) FILTER (WHERE p.kept), "
+            "coalesce(sum(s.tokens) FILTER (WHERE p.kept), 0) FROM stored s "
+            'JOIN planned_bits p USING (shard, "index") JOIN shard_buckets b USING (shard) GROUP BY 1'
+        ).fetchall()
+        out[group] = {
+            str(g): {"stored_docs": int(n), "stored_tokens": int(t), "docs": int(k), "tokens": int(kt)}
+            for g, n, t, k, kt in sorted(rows, key=lambda r: str(r[0]))
+        }
+    return out
 
 
 def write_version(
@@ -551,17 +564,11 @@ def plan_version(build: Path, selection: Selection) -> Planned:
     """What ``corpus version BUILD`` with ``selection`` would write (a version of a version keeps its
     tombstones)."""
     version = open_version(build)
+    base = Version(version.base_dir, version.base, version.live_shards)
+    con = connect(base)  # one connection: the table's files are opened once
     reasons: Counter = Counter()
-    bits = evaluate(version, selection, reasons)
-    before = {g: kept_by(version, None, g) for g in GROUPS}
-    after = {g: kept_by(version, bits, g) for g in GROUPS}
-    kept = {
-        g: {
-            k: {"stored_docs": before[g][k]["docs"], "stored_tokens": before[g][k]["tokens"], **after[g][k]}
-            for k in after[g]
-        }
-        for g in GROUPS
-    }
+    bits = select_rows(con, selection, {s.name: s.docs for s in base.shards}, reasons)
+    kept = kept_table(con, base, bits)
     manifest = version_manifest(
         version,
         selection,

@@ -18,6 +18,10 @@ demo). Per stage, a task group:
 assembles the snapshot manifest and the report and puts the `snapshot_id` in XCom. The same inputs,
 config and seed give the same snapshot id as `corpus build`.
 
+With an OpenLineage transport configured, each submit task and `snapshot` report what they read and
+wrote (the sources, the stage directories, the snapshot, with their manifest digests and snapshot ids):
+docs/orchestration.md, "Lineage events".
+
 Backends: `ssh` (sbatch on a login node; host, user and key from the deployment's Airflow Connection),
 `local` (sbatch on the Airflow worker's host), `mpiexec` (no SLURM).
 
@@ -42,7 +46,7 @@ from airflow.sdk import Param, TaskGroup, dag, get_current_context, task
 from cli.orchestration.buildsteps import verify_stage
 from cli.orchestration.deployment import Deployment, check_run_conf, path_schema
 from cli.orchestration.jobparams import job_params, resolve_job_params
-from cli.orchestration.operators import StageJobOperator
+from cli.orchestration.operators import SnapshotOperator, StageJobOperator, buildstep
 from cli.orchestration.submit import PROJECT_ROOT, SubmitError, backend_for
 from corpus.config import MEMORY_BUDGET, MIN_MEMORY_BUDGET_MB
 from corpus.pipeline import PIPELINE
@@ -89,14 +93,6 @@ if set(DEPLOYMENT_DEFAULTS) - set(PARAMS):
     raise ValueError(f"CORPUS_DAG_DEFAULTS names unknown params: {sorted(set(DEPLOYMENT_DEFAULTS) - set(PARAMS))}")
 
 
-def _buildsteps(build: dict[str, Any], *args: str) -> dict[str, Any]:
-    """Run a build step on the cluster's side; it prints one JSON line."""
-    backend = backend_for(build["backend"], build["conn_id"])
-    argv = [build["python"], "-m", "cli.orchestration.buildsteps", *args]
-    out = backend.check(argv, env={"PYTHONUNBUFFERED": "1", **build["env"]}, timeout=600)
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def resolve_build(p: dict[str, Any], run_id: str, deployment: Deployment) -> dict[str, Any]:
     """What every task of the run works from: the run's Params within the deployment's bounds (the
     Params were schema-checked at trigger; the deployment may have changed since, so check again)."""
@@ -131,7 +127,7 @@ def build_snapshot() -> None:
                 "--input", *p["inputs"]]
         if p["config_file"]:
             args.append(f"--config={p['config_file']}")
-        prepared = _buildsteps(build, *args)
+        prepared = buildstep(build, *args)
         build.update(inputs=prepared["inputs"], build_config=prepared["build_config"])
         return build
 
@@ -150,15 +146,6 @@ def build_snapshot() -> None:
               f"{t['in']} in / {t['out']} out, filtered {t['filtered']}, quarantined {t['quarantined']}")
         return result
 
-    @task
-    def snapshot(build: dict[str, Any], verified: list[dict[str, Any]]) -> dict[str, Any]:
-        """Assemble the snapshot manifest and report; the snapshot id goes to XCom."""
-        result = _buildsteps(build, "finalize", "--out", build["out"], "--stages", ",".join(build["stages"]))
-        result["stage_manifests"] = {v["stage"]: v["manifest_digest"] for v in verified}
-        print(f"snapshot manifest {result['manifest']}\nreport {result['report']}\nsnapshot_id {result['snapshot_id']}")
-        get_current_context()["ti"].xcom_push(key="snapshot_id", value=result["snapshot_id"])
-        return result
-
     build = prepare()
     upstream: Any = build
     verified = []
@@ -170,7 +157,7 @@ def build_snapshot() -> None:
         upstream >> job
         upstream = checked
         verified.append(checked)
-    done = snapshot(build, verified)
+    done = SnapshotOperator(task_id="snapshot", build=build, verified=verified)
     upstream >> done
 
 

@@ -12,20 +12,27 @@ little longer, is the backstop should no triggerer run the trigger). A job PENDI
 waiting does not clear (held, over a partition limit, an invalid account) is cancelled and fails the
 task with that reason. A user who marks the deferred task failed, succeeded or clears it cancels the
 job too (the trigger's ``on_kill``), as does killing the task while it submits (the operator's).
+
+The snapshot step that follows the stages is an operator too (not a ``@task``) so that, like the stage
+operator, it can report OpenLineage datasets with facets (cli/orchestration/lineage.py): Airflow's
+OpenLineage provider asks an operator for them, and a ``@task`` has no such methods.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+from airflow.providers.openlineage.extractors import OperatorLineage
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from cli.orchestration.lineage import job_lineage, lineage_enabled, manifest_file
 from cli.orchestration.submit import (
     VERSION_STEP,
     StageJob,
@@ -36,6 +43,7 @@ from cli.orchestration.submit import (
     job_comment,
     slurm_seconds,
 )
+from corpus.layout import CANDIDATES_DIR, SNAPSHOT_DIR
 
 LOG_TAIL_LINES = 60
 #: after a transient failure to read a job's state, wait BASE * 2^(n-1) seconds (at most CAP) before the
@@ -177,8 +185,29 @@ def wait_budget(build: dict[str, Any]) -> float:
     return slurm_seconds(build["time_limit"]) * (int(build["max_requeues"]) + 1) + slurm_seconds(build["queue_wait"])
 
 
+def read_manifests(backend: Any, directories: list[str], log: Any) -> dict[str, dict[str, Any]]:
+    """The manifests of ``directories`` that could be read, for the lineage events; none when no events
+    are sent. Only lineage needs them here (``verify`` checks the same manifests and fails the run when
+    one is missing or wrong), so a read that fails leaves that dataset without its facets instead of
+    failing a task whose job is done."""
+    if not lineage_enabled():
+        return {}
+    manifests = {}
+    for d in directories:
+        try:
+            manifests[d] = json.loads(backend.read_text(manifest_file(d)))
+        except Exception as e:  # noqa: BLE001 -- see above: the job's result is already known
+            log.warning("lineage: %s not read (%s: %s); its dataset goes without facets", manifest_file(d),
+                        type(e).__name__, e)
+    return manifests
+
+
 class StageJobOperator(BaseOperator):
-    """Submit ``stage`` of ``build`` (the ``prepare`` task's XCom) and wait for it without a worker slot."""
+    """Submit ``stage`` of ``build`` (the ``prepare`` task's XCom) and wait for it without a worker slot.
+
+    Its OpenLineage events (docs/orchestration.md, "Lineage events") name the job's inputs and its
+    output directory; the COMPLETE event adds the facets of the manifests read once the job succeeded.
+    """
 
     template_fields = ("build",)
     ui_color = "#d8e8f8"
@@ -188,9 +217,23 @@ class StageJobOperator(BaseOperator):
         self.stage = stage
         self.build = build
         self._submitted: Submitted | None = None
+        self._manifests: dict[str, dict[str, Any]] = {}
 
     def make_job(self, comment: str) -> StageJob:
         return stage_job(self.build, self.stage, comment)
+
+    def manifest_dirs(self, job: StageJob) -> list[str]:
+        """The job's directories that hold a manifest once it succeeded: its output, and after the first
+        stage its input (the previous stage's directory)."""
+        return [job.out, *(job.inputs if self.build["stages"].index(self.stage) > 0 else ())]
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        job = self.make_job("")
+        return job_lineage(job.inputs, [job.out], {})
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        job = self.make_job("")
+        return job_lineage(job.inputs, [job.out], self._manifests)
 
     def execute(self, context: Any) -> None:
         ti = context["ti"]
@@ -225,6 +268,8 @@ class StageJobOperator(BaseOperator):
             )
         self.log.info("stage %s: %s; log %s", self.stage, event["description"], job["log_path"])
         self.log.info("last lines of the job's log:\n%s", event["log_tail"].rstrip())
+        self._manifests = read_manifests(backend_for(self.build["backend"], self.build["conn_id"]),
+                                         self.manifest_dirs(self.make_job("")), self.log)
         return {"job_id": job["job_id"], "state": event["state"], "log": job["log_path"]}
 
 
@@ -253,3 +298,57 @@ class VersionJobOperator(StageJobOperator):
 
     def make_job(self, comment: str) -> StageJob:
         return version_job(self.build, comment)
+
+    def manifest_dirs(self, job: StageJob) -> list[str]:
+        """The version directory; its input is a whole build directory, which has no manifest of its own."""
+        return [job.out]
+
+
+def buildstep(build: dict[str, Any], *args: str) -> dict[str, Any]:
+    """Run a build step (cli/orchestration/buildsteps.py) on the cluster's side; it prints one JSON line."""
+    backend = backend_for(build["backend"], build["conn_id"])
+    argv = [build["python"], "-m", "cli.orchestration.buildsteps", *args]
+    out = backend.check(argv, env={"PYTHONUNBUFFERED": "1", **build["env"]}, timeout=600)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+class SnapshotOperator(BaseOperator):
+    """Assemble the snapshot of ``build`` once every stage is verified (``buildsteps finalize``: the
+    candidates, the default version, the report); the snapshot id goes to XCom.
+
+    Its OpenLineage events read the last stage's directory and write the candidates and the default
+    version (``OUT/snapshot``); the COMPLETE event carries the last stage's manifest digest and both
+    snapshot ids.
+    """
+
+    template_fields = ("build", "verified")
+    ui_color = "#d8f0d8"
+
+    def __init__(self, *, build: Any, verified: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.build = build
+        self.verified = verified
+        self._manifests: dict[str, dict[str, Any]] = {}
+
+    def lineage_paths(self) -> tuple[list[str], list[str]]:
+        """What the step reads (the last stage's directory) and writes (the candidates, the default version)."""
+        out = self.build["out"]
+        last = stage_job(self.build, self.build["stages"][-1]).out
+        return [last], [f"{out}/{CANDIDATES_DIR}", f"{out}/{SNAPSHOT_DIR}"]
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        return job_lineage(*self.lineage_paths(), {})
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        return job_lineage(*self.lineage_paths(), self._manifests)
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        build = self.build
+        result = buildstep(build, "finalize", "--out", build["out"], "--stages", ",".join(build["stages"]))
+        result["stage_manifests"] = {v["stage"]: v["manifest_digest"] for v in self.verified}
+        self.log.info("snapshot manifest %s\nreport %s\nsnapshot_id %s", result["manifest"], result["report"],
+                      result["snapshot_id"])
+        context["ti"].xcom_push(key="snapshot_id", value=result["snapshot_id"])
+        inputs, outputs = self.lineage_paths()
+        self._manifests = read_manifests(backend_for(build["backend"], build["conn_id"]), inputs + outputs, self.log)
+        return result

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -112,16 +113,45 @@ def failure_lines(text: str) -> str:
     return "\n".join(ln for ln in text.splitlines() if "AirflowException" in ln or "Error" in ln)[-3000:]
 
 
+def lineage_events(build: Path) -> Path:
+    """Where a build fixture's DAG run wrote its OpenLineage events, one JSON per line."""
+    return build.parent / "openlineage.jsonl"
+
+
+def lineage_env(env: dict[str, str], events: Path) -> dict[str, str]:
+    """``env`` with OpenLineage's file transport on: the run's events are appended to ``events``."""
+    transport = {"type": "file", "log_file_path": str(events), "append": True}
+    return {**env, "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport)}
+
+
 @pytest.fixture(scope="session")
 def ssh_build(services, airflow_env, small_inputs, tmp_path_factory) -> Path:
-    """A whole build_snapshot run: every stage an sbatch job submitted over SSH."""
+    """A whole build_snapshot run: every stage an sbatch job submitted over SSH; its OpenLineage events
+    in ``lineage_events(build)``."""
     assert PIPELINE, "no stages are installed: nothing to orchestrate"
     out = tmp_path_factory.mktemp("ssh-build") / "build $(touch pwned)"
     conf = {"backend": "ssh", "inputs": [str(p) for p in small_inputs],
             "out": str(out), "ranks": 2, "seed": 0, "poll_interval": 1, "sbatch_args": ["--oversubscribe"]}
-    proc = dags_test(airflow_env, conf, out.parent / "dags-test.log")
+    proc = dags_test(lineage_env(airflow_env, lineage_events(out)), conf, out.parent / "dags-test.log")
     assert proc.returncode == 0, f"DAG run failed:\n{failure_lines(proc.stdout + proc.stderr)}"
     return out
+
+
+@dataclass(frozen=True)
+class DemoBuild:
+    out: Path
+    proc: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="session")
+def demo_build(small_inputs, tmp_path_factory) -> DemoBuild:
+    """`corpus demo` of the small inputs: the build_snapshot DAG under `airflow dags test`, mpiexec
+    backend; its OpenLineage events in ``lineage_events(out)``."""
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    proc = subprocess.run([sys.executable, "-m", "cli", "demo", "--input", *map(str, small_inputs),
+                           "--out", str(out), "--ranks", "2"], capture_output=True, text=True, cwd=ROOT,
+                          env=lineage_env(dict(os.environ), lineage_events(out)), timeout=900)
+    return DemoBuild(out, proc)
 
 
 def scripted(answers: dict):

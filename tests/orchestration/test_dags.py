@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -75,14 +74,11 @@ def test_a_stage_job_killed_with_scancel_fails_its_task_and_the_retry_completes_
     assert snapshot_id(out) == reference
 
 
-def test_the_embedded_demo_runs_the_dag_with_mpiexec_and_gives_the_same_snapshot_id(small_inputs, reference,
-                                                                                   tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cli", "demo", "--input", *map(str, small_inputs),
-                           "--out", str(tmp_path / "demo"), "--ranks", "2"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+def test_the_embedded_demo_runs_the_dag_with_mpiexec_and_gives_the_same_snapshot_id(demo_build, reference):
+    proc = demo_build.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[-1] == f"snapshot_id {reference}"
     assert any(ln.startswith("report ") and Path(ln.split(" ", 1)[1]).exists() for ln in lines)
-    logs = (tmp_path / "demo" / "logs").glob(f"{PIPELINE[0]}-mpiexec-*.log")
+    logs = (demo_build.out / "logs").glob(f"{PIPELINE[0]}-mpiexec-*.log")
     assert any("mpiexec, 2 ranks" in p.read_text() for p in logs)
