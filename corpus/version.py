@@ -33,9 +33,8 @@ from corpus.digest import canonical_json, json_digest, sha256_hex
 from corpus.docshard import atomic_write_bytes
 from corpus.errors import UserError
 from corpus.layout import MANIFEST, SNAPSHOT_DIR
-from corpus.metadata import FIXED_COLUMNS
 from corpus.model import SnapshotManifest
-from corpus.policy import PolicyConfig, decide
+from corpus.policy import PolicyConfig, decide_rows
 from corpus.provenance import COPY_COLUMNS
 from corpus.selection import Selection, check_columns, selection_sql
 
@@ -231,7 +230,10 @@ def connect(version: Version) -> duckdb.DuckDBPyConnection:
     if not files:
         raise UserError(f"snapshot {version.snapshot_id} has no shards")
     con.read_parquet(files, union_by_name=True).create_view("stored")
-    copies = [str(version.base_dir / p["path"]) for p in version.base.extra.get("artifacts", {}).get("copies", {}).get("parts", [])]
+    copies = [
+        str(version.base_dir / p["path"])
+        for p in version.base.extra.get("artifacts", {}).get("copies", {}).get("parts", [])
+    ]
     if copies:
         con.read_json(copies, format="newline_delimited", columns=COPY_COLUMNS).create_view("copies")
     if version.manifest is None:
@@ -284,7 +286,7 @@ def select_rows(
     if selection.policy is not None:
         con.register("policy_verdicts", policy_verdicts(con, selection.policy, cols, policy_reasons))
         con.execute(
-            'CREATE OR REPLACE VIEW judged AS SELECT stored.*, v.policy_pass FROM stored '
+            "CREATE OR REPLACE VIEW judged AS SELECT stored.*, v.policy_pass FROM stored "
             'JOIN policy_verdicts v USING (shard, "index")'
         )
         table = "judged"
@@ -301,16 +303,6 @@ def select_rows(
     return out
 
 
-@dataclass(frozen=True)
-class _PolicyRow:
-    """A metadata row as the policy reads a document (corpus.policy.PolicySubject)."""
-
-    lang: str | None
-    lang_confidence: float
-    source_tier: str
-    scores: dict[str, float]
-
-
 #: rows the policy judges at a time (a batch of the table in memory, never the table)
 POLICY_BATCH_ROWS = 65_536
 
@@ -318,30 +310,37 @@ POLICY_BATCH_ROWS = 65_536
 def policy_verdicts(
     con: duckdb.DuckDBPyConnection, policy: PolicyConfig, cols: list[str], reasons: Counter | None = None
 ) -> pa.Table:
-    """(shard, index, policy_pass) for every row of ``stored``: :func:`corpus.policy.decide` on the
-    row's language, tier and scores (a null score is absent, as on the document), read in batches;
-    each rejection's reason counted into ``reasons``."""
-    scores = [c for c in cols if c not in FIXED_COLUMNS]
-    select = ", ".join(['shard', '"index"', "lang", "lang_confidence", "tier", *('"' + c.replace('"', '""') + '"' for c in scores)])
+    """(shard, index, policy_pass) for every row of ``stored``: :func:`corpus.policy.decide_rows` on the
+    rows' language, tier and scores (a null score counts as 0.0, as an absent one on the document),
+    read in batches; each rejection's reason counted into ``reasons``."""
+    scores = sorted({c.score for c in policy.checks} & set(cols))
+    quoted = ('"' + c.replace('"', '""') + '"' for c in scores)
+    select = ", ".join(
+        [
+            "shard",
+            '"index"',
+            "coalesce(nullif(lang, ''), 'und') AS lang",
+            "coalesce(lang_confidence, 0.0)::DOUBLE AS lang_confidence",
+            "coalesce(tier, '') AS tier",
+            *(f"coalesce({q}, 0.0)::DOUBLE AS {q}" for q in quoted),
+        ]
+    )
     reader = con.sql(f"SELECT {select} FROM stored").to_arrow_reader(POLICY_BATCH_ROWS)
     judged = []  # per batch: its own shard and index columns, and the verdicts (a bit a row)
     for batch in reader:
-        d = batch.to_pydict()
-        passes = []
-        for i in range(batch.num_rows):
-            row = _PolicyRow(
-                d["lang"][i],
-                d["lang_confidence"][i] or 0.0,
-                d["tier"][i] or "",
-                {c: d[c][i] for c in scores if d[c][i] is not None},
-            )
-            reason = decide(row, policy)[0]
-            passes.append(reason is None)
-            if reason is not None and reasons is not None:
-                reasons[reason] += 1
+        names, first = decide_rows(
+            batch.column("lang").to_numpy(zero_copy_only=False),
+            batch.column("lang_confidence").to_numpy(),
+            batch.column("tier").to_numpy(zero_copy_only=False),
+            {c: batch.column(c).to_numpy() for c in scores},
+            policy,
+        )
+        if reasons is not None:
+            for i, n in zip(*np.unique(first[first >= 0], return_counts=True), strict=True):
+                reasons[names[i]] += int(n)
         judged.append(
             pa.record_batch(
-                [batch.column("shard"), batch.column("index"), pa.array(passes, pa.bool_())],
+                [batch.column("shard"), batch.column("index"), pa.array(first < 0, pa.bool_())],
                 names=["shard", "index", "policy_pass"],
             )
         )
@@ -419,7 +418,9 @@ def kept_table(
             }
         ),
     )
-    con.register("shard_buckets", pa.table({"shard": [s.name for s in shards], "bucket": [s.bucket for s in shards]}))
+    con.register(
+        "shard_buckets", pa.table({"shard": [s.name for s in shards], "bucket": [s.bucket for s in shards]})
+    )
     out: dict[str, dict[str, dict[str, int]]] = {}
     for group in GROUPS:
         col = "b.bucket" if group == "bucket" else f"s.{group}"

@@ -3,13 +3,16 @@ version is made; the same function judges a Document and a metadata row."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
+import numpy as np
 import pytest
 
 from corpus.errors import UserError
 from corpus.metadata import metadata_table
 from corpus.model import Document
-from corpus.policy import PolicyConfig, decide
+from corpus.policy import PolicyConfig, decide, decide_rows
 from corpus.selection import parse_inline
 from corpus.version import select_rows
 
@@ -132,6 +135,48 @@ def test_a_selections_policy_judges_each_metadata_row_as_decide_judges_its_docum
     want = [decide(d, cfg)[0] is None for d in CASES]
     assert got["web-00000"].tolist() == want
     assert 2 <= sum(want) < len(CASES), "the cases exercise both verdicts"
+
+
+def random_subjects(rng: np.random.Generator, n: int) -> list[Document]:
+    """Rows around every threshold: each score near its limits, missing, NaN or infinite at times,
+    in languages with and without spaces and script checks, in web and trusted tiers."""
+    near = {k: [0.0, v, v * 0.5, v * 2, 0.3, 0.8, 1.0, 2.5, 3.0, 10.0, 10.5, 50, 99_999, 100_001] for k, v in GOOD_WEB.items()}
+    docs = []
+    for _ in range(n):
+        scores = {}
+        for k, values in near.items():
+            r = rng.random()
+            if r < 0.08:
+                continue  # missing: counts as 0.0
+            scores[k] = float("nan") if r < 0.1 else float("inf") if r < 0.11 else float(rng.choice(values))
+        lang = str(rng.choice(["en", "de", "fr", "bg", "ja", "th", "und", "km", ""]))
+        d = doc(tier=str(rng.choice(["web", "curated", "code", "books", ""])), lang=lang or None,
+                conf=float(rng.choice([0.0, 0.3, 0.5, 0.9, 0.95, 1.0, float("nan")])))
+        docs.append(dataclasses.replace(d, scores=scores))
+    return docs
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        PolicyConfig(),
+        PolicyConfig(min_quality=0.3, languages=["en", "de", "bg", "und"], lang_confidence={"de": 0.95, "und": 0.0},
+                     drop_curly_brace=True, drop_lorem_ipsum=False, exempt_tiers=["curated"]),
+    ],
+)
+def test_the_columnar_policy_names_the_reason_decide_names_for_every_row(cfg):
+    """decide_rows is what the version step runs; decide is the rule written for one document."""
+    subjects = random_subjects(np.random.default_rng(12), 5_000)
+    names, first = decide_rows(
+        np.array([d.lang or "und" for d in subjects], dtype=object),
+        np.array([d.lang_confidence for d in subjects], dtype=np.float64),
+        np.array([d.source_tier for d in subjects], dtype=object),
+        {k: np.array([d.scores.get(k, 0.0) for d in subjects], dtype=np.float64) for k in GOOD_WEB},
+        cfg,
+    )
+    want = [decide(d, cfg)[0] for d in subjects]
+    assert [names[i] if i >= 0 else None for i in first] == want
+    assert len(set(want)) > 10 and want.count(None) > 50, "the rows reach many reasons and both verdicts"
 
 
 def test_a_policy_key_the_policy_does_not_have_is_a_one_line_error():
