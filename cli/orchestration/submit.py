@@ -530,14 +530,26 @@ class SSHBackend(Backend):
         with self.hook().get_conn() as client:
             rc, out, err = self.hook().exec_ssh_client_command(client, command, get_pty=False, environment=None,
                                                                timeout=timeout)
-        return Result(rc, out.decode(errors="replace"), err.decode(errors="replace"))
+        return _ssh_result(rc, out, err, argv)
 
     async def arun(self, argv: list[str], timeout: float = 120) -> Result:
         from airflow.providers.ssh.hooks.ssh import SSHHookAsync
 
-        rc, out, err = await SSHHookAsync(ssh_conn_id=self.conn_id).run_command(remote_command(argv), timeout=timeout)
-        return Result(rc, out if isinstance(out, str) else out.decode(errors="replace"),
-                      err if isinstance(err, str) else err.decode(errors="replace"))
+        # not SSHHookAsync.run_command: it reports a session that ended without an exit status as exit 0
+        # with whatever output had arrived, which a state lookup would take for the job's answer
+        async with await SSHHookAsync(ssh_conn_id=self.conn_id).get_conn() as conn:
+            r = await conn.run(remote_command(argv), timeout=timeout, check=False)
+        return _ssh_result(r.exit_status, r.stdout or "", r.stderr or "", argv)
+
+
+def _ssh_result(rc: int | None, out: str | bytes, err: str | bytes, argv: list[str]) -> Result:
+    """A remote command's result. One that ended without an exit status -- the login node dropped the
+    session, or the command was killed by a signal (paramiko and asyncssh say -1, asyncssh also None) --
+    is ssh(1)'s 255, which :func:`transient_result` retries: its output may be cut short."""
+    out, err = (x if isinstance(x, str) else x.decode(errors="replace") for x in (out, err))
+    if rc is None or rc < 0:
+        return Result(255, out, f"{err}the SSH session ended before {argv[0]} did (no exit status)")
+    return Result(rc, out, err)
 
 
 class MpiexecBackend(Backend):
