@@ -94,8 +94,7 @@ class Document:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Document:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
+        unknown = d.keys() - _DOCUMENT_FIELD_SET
         if unknown:
             raise ValueError(f"unknown document fields: {sorted(unknown)}")
         d = dict(d)
@@ -105,6 +104,7 @@ class Document:
 
 
 _DOCUMENT_FIELDS = tuple(f.name for f in fields(Document))
+_DOCUMENT_FIELD_SET = frozenset(_DOCUMENT_FIELDS)
 
 @dataclass(frozen=True)
 class QuarantineRecord:

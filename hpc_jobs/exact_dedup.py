@@ -26,7 +26,7 @@ from operator import itemgetter
 from typing import Any
 
 from corpus.dedup.exact_copy import ExactCopy
-from corpus.dedup.normalize import NORMALIZATION_VERSION, text_key
+from corpus.dedup.normalize import KEY_VERSION, text_key
 from corpus.digest import canonical_json
 from corpus.docshard import SUFFIX, ShardWriter, iter_docs
 from corpus.model import Annotation, Filtered, Kept, Outcome
@@ -58,7 +58,8 @@ class ExactDedupStage(Stage):
     # 2: the global phase checkpointed in parts (runtime.global_phase)
     # 3: the keeper is the most trusted tier first, then the earliest date (was date first)
     # 4: every dropped copy's provenance in copies/
-    version = "4"
+    # 5: the key keeps punctuation, operators and digits (corpus.dedup.normalize.KEY_VERSION 2)
+    version = "5"
     Config = ExactDedupConfig
     artifact_kinds = (COPIES,)
 
@@ -67,7 +68,7 @@ class ExactDedupStage(Stage):
         self._copies: dict[str, ShardWriter] = {}
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
-        return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION)
+        return global_phase_key(self, inputs, normalization=KEY_VERSION)
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """Two steps: ``groups`` (each text key to the part that owns it; the part decides its groups'
@@ -132,7 +133,7 @@ class ExactDedupStage(Stage):
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         facts = self._phase.facts
-        return {"normalization_version": NORMALIZATION_VERSION, "groups_by_size": facts["groups_by_size"]}
+        return {"normalization_version": KEY_VERSION, "groups_by_size": facts["groups_by_size"]}
 
 
 def _merge_facts(per_rank: list[dict[str, Any]]) -> dict[str, Any]:

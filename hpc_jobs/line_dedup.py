@@ -1,11 +1,19 @@
-"""Line-level dedup: a line found in more than N documents is boilerplate and is removed from all of them.
+"""Line-level dedup: a line found in more documents than the corpus's limit is boilerplate and is removed
+from every document of the tiers it applies to.
+
+The limit scales with the corpus: ``max_docs_fraction`` of its documents (one in 10⁷ by default), never
+below ``max_docs_per_line`` (10): a line repeated in 100 pages of a 10⁹-page crawl is a phrase, not a
+template. Documents of ``exempt_tiers`` (code and curated by default: ``return 0;``, ``import typing``
+or a licence header are what such sources are made of) neither count nor lose lines. A line's key keeps
+its punctuation, operators and digits (``corpus.dedup.normalize.line_key``); a line without a letter or
+digit never counts.
 
 Global phase (``runtime.global_phase``, one exchange step ``lines``): every document sends each of its
 distinct normalized line keys (8 bytes; blank lines never count) with a count, pre-summed over all of a
 rank's input shards in a table of an eighth of the budget (:class:`KeyCounts`, flushed whenever it fills),
 to the part that owns the key's range (parts split the 64-bit key space into equal ranges, one part per
 input shard, so the number of parts depends only on the data). The owner sums each key's counts while
-streaming the sorted shuffle and writes the keys seen in more than ``max_docs_per_line`` documents to
+streaming the sorted shuffle and writes the keys seen in more documents than the limit to
 ``work/phase/lines/<part>.frequent`` (sorted 8-byte keys): nothing but the shuffle's budget is held, and a
 rank killed or pre-empted in the phase costs one part.
 Per shard: each line's key is looked up in its range's file by binary search on a memory map; those lines
@@ -28,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from corpus.dedup.normalize import NORMALIZATION_VERSION, line_key
+from corpus.dedup.normalize import KEY_VERSION, line_key
 from corpus.docshard import iter_docs
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
@@ -39,7 +47,7 @@ FREQUENT = ".frequent"  # a part's frequent keys: sorted 8-byte big-endian keys,
 _KEY_DTYPE = np.dtype(">u8")  # line keys compare as bytes, i.e. as big-endian integers
 _KEY_BYTES = np.dtype("S8")  # the same keys as byte strings: searched in place, no byte swap
 #: a line key's count on its way to the part of its key range (the exchange's fixed-width row, 16 bytes).
-#: Counts are capped at ``max_docs_per_line + 1``: whether a key's total passes the limit is all the
+#: Counts are capped at the limit + 1: whether a key's total passes the limit is all the
 #: reduce asks, and the cap keeps a count in 4 bytes however many documents a sender summed
 LINE_ROW = np.dtype([("part", "<u4"), ("key", "<u8"), ("count", "<u4")])
 _COUNT_MAX = np.iinfo(np.uint32).max
@@ -51,12 +59,25 @@ _COMBINE_ENTRY_BYTES = 48
 
 @dataclass(frozen=True)
 class LineDedupConfig:
-    #: a line in more documents than this is removed from every document
+    #: a line in more than this share of the documents is boilerplate ...
+    max_docs_fraction: float = 1e-7
+    #: ... and in more documents than this, whatever the corpus's size (the limit's floor)
     max_docs_per_line: int = 10
+    #: tiers whose documents neither count nor lose lines
+    exempt_tiers: tuple[str, ...] = ("code", "curated")
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_docs_per_line < _COUNT_MAX:
             raise ValueError(f"max_docs_per_line must be at least 1 and below {_COUNT_MAX}")
+        if not 0 <= self.max_docs_fraction < 1:
+            raise ValueError("max_docs_fraction must be at least 0 and below 1")
+        if isinstance(self.exempt_tiers, str):
+            raise ValueError("exempt_tiers must be a list of tier names")
+        object.__setattr__(self, "exempt_tiers", tuple(self.exempt_tiers))
+
+    def limit(self, docs: int) -> int:
+        """The most documents a line may be in before it is removed, in a corpus of ``docs`` documents."""
+        return min(max(self.max_docs_per_line, int(docs * self.max_docs_fraction)), _COUNT_MAX - 1)
 
 
 def doc_line_keys(text: str) -> set[bytes]:
@@ -108,7 +129,9 @@ class FrequentLines:
 
 class LineDedupStage(Stage):
     name = "line_dedup"
-    version = "2"  # the global phase checkpointed in parts; frequent keys searched by memory map
+    # 2: the global phase checkpointed in parts; frequent keys searched by memory map
+    # 3: keys keep punctuation (KEY_VERSION 2); the limit scales with the corpus; exempt tiers
+    version = "3"
     Config = LineDedupConfig
 
     def __init__(self, config: Any) -> None:
@@ -116,7 +139,7 @@ class LineDedupStage(Stage):
         self._frequent: FrequentLines | None = None
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
-        return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION)
+        return global_phase_key(self, inputs, normalization=KEY_VERSION)
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))
@@ -125,20 +148,25 @@ class LineDedupStage(Stage):
         if phase.complete:
             return phase.reused()
         capacity = max(1024, ctx.memory_budget_bytes // (8 * _COMBINE_ENTRY_BYTES))
-        cap = self.config.max_docs_per_line + 1
+        docs = sum(max(s.records, 0) for s in inputs)
+        limit = self.config.limit(docs)
+        cap = limit + 1
+        exempt = self.config.exempt_tiers
 
         def send(_: None) -> Iterator[np.ndarray]:
             # one table over all of this rank's shards: a line repeated across them is sent once per flush
             table = KeyCounts(capacity, cap)
             for shard in assign(inputs, ctx.rank, ctx.size):
                 for doc in iter_docs(shard.path):
+                    if doc.source_tier in exempt:
+                        continue
                     for keys, counts in table.add(key_values(doc_line_keys(doc.text))):
                         yield _count_rows(keys, counts, parts)
             for keys, counts in table.drain():
                 yield _count_rows(keys, counts, parts)
 
         def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
-            totals = KeyTotals(writer.open(FREQUENT), self.config.max_docs_per_line)
+            totals = KeyTotals(writer.open(FREQUENT), limit)
             for rows in batches:  # sorted by key; a key's counts may straddle two batches
                 totals.add(rows["key"], rows["count"])
             totals.finish()
@@ -148,7 +176,7 @@ class LineDedupStage(Stage):
         phase.exchange_rows(LINES, names, None, send, reduce, dtype=LINE_ROW, order_fields=("key",))
         facts = None
         if ctx.rank == 0:
-            total: Counter = Counter({"docs": sum(max(s.records, 0) for s in inputs)})
+            total: Counter = Counter({"docs": docs, "line_limit": limit})
             for part in phase.parts(LINES, names):
                 total.update(part.facts)
             facts = dict(sorted(total.items()))
@@ -157,6 +185,8 @@ class LineDedupStage(Stage):
 
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
         assert self._frequent is not None
+        if doc.source_tier in self.config.exempt_tiers:
+            return Kept(doc)
         text, removed = remove_lines(doc.text, self._frequent)
         if not removed:
             return Kept(doc)
@@ -170,7 +200,7 @@ class LineDedupStage(Stage):
         return Kept(doc.with_text(text, annotations=doc.annotations + notes))
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
-        return {"normalization_version": NORMALIZATION_VERSION, **self._phase.facts}
+        return {"normalization_version": KEY_VERSION, **self._phase.facts}
 
 
 def part_name(part: int) -> str:

@@ -1,8 +1,13 @@
-"""Text normalization for dedup keys and shingles. Versioned: changing it changes every dedup decision.
+"""Text normalization for dedup keys and shingles. Versioned: changing one changes every decision
+made with it, so each stage's phase key and manifest carry the version it used.
 
-Version 1: Unicode NFKC, lower-case, every character that is neither a word character nor whitespace
-(punctuation and symbols) removed, runs of whitespace folded to one space, ends stripped. So
-"Hello,  World!" and "hello world" are the same text, while letters, digits and word order still count.
+* Exact and line keys (``KEY_VERSION`` 2, :func:`key_form`): Unicode NFKC, lower-case, runs of
+  whitespace folded to one space, ends stripped. Punctuation, operators and digits count: ``3.14`` is
+  not ``314``, ``x = a + b;`` is not ``x = a - b;`` and ``} else {`` is not ``else:`` (version 1 removed
+  them, which merged different texts of code, numbers and prose).
+* MinHash shingles (``NORMALIZATION_VERSION`` 1, :func:`normalize_text`): as above, and every character
+  that is neither a word character nor whitespace removed, so "Hello,  World!" and "hello world" share
+  their shingles: near-duplicate detection is about the words.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import re
 import unicodedata
 
 NORMALIZATION_VERSION = "1"
+KEY_VERSION = "2"
 
 _NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]+")
 _WHITESPACE = re.compile(r"\s+")
@@ -30,21 +36,26 @@ def normalize_text(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
 
+def key_form(text: str) -> str:
+    """The form two texts (or lines) must share to be the same for exact and line dedup."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    return " ".join(text.lower().split())
+
+
 def text_key(text: str) -> bytes:
-    """16-byte key of a document's normalized text (exact dedup groups documents by it)."""
+    """16-byte key of a document's key form (exact dedup groups documents by it)."""
     return hashlib.blake2b(
-        normalize_text(text).encode("utf-8"),
-        digest_size=16,
-        person=b"exact-v" + NORMALIZATION_VERSION.encode(),
+        key_form(text).encode("utf-8"), digest_size=16, person=b"exact-v" + KEY_VERSION.encode()
     ).digest()
 
 
 def line_key(line: str) -> bytes | None:
-    """8-byte key of one line's normalized form; None for lines with nothing left after normalizing
-    (blank or punctuation-only lines are never counted and never removed)."""
-    norm = normalize_text(line)
-    if not norm:
+    """8-byte key of one line's key form; None for a line without a letter or digit (blank lines and
+    lines of punctuation alone, such as ``}`` or ``----``, are never counted and never removed)."""
+    form = key_form(line)
+    if not any(c.isalnum() for c in form):
         return None
     return hashlib.blake2b(
-        norm.encode("utf-8"), digest_size=8, person=b"line-v" + NORMALIZATION_VERSION.encode()
+        form.encode("utf-8"), digest_size=8, person=b"line-v" + KEY_VERSION.encode()
     ).digest()

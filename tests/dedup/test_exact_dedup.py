@@ -1,11 +1,12 @@
-"""exact_dedup: same normalized text = same document; the earliest, most trusted copy stays, the rest
-are filtered as duplicates of it, identically on any rank count."""
+"""exact_dedup: the same text up to Unicode form, case and spacing = the same document; the most
+trusted, then earliest copy stays, the rest are filtered as duplicates of it, identically on any rank
+count."""
 
 from __future__ import annotations
 
 import pytest
 
-from corpus.dedup.normalize import normalize_text
+from corpus.dedup.normalize import key_form, normalize_text, text_key
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
 
@@ -16,10 +17,12 @@ def corpus(shared_data, tmp_path_factory):
     docs = [make_doc(t, i) for i, t in enumerate(sections)]
     a, b, c = sections[0], sections[1], sections[2]
     planted = {
-        # group a: same text up to case, punctuation and spacing; the curated copy is as early as the
-        # earliest web copy and wins on tier
+        # group a: same text up to case and spacing; the curated copy is as early as the earliest web
+        # copy and wins on tier
         "a_late_web": make_doc(a.upper(), 1000, crawl_date="2026-06-01"),
-        "a_curated": make_doc(a.replace(" ", "  ") + " !!!", 1001, source="perl-doc", tier="curated"),
+        "a_curated": make_doc(a.replace(" ", "  ") + " \n", 1001, source="perl-doc", tier="curated"),
+        # the same words with other punctuation are another text
+        "a_punctuated": make_doc(a + " !!!", 1004),
         # group b: an earlier copy in a later-listed shard beats the original's crawl date
         "b_early": make_doc(b + "\n", 1002, source="mirror", crawl_date="2025-12-24"),
         # group c: the very same document twice (same doc_id): exactly one copy stays
@@ -32,13 +35,21 @@ def corpus(shared_data, tmp_path_factory):
     return in_dir, docs, planted
 
 
-def test_normalization_folds_case_punctuation_and_spacing_only():
+def test_the_exact_key_folds_unicode_form_case_and_spacing_only():
+    assert key_form("Hello,  World!\n\tÉté") == key_form("hello, world! ÉTÉ") == "hello, world! été"
+    assert key_form("ﬁle") == "file"  # NFKC
+    assert text_key("pi = 3.14") != text_key("pi = 314")
+    assert text_key("if (a < b) return x - 1;") != text_key("if (a > b) return x + 1;")
+    assert text_key("Hello World") == text_key("  hello\n world ")
+
+
+def test_the_shingle_normalization_also_drops_punctuation():
     assert normalize_text("Hello,  World!\n\tÉté") == normalize_text("hello world ÉTÉ") == "hello world été"
     assert normalize_text("ﬁle") == "file"  # NFKC
     assert normalize_text("hello world") != normalize_text("hello word")
 
 
-def test_keeper_is_earliest_then_most_trusted_and_copies_point_to_it(corpus, tmp_path):
+def test_keeper_is_most_trusted_then_earliest_and_copies_point_to_it(corpus, tmp_path):
     in_dir, docs, planted = corpus
     out = tmp_path / "out"
     run_stage("exact_dedup", 2, in_dir, out)
@@ -51,19 +62,19 @@ def test_keeper_is_earliest_then_most_trusted_and_copies_point_to_it(corpus, tmp
     assert dup_of[planted["a_late_web"].url] == a_keeper
     assert dup_of[by_url["https://web-crawl.example.org/0"].url] == a_keeper
     assert dup_of[by_url["https://web-crawl.example.org/1"].url] == planted["b_early"].doc_id
-    assert planted["near_a"].url not in dup_of
+    assert planted["near_a"].url not in dup_of and planted["a_punctuated"].url not in dup_of
     kept_urls = {d.url for d in kept}
     assert {planted["a_curated"].url, planted["b_early"].url, planted["near_a"].url} <= kept_urls
     assert sum(1 for d in kept if d.doc_id == planted["c_again"].doc_id) == 1
     keeper = next(d for d in kept if d.doc_id == a_keeper)
     assert keeper.annotation("exact_dedup", "copies").value == 3
 
-    # every group of equal normalized text keeps exactly one document
+    # every group of equal key form keeps exactly one document
     groups: dict[str, int] = {}
     for d in docs:
-        groups.setdefault(normalize_text(d.text), 0)
+        groups.setdefault(key_form(d.text), 0)
     for d in kept:
-        groups[normalize_text(d.text)] += 1
+        groups[key_form(d.text)] += 1
     assert set(groups.values()) == {1}
     t = manifest(out)["totals"]
     assert t["in"] == len(docs) == t["out"] + t["filtered"]["exact_duplicate"]

@@ -1,12 +1,14 @@
-"""line_dedup: lines in more than N documents are removed everywhere, with what each document lost recorded."""
+"""line_dedup: lines in more documents than the corpus's limit are removed from every web document, with
+what each document lost recorded; code and curated documents keep every line."""
 
 from __future__ import annotations
 
+import tarfile
 from collections import Counter
 
 import pytest
 
-from corpus.dedup.normalize import normalize_text
+from corpus.dedup.normalize import key_form, line_key
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
 
@@ -22,8 +24,8 @@ def corpus(shared_data, tmp_path_factory):
     docs = []
     for i, body in enumerate(sections):
         lines = []
-        if i % 4 == 0:  # 30 documents, some with the header in other case and punctuation
-            lines.append(HEADER if i % 8 else HEADER.upper().replace("|", "/"))
+        if i % 4 == 0:  # 30 documents, some with the header in other case and spacing
+            lines.append(HEADER if i % 8 else "  " + HEADER.upper().replace(" | ", " \t|  "))
         lines.append(body)
         if i < 10:
             lines.append(AT_LIMIT)
@@ -38,9 +40,14 @@ def corpus(shared_data, tmp_path_factory):
     return in_dir, docs
 
 
+def norm(line: str) -> str | None:
+    """A line's key form; None for a line without a letter or digit (never counted)."""
+    return key_form(line) if line_key(line) is not None else None
+
+
 def frequent_lines(docs, limit: int) -> set[str]:
-    """The rule, plainly: normalized non-blank lines found in more than ``limit`` documents."""
-    counts = Counter(n for d in docs for n in {normalize_text(x) for x in d.text.splitlines()} if n)
+    """The rule, plainly: key forms of lines with a letter or digit found in more than ``limit`` documents."""
+    counts = Counter(n for d in docs for n in {norm(x) for x in d.text.splitlines()} if n)
     return {line for line, c in counts.items() if c > limit}
 
 
@@ -50,22 +57,22 @@ def test_frequent_lines_are_removed_and_rare_ones_kept(corpus, tmp_path):
     run_stage("line_dedup", 2, in_dir, out)
     kept = kept_docs(out)
     frequent = frequent_lines(docs, 10)
-    assert {normalize_text(x) for x in (HEADER, FOOTER, OVER_LIMIT)} <= frequent
-    assert normalize_text(AT_LIMIT) not in frequent
+    assert {norm(x) for x in (HEADER, FOOTER, OVER_LIMIT)} <= frequent
+    assert norm(AT_LIMIT) not in frequent
     for d in kept:
-        assert not frequent & {normalize_text(line) for line in d.text.splitlines()}, d.url
+        assert not frequent & {norm(line) for line in d.text.splitlines()}, d.url
     assert sum(AT_LIMIT in d.text for d in kept) == 10
     by_url = {d.url: d for d in docs}
     doc0 = next(d for d in kept if d.url.endswith("/0"))  # had header, at-limit line and two footers
     original = by_url[doc0.url]
-    expected_removed = sum(normalize_text(x) in frequent for x in original.text.splitlines())
+    expected_removed = sum(norm(x) in frequent for x in original.text.splitlines())
     assert expected_removed >= 3
     assert doc0.annotation("line_dedup", "lines_removed").value == expected_removed
     assert doc0.annotation("line_dedup", "bytes_removed").value == len(original.text.encode()) - len(
         doc0.text.encode()
     )
     assert doc0.derived_from == original.doc_id and doc0.doc_id != original.doc_id
-    untouched = [d for d in docs if not frequent & {normalize_text(x) for x in d.text.splitlines()}]
+    untouched = [d for d in docs if not frequent & {norm(x) for x in d.text.splitlines()}]
     assert untouched and all(d in kept for d in untouched), "documents without frequent lines pass unchanged"
     [only_boilerplate] = filtered_records(out)
     assert only_boilerplate["reason"] == "all_lines_frequent"
@@ -80,6 +87,48 @@ def test_same_outputs_on_1_2_and_4_ranks(corpus, tmp_path):
         run_stage("line_dedup", ranks, corpus[0], tmp_path / f"r{ranks}")
         digests.append(output_digests(tmp_path / f"r{ranks}"))
     assert digests[0] == digests[1] == digests[2]
+
+
+def test_a_line_key_keeps_punctuation_operators_and_digits():
+    assert line_key("x = a + b;") != line_key("x = a - b;")
+    assert line_key("} else {") != line_key("else:")
+    assert line_key("pi is 3.14") != line_key("pi is 314")
+    assert line_key("Home  | Next") == line_key("home | next")  # case and spacing are not content
+    assert line_key("}") is None and line_key("  ----  ") is None and line_key("") is None
+
+
+def test_code_and_curated_documents_keep_their_lines_and_do_not_count(shared_data, tmp_path):
+    """niquests' 40 real Python files as the code tier: nothing is removed (`from __future__ import
+    annotations`, `return None` are what code is made of); the same files as web documents lose their
+    most common lines."""
+    with tarfile.open(shared_data / "code" / "niquests-3.11.0.tar.gz") as tar:
+        members = sorted((m for m in tar.getmembers() if m.name.endswith(".py")), key=lambda m: m.name)
+        texts = [tar.extractfile(m).read().decode("utf-8") for m in members]
+    assert len(texts) == 40
+    for tier, expect_removed in (("code", False), ("web", True)):
+        docs = [make_doc(t, i, source=f"{tier}-src", tier=tier) for i, t in enumerate(texts)]
+        in_dir = write_stage_dir(tmp_path / tier / "in", docs, shards=2)
+        run_stage("line_dedup", 1, in_dir, tmp_path / tier / "out", None)
+        kept = kept_docs(tmp_path / tier / "out")
+        lost = sum(
+            d.annotation("line_dedup", "lines_removed").value
+            for d in kept
+            if d.annotation("line_dedup", "lines_removed")
+        )
+        if expect_removed:
+            assert lost > 0 and manifest(tmp_path / tier / "out")["extra"]["frequent_lines"] > 0
+        else:
+            assert lost == 0 and sorted(d.text for d in kept) == sorted(texts)
+            assert manifest(tmp_path / tier / "out")["extra"]["distinct_lines"] == 0
+
+
+def test_the_limit_scales_with_the_corpus_above_its_floor():
+    from hpc_jobs.line_dedup import LineDedupConfig
+
+    cfg = LineDedupConfig()
+    assert cfg.limit(1_000) == 10 and cfg.limit(10**8) == 10  # the floor
+    assert cfg.limit(10**9) == 100 and cfg.limit(10**10) == 1_000  # one document in 10^7
+    assert LineDedupConfig(max_docs_fraction=0.01, max_docs_per_line=2).limit(1_000) == 10
 
 
 def test_threshold_is_configurable(corpus, tmp_path):
