@@ -1,6 +1,7 @@
 """Airflow standalone (scheduler, triggerer, API server) on PostgreSQL, started by
 scripts/airflow_standalone.sh as `make airflow` starts it: a run triggered through the REST API and
-one triggered from the UI in headless Chromium both build the snapshot."""
+one triggered from the UI in headless Chromium both build the snapshot; a waiting task marked failed
+through the REST API cancels its job."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.orchestration.deployment import DEFAULT_SBATCH_OPTIONS
 from corpus.pipeline import PIPELINE
 from tests.conftest import ROOT
 from tests.orchestration.conftest import PG_PORT, snapshot_id
@@ -89,6 +91,8 @@ def standalone(services, ssh_build, small_inputs, tmp_path_factory):
         **os.environ,
         "CORPUS_AIRFLOW_HOME": str(home / "airflow"), "CORPUS_AIRFLOW_PORT": str(port), "CORPUS_AIRFLOW_DB": db,
         "CORPUS_AIRFLOW_PASSWORD": PASSWORD, "CORPUS_RETRY_DELAY_S": "2",
+        # this site lets a run defer its jobs' start (the mark-failed test holds a job queued with it)
+        "CORPUS_DEPLOYMENT": json.dumps({"sbatch_options": [*DEFAULT_SBATCH_OPTIONS, "--begin"]}),
         # what a run triggered from the UI form gets without editing it
         "CORPUS_DAG_DEFAULTS": json.dumps({"backend": "ssh", "inputs": [str(p) for p in small_inputs],
                                            "out": str(ui_build), "poll_interval": POLL,
@@ -195,3 +199,34 @@ def test_the_dag_page_renders_and_a_run_triggered_from_the_ui_succeeds(standalon
         page.screenshot(path=str(artifacts_dir / "airflow-build_snapshot-run.png"), full_page=True)
         browser.close()
     assert api.snapshot_id(run_id).strip('"') == reference == snapshot_id(standalone["ui_build"])
+
+
+def slurm_jobs_of(run_id: str) -> list[str]:
+    """Ids of the queued or running jobs whose comment names the DAG run (job_comment)."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i|%k"], capture_output=True, text=True, check=True).stdout
+    return [i for i, _, comment in (line.partition("|") for line in out.splitlines()) if f" run={run_id} " in comment]
+
+
+def test_marking_a_waiting_task_failed_through_the_rest_api_cancels_its_job(standalone, small_inputs):
+    """The job of a deferred task must not outlive the task: a user who marks it failed (or clears it)
+    frees the allocation, or a later retry would run beside it (the trigger's on_kill cancels it)."""
+    api: Api = standalone["api"]
+    run_id = "mark-failed-test"
+    conf = {"backend": "local", "inputs": [str(p) for p in small_inputs], "out": str(standalone["home"] / "marked"),
+            "poll_interval": POLL, "sbatch_args": ["--oversubscribe", "--begin=now+3600"]}
+    api.call("POST", "/api/v2/dags/build_snapshot/dagRuns", {"logical_date": None, "dag_run_id": run_id, "conf": conf})
+    ti = f"/api/v2/dags/build_snapshot/dagRuns/{run_id}/taskInstances/{PIPELINE[0]}.submit"
+    deadline = time.monotonic() + 300
+    state, jobs = None, []
+    while time.monotonic() < deadline and not (state == "deferred" and jobs):
+        time.sleep(2)
+        state, jobs = api.call("GET", ti)["state"], slurm_jobs_of(run_id)
+    assert state == "deferred" and len(jobs) == 1, f"the first stage never waited on one queued job: {state}, {jobs}"
+    api.call("PATCH", ti, {"new_state": "failed"})
+    deadline = time.monotonic() + 120
+    while slurm_jobs_of(run_id) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not slurm_jobs_of(run_id), f"job {jobs[0]} still queued after its task was marked failed"
+    shown = subprocess.run(["scontrol", "-o", "show", "job", jobs[0]], capture_output=True, text=True).stdout
+    assert "JobState=CANCELLED" in shown, shown
+    assert api.wait_run(run_id, timeout=120) == "failed"
