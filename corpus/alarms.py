@@ -8,7 +8,10 @@ configured band (in percentage points) is an alarm. Two kinds of metric are reco
 * ``<stage>``: the stage's document retention, 100 * out / in (``policy``: the share of the stored
   documents the reported version's quality policy accepts);
 * ``<stage>/<reason>``: the share of the stage's input dropped for one filter reason; a band key may
-  be a glob over reasons (``policy/*lang*``), whose matching reasons are summed.
+  be a glob over reasons (``policy/*lang*``), whose matching reasons are summed;
+* ``ingest_records``: the share of the records ingest read that were documents, and
+  ``ingest_records/<reason>`` the share it skipped for a reason (``response_status_403``, ``revisit``,
+  ``response_non_html``): a crawl that turns into error pages moves these, not only the yield.
 
 Bands come from the build config's ``[alarms]`` table (``[alarms.bands]`` entries override the
 defaults one by one). The Airflow DAG's final task calls :func:`enforce`, which fails the task or only
@@ -30,6 +33,7 @@ from typing import Any
 from corpus.config import ConfigError, stage_config
 from corpus.digest import json_digest
 from corpus.report.build_view import BuildView, open_build
+from corpus.report.skipped import skipped_records
 
 log = logging.getLogger("corpus.alarms")
 
@@ -49,6 +53,11 @@ DEFAULT_BANDS: dict[str, float] = {
     "decontaminate": 1.0,
     "tokenize": 1.0,
     "write_shards": 1.0,
+    # the records ingest read: documents among them, and the skipped ones by kind
+    "ingest_records": 5.0,
+    "ingest_records/response_status_*": 5.0,  # every non-200 status (403s, 404s, redirects)
+    "ingest_records/response_non_html": 5.0,
+    "ingest_records/revisit": 5.0,
     "*": 5.0,  # any other stage's retention
 }
 
@@ -128,11 +137,20 @@ def build_id(view: BuildView) -> str:
 
 
 def build_metrics(view: BuildView) -> dict[str, dict[str, Any]]:
-    """Per stage: retention % and the drop share % of every filter and quarantine reason; and
+    """Per stage: retention % and the drop share % of every filter and quarantine reason; for a stage
+    that skips records (ingest), ``<stage>_records``: the documents' share of the records read and the
+    share skipped per reason; and
     ``policy``, the reported version's quality policy over the stored documents (its rejections by
     reason, from the version's manifest: the policy is a selection, not a stage)."""
     out: dict[str, dict[str, Any]] = {}
     for m in view.stages:
+        s = skipped_records(m)
+        if s is not None and s["records_read"]:  # before the documents: a crawl of 403s has none
+            out[f"{m.stage}_records"] = {
+                "retention": 100 * s["documents"] / s["records_read"],
+                "drops": {r: x["share"] for r, x in s["by_reason"].items()},
+                "in": s["records_read"],
+            }
         t = m.yield_counts().total()
         if not t.docs_in:
             continue

@@ -6,6 +6,8 @@ safe on a real crawl:
 * a size cap before parsing (``cap_html``): an oversized page is cut at a UTF-8 boundary and tagged;
 * a per-document time limit (``ExtractWorker``): the parse runs in a child process; one that does not
   answer in time is killed and restarted, its document quarantined, and the shard goes on;
+* a per-document memory limit, the same way: a parse whose peak resident memory passes the limit
+  costs its document (``memory_limit``) and the worker, never the rank;
 * UTF-8 repair (``repair_replacement_chars``): bytes that did not decode became U+FFFD at ingest; a few
   are removed, too many mean the page is not text and it is quarantined;
 * invisible text stripped (``strip_invisible``): zero-width and bidi control characters and stray C0
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
 import re
+import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -123,30 +127,71 @@ def normalize_text(text: str) -> str:
 
 @dataclass(frozen=True)
 class WorkerResult:
-    """``status`` is "ok" (``value`` holds the result), "timeout", "crashed" or "error" (``detail`` says why)."""
+    """``status`` is "ok" (``value`` holds the result), "timeout", "memory_limit", "crashed" or "error"
+    (``detail`` says why)."""
 
     status: str
     value: Any = None
     detail: str = ""
 
 
-def _serve(conn, fn: Callable[[Any], Any], warmup: Any) -> None:
+#: the worker's exit status when an allocation failed (a MemoryError)
+MEMORY_EXIT = 86
+#: the worker's data segment is capped (RLIMIT_DATA) at this many times its memory limit: a parse that
+#: runs away fails there instead of exhausting the machine, while the limit itself is judged on the
+#: peak resident memory, which a library that swallows a failed allocation cannot hide
+HARD_LIMIT_FACTOR = 2
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory since the last ``_reset_peak_rss`` (VmHWM)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) << 10
+    return 0
+
+
+def _reset_peak_rss() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # Linux: reset VmHWM to the current resident size
+
+
+def _serve(conn, fn: Callable[[Any], Any], warmup: Any, memory_limit_bytes: int) -> None:
     if warmup is not None:
         fn(warmup)  # import and warm the parser before the first timed call
+    if memory_limit_bytes:
+        hard = memory_limit_bytes * HARD_LIMIT_FACTOR
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
     conn.send(("ready", None))
     while True:
         try:
+            if memory_limit_bytes:
+                _reset_peak_rss()
             arg = conn.recv()
+            result = fn(arg)
         except EOFError:
             return
-        try:
-            conn.send(("ok", fn(arg)))
+        except MemoryError:  # nothing may be allocated now: the exit status says it
+            os._exit(MEMORY_EXIT)
         except Exception as e:  # the document's problem, not the worker's: report it and go on
             conn.send(("error", f"{type(e).__name__}: {e}"[:300]))
+            continue
+        peak = _peak_rss_bytes() if memory_limit_bytes else 0
+        if peak > memory_limit_bytes > 0:
+            conn.send(
+                (
+                    "memory_limit",
+                    f"peak resident memory {peak >> 20} MB > memory limit {memory_limit_bytes >> 20} MB",
+                )
+            )
+            return  # a worker that grew this much is replaced
+        conn.send(("ok", result))
 
 
 class ExtractWorker:
-    """Runs ``fn(arg)`` in a child process with a time limit; a hung or crashed child is replaced.
+    """Runs ``fn(arg)`` in a child process with a time limit and a memory limit (``memory_limit_mb``, 0
+    for none: the peak resident memory of one call); a hung, crashed or outgrown child is replaced.
 
     The child is started with ``spawn`` (a fresh interpreter), which is safe inside an MPI rank where
     ``fork`` would copy the MPI library's state.
@@ -158,9 +203,11 @@ class ExtractWorker:
         time_limit_s: float = 10.0,
         warmup: Any = "<p>x</p>",
         start_timeout_s: float = 120.0,
+        memory_limit_mb: int = 0,
     ) -> None:
         self.fn = fn
         self.time_limit_s = time_limit_s
+        self.memory_limit_mb = memory_limit_mb
         self.warmup = warmup
         self.start_timeout_s = start_timeout_s
         self._ctx = multiprocessing.get_context("spawn")
@@ -170,7 +217,9 @@ class ExtractWorker:
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_serve, args=(child, self.fn, self.warmup), daemon=True)
+        proc = self._ctx.Process(
+            target=_serve, args=(child, self.fn, self.warmup, self.memory_limit_mb << 20), daemon=True
+        )
         proc.start()
         child.close()
         if not parent.poll(self.start_timeout_s):
@@ -200,10 +249,17 @@ class ExtractWorker:
             self._proc.join(timeout=5)
             code = self._proc.exitcode
             self._kill()
+            if code == MEMORY_EXIT:
+                limit = self.memory_limit_mb * HARD_LIMIT_FACTOR
+                return WorkerResult(
+                    "memory_limit", detail=f"an allocation failed at the worker's {limit} MB data cap"
+                )
             return WorkerResult("crashed", detail=f"worker died ({type(e).__name__}, exit code {code})")
         if status == "ok":
             return WorkerResult("ok", value=value)
-        return WorkerResult("error", detail=value)
+        if status == "memory_limit":
+            self._kill()
+        return WorkerResult(status, detail=value)
 
     def close(self) -> None:
         if self._proc is not None:

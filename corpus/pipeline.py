@@ -126,8 +126,25 @@ def build(inputs: list[Path], out: Path, ranks: int, config_file: Path | None, s
     for name in PIPELINE:
         directory = stage_dir(out, name)
         manifests.append(launch_stage(name, prev, directory, ranks, cfg_path))
+        check_documents_left(manifests[-1], inputs)
         prev = [directory]
     return finish_build(out, manifests)
+
+
+def check_documents_left(m: StageManifest, inputs: list[Path]) -> None:
+    """Stop the build, in one line naming the inputs and the reasons, when a stage keeps no document:
+    the later stages would only write an empty snapshot and call it a success."""
+    t = m.yield_counts().total()
+    if t.docs_out:
+        return
+    dropped = sorted((t.filtered + t.quarantined).items())
+    skipped = sorted(m.extra.get("skipped_records", {}).items())
+    why = [f"{m.stage} read {t.docs_in} document(s)"]
+    why += [f"dropped {', '.join(f'{r} {n}' for r, n in dropped)}"] if dropped else []
+    why += [f"skipped records {', '.join(f'{r} {n}' for r, n in skipped)}"] if skipped else []
+    raise UserError(
+        f"no document left after stage {m.stage} of {', '.join(p.name for p in inputs)}: {'; '.join(why)}"
+    )
 
 
 def stage_versions(manifests: list[StageManifest]) -> dict[str, dict[str, str]]:

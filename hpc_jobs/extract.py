@@ -1,7 +1,8 @@
 """Stage ``extract``: HTML documents -> text documents; plain text passes through cleaned.
 
 Every document is handled on its own: an oversized page is truncated before parsing and tagged, a
-parse that exceeds ``time_limit_s`` is killed and quarantined (``extract_timeout``), a parser crash or
+parse that exceeds ``time_limit_s`` is killed and quarantined (``extract_timeout``), one whose worker
+outgrows ``memory_limit_mb`` is quarantined (``memory_limit``) and the worker replaced, a parser crash or
 exception is quarantined (``extract_crashed`` / ``extract_error``), a page that is mostly undecodable
 bytes is quarantined (``invalid_utf8``), and a page with no main text goes to ``filtered/`` as
 ``no_text_extracted``. The shard always goes on. The text of a kept document replaces its HTML
@@ -32,15 +33,29 @@ class ExtractConfig:
     max_html_bytes: int = 2_000_000  # pages are cut to this many bytes before parsing (0: no cap)
     time_limit_s: float = 30.0  # per document; a slower parse is killed and quarantined
     max_replacement_ratio: float = 0.01  # more U+FFFD than this share of the text -> quarantined
+    memory_limit_mb: int = 1024  # the worker's peak resident memory per document (0: none)
 
     def __post_init__(self) -> None:
         if self.time_limit_s <= 0:
             raise ValueError("time_limit_s must be positive")
+        if self.memory_limit_mb < 0:
+            raise ValueError("memory_limit_mb must be 0 (no limit) or positive")
+
+
+#: the quarantine reason of each way the worker can fail a document
+_WORKER_REASONS = {
+    "timeout": "extract_timeout",
+    "memory_limit": "memory_limit",
+    "crashed": "extract_crashed",
+    "error": "extract_error",
+}
 
 
 class ExtractStage(Stage):
     name = "extract"
-    version = "2"  # 2: ZWJ, ZWNJ and variation selectors are kept (docs/ingest-and-filters.md)
+    # 2: ZWJ, ZWNJ and variation selectors are kept (docs/ingest-and-filters.md); 3: the worker runs
+    # under memory_limit_mb
+    version = "3"
     Config = ExtractConfig
 
     def __init__(self, config: ExtractConfig) -> None:
@@ -49,7 +64,9 @@ class ExtractStage(Stage):
 
     def worker(self) -> ExtractWorker:
         if self._worker is None:
-            self._worker = ExtractWorker(extract_text, self.config.time_limit_s)
+            self._worker = ExtractWorker(
+                extract_text, self.config.time_limit_s, memory_limit_mb=self.config.memory_limit_mb
+            )
         return self._worker
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
@@ -78,7 +95,7 @@ class ExtractStage(Stage):
                 notes.append(Annotation(self.name, "truncated_html_bytes", original_bytes, "info"))
             result = self.worker().run(html)
             if result.status != "ok":
-                return self.quarantine(doc, f"extract_{result.status}", result.detail)
+                return self.quarantine(doc, _WORKER_REASONS[result.status], result.detail)
             text = result.value
         else:
             text = doc.text

@@ -31,7 +31,15 @@ from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar
 from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
 from corpus.ingest.holdout import in_holdout
 from corpus.ingest.recrawl import RecordKey, later_fetches
-from corpus.ingest.sources import SourceSpec, expand_inputs, input_format, parse_source_tables, source_for
+from corpus.ingest.sources import (
+    UNDECLARED_CHOICES,
+    SourceSpec,
+    declared_source,
+    expand_inputs,
+    input_format,
+    parse_source_tables,
+    source_for,
+)
 from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_page, iter_warc
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from mpi_kernels.shuffle import stable_key_hash
@@ -62,10 +70,17 @@ class IngestConfig:
     holdout_modulus: int = 1000  # hash(url) % modulus == 0 -> eval holdout; 0 disables
     holdout_tiers: list[str] = field(default_factory=lambda: ["web", "known_good_web"])
     collapse_recrawls: bool = True
-    max_record_bytes: int = 64 << 20  # WARC records declared larger are quarantined unread
+    max_record_bytes: int = 64 << 20  # WARC records declared larger are quarantined (digested, never held)
+    max_decoded_bytes: int = 2_000_000  # a Content-Encoded page decoding to more is quarantined
+    #: a JSONL/text file no [[ingest.sources]] matches: tier "curated" (the bundled sample's), "web", or "refuse"
+    undeclared_files: str = "curated"
 
     def __post_init__(self) -> None:
         parse_source_tables(self.sources)  # a ValueError here is reported as a config error
+        if self.max_decoded_bytes <= 0:
+            raise ValueError("max_decoded_bytes must be positive")
+        if self.undeclared_files not in UNDECLARED_CHOICES:
+            raise ValueError(f"undeclared_files must be one of {', '.join(UNDECLARED_CHOICES)}")
 
 
 @dataclass(frozen=True)
@@ -81,7 +96,9 @@ class _Item:
 
 class IngestStage(Stage):
     name = "ingest"
-    version = "3"  # pages decoded in the WHATWG order, contradicted charsets corrected
+    # 3: pages decoded in the WHATWG order, contradicted charsets corrected; 4: Content-Encoding undone as
+    # a capped stream (zstd too), every record read is accounted
+    version = "4"
     Config = IngestConfig
     artifact_kinds = ("holdout", "skipped")
 
@@ -99,10 +116,19 @@ class IngestStage(Stage):
             raise StageError(f"unrecognised input (not WARC/ARC, JSONL or .txt): {', '.join(unknown)}")
         if not files:
             raise StageError(f"no WARC, JSONL or text files under {', '.join(map(str, ctx.in_paths))}")
+        if self.config.undeclared_files == "refuse":
+            undeclared = [
+                str(p) for p in files if _format(p) != "warc" and declared_source(p, self.declared) is None
+            ]
+            if undeclared:
+                raise StageError(
+                    f"no [[ingest.sources]] table matches {', '.join(undeclared)} "
+                    '(undeclared_files = "refuse"): declare their source and tier'
+                )
         return [raw_input_shard(p) for p in files]
 
     def spec(self, path: Path) -> SourceSpec:
-        return source_for(path, self.declared, _format(path))
+        return source_for(path, self.declared, _format(path), self.config.undeclared_files)
 
     # -- reading one file --------------------------------------------------------------------------
     def items(self, shard: InputShard) -> Iterator[_Item]:
@@ -121,7 +147,7 @@ class IngestStage(Stage):
             )
 
         if fmt == "warc":
-            for it in iter_warc(path, self.config.max_record_bytes):
+            for it in iter_warc(path, self.config.max_record_bytes, self.config.max_decoded_bytes):
                 if isinstance(it, SkippedRecord):
                     yield _Item(it.index, 0, skipped=it.kind)
                 elif isinstance(it, BadRecord):
@@ -261,27 +287,31 @@ class IngestStage(Stage):
         dups = decisions_of(self._phase.root, DECISIONS, shard.name)
         self._skipped = Counter()
         self._holdout = ShardWriter(ctx.artifact_path("holdout", f"{shard.name}{SUFFIX}"))
+        read = 0
         try:
             for it in self.items(shard):
+                if it.index != read:  # the readers number the records they read from 0: one went missing
+                    raise StageError(f"{self.name}/{shard.name}: record {read} was read but never accounted")
+                read += 1
                 if it.skipped:
                     self._skipped[it.skipped] += 1
-                elif it.bad is not None:
-                    yield Quarantined(it.bad), it.bytes_in
-                elif str(it.index) in dups:
-                    doc = it.doc.annotate(
-                        Annotation(self.name, "recrawl_of_date", dups[str(it.index)], "fail")
-                    )
-                    yield Filtered(doc, "recrawl_duplicate"), it.bytes_in
-                elif in_holdout(
-                    it.doc.url, it.doc.source_tier, self.config.holdout_modulus, self.config.holdout_tiers
-                ):
-                    self._holdout.write_doc(it.doc)
-                    yield Filtered(it.doc, "eval_holdout"), it.bytes_in
                 else:
-                    yield Kept(it.doc), it.bytes_in
+                    yield self.outcome(it, dups), it.bytes_in
         except BaseException:
             self._holdout.abort()
             raise
+
+    def outcome(self, it: _Item, dups: dict[str, str]) -> Outcome:
+        """What becomes of one record that is not skipped."""
+        if it.bad is not None:
+            return Quarantined(it.bad)
+        if str(it.index) in dups:
+            doc = it.doc.annotate(Annotation(self.name, "recrawl_of_date", dups[str(it.index)], "fail"))
+            return Filtered(doc, "recrawl_duplicate")
+        if in_holdout(it.doc.url, it.doc.source_tier, self.config.holdout_modulus, self.config.holdout_tiers):
+            self._holdout.write_doc(it.doc)
+            return Filtered(it.doc, "eval_holdout")
+        return Kept(it.doc)
 
     def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
         assert self._holdout is not None

@@ -9,8 +9,9 @@ A build config may declare sources as a list of tables::
     license = "Artistic-1.0-Perl OR GPL-1.0-or-later"   # license hint when a record has none
     date = "2026-01-15"             # release date of a curated source (records may carry their own)
 
-The first matching table wins. Without one, a WARC/ARC file is source ``web`` in tier ``web`` and a
-JSONL or text file is source ``<file stem>`` in tier ``curated``.
+The first matching table wins. Without one, a WARC/ARC file is source ``web`` in tier ``web``, and a
+JSONL or text file is source ``<file stem>`` in the tier ``[ingest] undeclared_files`` names
+(``curated`` by default, as the bundled sample's builds rely on; ``web``), or refused (``refuse``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from corpus.tiers import check_tier
 WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 TEXT_SUFFIXES = (".txt", ".txt.gz")
+#: what ``[ingest] undeclared_files`` may say of a JSONL or text file no source table matches
+UNDECLARED_CHOICES = ("curated", "web", "refuse")
 
 
 @dataclass(frozen=True)
@@ -71,14 +74,26 @@ def parse_source_tables(tables: list[dict[str, Any]]) -> list[tuple[str, SourceS
     return out
 
 
-def source_for(path: Path, declared: list[tuple[str, SourceSpec]], fmt: str) -> SourceSpec:
-    """The first declared source whose glob matches, else the default for the file's format."""
+def declared_source(path: Path, declared: list[tuple[str, SourceSpec]]) -> SourceSpec | None:
+    """The first declared source whose glob matches the path or the file name, None if none does."""
     for pattern, spec in declared:
         if fnmatch.fnmatch(str(path), pattern) or fnmatch.fnmatch(path.name, pattern):
             return spec
+    return None
+
+
+def source_for(
+    path: Path, declared: list[tuple[str, SourceSpec]], fmt: str, undeclared_tier: str = "curated"
+) -> SourceSpec:
+    """The declared source, else the default: ``web`` for a WARC/ARC file, ``<file stem>`` in
+    ``undeclared_tier`` for a JSONL or text file (``[ingest] undeclared_files = "refuse"`` refuses
+    those earlier)."""
+    spec = declared_source(path, declared)
+    if spec is not None:
+        return spec
     if fmt == "warc":
         return SourceSpec(name="web", tier="web")
-    return SourceSpec(name=file_stem(path), tier="curated")
+    return SourceSpec(name=file_stem(path), tier=undeclared_tier)
 
 
 def expand_inputs(paths: list[Path]) -> list[Path]:

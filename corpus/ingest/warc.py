@@ -9,6 +9,9 @@
   with the sha256 of its bytes;
 * records that are not documents (requests, metadata, revisits, non-HTML responses, non-200 statuses)
   come out as :class:`SkippedRecord` so a caller can count them;
+* a page's HTTP ``Content-Encoding`` (gzip, deflate, zstd) is undone as a stream capped at
+  ``max_decoded_bytes`` (:mod:`corpus.ingest.content_encoding`), and a record too large to read is
+  still digested over all its bytes;
 * ``decode_page`` turns a page's bytes into text in the WHATWG order (BOM, HTTP charset, ``<meta>``
   prescan, detection), correcting a declared charset that the bytes contradict, since a wrong label
   silently turns a page into mojibake that no later count shows.
@@ -29,7 +32,10 @@ from typing import BinaryIO
 from charset_normalizer import from_bytes
 from charset_normalizer.md import mess_ratio
 from warcio.archiveiterator import ArchiveIterator
+from warcio.bufferedreaders import ChunkedDataReader
 from warcio.exceptions import ArchiveLoadFailed
+
+from corpus.ingest.content_encoding import DecodedBody, decode_body
 
 _SCAN_BLOCK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b\x08"
@@ -39,7 +45,7 @@ _HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 @dataclass(frozen=True)
 class RawRecord:
-    """An HTML response: the payload bytes as fetched (HTTP transfer encoding undone)."""
+    """An HTML response: the payload bytes as fetched (HTTP transfer and content encodings undone)."""
 
     index: int
     url: str
@@ -74,8 +80,14 @@ class SkippedRecord:
 WarcItem = RawRecord | BadRecord | SkippedRecord
 
 
-def iter_warc(path: Path, max_record_bytes: int = 64 << 20) -> Iterator[WarcItem]:
-    """Every record of a WARC/ARC file (gzipped or not) as a RawRecord, BadRecord or SkippedRecord."""
+def iter_warc(
+    path: Path, max_record_bytes: int = 64 << 20, max_decoded_bytes: int = 64 << 20
+) -> Iterator[WarcItem]:
+    """Every record of a WARC/ARC file (gzipped or not) as a RawRecord, BadRecord or SkippedRecord.
+
+    An HTML body with a Content-Encoding is decoded to at most ``max_decoded_bytes``
+    (:mod:`corpus.ingest.content_encoding`); a record declaring more than ``max_record_bytes`` is
+    digested as it streams past, never held."""
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
         start: int | None = 0
@@ -92,7 +104,7 @@ def iter_warc(path: Path, max_record_bytes: int = 64 << 20) -> Iterator[WarcItem
                         yield _bad_span(path, index, bad_since, it.offset, bad_error)
                         index += 1
                         bad_since = None
-                    yield _classify(rec, index, max_record_bytes)
+                    yield _classify(rec, index, max_record_bytes, max_decoded_bytes)
                     index += 1
             except (ArchiveLoadFailed, zlib.error, EOFError, OSError, ValueError, IndexError, KeyError) as e:
                 failed_at = it.offset if it.offset >= start else start
@@ -107,7 +119,7 @@ def iter_warc(path: Path, max_record_bytes: int = 64 << 20) -> Iterator[WarcItem
             yield _bad_span(path, index, bad_since, path.stat().st_size, bad_error)
 
 
-def _classify(rec, index: int, max_record_bytes: int) -> WarcItem:
+def _classify(rec, index: int, max_record_bytes: int, max_decoded_bytes: int) -> WarcItem:
     rec_type = rec.rec_type or "unknown"
     if rec_type not in ("response", "resource"):
         return SkippedRecord(index, rec_type)
@@ -115,9 +127,12 @@ def _classify(rec, index: int, max_record_bytes: int) -> WarcItem:
     date = (rec.rec_headers.get_header("WARC-Date") or "")[:10]
     declared = int(rec.rec_headers.get_header("Content-Length") or 0)
     if declared > max_record_bytes:
-        digest = hashlib.sha256(rec.raw_stream.read(1 << 20)).hexdigest()
         return BadRecord(
-            index, "record_too_large", f"{declared} bytes > max_record_bytes {max_record_bytes}", digest, url
+            index,
+            "record_too_large",
+            f"{declared} bytes > max_record_bytes {max_record_bytes}",
+            _stream_digest(rec.raw_stream),
+            url,
         )
     http = rec.http_headers
     status = http.get_statuscode() if http is not None and rec_type == "response" else "200"
@@ -126,38 +141,59 @@ def _classify(rec, index: int, max_record_bytes: int) -> WarcItem:
         or rec.rec_headers.get_header("Content-Type")
         or ""
     )
+    mime = ctype.split(";")[0].strip().lower()
+    maybe_page = status == "200" and (mime in _HTML_TYPES or mime == "")
+    encoding = http.get_header("Content-Encoding") if http is not None else None
     try:
-        payload = rec.content_stream().read()
-    except (zlib.error, ValueError, OSError, EOFError) as e:
+        body = decode_body(_dechunked(rec), encoding if maybe_page else None, max_decoded_bytes)
+    except (zlib.error, ValueError, OSError, EOFError) as e:  # a broken chunked transfer encoding
         return BadRecord(
-            index,
-            "unreadable_payload",
-            f"{type(e).__name__}: {e}"[:300],
-            hashlib.sha256(b"").hexdigest(),
-            url,
+            index, "unreadable_payload", f"{type(e).__name__}: {e}"[:300], _stream_digest(rec.raw_stream), url
         )
     if rec.raw_stream.limit > 0:  # fewer bytes than the record declared: cut off
         return BadRecord(
             index,
             "truncated_record",
             f"record ends {rec.raw_stream.limit} bytes before its Content-Length {declared}",
-            hashlib.sha256(payload).hexdigest(),
+            _digest(body),
             url,
         )
-    if http is not None and _shorter_than_http_length(http, len(payload)):
+    if http is not None and _shorter_than_http_length(http, body.encoded_bytes):
         return BadRecord(
             index,
             "truncated_record",
             f"body is shorter than its HTTP Content-Length {http.get_header('Content-Length')}",
-            hashlib.sha256(payload).hexdigest(),
+            _digest(body),
             url,
         )
     if status != "200":
         return SkippedRecord(index, f"response_status_{status or 'missing'}")
-    mime = ctype.split(";")[0].strip().lower()
-    if mime not in _HTML_TYPES and not (mime == "" and _looks_like_html(payload)):
+    if mime not in _HTML_TYPES and mime != "":
         return SkippedRecord(index, "response_non_html")
-    return RawRecord(index=index, url=url, date=date, payload=payload, content_type=ctype)
+    if body.payload is None:
+        return BadRecord(index, body.reason, body.detail, body.encoded_digest, url)
+    if mime == "" and not _looks_like_html(body.payload):
+        return SkippedRecord(index, "response_non_html")
+    return RawRecord(index=index, url=url, date=date, payload=body.payload, content_type=ctype)
+
+
+def _dechunked(rec) -> BinaryIO:
+    """The HTTP body with a chunked transfer encoding undone (its content encoding is left alone)."""
+    chunked = rec.http_headers is not None and rec.http_headers.get_header("Transfer-Encoding") == "chunked"
+    return ChunkedDataReader(rec.raw_stream) if chunked else rec.raw_stream
+
+
+def _digest(body: DecodedBody) -> str:
+    """A page's raw digest: of its decoded bytes, else of its body as stored."""
+    return hashlib.sha256(body.payload).hexdigest() if body.payload is not None else body.encoded_digest
+
+
+def _stream_digest(stream: BinaryIO) -> str:
+    """sha256 of what is left of a stream, read block by block (never held whole)."""
+    h = hashlib.sha256()
+    while block := stream.read(_SCAN_BLOCK):
+        h.update(block)
+    return h.hexdigest()
 
 
 def _shorter_than_http_length(http, body_bytes: int) -> bool:

@@ -3,7 +3,8 @@
 Where the numbers come from:
 
 * the funnel (per stage, per source, per language; docs and bytes) and the filter / quarantine reason
-  counts: the stage manifests (``shard_counts``), never the shards;
+  counts: the stage manifests (``shard_counts``), never the shards; the records ingest read that were
+  not documents, by reason: its manifest (``extra.skipped_records``);
 * tokens per mixture bucket: the snapshot manifest's shards; tokens per language or source: any
   ``tokens_by_<axis>`` table a stage or the snapshot records in its ``extra``;
 * the distributions (document length, language confidence, every score), the dedup clusters and the
@@ -36,6 +37,7 @@ from corpus.report.scan import (
     snapshot_tokens,
 )
 from corpus.report.sketch import Sketch
+from corpus.report.skipped import skipped_records
 from corpus.report_counts import stage_counts
 
 FORMAT = "corpus-report/1"
@@ -119,7 +121,13 @@ def version_counts(view: BuildView) -> dict[str, Any] | None:
         "selected_tokens": sum(t for _, _, t in counts),
         "stored_tokens": sum(s.tokens for s, _, _ in counts),
         "tombstones": [
-            {**t, "date": (view.version.manifest or {}).get("run_info", {}).get("tombstone_dates", {}).get(name)}
+            {
+                **t,
+                "date": (view.version.manifest or {})
+                .get("run_info", {})
+                .get("tombstone_dates", {})
+                .get(name),
+            }
             for name, t in sorted(view.version.tombstones.items())
         ],
     }
@@ -271,6 +279,7 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     card["stages"] = stage_counts(view.stages)
     card["funnel"] = funnel(view.stages)
     card["filtered"] = {m.stage: dict(sorted(m.yield_counts().total().filtered.items())) for m in view.stages}
+    card["skipped"] = {m.stage: s for m in view.stages if (s := skipped_records(m)) is not None}
 
     card["tokens"] = tokens(view)
     if card["tokens"] is None:

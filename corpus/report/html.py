@@ -446,6 +446,21 @@ def _reasons(card: dict[str, Any]) -> str:
     out.append(
         _table(["stage", "reason", "documents"], rows, left=2) if rows else _note("no document was filtered")
     )
+    srows = [
+        [escape(stage), escape(r), _n(x["records"]), _pct(x["share"])]
+        for stage, s in card.get("skipped", {}).items()
+        for r, x in s["by_reason"].items()
+    ]
+    read = ", ".join(
+        f"{stage} read {s['records_read']:,} records, {s['documents']:,} of them documents"
+        for stage, s in card.get("skipped", {}).items()
+    )
+    out.append("<h3>Skipped records (read, but not documents: requests, revisits, non-HTML, non-200)</h3>")
+    out.append(
+        _note(read) + _table(["stage", "reason", "records", "share of records read"], srows, left=2)
+        if srows
+        else _note((read + ": " if read else "") + "no record was skipped")
+    )
     out.append("<h3>Quarantined (inputs that could not become documents)</h3>")
     qrows = []
     for stage, reasons in card["quarantine"].items():

@@ -278,8 +278,12 @@ def waiting(job: Submitted) -> tuple[asyncio.Task, TriggerLog]:
     return asyncio.ensure_future(first_event()), log
 
 
-def run_scenario(scenario: Callable[[], Any]) -> Any:
-    return asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
+def run_scenario(scenario: Callable[[], Any], restore: Callable[[], None] = lambda: None) -> Any:
+    """Run the fault scenario within its deadline; ``restore`` undoes the fault whatever happened."""
+    try:
+        return asyncio.run(asyncio.wait_for(scenario(), SCENARIO_S))
+    finally:
+        restore()
 
 
 def one_job_wrote_it(job: StageJob, submitted: Submitted, undisturbed: dict) -> None:
@@ -311,10 +315,7 @@ def test_a_wait_over_ssh_rides_out_an_sshd_restart(ssh_backend, crawl_part, undi
             await asyncio.to_thread(ensure_sshd_up)
         return await wait, log
 
-    try:
-        event, log = run_scenario(scenario)
-    finally:
-        ensure_sshd_up()
+    event, log = run_scenario(scenario, ensure_sshd_up)
     assert event["ok"] and event["state"] == "COMPLETED", f"{event}\n{log}"
     assert log.backoff()[:3] == [backoff_delay(n, BACKOFF_BASE_S, BACKOFF_CAP_S) for n in (1, 2, 3)], str(log)
     assert max(log.backoff()) <= BACKOFF_CAP_S
@@ -349,10 +350,7 @@ def test_a_running_job_and_its_wait_survive_a_slurmctld_restart(ssh_backend, cra
             await asyncio.to_thread(ensure_slurmctld_up)
         return await wait, log
 
-    try:
-        event, log = run_scenario(scenario)
-    finally:
-        ensure_slurmctld_up()
+    event, log = run_scenario(scenario, ensure_slurmctld_up)
     assert daemon_pid(SLURMCTLD_PIDFILE) not in (None, before), "slurmctld was not restarted"
     assert event["ok"] and event["state"] == "COMPLETED", f"{event}\n{log}"
     assert event["description"].endswith("(from scontrol)"), event["description"]  # the saved state was recovered
@@ -387,11 +385,7 @@ def test_a_lookup_whose_ssh_session_drops_mid_command_is_asked_again_not_taken_f
         await asyncio.to_thread(release, submitted.job_id)
         return await wait, log
 
-    try:
-        event, log = run_scenario(scenario)
-    finally:
-        resume(controller)
-        ensure_slurmctld_up()
+    event, log = run_scenario(scenario, lambda: (resume(controller), ensure_slurmctld_up()))
     assert "the SSH session ended before scontrol did" in log.transient()[0], str(log)
     assert event["ok"] and event["state"] == "COMPLETED", f"{event}\n{log}"
     one_job_wrote_it(job, submitted, undisturbed)

@@ -31,6 +31,10 @@ def run_chain(
     return logs
 
 
+#: the Perl manuals declared as what they are: a JSONL file no source table matches is tier ``web``
+PERL_DOC_CURATED = '[[ingest.sources]]\nmatch = "*/perl-doc.jsonl.gz"\nname = "perl-doc"\ntier = "curated"\n'
+
+
 def manifest(stage_dir: Path) -> dict:
     return json.loads((stage_dir / "manifest.json").read_text())
 

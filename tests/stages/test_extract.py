@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 import signal
 import subprocess
@@ -72,6 +74,17 @@ def test_a_crashed_worker_is_replaced():
     with ExtractWorker(int, time_limit_s=5, warmup="1") as w:
         assert w.run("x").status == "error"
         assert w.run("7").value == 7
+
+
+def test_a_call_over_the_memory_limit_costs_its_document_and_the_worker_is_replaced():
+    grow = functools.partial(operator.mul, b"x")  # b"x" * n: n bytes, every one of them touched
+    with ExtractWorker(grow, time_limit_s=30, warmup=1, memory_limit_mb=100) as w:
+        assert w.run(10 << 20).status == "ok"
+        over = w.run(150 << 20)  # past the limit, under the data cap: judged on peak resident memory
+        assert over.status == "memory_limit" and "> memory limit 100 MB" in over.detail
+        runaway = w.run(300 << 20)  # past the data cap (twice the limit): the allocation fails
+        assert runaway.status == "memory_limit" and "allocation failed" in runaway.detail
+        assert w.run(10).value == b"x" * 10 and w.restarts == 2
 
 
 # --- the stage on real damaged pages -------------------------------------------------------------
@@ -156,14 +169,19 @@ def test_each_poisoned_page_ends_in_output_or_quarantine_with_its_reason(poisone
     assert normal.derived_from == ingested[kinds["normal"]].doc_id
 
 
-def test_a_parse_over_the_time_limit_is_quarantined_and_the_shard_goes_on(poisoned, tmp_path):
+@pytest.mark.parametrize(
+    "limit, reason",
+    [("time_limit_s = 2.0", "extract_timeout"), ("memory_limit_mb = 150", "memory_limit")],
+)
+def test_a_parse_over_a_worker_limit_is_quarantined_and_the_shard_goes_on(poisoned, tmp_path, limit, reason):
+    """No HTML cap: the 50 MB page reaches the parser whole and runs into the worker's time or memory limit."""
     d, kinds = poisoned
-    cfg = tmp_path / "slow.toml"
-    cfg.write_text("[extract]\nmax_html_bytes = 0\ntime_limit_s = 2.0\n")  # no cap: the 50 MB page hangs
+    cfg = tmp_path / "limited.toml"
+    cfg.write_text(f"[extract]\nmax_html_bytes = 0\n{limit}\n")
     run_stage("extract", 1, [d / "ingest"], tmp_path / "extract", cfg)
     got = outcome_by_url(tmp_path / "extract")
     status, q = got[kinds["huge"]]
-    assert status == "extract_timeout" and q["stage"] == "extract" and len(q["raw_digest"]) == 64
+    assert status == reason and q["stage"] == "extract" and len(q["raw_digest"]) == 64
     assert got[kinds["normal"]][0] == "kept" and got[kinds["zero_width"]][0] == "kept"
     assert reconciles(manifest(tmp_path / "extract")["totals"])
 

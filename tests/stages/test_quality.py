@@ -11,7 +11,7 @@ import pytest
 from corpus.digest import file_sha256
 from corpus.filters.quality import DEFAULT_MODEL, QualityModel, is_low_quality_web
 from tests.conftest import SAMPLE, run_corpus
-from tests.stages.chain import docs, manifest, run_chain, run_stage
+from tests.stages.chain import PERL_DOC_CURATED, docs, manifest, run_chain, run_stage
 from tests.stages.warc_fixtures import real_pages, warc_bytes
 
 
@@ -24,7 +24,8 @@ def extracted(tmp_path_factory, shared_data):
         warc_bytes(pages + real_pages(shared_data, 30, host_prefix="install", part=1))
     )
     shutil.copyfile(SAMPLE / "curated" / "perl-doc.jsonl.gz", d / "in" / "perl-doc.jsonl.gz")
-    run_chain(2, [d / "in"], d / "b", upto="extract")
+    (d / "sources.toml").write_text(PERL_DOC_CURATED)
+    run_chain(2, [d / "in"], d / "b", d / "sources.toml", upto="extract")
     return d
 
 
@@ -66,7 +67,8 @@ def test_annotate_records_the_configured_models_hash(extracted, trained, tmp_pat
 
 
 def test_training_needs_both_classes(tmp_path):
-    run_chain(1, [SAMPLE / "curated"], tmp_path / "b", upto="extract")
+    (tmp_path / "sources.toml").write_text(PERL_DOC_CURATED)
+    run_chain(1, [SAMPLE / "curated"], tmp_path / "b", tmp_path / "sources.toml", upto="extract")
     proc = run_corpus(
         "train-quality",
         "--from",

@@ -38,13 +38,17 @@ def warc_bytes(
     gz: bool = True,
     date: str = "2026-03-01T00:00:00Z",
     content_type: str = "text/html; charset=utf-8",
+    status: str = "200 OK",
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> bytes:
+    """A WARC of HTTP responses whose bodies are ``pages``' payloads as given (``headers`` are added,
+    e.g. a Content-Encoding the payloads were encoded with)."""
     buf = io.BytesIO()
     w = WARCWriter(buf, gzip=gz)
     for url, payload in pages:
         http = StatusAndHeaders(
-            "200 OK",
-            [("Content-Type", content_type), ("Content-Length", str(len(payload)))],
+            status,
+            [("Content-Type", content_type), ("Content-Length", str(len(payload))), *headers],
             protocol="HTTP/1.1",
         )
         rec = w.create_warc_record(

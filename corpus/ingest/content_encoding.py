@@ -1,0 +1,155 @@
+"""An HTTP body's ``Content-Encoding`` undone as a stream, with a cap on what it may decode to.
+
+A WARC stores a response as the server sent it, so a page may be gzip-, deflate- or zstd-compressed.
+Decoding a body in one call lets 64 KiB of gzip inflate to 64 MiB (and 64 MiB to 64 GiB): a
+"compression bomb" would cost its decoded size in memory. Here the body is read in blocks, each block
+is decoded with a bound on its output, and decoding stops as soon as the output passes
+``max_decoded_bytes``; the rest of the body is still read, so the digest covers every byte of it.
+
+A server sometimes labels a body it did not compress (or a crawler stored it decoded and kept the
+header): a gzip or zstd body without its magic bytes, or a deflate body that starts like markup, is
+read as it is, as browsers and ``warcio`` do. Brotli (``br``) needs a library this project does not
+install; such a body, or one in an encoding nobody knows, is reported, never passed on as text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import zstandard
+
+_BLOCK = 1 << 16
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: encodings that change nothing (RFC 9110 "identity"; an empty list item)
+_IDENTITY = ("", "identity")
+#: Content-Encoding values read here, by what they are
+_GZIP = ("gzip", "x-gzip")
+_DEFLATE = ("deflate",)
+_ZSTD = ("zstd",)
+
+
+@dataclass(frozen=True)
+class DecodedBody:
+    """A body with its content encoding undone, or why it could not be.
+
+    ``payload`` is None when ``reason`` is set (``decoded_too_large``, ``unsupported_content_encoding``,
+    ``unreadable_payload``); ``encoded_digest`` and ``encoded_bytes`` cover the whole body as stored.
+    """
+
+    payload: bytes | None
+    encoded_digest: str
+    encoded_bytes: int
+    reason: str = ""
+    detail: str = ""
+
+
+class _HashingReader(io.RawIOBase):
+    """A stream read once, every byte hashed and counted on the way through."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self.sha.update(data)
+        self.size += n
+        return n
+
+
+def content_encodings(header: str | None) -> list[str]:
+    """The codings of a ``Content-Encoding`` value in the order they were applied, identity left out."""
+    return [c for c in (part.strip().lower() for part in (header or "").split(",")) if c not in _IDENTITY]
+
+
+def decode_body(body: BinaryIO, content_encoding: str | None, max_decoded_bytes: int) -> DecodedBody:
+    """The body with its content encoding undone, holding at most ``max_decoded_bytes`` of output
+    (plus one block) in memory; the encoded body is read to its end whatever happens."""
+    raw = _HashingReader(body)
+    stream = io.BufferedReader(raw, buffer_size=_BLOCK)
+    codings = content_encodings(content_encoding)
+    reason, detail, payload = "", "", None
+    if len(codings) > 1:
+        reason, detail = (
+            "unsupported_content_encoding",
+            f"Content-Encoding {', '.join(codings)}: one coding at most",
+        )
+    elif codings and codings[0] not in (*_GZIP, *_DEFLATE, *_ZSTD):
+        why = "no brotli decoder is installed" if codings[0] == "br" else "an unknown coding"
+        reason, detail = "unsupported_content_encoding", f"Content-Encoding {codings[0]}: {why}"
+    elif (blocks := _decoded_blocks(stream, codings[0] if codings else "")) is None:
+        payload = stream.read()  # not encoded: as large as its record (max_record_bytes) allows
+    else:
+        out = bytearray()
+        try:
+            for block in blocks:
+                out += block
+                if len(out) > max_decoded_bytes:
+                    reason = "decoded_too_large"
+                    detail = (
+                        f"Content-Encoding {codings[0]} body decodes to more than max_decoded_bytes "
+                        f"{max_decoded_bytes}; decoding stopped there"
+                    )
+                    break
+            else:
+                payload = bytes(out)
+        except (zlib.error, zstandard.ZstdError) as e:
+            reason, detail = (
+                "unreadable_payload",
+                f"Content-Encoding {codings[0]}: {type(e).__name__}: {e}"[:300],
+            )
+        del out
+    while stream.read(_BLOCK):  # the rest of the body, for the digest and the reader's position
+        pass
+    return DecodedBody(payload, raw.sha.hexdigest(), raw.size, reason, detail)
+
+
+def _decoded_blocks(stream: io.BufferedReader, coding: str) -> Iterator[bytes] | None:
+    """The decoded body in blocks of at most ``_BLOCK`` bytes each; None when there is nothing to
+    decode (no coding, or a label the bytes do not bear out: the body is read as it is)."""
+    head = stream.peek(4)[:4]
+    if coding in _GZIP and head.startswith(_GZIP_MAGIC):
+        return _inflate(stream, 16 + zlib.MAX_WBITS)
+    if coding in _DEFLATE and not head.lstrip().startswith(b"<"):
+        zlib_header = len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0
+        return _inflate(stream, zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
+    if coding in _ZSTD and head.startswith(_ZSTD_MAGIC):
+        return _unzstd(stream)
+    return None
+
+
+def _unzstd(stream: io.BufferedReader) -> Iterator[bytes]:
+    reader = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True, closefd=False)
+    while block := reader.read(_BLOCK):
+        yield block
+
+
+def _inflate(stream: io.BufferedReader, wbits: int) -> Iterator[bytes]:
+    """zlib / raw deflate / gzip (every member of a multi-member body), bounded per call. Bytes after
+    the last member that do not start another one are ignored, as browsers do."""
+    d = zlib.decompressobj(wbits)
+    while chunk := stream.read(_BLOCK):
+        data = chunk
+        while data:
+            yield d.decompress(data, _BLOCK)
+            data = d.unconsumed_tail
+            if d.eof:
+                rest = d.unused_data + data
+                if wbits > 16 and rest.startswith(_GZIP_MAGIC):
+                    d, data = zlib.decompressobj(wbits), rest
+                else:
+                    return
+    while not d.eof and (block := d.decompress(b"", _BLOCK)):  # what zlib still holds back
+        yield block
