@@ -526,19 +526,30 @@ class SSHBackend(Backend):
         return self._hook
 
     def run(self, argv: list[str], env: dict[str, str] | None = None, timeout: float = 120) -> Result:
+        from airflow.exceptions import AirflowException
+
         command = remote_command(argv, env)
         with self.hook().get_conn() as client:
-            rc, out, err = self.hook().exec_ssh_client_command(client, command, get_pty=False, environment=None,
-                                                               timeout=timeout)
+            try:
+                rc, out, err = self.hook().exec_ssh_client_command(client, command, get_pty=False,
+                                                                   environment=None, timeout=timeout)
+            except AirflowException as e:  # the hook's only word for its own timeout
+                if "timed out" not in str(e):
+                    raise
+                return Result(124, "", f"timed out after {timeout:.0f}s")
         return _ssh_result(rc, out, err, argv)
 
     async def arun(self, argv: list[str], timeout: float = 120) -> Result:
+        import asyncssh
         from airflow.providers.ssh.hooks.ssh import SSHHookAsync
 
         # not SSHHookAsync.run_command: it reports a session that ended without an exit status as exit 0
         # with whatever output had arrived, which a state lookup would take for the job's answer
         async with await SSHHookAsync(ssh_conn_id=self.conn_id).get_conn() as conn:
-            r = await conn.run(remote_command(argv), timeout=timeout, check=False)
+            try:
+                r = await conn.run(remote_command(argv), timeout=timeout, check=False)
+            except asyncssh.TimeoutError:
+                return Result(124, "", f"timed out after {timeout:.0f}s")
         return _ssh_result(r.exit_status, r.stdout or "", r.stderr or "", argv)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -15,6 +16,7 @@ from cli.orchestration.submit import (
     SSHBackend,
     StageJob,
     Submitted,
+    transient_result,
 )
 from tests.conftest import ROOT
 from tests.orchestration.conftest import ssh_connection
@@ -72,6 +74,16 @@ def test_the_ssh_backend_passes_hostile_words_literally(services, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SLURM_LOGIN", ssh_connection())
     r = SSHBackend("slurm_login").run(["printf", "%s\\0", *HOSTILE], env={"X": "$(id)"})
     assert r.rc == 0 and r.out.split("\0")[:-1] == HOSTILE
+
+
+@pytest.mark.cluster
+def test_a_remote_command_past_its_timeout_is_a_transient_124_on_both_ssh_paths(services, monkeypatch):
+    """As a local command past its timeout: the caller decides (a state lookup asks again, an sbatch
+    that may have been accepted is looked up before any resubmission), never an exception of the hook."""
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_LOGIN", ssh_connection())
+    backend = SSHBackend("slurm_login")
+    for r in (backend.run(["sleep", "30"], timeout=2), asyncio.run(backend.arun(["sleep", "30"], timeout=2))):
+        assert (r.rc, r.err) == (124, "timed out after 2s") and transient_result(r)
 
 
 @pytest.mark.cluster
