@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import statistics
 
 import pytest
 
@@ -59,6 +60,22 @@ def test_every_stage_reconciles_in_the_report(two_rank_build):
     assert counts["minhash_dedup"]["filtered"] == {} and counts["decontaminate"]["filtered"] == {}, (
         "near-duplicates and contaminated documents stay candidates"
     )
+
+
+def test_the_card_measures_each_clusters_representative_against_the_clusters_median(two_rank_build, tmp_path):
+    out, _ = two_rank_build
+    run_corpus("report", str(out), "--html", str(tmp_path / "card.html"))
+    r = json.loads((tmp_path / "card.json").read_text())["representatives"]
+    rows = json.loads(run_corpus("query", str(out), "SELECT dup_cluster_id AS c, tokens, selected FROM docs "
+                                 "WHERE dup_cluster_id <> ''", "--json").stdout)
+    clusters: dict[str, list] = {}
+    for row in rows:
+        clusters.setdefault(row["c"], []).append(row)
+    judged = {c: m for c, m in clusters.items() if len(m) > 1 and sum(x["selected"] for x in m) == 1}
+    longer = {c for c, m in judged.items()
+              if next(x["tokens"] for x in m if x["selected"]) > 1.2 * statistics.median(x["tokens"] for x in m)}
+    assert judged and (r["clusters"], r["longer"]) == (len(judged), len(longer))
+    assert {s["cluster_id"] for s in r["sample"]} <= longer
 
 
 def test_the_default_version_is_the_configs_policy_one_representative_per_cluster_and_no_contamination(

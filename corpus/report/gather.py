@@ -27,6 +27,7 @@ from corpus import alarms
 from corpus.docshard import ShardCorrupt
 from corpus.model import GroupCounts, StageManifest
 from corpus.report.build_view import BuildView
+from corpus.report.representatives import representative_lengths
 from corpus.report.scan import (
     Clusters,
     Distributions,
@@ -39,6 +40,7 @@ from corpus.report.scan import (
 from corpus.report.sketch import Sketch
 from corpus.report.skipped import skipped_records
 from corpus.report_counts import stage_counts
+from corpus.version import connect
 
 FORMAT = "corpus-report/1"
 _ARTIFACT_JSON_LIMIT = 2 << 20
@@ -190,6 +192,15 @@ def clusters_json(c: Clusters, m: StageManifest) -> dict[str, Any]:
     }
 
 
+def representatives(view: BuildView) -> dict[str, Any] | None:
+    """How often the version's cluster representatives are much longer than their clusters, read
+    from the metadata table (None without a version, or for shards written before it)."""
+    v = view.version
+    if v is None or not v.live_shards or not all(s.metadata.is_file() for s in v.live_shards):
+        return None
+    return representative_lengths(connect(v))
+
+
 def contamination(view: BuildView) -> dict[str, Any] | None:
     """The snapshot's per-benchmark contamination report, else what the decontaminate stage recorded."""
     if view.snapshot is not None and view.snapshot_dir is not None:
@@ -312,6 +323,9 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     card["dedup"] = dedup
     if not any("dedup" in m.stage for m in view.stages):
         absent["dedup"] = "no dedup stage in this build"
+    card["representatives"] = representatives(view)
+    if card["representatives"] is None:
+        absent["representatives"] = "no near-duplicate cluster with one selected representative"
 
     card["contamination"] = contamination(view)
     if card["contamination"] is None:

@@ -355,6 +355,27 @@ def _dedup(card: dict[str, Any]) -> str:
                 f'<p class="mono">{escape(stage)} records {escape(key)}: '
                 f"{escape(json.dumps(value, sort_keys=True))[:600]}</p>"
             )
+    return "".join(out) + _representatives(card)
+
+
+def _representatives(card: dict[str, Any]) -> str:
+    r = card.get("representatives")
+    out = ["<h3>Representatives</h3>"]
+    if r is None:
+        return out[0] + _note(card["absent"].get("representatives", "no clusters"))
+    out.append(
+        f"<p>{_n(r['longer'])} of {_n(r['clusters'])} clusters ({r['share']:.1%}) keep a representative more "
+        f"than {r['longer_than']}× the cluster's median length in tokens (boilerplate or a footer the other "
+        "copies lack is the usual cause).</p>"
+    )
+    if r["sample"]:
+        rows = [
+            [_mono(c["cluster_id"]), _n(c["size"]), _n(round(c["median_tokens"])), _n(c["representative_tokens"]),
+             _mono(c["url"])]
+            for c in r["sample"]
+        ]
+        out.append("<p>A sample to read (chosen by a hash of the cluster id):</p>")
+        out.append(_table(["cluster", "size", "median tokens", "representative tokens", "its url"], rows, left=5))
     return "".join(out)
 
 
