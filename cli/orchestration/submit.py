@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from corpus.pipeline import PIPELINE
+from runtime.output_lock import process_alive
 
 T = TypeVar("T")
 
@@ -604,7 +605,7 @@ class MpiexecBackend(Backend):
             state = "COMPLETED" if rc == 0 else ("CANCELLED" if cancelled else "FAILED")
             return JobStatus(job.job_id, state, f"{rc}:0", "", "mpiexec")
         pid = self._pid(job)
-        if pid is not None and _process_alive(pid):
+        if pid is not None and process_alive(pid):
             return JobStatus(job.job_id, "RUNNING", "", "", "mpiexec")
         if Path(job.log_path + ".cancelled").exists():
             return JobStatus(job.job_id, "CANCELLED", "", "cancelled", "mpiexec")
@@ -616,20 +617,11 @@ class MpiexecBackend(Backend):
     def cancel(self, job: Submitted) -> None:
         pid = self._pid(job)
         Path(job.log_path + ".cancelled").touch()
-        if pid is not None and _process_alive(pid):
+        if pid is not None and process_alive(pid):
             os.killpg(pid, signal.SIGTERM)
 
     def read_text(self, path: str) -> str:
         return Path(path).read_text()
-
-
-def _process_alive(pid: int) -> bool:
-    """Alive and not a zombie (a finished child nobody reaped yet is not running)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def backend_for(name: str, conn_id: str = "") -> Backend:

@@ -39,7 +39,9 @@ class DecodedBody:
     """A body with its content encoding undone, or why it could not be.
 
     ``payload`` is None when ``reason`` is set (``decoded_too_large``, ``unsupported_content_encoding``,
-    ``unreadable_payload``); ``encoded_digest`` and ``encoded_bytes`` cover the whole body as stored.
+    ``unreadable_payload``); ``encoded_digest`` and ``encoded_bytes`` cover the whole body as stored
+    (``encoded_digest`` is "" for a body without a coding: the payload is that body, whose digest its
+    reader takes anyway).
     """
 
     payload: bytes | None
@@ -77,20 +79,23 @@ def content_encodings(header: str | None) -> list[str]:
 def decode_body(body: BinaryIO, content_encoding: str | None, max_decoded_bytes: int) -> DecodedBody:
     """The body with its content encoding undone, holding at most ``max_decoded_bytes`` of output
     (plus one block) in memory; the encoded body is read to its end whatever happens."""
+    codings = content_encodings(content_encoding)
+    if not codings:  # most pages: read as they are, hashed once, by whoever keeps them
+        payload = body.read()
+        return DecodedBody(payload, "", len(payload))
     raw = _HashingReader(body)
     stream = io.BufferedReader(raw, buffer_size=_BLOCK)
-    codings = content_encodings(content_encoding)
     reason, detail, payload = "", "", None
     if len(codings) > 1:
         reason, detail = (
             "unsupported_content_encoding",
             f"Content-Encoding {', '.join(codings)}: one coding at most",
         )
-    elif codings and codings[0] not in (*_GZIP, *_DEFLATE, *_ZSTD):
+    elif codings[0] not in (*_GZIP, *_DEFLATE, *_ZSTD):
         why = "no brotli decoder is installed" if codings[0] == "br" else "an unknown coding"
         reason, detail = "unsupported_content_encoding", f"Content-Encoding {codings[0]}: {why}"
-    elif (blocks := _decoded_blocks(stream, codings[0] if codings else "")) is None:
-        payload = stream.read()  # not encoded: as large as its record (max_record_bytes) allows
+    elif (blocks := _decoded_blocks(stream, codings[0])) is None:
+        payload = stream.read()  # labelled, not encoded: as large as its record (max_record_bytes) allows
     else:
         out = bytearray()
         try:
@@ -117,8 +122,8 @@ def decode_body(body: BinaryIO, content_encoding: str | None, max_decoded_bytes:
 
 
 def _decoded_blocks(stream: io.BufferedReader, coding: str) -> Iterator[bytes] | None:
-    """The decoded body in blocks of at most ``_BLOCK`` bytes each; None when there is nothing to
-    decode (no coding, or a label the bytes do not bear out: the body is read as it is)."""
+    """The decoded body in blocks of at most ``_BLOCK`` bytes each; None when the bytes do not bear
+    out their label (the body is read as it is)."""
     head = stream.peek(4)[:4]
     if coding in _GZIP and head.startswith(_GZIP_MAGIC):
         return _inflate(stream, 16 + zlib.MAX_WBITS)

@@ -34,6 +34,7 @@ import pytest
 from cli.orchestration.operators import StageJobTrigger, backoff_delay
 from cli.orchestration.submit import SSHBackend, StageJob, Submitted, job_comment
 from corpus.layout import WRITER_LOCK
+from runtime.output_lock import process_alive
 from tests.conftest import run_corpus
 from tests.orchestration.conftest import SERVICES, SSH_KEY, ssh_connection
 
@@ -51,14 +52,6 @@ STEP_S, JOB_DEADLINE_S, SCENARIO_S = 60.0, 180.0, 240.0
 
 
 # -- the services ---------------------------------------------------------------------------------
-
-def process_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
 
 def resume(pid: int) -> None:
     """SIGCONT, in a ``finally``: a process that has ended meanwhile needs none."""
