@@ -11,7 +11,7 @@ Layout of ``<build>/snapshot/`` (self-contained: copy the directory and it still
     copies/<input shard>.jsonl.zst       each exact copy's provenance, pointing at its stored keeper
     decont/report.json                   the per-benchmark contamination report (required)
     decont/13grams/gNNNNN.u64            the retained corpus 13-gram index, part NNNNN of the hash prefixes
-    tokenizer/<name>                     the pinned tokenizer artifact
+    tokenizer/<name>                     the pinned tokenizer artifact (the tokenize stage's copy)
 
 Both indexes are built range-partitioned by the stages (write_shards' and decontaminate's global
 phases) and only *linked* here: assembly holds one shard's metadata at a time, never an index, and takes
@@ -19,8 +19,9 @@ every digest from the stage manifests (computed by the writing ranks as they wro
 file. :func:`validate_snapshot` re-hashes every file, in parallel threads, each one streamed.
 
 Files are hard-linked from the build's stage directories (copied where links are impossible; stages
-only ever replace files, never rewrite them, so a link keeps the bytes it was made with); the tokenizer,
-which lives outside the build, is copied. A rebuild into the same build directory replaces
+only ever replace files, never rewrite them, so a link keeps the bytes it was made with); the tokenizer
+is the tokenize stage's copy (``tokenizer/<name>``), linked likewise: nothing outside the build is read,
+and no path from a config enters the manifest. A rebuild into the same build directory replaces
 ``snapshot/``: to keep a snapshot, move or copy it under a snapshots root.
 
 How ``--snapshot REF`` resolves (:func:`resolve_snapshot`): a path to a snapshot directory, to its
@@ -104,7 +105,7 @@ def assemble(
     snapshot_dir: str = SNAPSHOT_DIR,
 ) -> SnapshotManifest:
     """Lay out ``<build>/snapshot`` from the finished stages and return its manifest (not yet written)."""
-    from corpus.tokenizer import PinnedTokenizer
+    from corpus.tokenizer import TOKENIZER_DIR, PinnedTokenizer
 
     by_stage = {m.stage: m for m in manifests}
     missing = [s for s in REQUIRED_STAGES if s not in by_stage]
@@ -162,18 +163,22 @@ def assemble(
                 link_file(exact_dir / s.path, snap / s.path)
                 copies.append({"path": s.path, "sha256": s.sha256, "records": s.records})
 
-    # the tokenizer
-    tok = PinnedTokenizer(tokenize.config["tokenizer"], tokenize.config["eos_token"])
-    if tok.info.sha256 != tok_info.sha256:
+    # the tokenizer: the copy the tokenize stage kept (tokenizer/<name>), never a path from its config
+    tok_rel = f"{TOKENIZER_DIR}/{tok_info.name}"
+    kept = {s.path: s.sha256 for s in tokenize.side_outputs}
+    if kept.get(tok_rel) != tok_info.sha256:
         raise UserError(
-            f"tokenizer {tok.path} changed since the tokenize stage ran "
-            f"({tok.info.sha256[:12]}… vs {tok_info.sha256[:12]}…): rerun the build"
+            f"the tokenize stage (version {tokenize.stage_version}) kept no copy of its tokenizer "
+            f"{tok_info.name} ({tok_rel} with sha256 {tok_info.sha256[:12]}…): rerun the build from tokenize"
         )
-    tok_rel = f"tokenizer/{tok_info.name}"
-    (snap / tok_rel).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(
-        tok.path, snap / tok_rel
-    )  # a copy: the artifact lives outside the build and may be edited
+    tok_file = stage_dir(build_dir, "tokenize") / tok_rel
+    tok = PinnedTokenizer(tok_file, tok_info.eos_token)
+    if tok.info != tok_info:
+        raise UserError(
+            f"{tok_file} is not the tokenizer the tokenize stage encoded with "
+            f"({tok.info.sha256[:12]}… vs {tok_info.sha256[:12]}…): rerun the build from tokenize"
+        )
+    link_file(tok_file, snap / tok_rel)  # the stage only ever replaces it, never rewrites it
 
     # the retained 13-gram index (linked parts) and the contamination report
     decont_dir = stage_dir(build_dir, "decontaminate")

@@ -2,8 +2,10 @@
 
 A build names a ``tokenizer.json``; its sha256, vocabulary size, EOS id and the token dtype that
 follows from the vocabulary (``corpus.megatron.token_dtype_for_vocab``) go into the snapshot, so two
-snapshots tokenized differently never share an id. Relative paths resolve against the repository
-(where ``assets/tokenizers/`` ships the default), so the same config means the same file anywhere.
+snapshots tokenized differently never share an id. Relative paths resolve against the working
+directory, else the repository (where ``assets/tokenizers/`` ships the default). The path itself
+enters no digest: the tokenize stage records the artifact by file name and sha256 and keeps a copy
+(``tokenizer/<name>``), so the same file from any directory gives the same snapshot id.
 
 When the artifact has no EOS token (the cl100k conversion has none), the configured EOS token is
 added as a special token after the vocabulary — deterministically, and recorded as ``eos_id``.
@@ -32,6 +34,8 @@ from corpus.megatron import token_dtype_for_vocab
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TOKENIZER = "assets/tokenizers/gpt-neox-olmo-dolma-v1_5.tokenizer.json"
 DEFAULT_EOS = "<|endoftext|>"
+#: where the tokenize stage and a snapshot keep the pinned artifact, as ``tokenizer/<file name>``
+TOKENIZER_DIR = "tokenizer"
 
 
 class TokenizerError(ValueError):

@@ -53,7 +53,9 @@ class AnnotateConfig:
 
 class AnnotateStage(Stage):
     name = "annotate"
-    version = "2"  # validated PII kinds (IBAN, US SSN added), spans recorded, code-safe tiers
+    # 2: validated PII kinds (IBAN, US SSN added), spans recorded, code-safe tiers
+    # 3: a quality model is recorded by file name and hash, not by the path it was given as
+    version = "3"
     Config = AnnotateConfig
 
     def __init__(self, config: AnnotateConfig) -> None:
@@ -70,7 +72,10 @@ class AnnotateStage(Stage):
             if pinned and pinned != actual:
                 raise StageError(f"[annotate] {key} = {pinned} but the model file has {actual}")
         super().__init__(
-            replace(config, quality_model_hash=self.quality.hash, lid_model_hash=lid_model_hash())
+            # the model by its file name and content hash, never by the path it was given as: the same
+            # model from another directory is the same config (and snapshot id)
+            replace(config, quality_model=path.name if config.quality_model else "",
+                    quality_model_hash=self.quality.hash, lid_model_hash=lid_model_hash())
         )
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:

@@ -3,7 +3,9 @@
 Documents go on unchanged (the next stage needs their lineage); the tokens of input shard NAME are
 written beside them as a Megatron indexed pair ``tokens/NAME.bin`` / ``tokens/NAME.idx``, one sequence
 per document in the shard's document order. The tokenizer's sha256 is part of every shard's
-checkpoint key and of the manifest (``tokenizer_hash``), so a different tokenizer is a different build.
+checkpoint key and of the manifest (``tokenizer_hash``), so a different tokenizer is a different build;
+its path is not (the config records its file name): the same file from another directory is the same
+build. The stage keeps the artifact it encoded with as ``tokenizer/<name>``, which the snapshot links.
 
 Ids come from ``PinnedTokenizer.encode_batch``: the tiktoken fast path where it is proven to equal HF
 ``tokenizers`` for the artifact, HF otherwise (logged once per rank with the reason). Which one ran is
@@ -27,11 +29,18 @@ from typing import Any
 
 import numpy as np
 
-from corpus.digest import file_sha256
-from corpus.docshard import iter_docs
+from corpus.digest import file_sha256, sha256_hex
+from corpus.docshard import atomic_write_bytes, iter_docs
 from corpus.megatron import index_bytes, read_index
 from corpus.model import Kept, Outcome
-from corpus.tokenizer import DEFAULT_EOS, DEFAULT_TOKENIZER, PinnedTokenizer, TokenizerError, resolve_asset
+from corpus.tokenizer import (
+    DEFAULT_EOS,
+    DEFAULT_TOKENIZER,
+    TOKENIZER_DIR,
+    PinnedTokenizer,
+    TokenizerError,
+    resolve_asset,
+)
 from runtime.runner import InputShard, Stage, StageContext, StageError, main
 
 TOKENS = "tokens"
@@ -77,7 +86,11 @@ class StreamingShardWriter:
 
 @dataclass(frozen=True)
 class TokenizeConfig:
-    tokenizer: str = DEFAULT_TOKENIZER  # a tokenizer.json; relative paths resolve against the repository
+    #: where the tokenizer.json is: an absolute path, or relative to the working directory, else to the
+    #: repository. Read once, then recorded by its file name only (its content by ``tokenizer_sha256``),
+    #: so the same file from any directory, relative spelling or link gives the same config, manifest
+    #: and snapshot id; where it was found is :attr:`artifact`, which no digest covers
+    tokenizer: str = DEFAULT_TOKENIZER
     eos_token: str = DEFAULT_EOS
     batch_size: int = 256  # documents per encode_batch call
     #: computed, not set: the artifact's sha256 is part of the config (and its hash), so a tokenizer
@@ -89,13 +102,22 @@ class TokenizeConfig:
         if not path.is_file():
             raise TokenizerError(f"tokenizer artifact not found: {self.tokenizer} (looked at {path})")
         object.__setattr__(self, "tokenizer_sha256", file_sha256(path))
+        object.__setattr__(self, "tokenizer", path.name)
+        object.__setattr__(self, "_artifact", path)  # not a field: never in the config's dict or hash
+
+    @property
+    def artifact(self) -> Path:
+        """The tokenizer file as it was found (its location, which enters no digest)."""
+        return self._artifact
 
 
 class Tokenize(Stage):
     name = "tokenize"
-    version = "1"
+    # 2: the tokenizer recorded by file name and sha256, never by its path (config, manifest), and kept
+    #    in the stage as the artifact ``tokenizer/<name>``, which the snapshot links
+    version = "2"
     Config = TokenizeConfig
-    artifact_kinds = (TOKENS,)
+    artifact_kinds = (TOKENS, TOKENIZER_DIR)
 
     def __init__(self, config: TokenizeConfig) -> None:
         super().__init__(config)
@@ -108,9 +130,9 @@ class Tokenize(Stage):
     def tokenizer(self) -> PinnedTokenizer:
         if self._tok is None:
             try:
-                self._tok = PinnedTokenizer(self.config.tokenizer, self.config.eos_token)
+                self._tok = PinnedTokenizer(self.config.artifact, self.config.eos_token)
                 if self._tok.info.sha256 != self.config.tokenizer_sha256:
-                    raise TokenizerError(f"tokenizer {self.config.tokenizer} changed while the stage started")
+                    raise TokenizerError(f"tokenizer {self.config.artifact} changed while the stage started")
             except TokenizerError as e:
                 raise StageError(str(e)) from e
             if self._tok.fast is None:
@@ -128,7 +150,23 @@ class Tokenize(Stage):
             for p in sorted(stale.iterdir()) if stale.is_dir() else []:
                 if p.name not in expected and not p.name.startswith("."):
                     p.unlink()
+            self._pin(ctx.out_dir / TOKENIZER_DIR)
         return self.tokenizer.info.digest
+
+    def _pin(self, directory: Path) -> None:
+        """Keep the tokenizer in the stage (``tokenizer/<name>``, listed and digested with the stage's
+        side outputs): the snapshot links it from here, never reads where the config found it."""
+        info = self.tokenizer.info
+        pinned = directory / info.name
+        for p in sorted(directory.iterdir()) if directory.is_dir() else []:
+            if p.is_file() and p.name != info.name and not p.name.startswith("."):
+                p.unlink()  # an earlier run's tokenizer
+        if pinned.is_file() and file_sha256(pinned) == info.sha256:
+            return
+        data = self.config.artifact.read_bytes()
+        if sha256_hex(data) != info.sha256:
+            raise StageError(f"tokenizer {self.config.artifact} changed while the stage started")
+        atomic_write_bytes(pinned, data)
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
         tok = self.tokenizer
@@ -173,7 +211,6 @@ class Tokenize(Stage):
             "tokenizer": info.to_dict(),
             "token_dtype": info.token_dtype,
             "tokens": tokens,
-            "tokenizer_path": self.config.tokenizer,
         }
 
 

@@ -61,6 +61,7 @@ from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from fractions import Fraction
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,7 @@ class WriteShardsConfig:
     shard_target_tokens: int = 1 << 24
     bucket_of_source: dict[str, str] = field(default_factory=dict)  # source -> bucket; default source_tier
     max_repeat_run: int = 1024  # longest run of one token id a shard may hold
-    min_entropy_bits: float = 5.0  # unigram entropy of the shard's non-EOS tokens
+    min_entropy_bits: float = 5.0  # unigram entropy of the shard's non-EOS tokens (compared in millibits)
     max_top_token_share: float = 0.25  # share of the most frequent non-EOS token
     #: about how many documents one part of the doc_id index holds (40 bytes each); the number of parts
     #: follows from the data and this, never from the rank count
@@ -162,9 +163,10 @@ def shuffle_key(doc_id: str, seed: int) -> int:
 
 
 def histogram_bits(bucket_tokens: int, target: int) -> int:
-    """Resolution of a bucket's key histogram: about 64 bins per shard, 2**16 to 2**24 bins."""
-    shards = max(1, math.ceil(bucket_tokens / target))
-    return min(24, max(16, math.ceil(math.log2(64 * shards))))
+    """Resolution of a bucket's key histogram: about 64 bins per shard, 2**16 to 2**24 bins (integer
+    arithmetic: ``ceil(log2(64 * shards))`` is the bit length of ``64 * shards - 1``)."""
+    shards = max(1, -(-bucket_tokens // target))
+    return min(24, max(16, (64 * shards - 1).bit_length()))
 
 
 def shard_runs(chunks: Iterable[np.ndarray], total: int, target: int) -> tuple[np.ndarray, ...]:
@@ -173,7 +175,7 @@ def shard_runs(chunks: Iterable[np.ndarray], total: int, target: int) -> tuple[n
     tokens, so shards hold ``target`` tokens give or take one bin (the last one the rest); ``total`` is
     the histogram's sum. Returns, per run of bins of one shard, its first bin, its shard number and
     whether any of its bins holds tokens (a shard no key fell in is no shard)."""
-    n_shards = max(1, math.ceil(total / target))
+    n_shards = max(1, -(-total // target))
     starts, numbers, filled = array("q"), array("q"), array("b")
     at = before = 0
     for hist in chunks:
@@ -218,22 +220,66 @@ def shard_stats(tokens: np.ndarray, eos_id: int) -> dict[str, Any]:
     else:
         max_run, run_token = 0, -1
     content = tokens[tokens != eos_id].astype(np.int64)
-    if content.shape[0]:
-        full = np.bincount(content)
-        counts = full[full > 0]
-        p = counts / content.shape[0]
-        entropy = float(-(p * np.log2(p)).sum())
-        top = int(np.argmax(full))
-        top_share = float(counts.max() / content.shape[0])
-    else:
-        entropy, top, top_share = 0.0, -1, 0.0
+    counts = np.bincount(content) if content.shape[0] else np.zeros(0, np.int64)
     return {
         "tokens": n,
         "max_repeat_run": max_run,
         "max_repeat_token": run_token,
-        "entropy_bits": round(entropy, 6),
+        **token_distribution(counts),
+    }
+
+
+#: fractional bits of the fixed-point base-2 logarithms the entropy is computed with
+_LOG2_BITS = 32
+#: working bits of :func:`log2_fixed` (the squarings' truncation stays below its last 32 bits)
+_LOG2_WORK = 64
+
+
+def log2_fixed(n: int) -> int:
+    """``log2(n)`` for an integer ``n >= 1`` in fixed point with ``_LOG2_BITS`` fractional bits (less
+    than one unit of the last place below the exact value), by integer arithmetic only (bit by bit,
+    squaring the mantissa): the same value on every machine, whatever its vector unit or libm."""
+    k = n.bit_length() - 1
+    x = (n << _LOG2_WORK) >> k  # the mantissa n / 2**k in [1, 2), _LOG2_WORK fractional bits
+    two = 2 << _LOG2_WORK
+    result = k << _LOG2_BITS
+    for bit in range(_LOG2_BITS - 1, -1, -1):
+        x = (x * x) >> _LOG2_WORK
+        if x >= two:
+            x >>= 1
+            result |= 1 << bit
+    return result
+
+
+def entropy_millibits(counts: Iterable[int]) -> int:
+    """The unigram entropy (bits) of a distribution given by its integer counts, in integer millibits
+    (rounded half up): ``H = log2(N) - sum(c log2 c) / N`` with ``N = sum(c)``, in exact integer
+    arithmetic on the fixed-point logarithms of :func:`log2_fixed` (one per distinct count). No float
+    takes part, so the number -- which enters the shard's digested ``.meta.json`` -- has the same value
+    on every CPU (a numpy ``log2`` and float sum gave last bits that depend on the vector unit)."""
+    multiplicity = Counter(c for c in counts if c > 0)
+    total = sum(c * m for c, m in multiplicity.items())
+    if not total:
+        return 0
+    weighted = sum(c * m * log2_fixed(c) for c, m in sorted(multiplicity.items()))  # sum of c log2 c
+    numerator = 1000 * (total * log2_fixed(total) - weighted)  # 1000 N H, in units of 2**-_LOG2_BITS
+    denominator = total << _LOG2_BITS
+    return max(0, (2 * numerator + denominator) // (2 * denominator))
+
+
+def token_distribution(counts: np.ndarray) -> dict[str, Any]:
+    """From a shard's per-token-id counts of its non-EOS tokens (a bincount): the entropy in integer
+    millibits, the most frequent token (the smallest id of the most frequent) and its share of the
+    tokens, ``top / content`` as one correctly rounded division of Python integers, rounded to 6
+    decimals (the same double on every machine)."""
+    content = int(counts.sum()) if counts.shape[0] else 0
+    if not content:
+        return {"entropy_millibits": 0, "top_token": -1, "top_token_share": 0.0}
+    top = int(np.argmax(counts))
+    return {
+        "entropy_millibits": entropy_millibits(counts.tolist()),
         "top_token": top,
-        "top_token_share": round(top_share, 6),
+        "top_token_share": round(int(counts[top]) / content, 6),
     }
 
 
@@ -288,22 +334,11 @@ class ShardStatsAccumulator:
         max_run, run_token = self.max_run, self.max_token
         if self.run_len > max_run:
             max_run, run_token = self.run_len, self.run_token
-        content = int(self.counts.sum())
-        if content:
-            counts = self.counts[self.counts > 0]
-            p = counts / content
-            entropy = float(-(p * np.log2(p)).sum())
-            top = int(np.argmax(self.counts))
-            top_share = float(counts.max() / content)
-        else:
-            entropy, top, top_share = 0.0, -1, 0.0
         return {
             "tokens": self.n,
             "max_repeat_run": max_run if self.n else 0,
             "max_repeat_token": run_token if self.n else -1,
-            "entropy_bits": round(entropy, 6),
-            "top_token": top,
-            "top_token_share": round(top_share, 6),
+            **token_distribution(self.counts),
         }
 
 
@@ -319,6 +354,12 @@ class _BlockHashed:
         self.out.write(data)
 
 
+def as_written(threshold: float) -> Fraction:
+    """A threshold of the config as its decimal spelling says (5.7 is 57/10, not the double just above
+    it), so the stored millibits compare with it exactly."""
+    return Fraction(str(threshold))
+
+
 def validation_failures(stats: dict[str, Any], index_tokens: int, cfg: WriteShardsConfig) -> list[str]:
     failures = []
     if stats["tokens"] != index_tokens:
@@ -328,9 +369,10 @@ def validation_failures(stats: dict[str, Any], index_tokens: int, cfg: WriteShar
             f"token {stats['max_repeat_token']} repeats {stats['max_repeat_run']} times in a row "
             f"(max_repeat_run {cfg.max_repeat_run})"
         )
-    if stats["entropy_bits"] < cfg.min_entropy_bits:
+    if Fraction(stats["entropy_millibits"], 1000) < as_written(cfg.min_entropy_bits):
         failures.append(
-            f"token entropy {stats['entropy_bits']:.2f} bits < min_entropy_bits {cfg.min_entropy_bits}"
+            f"token entropy {stats['entropy_millibits'] / 1000:.3f} bits < min_entropy_bits "
+            f"{cfg.min_entropy_bits}"
         )
     if stats["top_token_share"] > cfg.max_top_token_share:
         failures.append(
@@ -344,7 +386,9 @@ class WriteShards(Stage):
     name = "write_shards"
     # 4: the global phase in checkpointed parts; the doc_id index range-partitioned
     # 5: each shard's per-document metadata table (Parquet), the input of versions
-    version = "5"
+    # 6: validation's entropy in integer millibits (``entropy_millibits``, integer arithmetic on the
+    #    token counts) instead of a float from numpy's log2, whose last bits depend on the CPU
+    version = "6"
     Config = WriteShardsConfig
 
     def __init__(self, config: WriteShardsConfig) -> None:

@@ -510,8 +510,9 @@ def peak_rss_mb() -> float:
 def _input_ref(shard: InputShard, stages_root: Path) -> ShardRef:
     """A previous stage's shard by its path in the build; a raw input by its file name only, so the
     manifest (and the snapshot id) never depends on where the inputs or the build directory live."""
-    if shard.path.is_relative_to(stages_root):
-        return shard.ref(stages_root)
+    path, root = shard.path.resolve(), stages_root.resolve()  # one spelling: a link or `..` is not another place
+    if path.is_relative_to(root):
+        return ShardRef(path=str(path.relative_to(root)), sha256=shard.sha256, records=shard.records)
     return ShardRef(path=shard.path.name, sha256=shard.sha256, records=shard.records)
 
 

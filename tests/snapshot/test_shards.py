@@ -80,7 +80,7 @@ def test_shard_stats_measure_runs_entropy_and_top_token():
     uniform = np.tile(np.arange(256, dtype=np.int32), 4)
     s = shard_stats(np.concatenate([uniform, [eos]]).astype(np.int32), eos_id=eos)
     assert s["tokens"] == 1025 and s["max_repeat_run"] == 1
-    assert s["entropy_bits"] == pytest.approx(math.log2(255), abs=1e-6)  # eos (9) is left out
+    assert s["entropy_millibits"] == 7994  # log2(255) = 7.99435 bits: eos (9) is left out
     degenerate = np.array([5] * 3000 + [6, eos], dtype=np.uint16)
     d = shard_stats(degenerate, eos_id=eos)
     assert (d["max_repeat_run"], d["max_repeat_token"]) == (3000, 5)
@@ -93,14 +93,14 @@ def test_validation_names_every_number_that_fails():
         "tokens": 10,
         "max_repeat_run": 5000,
         "max_repeat_token": 7,
-        "entropy_bits": 0.5,
+        "entropy_millibits": 500,
         "top_token": 5,
         "top_token_share": 0.9,
     }
     failures = validation_failures(bad, index_tokens=11, cfg=cfg)
     assert len(failures) == 4
     assert "token count 10 != 11" in failures[0] and "token 7 repeats 5000 times" in failures[1]
-    good = {"tokens": 10, "max_repeat_run": 3, "entropy_bits": 9.0, "top_token": 5, "top_token_share": 0.05}
+    good = {"tokens": 10, "max_repeat_run": 3, "entropy_millibits": 9000, "top_token": 5, "top_token_share": 0.05}
     assert validation_failures(good, index_tokens=10, cfg=cfg) == []
 
 
