@@ -1,9 +1,11 @@
-"""``corpus contamination``: a snapshot's contamination report, or a new benchmark checked against it.
+"""``corpus contamination``: a snapshot's contamination report, or a benchmark checked against it.
 
 Without ``--benchmark`` it prints the report the build made (per benchmark: documents and tokens
-flagged, rates, longest run). With ``--benchmark FILE`` (repeatable) it checks a benchmark published
-after the snapshot against the snapshot's retained 13-gram index, without reading the corpus: the
-index's parts are memory-mapped one at a time, only those the benchmark's hashes fall in.
+flagged, rates, longest run). With ``--benchmark FILE`` (repeatable) it checks a benchmark — one
+published after the snapshot, or one of the build's own — against the per-document 8-gram index the
+build kept, without reading the corpus, by the build's own rule (:mod:`corpus.decont.rule`): the same
+items are contaminated in the same documents as the build's scan would have found. The index's parts
+are memory-mapped; a check reads the pages its binary searches touch.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 from pathlib import Path
 
 from cli.commands._snapshot_ref import add_snapshot_arguments
-from corpus.decont.corpus_index import check_benchmark
+from corpus.decont.doc_grams import NoDocGramIndex, check_benchmark, doc_ids_of_keys, open_doc_gram_index
 from corpus.decont.registry import RegistryError, load_benchmark
 from corpus.decont.report import report_table
 from corpus.errors import UserError
@@ -22,7 +24,7 @@ from corpus.snapshot import Snapshot
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "contamination", help="a snapshot's contamination report; check a new benchmark against it"
+        "contamination", help="a snapshot's contamination report; check a benchmark against it"
     )
     add_snapshot_arguments(p)
     p.add_argument(
@@ -31,17 +33,54 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=[],
         metavar="FILE",
-        help='a benchmark JSONL ({"id", "text"} per line) to check against the retained index',
+        help='a benchmark JSONL ({"id", "text"[, "doc"]} per line) to check against the kept index',
     )
     p.add_argument(
         "--min-run",
         type=int,
         default=None,
         metavar="M",
-        help="consecutive 13-grams that count as contaminated (default: the snapshot's)",
+        help="consecutive 8-grams of a passage that count as contaminated (default: the build's)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--json", action="store_true", help="print JSON (with every contaminated item's documents)"
+    )
     p.set_defaults(func=run)
+
+
+def check(snap: Snapshot, benchmarks: list[Path], min_run: int | None = None) -> dict:
+    """Every benchmark checked against the snapshot's per-document index, documents named by doc_id."""
+    try:
+        index, listing = open_doc_gram_index(snap)
+    except NoDocGramIndex as e:
+        raise UserError(str(e)) from e
+    min_run = min_run or int(listing["min_run"])
+    if min_run < 1:
+        raise UserError(f"--min-run must be at least 1, got {min_run}")
+    results = []
+    for path in benchmarks:
+        try:
+            results.append(
+                check_benchmark(load_benchmark(path), index, min_run, int(listing["min_item_words"]))
+            )
+        except RegistryError as e:
+            raise UserError(str(e)) from e
+    keys = {m["doc"] for r in results for found in r["matches"].values() for m in found}
+    ids = doc_ids_of_keys(snap.doc_index(), keys) if keys else {}
+    for r in results:
+        for found in r["matches"].values():
+            for m in found:
+                m["doc_ids"] = ids.get(m["doc"], [])
+    return {
+        "snapshot_id": snap.snapshot_id,
+        "rule": listing["rule"],
+        "n": int(listing["n"]),
+        "min_run": min_run,
+        "min_item_words": int(listing["min_item_words"]),
+        "index_rows": int(listing["rows"]),
+        "index_grams": int(snap.manifest.extra["artifacts"]["ngram_index"]["grams"]),
+        "benchmarks": results,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,28 +89,12 @@ def run(args: argparse.Namespace) -> int:
         report = snap.contamination_report()
         print(json.dumps(report, indent=1) if args.json else report_table(report))
         return 0
-    art = snap.manifest.extra["artifacts"]["ngram_index"]
-    min_run = args.min_run or int(art.get("min_run", 10))
-    if min_run < 1:
-        raise UserError(f"--min-run must be at least 1, got {min_run}")
-    index = snap.ngram_index()
-    results = []
-    for path in args.benchmark:
-        try:
-            results.append(check_benchmark(load_benchmark(path), index, min_run))
-        except RegistryError as e:
-            raise UserError(str(e)) from e
-    out = {
-        "snapshot_id": snap.snapshot_id,
-        "min_run": min_run,
-        "index_grams": int(art["grams"]),
-        "benchmarks": results,
-    }
+    out = check(snap, args.benchmark, args.min_run)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
     rows = [("benchmark", "items", "checked", "flagged", "rate", "longest run")]
-    for r in results:
+    for r in out["benchmarks"]:
         rows.append(
             (
                 r["benchmark"],
@@ -90,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     print(
-        f"checked against {out['index_grams']} corpus 13-grams of snapshot {snap.snapshot_id} (run >= {min_run})"
+        f"checked against {out['index_rows']} (8-gram, document) records of snapshot {snap.snapshot_id[:19]}… "
+        f"by the build's rule ({out['rule']}: run >= {out['min_run']} 8-grams, or a whole passage)"
     )
     return 0

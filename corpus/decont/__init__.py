@@ -1,6 +1,8 @@
-"""Decontamination: eval sets are found in training text by word 13-grams and reported per benchmark.
+"""Decontamination: eval items are found in training text by one rule, in the build and after it.
 
-``registry`` reads the benchmark files, ``ngrams`` normalizes text and hashes word n-grams,
-``matcher`` holds the eval-side index and the matching rule, ``corpus_index`` the corpus-side index
-retained with a snapshot, and ``report`` the per-benchmark contamination report.
+``registry`` reads the benchmark files, ``content`` builds each item's matched passages from its fields
+(templates stripped), ``ngrams`` normalizes text and hashes word n-grams, ``rule`` is the rule (one pure
+function over a document's 8-gram set), ``matcher`` applies it in the build (the eval-side index),
+``doc_grams`` keeps the per-document 8-gram index and applies it after the build, ``corpus_index`` the
+corpus-wide 13-gram set retained with a snapshot, and ``report`` the per-benchmark contamination report.
 """

@@ -1,11 +1,9 @@
 """The corpus-side 13-gram index retained with a snapshot: a sorted array of unique 64-bit hashes.
 
-It lets ``corpus contamination --benchmark FILE`` check a benchmark published after the snapshot was
-built without re-reading the corpus: an item is contaminated when a run of at least M of its
-*consecutive* 13-grams all occur somewhere in the corpus (the GPT-3 / Dolma style of test; the index
-keeps no positions, so the run is taken on the benchmark side). Items with fewer than M 13-grams must
-have all of them present; items under 13 words cannot be answered from a 13-gram index and are
-reported as unchecked.
+It answers which 13-grams the stored corpus holds, corpus-wide (:meth:`PartitionedGramIndex.contains`).
+It is *not* what a benchmark is checked against after the build: a corpus-wide set cannot tell one
+document from another, so it cannot apply the build's per-document rule; that is the per-document
+8-gram index of :mod:`corpus.decont.doc_grams`.
 
 A sorted array costs 8 bytes per distinct 13-gram and answers exactly (no false positives beyond
 64-bit collisions); a Bloom filter would be ~8x smaller at 1% false positives. Per stage shard the
@@ -24,14 +22,12 @@ import math
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO
 
 import numpy as np
 
-from corpus.decont.ngrams import NGRAM, gram_hashes, is_member, longest_run, normalize_words, word_hashes
-from corpus.decont.registry import Benchmark
+from corpus.decont.ngrams import NGRAM, gram_hashes, is_member, normalize_words, word_hashes
 from corpus.docshard import atomic_write_bytes
 
 #: the suffix of a spilled run of one shard's hashes (raw :data:`GRAM_RECORD`, sorted unique)
@@ -249,25 +245,6 @@ class SortedUniqueWriter:
         self.last = int(values[-1])
 
 
-class MembershipIndex(Protocol):
-    """What :func:`check_benchmark` needs of an index: exact membership of a batch of hashes."""
-
-    def contains(self, hashes: np.ndarray) -> np.ndarray: ...
-
-
-class SortedGrams:
-    """A sorted unique uint64 array (one shard's ``.npy``, or a test's) as a membership index."""
-
-    def __init__(self, hashes: np.ndarray) -> None:
-        self.hashes = np.asarray(hashes, dtype=np.uint64)
-
-    def contains(self, hashes: np.ndarray) -> np.ndarray:
-        return is_member(np.asarray(hashes, dtype=np.uint64), self.hashes)
-
-    def __len__(self) -> int:
-        return int(self.hashes.shape[0])
-
-
 class PartitionedGramIndex:
     """The retained index as its parts (``paths[p]`` holds prefix ``p``), looked up by memory map: a
     lookup maps the parts its hashes fall in, one at a time, so memory stays at what it touches."""
@@ -289,51 +266,3 @@ class PartitionedGramIndex:
 
     def __len__(self) -> int:
         return sum(p.stat().st_size // GRAM_RECORD.itemsize for p in self.paths)
-
-
-def as_index(corpus: MembershipIndex | np.ndarray | Iterable[int]) -> MembershipIndex:
-    return corpus if hasattr(corpus, "contains") else SortedGrams(np.asarray(corpus, dtype=np.uint64))
-
-
-def _item_batches(benchmark: Benchmark, size: int = 4096) -> Iterable[Sequence]:
-    items = list(benchmark.items)
-    return (items[i : i + size] for i in range(0, len(items), size))
-
-
-@dataclass(frozen=True)
-class ItemCheck:
-    item_id: str
-    grams: int
-    longest_run: int
-    flagged: bool
-
-
-def check_benchmark(benchmark: Benchmark, corpus: MembershipIndex | np.ndarray, min_run: int = 10) -> dict:
-    """Per-benchmark result of checking every item against the corpus index (a partitioned index, or a
-    sorted array)."""
-    corpus = as_index(corpus)
-    checks: list[ItemCheck] = []
-    unchecked = 0
-    for batch in _item_batches(benchmark):
-        # one lookup per batch of items: a partitioned index maps each part once, not once per item
-        grams = [gram_hashes(word_hashes(normalize_words(item.text)), NGRAM) for item in batch]
-        found = corpus.contains(np.concatenate(grams)) if grams else np.zeros(0, dtype=bool)
-        ends = np.cumsum([g.shape[0] for g in grams])
-        for item, g, member in zip(batch, grams, np.split(found, ends[:-1]), strict=True):
-            if g.shape[0] == 0:
-                unchecked += 1
-                continue
-            run = longest_run(member)
-            checks.append(ItemCheck(item.item_id, int(g.shape[0]), run, run >= min(min_run, g.shape[0])))
-    flagged = [c for c in checks if c.flagged]
-    return {
-        "benchmark": benchmark.name,
-        "sha256": benchmark.sha256,
-        "items": len(benchmark.items),
-        "checked_items": len(checks),
-        "unchecked_items": unchecked,
-        "flagged_items": len(flagged),
-        "rate": len(flagged) / len(checks) if checks else 0.0,
-        "longest_run": max((c.longest_run for c in checks), default=0),
-        "flagged_ids": [c.item_id for c in flagged],
-    }

@@ -1,20 +1,11 @@
-"""The eval-side index and the matching rule.
+"""The eval-side index: every checked passage's 8-grams, and the rule applied to one document.
 
-The rule (defaults: n = 13, M = ``min_run`` = 10, ``min_item_words`` = 8):
-
-* **Long items** (at least M word 13-grams, i.e. at least 12 + M words). A training document is
-  contaminated by them when it holds a run of at least M *consecutive* 13-grams that all occur in the
-  long items' 13-gram set: about 22 words copied in order. A shared stock phrase gives isolated
-  matches, never a run, so clean documents are not flagged.
-* **Short items** (``min_item_words`` up to 11 + M words: fewer than M 13-grams, so a run of M can
-  never happen). They are caught whole: the document is contaminated when it contains the item's
-  entire normalized word sequence. The run length reported is the item's number of 13-grams (1 for
-  items under 13 words).
-* **Tiny items** (under ``min_item_words`` words, e.g. "Answer: 4") are too generic to attribute and
-  are not checked; the report counts them as ``unchecked_items``.
-
-A run is attributed to the benchmark owning most of its 13-grams (ties: the benchmark first by
-name), and to that benchmark's first item in the run.
+The table holds one row per (8-gram hash, passage, position in the passage), sorted by hash. A
+document is scanned by looking its distinct 8-grams up in the table: the rows found are exactly the
+(passage, position) pairs whose 8-gram the document holds, which :func:`corpus.decont.rule.contaminated`
+turns into the contaminated passages; an item is contaminated when one of its passages is, with the
+longest run of its passages. The check after the build (:mod:`corpus.decont.doc_grams`) builds the
+same rows from the per-document index and calls the same function.
 """
 
 from __future__ import annotations
@@ -24,102 +15,150 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corpus.decont.ngrams import NGRAM, Grams, gram_hashes, is_member, normalize_words, runs_of, word_hashes
+from corpus.decont.ngrams import Grams, normalize_words, word_hashes
 from corpus.decont.registry import EvalItem, EvalRegistry
+from corpus.decont.rule import (
+    DEFAULT_MIN_ITEM_WORDS,
+    DEFAULT_MIN_RUN,
+    RULE,
+    RULE_N,
+    check_settings,
+    contaminated,
+    doc_gram_set,
+    passage_grams,
+)
 
 
 @dataclass(frozen=True)
 class Match:
     benchmark: str
     item_id: str
-    run: int  # consecutive matching 13-grams (an item's 13-gram count for whole-item matches)
+    run: int  # the longest run of consecutive passage 8-grams the document holds
 
 
-class _GramTable:
-    """Sorted unique hashes with the item that first owns each (items in registry order)."""
+@dataclass(frozen=True)
+class PassageTable:
+    """The checked passages of a list of items: their 8-grams as rows sorted by hash."""
 
-    def __init__(self, hashes: list[np.ndarray], owners: list[np.ndarray]) -> None:
-        if hashes:
-            h = np.concatenate(hashes)
-            o = np.concatenate(owners)
+    hashes: np.ndarray  # uint64, sorted
+    passage: np.ndarray  # int64: which passage each row is of
+    position: np.ndarray  # int64: the 8-gram's position in its passage
+    passage_len: np.ndarray  # int64 per passage: its number of 8-grams
+    passage_item: np.ndarray  # int64 per passage: the item (index into the list) it belongs to
+    unchecked: np.ndarray  # bool per item: no passage long enough to check
+
+    @classmethod
+    def build(cls, items: list[EvalItem], min_item_words: int = DEFAULT_MIN_ITEM_WORDS) -> PassageTable:
+        grams, lengths, owners = [], [], []
+        unchecked = np.ones(len(items), dtype=bool)
+        for i, item in enumerate(items):
+            for text in item.passages or (item.text,):
+                g = passage_grams(text, min_item_words)
+                if g is None:
+                    continue
+                grams.append(g)
+                lengths.append(g.shape[0])
+                owners.append(i)
+                unchecked[i] = False
+        lengths_a = np.asarray(lengths, dtype=np.int64)
+        if grams:
+            h = np.concatenate(grams)
+            passage = np.repeat(np.arange(len(grams), dtype=np.int64), lengths_a)
+            position = np.arange(h.shape[0], dtype=np.int64) - np.repeat(
+                np.cumsum(lengths_a) - lengths_a, lengths_a
+            )
         else:
-            h, o = np.empty(0, np.uint64), np.empty(0, np.int64)
-        self.hashes, first = np.unique(h, return_index=True)
-        self.owners = o[first]
+            h, passage, position = (np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64))
+        order = np.argsort(h, kind="stable")
+        return cls(
+            h[order],
+            passage[order],
+            position[order],
+            lengths_a,
+            np.asarray(owners, dtype=np.int64),
+            unchecked,
+        )
 
-    def lookup(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(mask of values present, owner item index per value; -1 where absent)."""
-        mask = is_member(values, self.hashes)
-        owner = np.full(values.shape[0], -1, dtype=np.int64)
-        if mask.any():
-            owner[mask] = self.owners[np.searchsorted(self.hashes, values[mask])]
-        return mask, owner
+    def rows_in(self, doc_set: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(passage, position) of every passage 8-gram in ``doc_set`` (a document's sorted distinct 8-grams)."""
+        left = np.searchsorted(self.hashes, doc_set, side="left")
+        right = np.searchsorted(self.hashes, doc_set, side="right")
+        rows = expand_ranges(left, right)
+        return self.passage[rows], self.position[rows]
+
+
+def expand_ranges(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Every index in the half-open ranges [left[i], right[i]), in order, as one int64 array."""
+    counts = (np.asarray(right) - np.asarray(left)).astype(np.int64)
+    keep = counts > 0
+    starts, counts = np.asarray(left, dtype=np.int64)[keep], counts[keep]
+    if counts.shape[0] == 0:
+        return np.empty(0, dtype=np.int64)
+    offsets = np.cumsum(counts) - counts
+    return np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()), dtype=np.int64)
 
 
 class EvalIndex:
-    def __init__(self, registry: EvalRegistry, min_run: int = 10, min_item_words: int = 8) -> None:
-        if min_run < 1:
-            raise ValueError(f"min_run must be at least 1, got {min_run}")
-        if not 1 <= min_item_words <= NGRAM + min_run:
-            raise ValueError(f"min_item_words must be 1..{NGRAM + min_run}, got {min_item_words}")
+    def __init__(
+        self,
+        registry: EvalRegistry,
+        min_run: int = DEFAULT_MIN_RUN,
+        min_item_words: int = DEFAULT_MIN_ITEM_WORDS,
+    ) -> None:
+        check_settings(min_run, min_item_words)
         self.registry = registry
         self.min_run = min_run
         self.min_item_words = min_item_words
         self.items: list[EvalItem] = [item for b in registry.benchmarks for item in b.items]
-        self.unchecked: Counter = Counter()
-        long_h, long_o = [], []
-        whole: dict[int, tuple[list, list]] = {}
-        for i, item in enumerate(self.items):
-            wh = word_hashes(normalize_words(item.text))
-            n_words = wh.shape[0]
-            if n_words >= NGRAM + min_run - 1:
-                g = gram_hashes(wh, NGRAM)
-                long_h.append(g)
-                long_o.append(np.full(g.shape[0], i, dtype=np.int64))
-            elif n_words >= min_item_words:
-                hs, os_ = whole.setdefault(n_words, ([], []))
-                hs.append(gram_hashes(wh, n_words))
-                os_.append(np.array([i], dtype=np.int64))
-            else:
-                self.unchecked[item.benchmark] += 1
-        self.long = _GramTable(long_h, long_o)
-        self.whole = {n: _GramTable(hs, os_) for n, (hs, os_) in sorted(whole.items())}
+        self.table = PassageTable.build(self.items, min_item_words)
+        self.unchecked: Counter = Counter(
+            self.items[i].benchmark for i in np.flatnonzero(self.table.unchecked)
+        )
 
     def describe(self) -> dict:
         return {
-            "ngram": NGRAM,
+            "rule": RULE,
+            "ngram": RULE_N,
             "min_run": self.min_run,
             "min_item_words": self.min_item_words,
-            "long_item_grams": int(self.long.hashes.shape[0]),
-            "whole_items": int(sum(t.hashes.shape[0] for t in self.whole.values())),
+            "passages": int(self.table.passage_len.shape[0]),
+            "passage_grams": int(self.table.hashes.shape[0]),
             "unchecked_items": dict(sorted(self.unchecked.items())),
         }
 
+    def match_set(self, doc_set: np.ndarray) -> list[Match]:
+        """Every item contaminated in the document whose distinct 8-grams are ``doc_set``, in registry
+        order, each with the longest run of its passages."""
+        passage, position = self.table.rows_in(doc_set)
+        _, hit, run = contaminated(
+            np.zeros(passage.shape[0], dtype=np.int64),
+            passage,
+            position,
+            self.table.passage_len,
+            self.min_run,
+        )
+        best: dict[int, int] = {}
+        for p, r in zip(hit.tolist(), run.tolist(), strict=True):
+            i = int(self.table.passage_item[p])
+            best[i] = max(best.get(i, 0), r)
+        return [Match(self.items[i].benchmark, self.items[i].item_id, best[i]) for i in sorted(best)]
+
+    def match_grams(self, grams: Grams) -> list[Match]:
+        return self.match_set(doc_gram_set(grams))
+
+    def match(self, text: str) -> list[Match]:
+        """Every item contaminated in ``text`` (see :meth:`match_set`)."""
+        return self.match_grams(Grams(word_hashes(normalize_words(text))))
+
     def scan(self, text: str) -> list[Match]:
-        """Every benchmark this text is contaminated by, with its longest run (sorted by benchmark)."""
-        wh = word_hashes(normalize_words(text))
-        grams = Grams(wh)
-        best: dict[str, Match] = {}
+        """Per benchmark, the contaminated item with the longest run (ties: the first in the registry),
+        sorted by benchmark."""
+        return best_per_benchmark(self.match(text))
 
-        def offer(m: Match) -> None:
-            if m.benchmark not in best or m.run > best[m.benchmark].run:
-                best[m.benchmark] = m
 
-        if wh.shape[0] >= NGRAM and self.long.hashes.shape[0]:
-            mask, owner = self.long.lookup(grams.of(NGRAM))
-            for start, length in runs_of(mask):
-                if length < self.min_run:
-                    continue
-                run_owners = owner[start : start + length]
-                votes = Counter(self.items[o].benchmark for o in run_owners)
-                bench = min(votes, key=lambda b: (-votes[b], b))
-                first = next(int(o) for o in run_owners if self.items[o].benchmark == bench)
-                offer(Match(bench, self.items[first].item_id, length))
-        for n, table in self.whole.items():
-            if wh.shape[0] < n:
-                break
-            mask, owner = table.lookup(grams.of(n))
-            for o in np.unique(owner[mask]):
-                item = self.items[int(o)]
-                offer(Match(item.benchmark, item.item_id, max(1, n - NGRAM + 1)))
-        return [best[b] for b in sorted(best)]
+def best_per_benchmark(matches: list[Match]) -> list[Match]:
+    best: dict[str, Match] = {}
+    for m in matches:
+        if m.benchmark not in best or m.run > best[m.benchmark].run:
+            best[m.benchmark] = m
+    return [best[b] for b in sorted(best)]

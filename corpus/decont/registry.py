@@ -1,7 +1,9 @@
 """The eval-set registry: a directory of benchmark files, one per benchmark, named by the file.
 
 A benchmark file is JSONL (optionally gzip-compressed): one item per line with ``text`` (the item as
-it would appear verbatim on a web page: question plus answer) and optionally ``id``. The registry's
+it would appear verbatim on a web page: question plus answer), optionally ``id`` and optionally ``doc``
+(the original record: what :mod:`corpus.decont.content` builds the item's matched passages from, its
+question, answer and choices without the benchmark's template). The registry's
 digest covers every benchmark's name and file sha256, so a snapshot records exactly which eval sets
 it was cleaned against. The files are read-only inputs; nothing here writes to them.
 """
@@ -13,6 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from corpus.decont.content import content_kind, item_passages
 from corpus.digest import file_sha256, json_digest
 
 SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -27,6 +30,12 @@ class EvalItem:
     benchmark: str
     item_id: str
     text: str
+    #: what the item is matched by (content passages, then the verbatim text): see corpus.decont.content
+    passages: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, benchmark: str, item_id: str, text: str, doc: object = None) -> EvalItem:
+        return cls(benchmark, item_id, text, item_passages(text, doc))
 
 
 @dataclass(frozen=True)
@@ -35,9 +44,15 @@ class Benchmark:
     path: Path
     sha256: str
     items: tuple[EvalItem, ...]
+    content: str = "text"  # which content builder read the first record (corpus.decont.content)
 
     def describe(self) -> dict:
-        return {"sha256": self.sha256, "items": len(self.items), "file": self.path.name}
+        return {
+            "sha256": self.sha256,
+            "items": len(self.items),
+            "file": self.path.name,
+            "content": self.content,
+        }
 
 
 def benchmark_name(path: Path) -> str:
@@ -55,6 +70,7 @@ def load_benchmark(path: Path, name: str | None = None) -> Benchmark:
     name = name or benchmark_name(path)
     opener = gzip.open if path.name.endswith(".gz") else open
     items = []
+    kind = None
     with opener(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -65,10 +81,14 @@ def load_benchmark(path: Path, name: str | None = None) -> Benchmark:
                 raise RegistryError(f"{path}:{lineno}: not valid JSON ({e})") from e
             if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
                 raise RegistryError(f'{path}:{lineno}: an eval item needs a string field "text"')
-            items.append(EvalItem(name, str(rec.get("id", f"{name}-{lineno}")), rec["text"]))
+            if kind is None:
+                kind = content_kind(rec.get("doc"))
+            items.append(
+                EvalItem.of(name, str(rec.get("id", f"{name}-{lineno}")), rec["text"], rec.get("doc"))
+            )
     if not items:
         raise RegistryError(f"{path}: benchmark {name!r} has no items")
-    return Benchmark(name, path, file_sha256(path), tuple(items))
+    return Benchmark(name, path, file_sha256(path), tuple(items), kind or "text")
 
 
 def registry_files(directory: str | Path) -> list[Path]:

@@ -2,12 +2,14 @@
 
 Built from the documents the decontaminate stage flagged (its ``flagged/`` artifact: the flagged
 candidates, annotated, with their text): per benchmark the documents and tokens flagged, their rate
-against everything the stage scanned, the longest run and the distinct items seen. Flagged documents
-stay candidates; a version excludes them unless its selection says ``include_contaminated = true``.
+against everything the stage scanned, the longest run and the distinct items contaminated; per flagged
+document every contaminated item. Flagged documents stay candidates; a version excludes them unless its
+selection says ``include_contaminated = true``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -16,18 +18,30 @@ from corpus.model import Document
 STAGE = "decontaminate"
 #: decontaminate's per-shard artifact of the documents it flagged
 FLAGGED = "flagged"
+#: per benchmark: the longest run (verdict fail), the item of that run, every contaminated item
 RUN_PREFIX = "contaminated:"
 ITEM_PREFIX = "contaminated_item:"
+ITEMS_PREFIX = "contaminated_items:"
+REPORT_FORMAT = "corpus-contamination-report/2"
 
 
-def matches_of(doc: Document) -> dict[str, tuple[int, str]]:
-    """benchmark -> (longest run, item id) from the decontaminate annotations of a flagged doc."""
-    out: dict[str, tuple[int, str]] = {}
+def encode_items(item_ids: list[str]) -> str:
+    """Every contaminated item of a benchmark in a document, as an annotation value (a JSON list)."""
+    return json.dumps(list(item_ids), ensure_ascii=False)
+
+
+def matches_of(doc: Document) -> dict[str, tuple[int, str, list[str]]]:
+    """benchmark -> (longest run, item of that run, every contaminated item) from the decontaminate
+    annotations of a flagged doc (an annotation of version 4 names one item only)."""
+    out: dict[str, tuple[int, str, list[str]]] = {}
     for a in doc.annotations:
         if a.stage == STAGE and a.name.startswith(RUN_PREFIX):
             bench = a.name[len(RUN_PREFIX) :]
             item = doc.annotation(STAGE, ITEM_PREFIX + bench)
-            out[bench] = (int(a.value), str(item.value) if item else "")
+            every = doc.annotation(STAGE, ITEMS_PREFIX + bench)
+            best = str(item.value) if item else ""
+            items = json.loads(str(every.value)) if every else ([best] if best else [])
+            out[bench] = (int(a.value), best, items)
     return out
 
 
@@ -48,14 +62,14 @@ def build_report(
     tokens = count_tokens([d.text for d in flagged]) if flagged else []
     total_tokens_flagged = sum(tokens)
     for doc, n_tokens in zip(flagged, tokens, strict=True):
-        for bench, (run, item) in matches_of(doc).items():
+        for bench, (run, _, items) in matches_of(doc).items():
             p = per.setdefault(
                 bench, {"docs_flagged": 0, "tokens_flagged": 0, "longest_run": 0, "items_matched": set()}
             )
             p["docs_flagged"] += 1
             p["tokens_flagged"] += n_tokens
             p["longest_run"] = max(p["longest_run"], run)
-            p["items_matched"].add(item)
+            p["items_matched"].update(items)
     rows = {}
     for bench in sorted(per):
         p = per[bench]
@@ -70,7 +84,7 @@ def build_report(
             "unchecked_items": benchmarks.get(bench, {}).get("unchecked_items", 0),
         }
     return {
-        "format": "corpus-contamination-report/1",
+        "format": REPORT_FORMAT,
         "settings": settings,
         "docs_scanned": docs_scanned,
         "docs_flagged": len(flagged),
@@ -82,7 +96,10 @@ def build_report(
             {
                 "doc_id": d.doc_id,
                 "url": d.url,
-                "matches": {b: {"run": r, "item": i} for b, (r, i) in sorted(matches_of(d).items())},
+                "matches": {
+                    b: {"run": r, "item": i, "items": items}
+                    for b, (r, i, items) in sorted(matches_of(d).items())
+                },
             }
             for d in flagged
         ],

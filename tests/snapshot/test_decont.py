@@ -8,19 +8,25 @@ import shutil
 import numpy as np
 import pytest
 
-from corpus.decont.corpus_index import GramSpool, check_benchmark, doc_grams, npy_bytes, save_index
+from corpus.decont.corpus_index import GramSpool, doc_grams, npy_bytes, save_index
+from corpus.decont.doc_grams import DocGramIndex, check_benchmark, doc_rows, key_hex, write_parts
 from corpus.decont.matcher import EvalIndex
 from corpus.decont.ngrams import normalize_words, text_grams
 from corpus.decont.registry import EvalRegistry, RegistryError, load_benchmark
+from corpus.decont.rule import text_gram_set
 from tests.snapshot.conftest import EVALS, perl_docs
 
 
-def item(benchmark: str, item_id: str) -> str:
+def record(benchmark: str, item_id: str) -> dict:
     for line in (EVALS / f"{benchmark}.jsonl").read_text().splitlines():
         rec = json.loads(line)
         if rec["id"] == item_id:
-            return rec["text"]
+            return rec
     raise KeyError(item_id)
+
+
+def item(benchmark: str, item_id: str) -> str:
+    return record(benchmark, item_id)["text"]
 
 
 def plant(host: str, text: str) -> str:
@@ -54,7 +60,7 @@ def test_planted_benchmark_item_is_found_in_a_real_document(index, hosts, benchm
     assert [m.benchmark for m in matches] == [benchmark]
     assert matches[0].item_id == item_id
     assert (
-        matches[0].run >= index.min_run or len(normalize_words(item(benchmark, item_id))) < 12 + index.min_run
+        matches[0].run >= index.min_run or len(normalize_words(item(benchmark, item_id))) < 7 + index.min_run
     )
 
 
@@ -67,17 +73,38 @@ def test_a_long_item_is_found_after_reformatting_but_not_from_a_short_quote(inde
     shouted = " ".join(w.upper() + ("," if i % 4 == 0 else "") for i, w in enumerate(text.split()))
     assert [m.benchmark for m in index.scan(plant(hosts[5], shouted))] == ["gsm8k"]
     words = text.split()
-    quote = " ".join(words[:20])  # 8 consecutive 13-grams: below the run of 10
+    quote = " ".join(words[:21])  # 14 consecutive 8-grams of a 54-word question: below the run of 15
     assert index.scan(plant(hosts[5], quote)) == []
+    assert [m.item_id for m in index.scan(plant(hosts[5], " ".join(words[:22])))] == ["gsm8k-12"]
 
 
-def test_short_item_is_caught_whole_and_only_whole(index, hosts):
-    short = item("arc_easy", "arc_easy-3")  # 13 words: fewer 13-grams than min_run
-    assert len(normalize_words(short)) < 12 + index.min_run
-    found = index.scan(plant(hosts[7], short))
+def test_an_item_is_matched_on_its_content_without_the_template(index, hosts):
+    """arc_easy-3 is 13 words with its template ("Question: … Answer: soft"); its question alone (10
+    words, no template) is a passage, caught whole and only whole."""
+    rec = record("arc_easy", "arc_easy-3")
+    question = rec["doc"]["query"].removeprefix("Question: ").removesuffix("\nAnswer:")
+    assert len(normalize_words(question)) == 10 and "Question" not in question
+    found = index.match(plant(hosts[7], question.upper().replace(" ", "\n")))
     assert [(m.benchmark, m.item_id) for m in found] == [("arc_easy", "arc_easy-3")]
-    truncated = " ".join(short.split()[:-1])  # the answer word missing
-    assert index.scan(plant(hosts[7], truncated)) == []
+    truncated = question.rsplit(" ", 1)[0]  # its last word missing
+    assert index.match(plant(hosts[7], truncated)) == []
+
+
+def test_answer_choices_in_another_order_are_found(index, hosts):
+    """A multiple-choice item copied with its choices relabelled and reordered: its question is a passage."""
+    rec = record("arc_challenge", "arc_challenge-0")
+    doc = rec["doc"]
+    question = doc["query"].removeprefix("Question: ").removesuffix("\nAnswer:")
+    choices = "\n".join(f"({chr(97 + i)}) {c}" for i, c in enumerate(reversed(doc["choices"])))
+    page = plant(hosts[9], f"Q. {question}\n{choices}\nThe answer is (b).")
+    assert [m.item_id for m in index.match(page)] == ["arc_challenge-0"]
+
+
+def test_gsm8k_answer_is_matched_without_its_calculator_notes(index, hosts):
+    answer = record("gsm8k", "gsm8k-0")["doc"]["answer"]
+    clean = answer.replace("<<16-3-4=9>>", "").replace("<<9*2=18>>", "")
+    assert "<<" not in clean
+    assert [m.item_id for m in index.match(plant(hosts[2], clean))] == ["gsm8k-0"]
 
 
 def test_tiny_items_are_counted_as_unchecked(index):
@@ -109,20 +136,57 @@ def test_a_broken_benchmark_line_is_a_clear_error(tmp_path):
         EvalRegistry.load(tmp_path)
 
 
-def test_later_benchmark_is_checked_against_the_retained_corpus_index(hosts):
-    """humaneval is not in the registry the corpus was cleaned with; the retained index still finds
-    exactly the items that were pasted into the corpus."""
+def doc_gram_index(docs: list[str], directory, bits: int = 2) -> tuple[DocGramIndex, list[str]]:
+    """The per-document index of ``docs`` (as the stage keeps it), and each document's key."""
+    keys = [key_hex(0x9E3779B97F4A7C15 * (i + 1) % (1 << 64)) for i in range(len(docs))]
+    rows = np.concatenate([doc_rows(text_gram_set(d), int(k, 16)) for d, k in zip(docs, keys, strict=True)])
+    return DocGramIndex(write_parts(rows, directory, bits), bits), keys
+
+
+def test_later_benchmark_is_checked_against_the_per_document_index(hosts, tmp_path):
+    """humaneval is not in the registry the corpus was cleaned with; the index the build keeps still finds
+    exactly the items that were pasted into the corpus, in exactly the documents they were pasted into."""
     humaneval = load_benchmark(EVALS / "humaneval.jsonl")
-    planted = ["HumanEval/5", "HumanEval/42", "HumanEval/99", "HumanEval/23"]  # 23 is an 18-word item
+    planted = {0: "HumanEval/5", 3: "HumanEval/42", 6: "HumanEval/99", 9: "HumanEval/23"}  # 23: 18 words
     docs = list(hosts)
-    for k, item_id in enumerate(planted):
-        docs[k * 3] = plant(docs[k * 3], item("humaneval", item_id))
-    corpus = np.unique(np.concatenate([doc_grams(d) for d in docs]))
-    result = check_benchmark(humaneval, corpus, min_run=10)
-    assert sorted(result["flagged_ids"]) == sorted(planted)
+    for k, item_id in planted.items():
+        docs[k] = plant(docs[k], item("humaneval", item_id))
+    index, keys = doc_gram_index(docs, tmp_path / "planted")
+    result = check_benchmark(humaneval, index)
     assert result["items"] == 164 and result["unchecked_items"] == 0
-    clean = np.unique(np.concatenate([doc_grams(d) for d in hosts]))
-    assert check_benchmark(humaneval, clean, min_run=10)["flagged_ids"] == []
+    assert {i: [m["doc"] for m in ms] for i, ms in result["matches"].items()} == {
+        item_id: [keys[k]] for k, item_id in planted.items()
+    }
+    clean, _ = doc_gram_index(hosts, tmp_path / "clean")
+    assert check_benchmark(humaneval, clean)["flagged_ids"] == []
+
+
+def test_the_build_and_the_check_after_it_agree_item_by_item(index, hosts, tmp_path):
+    """Items of every benchmark pasted into real documents, verbatim, without their template, quoted
+    short of a run, one question reformatted: the scan the build runs per document and the check against
+    the per-document index name the same (item, document) pairs; and the registry's own benchmarks give
+    nothing on the clean documents."""
+    rng = np.random.default_rng(16)
+    items = [i for b in index.registry.benchmarks for i in b.items]
+    docs = list(hosts)
+    for k in range(len(docs)):
+        it = items[int(rng.integers(len(items)))]
+        form = k % 4
+        passage = it.passages[0]
+        text = {0: it.text, 1: passage, 2: " ".join(passage.split()[:18]), 3: passage.upper()}[form]
+        docs[k] = plant(docs[k], text)
+    dg_index, keys = doc_gram_index(docs, tmp_path / "index", bits=3)
+    in_build = {(m.benchmark, m.item_id, keys[k]) for k, d in enumerate(docs) for m in index.match(d)}
+    after = {
+        (b.name, item_id, m["doc"])
+        for b in index.registry.benchmarks
+        for item_id, ms in check_benchmark(b, dg_index, index.min_run, index.min_item_words)[
+            "matches"
+        ].items()
+        for m in ms
+    }
+    assert after == in_build
+    assert len(in_build) >= 25, "most plants are found (the short quotes are not)"
 
 
 def test_an_ngram_hash_depends_only_on_its_words(hosts):
