@@ -26,9 +26,10 @@ lock:
 demo: venv
 	bash scripts/demo.sh
 
-## Set everything up (venv, local SLURM, sshd, PostgreSQL) and run the whole test suite.
+## Set everything up (venv, local SLURM, sshd, PostgreSQL) and run the whole test suite, on two workers
+## (tests/conftest.py keeps the cluster's tests on one of them, one at a time).
 test: venv services
-	$(PY) -m pytest -ra --durations=20 $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=20 -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 ## The suite without the slow end-to-end tests (for a quick local loop).
 test-fast: venv
