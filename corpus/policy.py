@@ -6,6 +6,12 @@ a document's language, tier and scores only, which the metadata table holds, so 
 new version in seconds. Checks run in a fixed order and the first that fails names the reason; every
 check that failed is returned as an Annotation with its value, and the decision as one more.
 
+First of all, a copy of an eval-holdout page is excluded, in every tier: a candidate exact_dedup
+tagged as an exact copy of a held-out page (``holdout_exact``) or minhash_dedup as a near copy
+(``holdout_near``, the estimated Jaccard similarity) fails ``holdout_exact_duplicate`` or
+``holdout_near_duplicate`` (:data:`HOLDOUT_CHECKS`, judged before the language checks, so every such
+candidate is counted under them).
+
 Trusted tiers (``exempt_tiers``: curated, books, code by default) skip the heuristic and quality
 checks, which were designed for web pages (a Perl manual is full of "symbols"); language checks apply
 to every tier. Word-based checks skip languages written without spaces (``no_space_languages``).
@@ -92,7 +98,9 @@ class PolicyConfig:
 
     @cached_property
     def checks(self) -> tuple[Check, ...]:
-        return _score_checks(self)
+        """Every check on a score, in the order judged: :data:`HOLDOUT_CHECKS` (before the language
+        list and confidence), then the rest (after them)."""
+        return HOLDOUT_CHECKS + _score_checks(self)
 
 
 class PolicySubject(Protocol):
@@ -113,12 +121,21 @@ class Check:
     score: str
     low: float
     high: float
-    #: which documents it applies to: "script" (a language of ``script_check_languages``), "web" (a tier
-    #: not in ``exempt_tiers``), "web_spaced" (and a language written with spaces), "web_en" (and English)
+    #: which documents it applies to: "all" (every document, judged first), "script" (a language of
+    #: ``script_check_languages``), "web" (a tier not in ``exempt_tiers``), "web_spaced" (and a language
+    #: written with spaces), "web_en" (and English)
     scope: str
 
 
 INF = float("inf")
+#: the scope of the checks judged first, on every document whatever its tier or language
+EVERY = "all"
+#: a copy of an eval-holdout page, exact or near (scores of corpus.ingest.holdout.EXACT_SCORE and
+#: NEAR_SCORE; a document without them passes): never trained on, whatever the rest of the policy
+HOLDOUT_CHECKS: tuple[Check, ...] = (
+    Check("holdout_exact_duplicate", "holdout_exact", -INF, 0.0, EVERY),
+    Check("holdout_near_duplicate", "holdout_near", -INF, 0.0, EVERY),
+)
 
 
 def _at_most(name: str, score: str, limit: float, scope: str = "web") -> Check:
@@ -166,6 +183,8 @@ def _score_checks(cfg: PolicyConfig) -> tuple[Check, ...]:
 
 
 def _applies(scope: str, lang: str, tier: str, cfg: PolicyConfig) -> bool:
+    if scope == EVERY:
+        return True
     if scope == "script":
         return lang in cfg.script_check_languages
     if tier in cfg.exempt_tiers:
@@ -181,14 +200,19 @@ def decide(doc: PolicySubject, cfg: PolicyConfig) -> tuple[str | None, list[Anno
     s = doc.scores
     lang = doc.lang or "und"
     results: list[tuple[str, object, bool]] = []  # (check, value, passed), in order
+
+    def judge(checks: list[Check]) -> None:
+        for c in checks:
+            if _applies(c.scope, lang, doc.source_tier, cfg):
+                v = s.get(c.score, 0.0)
+                results.append((c.name, v, c.low <= v <= c.high))
+
+    judge([c for c in cfg.checks if c.scope == EVERY])
     if cfg.languages:
         results.append(("language", lang, lang in cfg.languages))
     need = cfg.lang_confidence.get(lang, cfg.min_lang_confidence)
     results.append(("lang_confidence", doc.lang_confidence, doc.lang_confidence >= need))
-    for c in cfg.checks:
-        if _applies(c.scope, lang, doc.source_tier, cfg):
-            v = s.get(c.score, 0.0)
-            results.append((c.name, v, c.low <= v <= c.high))
+    judge([c for c in cfg.checks if c.scope != EVERY])
     failed = [Annotation(STAGE, name, value, "fail") for name, value, ok in results if not ok]
     reason = failed[0].name if failed else None
     decision = Annotation(STAGE, "decision", reason or "keep", "fail" if reason else "pass")
@@ -209,6 +233,23 @@ def decide_rows(
     n = len(lang)
     names: list[str] = []
     fails: list[np.ndarray] = []
+    zeros = np.zeros(n, dtype=np.float64)
+
+    def judge(checks: list[Check]) -> None:
+        for c in checks:
+            v = scores.get(c.score, zeros)
+            names.append(c.name)
+            fails.append(scope[c.scope] & ~((c.low <= v) & (v <= c.high)))
+
+    web = ~np.isin(tier, cfg.exempt_tiers)
+    scope = {
+        EVERY: np.ones(n, dtype=bool),
+        "script": np.isin(lang, cfg.script_check_languages),
+        "web": web,
+        "web_spaced": web & ~np.isin(lang, cfg.no_space_languages),
+        "web_en": web & (lang == "en"),
+    }
+    judge([c for c in cfg.checks if c.scope == EVERY])
     if cfg.languages:
         names.append("language")
         fails.append(~np.isin(lang, cfg.languages))
@@ -217,18 +258,7 @@ def decide_rows(
         need[lang == code] = minimum
     names.append("lang_confidence")
     fails.append(~(lang_confidence >= need))
-    web = ~np.isin(tier, cfg.exempt_tiers)
-    scope = {
-        "script": np.isin(lang, cfg.script_check_languages),
-        "web": web,
-        "web_spaced": web & ~np.isin(lang, cfg.no_space_languages),
-        "web_en": web & (lang == "en"),
-    }
-    zeros = np.zeros(n, dtype=np.float64)
-    for c in cfg.checks:
-        v = scores.get(c.score, zeros)
-        names.append(c.name)
-        fails.append(scope[c.scope] & ~((c.low <= v) & (v <= c.high)))
+    judge([c for c in cfg.checks if c.scope != EVERY])
     failed = np.stack(fails) if n else np.zeros((len(fails), 0), dtype=bool)
     first = np.where(failed.any(axis=0), failed.argmax(axis=0), -1)
     return names, first

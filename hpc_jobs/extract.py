@@ -7,15 +7,28 @@ exception is quarantined (``extract_crashed`` / ``extract_error``), a page that 
 bytes is quarantined (``invalid_utf8``), and a page with no main text goes to ``filtered/`` as
 ``no_text_extracted``. The shard always goes on. The text of a kept document replaces its HTML
 (``Document.with_text``: new doc_id, ``derived_from`` the HTML document's id).
+
+The eval holdout: with each shard, the held-out pages ingest set aside for the same input file
+(ingest's ``holdout/NAME``) are extracted the same way and PII-scrubbed (``corpus.filters.pii``, the
+kinds of ``holdout_pii_kinds``), and written to this stage's ``holdout/NAME``: the stored eval set,
+each document with its raw digest, ``derived_from`` the held-out HTML document, and the exact-dedup key
+of its text before the scrub (annotation ``exact_key``, what exact_dedup compares candidates with). A
+held-out page that gives no text or is quarantined is counted by reason (``holdout_dropped``); held-out
+pages are never counted among the stage's documents.
 """
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
-from corpus.docshard import iter_docs
+from corpus.dedup.normalize import KEY_VERSION, text_key
+from corpus.digest import json_digest
+from corpus.docshard import SUFFIX, ShardWriter, iter_docs, read_sidecar
 from corpus.extract import (
     ExtractWorker,
     cap_html,
@@ -24,8 +37,11 @@ from corpus.extract import (
     repair_replacement_chars,
     strip_invisible,
 )
+from corpus.filters.pii import KINDS, scrub_pii
+from corpus.ingest.holdout import EXACT_KEY, HOLDOUT_KIND
+from corpus.manifests import read_stage_manifest
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
-from runtime.runner import InputShard, Stage, StageContext, main
+from runtime.runner import InputShard, Stage, StageContext, main, remove_stale_artifacts
 
 
 @dataclass(frozen=True)
@@ -34,8 +50,13 @@ class ExtractConfig:
     time_limit_s: float = 30.0  # per document; a slower parse is killed and quarantined
     max_replacement_ratio: float = 0.01  # more U+FFFD than this share of the text -> quarantined
     memory_limit_mb: int = 1024  # the worker's peak resident memory per document (0: none)
+    #: the PII kinds scrubbed from the stored eval holdout (corpus.filters.pii.KINDS: all of them)
+    holdout_pii_kinds: list[str] = field(default_factory=lambda: list(KINDS))
 
     def __post_init__(self) -> None:
+        unknown = sorted(set(self.holdout_pii_kinds) - set(KINDS))
+        if unknown:
+            raise ValueError(f"holdout_pii_kinds: unknown kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
         if self.time_limit_s <= 0:
             raise ValueError("time_limit_s must be positive")
         if self.memory_limit_mb < 0:
@@ -54,13 +75,18 @@ _WORKER_REASONS = {
 class ExtractStage(Stage):
     name = "extract"
     # 2: ZWJ, ZWNJ and variation selectors are kept (docs/ingest-and-filters.md); 3: the worker runs
-    # under memory_limit_mb
-    version = "3"
+    # under memory_limit_mb; 4: the eval holdout extracted and scrubbed in holdout/, with the exact
+    # key of its text -- whose version (corpus.dedup.normalize.KEY_VERSION) is part of this one, so a
+    # new key redoes the holdout
+    version = "4+key" + KEY_VERSION
     Config = ExtractConfig
+    artifact_kinds = (HOLDOUT_KIND,)
 
     def __init__(self, config: ExtractConfig) -> None:
         super().__init__(config)
         self._worker: ExtractWorker | None = None
+        self._held_out: dict[str, tuple[Path, str]] = {}
+        self._holdout: ShardWriter | None = None
 
     def worker(self) -> ExtractWorker:
         if self._worker is None:
@@ -69,9 +95,75 @@ class ExtractStage(Stage):
             )
         return self._worker
 
+    def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        """The held-out pages of each input shard (ingest's ``holdout/`` files, by shard name); their
+        digests are part of every shard's checkpoint key."""
+        remove_stale_artifacts(ctx, inputs, HOLDOUT_KIND, (SUFFIX, SUFFIX + ".json"))
+        m = read_stage_manifest(ctx.in_paths[0])
+        names = {s.name for s in inputs}
+        self._held_out = {}
+        for ref in m.side_outputs if m is not None else ():
+            name = Path(ref.path).name[: -len(SUFFIX)]
+            if ref.path.startswith(HOLDOUT_KIND + "/") and ref.path.endswith(SUFFIX) and name in names:
+                self._held_out[name] = (ctx.in_paths[0] / ref.path, ref.sha256)
+        return json_digest(sorted([n, sha] for n, (_, sha) in self._held_out.items()))
+
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        for doc in iter_docs(shard.path):
-            yield self.process_doc(doc, ctx), len(doc.text.encode("utf-8"))
+        self._holdout = ShardWriter(ctx.artifact_path(HOLDOUT_KIND, f"{shard.name}{SUFFIX}"))
+        try:
+            for doc in iter_docs(shard.path):
+                yield self.process_doc(doc, ctx), len(doc.text.encode("utf-8"))
+            self._extract_holdout(shard.name, ctx)
+        except BaseException:
+            self._holdout.abort()
+            raise
+
+    def _extract_holdout(self, name: str, ctx: StageContext) -> None:
+        """The shard's held-out pages, extracted as the corpus is, scrubbed, to ``holdout/NAME``; the
+        pages that give no document are counted by reason in the file's sidecar."""
+        assert self._holdout is not None
+        dropped: Counter = Counter()
+        held_out = 0
+        if name in self._held_out:
+            for doc in iter_docs(self._held_out[name][0]):
+                held_out += 1
+                outcome = self.process_doc(doc, ctx)
+                if isinstance(outcome, Kept):
+                    self._holdout.write_doc(self.scrubbed(outcome.doc, doc))
+                else:
+                    dropped[outcome.reason if isinstance(outcome, Filtered) else outcome.record.reason] += 1
+        self._holdout.sidecar_extra.update({"held_out": held_out, "dropped": dict(sorted(dropped.items()))})
+
+    def scrubbed(self, doc: Document, html: Document) -> Document:
+        """A held-out page's extracted ``doc`` as the holdout stores it: PII scrubbed, ``derived_from``
+        the held-out HTML document, with the exact key of its text before the scrub."""
+        key = f"{KEY_VERSION}:{text_key(doc.text).hex()}"
+        s = scrub_pii(doc.text, tuple(self.config.holdout_pii_kinds))
+        counts = {kind: n for kind, n in s.counts().items() if n}
+        out = replace(doc.with_text(s.text), derived_from=html.doc_id)
+        return out.annotate(
+            Annotation(self.name, EXACT_KEY, key, "info"),
+            *(Annotation(self.name, f"pii_{kind}", n, "info") for kind, n in sorted(counts.items())),
+        )
+
+    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
+        assert self._holdout is not None
+        self._holdout.close()
+
+    def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
+        kept = held_out = 0
+        dropped: Counter = Counter()
+        for s in inputs:
+            sidecar = read_sidecar(ctx.artifact_path(HOLDOUT_KIND, f"{s.name}{SUFFIX}")) or {}
+            kept += sidecar.get("records", 0)
+            held_out += sidecar.get("held_out", 0)
+            dropped.update(sidecar.get("dropped", {}))
+        return {
+            "holdout_docs": kept,
+            "holdout_held_out": held_out,
+            "holdout_dropped": dict(sorted(dropped.items())),
+            "holdout_key_version": KEY_VERSION,
+        }
 
     def quarantine(self, doc: Document, reason: str, detail: str) -> Quarantined:
         return Quarantined(

@@ -8,8 +8,9 @@
 * Recrawl collapse (global, in ``prepare``, a ``runtime.global_phase`` checkpointed in parts):
   identical (url, raw digest) pairs count once; the earliest fetch is kept, the others go to
   ``filtered/`` as ``recrawl_duplicate``.
-* Eval holdout: web documents with ``hash(url) % holdout_modulus == 0`` go to ``holdout/`` (and to
-  ``filtered/`` as ``eval_holdout``), never to the corpus.
+* Eval holdout: web documents with ``hash(normalize_url(url)) % holdout_modulus == 0``
+  (``corpus.ingest.holdout``) go to ``holdout/`` as read (and to ``filtered/`` as ``eval_holdout``),
+  never to the corpus; extract stores them extracted and scrubbed, the dedup stages tag their copies.
 
 Input files are the units of work (one output shard per file); directories are expanded.
 """
@@ -29,7 +30,7 @@ from typing import Any
 from corpus.digest import canonical_json
 from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar
 from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
-from corpus.ingest.holdout import in_holdout
+from corpus.ingest.holdout import HOLDOUT_VERSION, in_holdout
 from corpus.ingest.recrawl import RecordKey, later_fetches
 from corpus.ingest.sources import (
     UNDECLARED_CHOICES,
@@ -67,7 +68,7 @@ class IngestConfig:
     sources: list[dict[str, Any]] = field(
         default_factory=list
     )  # [[ingest.sources]] match/name/tier/license/date
-    holdout_modulus: int = 1000  # hash(url) % modulus == 0 -> eval holdout; 0 disables
+    holdout_modulus: int = 1000  # hash(normalized url) % modulus == 0 -> eval holdout; 0 disables
     holdout_tiers: list[str] = field(default_factory=lambda: ["web", "known_good_web"])
     collapse_recrawls: bool = True
     max_record_bytes: int = 64 << 20  # WARC records declared larger are quarantined (digested, never held)
@@ -97,8 +98,9 @@ class _Item:
 class IngestStage(Stage):
     name = "ingest"
     # 3: pages decoded in the WHATWG order, contradicted charsets corrected; 4: Content-Encoding undone as
-    # a capped stream (zstd too), every record read is accounted
-    version = "4"
+    # a capped stream (zstd too), every record read is accounted; 5: the holdout is carved by the
+    # normalized URL (corpus.ingest.holdout.HOLDOUT_VERSION 2)
+    version = "5"
     Config = IngestConfig
     artifact_kinds = ("holdout", "skipped")
 
@@ -329,6 +331,7 @@ class IngestStage(Stage):
         return {
             "skipped_records": dict(sorted(skipped.items())),
             "holdout_docs": holdout,
+            "holdout_version": HOLDOUT_VERSION,
             "recrawl_duplicates": self._phase.facts["duplicates"],
             "sources": {s.name: _spec_dict(self.spec(s.path)) for s in inputs},
         }

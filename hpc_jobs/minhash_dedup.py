@@ -24,6 +24,15 @@ pre-empted in the middle of it costs only the part it was on:
    ``work/spill`` and is verified memory-mapped.
 5. ``decisions``: verdicts to their shard's decision table (``runtime.global_phase.route_verdicts``).
 
+The eval holdout (when the chain of stages reaches extract's ``holdout/``, ``corpus.ingest.holdout``):
+its pages are signed too (step ``holdout_signatures``, a part per holdout file, nodes tagged
+``holdout/NAME``), each bucket part also matches its candidates' band keys against the held-out
+pages' and keeps the pairs whose signatures agree on at least ``verify_threshold`` (``buckets``
+writes, per candidate, the best agreement), and step ``holdout`` routes them to their shard's part.
+Held-out pages never enter the graph: clusters, representatives and every other output are as without
+them. A candidate that matched gets ``scores["holdout_near"]`` = its estimated Jaccard similarity to
+the closest held-out page (annotation ``holdout_near``), which the default selection excludes.
+
 Per shard: every clustered document gets ``dup_cluster_id`` (smallest doc_id of its cluster) and
 ``dup_cluster_size`` and every other member ``dup_of`` = the representative; all stay candidates
 (a version keeps, per cluster, the representative among its *selected* members: corpus.selection). The manifest's ``extra`` has the cluster-size distribution and an
@@ -50,6 +59,7 @@ from corpus.dedup.candidates import bucket_star_edges, concat, part_names, part_
 from corpus.dedup.normalize import NORMALIZATION_VERSION
 from corpus.dedup.order import doc_id_bytes, encode_representative_key
 from corpus.dedup.records import (
+    BAND_KEY_BYTES,
     BAND_ROW,
     DOC_ID_BYTES,
     EDGE,
@@ -67,6 +77,7 @@ from corpus.dedup.records import (
 )
 from corpus.dedup.verify import verified_roots
 from corpus.docshard import iter_docs
+from corpus.ingest.holdout import NEAR_SCORE, HoldoutFile, holdout_files
 from corpus.model import Annotation, Kept, Outcome
 from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
 from mpi_kernels.union_find import connected_components, pair_dtype
@@ -82,6 +93,18 @@ from runtime.global_phase import (
 from runtime.runner import InputShard, Stage, StageContext, assign, main
 
 SIGNATURES, BUCKETS, LABELS, CLUSTERS, DECISIONS = "signatures", "buckets", "labels", "clusters", "decisions"
+HELD_SIGNATURES, HOLDOUT = "holdout_signatures", "holdout"
+#: the shard tag of a held-out page's node is the tag of this prefix + its holdout file's name
+HELD_TAG = "holdout/"
+#: a candidate that matched a held-out page in one bucket part, with the best agreement found there
+HIT = np.dtype([("node", NODE), ("agree", ">u2")])
+#: a HIT on its way to the candidate's shard part, and what that part writes (ordinal ascending)
+HIT_ROUTE = np.dtype([("part", ">u4"), ("ordinal", ">u4"), ("agree", ">u2")])
+NEAR = np.dtype([("ordinal", ">u4"), ("agree", ">u2")])
+HITS = ".holdout_hits"
+NEAR_ROWS = ".holdout"
+#: candidate/held-out pairs verified at once (two signatures each in memory)
+PAIR_BATCH = 1 << 14
 SIG_FILES = (".ids.npy", ".rep.npy", ".sigs.npy")
 BANDS = ".bands"
 BAND_OFFSETS = ".band_offsets.npy"
@@ -97,6 +120,10 @@ COUNTS = (
     "candidate_edges",
     "clustered_docs",
     "verified_components",
+    "holdout_docs",
+    "holdout_docs_without_shingles",
+    "holdout_pairs",
+    "holdout_near_docs",
 )
 
 
@@ -159,8 +186,15 @@ def band_rows(
 
 class MinhashDedupStage(Stage):
     name = "minhash_dedup"
-    version = "3"  # 3: members stay candidates (labelled); 2: the global phase checkpointed in parts
+    # 2: the global phase checkpointed in parts; 3: members stay candidates (labelled); 4: near copies
+    # of held-out pages tagged (holdout_near); 5: shingles chosen per document by script
+    # (NORMALIZATION_VERSION 2: a complete stage is reused on its version, never on the phase key)
+    version = "5"
     Config = MinhashDedupConfig
+
+    def __init__(self, config: MinhashDedupConfig) -> None:
+        super().__init__(config)
+        self._held: list[HoldoutFile] = []
 
     @property
     def params(self) -> MinHashParams:
@@ -168,9 +202,11 @@ class MinhashDedupStage(Stage):
         return MinHashParams(c.num_perm, c.bands, c.rows, c.ngram, c.seed)
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
-        return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION)
+        held = sorted([f.name, f.sha256] for f in self._held)
+        return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION, holdout=held)
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        self._held = sorted(holdout_files(ctx.in_paths[0]), key=lambda f: f.name)
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))
         if phase.complete:
             return phase.reused()
@@ -178,6 +214,8 @@ class MinhashDedupStage(Stage):
         shards = [s.name for s in inputs]
         self._tags = shard_tags(shards)
         self._signature_parts = _SignatureParts(phase, shards)
+        held = [f.name for f in self._held]
+        self._held_parts = _SignatureParts(phase, held, HELD_SIGNATURES)
         self._hasher = MinHasher(self.params)
         # the number of parts of the hashed steps is fixed by the data, never by the rank count
         groups = part_names("g", len(inputs))
@@ -185,8 +223,17 @@ class MinhashDedupStage(Stage):
         # 1. signatures, a part per input shard (a part whose files are damaged is redone)
         self._drop_damaged_signatures(phase, inputs)
         phase.map(SIGNATURES, inputs, lambda s, w: self._write_signatures(s, w, len(groups)))
-        # 2. each bucket part reads its band rows from every signature part -> candidate edges
+        if held:  # the held-out pages, a part per holdout file
+            phase.map(
+                HELD_SIGNATURES,
+                self._held,
+                lambda f, w: self._write_signatures(f, w, len(groups), HELD_TAG + f.name, "holdout_"),
+            )
+        # 2. each bucket part reads its band rows from every signature part -> candidate edges (and the
+        # candidates matching a held-out page)
         phase.map(BUCKETS, group_units(groups), lambda g, w: self._write_buckets(phase, shards, g, w))
+        if held:  # 2b. the matches to their candidate's shard
+            self._route_holdout(phase, groups, shards)
         # 3. connected components -> a label table per shard
         self._labels(phase, groups, shards)
         # 4. members to their component's part -> verified clusters, representatives, verdicts
@@ -208,7 +255,9 @@ class MinhashDedupStage(Stage):
                     p.facts
                     for step, names in (
                         (SIGNATURES, shards),
+                        (HELD_SIGNATURES, held),
                         (BUCKETS, groups),
+                        (HOLDOUT, shards if held else []),
                         (LABELS, shards),
                         (CLUSTERS, groups),
                     )
@@ -216,10 +265,17 @@ class MinhashDedupStage(Stage):
                 ]
             )
         steps = {SIGNATURES: shards, BUCKETS: groups, LABELS: shards, CLUSTERS: groups, DECISIONS: shards}
+        if held:
+            steps |= {HELD_SIGNATURES: held, HOLDOUT: shards}
         return phase.finish(steps, ctx.comm.bcast(facts, root=0))
 
     # -- 1. signatures -------------------------------------------------------------------------------
-    def _write_signatures(self, shard: InputShard, writer: PartWriter, groups: int) -> dict[str, Any]:
+    def _write_signatures(
+        self, shard: InputShard | HoldoutFile, writer: PartWriter, groups: int, tag: str = "", facts: str = ""
+    ) -> dict[str, Any]:
+        """A signature part: doc_ids, representative keys, signatures and sorted band rows of the
+        documents of ``shard``, their nodes tagged ``tag`` (the shard's name by default); the facts'
+        names begin with ``facts``."""
         ids, rep, sigs, batch = [], [], [], []
         for doc in iter_docs(shard.path):
             ids.append(doc_id_bytes(doc.doc_id))
@@ -237,11 +293,11 @@ class MinhashDedupStage(Stage):
         )
         for suffix, array in zip(SIG_FILES, arrays, strict=True):
             np.save(writer.open(suffix), array, allow_pickle=False)
-        rows = band_rows(self._hasher, arrays[0], arrays[2], shard.name, groups)
+        rows = band_rows(self._hasher, arrays[0], arrays[2], tag or shard.name, groups)
         writer.open(BANDS).write(rows.tobytes())
         offsets = np.searchsorted(rows["part"], np.arange(groups + 1)).astype(np.int64)
         np.save(writer.open(BAND_OFFSETS), offsets, allow_pickle=False)
-        return {"docs": len(ids), "docs_without_shingles": int(is_empty(arrays[2]).sum())}
+        return {f"{facts}docs": len(ids), f"{facts}docs_without_shingles": int(is_empty(arrays[2]).sum())}
 
     def _drop_damaged_signatures(self, phase: GlobalPhase, inputs: list[InputShard]) -> None:
         """Each rank checks its completed signature parts against the digests their markers recorded;
@@ -262,19 +318,90 @@ class MinhashDedupStage(Stage):
         """One bucket part: its band rows from every signature part (a contiguous run of each, found by
         the part's offsets), sorted by (band key, node), grouped into buckets, linked as stars."""
         g = int(unit.name[1:])
-        runs = []
-        for name in shards:
-            part = phase.part(SIGNATURES, name)
-            lo, hi = np.load(part.path(BAND_OFFSETS), allow_pickle=False)[g : g + 2]
-            runs.append(
-                np.fromfile(
-                    part.path(BANDS), dtype=BAND_ROW, offset=int(lo) * BAND_ROW.itemsize, count=int(hi - lo)
-                )
-            )
-        rows = concat(runs, BAND_ROW)
+        rows = _band_run(phase, SIGNATURES, shards, g)
         edges, facts = bucket_star_edges(rows, self.config.bucket_cap)
         writer.open(EDGES).write(edges.tobytes())
+        if self._held:
+            held = _band_run(phase, HELD_SIGNATURES, [f.name for f in self._held], g)
+            hits, pairs = self._holdout_hits(rows, held)
+            writer.open(HITS).write(hits.tobytes())
+            facts = {**facts, "holdout_pairs": pairs}
         return facts
+
+    def _holdout_hits(self, rows: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, int]:
+        """The candidates of a bucket part's band ``rows`` that share a bucket with a held-out page
+        (``held``: the held-out pages' band rows of the part) and agree with it on at least
+        ``verify_threshold`` of their signatures: HIT rows, one per candidate (its best agreement),
+        node ascending; and the number of distinct (candidate, held-out page) pairs checked."""
+        if not len(rows) or not len(held):
+            return np.empty(0, HIT), 0
+        hkey = np.ascontiguousarray(held["key"]).view(f"V{BAND_KEY_BYTES}").reshape(-1)
+        order = np.argsort(hkey, kind="stable")
+        hkey, hnode = hkey[order], held["node"][order]
+        ckey = np.ascontiguousarray(rows["key"]).view(f"V{BAND_KEY_BYTES}").reshape(-1)
+        lo, hi = np.searchsorted(hkey, ckey, "left"), np.searchsorted(hkey, ckey, "right")
+        count = hi - lo
+        match = np.flatnonzero(count)
+        if not len(match):
+            return np.empty(0, HIT), 0
+        n = count[match]
+        first = np.repeat(np.cumsum(n) - n, n)
+        pairs = np.empty(int(n.sum()), dtype=[("node", NODE), ("held", NODE)])
+        pairs["node"] = rows["node"][np.repeat(match, n)]
+        pairs["held"] = hnode[np.repeat(lo[match], n) + np.arange(len(pairs)) - first]
+        pairs = np.unique(pairs.view(f"V{pairs.dtype.itemsize}").reshape(-1)).view(pairs.dtype)
+        k = self.config.num_perm
+        agree = np.empty(len(pairs), dtype=np.int64)
+        held_names = [HELD_TAG + f.name for f in self._held]
+        for at in range(0, len(pairs), PAIR_BATCH):
+            p = pairs[at : at + PAIR_BATCH]
+            c = _signature_rows(self._signature_parts, p["node"], self._signature_parts.shards)
+            h = _signature_rows(self._held_parts, p["held"], held_names)
+            agree[at : at + len(p)] = (c == h).sum(axis=1)
+        good = agree / k >= self.config.verify_threshold
+        if not good.any():
+            return np.empty(0, HIT), len(pairs)
+        nodes, agree = pairs["node"][good], agree[good]
+        # pairs are sorted by (candidate node, held-out node): each candidate's rows are one run
+        raw = np.ascontiguousarray(nodes).view(np.uint8).reshape(len(nodes), -1)
+        starts = np.flatnonzero(np.append(True, np.any(raw[1:] != raw[:-1], axis=1)))
+        hits = np.empty(len(starts), dtype=HIT)
+        hits["node"] = nodes[starts]
+        hits["agree"] = np.maximum.reduceat(agree, starts)
+        return hits, len(pairs)
+
+    def _route_holdout(self, phase: GlobalPhase, groups: list[str], shards: list[str]) -> None:
+        """Step ``holdout``: every bucket part's hits to the part of their candidate's shard, which
+        writes its NEAR rows (ordinal ascending, the best agreement over every part)."""
+        units = group_units(groups)
+
+        def send(unit: GroupUnit) -> Iterator[np.ndarray]:
+            hits = np.fromfile(phase.part(BUCKETS, unit.name).path(HITS), dtype=HIT)
+            rows = np.empty(len(hits), dtype=HIT_ROUTE)
+            rows["part"] = shard_numbers(hits["node"]["shard_tag"], shards)
+            rows["ordinal"] = hits["node"]["ordinal"]
+            rows["agree"] = hits["agree"]
+            yield rows
+
+        def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+            got = [b for b in batches if len(b)]
+            rows = concat(got, HIT_ROUTE) if got else np.empty(0, HIT_ROUTE)
+            # sorted by (ordinal, agree): the last row of each ordinal has its best agreement
+            last = np.flatnonzero(np.append(rows["ordinal"][1:] != rows["ordinal"][:-1], len(rows) > 0))
+            out = np.empty(len(last), dtype=NEAR)
+            out["ordinal"], out["agree"] = rows["ordinal"][last], rows["agree"][last]
+            writer.open(NEAR_ROWS).write(out.tobytes())
+            return {"holdout_near_docs": len(out)}
+
+        phase.exchange_rows(HOLDOUT, shards, units, send, reduce, dtype=HIT_ROUTE, order_fields=("ordinal", "agree"))
+
+    def _near_holdout(self, shard_name: str) -> dict[int, int]:
+        """ordinal -> agreement with the closest held-out page, for a shard's candidates that matched one."""
+        if not self._held:
+            return {}
+        path = self._phase.root / HOLDOUT / f"{shard_name}{NEAR_ROWS}"
+        rows = np.fromfile(path, dtype=NEAR)
+        return dict(zip(rows["ordinal"].tolist(), rows["agree"].tolist(), strict=True))
 
     # -- 3. components -> labels ---------------------------------------------------------------------
     def _labels(self, phase: GlobalPhase, groups: list[str], shards: list[str]) -> None:
@@ -471,7 +598,14 @@ class MinhashDedupStage(Stage):
 
     # -- per shard -----------------------------------------------------------------------------------
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        for doc, nbytes, v in decided_docs(self._phase.root, DECISIONS, shard):
+        near = self._near_holdout(shard.name)
+        for i, (doc, nbytes, v) in enumerate(decided_docs(self._phase.root, DECISIONS, shard)):
+            if i in near:
+                similarity = near[i] / self.config.num_perm
+                doc = doc.annotate(
+                    Annotation(self.name, NEAR_SCORE, similarity, "fail"),
+                    scores={**doc.scores, NEAR_SCORE: similarity},
+                )
             if v is None:
                 yield Kept(doc), nbytes
                 continue
@@ -590,19 +724,19 @@ class _Gathered:
 
 
 class _SignatureParts:
-    """The signatures the ``signatures`` step wrote, one memory map per shard (``.sigs.npy``), the most
+    """The signatures a signature step wrote, one memory map per shard (``.sigs.npy``), the most
     recently used few kept open: a component's owner reads its members' signatures where they are."""
 
     OPEN = 64
 
-    def __init__(self, phase: GlobalPhase, shards: list[str]) -> None:
-        self.phase, self.shards = phase, shards
+    def __init__(self, phase: GlobalPhase, shards: list[str], step: str = SIGNATURES) -> None:
+        self.phase, self.shards, self.step = phase, shards, step
         self._open: OrderedDict[int, np.ndarray] = OrderedDict()
 
     def of(self, shard_no: int) -> np.ndarray:
         sigs = self._open.pop(shard_no, None)
         if sigs is None:
-            part = self.phase.part(SIGNATURES, self.shards[shard_no])
+            part = self.phase.part(self.step, self.shards[shard_no])
             sigs = np.load(part.path(SIG_FILES[2]), mmap_mode="r", allow_pickle=False)
             if len(self._open) >= self.OPEN:
                 self._open.popitem(last=False)
@@ -641,6 +775,31 @@ class _MemberSignatures:
             if len(group):
                 out[group] = self.parts.of(int(shard[group[0]]))[self.ordinal[idx[group]], cols]
         return out
+
+
+def _band_run(phase: GlobalPhase, step: str, names: list[str], g: int) -> np.ndarray:
+    """Bucket part ``g``'s band rows of every signature part of ``step`` (a contiguous run of each,
+    found by the part's offsets), one after another."""
+    runs = []
+    for name in names:
+        part = phase.part(step, name)
+        lo, hi = np.load(part.path(BAND_OFFSETS), allow_pickle=False)[g : g + 2]
+        runs.append(
+            np.fromfile(part.path(BANDS), dtype=BAND_ROW, offset=int(lo) * BAND_ROW.itemsize, count=int(hi - lo))
+        )
+    return concat(runs, BAND_ROW)
+
+
+def _signature_rows(parts: _SignatureParts, nodes: np.ndarray, tag_names: list[str]) -> np.ndarray:
+    """The signatures of ``nodes`` (NODE rows of the shards ``parts`` holds, whose tags are those of
+    ``tag_names``), read from their signature parts by ordinal."""
+    shard = shard_numbers(nodes["shard_tag"], tag_names)
+    ordinal = nodes["ordinal"].astype(np.int64)
+    out = np.empty((len(nodes), parts.of(int(shard[0])).shape[1] if len(nodes) else 0), dtype=np.uint64)
+    for s in np.unique(shard).tolist():
+        at = np.flatnonzero(shard == s)
+        out[at] = parts.of(s)[ordinal[at]]
+    return out
 
 
 def _first_of_runs(runs: np.ndarray, raw: np.ndarray, heads: np.ndarray) -> np.ndarray:

@@ -11,7 +11,9 @@ Where the numbers come from:
   quarantine samples: one streaming pass over the shards of the stages that hold them (see
   :mod:`corpus.report.scan`). Distributions are taken twice: over the annotated documents (before any
   policy) and over the documents that reached the last document stage (what was kept);
-* the contamination table: the decontaminate stage's manifest ``extra`` and its JSON artifacts.
+* the contamination table: the decontaminate stage's manifest ``extra`` and its JSON artifacts;
+* the eval holdout: pages held out and stored (the ingest and extract manifests) and the candidates
+  that copy one, exact or near, with how many the version selects (the metadata table).
 
 A section whose data the build does not have (a stage that did not run, a field no stage fills yet)
 is listed under ``absent`` with the reason, and the card says so instead of failing.
@@ -27,6 +29,7 @@ from corpus import alarms
 from corpus.docshard import ShardCorrupt
 from corpus.model import GroupCounts, StageManifest
 from corpus.report.build_view import BuildView
+from corpus.report.holdout import holdout_copies, holdout_counts
 from corpus.report.representatives import representative_lengths
 from corpus.report.scan import (
     Clusters,
@@ -201,6 +204,18 @@ def representatives(view: BuildView) -> dict[str, Any] | None:
     return representative_lengths(connect(v))
 
 
+def holdout(view: BuildView) -> dict[str, Any] | None:
+    """The eval holdout: held out and stored (manifests), and the candidates copying a held-out page
+    (the version's metadata table, when it has one); None when ingest recorded no holdout."""
+    counts = holdout_counts(view.stage("ingest"), view.stage("extract"))
+    if counts is None:
+        return None
+    v = view.version
+    if v is not None and v.live_shards and all(s.metadata.is_file() for s in v.live_shards):
+        counts["copies"] = holdout_copies(connect(v))
+    return counts
+
+
 def contamination(view: BuildView) -> dict[str, Any] | None:
     """The snapshot's per-benchmark contamination report, else what the decontaminate stage recorded."""
     if view.snapshot is not None and view.snapshot_dir is not None:
@@ -326,6 +341,10 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     card["representatives"] = representatives(view)
     if card["representatives"] is None:
         absent["representatives"] = "no near-duplicate cluster with one selected representative"
+
+    card["holdout"] = holdout(view)
+    if card["holdout"] is None:
+        absent["holdout"] = "no ingest stage recorded an eval holdout"
 
     card["contamination"] = contamination(view)
     if card["contamination"] is None:

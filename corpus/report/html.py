@@ -379,6 +379,31 @@ def _representatives(card: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _holdout(card: dict[str, Any]) -> str:
+    out = ["<h2>Eval holdout</h2>"]
+    h = card.get("holdout")
+    if not h:
+        return out[0] + _note(card["absent"].get("holdout", "no holdout"))
+    stored = "" if h["stored"] is None else f", {_n(h['stored'])} stored extracted and PII-scrubbed"
+    dropped = ", ".join(f"{escape(r)} {_n(n)}" for r, n in sorted(h["dropped"].items()))
+    out.append(
+        f"<p>{_n(h['held_out'])} pages held out (by normalized URL, carving version "
+        f"{escape(str(h['carving_version']))}){stored}{' (no text: ' + dropped + ')' if dropped else ''}.</p>"
+    )
+    c = h.get("copies")
+    if c is None:
+        return "".join(out) + _note("no metadata table: copies of held-out pages are not counted")
+    sel = "" if c["selected"] is None else f"; {_n(c['selected'])} of them selected by this version"
+    out.append(
+        f"<p>Candidates copying a held-out page at another URL: {_n(c['exact'])} exact, {_n(c['near'])} "
+        f"near{sel} (the default selection excludes them all).</p>"
+    )
+    if c["sample"]:
+        rows = [[_mono(x["doc_id"]), escape(x["copy"]), _n(x["similarity"]), _mono(x["url"])] for x in c["sample"]]
+        out.append(_table(["doc_id", "copy", "similarity", "its url"], rows, left=4))
+    return "".join(out)
+
+
 def _contamination(card: dict[str, Any]) -> str:
     out = ["<h2>Contamination</h2>"]
     c = card.get("contamination")
@@ -547,6 +572,7 @@ def render_html(card: dict[str, Any]) -> str:
             _tokens(card),
             _distributions(card),
             _dedup(card),
+            _holdout(card),
             _contamination(card),
             _reasons(card),
             _versions(card),

@@ -11,7 +11,7 @@ from pathlib import Path
 from warcio.archiveiterator import ArchiveIterator
 
 from corpus.digest import stable_hash64
-from corpus.ingest.holdout import HOLDOUT_SALT
+from corpus.ingest.holdout import HOLDOUT_SALT, normalize_url
 from corpus.ingest.recrawl import RecordKey, later_fetches
 from tests.conftest import SAMPLE, run_corpus
 from tests.stages.chain import docs, manifest, reconciles, run_stage
@@ -119,7 +119,7 @@ def test_recrawls_collapse_across_files_and_the_holdout_is_carved_out(tmp_path):
     dup_docs = [r["doc"] for r in filtered if r["reason"] == "recrawl_duplicate"]
     assert {d["crawl_date"] for d in dup_docs} == {"2026-06-01"}, "the earliest fetch is the one kept"
     kept = {d.url: d for d in docs(out)}
-    expected_holdout = {u for u, _ in pairs if stable_hash64(HOLDOUT_SALT, u) % 25 == 0}
+    expected_holdout = {u for u, _ in pairs if stable_hash64(HOLDOUT_SALT, normalize_url(u)) % 25 == 0}
     assert expected_holdout, "modulus 25 must hold out some of the sample"
     holdout = {d.url for d in docs(out, "holdout")}
     assert holdout == expected_holdout == {r["doc"]["url"] for r in filtered if r["reason"] == "eval_holdout"}
