@@ -1,6 +1,7 @@
 """MinHash: kernel speed per core and dedup quality, side by side with datasketch and datatrove.
 
     python bench/bench_minhash.py [--speed-mb 2] [--quality-docs 3000] [--json out.json]
+    python bench/bench_minhash.py --scripts   # ours alone: English against Japanese and Chinese
 
 1. Signature speed on one core (process CPU time) over the same real documents (Perl's documentation,
    ``../shared/data/curated/perl-doc.jsonl.gz``), 112 permutations, word 5-grams:
@@ -13,6 +14,17 @@
    thousand real documents (``=head`` sections of the same PODs, plus copies edited at random rates):
    the real ``minhash_dedup`` stage (1 rank) with its default (every cluster verified) and with LSH alone, and
    datasketch ``MinHashLSH`` at the same b, r, all turned into clusters and representatives the same way.
+
+``--scripts`` (ours alone, the shingles of unspaced scripts, normalization version 2):
+
+1. speed on that English text and on ~2.5 MB of the crawl's Japanese and Chinese pages (character
+   5-grams), through ``MinHasher.signatures`` (with the Python NFKC of non-ASCII text) and through the
+   kernel alone;
+2. the S-curve on real Japanese and Chinese pages edited at graded rates (characters or sentences
+   replaced by real ones of other pages; ``tests/dedup/crawl_pages.py``);
+3. the n of the character n-grams: Jaccard of unrelated pages (every pair of distinct ja / zh pages of
+   the first crawl) and of real near-duplicates (the installation guide's pages for amd64 and arm64,
+   in English, Japanese and Chinese), at n = 3 ... 10, against English word 5-grams on the same pages.
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.dedup.normalize import normalize_text  # noqa: E402
+from corpus.dedup.normalize import CHAR_NGRAM, shingle_units  # noqa: E402
 from corpus.dedup.order import representative_key  # noqa: E402
 from corpus.dedup.union_find import UnionFind  # noqa: E402
 from mpi_kernels.minhash import MinHasher, MinHashParams, lsh_probability  # noqa: E402
@@ -48,12 +60,14 @@ SHARED = ROOT.parent / "shared" / "data"
 BANDS, ROWS, PERM, THRESHOLD = 14, 8, 112, 0.7
 
 
-def shingles(text: str, n: int = 5) -> list[bytes]:
-    words = normalize_text(text).split()
-    if not words:
+def shingles(text: str, n: int = 5, char_n: int = CHAR_NGRAM) -> list[bytes]:
+    """The shingles the kernel hashes, as bytes: word n-grams, or character n-grams of an unspaced text."""
+    units, chars = shingle_units(text)
+    if not units:
         return []
-    width = min(n, len(words))
-    return [" ".join(words[i : i + width]).encode() for i in range(len(words) - width + 1)]
+    width = min(char_n if chars else n, len(units))
+    sep = "" if chars else " "
+    return [sep.join(units[i : i + width]).encode() for i in range(len(units) - width + 1)]
 
 
 def cpu(fn) -> float:
@@ -101,6 +115,134 @@ def bench_speed(texts: list[str]) -> list[dict]:
                 "MB_per_s": round(mb / secs, 2),
                 "sigs_per_s": round(len(texts) / secs, 1),
                 "ours_speedup": round(secs / t_ours, 1),
+            }
+        )
+    return rows
+
+
+def bench_scurve_unspaced(pages_per_language: int = 20, repeats: int = 10) -> list[dict]:
+    """Graded edits of real ja and zh pages (the first crawl's first pages of 800-6,000 characters),
+    ``repeats`` per page and level, each repeat with its own hash functions; found = shares a band."""
+    from tests.dedup.crawl_pages import crawl_pages, scurve_points
+
+    warcs = tuple(f"warc/crawl-2026-03-part{i}.warc.gz" for i in range(4))
+    pages = crawl_pages(SHARED, pages_per_language, warcs=warcs)
+    rows = []
+    for lang, texts in pages.items():
+        found = scurve_points(
+            texts, (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95), repeats, lang, BANDS, ROWS
+        )
+        for results in found.values():
+            j = np.array([x[0] for x in results])
+            rows.append(
+                {
+                    "lang": lang,
+                    "pairs": len(results),
+                    "jaccard": round(float(j.mean()), 3),
+                    "theory": round(float(lsh_probability(j, BANDS, ROWS).mean()), 3),
+                    "ours": round(sum(x[1] for x in results) / len(results), 3),
+                }
+            )
+    return rows
+
+
+def bench_char_ngram(ns: tuple[int, ...] = (3, 4, 5, 6, 8, 10)) -> list[dict]:
+    """For each n: unrelated pages (all pairs of distinct ja, zh pages of the first crawl shingled by
+    characters): the 99.9th percentile of their Jaccard and the pairs LSH is expected to find; real
+    near-duplicates (installation guide pages for amd64 and arm64, not identical): how many are at
+    Jaccard >= 0.7 and how far their Jaccard is from English word 5-grams' on the same page pair."""
+    import re
+
+    from corpus.dedup.normalize import is_unspaced, normalize_text
+    from tests.dedup.crawl_pages import URL_LANGUAGE, crawl_records, jaccard, page_text
+
+    warcs = tuple(f"warc/{p.name}" for p in sorted((SHARED / "warc").glob("*.warc.gz")))
+    guide = re.compile(r"installation-guide-(amd64|arm64)/(en|ja|zh_CN)/(.*)$")
+    unrelated: dict[str, list[str]] = {"ja": [], "zh": []}
+    arch: dict[tuple[str, str], dict[str, str]] = {}
+    for rec in crawl_records(SHARED, warcs):
+        m = guide.search(rec.url)
+        lang = next((lang for lang, url in URL_LANGUAGE.items() if url.search(rec.url)), None)
+        first_crawl = rec.date.startswith("2026-03")
+        if m is None and (lang is None or not first_crawl or len(rec.payload) > 200_000):
+            continue
+        text = normalize_text(page_text(rec))
+        if m:
+            arch.setdefault((m.group(2), m.group(3)), {})[m.group(1)] = text
+        if lang and first_crawl and is_unspaced(text) and len(text) >= 300:
+            unrelated[lang].append(text)
+    files = [
+        f
+        for (lang, f), v in arch.items()
+        if lang == "en"
+        and all(len(arch.get((lg, f), {})) == 2 for lg in ("en", "ja", "zh_CN"))
+        and all(is_unspaced(arch[(lg, f)]["amd64"]) for lg in ("ja", "zh_CN"))
+    ]
+
+    def word_grams(t: str) -> set:
+        w = t.split()
+        return {" ".join(w[i : i + 5]) for i in range(max(1, len(w) - 4))}
+
+    def char_grams(t: str, n: int) -> set:
+        t = t.replace(" ", "")
+        return {t[i : i + n] for i in range(max(1, len(t) - n + 1))}
+
+    en = np.array(
+        [jaccard(word_grams(arch[("en", f)]["amd64"]), word_grams(arch[("en", f)]["arm64"])) for f in files]
+    )
+    rows = []
+
+    def near(lang: str, grams) -> tuple[str, float]:
+        j = np.array(
+            [jaccard(grams(arch[(lang, f)]["amd64"]), grams(arch[(lang, f)]["arm64"])) for f in files]
+        )
+        differ = j < 1.0
+        return f"{int((j[differ] >= 0.7).sum())}/{int(differ.sum())}", round(float(np.abs(j - en).mean()), 3)
+
+    en_near = near("en", word_grams)[0]
+    print(f"English word 5-grams on the same {len(files)} page pairs: near-duplicates >= 0.7: {en_near}\n")
+    shingles = [("word 5-grams (version 1)", word_grams)]
+    shingles += [(f"char {n}-grams", lambda t, n=n: char_grams(t, n)) for n in ns]
+    for name, grams in shingles:
+        row: dict = {"shingles": name}
+        for lang, key in (("ja", "ja"), ("zh", "zh_CN")):
+            texts = unrelated[lang]
+            sets = [set(grams(t)) for t in texts]
+            js = np.array([jaccard(sets[a], sets[b]) for a in range(len(sets)) for b in range(a)])
+            row[f"{lang} unrelated p99.9"] = round(float(np.quantile(js, 0.999)), 3)
+            row[f"{lang} unrelated found"] = round(float(lsh_probability(js, BANDS, ROWS).sum()), 2)
+            row[f"{lang} near-dups >= 0.7"], row[f"{lang} |J - J_en|"] = near(key, grams)
+        rows.append(row)
+    return rows
+
+
+def bench_kernel_speed(english: list[str]) -> list[dict]:
+    """Ours alone, best of 5 (process CPU time): English text, and Japanese and Chinese pages of the
+    crawl (every crawl file, text extracted as the pipeline does), through ``signatures`` and through
+    the kernel alone (text already in its byte form)."""
+    from mpi_kernels.minhash import kernel_bytes
+    from tests.dedup.crawl_pages import crawl_pages
+
+    warcs = tuple(f"warc/{p.name}" for p in sorted((SHARED / "warc").glob("*.warc.gz")))
+    pages = crawl_pages(SHARED, 200, min_chars=1, max_chars=10**9, max_html=10**6, warcs=warcs)
+    ours = MinHasher(MinHashParams(num_perm=PERM, bands=BANDS, rows=ROWS))
+    rows = []
+    for name, texts in (
+        ("English (Perl PODs)", english),
+        ("Japanese + Chinese pages", pages["ja"] + pages["zh"]),
+    ):
+        mb = sum(len(t.encode()) for t in texts) / 1e6
+        ours.signatures(texts[:2])  # compile (or load the numba cache) outside the timing
+        encoded = [kernel_bytes(t) for t in texts]
+        t_all = min(cpu(lambda texts=texts: ours.signatures(texts)) for _ in range(5))
+        t_kernel = min(cpu(lambda encoded=encoded: ours._kernel(encoded)) for _ in range(5))
+        rows.append(
+            {
+                "text": name,
+                "docs": len(texts),
+                "MB": round(mb, 2),
+                "signatures_MB_per_s": round(mb / t_all, 1),
+                "kernel_MB_per_s": round(mb / t_kernel, 1),
             }
         )
     return rows
@@ -305,6 +447,7 @@ def main() -> None:
     ap.add_argument("--quality-docs", type=int, default=3000)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path, help="write the S-curve as a PNG here")
+    ap.add_argument("--scripts", action="store_true", help="only ours: English against Japanese and Chinese")
     a = ap.parse_args()
     texts, size = [], 0
     for pod in perl_pods(SHARED):
@@ -313,6 +456,19 @@ def main() -> None:
         if size >= a.speed_mb * 1e6:
             break
     report = {}
+    if a.scripts:
+        print(f"## Our signature speed, one core, K={PERM}\n")
+        report["kernel_speed"] = bench_kernel_speed(texts)
+        print(table(report["kernel_speed"]) + "\n")
+        print(f"## S-curve on graded edits of real Japanese and Chinese pages (b={BANDS}, r={ROWS})\n")
+        report["scurve_unspaced"] = bench_scurve_unspaced()
+        print(table(report["scurve_unspaced"]) + "\n")
+        print("## The n of character n-grams: unrelated pages and real near-duplicates\n")
+        report["char_ngram"] = bench_char_ngram()
+        print(table(report["char_ngram"]) + "\n")
+        if a.json:
+            a.json.write_text(json.dumps(report, indent=1))
+        return
     print(f"## Signature speed, one core, {size / 1e6:.1f} MB / {len(texts)} documents, K={PERM}\n")
     report["speed"] = bench_speed(texts)
     print(table(report["speed"]) + "\n")

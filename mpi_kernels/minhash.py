@@ -1,9 +1,17 @@
 """MinHash signatures and LSH band keys, compiled with numba.
 
-A document's shingles are its word 5-grams (configurable) over ``corpus.dedup.normalize.normalize_text``;
-a document with fewer words than that has one shingle, all its words; one with no words has none and an
-empty signature (never banded). Each shingle is hashed to 64 bits (FNV-1a per word, the words chained
-and finished with the murmur3 mixer) and reduced to x < 2^61. Permutation k is the universal hash
+A document's shingles are n-grams of its units (``corpus.dedup.normalize.shingle_units``, normalization
+version 2), chosen per document by script: the words of ``normalize_text`` (word 5-grams, ``ngram``), or,
+for a document written mostly in scripts without spaces between words (Han, kana, Thai, ...:
+``normalize.is_unspaced``), its characters other than whitespace (character 5-grams, ``char_ngram``).
+A document with fewer units than n has one shingle, all its units; one with none has no shingle and an
+empty signature (never banded). Each shingle is hashed to 64 bits (FNV-1a per unit over its UTF-8
+bytes, the units chained and finished with the murmur3 mixer) and reduced to x < 2^61. The kernel
+makes the choice from the bytes: a first pass hashes the words and counts the letters of unspaced
+scripts (only among non-ASCII characters: ASCII text never is unspaced and its pass is as before); a
+document with such a letter gets a second pass that hashes its characters and counts its other letters,
+and its character units are used when ``UNSPACED_WEIGHT`` times the first count is at least the second.
+Permutation k is the universal hash
 
     h_k(x) = (a_k * x + b_k) mod (2^61 - 1)
 
@@ -28,6 +36,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from corpus.dedup.normalize import CHAR_NGRAM, LETTER, UNSPACED_LETTER, UNSPACED_WEIGHT
 from corpus.digest import stable_hash64
 
 MERSENNE_61 = (1 << 61) - 1
@@ -49,21 +58,29 @@ _MIX1 = np.uint64(0xFF51AFD7ED558CCD)
 _MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
 
 
+#: what the kernel does with a character (``codepoint_classes``; for an ASCII byte ``_CLASS``): drop it,
+#: a letter of a spaced script, a separator, a letter of an unspaced script, a word character that is not
+#: a letter (decimal digit, ``_``). Every class but DROP and SEPARATOR is part of a word and a character unit.
+DROP, LETTER_SPACED, SEPARATOR, LETTER_UNSPACED, WORD_OTHER = 0, 1, 2, 3, 4
+
+
 def _byte_classes() -> np.ndarray:
-    """What the kernel does with each byte: 0 drop, 1 word byte, 2 word separator.
+    """The class of each ASCII byte (``DROP`` ... ``WORD_OTHER``).
 
     For ASCII text this is exactly ``normalize_text`` (NFKC is the identity on ASCII; lower-case; drop
     what is neither ``\\w`` nor ``\\s``; whitespace separates words), so ASCII documents skip the Python
-    normalization. Bytes >= 0x80 only occur in text normalized beforehand, where they are word bytes.
+    normalization; no ASCII letter is of an unspaced script. Bytes >= 0x80 are classified by code point.
     """
     classes = np.zeros(256, dtype=np.uint8)
     for c in range(128):
         ch = chr(c)
-        if ch.isalnum() or ch == "_":
-            classes[c] = 1
+        if ch.isalpha():
+            classes[c] = LETTER_SPACED
+        elif ch.isdigit() or ch == "_":
+            classes[c] = WORD_OTHER
         elif ch.isspace():
-            classes[c] = 2
-    classes[128:] = 1
+            classes[c] = SEPARATOR
+    classes[128:] = LETTER_SPACED
     return classes
 
 
@@ -80,12 +97,15 @@ class MinHashParams:
     rows: int = 8
     ngram: int = 5
     seed: int = 0
+    #: n of the character n-grams of unspaced documents; the stage keeps the normalization version's
+    #: (``normalize.CHAR_NGRAM``), other values are for measurements
+    char_ngram: int = CHAR_NGRAM
 
     def __post_init__(self) -> None:
         if self.bands * self.rows > self.num_perm:
             raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
-        if min(self.num_perm, self.bands, self.rows, self.ngram) < 1:
-            raise ValueError("num_perm, bands, rows and ngram must be positive")
+        if min(self.num_perm, self.bands, self.rows, self.ngram, self.char_ngram) < 1:
+            raise ValueError("num_perm, bands, rows, ngram and char_ngram must be positive")
         if self.bands >= 1 << 16:
             raise ValueError("at most 65535 bands")
 
@@ -129,8 +149,10 @@ def mulmod61_add(a: int, x: int, b: int) -> int:
 @numba.njit(cache=True)
 def _word_hashes(buf, start, end, classes, lower, cp_classes, out):
     """FNV-1a hashes of the words of UTF-8 bytes: ASCII by ``classes`` (lower-cased by ``lower``),
-    other characters decoded and classified by ``cp_classes`` (0 drop, 1 word, 2 separator)."""
+    other characters decoded and classified by ``cp_classes``. Returns (words, letters of unspaced
+    scripts); the count costs nothing on ASCII bytes, which are never such letters."""
     n = 0
+    unspaced = 0
     h = _FNV_OFFSET
     in_word = False
     i = start
@@ -152,13 +174,15 @@ def _word_hashes(buf, start, end, classes, lower, cp_classes, out):
             for j in range(1, width):
                 cp = (cp << 6) | np.int64(buf[i + j] & 0x3F)
             cls = cp_classes[cp]
+            if cls == 3:
+                unspaced += 1
         if cls == 2:
             if in_word:
                 out[n] = h
                 n += 1
                 h = _FNV_OFFSET
                 in_word = False
-        elif cls == 1:
+        elif cls != 0:
             for j in range(width):
                 h ^= np.uint64(lower[buf[i + j]])
                 h *= _FNV_PRIME
@@ -167,29 +191,87 @@ def _word_hashes(buf, start, end, classes, lower, cp_classes, out):
     if in_word:
         out[n] = h
         n += 1
-    return n
+    return n, unspaced
 
 
 @numba.njit(cache=True)
-def _signatures(buf, offsets, ngram, a, b, classes, lower, cp_classes, out):
+def _char_hashes(buf, start, end, classes, lower, cp_classes, out):
+    """FNV-1a hashes of the characters of UTF-8 bytes that are part of a word (every class but drop and
+    separator), each over its bytes as ``_word_hashes`` reads them. Returns (characters, letters of
+    spaced scripts)."""
+    n = 0
+    spaced = 0
+    i = start
+    while i < end:
+        c = buf[i]
+        width = 1
+        if c < 128:
+            cls = classes[c]
+        else:
+            if c >= 0xF0:
+                width = 4
+                cp = np.int64(c & 0x07)
+            elif c >= 0xE0:
+                width = 3
+                cp = np.int64(c & 0x0F)
+            else:
+                width = 2
+                cp = np.int64(c & 0x1F)
+            for j in range(1, width):
+                cp = (cp << 6) | np.int64(buf[i + j] & 0x3F)
+            cls = cp_classes[cp]
+        if cls != 0 and cls != 2:
+            h = _FNV_OFFSET
+            for j in range(width):
+                h ^= np.uint64(lower[buf[i + j]])
+                h *= _FNV_PRIME
+            out[n] = h
+            n += 1
+            if cls == 1:
+                spaced += 1
+        i += width
+    return n, spaced
+
+
+@numba.njit(cache=True)
+def _signatures(buf, offsets, ngram, char_ngram, unspaced_weight, a, b, classes, lower, cp_classes, out):
     num_perm = a.shape[0]
     a_hi = a >> _S32
     a_lo = a & _M32
-    n_max = max(1, (offsets[-1] - offsets[0]) // 2 + 1)
+    longest = 0
+    for d in range(offsets.shape[0] - 1):
+        longest = max(longest, offsets[d + 1] - offsets[d])
+    # a document of L bytes has at most L // 2 + 1 words and L characters: the character buffer (and
+    # room for that many shingles) is only allocated once a document is shingled by characters
+    n_max = longest // 2 + 1
     words = np.empty(n_max, dtype=np.uint64)
+    chars = np.empty(0, dtype=np.uint64)
     x_hi = np.empty(n_max, dtype=np.uint64)
     x_lo = np.empty(n_max, dtype=np.uint64)
     for d in range(offsets.shape[0] - 1):
-        n_words = _word_hashes(buf, offsets[d], offsets[d + 1], classes, lower, cp_classes, words)
-        if n_words == 0:
+        start, end = offsets[d], offsets[d + 1]
+        n_units, unspaced = _word_hashes(buf, start, end, classes, lower, cp_classes, words)
+        units = words
+        n = ngram
+        if unspaced > 0:
+            if chars.shape[0] == 0:
+                chars = np.empty(longest + 1, dtype=np.uint64)
+                x_hi = np.empty(longest + 1, dtype=np.uint64)
+                x_lo = np.empty(longest + 1, dtype=np.uint64)
+            n_chars, spaced = _char_hashes(buf, start, end, classes, lower, cp_classes, chars)
+            if unspaced_weight * unspaced >= spaced:
+                units = chars
+                n_units = n_chars
+                n = char_ngram
+        if n_units == 0:
             out[d, :] = _P
             continue
-        width = min(ngram, n_words)
-        n_shingles = n_words - width + 1
+        width = min(n, n_units)
+        n_shingles = n_units - width + 1
         for s in range(n_shingles):
             h = _FNV_OFFSET
             for j in range(width):
-                h = (h ^ words[s + j]) * _FNV_PRIME
+                h = (h ^ units[s + j]) * _FNV_PRIME
             x = _mix64(h) & _P
             x_hi[s] = x >> _S32
             x_lo[s] = x & _M32
@@ -228,21 +310,24 @@ _LEAD_4 = 0xF0
 
 @functools.cache
 def codepoint_classes(limit: int = 0x110000) -> np.ndarray:
-    """0 drop / 1 word / 2 separator for every code point below ``limit``, by the same rules as
-    ``normalize_text``'s regexes (``\\w`` is a word character, ``\\s`` a separator, anything else is
-    dropped). Built once per process and limit with three regex passes over the code points: ~0.15 CPU s
-    for all of Unicode, ~0.01 s for the BMP, which is all that a text without 4-byte UTF-8 sequences
-    needs. The string of every code point is decoded from one UTF-32 buffer: joining 1.1 M
+    """The class (``DROP`` ... ``WORD_OTHER``) of every code point below ``limit``, by the same rules as
+    ``normalize_text``'s regexes and ``is_unspaced``'s (``\\w`` is a word character, ``\\s`` a separator,
+    anything else is dropped; ``normalize.LETTER`` is a letter, ``normalize.UNSPACED_LETTER`` one of an
+    unspaced script). Built once per process and limit with five regex passes over the code points:
+    ~0.15 CPU s for all of Unicode, ~0.01 s for the BMP, which is all that a text without 4-byte UTF-8
+    sequences needs. The string of every code point is decoded from one UTF-32 buffer: joining 1.1 M
     one-character strings peaked at ~100 MB, more than a whole rank's share of a small memory budget."""
     everything = np.arange(limit, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
-    marked = re.sub(r"[^\w\s]", "\x00", everything)
+    marked = re.sub(r"[^\w\s]", "\x00", everything)  # \x00-\x04 are neither \w nor letters
     marked = re.sub(r"\s", "\x02", marked)
-    marked = re.sub(r"[^\x00\x02]", "\x01", marked)
+    marked = UNSPACED_LETTER.sub("\x03", marked)
+    marked = LETTER.sub("\x01", marked)
+    marked = re.sub(r"[^\x00-\x03]", "\x04", marked)  # the rest of \w: decimal digits and _
     return np.frombuffer(marked.encode("latin-1"), dtype=np.uint8).copy()
 
 
 def kernel_bytes(text: str) -> bytes:
-    """The text as the kernel reads it: its words are exactly ``normalize_text(text)``'s.
+    """The text as the kernel reads it: its units are exactly ``shingle_units(text)``.
 
     ASCII text goes as it is (the kernel lower-cases, drops and splits ASCII itself); other text gets
     NFKC and lower-case here and the kernel classifies its characters with ``codepoint_classes`` (the
@@ -271,7 +356,20 @@ class MinHasher:
             cp_classes = _ASCII_ONLY
         else:
             cp_classes = codepoint_classes(0x110000 if int(buf.max()) >= _LEAD_4 else BMP)
-        _signatures(buf, offsets, self.params.ngram, self.a, self.b, _CLASS, _LOWER, cp_classes, out)
+        p = self.params
+        _signatures(
+            buf,
+            offsets,
+            p.ngram,
+            p.char_ngram,
+            UNSPACED_WEIGHT,
+            self.a,
+            self.b,
+            _CLASS,
+            _LOWER,
+            cp_classes,
+            out,
+        )
         return out
 
     def signatures_of_normalized(self, texts: Sequence[str]) -> np.ndarray:

@@ -5,9 +5,28 @@ made with it, so each stage's phase key and manifest carry the version it used.
   whitespace folded to one space, ends stripped. Punctuation, operators and digits count: ``3.14`` is
   not ``314``, ``x = a + b;`` is not ``x = a - b;`` and ``} else {`` is not ``else:`` (version 1 removed
   them, which merged different texts of code, numbers and prose).
-* MinHash shingles (``NORMALIZATION_VERSION`` 1, :func:`normalize_text`): as above, and every character
-  that is neither a word character nor whitespace removed, so "Hello,  World!" and "hello world" share
-  their shingles: near-duplicate detection is about the words.
+* MinHash shingles (``NORMALIZATION_VERSION`` 2, :func:`normalize_text`, :func:`shingle_units`): as
+  above, and every character that is neither a word character nor whitespace removed, so
+  "Hello,  World!" and "hello world" share their shingles: near-duplicate detection is about the text,
+  not its punctuation. The units of the shingles are chosen per document by its script:
+
+  - **words** (split on whitespace), shingled as word n-grams (``ngram``, 5), for a document written
+    mostly in spaced scripts (Latin, Cyrillic, Greek, Arabic, Hangul, Devanagari, ...);
+  - **characters** (the normalized text with its whitespace removed), shingled as character n-grams
+    (:data:`CHAR_NGRAM`, 5), for a document written mostly in an *unspaced* script
+    (:data:`UNSPACED_SCRIPTS`: Han, Hiragana, Katakana, Bopomofo, Yi, Thai, Lao, Tibetan, Myanmar,
+    Khmer, Tai Le, New Tai Lue, Tai Tham, Tai Viet, Balinese, Javanese), whose words no space separates.
+
+  The rule (:func:`is_unspaced`): letters (word characters other than decimal digits and ``_``) are
+  counted after normalization; the document is shingled by characters when its letters of unspaced
+  scripts, each counted three times, are at least as many as its other letters (``3 u >= o``, u > 0:
+  at least a quarter of its letters). Three because one such character carries about what three Latin
+  letters do: on the installation guide's parallel pages in the shared crawl, a Chinese character stands
+  for 3.3 English letters and a Japanese one for 1.9. So a Chinese page goes to characters once about
+  half its text is Chinese, a Japanese one at about 40 %: the rule errs towards characters, since
+  character shingles still see the spaced part of a mixed document, while word shingles see an unspaced
+  part as a few giant "words" (a whole Chinese paragraph is one), so that only exact copies matched.
+  ASCII text is never unspaced. Version 1 had words only.
 """
 
 from __future__ import annotations
@@ -16,10 +35,53 @@ import hashlib
 import re
 import unicodedata
 
-NORMALIZATION_VERSION = "1"
+NORMALIZATION_VERSION = "2"
 KEY_VERSION = "2"
 
 _NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]+")
+#: n of the character n-grams of unspaced documents (part of NORMALIZATION_VERSION, not a setting)
+CHAR_NGRAM = 5
+#: (script, first, last code point): the blocks of scripts written without spaces between words; a
+#: letter in one of them is an "unspaced" letter (Hangul is written with spaces: not here)
+UNSPACED_SCRIPTS: tuple[tuple[str, int, int], ...] = (
+    ("Thai", 0x0E00, 0x0E7F),
+    ("Lao", 0x0E80, 0x0EFF),
+    ("Tibetan", 0x0F00, 0x0FFF),
+    ("Myanmar", 0x1000, 0x109F),
+    ("Khmer", 0x1780, 0x17FF),
+    ("Tai Le", 0x1950, 0x197F),
+    ("New Tai Lue", 0x1980, 0x19DF),
+    ("Khmer", 0x19E0, 0x19FF),
+    ("Tai Tham", 0x1A20, 0x1AAF),
+    ("Balinese", 0x1B00, 0x1B7F),
+    ("Han", 0x2E80, 0x2FDF),  # radicals (NFKC maps the Kangxi ones to ideographs)
+    ("Han", 0x3000, 0x303F),  # iteration marks and numerals of the CJK symbols block (々 〆 〇 〻)
+    ("Hiragana", 0x3040, 0x309F),
+    ("Katakana", 0x30A0, 0x30FF),
+    ("Bopomofo", 0x3100, 0x312F),
+    ("Han", 0x3190, 0x319F),  # kanbun
+    ("Bopomofo", 0x31A0, 0x31BF),
+    ("Katakana", 0x31F0, 0x31FF),
+    ("Han", 0x3400, 0x4DBF),
+    ("Han", 0x4E00, 0x9FFF),
+    ("Yi", 0xA000, 0xA4CF),
+    ("Javanese", 0xA980, 0xA9DF),
+    ("Myanmar", 0xA9E0, 0xA9FF),
+    ("Myanmar", 0xAA60, 0xAA7F),
+    ("Tai Viet", 0xAA80, 0xAADF),
+    ("Han", 0xF900, 0xFAFF),
+    ("Katakana", 0xFF65, 0xFF9F),  # half-width (NFKC makes them full-width)
+    ("Katakana", 0x1AFF0, 0x1B16F),  # kana supplement and extensions
+    ("Han", 0x20000, 0x3FFFF),  # extensions B-I and compatibility supplement
+)
+#: a letter: a word character other than a decimal digit and the underscore
+LETTER = re.compile(r"[^\W\d_]")
+#: a letter of an unspaced script
+UNSPACED_LETTER = re.compile(
+    r"(?=[^\W\d_])[" + "".join(f"{chr(lo)}-{chr(hi)}" for _, lo, hi in UNSPACED_SCRIPTS) + "]"
+)
+#: an unspaced letter counts this many times against the other letters (see the module docstring)
+UNSPACED_WEIGHT = 3
 _WHITESPACE = re.compile(r"\s+")
 #: the same rule for ASCII text as a translate table (str.translate has an ASCII fast path)
 _ASCII_DROP = str.maketrans(
@@ -34,6 +96,26 @@ def normalize_text(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).lower()
     text = _NOT_WORD_OR_SPACE.sub("", text)
     return _WHITESPACE.sub(" ", text).strip()
+
+
+def is_unspaced(normalized: str) -> bool:
+    """Whether a text already passed through :func:`normalize_text` is shingled by characters: it has
+    a letter of an unspaced script and ``UNSPACED_WEIGHT`` times their count is at least the count of its
+    other letters (see the module docstring). A pure function of the text; ASCII text is never unspaced."""
+    if normalized.isascii():
+        return False
+    unspaced = len(UNSPACED_LETTER.findall(normalized))
+    return unspaced > 0 and UNSPACED_WEIGHT * unspaced >= len(LETTER.findall(normalized)) - unspaced
+
+
+def shingle_units(text: str) -> tuple[list[str], bool]:
+    """The units a document's shingles are made of, and whether they are characters: the words of
+    ``normalize_text(text)``, or, when it :func:`is_unspaced`, its characters other than whitespace.
+    (The MinHash kernel computes the same units from bytes; this is the reference.)"""
+    normalized = normalize_text(text)
+    if is_unspaced(normalized):
+        return list(normalized.replace(" ", "")), True
+    return normalized.split(), False
 
 
 def key_form(text: str) -> str:

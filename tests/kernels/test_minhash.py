@@ -1,13 +1,15 @@
-"""The MinHash kernel: exact modular arithmetic, the documented hash family, and LSH that follows the S-curve."""
+"""The MinHash kernel: exact modular arithmetic, the documented hash family (word or character shingles,
+chosen per document by script), and LSH that follows the S-curve."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from corpus.dedup.normalize import normalize_text
+from corpus.dedup.normalize import is_unspaced, normalize_text, shingle_units
 from mpi_kernels.minhash import (
     EMPTY,
     MERSENNE_61,
@@ -38,10 +40,11 @@ def mix64(h: int) -> int:
     return h ^ (h >> 33)
 
 
-def shingle_values(text: str, ngram: int = 5) -> set[int]:
-    """The documented shingle hashing, in plain Python."""
-    words = [fnv1a(w.encode()) for w in normalize_text(text).split()]
-    width = min(ngram, len(words))
+def shingle_values(text: str, ngram: int = 5, char_ngram: int = 5) -> set[int]:
+    """The documented shingle hashing, in plain Python: n-grams of the units of ``shingle_units``."""
+    units, chars = shingle_units(text)
+    words = [fnv1a(w.encode("utf-8", "surrogatepass")) for w in units]
+    width = min(char_ngram if chars else ngram, len(words))
     out = set()
     for s in range(len(words) - width + 1) if words else ():
         h = 0xCBF29CE484222325
@@ -53,7 +56,7 @@ def shingle_values(text: str, ngram: int = 5) -> set[int]:
 
 def reference_signature(text: str, params: MinHashParams) -> list[int]:
     a, b = permutation_coefficients(params.num_perm, params.seed)
-    xs = shingle_values(text, params.ngram)
+    xs = shingle_values(text, params.ngram, params.char_ngram)
     return [
         min(((int(ak) * x + int(bk)) % MERSENNE_61 for x in xs), default=EMPTY)
         for ak, bk in zip(a, b, strict=True)
@@ -83,6 +86,39 @@ def test_coefficients_are_a_pure_function_of_the_seed():
     assert not (permutation_coefficients(112, seed=4)[0] == a).any()
 
 
+#: one text per case of the script rule, with whether its shingles are characters
+SCRIPTS = {
+    "en": ("The quick brown fox jumps over the lazy dog, again and again.", False),
+    "ja": ("インストール手順を示した公式の文書が Debian GNU/Linux インストールガイドです。", True),
+    "zh": ("含有安装说明的官方文档是 Debian GNU/Linux 安装手册。我们将在这里提供一些额外信息。", True),
+    "th": ("ภาษาไทยเขียนติดกันโดยไม่เว้นวรรคระหว่างคำ", True),
+    "ko": ("한국어는 단어 사이에 띄어쓰기를 합니다. 데비안 설치 안내서", False),
+    # mostly English with a few Chinese words: 4 Han letters against 38 Latin ones (3 x 4 < 38)
+    "mixed-en": ("Install the package 软件包 with apt, then read the documentation 文档 first", False),
+    # mostly Chinese with Latin terms: 21 Han letters against 35 Latin ones (3 x 21 >= 35)
+    "mixed-zh": (
+        "如果您使用 BIOS 配置为串口控制台的系统，那么可能在引导 installer 的时候无法看到 graphical boot menu",
+        True,
+    ),
+    "fullwidth": ("ｆｕｌｌｗｉｄｔｈ ＡＳＣＩＩ is Latin after NFKC", False),
+}
+
+
+@pytest.mark.parametrize("lang", list(SCRIPTS))
+def test_the_script_decides_between_word_and_character_shingles(lang):
+    text, chars = SCRIPTS[lang]
+    units, got = shingle_units(text)
+    assert got is chars and is_unspaced(normalize_text(text)) is chars
+    assert units == (list(normalize_text(text).replace(" ", "")) if chars else normalize_text(text).split())
+
+
+def test_the_rule_counts_an_unspaced_letter_three_times_and_ignores_digits():
+    """3 u >= o, u > 0: the boundary, digits and ``_`` are no letters, ASCII is never unspaced."""
+    assert is_unspaced("abc 中") and not is_unspaced("abcd 中")  # 3 >= 3; 3 < 4
+    assert is_unspaced("中 12345 67890 ___") and not is_unspaced("12345 ___") and not is_unspaced("")
+    assert is_unspaced("々〇ー") and not is_unspaced("abc def")  # iteration mark, Han zero, long vowel
+
+
 def test_signature_matches_the_documented_hash_family(shared_data):
     params = MinHashParams(num_perm=16, bands=4, rows=4)
     texts = [
@@ -90,10 +126,14 @@ def test_signature_matches_the_documented_hash_family(shared_data):
         "Three short words",
         "",
         "Ünïcode «text» — with ‘quotes’ and ﬁ ligatures, ｆｕｌｌｗｉｄｔｈ too",
-    ]
+        "中文",  # fewer characters than n: one shingle
+        "𠀀𠀁𠀂𠀃 four-byte Han, 😀 dropped",
+    ] + [t for t, _ in SCRIPTS.values()]
     sigs = MinHasher(params).signatures(texts)
     for text, sig in zip(texts, sigs, strict=True):
         assert [int(v) for v in sig] == reference_signature(text, params)
+    chars = MinHasher(replace(params, char_ngram=3)).signatures([SCRIPTS["zh"][0]])
+    assert [int(v) for v in chars[0]] == reference_signature(SCRIPTS["zh"][0], replace(params, char_ngram=3))
 
 
 def test_ascii_fast_path_equals_normalizing_first(shared_data):
@@ -175,18 +215,32 @@ def test_detection_rate_follows_the_s_curve(bands, rows):
 
 
 def test_the_code_point_table_follows_the_normalization_regexes_everywhere():
-    """Every code point (surrogates included) is classed as ``normalize_text``'s regexes class it, checked
-    a block of code points at a time."""
+    """Every code point (surrogates included) is classed as ``normalize_text``'s and ``is_unspaced``'s
+    regexes class it (drop, letter, separator, letter of an unspaced script, other word character),
+    checked a block of code points at a time."""
     import re
 
+    from corpus.dedup.normalize import UNSPACED_SCRIPTS
     from mpi_kernels.minhash import codepoint_classes
+
+    unspaced = np.zeros(0x110000, dtype=bool)
+    for _, lo, hi in UNSPACED_SCRIPTS:
+        unspaced[lo : hi + 1] = True
+
+    def want(ch: str) -> int:
+        if re.match(r"[^\w\s]", ch):
+            return 0
+        if re.match(r"\s", ch):
+            return 2
+        if re.match(r"[\d_]", ch):
+            return 4
+        return 3 if unspaced[ord(ch)] else 1
 
     table = codepoint_classes()
     assert table.shape == (0x110000,)
     for lo in range(0, 0x110000, 1 << 16):
         block = "".join(chr(c) for c in range(lo, lo + (1 << 16)))
-        want = [0 if re.match(r"[^\w\s]", ch) else 2 if re.match(r"\s", ch) else 1 for ch in block]
-        assert table[lo : lo + (1 << 16)].tolist() == want, hex(lo)
+        assert table[lo : lo + (1 << 16)].tolist() == [want(ch) for ch in block], hex(lo)
 
 
 def test_texts_within_the_bmp_use_its_table_and_give_the_signatures_of_the_full_one(monkeypatch):
