@@ -20,6 +20,10 @@ Per shard: each line's key is looked up in its range's file by binary search on 
 are removed; a document that lost lines gets new text (``Document.with_text``, so a new doc_id with
 ``derived_from`` the old one) and the annotations ``lines_removed`` and ``bytes_removed``; a document left
 with nothing but whitespace is filtered as ``all_lines_frequent``.
+Per shard too, the artifact ``removed_lines/NAME.parquet`` (:data:`REMOVED_SCHEMA`): each removed line's
+key, the number of the shard's documents that lost it and its text as first seen (up to
+:data:`LINE_SHOWN` characters), so the data card can name the most removed lines with their counts
+(corpus.report.removed_lines) without holding them in the stage.
 
     python -m hpc_jobs.line_dedup --in build/stages/policy --out build/stages/line_dedup
 """
@@ -35,14 +39,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from corpus.dedup.normalize import KEY_VERSION, line_key
 from corpus.docshard import iter_docs
+from corpus.metadata import write_metadata
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
-from runtime.runner import InputShard, Stage, StageContext, assign, main
+from runtime.runner import InputShard, Stage, StageContext, assign, main, remove_stale_artifacts
 
 LINES = "lines"
+REMOVED = "removed_lines"  # artifact: per input shard, the lines removed and how many documents lost each
+REMOVED_SCHEMA = pa.schema([("key", pa.uint64()), ("docs", pa.int64()), ("line", pa.string())])
+LINE_SHOWN = 200  # characters of a removed line kept to show it
 FREQUENT = ".frequent"  # a part's frequent keys: sorted 8-byte big-endian keys, back to back
 _KEY_DTYPE = np.dtype(">u8")  # line keys compare as bytes, i.e. as big-endian integers
 _KEY_BYTES = np.dtype("S8")  # the same keys as byte strings: searched in place, no byte swap
@@ -91,15 +100,52 @@ def key_values(keys: set[bytes]) -> np.ndarray:
     return np.sort(np.frombuffer(b"".join(keys), dtype=_KEY_DTYPE).astype(np.uint64))
 
 
-def remove_lines(text: str, frequent: Container[bytes]) -> tuple[str, int]:
-    """The text without its frequent lines (line ends kept as they were), and how many were removed."""
-    kept, removed = [], 0
+def remove_lines(text: str, frequent: Container[bytes]) -> tuple[str, list[tuple[bytes, str]]]:
+    """The text without its frequent lines (line ends kept as they were), and the removed lines with
+    their keys, in order."""
+    kept, removed = [], []
     for line in text.splitlines(keepends=True):
-        if line_key(line) in frequent:
-            removed += 1
+        key = line_key(line)
+        if key in frequent:
+            removed.append((key, line))
         else:
             kept.append(line)
     return "".join(kept), removed
+
+
+class RemovedLines:
+    """One shard's removed lines: per key, the documents that lost it and its text as first seen.
+    Bounded by the shard's distinct lines, written as the shard's ``removed_lines`` artifact."""
+
+    def __init__(self) -> None:
+        self._lines: dict[bytes, list] = {}
+
+    def add(self, removed: list[tuple[bytes, str]]) -> None:
+        """One document's removed lines (a line twice in it counts the document once)."""
+        first: dict[bytes, str] = {}
+        for key, line in removed:
+            first.setdefault(key, line)
+        for key, line in first.items():
+            seen = self._lines.get(key)
+            if seen is None:
+                self._lines[key] = [1, line.strip()[:LINE_SHOWN]]
+            else:
+                seen[0] += 1
+
+    def write(self, path: Path) -> None:
+        keys = sorted(self._lines)
+        table = pa.Table.from_arrays(
+            [
+                pa.array(np.frombuffer(b"".join(keys), dtype=_KEY_DTYPE).astype(np.uint64), type=pa.uint64()),
+                pa.array([self._lines[k][0] for k in keys], type=pa.int64()),
+                pa.array([self._lines[k][1] for k in keys], type=pa.string()),
+            ],
+            schema=REMOVED_SCHEMA,
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        write_metadata(table, tmp)
+        tmp.replace(path)
 
 
 class FrequentLines:
@@ -131,12 +177,15 @@ class LineDedupStage(Stage):
     name = "line_dedup"
     # 2: the global phase checkpointed in parts; frequent keys searched by memory map
     # 3: keys keep punctuation (KEY_VERSION 2); the limit scales with the corpus; exempt tiers
-    version = "3"
+    # 4: the removed lines of each shard kept as an artifact (removed_lines/)
+    version = "4"
     Config = LineDedupConfig
+    artifact_kinds = (REMOVED,)
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self._frequent: FrequentLines | None = None
+        self._removed = RemovedLines()
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         return global_phase_key(self, inputs, normalization=KEY_VERSION)
@@ -145,6 +194,7 @@ class LineDedupStage(Stage):
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))
         parts = max(1, len(inputs))
         self._frequent = FrequentLines(phase.step_dir(LINES), parts)
+        remove_stale_artifacts(ctx, inputs, REMOVED, (".parquet",))
         if phase.complete:
             return phase.reused()
         capacity = max(1024, ctx.memory_budget_bytes // (8 * _COMBINE_ENTRY_BYTES))
@@ -183,6 +233,13 @@ class LineDedupStage(Stage):
             ctx.say(f"{facts['distinct_lines']} distinct lines, {facts['frequent_lines']} frequent")
         return phase.finish({LINES: names}, ctx.comm.bcast(facts, root=0))
 
+    def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
+        self._removed = RemovedLines()
+        yield from super().process_shard(shard, ctx)
+
+    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
+        self._removed.write(ctx.artifact_path(REMOVED, f"{shard.name}.parquet"))
+
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
         assert self._frequent is not None
         if doc.source_tier in self.config.exempt_tiers:
@@ -190,9 +247,10 @@ class LineDedupStage(Stage):
         text, removed = remove_lines(doc.text, self._frequent)
         if not removed:
             return Kept(doc)
+        self._removed.add(removed)
         lost = len(doc.text.encode("utf-8")) - len(text.encode("utf-8"))
         notes = (
-            Annotation(self.name, "lines_removed", removed),
+            Annotation(self.name, "lines_removed", len(removed)),
             Annotation(self.name, "bytes_removed", lost),
         )
         if not text.strip():

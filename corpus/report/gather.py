@@ -30,6 +30,7 @@ from corpus.docshard import ShardCorrupt
 from corpus.model import GroupCounts, StageManifest
 from corpus.report.build_view import BuildView
 from corpus.report.holdout import holdout_copies, holdout_counts
+from corpus.report.removed_lines import most_removed_lines
 from corpus.report.representatives import representative_lengths
 from corpus.report.scan import (
     Clusters,
@@ -338,6 +339,12 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     card["dedup"] = dedup
     if not any("dedup" in m.stage for m in view.stages):
         absent["dedup"] = "no dedup stage in this build"
+    line_dedup = view.stage("line_dedup")
+    card["removed_lines"] = (
+        most_removed_lines(view.stage_dir("line_dedup")) if line_dedup and view.build_dir is not None else None
+    )
+    if card["removed_lines"] is None:
+        absent["removed_lines"] = "no line_dedup stage kept its removed lines"
     card["representatives"] = representatives(view)
     if card["representatives"] is None:
         absent["representatives"] = "no near-duplicate cluster with one selected representative"

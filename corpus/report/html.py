@@ -355,7 +355,22 @@ def _dedup(card: dict[str, Any]) -> str:
                 f'<p class="mono">{escape(stage)} records {escape(key)}: '
                 f"{escape(json.dumps(value, sort_keys=True))[:600]}</p>"
             )
-    return "".join(out) + _representatives(card)
+    return "".join(out) + _removed_lines(card) + _representatives(card)
+
+
+def _removed_lines(card: dict[str, Any]) -> str:
+    r = card.get("removed_lines")
+    out = ["<h3>Lines removed by line_dedup</h3>"]
+    if r is None:
+        return out[0] + _note(card["absent"].get("removed_lines", "no line_dedup stage"))
+    out.append(
+        f"<p>{_n(r['distinct_lines'])} distinct lines removed, {_n(r['removals'])} times in all "
+        "(a document counted once per line). The most removed (a line of code or prose here is a bug signal):</p>"
+    )
+    if r["top"]:
+        rows = [[escape(t["line"]), _mono(t["key"]), _n(t["docs"])] for t in r["top"]]
+        out.append(_table(["line", "key", "documents"], rows, left=2))
+    return "".join(out)
 
 
 def _representatives(card: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from corpus.dedup.normalize import key_form, line_key
+from corpus.report.removed_lines import most_removed_lines
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
 
@@ -79,6 +80,12 @@ def test_frequent_lines_are_removed_and_rare_ones_kept(corpus, tmp_path):
     m = manifest(out)
     assert m["totals"]["in"] == len(docs) == m["totals"]["out"] + 1
     assert m["extra"]["frequent_lines"] == len(frequent)
+    # the card names the removed lines with the number of documents that lost each
+    shown = most_removed_lines(out, top=len(frequent) + 1)
+    losers = Counter(n for d in docs for n in {norm(x) for x in d.text.splitlines()} if n in frequent)
+    assert {norm(t["line"]): t["docs"] for t in shown["top"]} == losers
+    assert [t["docs"] for t in shown["top"]] == sorted(losers.values(), reverse=True)
+    assert shown["removals"] == sum(losers.values()) and shown["top"][0]["docs"] == 41  # the footer
 
 
 def test_same_outputs_on_1_2_and_4_ranks(corpus, tmp_path):
