@@ -51,6 +51,7 @@ def artifacts_dir() -> Path:
     return ARTIFACTS
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     """`make test` runs the suite on two pytest-xdist workers (``--dist loadgroup``): a group runs whole
     on one worker. Every test of the local cluster (SLURM, sshd, PostgreSQL, Airflow: ``cluster`` or under
