@@ -19,7 +19,7 @@ never spell a path of their own::
     <stage>/megatron/, <stage>/lineage/    write_shards' token shards and their lineage
     <stage>/metadata/NAME.parquet          write_shards' per-document metadata table of each token shard
     <stage>/lineage/doc_index/dNNNNN.docidx write_shards' doc_id index, range-partitioned by doc_id prefix
-    <stage>/ngram_index/gNNNNN.u64         decontaminate's retained 13-gram index, partitioned by hash prefix
+    <stage>/doc_gram_index/gNNNNN.dgr      decontaminate's per-document 8-gram index, partitioned by hash prefix
 """
 
 from __future__ import annotations
@@ -52,11 +52,6 @@ METADATA = "metadata"
 #: the doc_id index parts (write_shards, under LINEAGE; the snapshot keeps the same relative path)
 DOC_INDEX_DIR = "doc_index"
 DOC_INDEX_SUFFIX = ".docidx"
-#: decontaminate's retained 13-gram index parts (in the stage directory; in the snapshot under decont/)
-NGRAM_INDEX_DIR = "ngram_index"
-NGRAM_INDEX_SUFFIX = ".u64"
-#: decontaminate's per-shard 13-gram arrays (the senders of its index exchange)
-NGRAMS = "ngrams"
 
 
 def stage_dir(build_dir: Path, stage: str) -> Path:

@@ -156,8 +156,8 @@ def stage_versions(manifests: list[StageManifest]) -> dict[str, dict[str, str]]:
 
 
 def assemble_candidates(out: Path, manifests: list[StageManifest], seed: int) -> SnapshotManifest:
-    """Lay out ``out/candidates`` (Megatron shards, lineage, metadata, contamination report, 13-gram
-    index, tokenizer) from the finished stages and write its manifest; see :mod:`corpus.snapshot`."""
+    """Lay out ``out/candidates`` (Megatron shards, lineage, metadata, contamination report,
+    per-document 8-gram index, tokenizer) from the finished stages and write its manifest; see :mod:`corpus.snapshot`."""
     from corpus.snapshot import assemble
 
     candidates = assemble(out, manifests, seed, stage_versions(manifests), CANDIDATES_DIR)

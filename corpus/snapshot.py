@@ -10,13 +10,14 @@ Layout of ``<build>/snapshot/`` (self-contained: copy the directory and it still
     lineage/doc_index/dNNNNN.docidx      doc_id -> (shard, document), part NNNNN of the doc_id prefixes
     copies/<input shard>.jsonl.zst       each exact copy's provenance, pointing at its stored keeper
     decont/report.json                   the per-benchmark contamination report (required)
-    decont/13grams/gNNNNN.u64            the retained corpus 13-gram index, part NNNNN of the hash prefixes
+    decont/8gram_docs/gNNNNN.dgr         the per-document 8-gram index, part NNNNN of the hash prefixes
     tokenizer/<name>                     the pinned tokenizer artifact (the tokenize stage's copy)
 
-Both indexes are built range-partitioned by the stages (write_shards' and decontaminate's global
-phases) and only *linked* here: assembly holds one shard's metadata at a time, never an index, and takes
-every digest from the stage manifests (computed by the writing ranks as they wrote), so it reads no data
-file. :func:`validate_snapshot` re-hashes every file, in parallel threads, each one streamed.
+Both indexes (the doc_id index, and the per-document 8-gram index a contamination check reads) are
+built range-partitioned by the stages (write_shards' and decontaminate's global phases) and only
+*linked* here: assembly holds one shard's metadata at a time, never an index, and takes every digest
+from the stage manifests (computed by the writing ranks as they wrote), so it reads no data file.
+:func:`validate_snapshot` re-hashes every file, in parallel threads, each one streamed.
 
 Files are hard-linked from the build's stage directories (copied where links are impossible; stages
 only ever replace files, never rewrite them, so a link keeps the bytes it was made with); the tokenizer
@@ -42,8 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from corpus.decont.corpus_index import GRAM_RECORD, PartitionedGramIndex
-from corpus.decont.ngrams import NGRAM, SCHEME
+from corpus.decont.doc_grams import DOC_GRAM_INDEX, DOC_GRAM_RECORD, DocGramIndex
 from corpus.decont.report import FLAGGED, build_report
 from corpus.digest import file_sha256, sha256_hex
 from corpus.doc_index import DOC_INDEX_RECORD, PartitionedDocIndex
@@ -64,7 +64,8 @@ from corpus.version import is_version, open_version
 REPORT = "decont/report.json"
 #: exact_dedup's copies/ (one file per input shard with copies), under the same name in the snapshot
 COPIES_DIR = "copies"
-NGRAM_INDEX_DIR = "decont/13grams"
+#: decontaminate's per-document 8-gram index parts (its ``doc_gram_index/``), linked
+GRAM_DOCS_DIR = "decont/8gram_docs"
 DOC_INDEX_DIR = "lineage/doc_index"
 SNAPSHOTS_ENV = "CORPUS_SNAPSHOTS"
 REQUIRED_STAGES = ("decontaminate", "tokenize", "write_shards")
@@ -180,10 +181,10 @@ def assemble(
         )
     link_file(tok_file, snap / tok_rel)  # the stage only ever replaces it, never rewrites it
 
-    # the retained 13-gram index (linked parts) and the contamination report
+    # the per-document 8-gram index (linked parts) and the contamination report
     decont_dir = stage_dir(build_dir, "decontaminate")
-    grams = decont_facts.ngram_index
-    gram_parts = _link_parts(decont_dir, grams, snap, NGRAM_INDEX_DIR)
+    doc_grams = decont_facts.doc_gram_index
+    doc_gram_parts = _link_parts(decont_dir, doc_grams, snap, GRAM_DOCS_DIR)
     flagged = [
         doc
         for s in decont.side_outputs
@@ -215,14 +216,13 @@ def assemble(
         "tokens": tokens_stored,
         "artifacts": {
             "contamination_report": {"path": REPORT, "sha256": sha256_hex(report_bytes)},
-            "ngram_index": {
-                "parts": gram_parts,
-                "prefix_bits": grams.prefix_bits,
-                "record": str(GRAM_RECORD),
-                "grams": grams.count,
-                "n": NGRAM,
-                "scheme": SCHEME,
-                "min_run": matching.get("min_run", 10),
+            DOC_GRAM_INDEX: {
+                "parts": doc_gram_parts,
+                "prefix_bits": doc_grams.prefix_bits,
+                "record": doc_grams.record,
+                "rows": doc_grams.count,
+                "scheme": doc_grams.scheme,
+                **decont_facts.rule_settings(),  # rule, n, min_run, min_item_words: what a check applies
             },
             "copies": {"parts": copies, "record": "corpus.provenance.COPY_COLUMNS, JSON lines, zstd"},
             "doc_index": {
@@ -404,10 +404,25 @@ class Snapshot:
         art = self.manifest.extra["artifacts"]["doc_index"]
         return PartitionedDocIndex([self.dir / p["path"] for p in art["parts"]], art["prefix_bits"])
 
-    def ngram_index(self) -> PartitionedGramIndex:
-        """The retained 13-gram index: a lookup maps only the parts its hashes fall in."""
-        art = self.manifest.extra["artifacts"]["ngram_index"]
-        return PartitionedGramIndex([self.dir / p["path"] for p in art["parts"]], art["prefix_bits"])
+    def doc_gram_index(self) -> tuple[DocGramIndex, dict[str, Any]]:
+        """The per-document 8-gram index the build kept (its memory-mapped parts: a check reads the pages
+        its binary searches touch) and its listing: ``rule``, ``n``, ``min_run``, ``min_item_words`` (what a
+        check after the build applies), ``rows``, ``prefix_bits``, ``parts``. Read from this directory
+        only, so a snapshot copied away from its build is checked the same."""
+        art = self.manifest.extra.get("artifacts", {}).get(DOC_GRAM_INDEX)
+        if art is None:
+            version = self.manifest.stage_versions.get("decontaminate", {}).get("version", "?")
+            raise UserError(
+                f"snapshot {self.snapshot_id} carries no per-document 8-gram index (decontaminate version "
+                f"{version}; a snapshot carries it from version 6): rebuild from decontaminate"
+            )
+        paths = [self.dir / p["path"] for p in art["parts"]]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise UserError(
+                f"the per-document 8-gram index of {self.dir} is incomplete: {', '.join(missing[:3])} missing"
+            )
+        return DocGramIndex(paths, int(art["prefix_bits"])), art
 
     def contamination_report(self) -> dict[str, Any]:
         return json.loads((self.dir / REPORT).read_text())
@@ -446,13 +461,19 @@ def validate_snapshot(directory: Path, workers: int | None = None) -> list[str]:
     return snapshot_problems(snap.dir, snap.manifest, rehash=True, workers=workers)
 
 
+#: the partitioned artifacts of fixed-width records: (record size, what a part listing counts)
+_RECORD_PARTS = {
+    DOC_GRAM_INDEX: (DOC_GRAM_RECORD.itemsize, "rows"),
+    "doc_index": (DOC_INDEX_RECORD.itemsize, "docs"),
+}
+
+
 def _artifact_files(m: SnapshotManifest) -> list[tuple[str, str, str, int | None]]:
     """(artifact name, path, sha256, size it must have or None) of every artifact file."""
     files = []
     for name, art in sorted(m.extra.get("artifacts", {}).items()):
         if "parts" in art:
-            itemsize = {"ngram_index": GRAM_RECORD.itemsize, "doc_index": DOC_INDEX_RECORD.itemsize}.get(name)
-            count = "grams" if name == "ngram_index" else "docs"
+            itemsize, count = _RECORD_PARTS.get(name, (None, ""))
             for part in art["parts"]:
                 size = itemsize * part[count] if itemsize and count in part else None
                 files.append((name, part["path"], part["sha256"], size))

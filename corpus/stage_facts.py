@@ -5,8 +5,8 @@ back into, these dataclasses, so a reader never fishes a free key out of a dict 
 older stage version that lacks one gets a clear error naming the stage, not a ``KeyError``.
 
 * the tokenize stage's tokenizer (:class:`corpus.tokenizer.TokenizerInfo`): write_shards, the snapshot;
-* decontaminate's :class:`DecontaminationFacts` (eval registry, matching settings, the retained 13-gram
-  index's parts): the snapshot and its contamination report;
+* decontaminate's :class:`DecontaminationFacts` (eval registry, the rule and its settings, the parts of
+  the per-document 8-gram index): the snapshot, its contamination report and the index it links;
 * write_shards' :class:`WriteShardsFacts` (the token shards and the doc_id index's parts): the snapshot.
 """
 
@@ -55,7 +55,7 @@ class FileRef:
 @dataclass(frozen=True)
 class PartitionedIndex:
     """A sorted index split by key prefix: part ``p`` of ``2**prefix_bits`` holds the keys whose top
-    ``prefix_bits`` bits are ``p``. ``unit`` names what it counts in JSON (``grams``, ``docs``)."""
+    ``prefix_bits`` bits are ``p``. ``unit`` names what it counts in JSON (``rows``, ``docs``)."""
 
     unit: str
     prefix_bits: int
@@ -88,27 +88,50 @@ class PartitionedIndex:
         )
 
 
+#: what ``DecontaminationFacts.matching`` must say of the rule, for a check after the build to apply it
+RULE_KEYS = ("rule", "ngram", "min_run", "min_item_words")
+
+
 @dataclass(frozen=True)
 class DecontaminationFacts:
     eval_registry_hash: str
     eval_registry: dict[str, Any]  # per benchmark: items, source, unchecked items
-    matching: dict[str, Any]  # n-gram size, minimum run, scheme
-    ngram_index: PartitionedIndex
+    matching: dict[str, Any]  # the rule and its settings (RULE_KEYS), the scheme, passage counts
+    doc_gram_index: PartitionedIndex  # the per-document 8-gram index: (8-gram, document) records, "rows"
+
+    def rule_settings(self) -> dict[str, Any]:
+        """What a check of the index after the build applies: the rule, its n-gram and its settings."""
+        m = self.matching
+        return {
+            "rule": m["rule"],
+            "n": int(m["ngram"]),
+            "min_run": int(m["min_run"]),
+            "min_item_words": int(m["min_item_words"]),
+        }
 
     def to_extra(self) -> dict[str, Any]:
         return {
             "eval_registry_hash": self.eval_registry_hash,
             "eval_registry": self.eval_registry,
             "matching": self.matching,
-            "ngram_index": self.ngram_index.to_dict(),
+            "doc_gram_index": self.doc_gram_index.to_dict(),
         }
 
     @classmethod
     def of(cls, m: StageManifest) -> DecontaminationFacts:
-        _require(m, "decontaminate", "eval_registry_hash", "eval_registry", "matching", "ngram_index")
+        _require(m, "decontaminate", "eval_registry_hash", "eval_registry", "matching", "doc_gram_index")
         e = m.extra
+        missing = [k for k in RULE_KEYS if k not in e["matching"]]
+        if missing:
+            raise MissingFacts(
+                f"the decontaminate stage (version {m.stage_version}) does not say its rule's "
+                f"{', '.join(missing)}: rerun the build from decontaminate"
+            )
         return cls(
-            e["eval_registry_hash"], e["eval_registry"], e["matching"], PartitionedIndex.from_dict(e["ngram_index"], "grams")
+            e["eval_registry_hash"],
+            e["eval_registry"],
+            e["matching"],
+            PartitionedIndex.from_dict(e["doc_gram_index"], "rows"),
         )
 
 

@@ -1,8 +1,10 @@
 """# contamination_check
 
-Checks benchmarks published after a snapshot was built against that snapshot's retained 13-gram
-index (`corpus contamination --benchmark`), without reading the corpus again. Runs on the cluster's
-side through the same backends as `build_snapshot` (the index lives on the cluster's filesystem).
+Checks benchmarks published after a snapshot was built against that snapshot's per-document 8-gram
+index (`corpus contamination --benchmark`), by the rule the build flagged documents with: an item is
+contaminated when one of its passages has a run of `min_run` consecutive word 8-grams (all of them, for
+a shorter passage) in one stored document. The corpus is not read again. Runs on the cluster's side
+through the same backends as `build_snapshot` (the snapshot lives on the cluster's filesystem).
 
 * **check** runs the check and puts the per-benchmark result in XCom (items, checked, flagged, rate,
   longest run, flagged ids);
@@ -35,8 +37,9 @@ PARAMS = {
                             description="for a snapshot id; empty: $CORPUS_SNAPSHOTS on the cluster"),
     "benchmarks": Param([], type="array", items=path_schema(), minItems=1, title="Benchmarks",
                         description='benchmark JSONL files ({"id", "text"} per line) on the cluster (absolute)'),
-    "min_run": Param(0, type="integer", minimum=0, title="Consecutive 13-grams that count",
-                     description="0: the snapshot's own setting"),
+    "min_run": Param(0, type="integer", minimum=0, title="Consecutive 8-grams that count",
+                     description="consecutive word 8-grams of a passage, in one document, that make an item "
+                                 "contaminated; 0: the snapshot's own setting (the build's min_run, default 15)"),
     "max_rate": Param(0.0, type="number", minimum=0, maximum=1, title="Largest tolerated flagged rate"),
     "backend": Param(os.environ.get("CORPUS_BACKEND", "local"), type="string", enum=list(BACKENDS)),
 }
@@ -65,7 +68,8 @@ def contamination_check() -> None:
     @task(retries=0)  # a verdict on the same numbers is the same verdict: nothing to retry
     def judge(result: dict[str, Any]) -> dict[str, Any]:
         max_rate = float(get_current_context()["params"]["max_rate"])
-        print(f"snapshot {result['snapshot_id']}: {result['index_grams']} retained 13-grams, run >= {result['min_run']}")
+        print(f"snapshot {result['snapshot_id']}: {result['index_rows']} (8-gram, document) records, "
+              f"rule {result['rule']}, run >= {result['min_run']} 8-grams")
         over = []
         for r in result["benchmarks"]:
             print(f"  {r['benchmark']}: {r['flagged_items']} of {r['checked_items']} checked items flagged "

@@ -4,8 +4,10 @@ Without ``--benchmark`` it prints the report the build made (per benchmark: docu
 flagged, rates, longest run). With ``--benchmark FILE`` (repeatable) it checks a benchmark — one
 published after the snapshot, or one of the build's own — against the per-document 8-gram index the
 build kept, without reading the corpus, by the build's own rule (:mod:`corpus.decont.rule`): the same
-items are contaminated in the same documents as the build's scan would have found. The index's parts
-are memory-mapped; a check reads the pages its binary searches touch.
+items are contaminated in the same documents as the build's scan would have found. The index is the
+snapshot's own (``decont/8gram_docs/``, :meth:`corpus.snapshot.Snapshot.doc_gram_index`), so a snapshot
+copied away from its build is checked the same; its parts are memory-mapped, and a check reads the pages
+its binary searches touch.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 from pathlib import Path
 
 from cli.commands._snapshot_ref import add_snapshot_arguments
-from corpus.decont.doc_grams import NoDocGramIndex, check_benchmark, doc_ids_of_keys, open_doc_gram_index
+from corpus.decont.doc_grams import check_benchmark, doc_ids_of_keys
 from corpus.decont.registry import RegistryError, load_benchmark
 from corpus.decont.report import report_table
 from corpus.errors import UserError
@@ -50,10 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def check(snap: Snapshot, benchmarks: list[Path], min_run: int | None = None) -> dict:
     """Every benchmark checked against the snapshot's per-document index, documents named by doc_id."""
-    try:
-        index, listing = open_doc_gram_index(snap)
-    except NoDocGramIndex as e:
-        raise UserError(str(e)) from e
+    index, listing = snap.doc_gram_index()
     min_run = min_run or int(listing["min_run"])
     if min_run < 1:
         raise UserError(f"--min-run must be at least 1, got {min_run}")
@@ -78,7 +77,6 @@ def check(snap: Snapshot, benchmarks: list[Path], min_run: int | None = None) ->
         "min_run": min_run,
         "min_item_words": int(listing["min_item_words"]),
         "index_rows": int(listing["rows"]),
-        "index_grams": int(snap.manifest.extra["artifacts"]["ngram_index"]["grams"]),
         "benchmarks": results,
     }
 

@@ -3,9 +3,11 @@
 The rule (:mod:`corpus.decont.rule`) needs of a document the set of its 8-gram hashes. The
 decontaminate stage keeps exactly that, for every candidate document: one record per (8-gram, document)
 — :data:`DOC_GRAM_RECORD`, the hash and the document's key (the first 64 bits of its doc_id) —
-**range-partitioned by hash prefix** like the 13-gram index (part ``p`` of ``2**prefix_bits`` holds the
-records whose hash starts with ``p``), sorted by (hash, document), unique. A part is raw little-endian
-records, read by memory map; no process holds more than the pages its lookups touch.
+**range-partitioned by hash prefix** (:mod:`corpus.decont.corpus_index`: part ``p`` of ``2**prefix_bits``
+holds the records whose hash starts with ``p``), sorted by (hash, document), unique. A part is raw
+little-endian records, read by memory map; no process holds more than the pages its lookups touch. The
+snapshot links the parts (``decont/8gram_docs/``) and lists them (``extra.artifacts.doc_gram_index``, with
+the rule's settings): :meth:`corpus.snapshot.Snapshot.doc_gram_index` opens them.
 
 :func:`check_benchmark` answers, for a benchmark published after the build, exactly what the build's
 scan would have said of every stored document: for each checked passage it finds the documents that
@@ -50,8 +52,8 @@ DOC_GRAMS_SUFFIX = ".rows"
 #: decontaminate's per-document index parts (``doc_gram_index/gNNNNN.dgr`` in the stage directory)
 DOC_GRAM_INDEX_DIR = "doc_gram_index"
 DOC_GRAM_INDEX_SUFFIX = ".dgr"
-#: the key of the index's listing in decontaminate's manifest ``extra`` (and, linked, in a snapshot's
-#: ``extra.artifacts``)
+#: the key of the index's listing in decontaminate's manifest ``extra`` (``DecontaminationFacts``) and,
+#: linked, in a snapshot's ``extra.artifacts``
 DOC_GRAM_INDEX = "doc_gram_index"
 #: a batch of the check: about this many passage 8-grams (and this many candidate rows) at a time
 CHECK_BATCH = 1 << 20
@@ -344,37 +346,3 @@ def doc_ids_of_keys(doc_index: Any, keys: Iterable[str]) -> dict[str, list[str]]
         out[key] = found
     return out
 
-
-class NoDocGramIndex(LookupError):
-    """A snapshot carries no per-document index a check could apply the build's rule to."""
-
-
-def open_doc_gram_index(snapshot: Any) -> tuple[DocGramIndex, dict[str, Any]]:
-    """A snapshot's per-document index and its listing (``rule``, ``n``, ``min_run``, ``min_item_words``,
-    ``rows``, ``parts``). ``snapshot`` is a :class:`corpus.snapshot.Snapshot`: its own linked copy
-    (``extra.artifacts.doc_gram_index``) when assembly linked one, else the decontaminate stage directory
-    of the build the snapshot sits in (``<build>/stages/decontaminate``), used only when its manifest is
-    the one the snapshot records (``stage_versions.decontaminate.manifest``)."""
-    from corpus.layout import STAGES_DIR
-    from corpus.manifests import read_stage_manifest
-
-    art = snapshot.manifest.extra.get("artifacts", {}).get(DOC_GRAM_INDEX)
-    if art is not None:
-        base, listing = Path(snapshot.dir), art
-    else:
-        stage = Path(snapshot.dir).parent / STAGES_DIR / "decontaminate"
-        m = read_stage_manifest(stage)
-        recorded = snapshot.manifest.stage_versions.get("decontaminate", {}).get("manifest")
-        if m is None or m.digest != recorded or DOC_GRAM_INDEX not in m.extra:
-            version = snapshot.manifest.stage_versions.get("decontaminate", {}).get("version", "?")
-            raise NoDocGramIndex(
-                f"snapshot {snapshot.snapshot_id} carries no per-document 8-gram index (decontaminate "
-                f"version {version}; the index is kept from version 5, and is read from the snapshot or from "
-                f"the build directory it was assembled in, {stage.parent.parent}): rebuild from decontaminate"
-            )
-        base, listing = stage, m.extra[DOC_GRAM_INDEX]
-    paths = [base / p["path"] for p in listing["parts"]]
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        raise NoDocGramIndex(f"the per-document 8-gram index is incomplete: {', '.join(missing[:3])} missing")
-    return DocGramIndex(paths, int(listing["prefix_bits"])), listing

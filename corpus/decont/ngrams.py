@@ -21,7 +21,6 @@ import numpy as np
 from corpus.digest import stable_hash64
 
 SCHEME = "nfkc-lower-words/1+blake2b-word/poly64-prefix-gram/2"
-NGRAM = 13
 _WORD = re.compile(r"\w+")
 #: word -> hash for the words seen last, emptied when full. About 150 bytes an entry, so the bound
 #: (~10 MB) is what keeps it from growing with the corpus's vocabulary: at 2**20 entries it reached
@@ -113,27 +112,5 @@ def gram_hashes(hashes: np.ndarray, n: int) -> np.ndarray:
     return Grams(hashes).of(n)
 
 
-def text_grams(text: str, n: int = NGRAM) -> np.ndarray:
+def text_grams(text: str, n: int) -> np.ndarray:
     return gram_hashes(word_hashes(normalize_words(text)), n)
-
-
-def is_member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """Boolean mask: which ``values`` are in ``sorted_set`` (a sorted unique uint64 array)."""
-    if sorted_set.shape[0] == 0 or values.shape[0] == 0:
-        return np.zeros(values.shape[0], dtype=bool)
-    pos = np.searchsorted(sorted_set, values)
-    pos[pos == sorted_set.shape[0]] = 0
-    return sorted_set[pos] == values
-
-
-def runs_of(mask: np.ndarray) -> list[tuple[int, int]]:
-    """Maximal runs of True as (start, length), in order."""
-    if mask.shape[0] == 0:
-        return []
-    padded = np.concatenate(([False], mask, [False])).astype(np.int8)
-    edges = np.flatnonzero(np.diff(padded))
-    return [(int(s), int(e - s)) for s, e in zip(edges[::2], edges[1::2], strict=True)]
-
-
-def longest_run(mask: np.ndarray) -> int:
-    return max((length for _, length in runs_of(mask)), default=0)

@@ -1,5 +1,5 @@
 """The contamination_check DAG, run by Airflow itself: a benchmark published after the snapshot is
-checked against the snapshot's retained 13-gram index, and a contaminated one turns the run red."""
+checked against the snapshot's per-document 8-gram index, and a contaminated one turns the run red."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ import shutil
 import numpy as np
 import pytest
 
-from corpus.decont.corpus_index import GramSpool, doc_grams, npy_bytes, save_index
 from corpus.decont.doc_grams import DocGramIndex, check_benchmark, doc_rows, key_hex, write_parts
 from corpus.decont.matcher import EvalIndex
 from corpus.decont.ngrams import normalize_words, text_grams
@@ -114,9 +113,9 @@ def test_tiny_items_are_counted_as_unchecked(index):
 
 
 def test_normalization_ignores_case_punctuation_and_spacing():
-    a = text_grams("Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning!")
-    b = text_grams("janet s   DUCKS lay 16 eggs -- per day; she eats three for breakfast\nevery morning")
-    assert a.tolist() == b.tolist() and a.shape[0] == 3  # 15 words
+    a = text_grams("Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning!", 8)
+    b = text_grams("janet s   DUCKS lay 16 eggs -- per day; she eats three for breakfast\nevery morning", 8)
+    assert a.tolist() == b.tolist() and a.shape[0] == 8  # 15 words
 
 
 def test_registry_digest_names_every_benchmark_file(tmp_path):
@@ -209,32 +208,8 @@ def test_an_eval_file_changed_in_place_changes_the_stage_config(tmp_path):
     shutil.copy(EVALS / "gsm8k.jsonl", tmp_path / "gsm8k.jsonl")
     before = stage_config(DecontaminateConfig, {"eval_dir": str(tmp_path)}, "decontaminate")
     assert before.eval_registry_hash == EvalRegistry.load(tmp_path).digest
+    assert (before.eval_dir, before.registry) == (tmp_path.name, tmp_path)  # recorded by name, read from where found
     with open(tmp_path / "gsm8k.jsonl", "a") as f:
         f.write(json.dumps({"id": "new", "text": "a question published later with its answer"}) + "\n")
     after = stage_config(DecontaminateConfig, {"eval_dir": str(tmp_path)}, "decontaminate")
     assert config_hash(after) != config_hash(before)
-
-
-@pytest.mark.parametrize("limit_bytes", [8 << 10, 64 << 10, 1 << 30])
-def test_a_shard_spooled_in_little_memory_writes_the_same_npy(hosts, tmp_path, limit_bytes):
-    """The spool spills sorted runs past its limit and merges them back, to the bytes of one
-    ``np.unique`` over every document's 13-grams (the .npy the stage wrote before it spooled); its runs
-    are gone afterwards, with the runs a killed run left in its directory."""
-    docs = [doc_grams(d) for d in hosts] + [doc_grams(d) for d in hosts[:10]]  # repeats across runs
-    spill = tmp_path / "spill"
-    spill.mkdir()
-    (spill / "run-000000.u64").write_bytes(np.arange(5, dtype=np.uint64).tobytes())  # stale
-    spool = GramSpool(spill, limit_bytes)
-    for g in docs:
-        spool.add(g)
-    runs = len(spool.runs)
-    count = spool.save(tmp_path / "spooled.npy")
-    save_index(tmp_path / "whole.npy", np.concatenate(docs))
-    assert (tmp_path / "spooled.npy").read_bytes() == (tmp_path / "whole.npy").read_bytes()
-    assert count == np.load(tmp_path / "whole.npy").shape[0]
-    assert (runs > 3) == (limit_bytes < 1 << 20) and not spill.exists()
-
-
-def test_an_empty_spool_writes_an_empty_index(tmp_path):
-    GramSpool(tmp_path / "spill", 1 << 10).save(tmp_path / "empty.npy")
-    assert (tmp_path / "empty.npy").read_bytes() == npy_bytes(np.empty(0, np.uint64))

@@ -62,27 +62,28 @@ def test_the_same_content_from_another_directory_a_relative_path_or_a_link_has_t
     tmp_path, monkeypatch
 ):
     docs = perl_docs(n=12)
-    evals = tmp_path / "evals"  # one spelling for both builds: decontaminate records eval_dir as given
-    evals.mkdir()
-    shutil.copy(EVALS / "gsm8k.jsonl", evals)
-    # A: absolute paths; the tokenizer under one directory
+    # A: absolute paths; the tokenizer and the eval registry under one directory
     a = tmp_path / "a"
     (a / "models").mkdir(parents=True)
+    (a / "evals").mkdir()
     shutil.copy(OLMO, a / "models" / OLMO.name)
-    snap_a, manifests_a = _build(a / "build", str(a / "models" / OLMO.name), str(evals), docs)
-    # B: another directory, the build directory relative to the working directory, the tokenizer a copy
-    # named through a relative path that crosses a symbolic link
+    shutil.copy(EVALS / "gsm8k.jsonl", a / "evals")
+    snap_a, manifests_a = _build(a / "build", str(a / "models" / OLMO.name), str(a / "evals"), docs)
+    # B: another directory, the build directory relative to the working directory, the tokenizer and the
+    # eval registry copies named through relative paths that cross a symbolic link
     b = tmp_path / "b" / "deeper"
     (b / "elsewhere" / "tok").mkdir(parents=True)
+    (b / "elsewhere" / "evals").mkdir()
     shutil.copy(OLMO, b / "elsewhere" / "tok" / OLMO.name)
+    shutil.copy(EVALS / "gsm8k.jsonl", b / "elsewhere" / "evals")
     os.symlink(b / "elsewhere", b / "link")
     monkeypatch.chdir(b)
-    snap_b, manifests_b = _build(Path("build"), f"link/tok/{OLMO.name}", str(evals), docs)
+    snap_b, manifests_b = _build(Path("build"), f"link/tok/{OLMO.name}", "link/evals", docs)
 
     for ma, mb in zip(manifests_a, manifests_b, strict=True):
         assert ma.digest == mb.digest, ma.stage
     assert snap_a.snapshot_id == snap_b.snapshot_id
-    digested = [m.digested_part() for m in manifests_b if m.stage != "decontaminate"]  # eval_dir: above
+    digested = [m.digested_part() for m in manifests_b]
     for text in (canonical_json(snap_b.digested_part()).decode(), *(canonical_json(d).decode() for d in digested)):
         assert str(tmp_path) not in text and "link/" not in text and "elsewhere" not in text
     assert (Path("build") / "snapshot" / "tokenizer" / OLMO.name).read_bytes() == OLMO.read_bytes()
@@ -100,14 +101,7 @@ def test_the_same_content_from_another_directory_a_relative_path_or_a_link_has_t
     "stage, key, source",
     [
         ("tokenize", "tokenizer", OLMO),
-        pytest.param(
-            "decontaminate",
-            "eval_dir",
-            EVALS,
-            marks=pytest.mark.xfail(
-                strict=True, reason="hpc_jobs/decontaminate.py records eval_dir as given (not this change's file)"
-            ),
-        ),
+        ("decontaminate", "eval_dir", EVALS),
         ("annotate", "quality_model", DEFAULT_QUALITY_MODEL),
     ],
 )

@@ -8,15 +8,8 @@ import io
 import numpy as np
 import pytest
 
-from corpus.decont.corpus_index import (
-    GRAM_RECORD,
-    PartitionedGramIndex,
-    SortedUniqueWriter,
-    decode_grams,
-    encode_grams,
-    part_of_hashes,
-    prefix_bits,
-)
+from corpus.decont.corpus_index import map_records, part_of_hashes, prefix_bits
+from corpus.decont.doc_grams import DOC_GRAM_RECORD, DocGramIndex, SortedRowWriter, write_parts
 from corpus.doc_index import (
     DOC_INDEX_RECORD,
     PartitionedDocIndex,
@@ -99,9 +92,15 @@ def test_documents_sharing_a_doc_id_keep_the_order_of_their_lineage_records():
     ]
 
 
-def test_the_index_records_round_trip():
-    hashes = np.array([3, 2**63, 2**64 - 1], dtype=np.uint64)
-    assert np.array_equal(decode_grams(encode_grams(hashes)), hashes) and GRAM_RECORD.itemsize == 8
+def test_the_index_records_round_trip(tmp_path):
+    rows = np.zeros(3, dtype=DOC_GRAM_RECORD)
+    rows["gram"], rows["doc"] = [3, 2**63, 2**64 - 1], [2**64 - 1, 0, 7]
+    (tmp_path / "g.dgr").write_bytes(rows.tobytes())
+    assert np.array_equal(map_records(tmp_path / "g.dgr", DOC_GRAM_RECORD), rows)
+    assert DOC_GRAM_RECORD.itemsize == 16 and rows.tobytes()[:8] == (3).to_bytes(8, "little")
+    (tmp_path / "bad.dgr").write_bytes(rows.tobytes()[:-1])
+    with pytest.raises(ValueError, match="whole number of 16-byte records"):
+        map_records(tmp_path / "bad.dgr", DOC_GRAM_RECORD)
     ids = [d.encode() for d in DOC_IDS[:3]]
     rec = decode_doc_index(encode_doc_index(ids, [0, 5, 2**32 - 1], [9, 0, 1]))
     assert rec.dtype == DOC_INDEX_RECORD and rec.dtype.itemsize == 40
@@ -125,36 +124,42 @@ def test_the_number_of_parts_follows_from_the_data_only():
         parts_of_doc_ids(np.array([b"g" * 32]), 1)
 
 
-def test_a_part_is_written_once_per_hash_in_ascending_order():
+def test_a_part_is_written_once_per_record_in_ascending_order():
     buf = io.BytesIO()
-    w = SortedUniqueWriter(buf)
-    for batch in ([1, 1], [1, 4, 9], [9], [9, 12]):  # repeats straddle the batch ends
-        w.add_sorted(np.array(batch, dtype=np.uint64))
-    assert decode_grams(buf.getvalue()).tolist() == [1, 4, 9, 12] and w.count == 4
+    w = SortedRowWriter(buf)
+    for gram, doc in (([1, 1], [5, 5]), ([1, 1, 4, 9], [5, 6, 0, 2]), ([9], [2]), ([9, 12], [3, 1])):
+        w.add_sorted(np.array(gram, dtype=np.uint64), np.array(doc, dtype=np.uint64))  # repeats straddle ends
+    got = np.frombuffer(buf.getvalue(), dtype=DOC_GRAM_RECORD)
+    assert got.tolist() == [(1, 5), (1, 6), (4, 0), (9, 2), (9, 3), (12, 1)] and w.count == 6
     with pytest.raises(ValueError, match="ascending"):
-        w.add_sorted(np.array([3], dtype=np.uint64))
+        w.add_sorted(np.array([12], dtype=np.uint64), np.array([0], dtype=np.uint64))
     with pytest.raises(ValueError, match="ascending"):
-        w.add_sorted(np.array([20, 15], dtype=np.uint64))
+        w.add_sorted(np.array([20, 15], dtype=np.uint64), np.array([0, 0], dtype=np.uint64))
 
 
-def _write_gram_parts(tmp_path, hashes: np.ndarray, bits: int) -> list:
-    parts = part_of_hashes(hashes, bits)
-    paths = []
-    for p in range(1 << bits):
-        paths.append(tmp_path / f"g{p:05d}.u64")
-        paths[-1].write_bytes(encode_grams(np.unique(hashes[parts == p])))
-    return paths
-
-
-def test_the_partitioned_gram_index_answers_like_one_sorted_array(tmp_path):
+def test_the_partitioned_doc_gram_index_answers_like_one_table(tmp_path):
+    """Random (8-gram, document) records in 8 parts: each hash's range holds exactly the documents that
+    hold it, and a document holds an 8-gram exactly when the record is there."""
     rng = np.random.default_rng(0)
-    corpus = rng.integers(0, 2**64 - 1, size=5000, dtype=np.uint64)
-    index = PartitionedGramIndex(_write_gram_parts(tmp_path, corpus, bits=3), bits=3)
-    queries = np.concatenate([corpus[::7], rng.integers(0, 2**64 - 1, size=500, dtype=np.uint64)])
-    assert np.array_equal(index.contains(queries), np.isin(queries, corpus))
-    assert len(index) == np.unique(corpus).shape[0]
+    grams = rng.integers(0, 2**64 - 1, size=600, dtype=np.uint64)
+    rows = np.zeros(4000, dtype=DOC_GRAM_RECORD)
+    rows["gram"] = grams[rng.integers(0, grams.shape[0], size=rows.shape[0])]
+    rows["doc"] = rng.integers(0, 40, size=rows.shape[0])
+    rows = np.concatenate([rows, rows[:100]])  # repeats are written once
+    index = DocGramIndex(write_parts(rows, tmp_path, bits=3), bits=3)
+    table = {(int(g), int(d)) for g, d in rows.tolist()}
+    assert len(index) == len(table)
+    queries = np.concatenate([grams[::3], rng.integers(0, 2**64 - 1, size=50, dtype=np.uint64)])
+    parts, left, right = index.ranges(queries)
+    which, docs = index.docs(parts, left, right)
+    got = {(int(queries[w]), int(d)) for w, d in zip(which.tolist(), docs.tolist(), strict=True)}
+    assert got == {(g, d) for g, d in table if g in set(queries.tolist())}
+    probe = rng.integers(0, 40, size=queries.shape[0]).astype(np.uint64)
+    held = index.holds(parts, left, right, probe)
+    assert held.tolist() == [(int(g), int(d)) in table for g, d in zip(queries, probe, strict=True)]
+    assert 0 < held.sum() < held.shape[0]
     with pytest.raises(ValueError, match="has 8 parts"):
-        PartitionedGramIndex([tmp_path / "g00000.u64"], bits=3)
+        DocGramIndex([tmp_path / "g00000.dgr"], bits=3)
 
 
 def test_the_partitioned_doc_index_finds_every_document_and_nothing_else(tmp_path):

@@ -39,7 +39,7 @@ from tests.support.interruptions import assert_resumes_after_interruption
 TARGET = 8000
 #: small index parts, so that the indexes are read across several parts and every step of the global
 #: phases has several parts per rank (the number of parts follows from the data and these)
-INDEX_PART_GRAMS, DOC_INDEX_PART_DOCS = 2000, 8
+DOC_GRAM_PART_ROWS, DOC_INDEX_PART_DOCS = 2000, 8
 REGISTRY = ("gsm8k", "arc_easy", "arc_challenge")
 PLANTED = {4: ("gsm8k", "gsm8k-0"), 10: ("arc_easy", "arc_easy-3"), 16: ("arc_challenge", "arc_challenge-7")}
 LATER = {7: "HumanEval/5", 13: "HumanEval/42"}
@@ -82,7 +82,7 @@ def build(root: Path, ranks: int, seed: int = 7, tokenizer: Path = OLMO, reuse: 
     cfg = write_config(
         b / "config.toml",
         seed=seed,
-        decontaminate={"eval_dir": str(registry_dir(root)), "index_part_grams": INDEX_PART_GRAMS},
+        decontaminate={"eval_dir": str(registry_dir(root)), "doc_gram_part_rows": DOC_GRAM_PART_ROWS},
         tokenize={"tokenizer": str(tokenizer)},
         write_shards={
             "shard_target_tokens": TARGET,
@@ -234,18 +234,23 @@ def test_the_snapshot_validates_and_a_damaged_copy_does_not(snap, tmp_path):
     lineage = snap.manifest.shards[-1].files["lineage"]
     (copy / lineage).write_text("{}\n")
     artifacts = snap.manifest.extra["artifacts"]
-    gram_part = copy / artifacts["ngram_index"]["parts"][1]["path"]
+    gram_parts = artifacts["doc_gram_index"]["parts"]
+    gram_part = copy / gram_parts[1]["path"]
     grams = bytearray(gram_part.read_bytes())
     grams[0] ^= 0x01
     gram_part.write_bytes(bytes(grams))
+    short_part = copy / gram_parts[2]["path"]
+    short_part.write_bytes(short_part.read_bytes()[:-16])  # one (8-gram, document) record gone
     doc_part = copy / artifacts["doc_index"]["parts"][0]["path"]
     doc_part.write_bytes(doc_part.read_bytes()[:-40])
     problems = validate_snapshot(copy)
     assert any("sha256 does not match the manifest" in p for p in problems)
     assert any("contamination_report" in p and "missing" in p for p in problems)
     assert any(p.startswith(lineage) for p in problems)
+    assert any(p.startswith(f"artifact doc_gram_index ({gram_parts[1]['path']}): sha256") for p in problems)
     assert any(
-        p.startswith(f"artifact ngram_index ({artifacts['ngram_index']['parts'][1]['path']}): sha256")
+        p == f"artifact doc_gram_index ({gram_parts[2]['path']}): {16 * gram_parts[2]['rows'] - 16} bytes, "
+        f"the manifest says {16 * gram_parts[2]['rows']}"
         for p in problems
     )
     assert any(
@@ -313,7 +318,7 @@ def test_trace_command_finds_the_snapshot_by_id_under_a_root(built, snap, root):
     assert bad.returncode == 2 and "no snapshot" in bad.stderr
 
 
-def test_a_later_benchmark_is_checked_against_the_retained_index(snap, root):
+def test_a_later_benchmark_is_checked_against_the_retained_index(snap, root, tmp_path):
     proc = run_corpus(
         "contamination",
         "--benchmark",
@@ -333,6 +338,23 @@ def test_a_later_benchmark_is_checked_against_the_retained_index(snap, root):
     assert json.loads(again.stdout)["benchmarks"][0]["flagged_ids"] == ["gsm8k-0"]
     table = run_corpus("contamination", "--snapshot", str(snap.dir)).stdout
     assert "gsm8k" in table and "3 of 60 documents flagged" in table
+    # the index is the snapshot's own: a copy away from its build (no stages/ beside it) checks the same
+    away = tmp_path / "elsewhere" / "snapshot"
+    shutil.copytree(snap.dir, away)
+    assert not (away.parent / "stages").exists()
+    copied = json.loads(
+        run_corpus(
+            "contamination", "--benchmark", str(EVALS / "humaneval.jsonl"), "--snapshot", str(away), "--json"
+        ).stdout
+    )
+    assert copied["benchmarks"] == json.loads(proc.stdout)["benchmarks"]
+    listing = snap.manifest.extra["artifacts"]["doc_gram_index"]
+    assert copied["index_rows"] == listing["rows"] == sum(p["rows"] for p in listing["parts"])
+    assert (listing["rule"], listing["n"], listing["min_run"], listing["min_item_words"]) == (
+        "passage-8gram-set-run/1", 8, 15, 8
+    )
+    assert all(p["path"].startswith("decont/8gram_docs/g") and p["path"].endswith(".dgr") for p in listing["parts"])
+    assert not (snap.dir / "decont" / "13grams").exists() and "ngram_index" not in snap.manifest.extra["artifacts"]
 
 
 @pytest.mark.parametrize("ranks", [1, pytest.param(4, marks=pytest.mark.slow)])
@@ -456,8 +478,8 @@ def test_a_degenerate_shard_stops_the_build_with_a_report(tmp_path):
 
 #: (stage, step, signal, rank, parts done before it): a kill -9 and a SIGUSR1 inside the global phases
 INTERRUPTIONS = [
-    ("decontaminate", "grams", "KILL", 1, 2),
-    ("decontaminate", "grams", "USR1", 0, 1),
+    ("decontaminate", "doc_grams", "KILL", 1, 2),
+    ("decontaminate", "doc_grams", "USR1", 0, 1),
     ("write_shards", "shards", "KILL", 1, 1),
     ("write_shards", "doc_index", "USR1", 1, 1),
 ]
@@ -466,7 +488,7 @@ INTERRUPTIONS = [
 def test_the_indexes_and_the_phases_have_several_parts(built, snap):
     """What the lookups above and the interruptions below rely on, so that they can fail."""
     artifacts = snap.manifest.extra["artifacts"]
-    assert len(artifacts["ngram_index"]["parts"]) >= 8 and len(artifacts["doc_index"]["parts"]) >= 4
+    assert len(artifacts["doc_gram_index"]["parts"]) >= 8 and len(artifacts["doc_index"]["parts"]) >= 4
     assert sum(p["docs"] for p in artifacts["doc_index"]["parts"]) == snap.manifest.extra["docs"] == 60
     for stage, step, *_ in INTERRUPTIONS:
         parts = list((built / "stages" / stage / "work" / "phase" / step).glob("*.done.json"))
