@@ -152,7 +152,18 @@ class Quarantined:
     record: QuarantineRecord
 
 
-Outcome = Kept | Filtered | Quarantined
+@dataclass(frozen=True)
+class Passed:
+    """A document a stage leaves exactly as it read it: its serialized line goes on untouched (neither
+    parsed nor encoded again), accounted in its ``group`` with ``text_bytes``, both recorded by the
+    stage when it last read the document. What most documents of a dedup stage are."""
+
+    line: bytes
+    group: tuple[str, str]
+    text_bytes: int
+
+
+Outcome = Kept | Passed | Filtered | Quarantined
 
 
 # --- counts -----------------------------------------------------------------------------------------
@@ -228,6 +239,10 @@ class YieldCounts:
             c = self.cell(outcome.doc.group)
             c.docs_out += 1
             c.bytes_out += len(outcome.doc.text.encode("utf-8"))
+        elif isinstance(outcome, Passed):
+            c = self.cell(outcome.group)
+            c.docs_out += 1
+            c.bytes_out += outcome.text_bytes
         elif isinstance(outcome, Filtered):
             c = self.cell(outcome.doc.group)
             c.filtered[outcome.reason] += 1

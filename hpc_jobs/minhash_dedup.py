@@ -33,7 +33,9 @@ Held-out pages never enter the graph: clusters, representatives and every other 
 them. A candidate that matched gets ``scores["holdout_near"]`` = its estimated Jaccard similarity to
 the closest held-out page (annotation ``holdout_near``), which the default selection excludes.
 
-Per shard: every clustered document gets ``dup_cluster_id`` (smallest doc_id of its cluster) and
+Per shard: a document in no cluster and near no held-out page goes on as the very line it was read
+as (``corpus.model.Passed``: its yield cell and text size were kept with its signature), neither
+parsed nor encoded again; every clustered document gets ``dup_cluster_id`` (smallest doc_id of its cluster) and
 ``dup_cluster_size`` and every other member ``dup_of`` = the representative; all stay candidates
 (a version keeps, per cluster, the representative among its *selected* members: corpus.selection). The manifest's ``extra`` has the cluster-size distribution and an
 ``alarms`` list (a cluster above ``alarm_cluster_size``, or more than ``alarm_clustered_fraction`` of the
@@ -44,6 +46,7 @@ documents in clusters, usually means boilerplate is chaining unrelated pages).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -76,16 +79,16 @@ from corpus.dedup.records import (
     unrouted,
 )
 from corpus.dedup.verify import verified_roots
-from corpus.docshard import iter_docs
+from corpus.docshard import iter_docs, iter_lines
 from corpus.ingest.holdout import NEAR_SCORE, HoldoutFile, holdout_files
-from corpus.model import Annotation, Kept, Outcome
+from corpus.model import Annotation, Document, Kept, Outcome, Passed
 from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
 from mpi_kernels.union_find import connected_components, pair_dtype
 from runtime.global_phase import (
     SPILL_DIR,
     GlobalPhase,
     PartWriter,
-    decided_docs,
+    decisions_of,
     global_phase_key,
     route_verdicts,
     write_verdicts,
@@ -106,6 +109,9 @@ NEAR_ROWS = ".holdout"
 #: candidate/held-out pairs verified at once (two signatures each in memory)
 PAIR_BATCH = 1 << 14
 SIG_FILES = (".ids.npy", ".rep.npy", ".sigs.npy")
+#: what per-shard processing needs to pass an untouched document on without parsing it again: its
+#: yield cell ("source<TAB>lang") and its text's UTF-8 size, per ordinal
+PASS_FILES = (".groups.npy", ".text_bytes.npy")
 BANDS = ".bands"
 BAND_OFFSETS = ".band_offsets.npy"
 EDGES = ".edges"
@@ -188,8 +194,10 @@ class MinhashDedupStage(Stage):
     name = "minhash_dedup"
     # 2: the global phase checkpointed in parts; 3: members stay candidates (labelled); 4: near copies
     # of held-out pages tagged (holdout_near); 5: shingles chosen per document by script
-    # (NORMALIZATION_VERSION 2: a complete stage is reused on its version, never on the phase key)
-    version = "5"
+    # (NORMALIZATION_VERSION 2: a complete stage is reused on its version, never on the phase key);
+    # 6: signature parts keep each document's yield cell and text size, and an untouched document is
+    # passed on as the line it was read as (same output bytes)
+    version = "6"
     Config = MinhashDedupConfig
 
     def __init__(self, config: MinhashDedupConfig) -> None:
@@ -276,10 +284,12 @@ class MinhashDedupStage(Stage):
         """A signature part: doc_ids, representative keys, signatures and sorted band rows of the
         documents of ``shard``, their nodes tagged ``tag`` (the shard's name by default); the facts'
         names begin with ``facts``."""
-        ids, rep, sigs, batch = [], [], [], []
+        ids, rep, sigs, batch, cells, text_bytes = [], [], [], [], [], []
         for doc in iter_docs(shard.path):
             ids.append(doc_id_bytes(doc.doc_id))
             rep.append(encode_representative_key(doc))
+            cells.append("\t".join(doc.group))
+            text_bytes.append(len(doc.text.encode("utf-8")))
             batch.append(doc.text)
             if len(batch) >= self.config.batch_docs:
                 sigs.append(self._hasher.signatures(batch))
@@ -292,6 +302,9 @@ class MinhashDedupStage(Stage):
             np.concatenate(sigs),
         )
         for suffix, array in zip(SIG_FILES, arrays, strict=True):
+            np.save(writer.open(suffix), array, allow_pickle=False)
+        passing = (np.array(cells, dtype=np.str_), np.array(text_bytes, dtype=np.int64))
+        for suffix, array in zip(PASS_FILES, passing, strict=True):
             np.save(writer.open(suffix), array, allow_pickle=False)
         rows = band_rows(self._hasher, arrays[0], arrays[2], tag or shard.name, groups)
         writer.open(BANDS).write(rows.tobytes())
@@ -598,8 +611,22 @@ class MinhashDedupStage(Stage):
 
     # -- per shard -----------------------------------------------------------------------------------
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
+        """A document no verdict and no held-out page touches goes on as the line it was read as
+        (:class:`Passed`: most documents are in no cluster); the others are parsed and annotated."""
         near = self._near_holdout(shard.name)
-        for i, (doc, nbytes, v) in enumerate(decided_docs(self._phase.root, DECISIONS, shard)):
+        decisions = decisions_of(self._phase.root, DECISIONS, shard.name)
+        part = self._phase.part(SIGNATURES, shard.name)
+        if part is None:
+            raise FileNotFoundError(f"signatures of {shard.name} are not complete")
+        cells, text_bytes = (np.load(part.path(s), allow_pickle=False) for s in PASS_FILES)
+        for i, line in enumerate(iter_lines(shard.path)):
+            v = decisions.get(str(i))
+            if v is None and i not in near:
+                source, lang = str(cells[i]).rsplit("\t", 1)
+                yield Passed(line, (source, lang), int(text_bytes[i])), int(text_bytes[i])
+                continue
+            doc = Document.from_dict(json.loads(line))
+            nbytes = int(text_bytes[i])
             if i in near:
                 similarity = near[i] / self.config.num_perm
                 doc = doc.annotate(

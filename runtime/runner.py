@@ -60,6 +60,7 @@ from corpus.model import (
     Filtered,
     Kept,
     Outcome,
+    Passed,
     Quarantined,
     ShardRef,
     StageManifest,
@@ -273,6 +274,8 @@ class StageRun:
                 counts.count(outcome, bytes_in)
                 if isinstance(outcome, Kept):
                     writers[SHARDS].write_doc(outcome.doc)
+                elif isinstance(outcome, Passed):
+                    writers[SHARDS].write_line(outcome.line)
                 elif isinstance(outcome, Filtered):
                     writers[FILTERED].write_line(
                         canonical_json({"reason": outcome.reason, "doc": outcome.doc.to_dict()})

@@ -64,6 +64,18 @@ def test_yield_counts_reconcile_by_source_and_language():
     assert YieldCounts.from_dict(y.to_dict()).to_dict() == y.to_dict()
 
 
+def test_a_document_passed_on_unparsed_is_counted_as_the_same_document_kept():
+    """A stage that passes a document on as the line it read (``Passed``) accounts it exactly as if it
+    had parsed it and kept it."""
+    from corpus.model import Passed
+
+    d = doc(text="héllo wörld", lang="en")
+    kept, passed = YieldCounts(), YieldCounts()
+    kept.count(Kept(d), 13)
+    passed.count(Passed(d.to_json_bytes(), d.group, len(d.text.encode("utf-8"))), 13)
+    assert passed.to_dict() == kept.to_dict() and passed.total().reconciles()
+
+
 def test_a_documents_dict_is_every_field_with_annotations_as_dicts():
     from dataclasses import asdict
 
