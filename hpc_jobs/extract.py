@@ -5,7 +5,9 @@ parse that exceeds ``time_limit_s`` is killed and quarantined (``extract_timeout
 outgrows ``memory_limit_mb`` is quarantined (``memory_limit``) and the worker replaced, a parser crash or
 exception is quarantined (``extract_crashed`` / ``extract_error``), a page that is mostly undecodable
 bytes is quarantined (``invalid_utf8``), and a page with no main text goes to ``filtered/`` as
-``no_text_extracted``. The shard always goes on. The text of a kept document replaces its HTML
+``no_text_extracted``. The shard always goes on. Documents of ``verbatim_tiers`` (``code`` by default)
+keep their text exactly as ingest read it: in source code, whitespace is syntax (indentation, two
+blank lines, a Makefile's tabs, trailing spaces that end a Markdown line). The text of a kept document replaces its HTML
 (``Document.with_text``: new doc_id, ``derived_from`` the HTML document's id).
 
 The eval holdout: with each shard, the held-out pages ingest set aside for the same input file
@@ -41,6 +43,7 @@ from corpus.filters.pii import KINDS, scrub_pii
 from corpus.ingest.holdout import EXACT_KEY, HOLDOUT_KIND
 from corpus.manifests import read_stage_manifest
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
+from corpus.tiers import check_tier
 from runtime.runner import InputShard, Stage, StageContext, main, remove_stale_artifacts
 
 
@@ -52,11 +55,15 @@ class ExtractConfig:
     memory_limit_mb: int = 1024  # the worker's peak resident memory per document (0: none)
     #: the PII kinds scrubbed from the stored eval holdout (corpus.filters.pii.KINDS: all of them)
     holdout_pii_kinds: list[str] = field(default_factory=lambda: list(KINDS))
+    #: tiers whose text is kept exactly as read (no invisible-character stripping, no whitespace folding)
+    verbatim_tiers: list[str] = field(default_factory=lambda: ["code"])
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.holdout_pii_kinds) - set(KINDS))
         if unknown:
             raise ValueError(f"holdout_pii_kinds: unknown kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+        for tier in self.verbatim_tiers:
+            check_tier(tier)
         if self.time_limit_s <= 0:
             raise ValueError("time_limit_s must be positive")
         if self.memory_limit_mb < 0:
@@ -77,8 +84,8 @@ class ExtractStage(Stage):
     # 2: ZWJ, ZWNJ and variation selectors are kept (docs/ingest-and-filters.md); 3: the worker runs
     # under memory_limit_mb; 4: the eval holdout extracted and scrubbed in holdout/, with the exact
     # key of its text -- whose version (corpus.dedup.normalize.KEY_VERSION) is part of this one, so a
-    # new key redoes the holdout
-    version = "4+key" + KEY_VERSION
+    # new key redoes the holdout; 5: documents of verbatim_tiers (code) keep their text as read
+    version = "5+key" + KEY_VERSION
     Config = ExtractConfig
     artifact_kinds = (HOLDOUT_KIND,)
 
@@ -180,6 +187,10 @@ class ExtractStage(Stage):
         )
 
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
+        if doc.source_tier in self.config.verbatim_tiers:
+            if not doc.text.strip():
+                return Filtered(doc, "no_text_extracted")
+            return Kept(doc.with_text(doc.text, content_type="text/plain"))
         notes: list[Annotation] = []
         if doc.content_type == "text/html":
             html, original_bytes = cap_html(doc.text, self.config.max_html_bytes)

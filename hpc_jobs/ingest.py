@@ -5,6 +5,13 @@
   unreadable files become quarantine records with the reason and the raw digest; requests, metadata,
   revisits and non-HTML responses are not documents and are counted in ``skipped/``.
 * JSONL and plain text: curated documents, passed through with their license hint.
+* Code repositories (``corpus.code``): a tar/zip archive (recognised by its bytes; its top folder is
+  the root) or a directory declared ``kind = "repository"`` is one input. Its files are judged first
+  (vendored, generated, minified, lockfiles, data, binary, undecodable, too large: each rejected file
+  listed with its reason in ``rejected_files/NAME.json``, never a document), the kept ones concatenated
+  in a stated order with ``<|file|> PATH`` headers into documents of tier ``code`` that split at file
+  boundaries under a token limit. A damaged archive is one quarantine record (``truncated_archive``,
+  ``malformed_archive``); a repository with no file kept is one too (``empty_repository``).
 * Recrawl collapse (global, in ``prepare``, a ``runtime.global_phase`` checkpointed in parts):
   identical (url, raw digest) pairs count once; the earliest fetch is kept, the others go to
   ``filtered/`` as ``recrawl_duplicate``.
@@ -12,12 +19,14 @@
   (``corpus.ingest.holdout``) go to ``holdout/`` as read (and to ``filtered/`` as ``eval_holdout``),
   never to the corpus; extract stores them extracted and scrubbed, the dedup stages tag their copies.
 
-Input files are the units of work (one output shard per file); directories are expanded.
+Input files are the units of work (one output shard per file, archive or declared repository
+directory); other directories are expanded.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -27,18 +36,22 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from corpus.digest import canonical_json
+from corpus.code.archive import ArchiveError, archive_stem, directory_digest, repository_kind
+from corpus.code.repository import read_repository
+from corpus.code.rules import Rule, build_rules
+from corpus.digest import canonical_json, sha256_hex
 from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar
 from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
 from corpus.ingest.holdout import HOLDOUT_VERSION, in_holdout
 from corpus.ingest.recrawl import RecordKey, later_fetches
 from corpus.ingest.sources import (
+    REPOSITORY,
     UNDECLARED_CHOICES,
     SourceSpec,
     declared_source,
     expand_inputs,
-    input_format,
     parse_source_tables,
+    resolve_format,
     source_for,
 )
 from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_page, iter_warc
@@ -75,9 +88,19 @@ class IngestConfig:
     max_decoded_bytes: int = 2_000_000  # a Content-Encoded page decoding to more is quarantined
     #: a JSONL/text file no [[ingest.sources]] matches: tier "curated" (the bundled sample's), "web", or "refuse"
     undeclared_files: str = "curated"
+    # -- code repositories (corpus.code, docs/code.md) --
+    #: the team's file rules (tables: reason, path, min_bytes, header, line statistics), checked first
+    code_rules: list[dict[str, Any]] = field(default_factory=list)
+    code_builtin_rules: bool = True  # then corpus.code.rules.BUILTIN_RULES
+    max_file_bytes: int = 1_000_000  # a repository file over this is rejected as too_large, never read
+    max_doc_tokens: int = 32_768  # a repository's document holds whole files up to this estimate
+    bytes_per_token: float = 3.0  # the estimate: UTF-8 bytes / this (GPT-NeoX on the shared code: 3.1-3.5)
 
     def __post_init__(self) -> None:
         parse_source_tables(self.sources)  # a ValueError here is reported as a config error
+        build_rules(self.code_rules, self.code_builtin_rules)
+        if self.max_file_bytes <= 0 or self.max_doc_tokens <= 0 or self.bytes_per_token <= 0:
+            raise ValueError("max_file_bytes, max_doc_tokens and bytes_per_token must be positive")
         if self.max_decoded_bytes <= 0:
             raise ValueError("max_decoded_bytes must be positive")
         if self.undeclared_files not in UNDECLARED_CHOICES:
@@ -99,43 +122,59 @@ class IngestStage(Stage):
     name = "ingest"
     # 3: pages decoded in the WHATWG order, contradicted charsets corrected; 4: Content-Encoding undone as
     # a capped stream (zstd too), every record read is accounted; 5: the holdout is carved by the
-    # normalized URL (corpus.ingest.holdout.HOLDOUT_VERSION 2)
-    version = "5"
+    # normalized URL (corpus.ingest.holdout.HOLDOUT_VERSION 2); 6: code repositories (tar/zip archives
+    # by their bytes, declared directories) read as documents of tier code, their rejected files counted
+    version = "6"
     Config = IngestConfig
-    artifact_kinds = ("holdout", "skipped")
+    artifact_kinds = ("holdout", "skipped", "rejected_files")
 
     def __init__(self, config: IngestConfig) -> None:
         super().__init__(config)
         self.declared = parse_source_tables(config.sources)
+        self.rules: list[Rule] = build_rules(config.code_rules, config.code_builtin_rules)
         self._skipped: Counter = Counter()
+        self._files: dict[str, Any] | None = None
         self._holdout: ShardWriter | None = None
+        self._formats: dict[Path, str] = {}
 
     # -- inputs ------------------------------------------------------------------------------------
     def list_inputs(self, ctx: StageContext) -> list[InputShard]:
-        files = expand_inputs(ctx.in_paths)
-        unknown = [str(p) for p in files if not input_format(p) and not _sniff_warc(p)]
+        files = expand_inputs(ctx.in_paths, self.declared)
+        unknown = [str(p) for p in files if not self._format(p)]
         if unknown:
-            raise StageError(f"unrecognised input (not WARC/ARC, JSONL or .txt): {', '.join(unknown)}")
+            raise StageError(
+                f"unrecognised input (not WARC/ARC, JSONL, .txt or a tar/zip repository): {', '.join(unknown)}"
+            )
         if not files:
-            raise StageError(f"no WARC, JSONL or text files under {', '.join(map(str, ctx.in_paths))}")
+            raise StageError(
+                f"no WARC, JSONL, text or repository files under {', '.join(map(str, ctx.in_paths))}"
+            )
         if self.config.undeclared_files == "refuse":
             undeclared = [
-                str(p) for p in files if _format(p) != "warc" and declared_source(p, self.declared) is None
+                str(p)
+                for p in files
+                if self._format(p) != "warc" and declared_source(p, self.declared) is None
             ]
             if undeclared:
                 raise StageError(
                     f"no [[ingest.sources]] table matches {', '.join(undeclared)} "
                     '(undeclared_files = "refuse"): declare their source and tier'
                 )
-        return [raw_input_shard(p) for p in files]
+        return [_repository_dir_shard(p) if p.is_dir() else raw_input_shard(p) for p in files]
+
+    def _format(self, path: Path) -> str:
+        """The reader of an input (corpus.ingest.sources.resolve_format), looked at once per path."""
+        if path not in self._formats:
+            self._formats[path] = resolve_format(path, self.declared)
+        return self._formats[path]
 
     def spec(self, path: Path) -> SourceSpec:
-        return source_for(path, self.declared, _format(path), self.config.undeclared_files)
+        return source_for(path, self.declared, self._format(path), self.config.undeclared_files)
 
     # -- reading one file --------------------------------------------------------------------------
     def items(self, shard: InputShard) -> Iterator[_Item]:
         path, spec = shard.path, self.spec(shard.path)
-        fmt = _format(path)
+        fmt = self._format(path)
 
         def bad(index: int, reason: str, detail: str, digest: str, url: str = "") -> QuarantineRecord:
             return QuarantineRecord(
@@ -148,6 +187,9 @@ class IngestStage(Stage):
                 input_name=path.name,
             )
 
+        if fmt == REPOSITORY:
+            yield from self._repository_items(shard, spec, bad)
+            return
         if fmt == "warc":
             for it in iter_warc(path, self.config.max_record_bytes, self.config.max_decoded_bytes):
                 if isinstance(it, SkippedRecord):
@@ -179,6 +221,57 @@ class IngestStage(Stage):
                 )
             else:
                 yield _Item(rec.index, len(rec.text.encode("utf-8")), doc=self._curated_doc(rec, spec))
+
+    def _repository_items(self, shard: InputShard, spec: SourceSpec, bad: Any) -> Iterator[_Item]:
+        """A repository's documents in order (index = document number), or one quarantine record.
+        ``self._files`` receives its files' fates for the ``rejected_files`` artifact."""
+        path, cfg = shard.path, self.config
+        name = archive_stem(path)
+        base = spec.url.replace("{name}", name) if spec.url else f"repo://{name}/"
+        try:
+            repo = read_repository(
+                path,
+                repository_kind(path),
+                name,
+                self.rules,
+                max_file_bytes=cfg.max_file_bytes,
+                max_doc_tokens=cfg.max_doc_tokens,
+                bytes_per_token=cfg.bytes_per_token,
+            )
+        except ArchiveError as e:
+            self._files = {"repository": name, "quarantined": e.reason, "kept": {"files": 0, "bytes": 0}}
+            self._files |= {"rejected": {}, "documents": 0, "files": []}
+            yield _Item(0, 0, bad=bad(0, e.reason, e.detail, shard.sha256, base))
+            return
+        try:
+            self._files = {"repository": name, **repo.file_summary()}
+            self._files["files"] = [list(f) for f in repo.rejected]
+            if not repo.kept:
+                counts = ", ".join(f"{r} {n}" for r, n in sorted(repo.rejected_counts.items())) or "no files"
+                detail = f"no file kept of {len(repo.rejected)}: {counts}"
+                yield _Item(0, 0, bad=bad(0, "empty_repository", detail, shard.sha256, base))
+                return
+            for k, rd in enumerate(repo.documents()):
+                url = base if rd.parts == 1 else f"{base}#part={rd.part}"
+                data = rd.text.encode("utf-8")
+                doc = Document.create(
+                    text=rd.text,
+                    source=spec.name,
+                    source_tier=spec.tier,
+                    url=url,
+                    crawl_date=spec.date,
+                    raw_digest=sha256_hex(data),
+                    content_type="text/plain",
+                    license_hint=spec.license,
+                ).annotate(
+                    Annotation(
+                        self.name, "repo_files", canonical_json([list(f) for f in rd.files]).decode(), "info"
+                    ),
+                    Annotation(self.name, "repo_part", f"{rd.part}/{rd.parts}", "info"),
+                )
+                yield _Item(k, len(data), doc=doc)
+        finally:
+            repo.close()
 
     def _web_doc(self, rec: RawRecord, spec: SourceSpec) -> Document:
         page = decode_page(rec.payload, rec.content_type)
@@ -237,7 +330,8 @@ class IngestStage(Stage):
         def read_keys(shard: InputShard, writer: PartWriter) -> dict[str, Any]:
             f = writer.open(KEYS_FILE)
             n = 0
-            for it in self.items(shard) if self.config.collapse_recrawls else ():
+            collapse = self.config.collapse_recrawls and self._format(shard.path) != REPOSITORY
+            for it in self.items(shard) if collapse else ():  # a repository is never a recrawl
                 if it.doc is not None:
                     f.write(
                         canonical_json(
@@ -288,6 +382,7 @@ class IngestStage(Stage):
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
         dups = decisions_of(self._phase.root, DECISIONS, shard.name)
         self._skipped = Counter()
+        self._files = None
         self._holdout = ShardWriter(ctx.artifact_path("holdout", f"{shard.name}{SUFFIX}"))
         read = 0
         try:
@@ -321,15 +416,25 @@ class IngestStage(Stage):
         atomic_write_json(
             ctx.artifact_path("skipped", f"{shard.name}.json"), dict(sorted(self._skipped.items()))
         )
+        files = ctx.artifact_path("rejected_files", f"{shard.name}.json")
+        if self._files is not None:
+            atomic_write_json(files, self._files)
+        else:
+            files.unlink(missing_ok=True)
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         skipped: Counter = Counter()
         holdout = 0
+        code = _CodeFiles()
         for s in inputs:
             skipped.update(json.loads(ctx.artifact_path("skipped", f"{s.name}.json").read_text()))
             holdout += read_sidecar(ctx.artifact_path("holdout", f"{s.name}{SUFFIX}"))["records"]
+            files = ctx.artifact_path("rejected_files", f"{s.name}.json")
+            if files.is_file():
+                code.add(json.loads(files.read_text()))
         return {
             "skipped_records": dict(sorted(skipped.items())),
+            "code_files": code.to_dict(),
             "holdout_docs": holdout,
             "holdout_version": HOLDOUT_VERSION,
             "recrawl_duplicates": self._phase.facts["duplicates"],
@@ -337,19 +442,46 @@ class IngestStage(Stage):
         }
 
 
+class _CodeFiles:
+    """The repositories' files over the whole stage, for the manifest (and the data card)."""
+
+    def __init__(self) -> None:
+        self.repositories = 0
+        self.quarantined = 0
+        self.documents = 0
+        self.kept = {"files": 0, "bytes": 0}
+        self.rejected: dict[str, dict[str, int]] = {}
+
+    def add(self, summary: dict[str, Any]) -> None:
+        self.repositories += 1
+        self.quarantined += 1 if summary.get("quarantined") else 0
+        self.documents += summary["documents"]
+        for k in ("files", "bytes"):
+            self.kept[k] += summary["kept"][k]
+        for reason, c in summary["rejected"].items():
+            r = self.rejected.setdefault(reason, {"files": 0, "bytes": 0})
+            r["files"] += c["files"]
+            r["bytes"] += c["bytes"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "repositories": self.repositories,
+            "quarantined_repositories": self.quarantined,
+            "documents": self.documents,
+            "kept": self.kept,
+            "rejected": dict(sorted(self.rejected.items())),
+        }
+
+
 def _spec_dict(spec: SourceSpec) -> dict[str, str]:
     return {"source": spec.name, "tier": spec.tier, "license": spec.license}
 
 
-def _format(path: Path) -> str:
-    """The reader for a file: by name, else WARC/ARC when its first bytes say so (list_inputs refused the rest)."""
-    return input_format(path) or "warc"
-
-
-def _sniff_warc(path: Path) -> bool:
-    with open(path, "rb") as f:
-        head = f.read(8)
-    return head.startswith((b"\x1f\x8b", b"WARC/", b"filedesc"))
+def _repository_dir_shard(path: Path) -> InputShard:
+    """A directory declared as a repository as a unit of work: named by its name and content digest."""
+    sha = directory_digest(path)
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", path.name.split(".")[0]).strip("-") or "repository"
+    return InputShard(name=f"{stem}-{sha[:12]}", path=path, sha256=sha)
 
 
 def _remove_stale_artifacts(out: Path, names: set[str], kinds: tuple[str, ...]) -> None:

@@ -11,7 +11,7 @@ from corpus.pipeline import build
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="run every stage on WARC / JSONL inputs and write a snapshot")
-    p.add_argument("--input", nargs="+", required=True, type=Path, metavar="PATH", help="WARC, JSONL or text inputs")
+    p.add_argument("--input", nargs="+", required=True, type=Path, metavar="PATH", help="WARC/ARC, JSONL or text files, repository archives (.tar.gz, .tgz, .zip) or directories")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="build directory")
     p.add_argument("--ranks", type=int, default=2, metavar="N", help="MPI ranks per stage (default 2)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE", help="build config (TOML)")

@@ -52,6 +52,25 @@ def test_joiners_and_variation_selectors_that_change_spelling_are_kept():
         assert text in extract_text(page + "</article></body></html>")
 
 
+def test_source_code_keeps_its_text_exactly_as_read_and_prose_is_cleaned():
+    """In code, whitespace is syntax: two blank lines, indentation, trailing spaces and tabs survive
+    extract in the code tier, while the same text in the web tier is cleaned."""
+    from corpus.model import Document, Kept
+    from hpc_jobs.extract import ExtractConfig, ExtractStage
+
+    text = "import os\r\n\n\n\ndef f():\n\treturn 1  \n\n\n"
+    stage = ExtractStage(ExtractConfig())
+    out = {}
+    for tier in ("code", "web"):
+        d = Document.create(text=text, source="s", source_tier=tier, url="u", crawl_date="", raw_digest="0" * 64,
+                            content_type="text/plain")
+        outcome = stage.process_doc(d, None)
+        assert isinstance(outcome, Kept)
+        out[tier] = outcome.doc.text
+    assert out["code"] == text
+    assert out["web"] == "import os\n\ndef f():\n\treturn 1"
+
+
 def test_a_few_undecodable_bytes_are_repaired_too_many_are_refused():
     assert repair_replacement_chars("caf\ufffd au lait " * 20, 0.1) == ("caf au lait " * 20, 20)
     assert repair_replacement_chars("\ufffd\ufffd\ufffdabc", 0.1) is None

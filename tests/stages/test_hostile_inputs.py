@@ -143,14 +143,15 @@ def test_a_record_read_but_never_accounted_fails_the_shard(tmp_path):
         list(stage.process_shard(shard, ctx))
 
 
-def test_a_tar_gz_of_source_code_ends_the_build_with_one_line_naming_it_and_why(tmp_path, shared_data):
-    tarball = shared_data / "code" / "requests-2.32.3.tar.gz"
-    proc = run_corpus(
-        "build", "--input", str(tarball), "--out", str(tmp_path / "b"), "--ranks", "1", check=False
-    )
+def test_a_build_whose_only_input_is_a_truncated_archive_ends_with_one_line_naming_it_and_why(tmp_path, shared_data):
+    """A repository archive cut short is quarantined (truncated_archive); when it was the only input, no
+    document is left and the build says so in one line instead of making an empty snapshot."""
+    cut = tmp_path / "requests-2.32.3.tar.gz"
+    cut.write_bytes((shared_data / "code" / "requests-2.32.3.tar.gz").read_bytes()[:60000])
+    proc = run_corpus("build", "--input", str(cut), "--out", str(tmp_path / "b"), "--ranks", "1", check=False)
     assert proc.returncode == 2 and not (tmp_path / "b" / "snapshot").exists()
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("corpus build: error:")]
     assert line == (
         "corpus build: error: no document left after stage ingest of requests-2.32.3.tar.gz: "
-        "ingest read 1 document(s); dropped malformed_warc 1"
+        "ingest read 1 document(s); dropped truncated_archive 1"
     )
