@@ -30,7 +30,7 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
@@ -45,6 +45,7 @@ from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_
 from corpus.ingest.holdout import HOLDOUT_VERSION, in_holdout
 from corpus.ingest.recrawl import RecordKey, later_fetches
 from corpus.ingest.sources import (
+    DECLARATION_FILE,
     REPOSITORY,
     UNDECLARED_CHOICES,
     SourceSpec,
@@ -86,8 +87,9 @@ class IngestConfig:
     collapse_recrawls: bool = True
     max_record_bytes: int = 64 << 20  # WARC records declared larger are quarantined (digested, never held)
     max_decoded_bytes: int = 2_000_000  # a Content-Encoded page decoding to more is quarantined
-    #: a JSONL/text file no [[ingest.sources]] matches: tier "curated" (the bundled sample's), "web", or "refuse"
-    undeclared_files: str = "curated"
+    #: a JSONL/text file neither [[ingest.sources]] nor a corpus-sources.toml declares: tier "web" (the
+    #: default: trust is declared, never inferred from a format), "curated", or "refuse"
+    undeclared_files: str = "web"
     # -- code repositories (corpus.code, docs/code.md) --
     #: the team's file rules (tables: reason, path, min_bytes, header, line statistics), checked first
     code_rules: list[dict[str, Any]] = field(default_factory=list)
@@ -123,8 +125,9 @@ class IngestStage(Stage):
     # 3: pages decoded in the WHATWG order, contradicted charsets corrected; 4: Content-Encoding undone as
     # a capped stream (zstd too), every record read is accounted; 5: the holdout is carved by the
     # normalized URL (corpus.ingest.holdout.HOLDOUT_VERSION 2); 6: code repositories (tar/zip archives
-    # by their bytes, declared directories) read as documents of tier code, their rejected files counted
-    version = "6"
+    # by their bytes, declared directories) read as documents of tier code, their rejected files counted;
+    # 7: inputs declared by the data's own corpus-sources.toml; an undeclared JSONL/text file is web
+    version = "7"
     Config = IngestConfig
     artifact_kinds = ("holdout", "skipped", "rejected_files")
 
@@ -157,7 +160,7 @@ class IngestStage(Stage):
             ]
             if undeclared:
                 raise StageError(
-                    f"no [[ingest.sources]] table matches {', '.join(undeclared)} "
+                    f"no [[ingest.sources]] table and no {DECLARATION_FILE} matches {', '.join(undeclared)} "
                     '(undeclared_files = "refuse"): declare their source and tier'
                 )
         return [_repository_dir_shard(p) if p.is_dir() else raw_input_shard(p) for p in files]
@@ -318,7 +321,11 @@ class IngestStage(Stage):
         digest, part of every shard's checkpoint key."""
         if ctx.rank == 0:
             _remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, self.artifact_kinds)
-        phase = self._phase = GlobalPhase(ctx, global_phase_key(self, inputs, reader=READER_VERSION))
+        # what each input was declared as (config or corpus-sources.toml): a changed declaration file
+        # changes the documents, so it redoes the stage as a changed config does
+        sources = sorted([s.name, asdict(self.spec(s.path))] for s in inputs)
+        key = global_phase_key(self, inputs, reader=READER_VERSION, sources=sources)
+        phase = self._phase = GlobalPhase(ctx, key)
         if phase.complete:
             return phase.reused()
         names = [s.name for s in inputs]

@@ -9,7 +9,8 @@ Deterministic: pages are chosen by a stable hash of their URL, records are copie
   every language and site of the crawl is present;
 * ``web/crawl-2026-06-sample.warc.gz``: from the later crawl, the identical recrawls of the pages
   chosen above and the arm64 installation-guide pages whose amd64 twin was chosen (near-duplicates);
-* ``curated/perl-doc.jsonl.gz``: 40 documents of the curated perl-doc source;
+* ``curated/perl-doc.jsonl.gz``: 40 documents of the curated perl-doc source, declared curated by
+  ``curated/corpus-sources.toml``;
 * ``edge/``: real malformed or odd WARC files from WARC tools' test suites (a corrupt gzip WARC,
   revisits and duplicates, non-UTF-8 HTTP headers, a response missing its status text).
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 from warcio.archiveiterator import ArchiveIterator
 
 from corpus.digest import stable_hash64
+from corpus.ingest.sources import DECLARATION_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_PAGE_BYTES = 150_000
@@ -98,6 +100,18 @@ def write_warc(path: Path, records: list[bytes]) -> None:
     path.write_bytes(b"".join(records))
 
 
+#: the curated file declared as what it is, where it lies (corpus.ingest.sources.DECLARATION_FILE)
+CURATED_DECLARATION = """\
+# What the files of this directory are, declared where they lie (corpus/ingest/sources.py): a JSONL file
+# nothing declares is read as tier "web", since trust is declared, never inferred from a file format.
+# Perl's own documentation (POD pages of Debian's perl-doc) is a curated source.
+[[sources]]
+match = "perl-doc.jsonl.gz"
+name = "perl-doc"
+tier = "curated"
+"""
+
+
 def write_curated(data: Path, out: Path) -> int:
     lines = gzip.decompress((data / "curated" / "perl-doc.jsonl.gz").read_bytes()).splitlines()
     small = [ln for ln in lines if len(ln) <= CURATED_MAX_CHARS]
@@ -105,6 +119,7 @@ def write_curated(data: Path, out: Path) -> int:
     picked.sort(key=lines.index)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(gzip.compress(b"\n".join(picked) + b"\n", mtime=0))
+    (out.parent / DECLARATION_FILE).write_text(CURATED_DECLARATION)
     return len(picked)
 
 

@@ -11,17 +11,25 @@ A build config may declare sources as a list of tables::
     kind = "repository"             # optional: the matched file or DIRECTORY is a code repository
     url = "https://example.org/{name}"   # optional, repositories: their documents' URL ({name}: its name)
 
-The first matching table wins. Without one, a WARC/ARC file is source ``web`` in tier ``web``, a
-repository archive (tar/zip, recognised by its bytes) is source ``code`` in tier ``code``, and a
-JSONL or text file is source ``<file stem>`` in the tier ``[ingest] undeclared_files`` names
-(``curated`` by default, as the bundled sample's builds rely on; ``web``), or refused (``refuse``,
-which refuses undeclared repositories too).
+The first matching table wins. The data may also declare itself where it lies: a file
+``corpus-sources.toml`` (:data:`DECLARATION_FILE`) in a directory holds ``[[sources]]`` tables of the
+same keys, whose ``match`` globs are relative to that directory, and applies to the files in it and
+below it (the nearest such file, looking from an input's directory up, is the one read). The build
+config's tables come first: the operator's word wins over the data's.
+
+Without a declaration, a WARC/ARC file is source ``web`` in tier ``web``, a repository archive
+(tar/zip, recognised by its bytes) is source ``code`` in tier ``code``, and a JSONL or text file is
+source ``<file stem>`` in the tier ``[ingest] undeclared_files`` names: ``web`` by default (trust is
+declared, never inferred from a file format), ``curated``, or refused (``refuse``, which refuses
+undeclared repositories too).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +41,9 @@ WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 TEXT_SUFFIXES = (".txt", ".txt.gz")
 #: what ``[ingest] undeclared_files`` may say of a JSONL or text file no source table matches
-UNDECLARED_CHOICES = ("curated", "web", "refuse")
+UNDECLARED_CHOICES = ("web", "curated", "refuse")
+#: the file of ``[[sources]]`` tables by which a directory of data declares its own files
+DECLARATION_FILE = "corpus-sources.toml"
 #: what a source table's ``kind`` may say: read by format (``auto``), or as a code repository
 SOURCE_KINDS = ("auto", "repository")
 REPOSITORY = "repository"
@@ -118,17 +128,54 @@ def parse_source_tables(tables: list[dict[str, Any]]) -> list[tuple[str, SourceS
     return out
 
 
-def declared_source(path: Path, declared: list[tuple[str, SourceSpec]]) -> SourceSpec | None:
-    """The first declared source whose glob matches the path or the file name, None if none does."""
-    whole = str(path).rstrip("/")
+def _matching(whole: str, name: str, declared: list[tuple[str, SourceSpec]]) -> SourceSpec | None:
     for pattern, spec in declared:
-        if fnmatch.fnmatch(whole, pattern.rstrip("/")) or fnmatch.fnmatch(path.name, pattern.rstrip("/")):
+        if fnmatch.fnmatch(whole, pattern.rstrip("/")) or fnmatch.fnmatch(name, pattern.rstrip("/")):
             return spec
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def read_declaration(path: Path) -> list[tuple[str, SourceSpec]]:
+    """The ``[[sources]]`` tables of a :data:`DECLARATION_FILE`; a ValueError names the file and problem."""
+    try:
+        tables = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ValueError(f"{path}: not a readable TOML file ({e})") from e
+    unknown = sorted(set(tables) - {"sources"})
+    if unknown or not isinstance(tables.get("sources", []), list):
+        raise ValueError(f"{path}: holds [[sources]] tables only (found {', '.join(unknown) or 'sources'})")
+    try:
+        return parse_source_tables(tables.get("sources", []))
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def nearest_declaration(path: Path) -> Path | None:
+    """The :data:`DECLARATION_FILE` of the input's directory or of the nearest ancestor that has one."""
+    for d in path.absolute().parents:
+        candidate = d / DECLARATION_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def declared_source(path: Path, declared: list[tuple[str, SourceSpec]]) -> SourceSpec | None:
+    """The first build-config table whose glob matches the path or the file name, else the first table
+    of the nearest :data:`DECLARATION_FILE` whose glob matches the path relative to it or the file
+    name; None if none does."""
+    spec = _matching(str(path).rstrip("/"), path.name, declared)
+    if spec is not None:
+        return spec
+    declaration = nearest_declaration(path)
+    if declaration is None:
+        return None
+    relative = path.absolute().relative_to(declaration.parent).as_posix()
+    return _matching(relative, path.name, read_declaration(declaration))
+
+
 def source_for(
-    path: Path, declared: list[tuple[str, SourceSpec]], fmt: str, undeclared_tier: str = "curated"
+    path: Path, declared: list[tuple[str, SourceSpec]], fmt: str, undeclared_tier: str = "web"
 ) -> SourceSpec:
     """The declared source, else the default: ``web`` for a WARC/ARC file, ``code`` (tier ``code``) for
     a repository, ``<file stem>`` in ``undeclared_tier`` for a JSONL or text file

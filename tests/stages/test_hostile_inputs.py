@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import re
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import zstandard
 
 from corpus.ingest.content_encoding import content_encodings, decode_body
+from corpus.ingest.sources import DECLARATION_FILE, declared_source, read_declaration
 from corpus.ingest.warc import BadRecord, RawRecord, iter_warc
 from hpc_jobs.ingest import IngestConfig, IngestStage, _Item
 from runtime.runner import StageError
@@ -103,15 +105,15 @@ def test_a_record_too_large_is_digested_over_all_its_bytes(tmp_path, shared_data
     assert got.raw_digest == hashlib.sha256(big).hexdigest()
 
 
-def test_the_tier_of_a_jsonl_file_no_source_declares_is_configured_or_the_file_refused(tmp_path):
-    """Curated by default (what the bundled sample's builds rely on), web or refused when a deployment
-    says so: ``undeclared_files``."""
+def test_the_tier_of_a_jsonl_file_no_source_declares_is_web_curated_when_configured_or_the_file_refused(tmp_path):
+    """Web by default (trust is declared, never inferred from a file format), curated or refused when a
+    deployment says so: ``undeclared_files``."""
     (tmp_path / "in").mkdir()
     write_jsonl_gz(tmp_path / "in" / "notes.jsonl.gz", [{"text": "An undeclared note."}])
-    for choice in ("curated", "web"):
+    for choice in ("web", "curated"):
         cfg = tmp_path / f"{choice}.toml"
         cfg.write_text(f'[ingest]\nundeclared_files = "{choice}"\n')
-        run_stage("ingest", 1, [tmp_path / "in"], tmp_path / choice, cfg if choice == "web" else None)
+        run_stage("ingest", 1, [tmp_path / "in"], tmp_path / choice, cfg if choice == "curated" else None)
         (doc,) = docs(tmp_path / choice)
         assert (doc.source, doc.source_tier) == ("notes", choice)
         assert list(manifest(tmp_path / choice)["extra"]["sources"].values()) == [
@@ -123,6 +125,37 @@ def test_the_tier_of_a_jsonl_file_no_source_declares_is_configured_or_the_file_r
     assert proc.returncode != 0 and not (tmp_path / "refused" / "manifest.json").exists()
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert "notes.jsonl.gz" in line and 'undeclared_files = "refuse"' in line
+
+
+def test_data_declares_its_own_sources_in_a_corpus_sources_file_and_the_build_config_wins(tmp_path):
+    """A ``corpus-sources.toml`` beside the data (globs relative to it) declares the files in and below
+    its directory; a build-config table for the same file wins; a refusing deployment accepts a file
+    so declared."""
+    data = tmp_path / "data"
+    (data / "books").mkdir(parents=True)
+    write_jsonl_gz(data / "books" / "manuals.jsonl.gz", [{"text": "A manual, declared by its producer."}])
+    write_jsonl_gz(data / "books" / "notes.jsonl.gz", [{"text": "Notes, declared twice."}])
+    (data / DECLARATION_FILE).write_text(
+        '[[sources]]\nmatch = "books/*.jsonl.gz"\nname = "press"\ntier = "books"\nlicense = "CC-BY-4.0"\n'
+    )
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[ingest]\nundeclared_files = "refuse"\n[[ingest.sources]]\nmatch = "*/notes.jsonl.gz"\n'
+                   'name = "notes"\ntier = "web"\n')
+    run_stage("ingest", 1, [data / "books"], tmp_path / "out", cfg)
+    got = {d.text.split(",")[0]: (d.source, d.source_tier, d.license_hint) for d in docs(tmp_path / "out")}
+    assert got == {"A manual": ("press", "books", "CC-BY-4.0"), "Notes": ("notes", "web", "")}
+
+
+def test_a_declaration_file_that_is_not_sources_tables_is_refused_naming_it(tmp_path):
+    bad = tmp_path / DECLARATION_FILE
+    for text, problem in (('[ingest]\nx = 1\n', "holds [[sources]] tables only"),
+                          ('[[sources]]\nmatch = "*"\n', "needs 'match'"),
+                          ("[[sources]\n", "not a readable TOML file")):
+        bad.write_text(text)
+        read_declaration.cache_clear()
+        with pytest.raises(ValueError, match=re.escape(problem)) as e:
+            declared_source(tmp_path / "a.jsonl", [])
+        assert str(bad) in str(e.value)
 
 
 def test_a_record_read_but_never_accounted_fails_the_shard(tmp_path):
