@@ -54,14 +54,13 @@ def artifacts_dir() -> Path:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     """`make test` runs the suite on two pytest-xdist workers (``--dist loadgroup``): a group runs whole
-    on one worker. Every test of the local cluster (SLURM, sshd, PostgreSQL, Airflow: ``cluster`` or under
-    tests/orchestration/) is in one group, so they run one at a time as before -- some restart those
-    services or count the jobs in the queue; every other module is a group of its own, so its module
-    fixtures are built once. Without xdist the marker means nothing."""
+    on one worker. Every test of the local cluster (marked ``cluster``: SLURM, sshd, the standalone Airflow
+    on PostgreSQL) is in one group, so they run one at a time as before -- some restart those services or
+    count the jobs in the queue; every other module is a group of its own, so its module fixtures are
+    built once. Without xdist the marker means nothing."""
     for item in items:
-        where = item.path.relative_to(ROOT)
-        cluster = item.get_closest_marker("cluster") is not None or where.parts[:2] == ("tests", "orchestration")
-        item.add_marker(pytest.mark.xdist_group("cluster" if cluster else where.as_posix()))
+        cluster = item.get_closest_marker("cluster") is not None
+        item.add_marker(pytest.mark.xdist_group("cluster" if cluster else item.path.relative_to(ROOT).as_posix()))
 
 
 def _queued_jobs() -> set[str]:
