@@ -11,6 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+
 from corpus.errors import UserError
 
 
@@ -47,10 +49,16 @@ def _json_arg(value: str | None, what: str):
 
 def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: int, seq_len: int, batch_size: int,
           run_len: int, chunk_tokens: int, epoch_caps, append_eos: bool | None = None) -> dict:
-    """Tokens each bucket would deliver over ``steps`` steps on ``world`` ranks, against the target weights."""
+    """Tokens each bucket would deliver over ``steps`` steps on ``world`` ranks, against the target weights.
+
+    Vectorized over runs (numpy): each rank's bucket per run comes from :func:`loader.sampler.run_points`
+    for as long as its active buckets stay the same; the step in which a bucket runs out on a rank is
+    replayed as :meth:`loader.state.RankCursor.next_batch` does it, and the vectorized replay goes on
+    from there with the buckets that are left.
+    """
     from loader.dataset import default_append_eos, load_manifest, natural_mixture_of
-    from loader.sampler import SAMPLER_VERSION
-    from loader.state import Plan, RankCursor, stream_layout
+    from loader.sampler import SAMPLER_VERSION, run_points, schedule_bound
+    from loader.state import stream_layout
     from loader.versions import LoaderVersion
 
     # a version's streams are its selected documents (their sizes are in the version's manifest)
@@ -70,65 +78,196 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
     if append_eos is None:
         append_eos = default_append_eos(manifest)
     layout = stream_layout(streams, seed, chunk_tokens, caps, append_eos, world)
-    plan = Plan.fresh(world)
-    tokens = dict.fromkeys(buckets, 0)
-    sequences = dict.fromkeys(buckets, 0)
-    exhausted_at: dict[str, list[int]] = {b: [] for b in buckets}
-    last_step = 0
+    capacity = _capacities(layout, world, buckets)
+    runs = -(-steps // run_len)
+    stratum, place = run_points(seed, world, 0, runs)
+    replay = _Replay(buckets, weights, seed, world, steps, seq_len, batch_size, run_len)
+    consumed0: dict[str, int] = {}
     for rank in range(world):
-        cursor = RankCursor(layout, plan, rank)
-        for _ in range(steps):
-            before = set(cursor.active)
-            seqs = cursor.next_batch(weights, seed, run_len, seq_len, batch_size, collect=False)
-            if seqs is None:
-                break
-            for sp in seqs:
-                tokens[sp.bucket] += seq_len - sp.pad
-                sequences[sp.bucket] += 1
-            for b in before - cursor.active:
-                exhausted_at[b].append(cursor.step - 1)
-        last_step = max(last_step, cursor.step)
+        consumed = replay.rank(rank, capacity[rank], stratum, place)
         if rank == 0:
-            epochs = {b: _epochs_reached(cursor, b) for b in buckets}
+            consumed0 = consumed
+    epochs = {b: _epoch_at(layout, b, 0, world, consumed0[b], capacity[0][b]) for b in buckets}
+
     total_w = sum(weights.get(b, 0.0) for b in buckets)
-    total_t = sum(tokens.values())
+    targets = np.array([weights.get(b, 0.0) / total_w for b in buckets])
+    cum = np.cumsum(replay.run_tokens, axis=1)  # tokens of each bucket up to the end of each run
+    slot = run_len * batch_size * seq_len  # the tokens of one (rank, run) slot
+    dev = np.abs(cum - targets[:, None] * cum.sum(axis=0)[None, :]) / slot if runs else np.zeros((len(buckets), 1))
+    total_t = sum(replay.tokens.values())
     rows = []
-    for b in buckets:
-        target = weights.get(b, 0.0) / total_w
-        realized = tokens[b] / total_t if total_t else 0.0
+    for i, b in enumerate(buckets):
+        target = float(targets[i])
+        realized = replay.tokens[b] / total_t if total_t else 0.0
+        ex = replay.exhausted_at[b]
         rows.append({"bucket": b, "target": target, "realized": realized, "diff": realized - target,
-                     "tokens": tokens[b], "sequences": sequences[b], "epoch_cap": caps[b],
-                     "ranks_exhausted": len(exhausted_at[b]),
-                     "first_exhausted_step": min(exhausted_at[b]) if exhausted_at[b] else None,
-                     "rank0_epoch": epochs[b], "chunks_per_epoch": layout.chunks_per_epoch(b),
+                     "rel_error": (realized - target) / target if target else None,
+                     "max_dev_slots": float(dev[i].max()),
+                     "tokens": replay.tokens[b], "sequences": replay.sequences[b], "epoch_cap": caps[b],
+                     "ranks_exhausted": len(ex), "first_exhausted_step": min(ex) if ex else None,
+                     "rank0_epoch": epochs[b][0], "rank0_epoch_estimated": epochs[b][1],
+                     "chunks_per_epoch": layout.chunks_per_epoch(b),
                      "cut": b in layout.cuts})
+    # the schedule's bound holds while every rank reads from the same buckets: all of the mixture's, all along
+    uniform = replay.uniform and not any(r["ranks_exhausted"] for r in rows)
     return {"snapshot_id": snapshot_id, "sampler_version": SAMPLER_VERSION, "seed": seed, "world": world,
-            "steps": steps, "steps_delivered": last_step, "seq_len": seq_len, "batch_size": batch_size,
-            "run_len": run_len, "tokens": total_t, "buckets": rows,
-            "max_abs_diff": max((abs(r["diff"]) for r in rows), default=0.0)}
+            "steps": steps, "steps_delivered": replay.last_step, "seq_len": seq_len, "batch_size": batch_size,
+            "run_len": run_len, "tokens": total_t, "slot_tokens": slot, "runs": runs, "buckets": rows,
+            "max_abs_diff": max((abs(r["diff"]) for r in rows), default=0.0),
+            "max_rel_error": max((abs(r["rel_error"]) for r in rows if r["rel_error"] is not None), default=0.0),
+            "max_dev_slots": max((r["max_dev_slots"] for r in rows), default=0.0),
+            "bound_slots": schedule_bound(runs) if uniform and runs else None}
 
 
-def _epochs_reached(cursor, bucket: str) -> int | None:
-    """The epoch rank 0 is in for ``bucket`` at the end of the replay (None once its cap is reached)."""
-    k, _ = cursor.cursors[bucket]
-    piece = cursor.queues[bucket].piece(k)
-    return None if piece is None else piece.epoch
+class _Replay:
+    """Every rank's bucket choices and token counts, vectorized over runs between the steps where a bucket
+    runs out on that rank (replayed one by one, exactly as the loader does)."""
+
+    def __init__(self, buckets: list[str], weights: dict, seed: int, world: int, steps: int, seq_len: int,
+                 batch_size: int, run_len: int) -> None:
+        self.buckets, self.weights, self.seed, self.world, self.steps = buckets, weights, seed, world, steps
+        self.seq_len, self.batch_size, self.run_len = seq_len, batch_size, run_len
+        self.index = {b: i for i, b in enumerate(buckets)}
+        self.runs = -(-steps // run_len)
+        self.run_tokens = np.zeros((len(buckets), self.runs), dtype=np.int64)  # all ranks, per bucket and run
+        self.tokens = dict.fromkeys(buckets, 0)
+        self.sequences = dict.fromkeys(buckets, 0)
+        self.exhausted_at: dict[str, list[int]] = {b: [] for b in buckets}
+        self.last_step = 0
+        self.uniform = True  # every rank starts with every bucket of the mixture to read
+
+    def rank(self, rank: int, capacity: dict[str, int | None], stratum: np.ndarray, place: np.ndarray
+             ) -> dict[str, int]:
+        """Replay one rank; the stream positions it consumed per bucket."""
+        from loader.sampler import bucket_thresholds, choose_buckets
+
+        left = dict(capacity)  # None: unbounded
+        active = {b for b in self.buckets if left[b] is None or left[b] > 0}
+        self.uniform &= all(b in active for b in self.buckets if self.weights.get(b, 0) > 0)
+        consumed = dict.fromkeys(self.buckets, 0)
+        per_step = self.batch_size * self.seq_len
+        step = 0
+        while step < self.steps:
+            names, ts, tp = bucket_thresholds(self.weights, active, self.world)
+            if not names:
+                break
+            u0 = step // self.run_len
+            u = np.arange(u0, self.runs)
+            choice = choose_buckets((stratum[u0:] + rank) % self.world, place[u0:], (ts, tp))
+            first = np.maximum(u * self.run_len, step)
+            n_steps = np.minimum((u + 1) * self.run_len, self.steps) - first
+            stop = self.steps  # the first step in which a bounded bucket runs out
+            for j, b in enumerate(names):
+                if left[b] is None:
+                    continue
+                k = -(-left[b] // per_step)  # the k-th step on b empties it
+                on_b = np.cumsum(np.where(choice == j, n_steps, 0))
+                i = int(np.searchsorted(on_b, k))
+                if i < len(on_b):
+                    stop = min(stop, int(first[i] + k - (on_b[i] - n_steps[i]) - 1))
+            full = np.clip(np.minimum(first + n_steps, stop) - first, 0, None)
+            tok = full * per_step
+            rows = np.array([self.index[b] for b in names])[choice]
+            self.run_tokens[rows, u] += tok  # one bucket per run and rank: no index repeats
+            for j, b in enumerate(names):
+                mine = choice == j
+                t = int(tok[mine].sum())
+                self.tokens[b] += t
+                self.sequences[b] += int(full[mine].sum()) * self.batch_size
+                consumed[b] += t
+                if left[b] is not None:
+                    left[b] -= t
+            step = stop
+            if step >= self.steps:
+                break
+            if not self._one_step(rank, step, left, active, consumed):
+                break  # nothing left to read: this rank's stream ended
+            step += 1
+        self.last_step = max(self.last_step, step)
+        return consumed
+
+    def _one_step(self, rank: int, step: int, left: dict, active: set, consumed: dict) -> bool:
+        """One step as ``RankCursor.next_batch`` makes it (a bucket that runs out mid-batch pads its sequence
+        and the rest of the batch is chosen among the others); False when no bucket is left."""
+        from loader.sampler import choose_bucket, rank_point, run_of
+
+        point = rank_point(self.seed, run_of(step, self.run_len), rank, self.world)
+        made = 0
+        while made < self.batch_size:
+            b = choose_bucket(point, self.weights, active)
+            if b is None:
+                break
+            take = self.seq_len if left[b] is None else min(self.seq_len, left[b])
+            if left[b] is not None:
+                left[b] -= take
+                if left[b] == 0:
+                    active.discard(b)
+                    self.exhausted_at[b].append(step)
+            self.tokens[b] += take
+            self.sequences[b] += 1
+            consumed[b] += take
+            self.run_tokens[self.index[b], step // self.run_len] += take
+            made += 1
+        return made > 0
+
+
+def _capacities(layout, world: int, buckets: list[str]) -> list[dict[str, int | None]]:
+    """Stream positions each rank's queue holds per bucket over all its capped epochs (None: unbounded)."""
+    from loader.sampler import strided
+
+    out: list[dict[str, int | None]] = [{} for _ in range(world)]
+    for b in buckets:
+        n = layout.chunks_per_epoch(b)
+        cap = layout.cap(b)
+        totals = np.zeros(world, dtype=np.int64)
+        if cap is not None:
+            for e in range(cap):
+                lengths = np.array([p.length for p in layout.chunks(b, e)], dtype=np.int64)
+                np.add.at(totals, np.arange(len(lengths)) % world, lengths)
+        for r in range(world):
+            out[r][b] = int(totals[r]) if cap is not None or not len(strided(n, r, world)) else None
+    return out
+
+
+#: ``rank0_epoch`` walks rank 0's epochs one by one (each needs the epoch's keyed order) up to this many;
+#: beyond, it is estimated from the bucket's length (a small snapshot replayed for very many steps).
+EPOCH_WALK = 1024
+
+
+def _epoch_at(layout, bucket: str, rank: int, world: int, consumed: int, capacity: int | None
+              ) -> tuple[int | None, bool]:
+    """The epoch of the piece ``rank``'s cursor stands in after ``consumed`` positions (None: none left), and
+    whether it is an estimate (more than :data:`EPOCH_WALK` epochs in)."""
+    if capacity is not None and consumed >= capacity:
+        return None, False
+    total = 0
+    for epoch in range(EPOCH_WALK):
+        total += sum(p.length for p in layout.chunks(bucket, epoch)[rank::world])
+        if total > consumed:
+            return epoch, False
+    return consumed * world // sum(s[2] for s in layout.buckets[bucket]), True
 
 
 def format_table(report: dict) -> str:
     lines = [f"snapshot {report['snapshot_id']}  seed {report['seed']}  world {report['world']}  "
              f"steps {report['steps_delivered']}/{report['steps']}  {report['tokens']:,} tokens",
-             f"{'bucket':<16} {'target':>8} {'realized':>9} {'diff':>8} {'tokens':>14} {'cap':>5} {'exhausted':>10} "
-             f"{'chunks':>8}"]
+             f"{'bucket':<16} {'target':>8} {'realized':>9} {'diff':>8} {'rel.err':>9} {'max dev':>8} "
+             f"{'tokens':>14} {'cap':>5} {'exhausted':>10} {'chunks':>8}"]
     for r in report["buckets"]:
         cap = "-" if r["epoch_cap"] is None else str(r["epoch_cap"])
         ex = "-" if r["first_exhausted_step"] is None else f"@{r['first_exhausted_step']}"
         chunks = f"{r['chunks_per_epoch']}{'*' if r['cut'] else ''}"
-        lines.append(f"{r['bucket']:<16} {r['target']:>8.4f} {r['realized']:>9.4f} {r['diff']:>+8.4f} "
-                     f"{r['tokens']:>14,} {cap:>5} {ex:>10} {chunks:>8}")
+        rel = "-" if r["rel_error"] is None else f"{r['rel_error']:+.2e}"
+        lines.append(f"{r['bucket']:<16} {r['target']:>8.4f} {r['realized']:>9.4f} {r['diff']:>+8.4f} {rel:>9} "
+                     f"{r['max_dev_slots']:>8.2f} {r['tokens']:>14,} {cap:>5} {ex:>10} {chunks:>8}")
     if any(r["cut"] for r in report["buckets"]):
         lines.append(f"* fewer chunks than ranks: cut into pieces so each of the {report['world']} ranks reads a share")
-    lines.append(f"max |realized - target| = {report['max_abs_diff']:.4f}")
+    lines.append(f"max |realized - target| = {report['max_abs_diff']:.4f}   "
+                 f"max |relative error| = {report['max_rel_error']:.2e}")
+    bound = report["bound_slots"]
+    lines.append(f"max dev = max over the replay of |tokens of a bucket - target share of all tokens|, in slots of "
+                 f"{report['slot_tokens']:,} tokens (one rank, one run): {report['max_dev_slots']:.2f}"
+                 + (f" (bound {bound})" if bound is not None else " (not every rank reads every bucket: no bound)"))
     return "\n".join(lines)
 
 

@@ -1,12 +1,33 @@
-"""The sampler's pure functions: keyed orders, strided shares, stratified and renormalized bucket choice."""
+"""The sampler's pure functions: keyed orders, strided shares, stratified and renormalized bucket choice, and
+the golden-ratio schedule of buckets over runs with its bound (vectorized and scalar forms agree)."""
 
 from __future__ import annotations
 
+import math
+import random
 from collections import Counter
+from fractions import Fraction
 
+import numpy as np
 import pytest
 
-from loader.sampler import choose_bucket, epoch_chunks, rank_point, shard_permutation, strided
+from loader.sampler import (
+    GOLDEN_STEP,
+    bucket_thresholds,
+    cf_quotients,
+    choose_bucket,
+    choose_buckets,
+    epoch_chunks,
+    max_segments,
+    rank_bound,
+    rank_point,
+    ranks_per_bucket,
+    run_points,
+    run_step,
+    schedule_bound,
+    shard_permutation,
+    strided,
+)
 
 KEYS = [f"{i:064x}" for i in range(50)]
 
@@ -59,3 +80,92 @@ def test_an_exhausted_bucket_leaves_the_mixture_and_the_rest_are_renormalized():
     assert picks["a"] == pytest.approx(1000 * 0.5 / 0.7, abs=2)
     assert choose_bucket(0.3, weights, set()) is None
     assert choose_bucket(0.3, {"a": 0.0, "b": 1.0}, {"a", "b"}) == "b"
+
+
+# --- the mixture schedule: a golden-ratio sequence over runs (issue 14, item 4) ----------------------
+
+MIXES = [{"a": 0.5, "b": 0.3, "c": 0.2},
+         {"books": 0.05, "code": 0.15, "math": 0.013, "web": 0.637, "wiki": 0.15}]
+
+
+def test_the_golden_step_is_the_odd_integer_nearest_2_64_times_the_golden_ratio_conjugate():
+    exact = Fraction(math.isqrt(5 << 256) - (1 << 128), 2 << 64)  # 2^64·(√5−1)/2, to within 2^-64
+    assert GOLDEN_STEP % 2 == 1 and abs(GOLDEN_STEP - exact) < 1
+    assert cf_quotients(GOLDEN_STEP, 1 << 64, 1 << 30) == [1] * len(cf_quotients(GOLDEN_STEP, 1 << 64, 1 << 30))
+    for world in (1, 2, 3, 64, 144, 1000):  # every world moves the ranks' place in their strata by the same step
+        assert run_step(world) % (1 << 64) == GOLDEN_STEP and run_step(world) >> 64 < world
+    assert run_step(1) == GOLDEN_STEP
+
+
+@pytest.mark.parametrize("world", [1, 3, 16, 64])
+def test_vectorized_points_and_choices_equal_the_scalar_ones(world):
+    rng = random.Random(world)
+    for start in (0, 977, (1 << 32) - 7, 10**12):
+        seed = rng.randrange(100)
+        stratum, place = run_points(seed, world, start, start + 6)
+        for weights in MIXES:
+            for active in (set(weights), set(sorted(weights)[1:]), {sorted(weights)[-1]}):
+                names, ts, tp = bucket_thresholds(weights, active, world)
+                for r in range(world):
+                    got = choose_buckets((stratum + r) % world, place, (ts, tp))
+                    for k in range(6):
+                        point = rank_point(seed, start + k, r, world)
+                        assert point == Fraction(((int(stratum[k]) + r) % world << 64) + int(place[k]), world << 64)
+                        assert names[got[k]] == choose_bucket(point, weights, active)
+                per_run = ranks_per_bucket(place, (ts, tp), world)
+                for k in range(6):
+                    chosen = Counter(choose_bucket(rank_point(seed, start + k, r, world), weights, active)
+                                     for r in range(world))
+                    assert [chosen[b] for b in names] == per_run[:, k].tolist()
+
+
+def test_max_segments_is_the_largest_ostrowski_digit_sum_up_to_n():
+    def digit_sum(num, den, n):
+        qs, prev = [1], 0
+        for a in cf_quotients(num, den, max(n, 1)):
+            qs, prev = [*qs, a * qs[-1] + prev], qs[-1]
+        total = 0
+        for q in reversed(qs):
+            total, n = total + n // q, n % q
+        return total
+
+    for num, den in [(GOLDEN_STEP, 1 << 64), (run_step(64), 64 << 64), (run_step(7), 7 << 64), (12345678901234567, 1 << 64)]:
+        best = 0
+        for n in range(1, 1500):
+            best = max(best, digit_sum(num, den, n))
+            if n % 97 == 0 or n < 30:
+                assert max_segments(num, den, n) == best, (num, den, n)
+
+
+@pytest.mark.parametrize("world,seed,run_len", [(1, 0, 1), (2, 1, 3), (3, 2, 1), (8, 3, 2), (16, 4, 1), (64, 5, 1),
+                                                (144, 6, 1)])
+def test_every_bucket_is_within_the_stated_bound_after_any_number_of_steps(world, seed, run_len):
+    """Total (rank, run) slots of each bucket vs ``w·W·R``: below schedule_bound(R) after every run R, and
+    rank by rank below rank_bound(W, R), whatever the world size; in between, after every step too."""
+    runs = 3000
+    bound = np.array([schedule_bound(n) for n in range(1, runs + 1)])
+    per_rank_bound = np.array([rank_bound(world, n) for n in range(1, runs + 1)])
+    n = np.arange(1, runs + 1)
+    stratum, place = run_points(seed, world, 0, runs)
+    for weights in MIXES:
+        names, ts, tp = bucket_thresholds(weights, set(weights), world)
+        w = np.array([weights[b] for b in names]) / sum(weights.values())
+        slots = np.cumsum(ranks_per_bucket(place, (ts, tp), world), axis=1)
+        dev = np.abs(slots - w[:, None] * world * n)
+        assert (dev < bound).all(), dev.max()
+        # after every step: the same counts, each run's slots spread over its run_len steps
+        steps = np.arange(1, runs * run_len + 1)
+        per_step = np.repeat(ranks_per_bucket(place, (ts, tp), world), run_len, axis=1)
+        dev_steps = np.abs(np.cumsum(per_step, axis=1) - w[:, None] * world * steps) / run_len
+        assert (dev_steps < np.repeat(bound, run_len)).all()
+        for r in range(world):
+            mine = choose_buckets((stratum + r) % world, place, (ts, tp))
+            for j in range(len(names)):
+                assert (np.abs(np.cumsum(mine == j) - w[j] * n) < per_rank_bound).all(), (r, names[j])
+
+
+def test_the_bounds_stay_small_at_scale():
+    # 30 T tokens at 4 M tokens a step, runs of 8: 894,070 runs
+    assert schedule_bound(894_070) == 28
+    assert schedule_bound(12_500) == 20  # 64 ranks, 10^5 steps, runs of 8
+    assert max(rank_bound(w, 12_500) for w in (1, 2, 8, 16, 24, 64, 128, 144, 512, 1024)) <= 60
