@@ -194,10 +194,10 @@ class MinhashDedupStage(Stage):
     name = "minhash_dedup"
     # 2: the global phase checkpointed in parts; 3: members stay candidates (labelled); 4: near copies
     # of held-out pages tagged (holdout_near); 5: shingles chosen per document by script
-    # (NORMALIZATION_VERSION 2: a complete stage is reused on its version, never on the phase key);
     # 6: signature parts keep each document's yield cell and text size, and an untouched document is
-    # passed on as the line it was read as (same output bytes)
-    version = "6"
+    # passed on as the line it was read as (same output bytes). The shingles' normalization version is
+    # part of this one: the runner reuses a complete stage on its version, never on the phase key
+    version = "6+norm" + NORMALIZATION_VERSION
     Config = MinhashDedupConfig
 
     def __init__(self, config: MinhashDedupConfig) -> None:

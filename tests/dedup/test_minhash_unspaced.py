@@ -94,4 +94,4 @@ def test_the_stage_version_moves_with_the_normalization_version():
     a new normalization version needs a new stage version, or stages built with the old one are kept."""
     from hpc_jobs.minhash_dedup import MinhashDedupStage
 
-    assert (NORMALIZATION_VERSION, MinhashDedupStage.version) == ("2", "5"), "bump both together"
+    assert MinhashDedupStage.version.endswith("+norm" + NORMALIZATION_VERSION)

@@ -218,10 +218,15 @@ def test_marking_a_waiting_task_failed_through_the_rest_api_cancels_its_job(stan
     ti = f"/api/v2/dags/build_snapshot/dagRuns/{run_id}/taskInstances/{PIPELINE[0]}.submit"
     deadline = time.monotonic() + 300
     state, jobs = None, []
-    while time.monotonic() < deadline and not (state == "deferred" and jobs):
+    running = False  # a triggerer runs the task's trigger: only it can cancel the job (its on_kill)
+    while time.monotonic() < deadline and not (state == "deferred" and jobs and running):
         time.sleep(2)
-        state, jobs = api.call("GET", ti)["state"], slurm_jobs_of(run_id)
-    assert state == "deferred" and len(jobs) == 1, f"the first stage never waited on one queued job: {state}, {jobs}"
+        got = api.call("GET", ti)
+        state, jobs = got["state"], slurm_jobs_of(run_id)
+        running = bool((got.get("trigger") or {}).get("triggerer_id"))
+    assert state == "deferred" and len(jobs) == 1 and running, (
+        f"the first stage never waited on one queued job in a triggerer: {state}, {jobs}, {running}")
+    time.sleep(POLL + 2)  # past the trigger's first poll: it is running, not just assigned
     api.call("PATCH", ti, {"new_state": "failed"})
     deadline = time.monotonic() + 300  # the triggerer cancels the trigger, whose cleanup scancels the job
     while slurm_jobs_of(run_id) and time.monotonic() < deadline:
