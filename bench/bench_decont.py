@@ -30,15 +30,12 @@ The two paths must name the same (item, page) pairs everywhere; the bench says w
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import random
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_scale import extracted_pages  # noqa: E402
 from corpus.decont.content import strip_template  # noqa: E402
 from corpus.decont.doc_grams import DocGramIndex, check_benchmark, doc_rows, key_hex, write_parts  # noqa: E402
 from corpus.decont.matcher import EvalIndex  # noqa: E402
@@ -60,46 +58,9 @@ MIN_HOST_WORDS = 100
 
 
 # --- the crawl's text ----------------------------------------------------------------------------------
-def _extract_record(item: tuple[str, bytes, str]) -> tuple[str, str]:
-    from corpus.extract import extract_text, normalize_text
-    from corpus.ingest.warc import decode_html
-
-    url, payload, content_type = item
-    html, _ = decode_html(payload, content_type)
-    return url, normalize_text(extract_text(html))
-
-
-def _warc_records(paths: Sequence[Path]) -> Iterator[tuple[str, bytes, str]]:
-    from corpus.ingest.warc import RawRecord, iter_warc
-
-    for path in paths:
-        for item in iter_warc(path):
-            if isinstance(item, RawRecord):
-                yield item.url, item.payload, item.content_type
-
-
 def crawl_pages(cache_dir: Path, workers: int = 2) -> list[tuple[str, str]]:
-    """(url, text) of every HTML page of the shared crawl, extracted once (~2 min on 2 cores) and cached
-    under a name that follows the WARCs and the extraction options."""
-    from corpus.extract import TRAFILATURA_OPTIONS
-
-    paths = [SHARED / "warc" / n for n in WARCS]
-    key = hashlib.sha256()
-    for p in paths:
-        key.update(f"{p.name}:{p.stat().st_size}\n".encode())
-    key.update(json.dumps(TRAFILATURA_OPTIONS, sort_keys=True).encode())
-    cache = cache_dir / f"crawl-text-{key.hexdigest()[:16]}.jsonl.gz"
-    if not cache.exists():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        with ProcessPoolExecutor(max_workers=workers) as ex:
-            pages = list(ex.map(_extract_record, _warc_records(paths), chunksize=16))
-        tmp = cache.with_suffix(".tmp")
-        with gzip.open(tmp, "wt", encoding="utf-8") as f:
-            for url, text in pages:
-                f.write(json.dumps({"url": url, "text": text}, ensure_ascii=False) + "\n")
-        tmp.rename(cache)
-    with gzip.open(cache, "rt", encoding="utf-8") as f:
-        return [(r["url"], r["text"]) for r in map(json.loads, f)]
+    """(url, text) of every HTML page of the shared crawl, extracted once (~2 min on 2 cores) and cached."""
+    return extracted_pages([SHARED / "warc" / n for n in WARCS], cache_dir, "crawl-text", workers)
 
 
 # --- plants --------------------------------------------------------------------------------------------

@@ -111,18 +111,17 @@ def _warc_records(paths: Sequence[Path]) -> Iterator[tuple[str, bytes, str]]:
                 yield item.url, item.payload, item.content_type
 
 
-def web_pages(shared: Path, cache_dir: Path, min_words: int, workers: int = 2) -> list[Page]:
-    """The extracted text of every page of the March crawl, cached: trafilatura does ~24 pages/s per core,
-    so the 3,305 pages cost a minute or two once. The cache is named by the WARCs' bytes and the
-    extraction options, so a changed input or option extracts again."""
+def extracted_pages(paths: Sequence[Path], cache_dir: Path, prefix: str, workers: int = 2) -> list[tuple[str, str]]:
+    """(url, text) of every HTML page of ``paths``, extracted as the extract stage does, cached:
+    trafilatura does ~24 pages/s per core, so a crawl costs a minute or two once. The cache is named by
+    the WARCs' bytes and the extraction options, so a changed input or option extracts again."""
     from corpus.extract import TRAFILATURA_OPTIONS
 
-    paths = [shared / p for p in WEB_WARCS]
     key = hashlib.sha256()
     for p in paths:
         key.update(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}\n".encode())
     key.update(json.dumps(TRAFILATURA_OPTIONS, sort_keys=True).encode())
-    cache = cache_dir / f"web-pool-{key.hexdigest()[:16]}.jsonl.gz"
+    cache = cache_dir / f"{prefix}-{key.hexdigest()[:16]}.jsonl.gz"
     if not cache.exists():
         cache_dir.mkdir(parents=True, exist_ok=True)
         with ProcessPoolExecutor(max_workers=workers) as ex:
@@ -132,14 +131,15 @@ def web_pages(shared: Path, cache_dir: Path, min_words: int, workers: int = 2) -
             for url, text in pages:
                 f.write(json.dumps({"url": url, "text": text}, ensure_ascii=False) + "\n")
         tmp.rename(cache)
-    out = []
     with gzip.open(cache, "rt", encoding="utf-8") as f:
-        for line in f:
-            rec = json.loads(line)
-            page = Page("web", rec["url"], page_lines(rec["text"]))
-            if page.words >= min_words:
-                out.append(page)
-    return out
+        return [(r["url"], r["text"]) for r in map(json.loads, f)]
+
+
+def web_pages(shared: Path, cache_dir: Path, min_words: int, workers: int = 2) -> list[Page]:
+    """The extracted text of every page of the March crawl with at least ``min_words`` words."""
+    pages = (Page("web", url, page_lines(text)) for url, text in
+             extracted_pages([shared / p for p in WEB_WARCS], cache_dir, "web-pool", workers))
+    return [page for page in pages if page.words >= min_words]
 
 
 # --- the generator (pure: a function of the pool, N, the seed and the mix) ------------------------------
