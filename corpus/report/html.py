@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from corpus.report import plots
+from corpus.report.quality_model import quality_html
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#212529;
@@ -586,6 +587,7 @@ def render_html(card: dict[str, Any]) -> str:
             _funnel(card),
             _tokens(card),
             _distributions(card),
+            quality_html(card),
             _dedup(card),
             _holdout(card),
             _contamination(card),

@@ -55,15 +55,46 @@ def test_script_fraction_measures_letters_in_the_languages_script():
 
 
 def test_heuristic_signals_are_numbers_of_the_text():
+    """Gopher's and C4's definitions, as datatrove computes them (test_gopher_c4_oracle.py checks real
+    documents against datatrove itself); worked out by hand here."""
     text = "The cat sat on the mat with a hat.\n- one\n- one\nAnd to be, that is it...\n"
+    assert words(text)[8:14] == ["hat", ".", "-", "one", "-", "one"], "spaCy's tokens, punctuation too"
     s = heuristic_signals(text)
-    assert s["word_count"] == len(text.split()) == 19
+    assert s["word_count"] == 17, "22 tokens less . - - , ..."
+    assert s["alpha_word_fraction"] == 17 / 22 and s["ellipsis_word_ratio"] == 1 / 22
     assert s["bullet_line_fraction"] == 0.5 and s["ellipsis_line_fraction"] == 0.25
-    assert s["dup_line_fraction"] == 0.5
-    assert s["stop_word_count"] == 7  # The, the, with, And, to, be, that
-    assert s["lorem_ipsum"] == 0.0 and heuristic_signals("Lorem ipsum dolor")["lorem_ipsum"] == 1.0
-    assert s["curly_brace"] == 0.0 and heuristic_signals("int f() { }")["curly_brace"] == 1.0
-    assert words("日本語 text") == ["日", "本", "語", "text"]
+    assert s["stop_word_count"] == 5, "distinct and as written: the, with, to, be, that (not The, And)"
+    # re.split("\n+") gives 5 lines (the last empty); the second "- one" is the one duplicate
+    assert s["dup_line_fraction"] == 1 / 5 and s["dup_line_char_fraction"] == 5 / 72
+    assert s["top_2gram_char_fraction"] == 2 * len("- one") / 72
+    assert s["top_3gram_char_fraction"] == len("The cat sat") / 72, "every 3-gram once: the first counts"
+    assert s["dup_paragraph_fraction"] == 0.0 and s["dup_5gram_char_fraction"] == 0.0
+    # C4 removes "- one" twice (no end mark) and the line ending in an ellipsis
+    assert s["c4_removed_lines"] == 3 and s["c4_removed_char_fraction"] == 34 / 68
+    assert s["lorem_ipsum"] == 0.0 and s["curly_brace"] == 0.0
+    assert words("日本語のテキスト text") == ["日本語のテキスト", "text"], "no spaces, one English word"
+    repeated = "Some words here. " * 4 + "\n\n" + ("A paragraph said twice.\n\n" * 2)
+    r = heuristic_signals(repeated)
+    assert r["dup_paragraph_fraction"] == 1 / 3 and r["dup_paragraph_char_fraction"] == 23 / len(repeated)
+    # 5-grams joined without spaces, scanned left to right, jumping past each duplicate found
+    dups = ("Somewordshere.Some", "wordshere.Somewords", ".Aparagraphsaidtwice")
+    assert r["dup_5gram_char_fraction"] == sum(map(len, dups)) / len(repeated)
+
+
+def test_c4_page_rules_read_only_the_lines_c4_keeps():
+    """C4 drops a page for "{" or "lorem ipsum" only in a line that passed its line rules (an end mark,
+    5 words): a code line does not drop a manual, a sentence with a brace does."""
+    code = "Call it like this:\nint f() { return 0; }\nand the function returns zero to its caller.\n"
+    assert heuristic_signals(code)["curly_brace"] == 0.0
+    assert heuristic_signals("The set {1, 2} has two members in it.")["curly_brace"] == 1.0
+    assert heuristic_signals("Lorem ipsum dolor")["lorem_ipsum"] == 0.0, "no end mark: the line goes first"
+    assert heuristic_signals("Lorem ipsum dolor sit amet, consectetur.")["lorem_ipsum"] == 1.0
+    assert heuristic_signals("Please enable JavaScript to view this site.")["c4_removed_lines"] == 1
+
+
+def test_an_empty_text_has_every_signal_zero():
+    assert set(heuristic_signals("").values()) == {0.0}
+    assert heuristic_signals("").keys() == heuristic_signals("a b c").keys()
 
 
 def test_pii_is_replaced_by_typed_placeholders_and_counted():

@@ -17,7 +17,7 @@ from corpus.ingest.holdout import (
     in_holdout,
     normalize_url,
 )
-from corpus.policy import HOLDOUT_CHECKS, PolicyConfig, decide, decide_rows
+from corpus.policy import HOLDOUT_CHECKS, PolicyConfig, decide, decide_rows, missing_values
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 from tests.stages.test_policy import GOOD_WEB, random_subjects
 from tests.stages.warc_fixtures import real_pages, warc_bytes
@@ -77,12 +77,11 @@ def test_a_copy_of_a_held_out_page_fails_the_policy_first_in_every_tier():
         r = rng.random()
         if r < 0.2:
             d.scores[str(rng.choice([EXACT_SCORE, NEAR_SCORE]))] = float(rng.choice([0.0, 0.7, 1.0, np.nan]))
-    keys = [*GOOD_WEB, EXACT_SCORE, NEAR_SCORE]
     names, first = decide_rows(
         np.array([d.lang or "und" for d in subjects], dtype=object),
         np.array([d.lang_confidence for d in subjects], dtype=np.float64),
         np.array([d.source_tier for d in subjects], dtype=object),
-        {k: np.array([d.scores.get(k, 0.0) for d in subjects], dtype=np.float64) for k in keys},
+        {k: np.array([d.scores.get(k, m) for d in subjects], dtype=np.float64) for k, m in missing_values(cfg).items()},
         cfg,
     )
     want = [decide(d, cfg)[0] for d in subjects]

@@ -12,14 +12,15 @@ import pytest
 from corpus.errors import UserError
 from corpus.metadata import metadata_table
 from corpus.model import Document
-from corpus.policy import PolicyConfig, decide, decide_rows
+from corpus.policy import PolicyConfig, decide, decide_rows, missing_values
 from corpus.selection import parse_inline
 from corpus.version import select_rows
 
 GOOD_WEB = {
     "word_count": 400,
     "mean_word_length": 5.0,
-    "symbol_word_ratio": 0.0,
+    "hash_word_ratio": 0.02,
+    "ellipsis_word_ratio": 0.04,
     "bullet_line_fraction": 0.1,
     "ellipsis_line_fraction": 0.0,
     "alpha_word_fraction": 0.95,
@@ -90,9 +91,24 @@ def test_trusted_tiers_skip_web_heuristics_but_not_language_checks():
     cfg = PolicyConfig()
     assert decide(doc(tier="curated", word_count=3, quality=0.0, curly_brace=1.0), cfg)[0] is None
     assert decide(doc(tier="curated", conf=0.1), cfg)[0] == "lang_confidence"
+    # code is not natural language: lid.176's guess for a Python module is no reason to drop it
+    assert decide(doc(tier="code", lang="sv", conf=0.1), PolicyConfig(languages=["en"]))[0] is None
+    assert decide(doc(tier="code", conf=0.1), PolicyConfig(language_exempt_tiers=[]))[0] == "lang_confidence"
     assert decide(doc(lang="ja", mean_word_length=1.0, alpha_word_fraction=0.5), cfg)[0] is None, (
         "no spaces in ja"
     )
+
+
+def test_a_document_the_quality_model_does_not_score_is_judged_as_the_policy_says():
+    unscored = dataclasses.replace(doc(lang="sv"), scores={k: v for k, v in GOOD_WEB.items() if k != "quality"})
+    assert decide(unscored, PolicyConfig())[0] is None, "kept by default, on every other check"
+    reason, notes = decide(unscored, PolicyConfig(unscored_quality="drop"))
+    assert reason == "quality" and notes[0].value is None, "no made-up value in the record"
+    assert decide(dataclasses.replace(unscored, scores={**unscored.scores, "word_count": 3}), PolicyConfig())[0] == (
+        "gopher_word_count"
+    )
+    with pytest.raises(UserError, match="unscored_quality must be one of keep, drop"):
+        parse_inline('[policy]\nunscored_quality = "ignore"\n')
 
 
 def row_record(i: int, d: Document) -> dict:
@@ -114,6 +130,8 @@ CASES = [
     doc(quality=0.001),
     doc(lorem_ipsum=1.0),
     doc(lang="", conf=0.0),
+    dataclasses.replace(doc(lang="sv"), scores={k: v for k, v in GOOD_WEB.items() if k != "quality"}),
+    doc(tier="code", lang="sv", conf=0.2),
 ]
 
 
@@ -125,6 +143,7 @@ CASES = [
             '[policy]\nmin_quality = 0.3\nlanguages = ["en", "de", "bg"]\nlang_confidence = { de = 0.95 }\n',
             PolicyConfig(min_quality=0.3, languages=["en", "de", "bg"], lang_confidence={"de": 0.95}),
         ),
+        ('[policy]\nunscored_quality = "drop"\n', PolicyConfig(unscored_quality="drop")),
     ],
 )
 def test_a_selections_policy_judges_each_metadata_row_as_decide_judges_its_document(policy_toml, cfg):
@@ -147,8 +166,11 @@ def random_subjects(rng: np.random.Generator, n: int) -> list[Document]:
         for k, values in near.items():
             r = rng.random()
             if r < 0.08:
-                continue  # missing: counts as 0.0
-            scores[k] = float("nan") if r < 0.1 else float("inf") if r < 0.11 else float(rng.choice(values))
+                continue  # missing: counts as its check's missing value
+            if r < 0.11:
+                scores[k] = float("nan") if r < 0.1 else float("inf")
+            else:  # the good value half the time, so that rows reach the later checks too
+                scores[k] = float(GOOD_WEB[k]) if r < 0.55 else float(rng.choice(values))
         lang = str(rng.choice(["en", "de", "fr", "bg", "ja", "th", "und", "km", ""]))
         d = doc(tier=str(rng.choice(["web", "curated", "code", "books", ""])), lang=lang or None,
                 conf=float(rng.choice([0.0, 0.3, 0.5, 0.9, 0.95, 1.0, float("nan")])))
@@ -161,7 +183,8 @@ def random_subjects(rng: np.random.Generator, n: int) -> list[Document]:
     [
         PolicyConfig(),
         PolicyConfig(min_quality=0.3, languages=["en", "de", "bg", "und"], lang_confidence={"de": 0.95, "und": 0.0},
-                     drop_curly_brace=True, drop_lorem_ipsum=False, exempt_tiers=["curated"]),
+                     drop_curly_brace=True, drop_lorem_ipsum=False, exempt_tiers=["curated"],
+                     unscored_quality="drop", language_exempt_tiers=["code", "books"]),
     ],
 )
 def test_the_columnar_policy_names_the_reason_decide_names_for_every_row(cfg):
@@ -171,7 +194,7 @@ def test_the_columnar_policy_names_the_reason_decide_names_for_every_row(cfg):
         np.array([d.lang or "und" for d in subjects], dtype=object),
         np.array([d.lang_confidence for d in subjects], dtype=np.float64),
         np.array([d.source_tier for d in subjects], dtype=object),
-        {k: np.array([d.scores.get(k, 0.0) for d in subjects], dtype=np.float64) for k in GOOD_WEB},
+        {k: np.array([d.scores.get(k, m) for d in subjects], dtype=np.float64) for k, m in missing_values(cfg).items()},
         cfg,
     )
     want = [decide(d, cfg)[0] for d in subjects]
