@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow.sdk import Param, TaskGroup, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
 
-from cli.orchestration.buildsteps import verify_stage
+from cli.orchestration.buildsteps import NothingLeft, verify_stage
 from cli.orchestration.deployment import Deployment, check_run_conf, path_schema
 from cli.orchestration.jobparams import job_params, resolve_job_params
 from cli.orchestration.operators import SnapshotOperator, StageJobOperator, buildstep
@@ -140,7 +141,10 @@ def build_snapshot() -> None:
         previous = None
         if i > 0:
             previous = json.loads(backend.read_text(f"{build['out']}/stages/{build['stages'][i - 1]}/manifest.json"))
-        result = verify_stage(stage, manifest, previous)
+        try:
+            result = verify_stage(stage, manifest, previous, build["inputs"])
+        except NothingLeft as e:  # the later stages would only write an empty snapshot
+            raise AirflowFailException(str(e)) from e
         t = result["totals"]
         print(f"stage {stage}: manifest {result['manifest_digest']}, {result['shards']} shards, "
               f"{t['in']} in / {t['out']} out, filtered {t['filtered']}, quarantined {t['quarantined']}")

@@ -37,14 +37,22 @@ class VerifyError(RuntimeError):
     """A stage's manifest does not hold up: the stage must not be built on."""
 
 
-def verify_stage(stage: str, manifest: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+class NothingLeft(UserError):
+    """A stage kept no document: the build stops here, with the reasons (retrying changes nothing)."""
+
+
+def verify_stage(
+    stage: str, manifest: dict[str, Any], previous: dict[str, Any] | None, inputs: list[str] | None = None
+) -> dict[str, Any]:
     """Check a completed stage's manifest; return its digest and totals (what the DAG passes on).
 
     * it is the manifest of ``stage``, with one count record per output shard;
     * every shard's counts and the totals reconcile (in = out + filtered + quarantined), and the
       totals are the sum of the shards';
     * it was made from the previous stage's outputs: the same shard digests, and as many documents in
-      as the previous stage let out.
+      as the previous stage let out;
+    * given the build's ``inputs``, it kept a document (:class:`NothingLeft` otherwise, the one line
+      ``corpus build`` prints: :func:`corpus.pipeline.check_documents_left`).
     """
     m = StageManifest.from_dict(manifest)
     if m.stage != stage:
@@ -69,6 +77,11 @@ def verify_stage(stage: str, manifest: dict[str, Any], previous: dict[str, Any] 
         p_out = GroupCounts.from_dict(p.totals).docs_out
         if totals.docs_in != p_out:
             raise VerifyError(f"{stage}: {totals.docs_in} documents in, but {p.stage} let {p_out} out")
+    if inputs is not None:
+        try:
+            pipeline.check_documents_left(m, [Path(p) for p in inputs])
+        except UserError as e:
+            raise NothingLeft(str(e)) from e
     return {"stage": stage, "manifest_digest": m.digest, "totals": totals.to_dict(), "shards": len(m.outputs)}
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from cli.orchestration.buildsteps import VerifyError, verify_stage
+from cli.orchestration.buildsteps import NothingLeft, VerifyError, verify_stage
 from cli.orchestration.submit import (
     LocalBackend,
     Result,
@@ -205,6 +205,18 @@ def test_verify_passes_a_reconciled_stage_built_on_its_predecessor():
     r = verify_stage("extract", second, first)
     assert r["manifest_digest"].startswith("sha256:") and r["totals"]["in"] == 13 and r["shards"] == 2
     assert verify_stage("ingest", first, None)["totals"]["out"] == 13
+
+
+def test_verify_stops_the_build_in_one_line_when_a_stage_keeps_no_document():
+    """As `corpus build` does: a DAG run whose inputs yield nothing fails (without retries) naming
+    the inputs and the reasons, instead of building an empty snapshot."""
+    empty = manifest("ingest", {"a": cell(1, 0, quarantined={"not_warc": 1})}, ["r"], ["A"])
+    with pytest.raises(NothingLeft) as e:
+        verify_stage("ingest", empty, None, ["/data/in/requests.tar.gz"])
+    assert str(e.value) == (
+        "no document left after stage ingest of requests.tar.gz: ingest read 1 document(s); dropped not_warc 1"
+    )
+    assert verify_stage("ingest", empty, None)["totals"]["out"] == 0, "without inputs: the counts only"
 
 
 def test_verify_refuses_counts_that_do_not_add_up():
