@@ -1,14 +1,16 @@
 """The training-time data loader: a snapshot's tokens for N data-parallel ranks, resumable anywhere.
 
 ``SnapshotLoader`` (a torch ``IterableDataset``) composes the pure sampler (:mod:`loader.sampler`), the
-consumption record (:mod:`loader.state`), sequence packing (:mod:`loader.sequences`) and fault handling
-(:mod:`loader.faults`); :mod:`loader.world` is the only place that reads the launcher's environment.
+consumption record (:mod:`loader.state`), sequence packing (:mod:`loader.sequences`), fault handling
+(:mod:`loader.faults`) and a recipe's phase clock (:mod:`loader.phases`); :mod:`loader.world` is the only
+place that reads the launcher's environment. :mod:`loader.counter` checks the realized mixture online.
 """
 
+from loader.counter import MixtureCounter, MixtureDrift
 from loader.dataset import ResumeRefused, SnapshotLoader, load_manifest, natural_mixture
 from loader.faults import ShardUnavailable, TooManyCorruptShards
 from loader.sampler import SAMPLER_VERSION
 from loader.world import World
 
 __all__ = ["SnapshotLoader", "ResumeRefused", "ShardUnavailable", "TooManyCorruptShards", "World", "SAMPLER_VERSION",
-           "load_manifest", "natural_mixture"]
+           "load_manifest", "natural_mixture", "MixtureCounter", "MixtureDrift"]

@@ -181,7 +181,8 @@ def checkpoint_step(path: str | Path) -> int:
 
 def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                     loader: SnapshotLoader, *, allow_missing_loader_state: bool = False,
-                    allow_snapshot_mismatch: bool = False, allow_version_mismatch: bool = False) -> int:
+                    allow_snapshot_mismatch: bool = False, allow_version_mismatch: bool = False,
+                    allow_recipe_mismatch: bool = False) -> int:
     """Restore all three in place from ``path`` (a checkpoint root: its newest complete checkpoint, see
     :func:`find_checkpoint`; or one checkpoint directory); the step to continue from."""
     found = find_checkpoint(path)
@@ -198,7 +199,9 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
             f"step {step} as if it had never been interrupted on this world size")
     state: dict[str, Any] = {"train": TrainState(model, optimizer)}
     if has_loader:
-        state["loader"] = _LoaderSlot(loader, allow_snapshot_mismatch, allow_version_mismatch)
+        state["loader"] = _LoaderSlot(loader, dict(allow_snapshot_mismatch=allow_snapshot_mismatch,
+                                                   allow_version_mismatch=allow_version_mismatch,
+                                                   allow_recipe_mismatch=allow_recipe_mismatch))
     dcp.load(state, checkpoint_id=str(path))
     if not has_loader:
         loader.seek(step)
@@ -208,9 +211,8 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
 class _LoaderSlot(Stateful):
     """Hands the loaded record to the loader with the caller's overrides (DCP passes no arguments)."""
 
-    def __init__(self, loader: SnapshotLoader, allow_snapshot_mismatch: bool, allow_version_mismatch: bool) -> None:
-        self.loader, self.overrides = loader, dict(allow_snapshot_mismatch=allow_snapshot_mismatch,
-                                                   allow_version_mismatch=allow_version_mismatch)
+    def __init__(self, loader: SnapshotLoader, overrides: dict[str, bool]) -> None:
+        self.loader, self.overrides = loader, overrides
 
     def state_dict(self) -> dict[str, Any]:
         return {"record": ""}  # a template only: DCP fills it from the checkpoint

@@ -1,8 +1,9 @@
 """``SnapshotLoader``: the training-time view of a snapshot, resumable exactly at any world size.
 
 What rank ``r`` of ``W`` reads at step ``n`` is a pure function of (manifest, mixture, seed, epoch caps,
-step, rank, world) and of the plan the last resume produced; the only mutable state is each rank's
-cursor per bucket (:mod:`loader.state`). ``state_dict`` / ``load_state_dict`` follow
+step, rank, world) -- or of (manifest, recipe, step, rank, world) for a loader made with
+:meth:`SnapshotLoader.from_recipe` -- and of the plan the last resume produced; the only mutable state is
+each rank's cursor per bucket (:mod:`loader.state`). ``state_dict`` / ``load_state_dict`` follow
 ``torch.distributed.checkpoint``'s Stateful protocol: ``state_dict`` all-gathers every rank's cursors
 over the data-parallel process group (``dp_group``; default the whole world, gloo on CPU) into one
 global record, identical on all ranks of the group, so it can be saved beside the model;
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +26,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from corpus.errors import UserError
 from corpus.model import SnapshotManifest
+from corpus.recipe import Recipe, load_recipe
 from loader.faults import (
     DEFAULT_IO_RETRY_DELAYS,
     DEFAULT_MAX_SKIP_FRACTION,
     DEFAULT_MEMORY_BUDGET_MB,
     ShardStore,
 )
+from loader.phases import PhaseClock, PhaseSpan
 from loader.sampler import SAMPLER_VERSION
 from loader.sequences import Batch, assemble_sequence, make_batch
 from loader.state import (
@@ -47,6 +51,10 @@ from loader.world import World
 
 class ResumeRefused(UserError):
     """A checkpoint that cannot be resumed exactly with this loader, and no override was given."""
+
+
+def _recipe_name(recipe_id: str | None, recipe_hash: str | None) -> str:
+    return f"recipe {recipe_id} ({recipe_hash[:19]}…)" if recipe_hash else "no recipe"
 
 
 def load_manifest(snapshot: str | Path | SnapshotManifest, root: str | Path | None = None
@@ -114,8 +122,12 @@ class SnapshotLoader(IterableDataset):
                  run_len: int = 8, chunk_tokens: int = 1 << 20, append_eos: bool | None = None,
                  max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION, root: str | Path | None = None,
                  verbose: bool = False, dp_group: Any = None, memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
-                 io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS) -> None:
+                 io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS, recipe: Recipe | None = None) -> None:
+        """``recipe`` (what :meth:`from_recipe` passes): the mixture, seed, sequence length and epoch caps are
+        the recipe's, phase by phase, and ``run_len`` is the default of phases that state none."""
         super().__init__()
+        if recipe is not None and (mixture is not None or epoch_caps is not None):
+            raise ValueError("a recipe sets the mixture and epoch caps: pass neither with it")
         # a version reads the build's shards through its selection; a snapshot reads every document
         self.version = LoaderVersion.open(Path(snapshot)) if isinstance(snapshot, (str, Path)) else None
         if self.version is not None:
@@ -135,6 +147,12 @@ class SnapshotLoader(IterableDataset):
         if not 0 <= dp_rank < dp_world:
             raise ValueError(f"dp_rank {dp_rank} outside a world of {dp_world}")
         buckets = sorted({s.bucket for s in self.manifest.shards})
+        if recipe is not None:
+            # the buckets are whatever this snapshot or version defines; the recipe only names them
+            recipe.check_pinned(self.snapshot_id, self.manifest.tokenizer.get("sha256"))
+            recipe.check_buckets(buckets)
+            first = recipe.phases[0]
+            mixture, seed, seq_len, epoch_caps = dict(first.weights), recipe.seed, first.seq_len, dict(first.max_epochs)
         self.mixture = dict(natural_mixture_of(self.stream_shards) if mixture is None else mixture)
         unknown = sorted(set(self.mixture) - set(buckets))
         if unknown:
@@ -163,6 +181,69 @@ class SnapshotLoader(IterableDataset):
                                 selection=self.version.selected if self.version is not None else None)
         self.cursor = RankCursor(self.layout, Plan.fresh(self.world), self.rank)
         self.switches: list[dict[str, Any]] = []  # (step, from, to) of every move between versions
+        self.recipe_changes: list[dict[str, Any]] = []  # (step, from, to) of every accepted change of recipe
+        self.recipe, self.default_run_len = recipe, self.run_len
+        self.clock: PhaseClock | None = None
+        self.span: PhaseSpan | None = None  # the phase of the current step (None: no recipe, or it is over)
+        if recipe is not None:
+            recipe.check_supply({b: sum(s[2] for s in shards) for b, shards in self.layout.buckets.items()})
+            self.clock = PhaseClock(recipe, self.world, self.batch_size)
+            self._sync_phase()
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe | str | Path, snapshot: str | Path | SnapshotManifest, batch_size: int = 1,
+                    dp_rank: int | None = None, dp_world: int | None = None, **kwargs: Any) -> SnapshotLoader:
+        """A loader that runs ``recipe`` (a :class:`~corpus.recipe.Recipe` or a TOML file) on ``snapshot``.
+
+        Refused (one line, :class:`~corpus.recipe.RecipeError`) when the recipe is pinned to another
+        snapshot or tokenizer, names a bucket the snapshot (or version) does not define, or has caps that
+        cannot supply a phase. Phases switch at the step where the global token count (``dp_world ·
+        batch_size · seq_len`` per step) reaches each phase's end, the same step on every rank
+        (:class:`loader.phases.PhaseClock`); each bucket's stream position and epoch count carry over.
+        ``kwargs`` are the other loader parameters (``run_len``: the default of phases without one).
+        """
+        clash = sorted(set(kwargs) & {"mixture", "seed", "seq_len", "epoch_caps"})
+        if clash:
+            raise ValueError(f"the recipe sets {clash}: pass them in the recipe, not to from_recipe")
+        if not isinstance(recipe, Recipe):
+            recipe = load_recipe(recipe)
+        return cls(snapshot, batch_size=batch_size, dp_rank=dp_rank, dp_world=dp_world, recipe=recipe, **kwargs)
+
+    # --- recipe phases ------------------------------------------------------------------------------
+
+    def _apply_phase(self, span: PhaseSpan) -> None:
+        """The phase's weights, sequence length, run length and caps (not yet the cursor)."""
+        phase = span.phase
+        self.span = span
+        self.mixture, self.seq_len = dict(phase.weights), phase.seq_len
+        self.run_len = phase.run_len or self.default_run_len
+        self.epoch_caps = {b: phase.max_epochs.get(b) for b in self.layout.buckets}
+        self.layout = replace(self.layout, epoch_caps=dict(self.epoch_caps))
+
+    def _sync_phase(self) -> None:
+        """Enter the phase of the current step if it is a new one. The cursors carry over: a bucket's stream
+        goes on where it stood and its epochs are counted across phases; caps only rise (the recipe
+        says so), so a bucket at its old cap comes back when a phase raises it."""
+        span = self.clock.at(self.cursor.step)
+        if span is None:
+            self.span = None  # the recipe is over
+        elif span != self.span:
+            self._apply_phase(span)
+            self.cursor = RankCursor(self.layout, self.cursor.plan, self.rank, self.cursor.step, self.cursor.cursors)
+
+    @property
+    def phase(self) -> str | None:
+        """The name of the current step's phase (None without a recipe or after its last phase)."""
+        return self.span.name if self.span is not None else None
+
+    @property
+    def finished(self) -> bool:
+        """No batch will come any more: the recipe's last phase is over, or (without a recipe) every bucket
+        of this rank reached its cap. With a recipe, a rank with nothing left to read in a phase gets
+        None from ``next_batch`` but is not finished: the next phase may raise a cap."""
+        if self.recipe is not None:
+            return self.span is None
+        return not self.cursor.active
 
     # --- iteration --------------------------------------------------------------------------------
 
@@ -180,19 +261,40 @@ class SnapshotLoader(IterableDataset):
             yield batch
 
     def next_batch(self) -> Batch | None:
+        """This rank's batch of the next step; None when it has nothing to read. With a recipe the step
+        counts even then (every rank changes phase at the same step), so call it in step with the others."""
+        span = self.span
+        if self.recipe is not None and span is None:
+            return None
         step = self.cursor.step
-        plans = self.cursor.next_batch(self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size)
+        plans = self.cursor.next_batch(self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size,
+                                       run_origin=span.run_origin if span is not None else 0)
         if plans is None:
+            if span is not None:
+                self.cursor.step += 1
+                self._sync_phase()
             return None
         rows = []
         for sp in plans:
             parts = [part for shard, a, b in sp.segments for part in self.store.read(shard, a, b)]
             rows.append(assemble_sequence(parts, self.seq_len, sp.pad, self.eos_id))
-        return make_batch(rows, tuple(sp.bucket for sp in plans), step, self.seq_len)
+        batch = make_batch(rows, tuple(sp.bucket for sp in plans), step, self.seq_len,
+                           span.name if span is not None else None)
+        if span is not None:
+            self._sync_phase()
+        return batch
 
     def seek(self, step: int) -> None:
         """Jump forward to ``step`` without reading anything (as if the steps before had been consumed)."""
-        self.cursor.seek(step, self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size)
+        if self.recipe is None:
+            self.cursor.seek(step, self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size)
+            return
+        while self.cursor.step < step and self.span is not None:
+            target = min(step, self.span.end)
+            self.cursor.seek(target, self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size,
+                             run_origin=self.span.run_origin)
+            self.cursor.step = target  # a rank with nothing left in the phase still follows the clock
+            self._sync_phase()
 
     # --- checkpoint state ---------------------------------------------------------------------------
 
@@ -212,7 +314,21 @@ class SnapshotLoader(IterableDataset):
             "batch_size": self.batch_size,
             "run_len": self.run_len,
             "chunk_cuts": dict(self.layout.cuts),
+            "recipe": self._recipe_header(),
+            "recipe_changes": list(self.recipe_changes),
         }
+
+    def _recipe_header(self) -> dict[str, Any] | None:
+        """Which recipe, and where its clock stands: the global token count at this step (what a resume on
+        another world continues from) and the first step of the current phase (what its runs count from)."""
+        if self.recipe is None:
+            return None
+        span = self.span
+        return {"recipe_id": self.recipe.recipe_id, "recipe_hash": self.recipe.recipe_hash,
+                "phase": span.index if span is not None else len(self.recipe.phases),
+                "phase_name": span.name if span is not None else None,
+                "phase_start": span.run_origin if span is not None else None,
+                "tokens": self.clock.tokens_at(self.cursor.step)}
 
     def local_state(self) -> dict[str, Any]:
         """This rank's part of the record (what ``state_dict`` all-gathers)."""
@@ -228,17 +344,22 @@ class SnapshotLoader(IterableDataset):
                                                                        self.dp_group)), sort_keys=True)}
 
     def load_state_dict(self, state: Mapping[str, Any], *, allow_snapshot_mismatch: bool = False,
-                        allow_version_mismatch: bool = False, allow_tombstoned: bool = False) -> None:
+                        allow_version_mismatch: bool = False, allow_tombstoned: bool = False,
+                        allow_recipe_mismatch: bool = False) -> None:
         record = state["record"]
         record = json.loads(record) if isinstance(record, (str, bytes)) else record
         self.load_record(record, allow_snapshot_mismatch=allow_snapshot_mismatch,
-                         allow_version_mismatch=allow_version_mismatch, allow_tombstoned=allow_tombstoned)
+                         allow_version_mismatch=allow_version_mismatch, allow_tombstoned=allow_tombstoned,
+                         allow_recipe_mismatch=allow_recipe_mismatch)
 
     def load_record(self, record: Mapping[str, Any], *, allow_snapshot_mismatch: bool = False,
-                    allow_version_mismatch: bool = False, allow_tombstoned: bool = False) -> None:
+                    allow_version_mismatch: bool = False, allow_tombstoned: bool = False,
+                    allow_recipe_mismatch: bool = False) -> None:
         """Resume from a global record. A record of another version of the same build moves the run
         to this loader's version (docs/loader.md, "Moving to another version"); a record that read a
-        shard this version tombstones is refused unless ``allow_tombstoned``."""
+        shard this version tombstones is refused unless ``allow_tombstoned``; a record of another recipe
+        (or of a run without one, for a loader with one, and the reverse) unless ``allow_recipe_mismatch``,
+        which is then noted in the record (``recipe_changes``)."""
         if record.get("format") != RECORD_FORMAT:
             raise ResumeRefused(f"not a loader state record (format {record.get('format')!r})")
         # another selection of this build (a version, or the build itself when no version dir is recorded)
@@ -253,6 +374,7 @@ class SnapshotLoader(IterableDataset):
             raise ResumeRefused(
                 f"checkpoint was taken with sampler {record['sampler_version']}, this is {SAMPLER_VERSION}; "
                 "pass allow_version_mismatch=True to accept a different stream")
+        self._resume_recipe(record, allow_recipe_mismatch)
         skipped = {int(i) for i in record["skipped"] if int(i) < len(self.manifest.shards)}
         cursors = None
         self.switches = list(record.get("switches", []))
@@ -284,6 +406,38 @@ class SnapshotLoader(IterableDataset):
         self.cursor = RankCursor(self.layout, plan, self.rank, step=int(record["step"]), cursors=cursors)
         if self.verbose:
             self._log(f"resumed at step {record['step']} from a record of {record['plan']['world']} ranks")
+
+    def _resume_recipe(self, record: Mapping[str, Any], allow_override: bool) -> None:
+        """Check the record's recipe against this loader's and restart the phase clock at the recorded step
+        and global token count (so the boundaries left stay at the same global tokens on any world)."""
+        recorded = record.get("recipe")
+        old = recorded["recipe_hash"] if recorded else None
+        new = self.recipe.recipe_hash if self.recipe is not None else None
+        changes = list(record.get("recipe_changes", []))
+        if old != new:
+            if not allow_override:
+                theirs = _recipe_name(recorded["recipe_id"] if recorded else None, old)
+                mine = _recipe_name(self.recipe.recipe_id if self.recipe is not None else None, new)
+                raise ResumeRefused(
+                    f"checkpoint was taken under {theirs}, this loader runs {mine}; pass allow_recipe_mismatch=True "
+                    "to go on under this loader's recipe from the recorded global token count")
+            changes.append({"step": int(record["step"]), "from": old, "to": new})
+            self._log(f"recipe changed at step {record['step']}: {old} -> {new} (allow_recipe_mismatch)")
+        self.recipe_changes = changes
+        if self.recipe is None:
+            return
+        step = int(record["step"])
+        if recorded:
+            tokens = int(recorded["tokens"])
+        else:  # a run without a recipe: its steps were all of the recorded shape
+            tokens = step * int(record["plan"]["world"]) * int(record["batch_size"]) * int(record["seq_len"])
+        same = old == new and recorded["phase_start"] is not None
+        self.clock = PhaseClock(self.recipe, self.world, self.batch_size, step, tokens,
+                                phase_start=(int(recorded["phase"]), int(recorded["phase_start"])) if same else None)
+        span = self.clock.at(step)
+        if span is not None:
+            self._apply_phase(span)
+        self.span = span
 
     def _move_plan(self, record: Mapping[str, Any], allow_tombstoned: bool) -> Plan:
         """The plan that moves a run recorded on another selection of this build onto this one:

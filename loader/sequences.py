@@ -194,6 +194,7 @@ class Batch:
     cu_seqlens: torch.Tensor  # int32 [n + 1], document boundaries of the batch packed as one [B * L] row
     buckets: tuple[str, ...]
     step: int
+    phase: str | None = None  # the recipe phase of the step (None without a recipe)
 
 
 def assemble_sequence(parts: list[tuple[np.ndarray, np.ndarray]], seq_len: int, pad: int, pad_id: int
@@ -221,10 +222,10 @@ def position_ids_for(bounds: np.ndarray, seq_len: int) -> np.ndarray:
 
 
 def make_batch(rows: list[tuple[np.ndarray, np.ndarray, np.int64]], buckets: tuple[str, ...], step: int,
-               seq_len: int) -> Batch:
+               seq_len: int, phase: str | None = None) -> Batch:
     tokens = np.stack([r[0] for r in rows])
     positions = np.stack([position_ids_for(r[1], seq_len) for r in rows])
     valid = np.arange(seq_len)[None, :] < np.array([r[2] for r in rows])[:, None]
     packed = np.unique(np.concatenate([r[1] + i * seq_len for i, r in enumerate(rows)]))
     return Batch(torch.from_numpy(tokens), torch.from_numpy(positions), torch.from_numpy(valid),
-                 torch.from_numpy(packed.astype(np.int32)), buckets, step)
+                 torch.from_numpy(packed.astype(np.int32)), buckets, step, phase)

@@ -175,13 +175,14 @@ class RankCursor:
         return segments, taken
 
     def next_batch(self, weights: Mapping[str, float], seed: int, run_len: int, seq_len: int,
-                   batch_size: int, collect: bool = True) -> list[SequencePlan] | None:
+                   batch_size: int, collect: bool = True, run_origin: int = 0) -> list[SequencePlan] | None:
         """The sequences of the next step (fewer than ``batch_size`` only at the very end), or None when done.
 
         Every sequence of a step comes from the bucket the rank's point falls in; a bucket that runs out
         mid-sequence pads that sequence and drops out of the mixture for the rest of the rank's stream.
+        Runs are numbered from ``run_origin`` (a recipe phase's first step; 0 without a recipe).
         """
-        point = rank_point(seed, run_of(self.step, run_len), self.rank, self.plan.world)
+        point = rank_point(seed, run_of(self.step - run_origin, run_len), self.rank, self.plan.world)
         out: list[SequencePlan] = []
         while len(out) < batch_size:
             bucket = choose_bucket(point, weights, self.active)
@@ -195,14 +196,15 @@ class RankCursor:
         return out
 
     def seek(self, step: int, weights: Mapping[str, float], seed: int, run_len: int, seq_len: int,
-             batch_size: int) -> None:
+             batch_size: int, run_origin: int = 0) -> None:
         """Advance to ``step`` by arithmetic alone (no reads): a whole run at a time while nothing runs out."""
         while self.step < step:
-            point = rank_point(seed, run_of(self.step, run_len), self.rank, self.plan.world)
+            run = run_of(self.step - run_origin, run_len)
+            point = rank_point(seed, run, self.rank, self.plan.world)
             bucket = choose_bucket(point, weights, self.active)
             if bucket is None:
                 return
-            steps = min(step, (run_of(self.step, run_len) + 1) * run_len) - self.step
+            steps = min(step, run_origin + (run + 1) * run_len) - self.step
             q = self.queues[bucket]
             k, off = self.cursors[bucket]
             need = steps * batch_size * seq_len
@@ -210,7 +212,7 @@ class RankCursor:
                 self.take(bucket, need, collect=False)
                 self.step += steps
             else:
-                self.next_batch(weights, seed, run_len, seq_len, batch_size, collect=False)
+                self.next_batch(weights, seed, run_len, seq_len, batch_size, collect=False, run_origin=run_origin)
 
     def local_state(self, skipped: set[int]) -> dict:
         return {

@@ -78,10 +78,10 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
     if append_eos is None:
         append_eos = default_append_eos(manifest)
     layout = stream_layout(streams, seed, chunk_tokens, caps, append_eos, world)
-    capacity = _capacities(layout, world, buckets)
+    capacity = capacities(layout, world, buckets)
     runs = -(-steps // run_len)
     stratum, place = run_points(seed, world, 0, runs)
-    replay = _Replay(buckets, weights, seed, world, steps, seq_len, batch_size, run_len)
+    replay = Replay(buckets, weights, seed, world, steps, seq_len, batch_size, run_len)
     consumed0: dict[str, int] = {}
     for rank in range(world):
         consumed = replay.rank(rank, capacity[rank], stratum, place)
@@ -119,7 +119,7 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
             "bound_slots": schedule_bound(runs) if uniform and runs else None}
 
 
-class _Replay:
+class Replay:
     """Every rank's bucket choices and token counts, vectorized over runs between the steps where a bucket
     runs out on that rank (replayed one by one, exactly as the loader does)."""
 
@@ -211,7 +211,7 @@ class _Replay:
         return made > 0
 
 
-def _capacities(layout, world: int, buckets: list[str]) -> list[dict[str, int | None]]:
+def capacities(layout, world: int, buckets: list[str]) -> list[dict[str, int | None]]:
     """Stream positions each rank's queue holds per bucket over all its capped epochs (None: unbounded)."""
     from loader.sampler import strided
 

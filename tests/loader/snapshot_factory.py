@@ -26,6 +26,8 @@ EOS = 0
 #: The mixture and epoch caps most loader tests use on the id snapshot's three buckets.
 MIXTURE = {"code": 0.2, "web": 0.5, "wiki": 0.3}
 CAPS = {"code": 1, "web": 1, "wiki": 2}
+#: The tokenizer sha256 the recipe snapshot's manifest records (recipes are pinned to it).
+RECIPE_TOKENIZER = "5a" * 32
 
 
 HOSTS = ("a.example.org", "b.example.org", "c.example.net")
@@ -82,8 +84,9 @@ def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype
 
 def write_id_snapshot(root: Path, shards_per_bucket: dict[str, int], seed: int = 0,
                       doc_len: tuple[int, int] = (1, 40), docs_per_shard: tuple[int, int] = (1, 12),
-                      block_size: int = BLOCK_SIZE) -> SnapshotManifest:
-    """Shards whose tokens are the distinct ids 1, 2, 3, ... (documents of random length)."""
+                      block_size: int = BLOCK_SIZE, tokenizer: dict | None = None) -> SnapshotManifest:
+    """Shards whose tokens are the distinct ids 1, 2, 3, ... (documents of random length); ``tokenizer``:
+    more facts for the manifest's tokenizer (a ``sha256`` for a recipe to be pinned to)."""
     rng = np.random.default_rng(seed)
     next_id = 1
     buckets: dict[str, list[list[np.ndarray]]] = {}
@@ -96,7 +99,7 @@ def write_id_snapshot(root: Path, shards_per_bucket: dict[str, int], seed: int =
                 docs.append(np.arange(next_id, next_id + n, dtype=np.int32))
                 next_id += n
             buckets[bucket].append(docs)
-    return write_snapshot(root, buckets, "int32", EOS, block_size=block_size)
+    return write_snapshot(root, buckets, "int32", EOS, tokenizer, block_size=block_size)
 
 
 def expected_tokens(root: Path, manifest: SnapshotManifest, caps: dict[str, int]) -> Counter:
@@ -145,3 +148,71 @@ def consume(loaders: list, delivered: Counter, steps: int | None = None) -> int:
                 delivered.update(b.tokens[b.loss_mask].tolist())
         n += 1
     return n
+
+
+def stream_ids(root: Path, shard) -> np.ndarray:
+    """One shard's stream as the loader reads it (appended EOS): its documents, each followed by EOS."""
+    from corpus.megatron import read_index
+
+    idx = read_index(root / shard.files["idx"])
+    toks = np.fromfile(root / shard.path, dtype=idx.dtype).astype(np.int64)
+    ends = np.cumsum(idx.lengths.astype(np.int64))
+    return np.insert(toks, ends, EOS)
+
+
+def owed_tokens(root: Path, record: dict) -> Counter:
+    """What exactly-once says had to be delivered by the time of ``record`` (a global loader record, all
+    ranks' cursors): every epoch some rank of a bucket has opened, each stream position once, less the
+    unread rest of the open epochs; a bucket nobody has left open was read to its cap. Comparing it with
+    what was delivered checks every stream position of every bucket epoch, whatever the resumes in between."""
+    from loader.state import Plan, remaining_pieces, stream_layout
+
+    manifest = SnapshotManifest.from_dict(json.loads((root / "manifest.json").read_text()))
+    layout = stream_layout(manifest.shards, int(record["seed"]), int(record["chunk_tokens"]), record["epoch_caps"],
+                           bool(record["append_eos"]), int(record["plan"]["world"]), cuts=record["chunk_cuts"])
+    plan = Plan.from_dict(record["plan"])
+    cursors = [{b: tuple(c) for b, c in rank.items()} for rank in record["cursors"]]
+    streams = {i: stream_ids(root, s) for i, s in enumerate(manifest.shards)}
+    out: Counter = Counter()
+    for bucket, shards in layout.buckets.items():
+        pieces, last = remaining_pieces(layout, plan, cursors, bucket)
+        epochs = last + 1 if last is not None else layout.cap(bucket)
+        for i, _, _ in shards:
+            out.update({int(t): epochs for t in np.unique(streams[i]) if t != EOS})
+            out[EOS] += epochs * int(np.count_nonzero(streams[i] == EOS))
+        for p in pieces:
+            out.subtract(streams[p.shard][p.start:p.end].tolist())
+    assert min(out.values(), default=0) >= 0, "the record's unread pieces overlap"
+    return +out
+
+
+#: Three phases on the recipe snapshot (positions per epoch: code 484, web 832, wiki 873): shorter sequences
+#: in the middle, web capped from the second phase on, code's one epoch raised to two for the last.
+PHASES = """
+[[phases]]
+name = "main"
+tokens = 1000
+seq_len = 16
+weights = { code = 0.2, web = 0.5, wiki = 0.3 }
+max_epochs = { code = 1 }
+run_len = 2
+
+[[phases]]
+name = "mid"
+tokens = 1200
+seq_len = 8
+weights = { web = 0.4, wiki = 0.6 }
+max_epochs = { web = 2 }
+
+[[phases]]
+name = "anneal"
+tokens = 600
+seq_len = 16
+weights = { code = 0.5, wiki = 0.5 }
+max_epochs = { code = 2 }
+"""
+
+
+def recipe_toml(snapshot_id: str, phases: str = PHASES, tokenizer: str = RECIPE_TOKENIZER, seed: int = 5) -> str:
+    return (f'recipe_id = "test-recipe"\nsnapshot_id = "{snapshot_id}"\ntokenizer_sha256 = "{tokenizer}"\n'
+            f"seed = {seed}\n{phases}")
