@@ -2,6 +2,7 @@
 change, and the whole of ``annotate_document`` with each.
 
     python bench/bench_heuristics.py [--data ../shared/data] [--pages 600] [--perl 60] [--baseline REV] [--repeat 3]
+    python bench/bench_heuristics.py --languages [--cache /tmp/benchcache]
 
 The text is real: pages of the shared crawl extracted as the extract stage does (trafilatura, invisible
 characters stripped, normalized) and the Perl manuals of the curated tier. ``--baseline REV`` loads
@@ -12,6 +13,13 @@ Times are process CPU seconds (less sensitive to other jobs on a shared machine 
 best of ``--repeat`` runs. The signals keep a cache of tokenized whitespace-separated spans: "cold" is
 the first pass over the texts with an empty cache (what a rank sees at the start of a shard), "warm" a
 second pass.
+
+``--languages`` measures the words of every language instead (docs/ingest-and-filters.md, "Every
+language"): over every page of the first crawl, grouped by lid.176's language, the words per 1,000
+characters by the English rules and by the language's segmenter, the mean word length, the stop-word
+counts and how many pages would fail each word check; the same for a real Thai text (the RSS feeds of
+chardet's TIS-620 test files, in the shared code archives); and each segmenter's load cost (wall
+seconds and resident MB, each in a fresh process).
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ sys.path.insert(0, str(ROOT))
 from corpus.extract import extract_text, normalize_text, strip_invisible  # noqa: E402
 from corpus.filters import heuristics  # noqa: E402
 from corpus.ingest.warc import RawRecord, decode_page, iter_warc  # noqa: E402
+
+THAI_ARCHIVE = "code/chardet-5.2.0.tar.gz"
+THAI_FEED = "chardet-5.2.0/tests/TIS-620/pharmacy.kku.ac.th.healthinfo-ne.xml"
 
 
 def web_texts(data: Path, n: int) -> list[str]:
@@ -85,6 +96,91 @@ def cpu(fn: Callable[[], None], repeat: int, before: Callable[[], None] = lambda
     return best
 
 
+def thai_text(data: Path, feed: str = THAI_FEED) -> str:
+    """The item descriptions of a Thai RSS feed of chardet's test files (TIS-620, read as its superset
+    windows-874), markup removed, one paragraph each: real Thai prose, the only Thai of the shared data."""
+    import html
+    import re
+    import tarfile
+
+    with tarfile.open(data / THAI_ARCHIVE) as tar:
+        xml = tar.extractfile(feed).read().decode("cp874")
+    items = []
+    for d in re.findall(r"<description>(.*?)</description>", xml, re.S):
+        d = html.unescape(
+            re.sub(r"<[^>]+>", "", html.unescape(d.replace("<![CDATA[", "").replace("]]>", "")))
+        )
+        items.append(normalize_text(d))
+    return "\n\n".join(d for d in items if d)
+
+
+def segmenter_costs() -> list[tuple[str, float, float]]:
+    """(language, wall seconds, resident MB) of loading each segmenter and cutting one line, in a fresh
+    process each (after corpus.filters.words is imported)."""
+    code = (
+        "import time, sys; sys.path.insert(0, {root!r}); from corpus.filters import words\n"
+        "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096 / 1e6\n"
+        "m, t = rss(), time.perf_counter(); words.segment('a b', {lang!r})\n"
+        "print(time.perf_counter() - t, rss() - m)"
+    )
+    out = []
+    for lang in ("zh", "ja", "th", "km", "lo", "my"):
+        r = subprocess.run(
+            [sys.executable, "-c", code.format(root=str(ROOT), lang=lang)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        secs, mb = map(float, r.stdout.split()[-2:])
+        out.append((lang, secs, mb))
+    return out
+
+
+def language_table(args) -> None:
+    import statistics
+
+    from bench.bench_scale import WEB_WARCS, extracted_pages
+    from corpus.filters.langid import identify_language
+    from corpus.filters.words import stop_words
+    from corpus.policy import PolicyConfig
+
+    cfg = PolicyConfig()
+    pages = extracted_pages([args.data / p for p in WEB_WARCS], args.cache, "web-pool")
+    by_lang: dict[str, list[str]] = {}
+    for _, text in pages:
+        text = normalize_text(strip_invisible(text)[0])
+        if text:
+            by_lang.setdefault(identify_language(text).lang, []).append(text)
+    by_lang["th (feed)"] = [thai_text(args.data)]
+    print(
+        "lang        pages  w/kc before  w/kc after  mean len  stop med  <1 stop  <2 stop  <3 stop  "
+        "len fail  alpha fail  (fails: of pages with >= min_words words)"
+    )
+    for lang, texts in sorted(by_lang.items(), key=lambda kv: -len(kv[1])):
+        code = lang.split()[0]
+        chars = sum(map(len, texts))
+        before = [heuristics.heuristic_signals(t) for t in texts]
+        after = [heuristics.heuristic_signals(t, code) for t in texts]
+        wk = [1000 * sum(s["word_count"] for s in ss) / chars for ss in (before, after)]
+        judged = [s for s in after if s["word_count"] >= cfg.min_words] or after
+        mwl = statistics.fmean(s["mean_word_length"] for s in judged)
+        has_stop = stop_words(code) is not None
+        stop = [s["stop_word_count"] for s in judged] if has_stop else []
+        fails = [f"{sum(v < k for v in stop):8d}" if has_stop else f"{'-':>8s}" for k in (1, 2, 3)]
+        len_fail = sum(
+            not cfg.min_mean_word_length <= s["mean_word_length"] <= cfg.max_mean_word_length for s in judged
+        )
+        alpha_fail = sum(s["alpha_word_fraction"] < cfg.min_alpha_word_fraction for s in judged)
+        med = f"{statistics.median(stop):8.0f}" if has_stop else f"{'absent':>8s}"
+        print(
+            f"{lang:10s} {len(texts):6d} {wk[0]:12.1f} {wk[1]:11.1f} {mwl:9.2f}  {med} {' '.join(fails)} "
+            f"{len_fail:9d} {alpha_fail:11d}  of {len(judged)}"
+        )
+    print(f"\n{'segmenter':10s} {'load s':>7s} {'RSS MB':>7s}")
+    for lang, secs, mb in segmenter_costs():
+        print(f"{lang:10s} {secs:7.2f} {mb:7.0f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
@@ -92,7 +188,12 @@ def main() -> None:
     ap.add_argument("--perl", type=int, default=60)
     ap.add_argument("--baseline", default="")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--languages", action="store_true", help="measure the words of every language")
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/benchcache"), help="extracted-page cache")
     args = ap.parse_args()
+    if args.languages:
+        language_table(args)
+        return
 
     pages, manuals = web_texts(args.data, args.pages), perl_texts(args.data, args.perl)
     texts = pages + manuals

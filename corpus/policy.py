@@ -15,8 +15,11 @@ candidate is counted under them).
 Trusted tiers (``exempt_tiers``: curated, books, code by default) skip the heuristic and quality
 checks, which were designed for web pages (a Perl manual is full of "symbols"); language checks apply
 to every tier but those of ``language_exempt_tiers`` (code: lid.176 reads a Python module as whatever
-natural language its identifiers resemble, with a low confidence). Word-based checks skip languages
-written without spaces (``no_space_languages``).
+natural language its identifiers resemble, with a low confidence). The mean-word-length check skips
+languages written without spaces (``no_space_languages``: their segmented words are 2-3 characters
+long, outside Gopher's 3-10 for English); the stop-word check applies to the languages of
+``stop_word_languages`` only, each with its own list (:mod:`corpus.filters.words`), and is off for every
+other (docs/ingest-and-filters.md, "Every language", has the numbers).
 
 A document without a quality score (annotate scores only the languages the model was trained for, see
 :mod:`corpus.filters.quality`) is judged by ``unscored_quality``: ``"keep"`` (the default: it passes
@@ -33,6 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
+from corpus.filters.words import STOP_WORD_LANGUAGES
 from corpus.model import Annotation
 
 STAGE = "policy"
@@ -88,7 +92,16 @@ class PolicyConfig:
     max_bullet_line_fraction: float = 0.9
     max_ellipsis_line_fraction: float = 0.3
     min_alpha_word_fraction: float = 0.8
-    min_stop_words: int = 2  # English only (the Gopher stop-word list is English)
+    # at least this many distinct stop words of the document's language's list (Gopher: 2 of its 8
+    # English words); the same number for every list: on the shared crawls it drops 2.8 % of English
+    # pages (generated indexes) and 0-2 % of the pages of each other language
+    min_stop_words: int = 2
+    # the languages the stop-word check applies to: every language with a list but Korean, whose
+    # words (eojeol: a stem and its particles) rarely equal an entry of spaCy's list of stems (6 of 93
+    # real prose pages have fewer than 2); every other language: off
+    stop_word_languages: list[str] = field(
+        default_factory=lambda: [lang for lang in STOP_WORD_LANGUAGES if lang != "ko"]
+    )
     # Gopher repetition rules
     max_dup_line_fraction: float = 0.3
     max_dup_line_char_fraction: float = 0.2
@@ -106,6 +119,12 @@ class PolicyConfig:
     unscored_quality: str = "keep"  # "keep" or "drop": a document of a language the model does not score
 
     def __post_init__(self) -> None:
+        unlisted = sorted(set(self.stop_word_languages) - set(STOP_WORD_LANGUAGES))
+        if unlisted:  # no list, no value: every document of the language would fail
+            raise ValueError(
+                f"stop_word_languages {unlisted} have no stop-word list; languages with one: "
+                f"{', '.join(STOP_WORD_LANGUAGES)}"
+            )
         if self.unscored_quality not in UNSCORED_QUALITY:
             raise ValueError(
                 f"unscored_quality must be one of {', '.join(UNSCORED_QUALITY)}, got {self.unscored_quality!r}"
@@ -142,7 +161,7 @@ class Check:
     high: float
     #: which documents it applies to: "all" (every document, judged first), "script" (a language of
     #: ``script_check_languages``), "web" (a tier not in ``exempt_tiers``), "web_spaced" (and a language
-    #: written with spaces), "web_en" (and English)
+    #: written with spaces), "web_stop" (and a language of ``stop_word_languages``)
     scope: str
     #: the value a document without the score counts as (annotate stores every signal on every document
     #: of a check's scope, so 0.0 is reached only by documents made before a signal existed)
@@ -186,8 +205,8 @@ def _score_checks(cfg: PolicyConfig) -> tuple[Check, ...]:
         _at_most("gopher_ellipsis_word_ratio", "ellipsis_word_ratio", cfg.max_symbol_word_ratio),
         _at_most("gopher_bullet_lines", "bullet_line_fraction", cfg.max_bullet_line_fraction),
         _at_most("gopher_ellipsis_lines", "ellipsis_line_fraction", cfg.max_ellipsis_line_fraction),
-        _at_least("gopher_alpha_words", "alpha_word_fraction", cfg.min_alpha_word_fraction, "web_spaced"),
-        _at_least("gopher_stop_words", "stop_word_count", cfg.min_stop_words, "web_en"),
+        _at_least("gopher_alpha_words", "alpha_word_fraction", cfg.min_alpha_word_fraction),
+        _at_least("gopher_stop_words", "stop_word_count", cfg.min_stop_words, "web_stop"),
         _at_most("gopher_dup_lines", "dup_line_fraction", cfg.max_dup_line_fraction),
         _at_most("gopher_dup_line_chars", "dup_line_char_fraction", cfg.max_dup_line_char_fraction),
         _at_most("gopher_dup_paragraphs", "dup_paragraph_fraction", cfg.max_dup_paragraph_fraction),
@@ -226,7 +245,7 @@ def _applies(scope: str, lang: str, tier: str, cfg: PolicyConfig) -> bool:
         return False
     if scope == "web_spaced":
         return lang not in cfg.no_space_languages
-    return scope == "web" or lang == "en"
+    return scope == "web" or lang in cfg.stop_word_languages
 
 
 def decide(doc: PolicySubject, cfg: PolicyConfig) -> tuple[str | None, list[Annotation]]:
@@ -283,7 +302,7 @@ def decide_rows(
         "script": np.isin(lang, cfg.script_check_languages),
         "web": web,
         "web_spaced": web & ~np.isin(lang, cfg.no_space_languages),
-        "web_en": web & (lang == "en"),
+        "web_stop": web & np.isin(lang, cfg.stop_word_languages),
     }
     judge([c for c in cfg.checks if c.scope == EVERY])
     judged_lang = ~np.isin(tier, cfg.language_exempt_tiers)

@@ -1,7 +1,8 @@
 """Gopher (Rae et al. 2021, appendix A) and C4 (Raffel et al. 2020) quality signals, as numbers.
 
-``heuristic_signals(text)`` is a pure function returning every signal; it decides nothing. The
-thresholds live in ``corpus.policy`` so they can change without recomputing a signal.
+``heuristic_signals(text, lang)`` is a pure function of the text and its language returning every
+signal; it decides nothing. The thresholds live in ``corpus.policy`` so they can change without
+recomputing a signal.
 
 Gopher signals are computed as datatrove 0.10.1 computes them (``GopherQualityFilter``,
 ``GopherRepetitionFilter``), where the paper is silent too: words are the tokens of datatrove's English
@@ -11,6 +12,12 @@ rules); paragraphs are separated by a blank line (``\\n{2,}``); every character 
 repetition rules is over ``len(text)``. tests/stages/test_gopher_c4_oracle.py checks every value
 against datatrove's own functions on real documents. The C4 line rules are those of C4's reference
 code (TFDS ``c4_utils.clean_page``). docs/ingest-and-filters.md lists each signal and its definition.
+
+The language decides what a word is and which words are stop words (``corpus.filters.words``): a
+language written without spaces is cut by its segmenter (jieba, Sudachi, PyThaiNLP, ...), every other
+by the English rules above, and the stop words are Gopher's for English, spaCy's list for the other
+languages of the shared crawls, none (no ``stop_word_count``) for the rest. ``lang=None`` is English,
+datatrove's default: the values the oracle test checks.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ from operator import itemgetter
 
 import numpy as np
 
-GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
+from corpus.filters.words import GOPHER_STOP_WORDS as GOPHER_STOP_WORDS  # Gopher's list, named here too
+from corpus.filters.words import segment, segmenters_id, stop_words
+
 GOPHER_BULLETS = ("•", "-")  # datatrove's: a line (left-stripped) starting with either
 GOPHER_ELLIPSES = ("...", "…")
 #: datatrove.utils.text.PUNCTUATION_SET: a token made only of these is a "symbol", not a word
@@ -111,11 +120,12 @@ def word_tokenizer():
 
 
 def tokenizer_id() -> str:
-    """What the word-based signals depend on besides this code: the tokenizer and its version."""
+    """What the word-based signals depend on besides this code: the English tokenizer, every
+    language's segmenter and the stop-word lists, with their versions."""
     import spacy
 
     word_tokenizer()
-    return f"spacy-{spacy.__version__}-blank-en"
+    return f"spacy-{spacy.__version__}-blank-en;{segmenters_id()}"
 
 
 def _tail_suffix_search(search):
@@ -355,9 +365,13 @@ def _rows(spans: list[str]) -> list[Row]:
     return list(map(_spans.__getitem__, spans))
 
 
-def words(text: str) -> list[str]:
-    """The words of ``text`` as datatrove's ``split_into_words(text)`` gives them (English): spaCy's
-    tokens, punctuation included, whitespace dropped."""
+def words(text: str, lang: str | None = None) -> list[str]:
+    """The words of ``text`` in language ``lang``: its segmenter's (``corpus.filters.words``), or as
+    datatrove's ``split_into_words(text)`` gives them in English (spaCy's tokens), punctuation
+    included, whitespace dropped."""
+    segmented = segment(text, lang)
+    if segmented is not None:
+        return segmented
     return list(chain.from_iterable(map(itemgetter(0), _rows(text.split()))))
 
 
@@ -376,9 +390,10 @@ def _duplicates(parts: list[str]) -> tuple[int, int]:
 def _top_ngram_chars(ws: list[str], ids: np.ndarray, lens: np.ndarray, n: int) -> int:
     """datatrove's ``find_top_duplicate(get_n_grams(ws, n))``: the characters of the most frequent
     n-gram (words joined by a space; the first seen among equals; a count of 1 too) times its count.
-    Tokens hold no whitespace, so an n-gram is its words: their ids, packed in one integer where they
-    fit, else hashed (and the winner checked: a hash shared by two n-grams falls back to counting
-    tuples)."""
+    Tokens hold no whitespace (but a segmenter's rare one, e.g. Thai "ต่าง ๆ", where datatrove's
+    joined strings could make two n-grams one), so an n-gram is its words: their ids, packed in one
+    integer where they fit, else hashed (and the winner checked: a hash shared by two n-grams falls
+    back to counting tuples)."""
     m = len(ids) - n + 1
     if m <= 0:
         return 0
@@ -580,13 +595,20 @@ SIGNALS = (
 )
 
 
-def heuristic_signals(text: str) -> dict[str, float]:
-    """Every Gopher/C4 signal of ``text`` (fractions in [0, 1], counts as floats, flags as 0/1); an
-    empty text has every signal 0."""
+def heuristic_signals(text: str, lang: str | None = None) -> dict[str, float]:
+    """Every Gopher/C4 signal of ``text`` in language ``lang`` (fractions in [0, 1], counts as floats,
+    flags as 0/1); an empty text has every signal 0. ``stop_word_count`` is absent for a language
+    without a stop-word list (a missing value, not a count of 0)."""
+    stops = stop_words(lang)
     if not text:
-        return dict.fromkeys(SIGNALS, 0.0)
-    rows = _rows(text.split())
-    ws = list(chain.from_iterable(map(itemgetter(0), rows)))
+        return {k: 0.0 for k in SIGNALS if stops is not None or k != "stop_word_count"}
+    segmented = segment(text, lang)
+    if segmented is None:
+        rows = _rows(text.split())
+        ws = list(chain.from_iterable(map(itemgetter(0), rows)))
+    else:  # one row per word: each is a token of its own
+        ws = segmented
+        rows = [_row((w,)) for w in ws]
     n_tok = len(ws)
     n_wd = sum(map(itemgetter(2), rows))
     n_chars = len(text)
@@ -612,7 +634,7 @@ def heuristic_signals(text: str) -> dict[str, float]:
         "bullet_line_fraction": sum(ln.lstrip().startswith(GOPHER_BULLETS) for ln in lines) / n_lines,
         "ellipsis_line_fraction": sum(ln.rstrip().endswith(GOPHER_ELLIPSES) for ln in lines) / n_lines,
         "alpha_word_fraction": sum(map(itemgetter(4), rows)) / n_tok if n_tok else 0.0,
-        "stop_word_count": float(len(GOPHER_STOP_WORDS.intersection(ws))),
+        **({"stop_word_count": float(len(stops.intersection(ws)))} if stops is not None else {}),
         # Gopher repetition (GopherRepetitionFilter)
         "dup_line_fraction": dup_lines / len(rep_lines),
         "dup_line_char_fraction": dup_line_chars / n_chars,

@@ -83,7 +83,7 @@ def test_per_language_confidence_script_check_and_language_list():
     assert decide(doc(lang="fr"), cfg)[0] == "language"
     assert decide(doc(lang="bg", script_fraction=0.3), cfg)[0] == "script_fraction"
     assert decide(doc(lang="bg", script_fraction=0.9, stop_word_count=0), cfg)[0] is None, (
-        "stop words are English"
+        "bg has no stop-word list: the check is off"
     )
 
 
@@ -94,9 +94,21 @@ def test_trusted_tiers_skip_web_heuristics_but_not_language_checks():
     # code is not natural language: lid.176's guess for a Python module is no reason to drop it
     assert decide(doc(tier="code", lang="sv", conf=0.1), PolicyConfig(languages=["en"]))[0] is None
     assert decide(doc(tier="code", conf=0.1), PolicyConfig(language_exempt_tiers=[]))[0] == "lang_confidence"
-    assert decide(doc(lang="ja", mean_word_length=1.0, alpha_word_fraction=0.5), cfg)[0] is None, (
-        "no spaces in ja"
-    )
+    assert decide(doc(lang="ja", mean_word_length=1.0), cfg)[0] is None, "no spaces in ja: short words"
+    assert decide(doc(lang="ja", alpha_word_fraction=0.5), cfg)[0] == "gopher_alpha_words", "ja is segmented"
+
+
+def test_the_stop_word_check_applies_to_each_language_with_a_list_and_is_off_for_the_others():
+    cfg = PolicyConfig()
+    for lang in ("en", "de", "ru", "zh", "ja"):
+        assert decide(doc(lang=lang, stop_word_count=1), cfg)[0] == "gopher_stop_words", lang
+        assert decide(doc(lang=lang, stop_word_count=2), cfg)[0] is None, lang
+    for lang in ("ko", "th", "bg"):  # Korean's list is off by default; Thai and Bulgarian have none
+        unscored = dataclasses.replace(doc(lang=lang), scores={k: v for k, v in GOOD_WEB.items() if k != "stop_word_count"})
+        assert decide(unscored, cfg)[0] is None, lang
+    assert decide(doc(lang="ko", stop_word_count=1), PolicyConfig(stop_word_languages=["ko"]))[0] == "gopher_stop_words"
+    with pytest.raises(UserError, match=r"stop_word_languages \['th'\] have no stop-word list"):
+        parse_inline('[policy]\nstop_word_languages = ["en", "th"]\n')
 
 
 def test_a_document_the_quality_model_does_not_score_is_judged_as_the_policy_says():
@@ -131,7 +143,7 @@ CASES = [
     doc(lorem_ipsum=1.0),
     doc(lang="", conf=0.0),
     dataclasses.replace(doc(lang="sv"), scores={k: v for k, v in GOOD_WEB.items() if k != "quality"}),
-    doc(tier="code", lang="sv", conf=0.2),
+    dataclasses.replace(doc(tier="code", lang="sv", conf=0.2), license_hint="MIT"),  # selected by licence
 ]
 
 
@@ -171,7 +183,7 @@ def random_subjects(rng: np.random.Generator, n: int) -> list[Document]:
                 scores[k] = float("nan") if r < 0.1 else float("inf")
             else:  # the good value half the time, so that rows reach the later checks too
                 scores[k] = float(GOOD_WEB[k]) if r < 0.55 else float(rng.choice(values))
-        lang = str(rng.choice(["en", "de", "fr", "bg", "ja", "th", "und", "km", ""]))
+        lang = str(rng.choice(["en", "de", "fr", "bg", "ja", "th", "und", "km", "ko", ""]))
         d = doc(tier=str(rng.choice(["web", "curated", "code", "books", ""])), lang=lang or None,
                 conf=float(rng.choice([0.0, 0.3, 0.5, 0.9, 0.95, 1.0, float("nan")])))
         docs.append(dataclasses.replace(d, scores=scores))
@@ -184,7 +196,8 @@ def random_subjects(rng: np.random.Generator, n: int) -> list[Document]:
         PolicyConfig(),
         PolicyConfig(min_quality=0.3, languages=["en", "de", "bg", "und"], lang_confidence={"de": 0.95, "und": 0.0},
                      drop_curly_brace=True, drop_lorem_ipsum=False, exempt_tiers=["curated"],
-                     unscored_quality="drop", language_exempt_tiers=["code", "books"]),
+                     unscored_quality="drop", language_exempt_tiers=["code", "books"],
+                     stop_word_languages=["en", "ko"]),
     ],
 )
 def test_the_columnar_policy_names_the_reason_decide_names_for_every_row(cfg):
