@@ -4,7 +4,8 @@
 
 Repositories: every archive of ``code/`` read as the ingest stage reads it -- decompressed, every
 file judged by the built-in rule table, the kept ones decoded, ordered, spooled and concatenated into
-documents (``read_repository`` + ``documents()``). WARC: every file of ``warc/`` read as ingest reads
+documents (``read_repository`` + ``documents()``; the licence scan, ``corpus.code.licence_detect``,
+runs inside ``read_repository`` as it does in the stage). WARC: every file of ``warc/`` read as ingest reads
 it -- records parsed, digested, HTML responses decoded (``iter_warc`` + ``decode_page``). The ingest
 stage's own costs around both (writing the shards, the recrawl phase) are left out.
 
@@ -61,6 +62,7 @@ def read_repos(paths: list[Path]) -> tuple[float, Counter, dict]:
             {r: c["files"] for r, c in s["rejected"].items()},
             s["documents"],
             out,
+            f"{repo.licence.expression} ({repo.licence.licence_class})",
         )
         reasons.update({r: c["bytes"] for r, c in s["rejected"].items()})
         repo.close()
@@ -94,9 +96,10 @@ def main() -> int:
     code_s, reasons, per = min((read_repos(archives) for _ in range(args.repeat)), key=lambda r: r[0])
     warc_s, payload, pages = min((read_warcs(warcs) for _ in range(args.repeat)), key=lambda r: r[0])
 
-    print(f"{'archive':42s} {'kept':>6s} {'docs':>5s}  rejected by reason")
-    for name, (kept, rej, ndocs, _) in per.items():
-        print(f"{name:42s} {kept:6d} {ndocs:5d}  {', '.join(f'{r} {n}' for r, n in sorted(rej.items()))}")
+    print(f"{'archive':42s} {'kept':>6s} {'docs':>5s}  {'licence':34s} rejected by reason")
+    for name, (kept, rej, ndocs, _, lic) in per.items():
+        reasons_text = ", ".join(f"{r} {n}" for r, n in sorted(rej.items()))
+        print(f"{name:42s} {kept:6d} {ndocs:5d}  {lic:34s} {reasons_text}")
     kept_bytes = sum(v[3] for v in per.values())
     print()
     print(

@@ -5,10 +5,14 @@ A document carries the licence its source declared (``license_hint``, an SPDX ex
 when a version is selected (``allowed_licence_classes``), so the build stores the id and its class and
 never drops a document for its licence.
 
-Classes, from least to most restrictive: ``public_domain``, ``permissive``, ``weak_copyleft``,
-``copyleft``, ``noncommercial``, ``proprietary``; ``unknown`` when no licence is declared (most web
-pages) or the id is not in the table. In an expression, ``OR`` offers a choice (the least restrictive
-alternative applies) and ``AND`` adds obligations (the most restrictive part applies).
+Classes, from least to most restrictive: ``public_domain``, ``permissive``, ``weak_copyleft`` (file-
+or library-level: MPL, LGPL, EPL, CDDL), ``strong_copyleft`` (the whole derived work: GPL, AGPL, and the
+share-alike data licences), ``noncommercial``, ``proprietary``. Outside the order: ``unknown`` when no
+licence is declared (most web pages), the id is not in the table, or a licence was found but not
+recognised (SPDX ``NOASSERTION``); ``none`` when a repository was looked at and carries no licence at all
+(SPDX ``NONE``: all rights reserved, which is not the same as "we do not know"). In an expression, ``OR``
+offers a choice (the least restrictive alternative applies) and ``AND`` adds obligations (the most
+restrictive part applies).
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ LICENCE_CLASSES: tuple[str, ...] = (
     "public_domain",
     "permissive",
     "weak_copyleft",
-    "copyleft",
+    "strong_copyleft",
     "noncommercial",
     "proprietary",
 )
 UNKNOWN = "unknown"
+#: a repository with no licence anywhere (:mod:`corpus.code.licence_detect` writes SPDX's ``NONE``)
+NONE = "none"
+#: every class a selection may name
+ALL_CLASSES: tuple[str, ...] = (*LICENCE_CLASSES, UNKNOWN, NONE)
 
 _EXACT: dict[str, str] = {
     "CC0-1.0": "public_domain",
@@ -46,26 +54,25 @@ _EXACT: dict[str, str] = {
     "X11": "permissive",
     "OFL-1.1": "permissive",
     "ODC-By-1.0": "permissive",
-    "MPL-2.0": "weak_copyleft",
-    "EPL-1.0": "weak_copyleft",
-    "EPL-2.0": "weak_copyleft",
-    "CDDL-1.0": "weak_copyleft",
-    "ODbL-1.0": "copyleft",
+    "ODbL-1.0": "strong_copyleft",
     "proprietary": "proprietary",
     "LicenseRef-proprietary": "proprietary",
 }
 #: families by prefix, checked in order (the longest prefixes first where they overlap)
 _PREFIX: tuple[tuple[str, str], ...] = (
     ("CC-BY-NC", "noncommercial"),
-    ("CC-BY-SA", "copyleft"),
+    ("CC-BY-SA", "strong_copyleft"),
     ("CC-BY-ND", "proprietary"),
     ("CC-BY", "permissive"),
     ("BSD-", "permissive"),
     ("Artistic-", "permissive"),
     ("LGPL-", "weak_copyleft"),
-    ("AGPL-", "copyleft"),
-    ("GPL-", "copyleft"),
-    ("GFDL-", "copyleft"),
+    ("MPL-", "weak_copyleft"),
+    ("EPL-", "weak_copyleft"),
+    ("CDDL-", "weak_copyleft"),
+    ("AGPL-", "strong_copyleft"),
+    ("GPL-", "strong_copyleft"),
+    ("GFDL-", "strong_copyleft"),
 )
 
 
@@ -86,7 +93,10 @@ def _restrictiveness(cls: str) -> int:
 
 def licence_class(expression: str) -> str:
     """The class of an SPDX expression: ``OR`` takes the least restrictive known alternative, ``AND``
-    the most restrictive part; parentheses group. ``unknown`` for an empty or unrecognised licence."""
+    the most restrictive part; parentheses group. ``unknown`` for an empty or unrecognised licence,
+    ``none`` for ``NONE`` (no licence at all)."""
+    if (expression or "").strip() == "NONE":
+        return NONE
     tokens = re.findall(r"\(|\)|[^\s()]+(?:\s+WITH\s+[^\s()]+)?", expression or "")
     pos = 0
 

@@ -3,8 +3,9 @@
 Why: a version (a selection of documents) must be made from stored values alone, in minutes, without
 reading text or tokens. Every value a selection can name is a column here: identity and position
 (doc_id, shard, index, tokens), origin (url, host, source, tier, crawl_date), licence (id and class),
-language, every score, near-duplicate cluster (id, size, dup_of, representative key), exact copies and
-contamination. DuckDB reads the files of a build as one table ``docs`` (``corpus query``).
+language, every score, near-duplicate cluster (id, size, dup_of, representative key), repository
+cluster of a code document (id, size in repositories, its repository's rank in the cluster), exact
+copies and contamination. DuckDB reads the files of a build as one table ``docs`` (``corpus query``).
 
 The table is derived from the lineage record write_shards stores for each document (the document
 without its text) and the token count of its entry in the ``.idx``; it is a pure function of those,
@@ -49,6 +50,9 @@ FIXED_SCHEMA = pa.schema(
         ("dup_cluster_size", pa.int64()),
         ("dup_of", pa.string()),
         ("representative_key", pa.string()),
+        ("repo_cluster_id", pa.string()),
+        ("repo_cluster_size", pa.int64()),
+        ("repo_rank", pa.int64()),
         ("copies", pa.int64()),
         ("exact_keeper_id", pa.string()),
         ("contaminated_benchmark", pa.string()),
@@ -95,11 +99,25 @@ def _copies(annotations: Iterable[dict[str, Any]]) -> tuple[int, str | None]:
     return n, keeper
 
 
+def _repo_cluster(annotations: Iterable[dict[str, Any]]) -> tuple[str | None, int | None, int | None]:
+    """A code document's repository cluster (minhash_dedup's ``repo_cluster``, ``repo_cluster_size``,
+    ``repo_rank``: 0 is the representative repository), or nulls for a document in none."""
+    found: dict[str, Any] = {}
+    wanted = ("repo_cluster", "repo_cluster_size", "repo_rank")
+    for a in annotations:
+        if a.get("stage") == "minhash_dedup" and a.get("name") in wanted:
+            found[a["name"]] = a.get("value")
+    if "repo_cluster" not in found:
+        return None, None, None
+    return str(found["repo_cluster"]), int(found["repo_cluster_size"]), int(found["repo_rank"])
+
+
 def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) -> dict[str, Any]:
     """One row of the table from a lineage record (``Document.to_dict`` without its text)."""
     notes = record.get("annotations") or []
     bench, run, item = _contamination(notes)
     copies, keeper_id = _copies(notes)
+    repo_cluster, repo_size, repo_rank = _repo_cluster(notes)
     date = record.get("crawl_date") or ""
     doc = Document(
         doc_id=record["doc_id"],
@@ -133,6 +151,9 @@ def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) ->
         # minhash_dedup's representative order (tier, quality descending, date, doc_id) as hex of its
         # byte encoding, whose text order is the key order: the smallest key of a cluster is its pick
         "representative_key": encode_representative_key(doc).hex(),
+        "repo_cluster_id": repo_cluster,
+        "repo_cluster_size": repo_size,
+        "repo_rank": repo_rank,
         "copies": copies,
         "exact_keeper_id": keeper_id,
         "contaminated_benchmark": bench,

@@ -5,7 +5,8 @@ representative are decisions, and decisions are made when a version is made, fro
 alone (:mod:`corpus.metadata`), never inside the build. A selection is data: every key is checked, every
 column it names must exist, every value reaches DuckDB as a bound parameter, never as SQL text.
 
-Keys (all optional; an empty selection keeps every stored document)::
+Keys (all optional; an empty selection keeps every stored document except code whose licence class is
+not ``public_domain`` or ``permissive``: :data:`DEFAULT_CLASSES_BY_TIER`)::
 
     min_scores = { quality = 0.05 }            # keep score >= value (a missing score fails)
     max_scores = { dup_line_fraction = 0.3 }   # keep score <= value
@@ -24,6 +25,8 @@ Keys (all optional; an empty selection keeps every stored document)::
     exclude_hosts_file = "optout.txt"          # one host a line, '#' comments (relative to the TOML)
     exclude_sources = ["perl-doc"]
     allowed_licence_classes = ["public_domain", "permissive", "unknown"]
+    [allowed_licence_classes_by_tier]          # per tier, on top of the above; the default is
+    code = ["public_domain", "permissive"]     # this one line (a tier given replaces its default)
     include_contaminated = false               # contaminated documents are excluded by default
     near_duplicates = "representative"         # or "all": keep every selected cluster member
     [policy]                                   # the quality policy (corpus.policy.PolicyConfig): its
@@ -33,7 +36,10 @@ Order: the row rules (policy, scores, languages, cutoffs, hosts, sources, licenc
 each language's top fraction among the documents the row rules kept; then, per near-duplicate cluster,
 the representative among the *selected* members (lowest ``representative_key``: most trusted tier,
 highest quality, earliest date, doc_id, as minhash_dedup orders them). So excluding a representative's
-host hands the cluster to its next member instead of dropping the cluster.
+host hands the cluster to its next member instead of dropping the cluster. Code is clustered by
+repository (``repo_cluster_id``): every selected document of the selected repository with the lowest
+``repo_rank`` (most trusted tier, most files, newest release) is kept, the other members' none; so a
+representative excluded by its licence hands the cluster to the next repository, whole.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from typing import Any
 from corpus.config import ConfigError, config_to_dict, stage_config
 from corpus.digest import canonical_json, sha256_hex
 from corpus.errors import UserError
-from corpus.licences import LICENCE_CLASSES, UNKNOWN
+from corpus.licences import ALL_CLASSES
 from corpus.policy import PolicyConfig
 
 KEYS = (
@@ -65,11 +71,16 @@ KEYS = (
     "exclude_hosts_file",
     "exclude_sources",
     "allowed_licence_classes",
+    "allowed_licence_classes_by_tier",
     "include_contaminated",
     "near_duplicates",
     "policy",
 )
 NEAR_DUPLICATE_MODES = ("representative", "all")
+#: code is trained on only where its licence lets the weights be used without obligations: a repository
+#: under a copyleft, unknown or no licence is stored (its class is a value) but not selected unless a
+#: version says so (``allowed_licence_classes_by_tier = { code = [...] }``); other tiers are not limited
+DEFAULT_CLASSES_BY_TIER: dict[str, tuple[str, ...]] = {"code": ("public_domain", "permissive")}
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,9 @@ class Selection:
     exclude_hosts: tuple[str, ...] = ()
     exclude_sources: tuple[str, ...] = ()
     allowed_licence_classes: tuple[str, ...] | None = None
+    allowed_licence_classes_by_tier: dict[str, tuple[str, ...]] = field(
+        default_factory=lambda: dict(DEFAULT_CLASSES_BY_TIER)
+    )
     include_contaminated: bool = False
     near_duplicates: str = "representative"
     #: the quality policy (tier exemptions, per-language checks, Gopher/C4 rules, quality), or none
@@ -124,6 +138,9 @@ class Selection:
             "allowed_licence_classes": None
             if self.allowed_licence_classes is None
             else sorted(set(self.allowed_licence_classes)),
+            "allowed_licence_classes_by_tier": {
+                tier: sorted(set(c)) for tier, c in sorted(self.allowed_licence_classes_by_tier.items())
+            },
             "include_contaminated": self.include_contaminated,
             "near_duplicates": self.near_duplicates,
             "policy": None if self.policy is None else config_to_dict(self.policy),
@@ -249,12 +266,17 @@ def parse_selection(data: dict[str, Any], where: str = "<inline>", base_dir: Pat
     if "exclude_sources" in data:
         kw["exclude_sources"] = _strings(where, "exclude_sources", data["exclude_sources"])
     if "allowed_licence_classes" in data:
-        classes = _strings(where, "allowed_licence_classes", data["allowed_licence_classes"])
-        known = (*LICENCE_CLASSES, UNKNOWN)
-        bad = sorted(set(classes) - set(known))
-        if bad:
-            raise _err(where, f"unknown licence class(es) {', '.join(bad)}; known: {', '.join(known)}")
-        kw["allowed_licence_classes"] = classes
+        kw["allowed_licence_classes"] = _classes(
+            where, "allowed_licence_classes", data["allowed_licence_classes"]
+        )
+    if "allowed_licence_classes_by_tier" in data:
+        table = data["allowed_licence_classes_by_tier"]
+        if not isinstance(table, dict):
+            raise _err(where, "allowed_licence_classes_by_tier must be a table of tier = [classes]")
+        kw["allowed_licence_classes_by_tier"] = DEFAULT_CLASSES_BY_TIER | {
+            str(tier): _classes(where, f"allowed_licence_classes_by_tier.{tier}", v)
+            for tier, v in table.items()
+        }
     if "include_contaminated" in data:
         if not isinstance(data["include_contaminated"], bool):
             raise _err(where, "include_contaminated must be true or false")
@@ -266,6 +288,14 @@ def parse_selection(data: dict[str, Any], where: str = "<inline>", base_dir: Pat
     if "policy" in data:
         kw["policy"] = parse_policy(data["policy"], where)
     return Selection(**kw)
+
+
+def _classes(where: str, key: str, value: Any) -> tuple[str, ...]:
+    classes = _strings(where, key, value)
+    bad = sorted(set(classes) - set(ALL_CLASSES))
+    if bad:
+        raise _err(where, f"unknown licence class(es) {', '.join(bad)}; known: {', '.join(ALL_CLASSES)}")
+    return classes
 
 
 def parse_policy(table: Any, where: str = "build config") -> PolicyConfig:
@@ -338,6 +368,12 @@ def provenance_rules(s: Selection, alias: str) -> tuple[list[str], list[Any]]:
         classes = sorted(set(s.allowed_licence_classes))
         conds.append(f"{alias}licence_class IN ({', '.join('?' * len(classes)) or 'NULL'})")
         params.extend(classes)
+    for tier, allowed in sorted(s.allowed_licence_classes_by_tier.items()):
+        classes = sorted(set(allowed))
+        conds.append(
+            f"({alias}tier IS DISTINCT FROM ? OR {alias}licence_class IN ({', '.join('?' * len(classes)) or 'NULL'}))"
+        )
+        params.extend([tier, *classes])
     return conds, params
 
 
@@ -415,9 +451,13 @@ def selection_sql(selection: Selection, table: str = "docs") -> tuple[str, list[
         params.extend(share_params)
         prev = f"top{i}"
     if s.near_duplicates == "representative":
+        # text: one document per cluster; code: every document of the best-ranked selected repository
+        # of its repository cluster (rank ties only within one repository, so dense_rank keeps it whole)
         sql.append(
             f", picked AS (SELECT *, passes AND (dup_cluster_id = '' OR dup_cluster_id IS NULL OR "
             f"row_number() OVER (PARTITION BY dup_cluster_id, passes ORDER BY representative_key) = 1) "
+            f"AND (repo_cluster_id IS NULL OR "
+            f"dense_rank() OVER (PARTITION BY repo_cluster_id, passes ORDER BY repo_rank) = 1) "
             f"AS selected FROM {prev})"
         )
     else:

@@ -6,7 +6,10 @@ replacement's (start, end, kind) in the old text to the annotation ``pii_spans``
 documents are scanned for the code-safe kinds only), then on the
 stored text: ``lang`` and ``lang_confidence`` (fastText lid.176), ``scores["script_fraction"]``, every
 Gopher/C4 signal in ``scores``, and ``scores["quality"]`` from the quality classifier (no score for a
-language the model was not trained for: see its card). The keep/drop
+language the model was not trained for: see its card). A code document (tier ``code``, a repository's
+files) gets the code signals instead (``corpus.code.signals``: ``code_*`` scores, computed from its
+files as ingest cut them, before the PII scrub, whose placeholders could move a file boundary) and
+neither the Gopher/C4 signals nor a quality score: those measure prose. The keep/drop
 decision is the ``policy`` stage's, from these stored values.
 
 The models are part of the stage's identity: their sha256 are written into the effective config (so a
@@ -21,6 +24,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from corpus.code.signals import document_code_signals
 from corpus.digest import json_digest
 from corpus.filters.heuristics import heuristic_signals, tokenizer_id
 from corpus.filters.langid import identify_language, lid_model_hash, script_fraction
@@ -29,6 +33,9 @@ from corpus.filters.quality import load_quality_model, resolve_model_path
 from corpus.model import Annotation, Document, Kept, Outcome
 from corpus.tiers import check_tier
 from runtime.runner import InputShard, Stage, StageContext, StageError, main
+
+#: the tier whose documents are repositories' files: code signals, not the web heuristics
+CODE_TIER = "code"
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,13 @@ class AnnotateStage(Stage):
     #    dup_paragraph_char_fraction, dup_{5..10}gram_char_fraction); C4's line rules as its reference
     #    code has them (c4_removed_lines, c4_removed_char_fraction; lorem_ipsum and curly_brace only in
     #    the lines C4 keeps); no rounding
-    version = "4"
+    # 5: code documents get the code signals (corpus.code.signals: code_alnum_fraction,
+    #    code_mean_line_length, code_max_line_length, code_comment_fraction, code_generated_fraction,
+    #    code_data_line_fraction) and no Gopher/C4 signals or quality score
+    # 6: words and stop words in the document's language (corpus.filters.words: jieba, Sudachi mode A,
+    #    PyThaiNLP, khmer-nltk, LaoNLP, Myanmar syllables; spaCy's stop-word lists for 19 languages, and
+    #    no stop_word_count for a language without one)
+    version = "6"
     Config = AnnotateConfig
 
     def __init__(self, config: AnnotateConfig) -> None:
@@ -128,15 +141,17 @@ def annotate_document(
     """The document with PII of ``pii_kinds`` scrubbed and every signal stored (a pure function of
     text and models). Each replacement is kept as ``[start, end, kind]`` of the text before the scrub
     (the ``derived_from`` document's), so it can be audited and reversed."""
+    code = doc.source_tier == CODE_TIER
     scrubbed = scrub_pii(doc.text, pii_kinds)
     text = scrubbed.text
     guess = identify_language(text)
     scores = dict(doc.scores)
-    scores.update(heuristic_signals(text))
+    scores.update(document_code_signals(doc) if code else heuristic_signals(text, guess.lang))
     scores["script_fraction"] = script_fraction(text, guess.lang)
     # the quality model scores the languages it was trained for (None: every language); any other
-    # document gets no score at all, never a made-up one (a null in the metadata table)
-    quality = quality_score(text) if quality_languages is None or guess.lang in quality_languages else None
+    # document gets no score at all, never a made-up one (a null in the metadata table); code none
+    scored = not code and (quality_languages is None or guess.lang in quality_languages)
+    quality = quality_score(text) if scored else None
     if quality is not None:
         scores["quality"] = quality
     pii = {kind: n for kind, n in scrubbed.counts().items() if kind in pii_kinds}  # unscanned: no value

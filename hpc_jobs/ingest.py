@@ -10,7 +10,10 @@
   (vendored, generated, minified, lockfiles, data, binary, undecodable, too large: each rejected file
   listed with its reason in ``rejected_files/NAME.json``, never a document), the kept ones concatenated
   in a stated order with ``<|file|> PATH`` headers into documents of tier ``code`` that split at file
-  boundaries under a token limit. A damaged archive is one quarantine record (``truncated_archive``,
+  boundaries under a token limit. Its licence (``corpus.code.licence_detect``: LICENSE / COPYING texts,
+  package metadata, SPDX headers, reconciled) is each document's ``license_hint`` unless the source
+  declares one, with the evidence and conflicts in ``rejected_files/NAME.json``; which classes are
+  trained on is a selection (``corpus.selection``). A damaged archive is one quarantine record (``truncated_archive``,
   ``malformed_archive``); a repository with no file kept is one too (``empty_repository``).
 * Recrawl collapse (global, in ``prepare``, a ``runtime.global_phase`` checkpointed in parts):
   identical (url, raw digest) pairs count once; the earliest fetch is kept, the others go to
@@ -126,8 +129,10 @@ class IngestStage(Stage):
     # a capped stream (zstd too), every record read is accounted; 5: the holdout is carved by the
     # normalized URL (corpus.ingest.holdout.HOLDOUT_VERSION 2); 6: code repositories (tar/zip archives
     # by their bytes, declared directories) read as documents of tier code, their rejected files counted;
-    # 7: inputs declared by the data's own corpus-sources.toml; an undeclared JSONL/text file is web
-    version = "7"
+    # 7: inputs declared by the data's own corpus-sources.toml; an undeclared JSONL/text file is web;
+    # 8: a repository's documents carry its detected licence expression as license_hint (was the source's
+    # declaration, empty by default), so their metadata's licence and class change
+    version = "8"
     Config = IngestConfig
     artifact_kinds = ("holdout", "skipped", "rejected_files")
 
@@ -243,12 +248,14 @@ class IngestStage(Stage):
             )
         except ArchiveError as e:
             self._files = {"repository": name, "quarantined": e.reason, "kept": {"files": 0, "bytes": 0}}
-            self._files |= {"rejected": {}, "documents": 0, "files": []}
+            self._files |= {"rejected": {}, "documents": 0, "licence": None, "files": []}
             yield _Item(0, 0, bad=bad(0, e.reason, e.detail, shard.sha256, base))
             return
         try:
-            self._files = {"repository": name, **repo.file_summary()}
+            licence = repo.licence.with_declared(spec.license)
+            self._files = {"repository": name, **repo.file_summary(), "licence": licence.to_dict()}
             self._files["files"] = [list(f) for f in repo.rejected]
+            how = canonical_json({"decided_by": licence.decided_by, "conflicts": len(licence.conflicts)})
             if not repo.kept:
                 counts = ", ".join(f"{r} {n}" for r, n in sorted(repo.rejected_counts.items())) or "no files"
                 detail = f"no file kept of {len(repo.rejected)}: {counts}"
@@ -265,12 +272,13 @@ class IngestStage(Stage):
                     crawl_date=spec.date,
                     raw_digest=sha256_hex(data),
                     content_type="text/plain",
-                    license_hint=spec.license,
+                    license_hint=licence.expression,
                 ).annotate(
                     Annotation(
                         self.name, "repo_files", canonical_json([list(f) for f in rd.files]).decode(), "info"
                     ),
                     Annotation(self.name, "repo_part", f"{rd.part}/{rd.parts}", "info"),
+                    Annotation(self.name, "repo_licence", how.decode(), "info"),
                 )
                 yield _Item(k, len(data), doc=doc)
         finally:
@@ -458,6 +466,7 @@ class _CodeFiles:
         self.documents = 0
         self.kept = {"files": 0, "bytes": 0}
         self.rejected: dict[str, dict[str, int]] = {}
+        self.licences: list[dict[str, Any]] = []  # one per repository read (two of one name: both)
 
     def add(self, summary: dict[str, Any]) -> None:
         self.repositories += 1
@@ -469,6 +478,17 @@ class _CodeFiles:
             r = self.rejected.setdefault(reason, {"files": 0, "bytes": 0})
             r["files"] += c["files"]
             r["bytes"] += c["bytes"]
+        if summary.get("licence"):
+            lic = summary["licence"]
+            self.licences.append(
+                {
+                    "repository": summary["repository"],
+                    "expression": lic["expression"],
+                    "class": lic["class"],
+                    "decided_by": lic["decided_by"],
+                    "conflicts": len(lic["conflicts"]),
+                }
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -477,6 +497,8 @@ class _CodeFiles:
             "documents": self.documents,
             "kept": self.kept,
             "rejected": dict(sorted(self.rejected.items())),
+            "licence_classes": dict(sorted(Counter(v["class"] for v in self.licences).items())),
+            "licences": sorted(self.licences, key=lambda v: sorted(v.items())),
         }
 
 

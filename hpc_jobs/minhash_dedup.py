@@ -24,6 +24,25 @@ pre-empted in the middle of it costs only the part it was on:
    ``work/spill`` and is verified memory-mapped.
 5. ``decisions``: verdicts to their shard's decision table (``runtime.global_phase.route_verdicts``).
 
+Code documents (tier ``code``: parts of a repository) take no part in the text graph (their text
+signature is the empty one, never banded): near-duplicate *repositories* are clustered instead
+(``corpus.code.repo_dedup``: why the set is the repository's line keys, how the representative is
+chosen), by the same steps over a graph whose nodes are repositories:
+
+R1. ``repos`` (exchange of numpy rows, parts fixed by the input count): the signature step also wrote,
+    per code document, its line-set MinHash, file count and rank fields (``.code_docs``) and its
+    files' content hashes (``.code_files``); each goes to the part of its repository (a hash of its
+    id), which merges a repository's documents (signature: elementwise minimum, the MinHash of the
+    union) and writes them as a signature part of the repository graph, band rows included;
+    ``repo_files`` keeps each repository's distinct file hashes there.
+R2-R4. ``repo_buckets``, ``repo_labels``, ``repo_clusters``: steps 2-4 over the repository parts (the
+    same bands, components, verification at ``verify_threshold`` and representative order, on the
+    repositories' keys); each verdict also has the repository's ``rank`` in its cluster.
+R5. ``repo_decisions``, ``repo_docs``: each repository part gets its verdicts, adds the similarity to
+    the representative (estimated from the signatures) and the share of files they share (exact
+    Jaccard of the file hashes), and sends one verdict per document to its shard's decision table.
+    Every document of a clustered repository is annotated (``annotate_repository``).
+
 The eval holdout (when the chain of stages reaches extract's ``holdout/``, ``corpus.ingest.holdout``):
 its pages are signed too (step ``holdout_signatures``, a part per holdout file, nodes tagged
 ``holdout/NAME``), each bucket part also matches its candidates' band keys against the held-out
@@ -58,6 +77,19 @@ from typing import Any
 
 import numpy as np
 
+from corpus.code.repo_dedup import (
+    FILE_ROUTE,
+    FILE_ROW,
+    REPO_MEMBER,
+    code_doc_dtype,
+    document_files,
+    document_rank_fields,
+    encode_repository_key,
+    estimated_similarity,
+    exact_jaccard,
+    file_hashes,
+    line_hashes,
+)
 from corpus.dedup.candidates import bucket_star_edges, concat, part_names, part_of_hash
 from corpus.dedup.normalize import NORMALIZATION_VERSION
 from corpus.dedup.order import doc_id_bytes, encode_representative_key
@@ -79,23 +111,32 @@ from corpus.dedup.records import (
     unrouted,
 )
 from corpus.dedup.verify import verified_roots
+from corpus.digest import canonical_json
 from corpus.docshard import iter_docs, iter_lines
 from corpus.ingest.holdout import NEAR_SCORE, HoldoutFile, holdout_files
 from corpus.model import Annotation, Document, Kept, Outcome, Passed
 from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
 from mpi_kernels.union_find import connected_components, pair_dtype
+from runtime.global_phase import DECISIONS as DECISION_TABLE
 from runtime.global_phase import (
     SPILL_DIR,
     GlobalPhase,
     PartWriter,
     decisions_of,
     global_phase_key,
+    part_of_name,
     route_verdicts,
     write_verdicts,
 )
 from runtime.runner import InputShard, Stage, StageContext, assign, main
 
 SIGNATURES, BUCKETS, LABELS, CLUSTERS, DECISIONS = "signatures", "buckets", "labels", "clusters", "decisions"
+#: the repository graph's steps (code documents): their repositories, then the same four steps as text
+REPOS, REPO_FILES = "repos", "repo_files"
+REPO_BUCKETS, REPO_LABELS, REPO_CLUSTERS = "repo_buckets", "repo_labels", "repo_clusters"
+REPO_DECISIONS, REPO_DOCS = "repo_decisions", "repo_docs"
+#: the tier whose documents are repositories (issue 17): deduplicated as repositories, never as text
+CODE_TIER = "code"
 HELD_SIGNATURES, HOLDOUT = "holdout_signatures", "holdout"
 #: the shard tag of a held-out page's node is the tag of this prefix + its holdout file's name
 HELD_TAG = "holdout/"
@@ -112,6 +153,10 @@ SIG_FILES = (".ids.npy", ".rep.npy", ".sigs.npy")
 #: what per-shard processing needs to pass an untouched document on without parsing it again: its
 #: yield cell ("source<TAB>lang") and its text's UTF-8 size, per ordinal
 PASS_FILES = (".groups.npy", ".text_bytes.npy")
+#: a signature part's code documents (``code_doc_dtype`` rows) and their files' content hashes
+CODE_DOCS, CODE_FILES = ".code_docs", ".code_files"
+#: a repository part's members (REPO_MEMBER rows) and its repositories' file hashes (FILE_ROW rows)
+MEMBERS, FILE_HASHES = ".members", ".file_hashes"
 BANDS = ".bands"
 BAND_OFFSETS = ".band_offsets.npy"
 EDGES = ".edges"
@@ -130,7 +175,18 @@ COUNTS = (
     "holdout_docs_without_shingles",
     "holdout_pairs",
     "holdout_near_docs",
+    "code_docs",
+    "repositories",
+    "repo_shared_buckets",
+    "repo_hot_buckets",
+    "repo_largest_bucket",
+    "repo_candidate_edges",
+    "repo_clustered_docs",
+    "repo_verified_components",
+    "code_docs_in_repo_clusters",
 )
+#: facts that are a maximum over parts, not a sum
+MAXIMA = ("largest_bucket", "repo_largest_bucket")
 
 
 @dataclass(frozen=True)
@@ -169,6 +225,23 @@ class GroupUnit:
     sha256: str
 
 
+@dataclass(frozen=True)
+class _Graph:
+    """One clustering graph of the phase: the text graph (a node per document) or the repository graph
+    (a node per repository, ``repos`` parts in place of input shards). Both go through the same steps:
+    buckets of band rows, connected components, verified clusters, verdicts."""
+
+    signatures: str  # the step whose parts hold the nodes' SIG_FILES and band rows
+    buckets: str
+    labels: str
+    clusters: str
+    names: list[str]  # the parts of ``signatures`` (node tags are their shard tags)
+    tags: dict[bytes, str]
+    parts: _SignatureParts
+    facts: str = ""  # prefix of the graph's facts
+    ranked: bool = False  # verdicts carry each member's rank in its cluster's representative order
+
+
 def group_units(groups: list[str]) -> list[GroupUnit]:
     """The bucket parts as units of a map step (each reads its rows from every signature part)."""
     return [GroupUnit(g, g) for g in groups]
@@ -197,7 +270,9 @@ class MinhashDedupStage(Stage):
     # 6: signature parts keep each document's yield cell and text size, and an untouched document is
     # passed on as the line it was read as (same output bytes). The shingles' normalization version is
     # part of this one: the runner reuses a complete stage on its version, never on the phase key
-    version = "6+norm" + NORMALIZATION_VERSION
+    # 7: code documents leave text clustering; repositories are clustered as sets of line keys
+    # (corpus.code.repo_dedup: repo_cluster, repo_rank, repo_similarity, repo_file_share)
+    version = "7+norm" + NORMALIZATION_VERSION
     Config = MinhashDedupConfig
 
     def __init__(self, config: MinhashDedupConfig) -> None:
@@ -237,25 +312,23 @@ class MinhashDedupStage(Stage):
                 self._held,
                 lambda f, w: self._write_signatures(f, w, len(groups), HELD_TAG + f.name, "holdout_"),
             )
-        # 2. each bucket part reads its band rows from every signature part -> candidate edges (and the
-        # candidates matching a held-out page)
-        phase.map(BUCKETS, group_units(groups), lambda g, w: self._write_buckets(phase, shards, g, w))
-        if held:  # 2b. the matches to their candidate's shard
-            self._route_holdout(phase, groups, shards)
-        # 3. connected components -> a label table per shard
-        self._labels(phase, groups, shards)
-        # 4. members to their component's part -> verified clusters, representatives, verdicts
-        phase.exchange_rows(
-            CLUSTERS,
-            groups,
-            inputs,
-            lambda s: self._member_rows(phase, s, len(groups)),
-            self._reduce_clusters,
-            dtype=MEMBER_ROUTE,
-            order_fields=("label",),
-        )
+        text = _Graph(SIGNATURES, BUCKETS, LABELS, CLUSTERS, shards, self._tags, self._signature_parts)
+        # 2-4. the text graph: buckets (and the candidates matching a held-out page), components,
+        # verified clusters
+        self._cluster(phase, text, groups, inputs)
         # 5. verdicts to their shard's decision table
         route_verdicts(phase, DECISIONS, CLUSTERS, groups, shards)
+        # R. the repository graph: code documents to their repository's part, the same steps over
+        # repositories, then each repository's verdict to its documents' shards
+        repos = part_names("r", len(inputs))
+        self._repositories(phase, inputs, repos)
+        repo_parts = _SignatureParts(phase, repos, REPOS)
+        repo_graph = _Graph(
+            REPOS, REPO_BUCKETS, REPO_LABELS, REPO_CLUSTERS, repos, shard_tags(repos), repo_parts, "repo_", True
+        )
+        self._cluster(phase, repo_graph, groups, group_units(repos))
+        route_verdicts(phase, REPO_DECISIONS, REPO_CLUSTERS, groups, repos)
+        self._repo_docs(phase, repo_graph, shards)
         facts = None
         if ctx.rank == 0:
             facts = merge_facts(
@@ -268,11 +341,18 @@ class MinhashDedupStage(Stage):
                         (HOLDOUT, shards if held else []),
                         (LABELS, shards),
                         (CLUSTERS, groups),
+                        (REPOS, repos),
+                        (REPO_BUCKETS, groups),
+                        (REPO_LABELS, repos),
+                        (REPO_CLUSTERS, groups),
+                        (REPO_DOCS, shards),
                     )
                     for p in phase.parts(step, names)
                 ]
             )
         steps = {SIGNATURES: shards, BUCKETS: groups, LABELS: shards, CLUSTERS: groups, DECISIONS: shards}
+        steps |= {REPOS: repos, REPO_FILES: repos, REPO_BUCKETS: groups, REPO_LABELS: repos}
+        steps |= {REPO_CLUSTERS: groups, REPO_DECISIONS: repos, REPO_DOCS: shards}
         if held:
             steps |= {HELD_SIGNATURES: held, HOLDOUT: shards}
         return phase.finish(steps, ctx.comm.bcast(facts, root=0))
@@ -283,19 +363,28 @@ class MinhashDedupStage(Stage):
     ) -> dict[str, Any]:
         """A signature part: doc_ids, representative keys, signatures and sorted band rows of the
         documents of ``shard``, their nodes tagged ``tag`` (the shard's name by default); the facts'
-        names begin with ``facts``."""
+        names begin with ``facts``. A code document (an input shard's) gets the empty text signature,
+        so it is never banded with text, and goes to the repository graph instead: its line-set
+        signature and rank fields (``.code_docs``) and its files' content hashes (``.code_files``)."""
         ids, rep, sigs, batch, cells, text_bytes = [], [], [], [], [], []
-        for doc in iter_docs(shard.path):
+        code = _CodeRows(self._hasher, groups, shard.name) if not tag else None
+        for i, doc in enumerate(iter_docs(shard.path)):
             ids.append(doc_id_bytes(doc.doc_id))
             rep.append(encode_representative_key(doc))
             cells.append("\t".join(doc.group))
             text_bytes.append(len(doc.text.encode("utf-8")))
-            batch.append(doc.text)
+            if code is not None and doc.source_tier == CODE_TIER:
+                code.add(i, doc)
+                batch.append("")  # no units: the empty signature
+            else:
+                batch.append(doc.text)
             if len(batch) >= self.config.batch_docs:
                 sigs.append(self._hasher.signatures(batch))
                 batch = []
         if batch or not sigs:
             sigs.append(self._hasher.signatures(batch))
+        if code is not None:
+            code.write(writer)
         arrays = (
             np.frombuffer(b"".join(ids), np.uint8).reshape(-1, DOC_ID_BYTES),
             np.frombuffer(b"".join(rep), np.uint8).reshape(-1, REP_KEY_BYTES),
@@ -310,7 +399,12 @@ class MinhashDedupStage(Stage):
         writer.open(BANDS).write(rows.tobytes())
         offsets = np.searchsorted(rows["part"], np.arange(groups + 1)).astype(np.int64)
         np.save(writer.open(BAND_OFFSETS), offsets, allow_pickle=False)
-        return {f"{facts}docs": len(ids), f"{facts}docs_without_shingles": int(is_empty(arrays[2]).sum())}
+        code_docs = code.count if code is not None else 0
+        return {
+            f"{facts}docs": len(ids),
+            f"{facts}docs_without_shingles": int(is_empty(arrays[2]).sum()) - code_docs,
+            **({"code_docs": code_docs} if code is not None else {}),
+        }
 
     def _drop_damaged_signatures(self, phase: GlobalPhase, inputs: list[InputShard]) -> None:
         """Each rank checks its completed signature parts against the digests their markers recorded;
@@ -318,23 +412,140 @@ class MinhashDedupStage(Stage):
         for shard in assign(inputs, phase.ctx.rank, phase.ctx.size):
             phase.verified_part(SIGNATURES, shard.name)
 
-    def _load_signatures(self, phase: GlobalPhase, shard_name: str) -> tuple[np.ndarray, ...]:
-        part = phase.part(SIGNATURES, shard_name)
+    def _load_signatures(
+        self, phase: GlobalPhase, shard_name: str, step: str = SIGNATURES
+    ) -> tuple[np.ndarray, ...]:
+        part = phase.part(step, shard_name)
         if part is None:
             raise FileNotFoundError(f"signatures of {shard_name} are not complete")
         return tuple(np.load(part.path(s), mmap_mode="r", allow_pickle=False) for s in SIG_FILES)
 
+    def _cluster(self, phase: GlobalPhase, graph: _Graph, groups: list[str], units: list[Any]) -> None:
+        """Steps 2-4 over one graph: buckets, connected components, verified clusters and verdicts."""
+        # 2. each bucket part reads its band rows from every signature part -> candidate edges (and,
+        # for text, the candidates matching a held-out page)
+        phase.map(graph.buckets, group_units(groups), lambda g, w: self._write_buckets(phase, graph, g, w))
+        if graph.signatures == SIGNATURES and self._held:  # 2b. the matches to their candidate's shard
+            self._route_holdout(phase, groups, graph.names)
+        # 3. connected components -> a label table per signature part
+        self._labels(phase, graph, groups)
+        # 4. members to their component's part -> verified clusters, representatives, verdicts
+        phase.exchange_rows(
+            graph.clusters,
+            groups,
+            units,
+            lambda u: self._member_rows(phase, graph, u, len(groups)),
+            lambda g, batches, writer: self._reduce_clusters(graph, batches, writer),
+            dtype=MEMBER_ROUTE,
+            order_fields=("label",),
+        )
+
+    # -- R. repositories ------------------------------------------------------------------------------
+    def _repositories(self, phase: GlobalPhase, inputs: list[InputShard], repos: list[str]) -> None:
+        """Step ``repos``: every code document's row to its repository's part, which merges each
+        repository's documents: its signature (their elementwise minimum, the MinHash of the union of
+        their line sets), its file count, its representative key (``encode_repository_key``) and band
+        rows, written as a signature part (SIG_FILES, BANDS) of the repository graph, and ``.members``
+        (its documents, to send its verdict back to). Step ``repo_files``: every file hash to the same
+        part, which keeps each repository's distinct ones (FILE_ROW, sorted) for the exact share."""
+        k = self.config.num_perm
+        dtype = code_doc_dtype(k)
+
+        def send_docs(shard: InputShard) -> Iterator[np.ndarray]:
+            yield np.fromfile(phase.part(SIGNATURES, shard.name).path(CODE_DOCS), dtype=dtype)
+
+        def reduce_docs(p: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+            merged = _RepositoryMerge(k)
+            for batch in batches:  # sorted by repository, then the other fields
+                merged.add(batch.astype(dtype, copy=False))
+            ids, keys, sigs, members = merged.arrays()
+            for suffix, array in zip(SIG_FILES, (ids, keys, sigs), strict=True):
+                np.save(writer.open(suffix), array, allow_pickle=False)
+            writer.open(MEMBERS).write(members.tobytes())
+            rows = band_rows(self._hasher, ids, sigs, repos[p], len(repos))
+            writer.open(BANDS).write(rows.tobytes())
+            offsets = np.searchsorted(rows["part"], np.arange(len(repos) + 1)).astype(np.int64)
+            np.save(writer.open(BAND_OFFSETS), offsets, allow_pickle=False)
+            return {"repositories": len(ids)}
+
+        phase.exchange_rows(REPOS, repos, inputs, send_docs, reduce_docs, dtype=dtype, order_fields=("repo",))
+
+        def send_files(shard: InputShard) -> Iterator[np.ndarray]:
+            yield np.fromfile(phase.part(SIGNATURES, shard.name).path(CODE_FILES), dtype=FILE_ROUTE)
+
+        def reduce_files(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+            out, last = writer.open(FILE_HASHES), None
+            for batch in batches:  # sorted by (repository, hash): a repeat follows its first
+                rows = unrouted(batch, FILE_ROUTE, FILE_ROW)
+                raw = rows.view(np.uint8).reshape(len(rows), -1)
+                new = np.append(True, np.any(raw[1:] != raw[:-1], axis=1)) if len(rows) else np.empty(0, bool)
+                if len(rows) and last is not None and raw[0].tobytes() == last:
+                    new[0] = False
+                if len(rows):
+                    last = raw[-1].tobytes()
+                out.write(rows[new].tobytes())
+            return {}
+
+        phase.exchange_rows(
+            REPO_FILES, repos, inputs, send_files, reduce_files, dtype=FILE_ROUTE, order_fields=("repo", "hash")
+        )
+
+    def _repository(self, phase: GlobalPhase, repos: list[str], repo: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """(signature, distinct file hashes) of a repository by its id, read from its part (found by
+        the same hash that routed it there)."""
+        name = repos[int(part_of_hash(np.frombuffer(repo, np.uint8).reshape(1, -1), len(repos))[0])]
+        ids, _, sigs = self._load_signatures(phase, name, REPOS)
+        keys = np.ascontiguousarray(ids).view(f"V{DOC_ID_BYTES}").reshape(-1)  # sorted: rows came by repo
+        at = int(np.searchsorted(keys, np.void(repo)))
+        path = phase.part(REPO_FILES, name).path(FILE_HASHES)  # memory-mapped: a part is not held
+        files = np.memmap(path, dtype=FILE_ROW, mode="r") if path.stat().st_size else np.empty(0, FILE_ROW)
+        lo = np.searchsorted(files["repo"], np.void(repo), side="left")
+        hi = np.searchsorted(files["repo"], np.void(repo), side="right")
+        return np.asarray(sigs[at]), files["hash"][lo:hi].astype(np.uint64)
+
+    def _repo_docs(self, phase: GlobalPhase, graph: _Graph, shards: list[str]) -> None:
+        """Step ``repo_docs``: each repository part turns the verdicts on its repositories into verdicts
+        on their documents, adding the repository's similarity to its cluster's representative
+        (estimated from the signatures) and the share of files they share (exact Jaccard of their
+        file hashes), and sends them to their shards' decision tables."""
+        shard_no, tags = part_of_name(shards), shard_tags(shards)
+        senders = group_units(graph.names)
+
+        def send(unit: GroupUnit) -> Iterator[tuple[int, bytes, bytes]]:
+            decisions = decisions_of(phase.root, REPO_DECISIONS, unit.name)
+            if not decisions:
+                return
+            members = np.fromfile(phase.part(REPOS, unit.name).path(MEMBERS), dtype=REPO_MEMBER)
+            ids, _, _ = self._load_signatures(phase, unit.name, REPOS)
+            starts = np.searchsorted(members["repo"], np.arange(len(ids) + 1))
+            for key in sorted(decisions, key=int):
+                v, r = decisions[key], int(key)
+                sig, files = self._repository(phase, graph.names, ids[r].tobytes())
+                rep_sig, rep_files = (sig, files)
+                if v["dup_of"]:
+                    rep_sig, rep_files = self._repository(phase, graph.names, bytes.fromhex(v["dup_of"]))
+                similarity, share = estimated_similarity(sig, rep_sig), exact_jaccard(files, rep_files)
+                verdict = canonical_json({**v, "similarity": similarity, "file_share": share})
+                for m in members[starts[r] : starts[r + 1]]:
+                    yield shard_no(tags[m["shard_tag"].tobytes()]), str(int(m["ordinal"])).encode(), verdict
+
+        def reduce(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
+            table = {k.decode(): json.loads(v) for k, v in records}
+            writer.write_json(DECISION_TABLE, table)
+            return {"code_docs_in_repo_clusters": len(table)}
+
+        phase.exchange(REPO_DOCS, shards, senders, send, reduce)
+
     # -- 2. buckets ----------------------------------------------------------------------------------
-    def _write_buckets(
-        self, phase: GlobalPhase, shards: list[str], unit: Any, writer: PartWriter
-    ) -> dict[str, Any]:
+    def _write_buckets(self, phase: GlobalPhase, graph: _Graph, unit: Any, writer: PartWriter) -> dict[str, Any]:
         """One bucket part: its band rows from every signature part (a contiguous run of each, found by
         the part's offsets), sorted by (band key, node), grouped into buckets, linked as stars."""
         g = int(unit.name[1:])
-        rows = _band_run(phase, SIGNATURES, shards, g)
+        rows = _band_run(phase, graph.signatures, graph.names, g)
         edges, facts = bucket_star_edges(rows, self.config.bucket_cap)
+        facts = {graph.facts + k: v for k, v in facts.items()}
         writer.open(EDGES).write(edges.tobytes())
-        if self._held:
+        if graph.signatures == SIGNATURES and self._held:
             held = _band_run(phase, HELD_SIGNATURES, [f.name for f in self._held], g)
             hits, pairs = self._holdout_hits(rows, held)
             writer.open(HITS).write(hits.tobytes())
@@ -417,17 +628,17 @@ class MinhashDedupStage(Stage):
         return dict(zip(rows["ordinal"].tolist(), rows["agree"].tolist(), strict=True))
 
     # -- 3. components -> labels ---------------------------------------------------------------------
-    def _labels(self, phase: GlobalPhase, groups: list[str], shards: list[str]) -> None:
+    def _labels(self, phase: GlobalPhase, graph: _Graph, groups: list[str]) -> None:
         """Connected components of every candidate edge, then each document's label to its shard's
         part. Components are recomputed only while some label part is missing (they are rounds of
         shuffles, not parts; a rerun recomputes them, deterministically)."""
-        ctx, comm = phase.ctx, phase.comm
+        ctx, comm, shards = phase.ctx, phase.comm, graph.names
         todo = None
         if ctx.rank == 0:
-            todo = any(phase.part(LABELS, s) is None for s in shards)
+            todo = any(phase.part(graph.labels, s) is None for s in shards)
         labels = np.empty(0, dtype=pair_dtype(NODE.itemsize))
         if comm.bcast(todo, root=0):
-            edge_parts = phase.parts(BUCKETS, groups) if ctx.rank == 0 else None
+            edge_parts = phase.parts(graph.buckets, groups) if ctx.rank == 0 else None
             edge_parts = comm.bcast(edge_parts, root=0)
             edges = (
                 np.fromfile(part.path(EDGES), dtype=EDGE).view(labels.dtype)
@@ -460,20 +671,20 @@ class MinhashDedupStage(Stage):
             for batch in batches:  # sorted by ordinal: the part's LABEL rows in order
                 out.write(unrouted(batch, LABEL_ROUTE, LABEL).tobytes())
                 n += len(batch)
-            return {"clustered_docs": n}
+            return {graph.facts + "clustered_docs": n}
 
         # each rank sends the labels it holds
-        phase.exchange_rows(LABELS, shards, None, send, reduce, dtype=LABEL_ROUTE, order_fields=("ordinal",))
+        phase.exchange_rows(graph.labels, shards, None, send, reduce, dtype=LABEL_ROUTE, order_fields=("ordinal",))
 
     # -- 4. clusters ---------------------------------------------------------------------------------
-    def _member_rows(self, phase: GlobalPhase, shard: InputShard, parts: int) -> Iterator[np.ndarray]:
+    def _member_rows(self, phase: GlobalPhase, graph: _Graph, shard: Any, parts: int) -> Iterator[np.ndarray]:
         """The shard's labelled documents as rows routed to the part of their component (a hash of its
         label, whose doc_id is itself a hash). Their signatures stay in this shard's signature part,
         where the component's owner reads them (a member row is 79 bytes, its signature 8 K)."""
-        labels = np.fromfile(phase.part(LABELS, shard.name).path(LABEL_ROWS), dtype=LABEL)
+        labels = np.fromfile(phase.part(graph.labels, shard.name).path(LABEL_ROWS), dtype=LABEL)
         if not labels.size:
             return
-        _, rep, _ = self._load_signatures(phase, shard.name)
+        _, rep, _ = self._load_signatures(phase, shard.name, graph.signatures)
         label_nodes = np.ascontiguousarray(labels["label"])
         rows = np.empty(len(labels), dtype=MEMBER_ROUTE)
         rows["part"] = part_of_hash(label_nodes.view(np.uint8).reshape(len(labels), -1), parts)
@@ -485,7 +696,7 @@ class MinhashDedupStage(Stage):
         rows["shard_tag"] = np.void(shard_tag(shard.name))
         yield rows
 
-    def _reduce_clusters(self, _: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+    def _reduce_clusters(self, graph: _Graph, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
         """One bucket part's components, their rows sorted by (label, member record): complete components
         are gathered up to a quarter of the budget and verified together; one that outgrows it alone
         is spilled to ``work/spill`` and verified memory-mapped. A verdict is written per member.
@@ -499,7 +710,7 @@ class MinhashDedupStage(Stage):
 
         def flush() -> Iterator[tuple[str, str, dict[str, Any]]]:
             if gathered.parts:
-                yield from self._verdicts(*gathered.take(), facts, sizes)
+                yield from self._verdicts(graph, *gathered.take(), facts, sizes)
 
         def gather(rows: np.ndarray, starts: list[int]) -> Iterator[tuple[str, str, dict[str, Any]]]:
             if gathered.parts and gathered.bytes + rows.nbytes > limit:
@@ -514,7 +725,7 @@ class MinhashDedupStage(Stage):
                     return
                 self._phase.ctx.say(f"a component of {len(members)} members spilled to disk")
                 yield from flush()
-                yield from self._verdicts(members, np.zeros(1, dtype=np.int64), facts, sizes)
+                yield from self._verdicts(graph, members, np.zeros(1, dtype=np.int64), facts, sizes)
 
         def verdicts() -> Iterator[tuple[str, str, dict[str, Any]]]:
             label, tail = None, None  # the last component seen, which the next batch may continue
@@ -540,10 +751,12 @@ class MinhashDedupStage(Stage):
             yield from flush()
 
         write_verdicts(writer, verdicts())
-        return {**facts, "cluster_sizes": {str(k): sizes[k] for k in sorted(sizes)}}
+        p = graph.facts
+        by_size = {str(k): sizes[k] for k in sorted(sizes)}
+        return {p + k: v for k, v in facts.items()} | {p + "cluster_sizes": by_size}
 
     def _verdicts(
-        self, members: np.ndarray, starts: np.ndarray, facts: dict[str, int], sizes: Counter
+        self, graph: _Graph, members: np.ndarray, starts: np.ndarray, facts: dict[str, int], sizes: Counter
     ) -> Iterator[tuple[str, str, dict[str, Any]]]:
         """Verdicts of whole components (``members`` of each in member-record order, component c from
         ``starts[c]``), in component order, then cluster order (by smallest node), members ascending.
@@ -555,7 +768,7 @@ class MinhashDedupStage(Stage):
         keys["rep"], keys["ordinal"], keys["tag"] = members["rep"], members["ordinal"], members["shard_tag"]
         raw = keys.view(np.uint8).reshape(n, -1)
         doc_ids = raw[:, REP_KEY_BYTES - DOC_ID_BYTES : REP_KEY_BYTES]
-        roots = self._cluster_roots(members, comp, doc_ids, raw[:, REP_KEY_BYTES:])
+        roots = self._cluster_roots(graph, members, comp, doc_ids, raw[:, REP_KEY_BYTES:])
         split = np.zeros(len(starts), dtype=bool)  # components cut into more than one cluster
         split[comp[roots != roots[starts[comp.astype(np.int64)]]].astype(np.int64)] = True
         facts["verified_components"] += int(split.sum())
@@ -573,17 +786,20 @@ class MinhashDedupStage(Stage):
         # per cluster: the first member by (root, member record) and by (root, doc_id)
         best = out[_first_of_runs(roots[out], raw[out], heads)]
         smallest = out[_first_of_runs(roots[out], doc_ids[out], heads)]
-        names = [self._tags[t] for t in _row_bytes(keys["tag"][out])]
+        names = [graph.tags[t] for t in _row_bytes(keys["tag"][out])]
         ordinals = keys["ordinal"][out].tolist()
         for c, (lo, hi) in enumerate(zip(heads.tolist(), [*cut.tolist(), len(out)], strict=True)):
             rep_id = doc_ids[best[c]].tobytes().hex()
             dup = {"cluster": doc_ids[smallest[c]].tobytes().hex(), "size": hi - lo, "dup_of": rep_id}
             kept = {**dup, "dup_of": ""}
             for i in range(lo, hi):
-                yield names[i], str(ordinals[i]), kept if out[i] == best[c] else dup
+                verdict = kept if out[i] == best[c] else dup
+                if graph.ranked:  # members of a cluster come in member-record order: i - lo is the rank
+                    verdict = {**verdict, "rank": i - lo}
+                yield names[i], str(ordinals[i]), verdict
 
     def _cluster_roots(
-        self, members: np.ndarray, comp: np.ndarray, doc_ids: np.ndarray, where: np.ndarray
+        self, graph: _Graph, members: np.ndarray, comp: np.ndarray, doc_ids: np.ndarray, where: np.ndarray
     ) -> np.ndarray:
         """Each member's cluster, as the index of its smallest node: components of more than
         ``verify_components_above`` members are split by verification (``corpus.dedup.verify``),
@@ -601,7 +817,7 @@ class MinhashDedupStage(Stage):
         if len(check):
             cfg = self.config
             sigs = _MemberSignatures(
-                self._signature_parts, members[order[check]], self._phase.ctx.memory_budget_bytes // 4
+                graph.parts, members[order[check]], self._phase.ctx.memory_budget_bytes // 4
             )
             sub = verified_roots(sigs, cfg.bands, cfg.rows, cfg.verify_threshold, groups=in_order[check])
             roots[check] = check[sub]
@@ -615,13 +831,15 @@ class MinhashDedupStage(Stage):
         (:class:`Passed`: most documents are in no cluster); the others are parsed and annotated."""
         near = self._near_holdout(shard.name)
         decisions = decisions_of(self._phase.root, DECISIONS, shard.name)
+        repo_decisions = decisions_of(self._phase.root, REPO_DOCS, shard.name)
         part = self._phase.part(SIGNATURES, shard.name)
         if part is None:
             raise FileNotFoundError(f"signatures of {shard.name} are not complete")
         cells, text_bytes = (np.load(part.path(s), allow_pickle=False) for s in PASS_FILES)
         for i, line in enumerate(iter_lines(shard.path)):
             v = decisions.get(str(i))
-            if v is None and i not in near:
+            r = repo_decisions.get(str(i))
+            if v is None and r is None and i not in near:
                 source, lang = str(cells[i]).rsplit("\t", 1)
                 yield Passed(line, (source, lang), int(text_bytes[i])), int(text_bytes[i])
                 continue
@@ -633,6 +851,8 @@ class MinhashDedupStage(Stage):
                     Annotation(self.name, NEAR_SCORE, similarity, "fail"),
                     scores={**doc.scores, NEAR_SCORE: similarity},
                 )
+            if r is not None:
+                doc = annotate_repository(doc, self.name, r)
             if v is None:
                 yield Kept(doc), nbytes
                 continue
@@ -647,6 +867,7 @@ class MinhashDedupStage(Stage):
         facts = self._phase.facts
         cfg = self.config
         sizes = {int(k): v for k, v in facts["cluster_sizes"].items()}
+        repo_sizes = {int(k): v for k, v in facts["repo_cluster_sizes"].items()}
         docs = facts["counts"].get("docs", 0)
         clustered = sum(k * v for k, v in sizes.items())
         largest = max(sizes, default=0)
@@ -674,8 +895,103 @@ class MinhashDedupStage(Stage):
             "docs_in_clusters": clustered,
             "largest_cluster": largest,
             "cluster_size_histogram": size_histogram(sizes),
+            "repo_clusters": sum(repo_sizes.values()),
+            "repo_cluster_size_histogram": size_histogram(repo_sizes),
             "alarms": alarms,
         }
+
+
+class _CodeRows:
+    """The code documents of one shard as the repository graph needs them: a ``code_doc_dtype`` row per
+    document (its part = its repository's, by a hash of the repository id) and a FILE_ROUTE row per
+    distinct file content hash. Held for one shard, as the shard's text signatures are: a document's
+    line set is reduced to its signature as soon as it is read."""
+
+    def __init__(self, hasher: MinHasher, parts: int, shard_name: str) -> None:
+        self.hasher, self.parts, self.tag = hasher, parts, shard_tag(shard_name)
+        self.dtype = code_doc_dtype(hasher.params.num_perm)
+        self.docs: list[tuple] = []
+        self.sigs: list[np.ndarray] = []
+        self.files: list[np.ndarray] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.docs)
+
+    def add(self, ordinal: int, doc: Document) -> None:
+        files = document_files(doc)
+        repo, tier, release = document_rank_fields(doc)
+        self.docs.append((repo, tier, release, ordinal, len(files)))
+        lines = line_hashes(files)
+        self.sigs.append(self.hasher.set_signatures(lines, np.array([0, len(lines)]))[0])
+        self.files.append(file_hashes(files))
+
+    def write(self, writer: PartWriter) -> None:
+        n = len(self.docs)
+        rows = np.empty(n, dtype=self.dtype)
+        if n:
+            sigs = np.stack(self.sigs)
+            repos = np.frombuffer(b"".join(d[0] for d in self.docs), np.uint8).reshape(n, -1)
+            rows["part"] = part_of_hash(repos, self.parts)
+            rows["repo"] = repos.view(f"V{repos.shape[1]}").reshape(-1)
+            rows["tier"] = [d[1] for d in self.docs]
+            rows["release"] = np.frombuffer(b"".join(d[2] for d in self.docs), f"V{len(self.docs[0][2])}")
+            rows["ordinal"] = [d[3] for d in self.docs]
+            rows["shard_tag"] = np.void(self.tag)
+            rows["files"] = [d[4] for d in self.docs]
+            rows["sig"] = np.ascontiguousarray(sigs).view(self.dtype["sig"]).reshape(-1)
+        writer.open(CODE_DOCS).write(rows.tobytes())
+        counts = [len(f) for f in self.files]
+        files = np.empty(sum(counts), dtype=FILE_ROUTE)
+        if len(files):
+            files["part"] = np.repeat(rows["part"], counts)
+            files["repo"] = np.repeat(rows["repo"], counts)
+            files["hash"] = np.concatenate(self.files)
+        writer.open(CODE_FILES).write(files.tobytes())
+
+
+class _RepositoryMerge:
+    """A repository part's code-document rows (sorted by repository) merged into one record per
+    repository as they stream in: signature = elementwise minimum, files summed, most trusted tier."""
+
+    def __init__(self, num_perm: int) -> None:
+        self.k = num_perm
+        self.ids: list[bytes] = []
+        self.keys: list[bytes] = []
+        self.sigs: list[np.ndarray] = []
+        self.members: list[tuple[int, bytes, int]] = []
+        self._open: list[Any] | None = None  # [repo, tier, release, files, signature]
+
+    def add(self, rows: np.ndarray) -> None:
+        sigs = np.ascontiguousarray(rows["sig"]).view(np.uint64).reshape(len(rows), self.k)
+        for j in range(len(rows)):
+            repo = rows["repo"][j].tobytes()
+            if self._open is None or self._open[0] != repo:
+                self._close()
+                self._open = [repo, int(rows["tier"][j]), rows["release"][j].tobytes(), 0, sigs[j].copy()]
+            else:
+                np.minimum(self._open[4], sigs[j], out=self._open[4])
+                self._open[1] = min(self._open[1], int(rows["tier"][j]))
+            self._open[3] += int(rows["files"][j])
+            self.members.append((len(self.ids), rows["shard_tag"][j].tobytes(), int(rows["ordinal"][j])))
+
+    def _close(self) -> None:
+        if self._open is not None:
+            repo, tier, release, files, sig = self._open
+            self.ids.append(repo)
+            self.keys.append(encode_repository_key(tier, files, release, repo))
+            self.sigs.append(sig)
+            self._open = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids (n, 16) uint8, representative keys (n, 35) uint8, signatures (n, K), REPO_MEMBER rows)."""
+        self._close()
+        n = len(self.ids)
+        ids = np.frombuffer(b"".join(self.ids), np.uint8).reshape(n, DOC_ID_BYTES)
+        keys = np.frombuffer(b"".join(self.keys), np.uint8).reshape(n, REP_KEY_BYTES)
+        sigs = np.stack(self.sigs) if n else np.empty((0, self.k), dtype=np.uint64)
+        members = np.array(self.members, dtype=REPO_MEMBER) if self.members else np.empty(0, REPO_MEMBER)
+        return ids, keys, sigs, members
 
 
 class ComponentMembers:
@@ -844,6 +1160,25 @@ def _row_bytes(rows: np.ndarray) -> list[bytes]:
     return [raw[i : i + w] for i in range(0, len(raw), w)]
 
 
+def annotate_repository(doc: Document, stage: str, verdict: dict[str, Any]) -> Document:
+    """A code document with its repository's cluster: ``repo_cluster`` (the smallest repository id of
+    the cluster), ``repo_cluster_size`` (repositories), ``repo_rank`` (its repository's place in the
+    cluster's representative order, 0 = the representative), ``repo_dup_of`` (the representative's id;
+    only on other members), and the scores ``repo_similarity`` (estimated Jaccard of line sets with
+    the representative) and ``repo_file_share`` (exact Jaccard of their file hashes). Every member
+    stays a candidate: a version keeps, per cluster, the best-ranked selected repository."""
+    dup = verdict["dup_of"]
+    notes = [
+        Annotation(stage, "repo_cluster", verdict["cluster"], "info"),
+        Annotation(stage, "repo_cluster_size", verdict["size"], "fail" if dup else "pass"),
+        Annotation(stage, "repo_rank", verdict["rank"], "info"),
+    ]
+    if dup:
+        notes.append(Annotation(stage, "repo_dup_of", dup, "info"))
+    scores = {**doc.scores, "repo_file_share": verdict["file_share"], "repo_similarity": verdict["similarity"]}
+    return doc.annotate(*notes, scores=dict(sorted(scores.items())))
+
+
 def size_histogram(sizes: dict[int, int]) -> dict[str, int]:
     """Clusters by size in powers of two: "2", "3-4", "5-8", ... (keys in increasing order)."""
     out: dict[str, int] = {}
@@ -862,15 +1197,22 @@ def merge_facts(per_part: list[dict[str, Any]]) -> dict[str, Any]:
     cluster sizes summed per size."""
     counts = dict.fromkeys(COUNTS, 0)
     sizes: Counter = Counter()
+    repo_sizes: Counter = Counter()
     for f in per_part:
         for k, v in f.items():
             if k == "cluster_sizes":
                 sizes.update({int(s): n for s, n in v.items()})
-            elif k == "largest_bucket":
+            elif k == "repo_cluster_sizes":
+                repo_sizes.update({int(s): n for s, n in v.items()})
+            elif k in MAXIMA:
                 counts[k] = max(counts[k], v)
             else:
                 counts[k] += v
-    return {"counts": counts, "cluster_sizes": {str(k): sizes[k] for k in sorted(sizes)}}
+    return {
+        "counts": counts,
+        "cluster_sizes": {str(k): sizes[k] for k in sorted(sizes)},
+        "repo_cluster_sizes": {str(k): repo_sizes[k] for k in sorted(repo_sizes)},
+    }
 
 
 STAGE = MinhashDedupStage

@@ -285,6 +285,22 @@ def _signatures(buf, offsets, ngram, char_ngram, unspaced_weight, a, b, classes,
 
 
 @numba.njit(cache=True)
+def _set_signatures(values, offsets, a, b, out):
+    num_perm = a.shape[0]
+    a_hi = a >> _S32
+    a_lo = a & _M32
+    for d in range(offsets.shape[0] - 1):
+        start, end = offsets[d], offsets[d + 1]
+        for k in range(num_perm):
+            ah, al, bk = a_hi[k], a_lo[k], b[k]
+            m = _P
+            for s in range(start, end):
+                x = values[s] & _P
+                m = min(m, _mulmod61_add(ah, al, x >> _S32, x & _M32, bk))
+            out[d, k] = m
+
+
+@numba.njit(cache=True)
 def _band_keys(sigs, bands, rows, out):
     for d in range(sigs.shape[0]):
         for i in range(bands):
@@ -380,6 +396,17 @@ class MinHasher:
         """(n, K) uint64 signatures of raw document texts: ASCII texts are normalized inside the
         kernel, others are prepared by ``kernel_bytes``; both give the signature of the normalized text."""
         return self._kernel([kernel_bytes(t) for t in texts])
+
+    def set_signatures(self, values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """(n, K) uint64 signatures of n sets of 64-bit element hashes, set d being
+        ``values[offsets[d]:offsets[d + 1]]``: the same permutations as text signatures, applied to
+        elements already hashed (each reduced to 61 bits), so the elementwise minimum of two
+        signatures is the signature of the union. An empty set has the empty signature."""
+        out = np.empty((len(offsets) - 1, self.params.num_perm), dtype=np.uint64)
+        _set_signatures(
+            np.ascontiguousarray(values, dtype=np.uint64), np.asarray(offsets, np.int64), self.a, self.b, out
+        )
+        return out
 
     def band_keys(self, sigs: np.ndarray) -> np.ndarray:
         """(n, bands, 18) uint8: the band keys of each signature (see the module docstring)."""

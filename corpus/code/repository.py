@@ -24,12 +24,13 @@ import fnmatch
 import math
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from corpus.code.archive import NoCommonRoot, iter_members
 from corpus.code.language import language_of
+from corpus.code.licence_detect import LicenceScanner, RepositoryLicence
 from corpus.code.rules import Rule, judge
 
 FILE_HEADER = "<|file|> "
@@ -134,6 +135,7 @@ class Repository:
     kept: list[KeptFile] = field(default_factory=list)
     plan: list[list[int]] = field(default_factory=list)  # indices into kept, per document
     spool: tempfile.SpooledTemporaryFile | None = None
+    licence: RepositoryLicence | None = None  # what its own files say (corpus.code.licence_detect)
 
     @property
     def rejected_counts(self) -> Counter:
@@ -226,6 +228,7 @@ def _read(
     repo = Repository(name=name, spool=tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES))
     fates: list[tuple[str, str, int, KeptFile | None]] = []  # in archive order
     last: dict[str, int] = {}
+    licences = LicenceScanner()
     try:
         for m in iter_members(path, kind, strip_top):
             shown = m.path or m.raw_name
@@ -235,7 +238,9 @@ def _read(
             if m.kind != "file":
                 fates.append((shown, "link" if m.kind == "link" else "special_file", m.size, None))
                 continue
-            reason, text = judge(m.path, m.size, m.read, rules, max_file_bytes)
+            read = _ReadOnce(m.read)
+            reason, text = judge(m.path, m.size, read, rules, max_file_bytes)
+            licences.see(m.path, m.size, text, read, kept=not reason)
             if reason:
                 fates.append((m.path, reason, m.size, None))
             else:
@@ -254,4 +259,19 @@ def _read(
     repo.kept = sorted((kf for _, _, _, kf in fates if kf is not None), key=lambda f: order_key(f.path))
     repo.rejected = sorted((p, r, n) for p, r, n, kf in fates if kf is None)
     repo.plan = plan_documents(repo.kept, max_doc_tokens, bytes_per_token)
+    repo.licence = licences.result()
     return repo
+
+
+class _ReadOnce:
+    """A member's bytes, read at most once: the rules and the licence scanner may both want a file,
+    and a streamed tar member cannot be read twice."""
+
+    def __init__(self, read: Callable[[], bytes]) -> None:
+        self._read = read
+        self._data: bytes | None = None
+
+    def __call__(self) -> bytes:
+        if self._data is None:
+            self._data = self._read()
+        return self._data

@@ -12,6 +12,9 @@ Where the numbers come from:
   :mod:`corpus.report.scan`). Distributions are taken twice: over the annotated documents (before any
   policy) and over the documents that reached the last document stage (what was kept);
 * the contamination table: the decontaminate stage's manifest ``extra`` and its JSON artifacts;
+* code: repositories by licence class and files rejected by reason (the ingest manifest's
+  ``extra.code_files``), the code bucket and its documents by licence, stored and selected (the
+  version's shards and metadata table): :mod:`corpus.report.code`;
 * the eval holdout: pages held out and stored (the ingest and extract manifests) and the candidates
   that copy one, exact or near, with how many the version selects (the metadata table).
 
@@ -29,6 +32,7 @@ from corpus import alarms
 from corpus.docshard import ShardCorrupt
 from corpus.model import GroupCounts, StageManifest
 from corpus.report.build_view import BuildView
+from corpus.report.code import code_section
 from corpus.report.holdout import holdout_copies, holdout_counts
 from corpus.report.quality_model import quality_model
 from corpus.report.removed_lines import most_removed_lines
@@ -357,6 +361,10 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     card["holdout"] = holdout(view)
     if card["holdout"] is None:
         absent["holdout"] = "no ingest stage recorded an eval holdout"
+
+    card["code"] = code_section(view)
+    if card["code"] is None:
+        absent["code"] = "ingest read no repository"
 
     card["contamination"] = contamination(view)
     if card["contamination"] is None:

@@ -234,7 +234,8 @@ def test_a_repository_document_is_its_files_in_the_stated_order(built):
     assert len(ds) > 1 and [d.url for d in ds] == [
         f"repo://requests-2.31.0/#part={k}" for k in range(1, len(ds) + 1)
     ]
-    assert all(d.source == "code" and d.source_tier == "code" and d.license_hint == "" for d in ds)
+    # no source declared a licence: the one its LICENSE file says (corpus.code.licence_detect)
+    assert all(d.source == "code" and d.source_tier == "code" and d.license_hint == "Apache-2.0" for d in ds)
     paths = [f[0] for d in ds for f in files_of(d)]
     assert paths[:4] == ["README.md", "pyproject.toml", "setup.cfg", "setup.py"]
     top = [p for p in paths if "/" not in p]

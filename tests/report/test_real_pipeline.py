@@ -63,8 +63,9 @@ def test_the_real_card_has_every_section_and_opens_in_chromium(real_builds, tmp_
     out = tmp_path / "card.html"
     run_corpus("report", str(a), "--html", str(out))
     card = json.loads(out.with_suffix(".json").read_text())
-    # 40 distinct manuals: no near-duplicate cluster to check (the sample build's are, tests/test_build_e2e.py)
-    assert set(card["absent"]) == {"representatives"}
+    # 40 distinct manuals: no near-duplicate cluster to check (the sample build's are, tests/test_build_e2e.py),
+    # and no repository read (the code section's own test: tests/code/test_licences.py)
+    assert set(card["absent"]) == {"representatives", "code"}
     assert card["distributions"]["annotated"]["stage"] == "annotate"
     assert {"quality", "word_count"} <= set(card["distributions"]["annotated"]["scores"])
     assert card["distributions"]["kept"]["lang_confidence"]["count"] == card["funnel"]["total"][-1]["out"]

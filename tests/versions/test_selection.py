@@ -112,6 +112,30 @@ def test_licence_classes_and_sources_are_selections():
     assert run(recs, 'exclude_sources = ["perl-doc"]').tolist() == [True, True, False]
 
 
+def test_code_is_selected_by_default_only_under_a_permissive_licence_and_other_tiers_are_not_limited():
+    def code(i: int, licence: str) -> dict:
+        return record(i, source="code", source_tier="code", url=f"repo://r{i}/", license_hint=licence)
+
+    recs = [
+        record(0),  # web, no licence: unknown, selected as before
+        code(1, "MIT"),
+        code(2, "CC0-1.0"),
+        code(3, "MPL-2.0"),
+        code(4, "GPL-2.0-or-later"),
+        code(5, "NOASSERTION"),  # a licence file nothing recognised: unknown
+        code(6, "NONE"),  # no licence at all: none
+    ]
+    assert run(recs, "").tolist() == [True, True, True, False, False, False, False]
+    weak = 'allowed_licence_classes_by_tier = { code = ["public_domain", "permissive", "weak_copyleft"] }'
+    assert run(recs, weak).tolist() == [True, True, True, True, False, False, False]
+    everything = 'allowed_licence_classes_by_tier = { code = ["permissive", "strong_copyleft", "none"] }'
+    assert run(recs, everything).tolist() == [True, True, False, False, True, False, True]
+    # a tier given beside the default keeps the default for code
+    assert parse_inline('allowed_licence_classes_by_tier = { web = ["unknown"] }').canonical()[
+        "allowed_licence_classes_by_tier"
+    ] == {"code": ["permissive", "public_domain"], "web": ["unknown"]}
+
+
 def test_a_per_language_quantile_keeps_the_stated_share_of_each_language_within_one_document():
     recs = [record(i, lang="en" if i < 37 else "fr", quality=((i * 7919) % 101) / 101) for i in range(60)]
     sel = parse_inline('[[top_fraction]]\nscore = "quality"\nkeep = 0.35\nby_lang = { fr = 0.5 }\n')
@@ -160,6 +184,11 @@ def test_a_cluster_keeps_its_best_selected_member_so_an_excluded_representative_
         ('min_scores = { quality = "high" }', "min_scores.quality must be a finite number"),
         ('crawl_date_max = "last year"', "crawl_date_max must be a date YYYY-MM-DD"),
         ('allowed_licence_classes = ["free"]', "unknown licence class(es) free"),
+        ('allowed_licence_classes_by_tier = { code = ["copyleft"] }', "unknown licence class(es) copyleft"),
+        (
+            'allowed_licence_classes_by_tier = ["permissive"]',
+            "allowed_licence_classes_by_tier must be a table",
+        ),
         ("[[top_fraction]]\nkeep = 0.5\n", 'top_fraction[0] needs score = "NAME"'),
         ('[[top_fraction]]\nscore = "quality"\nkeep = 2\n', "top_fraction[0].keep must be a share"),
         ('near_duplicates = "none"', "near_duplicates must be one of representative, all"),
