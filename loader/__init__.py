@@ -3,7 +3,9 @@
 ``SnapshotLoader`` (a torch ``IterableDataset``) composes the pure sampler (:mod:`loader.sampler`), the
 consumption record (:mod:`loader.state`), sequence packing (:mod:`loader.sequences`), fault handling
 (:mod:`loader.faults`) and a recipe's phase clock (:mod:`loader.phases`); :mod:`loader.world` is the only
-place that reads the launcher's environment. :mod:`loader.counter` checks the realized mixture online.
+place that reads the launcher's environment. :mod:`loader.counter` checks the realized mixture online;
+:mod:`loader.trace` positions a loader at a step of a run so that it names the source of every token
+of that step's batch (:mod:`loader.provenance`), for ``corpus trace``.
 """
 
 from loader.counter import MixtureCounter, MixtureDrift

@@ -208,6 +208,21 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
     return step
 
 
+def read_record(path: str | Path) -> dict[str, Any]:
+    """The loader's global record: from a JSON file (``loader.state_dict()["record"]``, what
+    ``examples/train.py --dump-tokens`` writes), or from a checkpoint (a root: its newest complete one;
+    or one ``step-N`` directory), read alone, without the model: what ``corpus trace`` resumes from."""
+    path = Path(path)
+    if path.is_file():
+        return json.loads(path.read_text())
+    found = find_checkpoint(path)
+    if found is None:
+        raise FileNotFoundError(f"no loader record at {path}: neither a JSON record nor a complete checkpoint")
+    state: dict[str, Any] = {"loader": {"record": ""}}
+    dcp.load(state, checkpoint_id=str(found))
+    return json.loads(state["loader"]["record"])
+
+
 class _LoaderSlot(Stateful):
     """Hands the loaded record to the loader with the caller's overrides (DCP passes no arguments)."""
 

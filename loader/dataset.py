@@ -34,6 +34,7 @@ from loader.faults import (
     ShardStore,
 )
 from loader.phases import PhaseClock, PhaseSpan
+from loader.provenance import TracedBatch
 from loader.sampler import SAMPLER_VERSION
 from loader.sequences import Batch, assemble_sequence, make_batch
 from loader.state import (
@@ -263,6 +264,12 @@ class SnapshotLoader(IterableDataset):
     def next_batch(self) -> Batch | None:
         """This rank's batch of the next step; None when it has nothing to read. With a recipe the step
         counts even then (every rank changes phase at the same step), so call it in step with the others."""
+        traced = self.traced_batch()
+        return traced.batch if traced is not None else None
+
+    def traced_batch(self) -> TracedBatch | None:
+        """:meth:`next_batch` with the plan and the sourced parts it was read from (what ``corpus trace``
+        asks: the step delivery takes, not a replica of it); None when this rank reads nothing."""
         span = self.span
         if self.recipe is not None and span is None:
             return None
@@ -274,15 +281,17 @@ class SnapshotLoader(IterableDataset):
                 self.cursor.step += 1
                 self._sync_phase()
             return None
-        rows = []
+        rows, sourced = [], []
         for sp in plans:
-            parts = [part for shard, a, b in sp.segments for part in self.store.read(shard, a, b)]
-            rows.append(assemble_sequence(parts, self.seq_len, sp.pad, self.eos_id))
+            parts = tuple(part for shard, a, b in sp.segments for part in self.store.read(shard, a, b))
+            sourced.append(parts)
+            rows.append(assemble_sequence([(p.tokens, p.doc_starts) for p in parts], self.seq_len, sp.pad,
+                                          self.eos_id))
         batch = make_batch(rows, tuple(sp.bucket for sp in plans), step, self.seq_len,
                            span.name if span is not None else None)
         if span is not None:
             self._sync_phase()
-        return batch
+        return TracedBatch(batch, tuple(plans), tuple(sourced), self.rank, self.world, self.store)
 
     def seek(self, step: int) -> None:
         """Jump forward to ``step`` without reading anything (as if the steps before had been consumed)."""

@@ -33,6 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -57,6 +58,16 @@ class TooManyCorruptShards(UserError):
 
 class ShardUnavailable(UserError):
     """A shard's files could not be opened after the retries: an I/O problem, not corruption."""
+
+
+class SourcedPart(NamedTuple):
+    """Positions ``[start, start + len(tokens))`` of shard ``shard``'s stream as read (``shard``: the file
+    actually read, a substitute when the planned shard is corrupt), with the document starts inside."""
+
+    shard: int
+    start: int
+    tokens: np.ndarray
+    doc_starts: np.ndarray
 
 
 class _Corrupt(Exception):
@@ -252,8 +263,10 @@ class ShardStore:
                 return j, sub
         raise TooManyCorruptShards(f"shard {bad.path} is corrupt and bucket {bad.bucket} has no sound shard left")
 
-    def read(self, i: int, start: int, end: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Stream positions ``[start, end)`` of shard ``i`` (or of its substitute), as (tokens, doc starts) parts.
+    def read(self, i: int, start: int, end: int) -> list[SourcedPart]:
+        """Stream positions ``[start, end)`` of shard ``i`` (or of its substitute), as parts that say where
+        they were read: the one place that decides which file a delivered token comes from, so the loader's
+        batches and ``corpus trace`` (:meth:`loader.SnapshotLoader.traced_batch`) cannot disagree.
 
         Every block the parts come from is verified first; a block that fails makes its shard corrupt
         and the read starts again from the next substitute, so nothing unverified is returned.
@@ -262,15 +275,22 @@ class ShardStore:
             j, shard = self._source(i)
             try:
                 if j == i:
-                    return [self._checked_read(j, shard, start, end)]
+                    return [SourcedPart(j, start, *self._checked_read(j, shard, start, end))]
                 parts = []
                 n = shard.stream_len
                 pos = start
                 while pos < end:  # positions map onto the substitute modulo its length
                     a = pos % n
                     b = min(n, a + (end - pos))
-                    parts.append(self._checked_read(j, shard, a, b))
+                    parts.append(SourcedPart(j, a, *self._checked_read(j, shard, a, b)))
                     pos += b - a
                 return parts
             except _Corrupt:
                 continue
+
+    def document_at(self, j: int, pos: int) -> tuple[int, int, bool]:
+        """:meth:`loader.sequences.OpenShard.document_at` of shard ``j`` (a shard a part was read from)."""
+        opened = self._get(j)
+        if opened is None:
+            raise ValueError(f"shard {self.manifest.shards[j].path} was found corrupt after it was read")
+        return opened.document_at(pos)

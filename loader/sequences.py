@@ -50,14 +50,15 @@ class _StreamStarts:
 
 class _SelectedStarts:
     """Stream coordinates of a shard read through a version's selection: the stream is the selected
-    documents back to back. Unlike :class:`_StreamStarts` this keeps 24 bytes per *selected* document
-    (document number, length, stream start), bounded by the shard's size, not by the corpus."""
+    documents back to back. Unlike :class:`_StreamStarts` this keeps 32 bytes per *selected* document
+    (document number, length, token start, stream start), bounded by the shard's size, not by the corpus."""
 
     def __init__(self, lengths: np.ndarray, offsets: np.ndarray, itemsize: int, selected: np.ndarray,
                  append_eos: bool) -> None:
         if selected.shape[0] != lengths.shape[0]:
             raise ValueError(f"selection has {selected.shape[0]} bits, the shard {lengths.shape[0]} documents")
         docs = np.flatnonzero(selected)
+        self.docs = docs.astype(np.int64)
         self.lengths = np.asarray(lengths[docs], dtype=np.int64)
         self.token_starts = np.asarray(offsets[docs], dtype=np.int64) // itemsize
         step = self.lengths + (1 if append_eos else 0)
@@ -101,6 +102,22 @@ class OpenShard:
     @property
     def num_docs(self) -> int:
         return int(self.lengths.shape[0])
+
+    def document_at(self, pos: int) -> tuple[int, int, bool]:
+        """(document number in the shard, offset in it, whether the position is an EOS the loader appended)
+        of stream position ``pos``: the coordinates :meth:`read` lays the stream out in, so ``corpus trace``
+        names the document the loader read, through a version's selection too."""
+        if not 0 <= pos < self.stream_len:
+            raise IndexError(f"stream position {pos} outside [0, {self.stream_len})")
+        if self.selection is not None:
+            sel = self.selection
+            k = int(np.searchsorted(sel.starts, pos, side="right")) - 1
+            doc = int(sel.docs[k])
+            within, length = pos - int(sel.starts[k]), int(sel.lengths[k])
+        else:
+            doc = max(self.stream_starts.search(pos, "right") - 1, 0)
+            within, length = pos - int(self.stream_starts.range(doc, doc + 1)[0]), int(self.lengths[doc])
+        return doc, within, self.append_eos and within == length
 
     def read(self, start: int, end: int, check: Callable[[int, int], None] | None = None
              ) -> tuple[np.ndarray, np.ndarray]:

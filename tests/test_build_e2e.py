@@ -181,13 +181,12 @@ def test_an_exact_copy_comes_back_from_another_host_when_its_keepers_host_is_exc
 
 
 def test_the_trace_of_a_versions_loader_view_is_what_the_loader_reads(two_rank_build, tmp_path):
-    import argparse
-
     import numpy as np
 
-    from cli.commands.trace import loader_position
+    from cli.commands.trace import describe_source
     from corpus.snapshot import Snapshot
     from loader.dataset import SnapshotLoader
+    from loader.trace import loader_at
     from loader.versions import LoaderVersion
 
     out, _ = two_rank_build
@@ -199,13 +198,13 @@ def test_the_trace_of_a_versions_loader_view_is_what_the_loader_reads(two_rank_b
         loader = SnapshotLoader(tmp_path / "v", None, seed=2, seq_len=128, batch_size=2, dp_rank=rank, dp_world=world)
         loader.seek(step)
         tokens = loader.next_batch().tokens.numpy().reshape(-1)
+        traced = loader_at(tmp_path / "v", step, rank, world, seed=2, seq_len=128, batch_size=2).traced_batch()
         for p in rng.integers(256, size=12):
-            args = argparse.Namespace(mixture="natural", seed=2, step=step, rank=rank, world=world, position=int(p),
-                                      seq_len=128, batch_size=2, run_len=8, chunk_tokens=1 << 20, append_eos="auto")
-            shard, offset, facts = loader_position(snap, args, version)
-            t = snap.trace(shard, offset)
-            assert version.selected(shard)[t["doc_index"]]
-            assert tokens[p] == (snap.manifest.tokenizer["eos_id"] if facts["loader_appended_eos"] else t["token_id"])
+            src = traced.source(int(p))
+            t = describe_source(snap, src)
+            assert version.selected(src.shard)[src.doc]
+            assert tokens[p] == (snap.manifest.tokenizer["eos_id"] if src.appended_eos
+                                 else snap.trace(src.shard, t["offset"])["token_id"])
 
 
 def test_a_selection_that_empties_a_bucket_or_names_an_unknown_column_writes_nothing(two_rank_build, tmp_path):

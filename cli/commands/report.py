@@ -52,6 +52,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="record this build in the yield history and exit 3 on a yield alarm "
         '(unless the build config says [alarms] on_alarm = "warn")',
     )
+    p.add_argument(
+        "--training-log",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="a training log of examples/train.py (its stdout, or --dump-tokens' steps-*.jsonl; repeat for "
+        "several): adds realized vs target per recipe phase to the card",
+    )
     p.set_defaults(func=run)
 
 
@@ -88,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
         except YieldAlarmError as e:
             failed = e
     card = gather(view, args.history)
+    if args.training_log:
+        from corpus.report.training_log import training_log_section
+
+        card["training_log"] = training_log_section(args.training_log)
     json_path = out.with_suffix(".json")
     atomic_write_bytes(json_path, (json.dumps(card, indent=1, sort_keys=True) + "\n").encode())
     atomic_write_bytes(out, render_html(card).encode())

@@ -12,7 +12,9 @@ from html import escape
 from typing import Any
 
 from corpus.report import plots
+from corpus.report.code import code_html
 from corpus.report.quality_model import quality_html
+from corpus.report.training_log import training_log_html
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#212529;
@@ -586,10 +588,12 @@ def render_html(card: dict[str, Any]) -> str:
             _alarms(card),
             _funnel(card),
             _tokens(card),
+            training_log_html(card),
             _distributions(card),
             quality_html(card),
             _dedup(card),
             _holdout(card),
+            code_html(card),
             _contamination(card),
             _reasons(card),
             _versions(card),

@@ -50,12 +50,25 @@ def lineage_for(bucket: str, shard: int, doc: int) -> dict:
     }
 
 
+def write_lineage(root: Path, name: str, records: list[dict]) -> dict[str, str]:
+    """A shard's lineage files as a snapshot holds them (one JSON record per document, and the byte
+    offsets of the records), each record with a made-up dup cluster; the manifest's ``files`` entries."""
+    (root / "lineage").mkdir(exist_ok=True)
+    lines = [json.dumps({**r, "dup_cluster_id": f"cluster-{r['doc_id'][-4:]}", "dup_cluster_size": 1}).encode() + b"\n"
+             for r in records]
+    (root / "lineage" / f"{name}.jsonl").write_bytes(b"".join(lines))
+    np.save(root / "lineage" / f"{name}.offsets.npy", np.cumsum([0, *map(len, lines)]).astype(np.int64))
+    return {"lineage": f"lineage/{name}.jsonl", "lineage_offsets": f"lineage/{name}.offsets.npy"}
+
+
 def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype: str, eos_id: int,
-                   tokenizer: dict | None = None, block_size: int = BLOCK_SIZE) -> SnapshotManifest:
+                   tokenizer: dict | None = None, block_size: int = BLOCK_SIZE, lineage: bool = False
+                   ) -> SnapshotManifest:
     """Write ``buckets`` (bucket -> shards -> documents) under ``root`` and its manifest.json.
 
     Shards carry block digests of ``block_size`` bytes, as write_shards records them; ``block_size=0``
-    writes a manifest as snapshots did before block digests (whole-file sha256 only).
+    writes a manifest as snapshots did before block digests (whole-file sha256 only). ``lineage``: also
+    the lineage files ``corpus trace`` reads.
     """
     root.mkdir(parents=True, exist_ok=True)
     shards = []
@@ -74,7 +87,8 @@ def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype
                 path=str(bin_path.relative_to(root)), sha256=file_sha256(bin_path), bucket=bucket,
                 docs=len(docs), tokens=int(sum(d.shape[0] for d in docs)),
                 files={"idx": str(idx_path.relative_to(root)), "meta": str(meta.relative_to(root)),
-                       "metadata": f"metadata/{name}.parquet"}, block_size=block_size,
+                       "metadata": f"metadata/{name}.parquet",
+                       **(write_lineage(root, name, records) if lineage else {})}, block_size=block_size,
                 block_sha256=tuple(block_digests(bin_path, block_size)) if block_size else ()))
     manifest = SnapshotManifest(shards=tuple(shards), stage_versions={"test": {"version": "1"}}, seed=0,
                                 token_dtype=dtype, tokenizer={"eos_id": eos_id, **(tokenizer or {})})
@@ -84,9 +98,11 @@ def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype
 
 def write_id_snapshot(root: Path, shards_per_bucket: dict[str, int], seed: int = 0,
                       doc_len: tuple[int, int] = (1, 40), docs_per_shard: tuple[int, int] = (1, 12),
-                      block_size: int = BLOCK_SIZE, tokenizer: dict | None = None) -> SnapshotManifest:
+                      block_size: int = BLOCK_SIZE, tokenizer: dict | None = None, lineage: bool = False
+                      ) -> SnapshotManifest:
     """Shards whose tokens are the distinct ids 1, 2, 3, ... (documents of random length); ``tokenizer``:
-    more facts for the manifest's tokenizer (a ``sha256`` for a recipe to be pinned to)."""
+    more facts for the manifest's tokenizer (a ``sha256`` for a recipe to be pinned to); ``lineage``: write
+    lineage files too."""
     rng = np.random.default_rng(seed)
     next_id = 1
     buckets: dict[str, list[list[np.ndarray]]] = {}
@@ -99,7 +115,7 @@ def write_id_snapshot(root: Path, shards_per_bucket: dict[str, int], seed: int =
                 docs.append(np.arange(next_id, next_id + n, dtype=np.int32))
                 next_id += n
             buckets[bucket].append(docs)
-    return write_snapshot(root, buckets, "int32", EOS, tokenizer, block_size=block_size)
+    return write_snapshot(root, buckets, "int32", EOS, tokenizer, block_size=block_size, lineage=lineage)
 
 
 def expected_tokens(root: Path, manifest: SnapshotManifest, caps: dict[str, int]) -> Counter:

@@ -384,43 +384,27 @@ def test_a_large_vocabulary_gives_int32_shards(built, root):
 
 @pytest.mark.parametrize("append_eos", ["auto", "yes"])
 def test_the_trace_of_the_loaders_view_is_what_the_loader_reads(snap, append_eos):
-    import argparse
-
-    from cli.commands.trace import loader_position
+    from cli.commands.trace import describe_source
     from loader.dataset import SnapshotLoader
+    from loader.trace import loader_at
 
     seq_len, batch = 256, 2
+    eos = None if append_eos == "auto" else True
     rng = np.random.default_rng(7)
     for rank, world, step in ((0, 1, 0), (1, 2, 3), (2, 3, 5)):
         loader = SnapshotLoader(
-            snap.dir,
-            None,
-            seed=11,
-            seq_len=seq_len,
-            batch_size=batch,
-            dp_rank=rank,
-            dp_world=world,
-            append_eos=None if append_eos == "auto" else True,
+            snap.dir, None, seed=11, seq_len=seq_len, batch_size=batch, dp_rank=rank, dp_world=world, append_eos=eos
         )
         loader.seek(step)
         tokens = loader.next_batch().tokens.numpy()
+        traced = loader_at(snap.dir, step, rank, world, seed=11, seq_len=seq_len, batch_size=batch,
+                           append_eos=eos).traced_batch()
         for p in rng.integers(seq_len * batch, size=10):
-            args = argparse.Namespace(
-                mixture="natural",
-                seed=11,
-                step=step,
-                rank=rank,
-                world=world,
-                position=int(p),
-                seq_len=seq_len,
-                batch_size=batch,
-                run_len=8,
-                chunk_tokens=1 << 20,
-                append_eos=append_eos,
+            src = traced.source(int(p))
+            out = describe_source(snap, src)
+            expected = (
+                snap.manifest.tokenizer["eos_id"] if src.appended_eos else snap.trace(src.shard, out["offset"])["token_id"]
             )
-            shard, offset, facts = loader_position(snap, args)
-            t = snap.trace(shard, offset)
-            expected = snap.manifest.tokenizer["eos_id"] if facts["loader_appended_eos"] else t["token_id"]
             assert tokens.reshape(-1)[p] == expected
 
 
