@@ -6,8 +6,12 @@ never spell a path of their own::
     <build>/build-config.json              the effective config every stage ran with
     <build>/stages/<stage>/                one directory per stage (see below)
     <build>/candidates/manifest.json       every stored document: shards, metadata, indexes (corpus.snapshot)
+    <build>/candidates/base                a delta's link to its base's candidates (relative: ../../BASE/candidates)
     <build>/snapshot/manifest.json         the default version: the build config's selection of the
                                            candidates (corpus.version; what the loader reads by default)
+    <build>/dedup_index/{exact,band}/      the build's persistent dedup indexes (corpus.dedup.persistent_index):
+                                           its base's generations (forked) plus its own, committed last
+    <build>/dedup_index/base.json          the base build (``corpus build --base``) the indexes were forked from
 
     <stage>/manifest.json                  StageManifest, written last: its presence means complete
     <stage>/shards/NAME.jsonl.zst(.json)   documents that went on (+ sidecar: records, sha256)
@@ -24,6 +28,7 @@ never spell a path of their own::
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -33,6 +38,13 @@ BUILD_CONFIG = "build-config.json"
 STAGES_DIR = "stages"
 SNAPSHOT_DIR = "snapshot"
 CANDIDATES_DIR = "candidates"
+#: in a delta's candidates: the relative symbolic link to its base's candidates, which the listed paths
+#: of the base's files go through (corpus.snapshot)
+BASE_CANDIDATES = "base"
+#: the build's persistent dedup indexes, one directory per kind (``exact``, ``band``)
+DEDUP_INDEX_DIR = "dedup_index"
+#: which base build the indexes were forked from, and the labels its index held then
+DEDUP_BASE = "base.json"
 
 # inside a stage directory
 SHARDS = "shards"
@@ -64,6 +76,34 @@ def snapshot_dir(build_dir: Path) -> Path:
 
 def candidates_dir(build_dir: Path) -> Path:
     return Path(build_dir) / CANDIDATES_DIR
+
+
+def dedup_index_dir(build_dir: Path, kind: str) -> Path:
+    """The build's persistent dedup index of ``kind`` (``exact`` or ``band``)."""
+    return Path(build_dir) / DEDUP_INDEX_DIR / kind
+
+
+def dedup_base_path(build_dir: Path) -> Path:
+    return Path(build_dir) / DEDUP_INDEX_DIR / DEDUP_BASE
+
+
+def base_build_of(build_dir: Path) -> tuple[Path, str] | None:
+    """The base a build was made against (``corpus build --base``) and its label (the base candidates'
+    id), from ``dedup_index/base.json``; None for a build without one. The path is stored relative to the
+    build, so the two builds can move together."""
+    record = dedup_base_path(build_dir)
+    if not record.is_file():
+        return None
+    found = json.loads(record.read_text())
+    return Path(build_dir) / found["base"], found["label"]
+
+
+def build_dir_of_stage(stage_directory: Path) -> Path | None:
+    """The build a stage directory belongs to (``<build>/stages/<stage>``), or None for a stage run on
+    its own elsewhere: a stage finds the build's dedup index through it, never through its config, so
+    where a build lives never enters a config hash."""
+    parent = Path(stage_directory).resolve().parent
+    return parent.parent if parent.name == STAGES_DIR else None
 
 
 def manifest_path(directory: Path) -> Path:

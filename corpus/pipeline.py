@@ -12,6 +12,17 @@ read or decoded (quarantined, with its reason), an eval-holdout document and an 
 fetched again (ingest), a page whose extraction gives no text (extract), an exact copy (stored once;
 exact_dedup counts its copies), a document line dedup empties. Everything else (the quality policy,
 near-duplicates, contamination, opt-outs, cutoffs, licences) is a selection.
+
+**The persistent dedup index** (docs/incremental.md): a build keeps its exact-text keys in
+``<build>/dedup_index/exact`` and the band index's parameters in ``<build>/dedup_index/band``. Without a
+base they are created empty (``P`` and the Bloom false-positive rate from the config's ``[dedup_index]``
+table); with ``--base`` they are forks of the base's, and only the inputs the base has not ingested are
+processed. exact_dedup finds the index through the build layout, probes the base's generations and
+writes this build's records; the build commits them as its own generation (label = its candidates' id)
+as its very last step, so an index names a build only once everything of it exists: that is what makes
+a build a complete base.
+With a base, the candidates list the base's shards by reference (:mod:`corpus.snapshot`) followed by the
+new ones, and the default version selects over both.
 """
 
 from __future__ import annotations
@@ -21,10 +32,24 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corpus.config import check_build_config, load_config_file
+import numpy as np
+
+from corpus.config import ConfigError, check_build_config, load_config_file
+from corpus.dedup.normalize import CHAR_NGRAM, NORMALIZATION_VERSION
+from corpus.dedup.persistent_index import (
+    CURRENT,
+    EXACT_RECORD,
+    RUN_RECORDS,
+    IndexMismatch,
+    PersistentIndex,
+    band_key_params,
+    exact_key_params,
+)
+from corpus.digest import file_sha256
 from corpus.docshard import atomic_write_json
 from corpus.errors import UserError
 from corpus.layout import (
@@ -32,6 +57,8 @@ from corpus.layout import (
     STAGES_DIR,
     build_config_path,
     candidates_dir,
+    dedup_base_path,
+    dedup_index_dir,
     manifest_path,
     snapshot_dir,
     stage_dir,
@@ -92,9 +119,45 @@ def launch_stage(name: str, in_paths: list[Path], out_dir: Path, ranks: int, con
     return require_stage_manifest(out_dir)
 
 
+#: exact_dedup's artifact of (key, keeper) records (``index_records/PART.exact.rec``, EXACT_RECORD rows),
+#: read from its manifest's side outputs: the build's own generation of the exact index
+EXACT_INDEX_RECORDS = "index_records"
+
+#: the build config's table of the persistent dedup index: the build's, not a stage's (never hashed: the
+#: index records both values itself, and they change no decision)
+DEDUP_INDEX = "dedup_index"
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """``[dedup_index]``: ``partitions`` (P, fixed for the life of the index and of every build based on
+    it: choose it for the largest base expected, about 4 M records per partition) and ``bloom_fp_rate``.
+    A build with a base takes both from the base's index."""
+
+    partitions: int = 64
+    bloom_fp_rate: float = 0.01
+
+    @classmethod
+    def of(cls, table: Any) -> IndexSettings:
+        table = table or {}
+        if not isinstance(table, dict):
+            raise ConfigError(f"{DEDUP_INDEX} must be a table ([{DEDUP_INDEX}]), got {table!r}")
+        unknown = sorted(set(table) - {"partitions", "bloom_fp_rate"})
+        if unknown:
+            raise ConfigError(f"[{DEDUP_INDEX}] unknown keys: {', '.join(unknown)} (known: bloom_fp_rate, partitions)")
+        s = cls(**table)
+        if isinstance(s.partitions, bool) or not isinstance(s.partitions, int) or not 1 <= s.partitions < 1 << 31:
+            raise ConfigError(f"[{DEDUP_INDEX}] partitions must be an integer in [1, 2^31), got {s.partitions!r}")
+        if not isinstance(s.bloom_fp_rate, float) or not 0 < s.bloom_fp_rate < 1:
+            raise ConfigError(f"[{DEDUP_INDEX}] bloom_fp_rate must be a number in (0, 1), got {s.bloom_fp_rate!r}")
+        return s
+
+
 def write_build_config(out: Path, config_file: Path | None, seed: int | None) -> Path:
-    """The effective config every stage of this build reads: the user's file plus the seed."""
+    """The effective config every stage of this build reads: the user's file plus the seed (without
+    ``[dedup_index]``, which the build applies to its index, not to a stage)."""
     cfg: dict[str, Any] = load_config_file(config_file)
+    IndexSettings.of(cfg.pop(DEDUP_INDEX, None))
     check_build_config(cfg, PIPELINE)
     default_selection(cfg)  # a mistake in [policy] fails now, not after every stage has run
     if seed is not None:
@@ -113,22 +176,135 @@ def default_selection(cfg: dict[str, Any]) -> Selection:
     )
 
 
-def build(inputs: list[Path], out: Path, ranks: int, config_file: Path | None, seed: int | None) -> str:
-    """Run every stage in order, then write the candidates and the default version; returns the
-    default version's id. Reruns resume where they stopped."""
+def build(
+    inputs: list[Path], out: Path, ranks: int, config_file: Path | None, seed: int | None, base: Path | None = None
+) -> str:
+    """Run every stage in order, then write the candidates and the default version, then commit the
+    build's dedup index generation; returns the default version's id. Reruns resume where they stopped.
+    With ``base`` (a complete build) the indexes start as forks of the base's and only the inputs the
+    base has not ingested are processed (the others are named on stderr)."""
     missing = [str(p) for p in inputs if not p.exists()]
     if missing:
         raise UserError(f"input not found: {', '.join(missing)}")
+    settings = IndexSettings.of(load_config_file(config_file).get(DEDUP_INDEX))
+    if base is not None and base.resolve() == out.resolve():
+        raise UserError(f"--base {base} is the build's own directory: a build is never rewritten, use a new --out")
+    found = BaseBuild.open(base) if base is not None else None
+    if found is not None:
+        inputs = found.new_inputs(inputs)
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = write_build_config(out, config_file, seed)
+    start_indexes(out, found, settings)
     manifests = []
     prev: list[Path] = [p.resolve() for p in inputs]
     for name in PIPELINE:
         directory = stage_dir(out, name)
         manifests.append(launch_stage(name, prev, directory, ranks, cfg_path))
         check_documents_left(manifests[-1], inputs)
+        if name == "minhash_dedup":
+            check_band_index(out, manifests[-1], settings, found)
         prev = [directory]
     return finish_build(out, manifests)
+
+
+@dataclass(frozen=True)
+class BaseBuild:
+    """A complete build that a new one is built against (``--base``): its candidates' id (the label of
+    its index generation) and its exact index."""
+
+    path: Path
+    label: str
+    exact: PersistentIndex
+
+    @classmethod
+    def open(cls, path: Path) -> BaseBuild:
+        """The base, or a one-line UserError: not a complete build, or made with other key parameters."""
+        cand = manifest_path(candidates_dir(path))
+        if not manifest_path(snapshot_dir(path)).is_file() or not cand.is_file():
+            raise UserError(f"--base {path} is not a complete build (no {CANDIDATES_DIR}/ or default version)")
+        label = json.loads(cand.read_text())["snapshot_id"]
+        root = dedup_index_dir(path, "exact")
+        try:
+            exact = PersistentIndex.open(root, "exact", exact_key_params())
+        except FileNotFoundError:
+            raise UserError(f"--base {path} is not a complete build: it has no dedup index ({root})") from None
+        except IndexMismatch as e:
+            raise UserError(f"--base {path}: {e} (a changed dedup parameter means a full rebuild)") from None
+        if label not in exact.labels:
+            raise UserError(
+                f"--base {path} is not a complete build: its dedup index does not hold its own generation "
+                f"({label[:19]}…; the build stopped before its last step)"
+            )
+        return cls(Path(path), label, exact)
+
+    def new_inputs(self, inputs: list[Path]) -> list[Path]:
+        """The inputs the base has not ingested (by file digest, as ingest records its inputs); each one
+        it has is named on stderr and skipped, never doubled. A directory is always processed."""
+        ingested = {i.sha256 for i in require_stage_manifest(stage_dir(self.path, "ingest")).inputs}
+        new = []
+        for p in inputs:
+            sha = file_sha256(p) if p.is_file() else None
+            if sha in ingested:
+                print(f"corpus build: skipping {p}: already ingested into base {self.path} (sha256 {sha})", file=sys.stderr)
+            else:
+                new.append(p)
+        if not new:
+            raise UserError(f"every input is already ingested into base {self.path}: nothing to build")
+        return new
+
+
+def start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) -> None:
+    """The build's exact index before its stages run: a fork of the base's (its generations hard-linked,
+    recorded in ``dedup_index/base.json`` with the labels they hold), or a new empty one. The band index
+    is forked here too; without a base it is created once minhash_dedup has run (its parameters are the
+    stage's)."""
+    record_path = dedup_base_path(out)
+    recorded = json.loads(record_path.read_text()) if record_path.exists() else None
+    if base is None:
+        if recorded is not None:
+            raise UserError(f"{out} was built against base {recorded['base']}: build it with --base again, or into a new directory")
+        _own_index(dedup_index_dir(out, "exact"), "exact", exact_key_params(), settings)
+        return
+    record = {"base": os.path.relpath(base.path.resolve(), out.resolve()), "label": base.label, "labels": base.exact.labels}
+    if recorded is not None and recorded["label"] != base.label:
+        raise UserError(f"{out} was built against another base ({recorded['base']}): use a new directory")
+    if recorded is None:
+        for kind in ("exact", "band"):  # an index from an earlier run without a base is not a fork
+            shutil.rmtree(dedup_index_dir(out, kind), ignore_errors=True)
+    if recorded != record:  # new, or the same base found at another path (the builds moved apart)
+        atomic_write_json(record_path, record)
+    for kind in ("exact", "band"):
+        root = dedup_index_dir(out, kind)
+        if not (root / CURRENT).exists():  # a kill during a fork leaves no CURRENT: fork again
+            PersistentIndex.open(dedup_index_dir(base.path, kind)).fork(root)
+
+
+def _own_index(root: Path, kind: str, params: dict[str, Any], settings: IndexSettings) -> PersistentIndex:
+    """A build's own index without a base: opened, or (made with other parameters by an earlier run into
+    this directory, whose generation this build would replace anyway) created afresh."""
+    try:
+        return PersistentIndex.open(root, kind, params)
+    except (FileNotFoundError, IndexMismatch):
+        shutil.rmtree(root, ignore_errors=True)
+        return PersistentIndex.create(root, kind, params, settings.partitions, settings.bloom_fp_rate)
+
+
+def check_band_index(out: Path, minhash: StageManifest, settings: IndexSettings, base: BaseBuild | None) -> None:
+    """The band index with the parameters minhash_dedup ran with: a base's (forked) is refused when they
+    differ, naming the parameter; without a base it is created with them."""
+    c = minhash.config
+    params = band_key_params(
+        num_perm=c["num_perm"], bands=c["bands"], rows=c["rows"], seed=c["seed"], ngram=c["ngram"],
+        char_ngram=CHAR_NGRAM, normalization_version=minhash.extra.get("normalization_version", NORMALIZATION_VERSION),
+    )
+    root = dedup_index_dir(out, "band")
+    if base is None:
+        _own_index(root, "band", params, settings)
+        return
+    try:
+        PersistentIndex.open(root, "band", params)
+    except IndexMismatch as e:
+        raise UserError(f"--base {base.path}: {e} (a changed dedup parameter means a full rebuild)") from None
 
 
 def check_documents_left(m: StageManifest, inputs: list[Path]) -> None:
@@ -173,11 +349,51 @@ def finish_build(out: Path, manifests: list[StageManifest]) -> str:
     from corpus.version import plan_version, write_version  # DuckDB and pyarrow: not in every rank's runner
 
     cfg = json.loads(build_config_path(out).read_text())
-    assemble_candidates(out, manifests, int(cfg["seed"]))
+    candidates = assemble_candidates(out, manifests, int(cfg["seed"]))
     planned = plan_version(candidates_dir(out), default_selection(cfg))
     shutil.rmtree(snapshot_dir(out), ignore_errors=True)
     write_version(planned.version, planned.manifest, planned.bits, snapshot_dir(out), planned.version.base_dir)
+    if (dedup_index_dir(out, "exact") / CURRENT).exists():  # a build the pipeline made keeps an index
+        commit_exact_index(out, {m.stage: m for m in manifests}["exact_dedup"], candidates.snapshot_id)
     return planned.manifest["snapshot_id"]
+
+
+def commit_exact_index(out: Path, exact: StageManifest, label: str) -> None:
+    """The build's last step: exact_dedup's (key, keeper) records (its ``index_records`` artifacts, each
+    checked against the sha256 its manifest lists) as the index's new generation, labelled with the
+    candidates' id. The index library's atomic switch makes it all or nothing: a kill leaves the
+    forked generations in force and the rerun writes the generation again, to the same bytes. A
+    generation of an earlier build into this directory (other candidates) is dropped first: the index
+    starts again from its base."""
+    root = dedup_index_dir(out, "exact")
+    index = PersistentIndex.open(root, "exact", exact_key_params())
+    if label in index.labels:
+        return
+    record_path = dedup_base_path(out)
+    recorded = json.loads(record_path.read_text()) if record_path.exists() else None
+    base_labels = set(recorded["labels"]) if recorded else set()
+    if any(not set(g.labels) <= base_labels for g in index.generations):
+        shutil.rmtree(root)
+        if recorded:
+            PersistentIndex.open(dedup_index_dir(out / recorded["base"], "exact")).fork(root)
+        else:
+            PersistentIndex.create(root, "exact", index.params, index.partitions, bloom_spec=index.bloom_spec)
+        index = PersistentIndex.open(root, "exact", exact_key_params())
+    stage = stage_dir(out, "exact_dedup")
+    parts = [s for s in exact.side_outputs if s.path.startswith(f"{EXACT_INDEX_RECORDS}/")]
+    if not parts:  # every part of a run inside a build writes one, empty or not
+        raise UserError(f"{stage} was made without the build's dedup index: remove it and rerun the build")
+    pending = index.begin(label)
+    with pending.writer() as writer:
+        for part in parts:
+            path = stage / part.path
+            if file_sha256(path) != part.sha256:
+                raise UserError(f"{path} is not the file exact_dedup wrote: remove {stage} and rerun the build")
+            if part.records:
+                rows = np.memmap(path, dtype=EXACT_RECORD, mode="r", shape=(part.records,))
+                for at in range(0, len(rows), RUN_RECORDS):  # bounded: the writer spills beyond its buffer
+                    writer.add(rows[at : at + RUN_RECORDS])
+    pending.commit()
 
 
 def read_stage_manifests(build_dir: Path) -> list[StageManifest]:

@@ -13,6 +13,15 @@ Layout of ``<build>/snapshot/`` (self-contained: copy the directory and it still
     decont/8gram_docs/gNNNNN.dgr         the per-document 8-gram index, part NNNNN of the hash prefixes
     tokenizer/<name>                     the pinned tokenizer artifact (the tokenize stage's copy)
 
+A delta build's candidates (``corpus build --base``, docs/incremental.md) also list the base candidates'
+shards, copies and doc_id indexes, *by reference*: ``base`` in the candidates directory is a relative
+symbolic link to the base's candidates (``../../BASE/candidates``: the two builds move together) and
+the listed paths go through it (``base/shards/…``), their sha256 the base's, nothing copied or
+rewritten. Through the link, the paths (which the id digests) do not depend on where the builds lie,
+and every reader's ``dir / path`` finds the base's files. The base's shards come first (write_shards
+numbered the delta's after them) and ``extra.base`` names the base candidates. A base that was itself
+a delta passes its own base's on (``base/base/…``), so the list starts with the oldest build's shards.
+
 Both indexes (the doc_id index, and the per-document 8-gram index a contamination check reads) are
 built range-partitioned by the stages (write_shards' and decontaminate's global phases) and only
 *linked* here: assembly holds one shard's metadata at a time, never an index, and takes every digest
@@ -38,6 +47,7 @@ import json
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +59,15 @@ from corpus.digest import file_sha256, sha256_hex
 from corpus.doc_index import DOC_INDEX_RECORD, PartitionedDocIndex
 from corpus.docshard import SUFFIX, atomic_write_bytes, iter_docs
 from corpus.errors import UserError
-from corpus.layout import MANIFEST, SNAPSHOT_DIR, link_file, stage_dir
+from corpus.layout import (
+    BASE_CANDIDATES,
+    MANIFEST,
+    SNAPSHOT_DIR,
+    base_build_of,
+    candidates_dir,
+    link_file,
+    stage_dir,
+)
 from corpus.megatron import IndexedShard, read_index
 from corpus.model import SnapshotManifest, SnapshotShard, StageManifest
 from corpus.stage_facts import (
@@ -67,6 +85,9 @@ COPIES_DIR = "copies"
 #: decontaminate's per-document 8-gram index parts (its ``doc_gram_index/``), linked
 GRAM_DOCS_DIR = "decont/8gram_docs"
 DOC_INDEX_DIR = "lineage/doc_index"
+#: the doc_id indexes of the base candidates a delta's candidates inherit (oldest first; each part says
+#: which index it belongs to, ``prefix_bits`` lists each index's)
+BASE_DOC_INDEX = "base_doc_index"
 SNAPSHOTS_ENV = "CORPUS_SNAPSHOTS"
 REQUIRED_STAGES = ("decontaminate", "tokenize", "write_shards")
 #: the shard files and where they go in the snapshot (suffix -> role in SnapshotShard.files, directory)
@@ -96,6 +117,79 @@ def _link_parts(src_dir: Path, index: PartitionedIndex, snap: Path, dest: str) -
         link_file(src_dir / ref.path, snap / dest / name)
         listed.append({"path": f"{dest}/{name}", "sha256": ref.sha256, index.unit: n})
     return listed
+
+
+@dataclass(frozen=True)
+class Inherited:
+    """What a delta's candidates take over from its base's candidates, paths through the delta's
+    ``base`` link: the shards (the base's first), the exact copies' provenance files, the
+    doc_id indexes (oldest first, each as (parts, prefix bits)) and ``extra.base``."""
+
+    base: dict[str, Any]
+    shards: list[SnapshotShard]
+    copies: list[dict[str, Any]]
+    doc_indexes: list[tuple[list[dict[str, Any]], int]]
+
+
+def inherit_base(
+    build_dir: Path, snap: Path, write_shards: StageManifest, tokenizer: dict[str, Any]
+) -> Inherited | None:
+    """The base candidates of a build made with ``--base`` (found through the build layout), or None;
+    links ``snap/base`` to them (relative). Refused in one line when write_shards did not number its shards after these very candidates (its
+    doc_id index would point at other shards) or when the base was tokenized otherwise (one shard list
+    holds one tokenizer's ids)."""
+    found = base_build_of(build_dir)
+    if found is None:
+        return None
+    base_dir, label = found
+    base_cand = candidates_dir(base_dir)
+    try:
+        m = SnapshotManifest.from_dict(json.loads((base_cand / MANIFEST).read_text()))
+    except FileNotFoundError:
+        raise UserError(f"the build's base {base_dir} has no candidates (moved or deleted?)") from None
+    numbered = write_shards.extra.get("base", {})
+    if m.snapshot_id != label or numbered.get("label") != label or numbered.get("shards") != len(m.shards):
+        raise UserError(
+            f"write_shards of {build_dir} did not number its shards after the base candidates {label} "
+            f"(found {m.snapshot_id} at {base_cand}): rerun the build from write_shards"
+        )
+    if (m.tokenizer.get("sha256"), m.token_dtype) != (tokenizer["sha256"], tokenizer["token_dtype"]):
+        raise UserError(
+            f"the base {base_dir} was tokenized with {m.tokenizer.get('name')} ({m.token_dtype}), this build "
+            f"with {tokenizer['name']} ({tokenizer['token_dtype']}): one candidates list holds one tokenizer's "
+            "ids; rebuild without --base"
+        )
+    os.symlink(os.path.relpath(base_cand.resolve(), snap.resolve()), snap / BASE_CANDIDATES)
+
+    def moved(path: str) -> str:
+        return f"{BASE_CANDIDATES}/{path}"
+
+    def moved_parts(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**p, "path": moved(p["path"])} for p in parts]
+
+    artifacts = m.extra.get("artifacts", {})
+    earlier = artifacts.get(BASE_DOC_INDEX)
+    doc_indexes = []
+    if earlier is not None:
+        for k, bits in enumerate(earlier["prefix_bits"]):
+            parts = [
+                {q: v for q, v in p.items() if q != "index"} for p in earlier["parts"] if p["index"] == k
+            ]
+            doc_indexes.append((moved_parts(parts), bits))
+    doc_indexes.append((moved_parts(artifacts["doc_index"]["parts"]), artifacts["doc_index"]["prefix_bits"]))
+    return Inherited(
+        base={
+            "snapshot_id": label,
+            "shards": len(m.shards),
+            "docs": m.extra["docs"],
+            "tokens": m.extra["tokens"],
+        },
+        shards=[
+            replace(s, path=moved(s.path), files={r: moved(f) for r, f in s.files.items()}) for s in m.shards
+        ],
+        copies=moved_parts(artifacts.get("copies", {}).get("parts", [])),
+        doc_indexes=doc_indexes,
+    )
 
 
 def assemble(
@@ -154,9 +248,13 @@ def assemble(
         )
     doc_index = ws_facts.doc_index
     doc_parts = _link_parts(ws, doc_index, snap, DOC_INDEX_DIR)
+    own_tokens = sum(s.tokens for s in shards)  # what decontaminate scanned: this build's documents
+    inherited = inherit_base(build_dir, snap, ws_manifest, tok_info.to_dict())
+    if inherited is not None:
+        shards = inherited.shards + shards
 
     # the provenance of every exact copy the build stored once (exact_dedup's copies/, when it ran)
-    copies = []
+    copies = list(inherited.copies) if inherited is not None else []
     if "exact_dedup" in by_stage:
         exact_dir = stage_dir(build_dir, "exact_dedup")
         for s in by_stage["exact_dedup"].side_outputs:
@@ -197,7 +295,7 @@ def assemble(
         flagged,
         benchmarks=decont_facts.eval_registry,
         docs_scanned=decont.yield_counts().total().docs_in,
-        tokens_scanned=tokens_stored,
+        tokens_scanned=own_tokens,
         count_tokens=tok.count_tokens,
         settings={"eval_registry_hash": decont_facts.eval_registry_hash, **matching},
     )
@@ -238,6 +336,14 @@ def assemble(
             "tokens_flagged": report["tokens_flagged"],
         },
     }
+    if inherited is not None:
+        extra["base"] = inherited.base
+        extra["artifacts"][BASE_DOC_INDEX] = {
+            "parts": [{**p, "index": k} for k, (parts, _) in enumerate(inherited.doc_indexes) for p in parts],
+            "prefix_bits": [bits for _, bits in inherited.doc_indexes],
+            "record": "doc_id S32, shard <u4, doc <u4",
+            "docs": sum(p["docs"] for parts, _ in inherited.doc_indexes for p in parts),
+        }
     tokenizer = {
         "path": tok_rel,
         "name": tok_info.name,
@@ -395,14 +501,29 @@ class Snapshot:
         }
 
     def locate(self, doc_id: str) -> tuple[str, int] | None:
-        """(shard name, document number) of a doc_id: one memory-mapped part of the doc_id index, one
-        binary search."""
-        found = self.doc_index().locate(doc_id)
-        return None if found is None else (self.names[found[0]], found[1])
+        """(shard name, document number) of a doc_id: one memory-mapped part of each doc_id index (a
+        delta's candidates: its bases' too, oldest first, so a document keeps the place it was first
+        stored at), one binary search each until one holds it."""
+        for index in self.doc_indexes():
+            found = index.locate(doc_id)
+            if found is not None:
+                return self.names[found[0]], found[1]
+        return None
 
     def doc_index(self) -> PartitionedDocIndex:
+        """The doc_id index of the documents this build stored (a delta's new ones only)."""
         art = self.manifest.extra["artifacts"]["doc_index"]
         return PartitionedDocIndex([self.dir / p["path"] for p in art["parts"]], art["prefix_bits"])
+
+    def doc_indexes(self) -> list[PartitionedDocIndex]:
+        """Every doc_id index the shard list is addressed by: the inherited ones (oldest first), then
+        this build's. Their shard numbers are places in this manifest's shard list."""
+        earlier = self.manifest.extra["artifacts"].get(BASE_DOC_INDEX)
+        indexes = [
+            PartitionedDocIndex([self.dir / p["path"] for p in earlier["parts"] if p["index"] == k], bits)
+            for k, bits in enumerate(earlier["prefix_bits"] if earlier else [])
+        ]
+        return [*indexes, self.doc_index()]
 
     def doc_gram_index(self) -> tuple[DocGramIndex, dict[str, Any]]:
         """The per-document 8-gram index the build kept (its memory-mapped parts: a check reads the pages
@@ -465,6 +586,7 @@ def validate_snapshot(directory: Path, workers: int | None = None) -> list[str]:
 _RECORD_PARTS = {
     DOC_GRAM_INDEX: (DOC_GRAM_RECORD.itemsize, "rows"),
     "doc_index": (DOC_INDEX_RECORD.itemsize, "docs"),
+    BASE_DOC_INDEX: (DOC_INDEX_RECORD.itemsize, "docs"),
 }
 
 

@@ -19,24 +19,45 @@ in a step of their own (``holdout_keys``). A group whose key is a held-out page'
 another URL, which the default selection excludes (``corpus.policy``). Held-out pages are never
 candidates and never keepers.
 
+Inside a build (``<build>/stages/exact_dedup``, whose build holds a persistent exact index at
+``<build>/dedup_index/exact``: docs/incremental.md) every part also writes the (key, keeper) record of
+each group it decides, in key order, as the artifact ``index_records/PART.exact.rec`` (``EXACT_RECORD``
+rows; listed in the manifest's side outputs): the build commits them as its own index generation once the
+whole build has succeeded (``corpus.pipeline``), never this stage, so a failed build leaves the index as
+it was forked. Without a base that is the only difference: phase, outputs and manifest ``extra`` are
+byte-identical to a run of the stage on its own. With a base (the index holds the base's generations)
+the parts are the index's ``P`` partitions instead of one per input shard, so part ``p`` holds exactly
+the keys of index partition ``p``: it probes the base's generations of that partition
+(``probe_partition``, a batch of keys at a time) and a key the base holds makes every copy in this build
+a duplicate of the base's keeper (keep-first: documents already in the corpus keep their decisions);
+every other key is decided as above. The base's generations (their pointer entries, digested) and ``P``
+are in the phase key (another base is another phase) and in the manifest's ``extra.index``.
+
     python -m hpc_jobs.exact_dedup --in build/stages/extract --out build/stages/exact_dedup [--config FILE]
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import sys
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
-from itertools import groupby
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from itertools import chain, groupby
 from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
 from corpus.dedup.exact_copy import ExactCopy
 from corpus.dedup.normalize import KEY_VERSION, text_key
-from corpus.digest import canonical_json
-from corpus.docshard import SUFFIX, ShardWriter, iter_docs
+from corpus.dedup.order import doc_id_bytes
+from corpus.dedup.persistent_index import CURRENT, PersistentIndex, doc_ids, exact_key_params
+from corpus.digest import canonical_json, json_digest
+from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs, sidecar_path
 from corpus.ingest.holdout import EXACT_KEY, EXACT_SCORE, HOLDOUT_STAGE, HoldoutFile, holdout_files
+from corpus.layout import build_dir_of_stage, dedup_base_path, dedup_index_dir
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
 from corpus.provenance import copy_record
 from mpi_kernels.shuffle import stable_key_hash
@@ -56,11 +77,124 @@ GROUPS = "groups"
 DECISIONS = "decisions"
 #: the per-shard provenance of the copies the stage did not store (corpus.provenance)
 COPIES = "copies"
+#: the artifact of a part inside a build: the (key, keeper) records of the groups it decided, for the
+#: build's own index generation (``PART.exact.rec``: EXACT_RECORD rows in key order, with a sidecar)
+INDEX_RECORDS = "index_records"
+INDEX_RECORDS_SUFFIX = ".exact.rec"
+#: keys of a part probed against the base at once (with their copies, at most this many records held)
+PROBE_BATCH = 1 << 16
+
+
+@dataclass(frozen=True)
+class BaseIndex:
+    """The build's exact index as its base left it: only the generations of the builds it was forked
+    from, so the build's own generation (committed when the build succeeds) never answers its own probe,
+    and a rerun decides as the first run did."""
+
+    index: PersistentIndex
+    digest: str  # of the base generations' pointer entries (ids, manifest sha256, labels)
+
+    @property
+    def probed(self) -> bool:
+        """Whether there is a base to probe (a build without one only records its keys)."""
+        return bool(self.index.generations)
+
+    @classmethod
+    def of_build(cls, stage_directory: Path) -> BaseIndex | None:
+        """The index of the build this stage directory belongs to; None for a stage run on its own."""
+        build = build_dir_of_stage(stage_directory)
+        if build is None or not (dedup_index_dir(build, "exact") / CURRENT).exists():
+            return None
+        index = PersistentIndex.open(dedup_index_dir(build, "exact"), "exact", exact_key_params())
+        base = dedup_base_path(build)
+        labels = set(json.loads(base.read_text())["labels"]) if base.exists() else set()
+        kept = tuple(g for g in index.generations if set(g.labels) <= labels)
+        if any(set(g.labels) & labels and not set(g.labels) <= labels for g in index.generations):
+            raise StageError(
+                f"{dedup_index_dir(build, 'exact')} was compacted (its base and its own records are one "
+                f"generation): its base's decisions cannot be told apart; rebuild into a new directory",
+                every_rank=True,
+            )
+        entries = [e for e in index.pointer["generations"] if e["id"] in {g.id for g in kept}]
+        return cls(replace(index, generations=kept), json_digest(entries))
+
+    @property
+    def partitions(self) -> int:
+        return self.index.partitions
+
+    def part_of(self, key: bytes) -> int:
+        return int(self.index.partition_of([key])[0])
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "partitions": self.partitions,
+            "base": self.digest,
+            "base_generations": [g.id for g in self.index.generations],
+            "base_records": self.index.records,
+        }
+
+
+def with_base_keepers(
+    base: BaseIndex, p: int, groups: Iterable[tuple[bytes, Iterator[tuple[bytes, bytes]]]]
+) -> Iterator[tuple[bytes, Iterator[bytes], str | None]]:
+    """Each (key, its payloads, the base keeper's doc_id or None) of part ``p``'s sorted groups. Groups are
+    read ahead until :data:`PROBE_BATCH` records are held, then their keys are probed at once; a group
+    larger than that is probed as soon as the batch is full and the rest of its copies streamed, so a
+    text with millions of copies still costs a batch, not its copies."""
+    held: list[tuple[bytes, list[bytes], Iterator[tuple[bytes, bytes]] | None]] = []
+    n = 0
+
+    def flush() -> Iterator[tuple[bytes, Iterator[bytes], str | None]]:
+        found = base.index.probe_partition(p, [key for key, _, _ in held])
+        keepers = doc_ids(found.values)
+        for i, (key, payloads, rest) in enumerate(held):
+            tail = (pl for _, pl in rest) if rest is not None else ()
+            yield key, chain(payloads, tail), keepers[i] if found.found[i] else None
+
+    for key, group in groups:
+        payloads: list[bytes] = []
+        rest = None
+        for _, payload in group:
+            payloads.append(payload)
+            n += 1
+            if n >= PROBE_BATCH:
+                rest = group  # streamed after the probe, before the next group is read
+                break
+        held.append((key, payloads, rest))
+        if n >= PROBE_BATCH:
+            yield from flush()
+            held, n = [], 0
+    if held:
+        yield from flush()
 
 
 @dataclass(frozen=True)
 class ExactDedupConfig:
     """Exact dedup has no settings of its own (its memory budget is the build's ``memory_budget_mb``)."""
+
+
+class RecordsFile:
+    """A part's ``index_records`` artifact: written under a temporary name, hashed as it is written,
+    renamed into place, then its sidecar (sha256, records): a part redone after a kill replaces it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.tmp, "wb")
+        self.sha = hashlib.sha256()
+        self.records = 0
+
+    def write(self, key: bytes, keeper: str) -> None:
+        row = key + doc_id_bytes(keeper)
+        self.file.write(row)
+        self.sha.update(row)
+        self.records += 1
+
+    def close(self) -> None:
+        self.file.close()
+        os.replace(self.tmp, self.path)
+        atomic_write_json(sidecar_path(self.path), {"records": self.records, "sha256": self.sha.hexdigest()})
 
 
 class ExactDedupStage(Stage):
@@ -70,18 +204,38 @@ class ExactDedupStage(Stage):
     # 4: every dropped copy's provenance in copies/
     # 5: the key keeps punctuation, operators and digits (corpus.dedup.normalize.KEY_VERSION 2)
     # 6: copies of held-out pages tagged (holdout_exact)
-    version = "6"
+    # 7: the build's own exact index records (index_records/, a side output) and, with a base build,
+    #    keys probed in its persistent index (keep-first); copies' licence_class in the classes of
+    #    corpus.licences 2 (strong/weak copyleft, none)
+    version = "7"
     Config = ExactDedupConfig
-    artifact_kinds = (COPIES,)
+    artifact_kinds = (COPIES, INDEX_RECORDS)
 
     def __init__(self, config: ExactDedupConfig) -> None:
         super().__init__(config)
         self._copies: dict[str, ShardWriter] = {}
         self._held: list[HoldoutFile] = []
+        self._base: BaseIndex | None = None
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         held = sorted([f.name, f.sha256] for f in self._held)
-        return global_phase_key(self, inputs, normalization=KEY_VERSION, holdout=held)
+        base = self._base
+        index = {"index": {"partitions": base.partitions, "base": base.digest}} if base and base.probed else {}
+        return global_phase_key(self, inputs, normalization=KEY_VERSION, holdout=held, **index)
+
+    def _groups(self, inputs: list[InputShard]) -> list[str]:
+        """The parts of the exchange: one per input shard, or with a base one per index partition."""
+        if self._base is None or not self._base.probed:
+            return [f"g{i:05d}" for i in range(len(inputs))]  # fixed by the data
+        return [f"p{p:05d}" for p in range(self._base.partitions)]  # fixed by the index
+
+    def _remove_stale_records(self, ctx: StageContext, groups: list[str]) -> None:
+        """Rank 0: the ``index_records`` of parts the exchange no longer has (another base, other inputs);
+        a part of this layout keeps its file, which its redo replaces."""
+        d = ctx.out_dir / INDEX_RECORDS
+        for f in sorted(d.iterdir()) if ctx.rank == 0 and d.is_dir() else []:
+            if f.name.split(".")[0] not in groups:
+                f.unlink()
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """Three steps: ``holdout_keys`` (each held-out page's key to the part that owns it),
@@ -90,15 +244,19 @@ class ExactDedupStage(Stage):
         verdict to its shard's table)."""
         remove_stale_artifacts(ctx, inputs, COPIES, (SUFFIX, SUFFIX + ".json"))
         self._held = holdout_files(ctx.in_paths[0])
-        phase = self._phase = GlobalPhase(ctx, self._key(inputs))
+        base = self._base = BaseIndex.of_build(ctx.out_dir)
+        groups = self._groups(inputs)
+        self._remove_stale_records(ctx, groups)
+        phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()
-        groups = [f"g{i:05d}" for i in range(len(inputs))]  # one part per input shard: fixed by the data
+        probed = base is not None and base.probed
+        part_of = base.part_of if probed else (lambda key: stable_key_hash(key) % len(groups))
 
         def send_held(f: HoldoutFile) -> Iterator[tuple[int, bytes, bytes]]:
             for doc in iter_docs(f.path):
                 key = held_out_key(doc, f)
-                yield stable_key_hash(key) % len(groups), key, b""
+                yield part_of(key), key, b""
 
         def reduce_held(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
             out = writer.open(HELD_KEYS_FILE)
@@ -115,19 +273,35 @@ class ExactDedupStage(Stage):
             for i, doc in enumerate(iter_docs(shard.path)):
                 key = text_key(doc.text)
                 # the first copy of a group in byte order is its keeper
-                yield stable_key_hash(key) % len(groups), key, ExactCopy.of(doc, i, shard.name).encode()
+                yield part_of(key), key, ExactCopy.of(doc, i, shard.name).encode()
 
         def reduce(g: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
             sizes: Counter = Counter()
             held = self._held_keys(phase, groups[g])
             tagged = 0
+            index: Counter = Counter()
+            own = RecordsFile(ctx.out_dir / INDEX_RECORDS / f"{groups[g]}{INDEX_RECORDS_SUFFIX}") if base else None
+            grouped = groupby(records, key=itemgetter(0))
+            if probed:
+                decided = with_base_keepers(base, g, grouped)
+            else:
+                decided = ((key, (p for _, p in group), None) for key, group in grouped)
 
             def verdicts() -> Iterator[tuple[str, str, dict[str, Any]]]:
                 nonlocal tagged
-                for key, group in groupby(records, key=itemgetter(0)):
+                for key, payloads, base_keeper in decided:
                     # streamed: a text with millions of copies costs one record of memory, not a list
-                    copies = (ExactCopy.decode(p) for _, p in group)
+                    copies = (ExactCopy.decode(p) for p in payloads)
+                    if base_keeper is not None:  # keep-first: the base's keeper stays the keeper
+                        index["base_keys"] += 1
+                        for c in copies:
+                            index["base_duplicates"] += 1
+                            yield c.shard, str(c.ordinal), {"dup_of": base_keeper}
+                        continue
                     keeper = next(copies)
+                    if own is not None:
+                        own.write(key, keeper.doc_id)
+                        index["index_records"] += 1
                     n = 1
                     for c in copies:
                         n += 1
@@ -141,7 +315,12 @@ class ExactDedupStage(Stage):
                         yield keeper.shard, str(keeper.ordinal), verdict
 
             write_verdicts(writer, verdicts())
-            return {"groups_by_size": dict(sizes), "holdout_exact": tagged}
+            if own is not None:
+                own.close()  # before the part's marker: a completed part always has its records
+            facts: dict[str, Any] = {"groups_by_size": dict(sizes), "holdout_exact": tagged}
+            if probed:
+                facts |= {k: index[k] for k in INDEX_FACTS}
+            return facts
 
         phase.exchange(GROUPS, groups, inputs, send, reduce)
         shards = [s.name for s in inputs]
@@ -185,12 +364,15 @@ class ExactDedupStage(Stage):
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         facts = self._phase.facts
-        return {
+        extra: dict[str, Any] = {
             "normalization_version": KEY_VERSION,
             "groups_by_size": facts["groups_by_size"],
             "holdout_docs": sum(f.records for f in self._held),
             "holdout_exact": facts["holdout_exact"],
         }
+        if self._base is not None and self._base.probed:
+            extra["index"] = self._base.describe() | {k: facts[k] for k in INDEX_FACTS}
+        return extra
 
 
 def held_out_key(doc: Document, f: HoldoutFile) -> bytes:
@@ -205,14 +387,22 @@ def held_out_key(doc: Document, f: HoldoutFile) -> bytes:
     return bytes.fromhex(key)
 
 
+#: what a part reports about the index inside a build: keys the base held, this build's copies of them
+#: (each a duplicate of the base's keeper) and the records of this build's own generation
+INDEX_FACTS = ("base_keys", "base_duplicates", "index_records")
+
+
 def _merge_facts(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     total: Counter = Counter()
     for f in per_rank:
         total.update(f["groups_by_size"])
-    return {
+    merged = {
         "groups_by_size": dict(sorted(total.items(), key=lambda kv: (len(kv[0]), kv[0]))),
         "holdout_exact": sum(f.get("holdout_exact", 0) for f in per_rank),
     }
+    if per_rank and "index_records" in per_rank[0]:
+        merged |= {k: sum(f[k] for f in per_rank) for k in INDEX_FACTS}
+    return merged
 
 
 STAGE = ExactDedupStage

@@ -42,7 +42,9 @@ whose parts is checkpointed as it completes, so a rank killed or pre-empted lose
 
 Then every rank links the parts it owns into ``megatron/``, ``lineage/`` and ``lineage/doc_index/``, and
 the manifest lists them with the digests their writers computed (``extra["token_shards"]``,
-``extra["doc_index"]``): nothing is re-hashed. The per-input-shard document outputs of the runner pass
+``extra["doc_index"]``): nothing is re-hashed. In a build with a base (``corpus build --base``, found through the
+build layout: :class:`BaseShards`) the shards are numbered per bucket after the base candidates' and
+the doc_id index counts them after the base's shards, so the delta's candidates can list both. The per-input-shard document outputs of the runner pass
 the documents through unchanged.
 """
 
@@ -72,7 +74,18 @@ from corpus.decont.corpus_index import map_records, npy_bytes, prefix_bits
 from corpus.digest import canonical_json, sha256_hex, stable_hash64
 from corpus.doc_index import DOC_ID_CHARS, encode_doc_index, parts_of_doc_ids
 from corpus.docshard import atomic_write_json, iter_docs
-from corpus.layout import DOC_INDEX_DIR, DOC_INDEX_SUFFIX, LINEAGE, MEGATRON, METADATA, link_file
+from corpus.layout import (
+    DOC_INDEX_DIR,
+    DOC_INDEX_SUFFIX,
+    LINEAGE,
+    MEGATRON,
+    METADATA,
+    base_build_of,
+    build_dir_of_stage,
+    candidates_dir,
+    link_file,
+    manifest_path,
+)
 from corpus.manifests import read_stage_manifest
 from corpus.megatron import BLOCK_SIZE, BlockHasher, IndexedShard, index_bytes, read_index
 from corpus.metadata import METADATA_SUFFIX, MetadataWriter
@@ -199,6 +212,51 @@ def shard_runs(chunks: Iterable[np.ndarray], total: int, target: int) -> tuple[n
 
 def shard_name(bucket: str, number: int) -> str:
     return f"{bucket}-{number:05d}"
+
+
+@dataclass(frozen=True)
+class BaseShards:
+    """The shards a build's candidates inherit from its base (``corpus build --base``): the delta's
+    candidates list the base's shards first, then its own, and a shard's name is written into every
+    row of its metadata table (the version step joins the selection bits on it) while the doc_id index
+    addresses shards by their place in that list. So a delta's shards are numbered, per bucket, after
+    the highest number of that bucket in the base's candidates (``next_number``), and its doc_id index
+    counts its shards after the base's ``shards``; ``label`` is the base candidates' id."""
+
+    label: str
+    shards: int
+    next_number: dict[str, int]
+
+    @classmethod
+    def of_build(cls, stage_directory: Path) -> BaseShards | None:
+        """The base of the build this stage directory belongs to, found through the build layout (never
+        a config value, so where builds live enters no config hash); None without a base."""
+        build = build_dir_of_stage(stage_directory)
+        found = base_build_of(build) if build is not None else None
+        if found is None:
+            return None
+        base_dir, label = found
+        listing = manifest_path(candidates_dir(base_dir))
+        try:
+            candidates = json.loads(listing.read_text())
+        except FileNotFoundError:
+            raise StageError(
+                f"the build's base {base_dir} has no candidates ({listing})", every_rank=True
+            ) from None
+        if candidates["snapshot_id"] != label:
+            raise StageError(
+                f"the candidates of the build's base {base_dir} are {candidates['snapshot_id']}, the build was "
+                f"forked from {label}: the base changed; rebuild against it into a new directory",
+                every_rank=True,
+            )
+        after: dict[str, int] = {}
+        for shard in candidates["shards"]:
+            bucket, number = Path(shard["path"]).name.removesuffix(".bin").rsplit("-", 1)
+            after[bucket] = max(after.get(bucket, 0), int(number) + 1)
+        return cls(label, len(candidates["shards"]), dict(sorted(after.items())))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "shards": self.shards, "next_number": self.next_number}
 
 
 def lineage_record(doc: Document) -> dict[str, Any]:
@@ -388,12 +446,16 @@ class WriteShards(Stage):
     # 5: each shard's per-document metadata table (Parquet), the input of versions
     # 6: validation's entropy in integer millibits (``entropy_millibits``, integer arithmetic on the
     #    token counts) instead of a float from numpy's log2, whose last bits depend on the CPU
-    version = "6"
+    # 7: the metadata's licence_class in the classes of corpus.licences 2 (strong/weak copyleft, none)
+    # 8: in a build with a base, shards numbered per bucket after the base's and the doc_id index's shard
+    #    numbers counted after the base's shards (BaseShards); without a base the same bytes as 7
+    version = "8"
     Config = WriteShardsConfig
 
     def __init__(self, config: WriteShardsConfig) -> None:
         super().__init__(config)
         self._phase: GlobalPhase | None = None
+        self._base: BaseShards | None = None
         if config.shard_target_tokens < 1:
             raise StageError(
                 f"[write_shards] shard_target_tokens must be positive, got {config.shard_target_tokens}"
@@ -442,7 +504,11 @@ class WriteShards(Stage):
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """census (map) -> cuts -> shards (exchange) -> validation -> doc_index (exchange) -> publish."""
         tok = self._tokenizer_info(ctx)
-        phase = self._phase = GlobalPhase(ctx, global_phase_key(self, inputs, tokenizer=tok.to_dict()))
+        base = self._base = BaseShards.of_build(ctx.out_dir)
+        on_base = {"base": base.to_dict()} if base is not None else {}  # no key without a base: as before
+        phase = self._phase = GlobalPhase(
+            ctx, global_phase_key(self, inputs, tokenizer=tok.to_dict(), **on_base)
+        )
         if phase.complete:
             digest = phase.reused()
             self._publish(ctx)
@@ -494,7 +560,8 @@ class WriteShards(Stage):
         total_docs = sum(p.facts["docs"] for p in shard_parts)
         bits = prefix_bits(total_docs, self.config.doc_index_part_docs)
         index_names = [f"d{p:05d}" for p in range(1 << bits)]
-        shard_no = {n: i for i, n in enumerate(plan.names)}
+        first = base.shards if base is not None else 0  # the base's shards come first in the candidates
+        shard_no = {n: first + i for i, n in enumerate(plan.names)}
         phase.exchange_rows(
             DOC_INDEX,
             index_names,
@@ -550,6 +617,7 @@ class WriteShards(Stage):
         totals = ctx.comm.bcast(totals, root=0)
         buckets = sorted(totals)
         mine = [phase.part(CENSUS, s.name) for s in assign(inputs, ctx.rank, ctx.size)]
+        after = self._base.next_number if self._base is not None else {}
         runs, names = [], []
         for bucket in buckets:
             bits = histogram_bits(totals[bucket], self.config.shard_target_tokens)
@@ -559,7 +627,7 @@ class WriteShards(Stage):
             parts = np.full(len(starts), -1, dtype=np.int64)
             for i in np.flatnonzero(filled).tolist():
                 parts[i] = len(names)
-                names.append(shard_name(bucket, int(numbers[i])))
+                names.append(shard_name(bucket, after.get(bucket, 0) + int(numbers[i])))
             runs.append((bits, starts, parts))
         return ShardPlan(buckets, runs, names)
 
@@ -742,7 +810,9 @@ class WriteShards(Stage):
                 p.facts["docs"],
                 p.facts["tokens"],
                 {
-                    suffix: FileRef(f"{kind}/{p.name}{suffix}", p.files[f"{p.name}{suffix}"].removeprefix("sha256:"))
+                    suffix: FileRef(
+                        f"{kind}/{p.name}{suffix}", p.files[f"{p.name}{suffix}"].removeprefix("sha256:")
+                    )
                     for suffix, kind in SHARD_FILES.items()
                 },
             )
@@ -754,13 +824,16 @@ class WriteShards(Stage):
             file = f"{p.name}{DOC_INDEX_SUFFIX}"
             ref = FileRef(f"{LINEAGE}/{DOC_INDEX_DIR}/{file}", p.files[file].removeprefix("sha256:"))
             index_parts.append((ref, p.facts["docs"]))
-        handed_on = WriteShardsFacts(token_shards, PartitionedIndex("docs", bits, facts["docs"], tuple(index_parts)))
+        handed_on = WriteShardsFacts(
+            token_shards, PartitionedIndex("docs", bits, facts["docs"], tuple(index_parts))
+        )
         return {
             **handed_on.to_extra(),
             "snapshot_shards": facts["shards"],
             "buckets": facts["buckets"],
             "seed": self.config.seed,
             "shuffle_key": "blake2b64('shuffle', doc_id, seed)",
+            **({"base": self._base.to_dict()} if self._base is not None else {}),
         }
 
 

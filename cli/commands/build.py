@@ -1,4 +1,6 @@
-"""``corpus build``: every stage, locally under ``mpiexec -n N``, then the candidates and the default version."""
+"""``corpus build``: every stage, locally under ``mpiexec -n N``, then the candidates and the default version;
+with ``--base BUILD`` only the new inputs, deduplicated against the base's persistent index
+(docs/incremental.md)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ranks", type=int, default=2, metavar="N", help="MPI ranks per stage (default 2)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE", help="build config (TOML)")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="shuffle seed (overrides the config's)")
+    p.add_argument(
+        "--base", type=Path, default=None, metavar="BUILD",
+        help="a complete build to build against: its inputs are skipped, its documents keep their dedup decisions",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    snapshot_id = build(args.input, args.out, args.ranks, args.config, args.seed)
+    snapshot_id = build(args.input, args.out, args.ranks, args.config, args.seed, base=args.base)
     print(f"candidates manifest {manifest_path(candidates_dir(args.out))}")
     print(f"snapshot manifest {manifest_path(snapshot_dir(args.out))}")
     print(f"snapshot_id {snapshot_id}")

@@ -1,0 +1,354 @@
+"""Incremental builds (issue 13): `corpus build --base BUILD` processes only the new inputs and dedups them
+against the base's persistent exact index; the base is never rewritten; the build commits its own index
+generation last, so a kill during that commit leaves the forked index in force and a rerun gives the
+uninterrupted bytes. Real `corpus build` runs, real MPI ranks, real pages of the shared crawl."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from itertools import groupby
+from operator import itemgetter
+from pathlib import Path
+
+import pytest
+
+from corpus.dedup import persistent_index as pi
+from corpus.dedup.normalize import text_key
+from corpus.snapshot import Snapshot, validate_snapshot
+from corpus.version import open_version
+from hpc_jobs import exact_dedup
+from loader import SnapshotLoader
+from tests.conftest import ROOT, run_corpus
+from tests.dedup.stage_io import filtered_records, kept_docs, manifest, run_stage
+
+CONFIG = "[dedup_index]\npartitions = 4\n"
+
+#: `corpus build` with the index library's test hook: the process stops at the Nth pass of a point of an
+#: index update (the build's own commit is the only update after the fork) and waits to be killed
+KILLABLE_BUILD = """
+import sys, time
+from corpus.dedup import persistent_index as pi
+from cli.main import main
+point, argv = sys.argv[1], sys.argv[2:]
+
+def hook(at):
+    if at == point:
+        print("AT", point, flush=True)
+        time.sleep(300)
+
+pi._HOOK = hook
+sys.exit(main(argv))
+"""
+
+
+def small_warc(src: Path, out: Path, first: int, count: int) -> Path:
+    """Response records ``first`` .. ``first + count`` of a crawl file, as their own WARC."""
+    from warcio.archiveiterator import ArchiveIterator
+    from warcio.warcwriter import WARCWriter
+
+    with open(src, "rb") as f, open(out, "wb") as o:
+        w = WARCWriter(o, gzip=True)
+        records = (r for r in ArchiveIterator(f) if r.rec_type == "response")
+        for i, rec in enumerate(records):
+            if i >= first + count:
+                break
+            if i >= first:
+                w.write_record(rec)
+    return out
+
+
+def build(out: Path, inputs: list[Path], config: Path, *extra: str, ranks: int = 2, check: bool = True):
+    return run_corpus(
+        "build",
+        "--input",
+        *map(str, inputs),
+        "--out",
+        str(out),
+        "--ranks",
+        str(ranks),
+        "--config",
+        str(config),
+        *extra,
+        check=check,
+    )
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def stage(build_dir: Path, name: str) -> Path:
+    return build_dir / "stages" / name
+
+
+@pytest.fixture(scope="module")
+def crawl(shared_data, tmp_path_factory):
+    """Base: 16 pages of the March crawl; delta: 16 pages, the first 8 of them the base's last 8 again."""
+    d = tmp_path_factory.mktemp("incremental")
+    march = shared_data / "warc" / "crawl-2026-03-part0.warc.gz"
+    config = d / "build.toml"
+    config.write_text(CONFIG)
+    return (
+        d,
+        small_warc(march, d / "base.warc.gz", 0, 16),
+        small_warc(march, d / "delta.warc.gz", 8, 16),
+        config,
+    )
+
+
+@pytest.fixture(scope="module")
+def base(crawl):
+    d, base_warc, _, config = crawl
+    out = d / "base"
+    build(out, [base_warc], config)
+    return out, tree(out)
+
+
+@pytest.fixture(scope="module")
+def delta(crawl, base):
+    """The delta built against the base on 2 ranks (the base's own input given again, to be skipped)."""
+    d, base_warc, delta_warc, config = crawl
+    out = d / "delta"
+    proc = build(out, [delta_warc, base_warc], config, "--base", str(base[0]))
+    return out, proc
+
+
+def test_an_exact_copy_of_a_base_page_is_a_duplicate_of_the_base_document(base, delta):
+    base_dir, delta_dir = base[0], delta[0]
+    base_keepers = {text_key(d.text): d.doc_id for d in kept_docs(stage(base_dir, "exact_dedup"))}
+    dups = filtered_records(stage(delta_dir, "exact_dedup"))
+    assert len(dups) == 8, "the delta's first 8 pages are the base's last 8"
+    for r in dups:
+        assert r["reason"] == "exact_duplicate"
+        assert r["doc"]["dup_of"] == base_keepers[text_key(r["doc"]["text"])]
+    extra = manifest(stage(delta_dir, "exact_dedup"))["extra"]["index"]
+    assert (extra["base_keys"], extra["base_duplicates"], extra["index_records"]) == (8, 8, 8)
+    stored = {d.doc_id for d in kept_docs(stage(delta_dir, "write_shards"))}
+    assert not stored & {r["doc"]["doc_id"] for r in dups}, "a copy of a base page is never a candidate"
+    labels = pi.PersistentIndex.open(delta_dir / "dedup_index" / "exact").labels
+    assert (
+        labels[0] in pi.PersistentIndex.open(base_dir / "dedup_index" / "exact").labels and len(labels) == 2
+    )
+
+
+def test_an_input_the_base_already_ingested_is_skipped_and_reported(crawl, base, delta, tmp_path):
+    _, base_warc, _, config = crawl
+    assert f"skipping {base_warc}: already ingested into base" in delta[1].stderr
+    ingested = manifest(stage(delta[0], "ingest"))["inputs"]
+    assert len(ingested) == 1 and not ingested[0]["path"].startswith("base")
+    proc = build(tmp_path / "again", [base_warc], config, "--base", str(base[0]), check=False)
+    assert proc.returncode == 2
+    assert "every input is already ingested into base" in proc.stderr
+
+
+def test_the_same_build_on_one_and_two_ranks(crawl, base, delta, tmp_path):
+    _, base_warc, delta_warc, config = crawl
+    one = tmp_path / "one"
+    proc = build(one, [delta_warc], config, "--base", str(base[0]), ranks=1)
+    assert proc.stdout.splitlines()[-1] == delta[1].stdout.splitlines()[-1]
+    assert manifest(one / "candidates")["snapshot_id"] == manifest(delta[0] / "candidates")["snapshot_id"]
+    assert manifest(one / "candidates")["extra"]["base"] == manifest(delta[0] / "candidates")["extra"]["base"]
+    assert tree(one / "dedup_index" / "exact") == tree(delta[0] / "dedup_index" / "exact")
+
+
+def test_without_a_base_exact_dedup_in_a_build_is_the_stage_alone_plus_its_index_records(base, tmp_path):
+    base_dir = base[0]
+    alone = tmp_path / "exact_dedup"
+    run_stage("exact_dedup", 2, stage(base_dir, "extract"), alone)
+    inside = manifest(stage(base_dir, "exact_dedup"))
+    records = [s for s in inside["side_outputs"] if s["path"].startswith("index_records/")]
+    assert manifest(alone)["outputs"] == inside["outputs"] and manifest(alone)["extra"] == inside["extra"]
+    assert manifest(alone)["side_outputs"] == [s for s in inside["side_outputs"] if s not in records]
+    assert sum(s["records"] for s in records) == len(kept_docs(alone)) == 16
+    assert not (alone / "index_records").exists()
+
+
+def test_a_kill_during_the_index_commit_then_a_rerun_gives_the_uninterrupted_result(
+    crawl, base, delta, tmp_path
+):
+    """The delta build as it stands before its last step (its stages complete, its index as forked),
+    killed at ``generation-renamed`` (the generation complete but not pointed at), then run again."""
+    _, _, delta_warc, config = crawl
+    out = tmp_path / "killed"
+    shutil.copytree(delta[0], out)
+    shutil.rmtree(out / "dedup_index" / "exact")
+    pi.PersistentIndex.open(base[0] / "dedup_index" / "exact").fork(out / "dedup_index" / "exact")
+    args = ["build", "--input", str(delta_warc), "--out", str(out), "--ranks", "2", "--config", str(config)]
+    args += ["--base", str(base[0])]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(tmp_path / "killed.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLABLE_BUILD, "generation-renamed", *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        try:
+            line = proc.stdout.readline().strip()
+            assert line == "AT generation-renamed", f"the build never reached its commit: {line!r}"
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.kill()
+            proc.wait(timeout=60)
+            proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
+    left = pi.PersistentIndex.open(out / "dedup_index" / "exact")
+    assert left.labels == pi.PersistentIndex.open(base[0] / "dedup_index" / "exact").labels, (
+        "the fork is in force"
+    )
+    assert (out / "dedup_index" / "exact" / "generations" / "g000002").is_dir(), "killed after the rename"
+    rerun = build(out, [delta_warc], config, "--base", str(base[0]))
+    assert rerun.stdout.splitlines()[-1] == delta[1].stdout.splitlines()[-1]
+    assert tree(out / "dedup_index" / "exact") == tree(delta[0] / "dedup_index" / "exact")
+
+
+def test_compaction_keeps_every_answer_and_never_touches_the_base(base, delta, tmp_path):
+    copy = tmp_path / "copy"  # hard links, as the fork made them: the base's files are these files
+    shutil.copytree(delta[0] / "dedup_index", copy / "dedup_index", copy_function=os.link)
+    before = pi.PersistentIndex.open(copy / "dedup_index" / "exact")
+    keys = [
+        bytes(r["key"])
+        for g in before.generations
+        for p in range(before.partitions)
+        for r in g.map_part(p, before.record)
+    ]
+    answer = before.probe(keys)
+    proc = run_corpus("compact", str(copy))
+    assert "exact: 2 generation(s) -> 1" in proc.stdout
+    after = pi.PersistentIndex.open(copy / "dedup_index" / "exact")
+    assert [g.id for g in after.generations] == ["g000003"] and sorted(after.labels) == sorted(before.labels)
+    assert sorted(p.name for p in (copy / "dedup_index" / "exact" / "generations").iterdir()) == ["g000003"]
+    again = after.probe(keys)
+    assert again.found.all() and (again.values == answer.values).all()
+    assert tree(base[0]) == base[1]
+
+
+def test_a_base_with_other_dedup_parameters_is_refused_naming_it(crawl, base, tmp_path):
+    _, _, delta_warc, _ = crawl
+    config = tmp_path / "other.toml"
+    config.write_text(CONFIG + "[minhash_dedup]\nngram = 4\n")
+    proc = build(tmp_path / "other", [delta_warc], config, "--base", str(base[0]), check=False)
+    assert proc.returncode == 2
+    error = proc.stderr.strip().splitlines()[-1]
+    assert "was built with ngram=5, this build uses ngram=4" in error
+    assert "a changed dedup parameter means a full rebuild" in error
+
+
+def test_a_base_that_is_not_a_complete_build_is_refused(crawl, base, tmp_path):
+    _, _, delta_warc, config = crawl
+    unfinished = tmp_path / "unfinished"  # as if killed before its commit: its index holds no generation
+    shutil.copytree(base[0], unfinished)
+    shutil.rmtree(unfinished / "dedup_index" / "exact")
+    pi.PersistentIndex.create(unfinished / "dedup_index" / "exact", "exact", pi.exact_key_params(), 4)
+    for bad, why in [
+        (tmp_path / "nothing", "is not a complete build (no candidates/"),
+        (unfinished, "its dedup index does not hold its own generation"),
+    ]:
+        bad.mkdir(exist_ok=True)
+        proc = build(tmp_path / "out", [delta_warc], config, "--base", str(bad), check=False)
+        assert proc.returncode == 2
+        assert why in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "out").exists(), "refused before anything is written"
+
+
+def test_the_base_is_byte_identical_after_every_build_against_it(base):
+    assert tree(base[0]) == base[1]
+
+
+def test_the_probe_batches_groups_and_streams_a_group_larger_than_a_batch(tmp_path, monkeypatch):
+    monkeypatch.setattr(exact_dedup, "PROBE_BATCH", 3)
+    keys = sorted(bytes([k]) * 16 for k in (1, 2, 3, 4))
+    index = pi.PersistentIndex.create(tmp_path / "i", "exact", pi.exact_key_params(), 1)
+    index = index.add_generation("base", [pi.records("exact", [keys[1]], ["ab" * 16])])
+    groups = {keys[0]: 1, keys[1]: 10, keys[2]: 2, keys[3]: 4}  # key -> copies
+    records = [(k, b"%d" % i) for k, n in groups.items() for i in range(n)]
+    base = exact_dedup.BaseIndex(index, "sha256:test")
+    out = [
+        (key, list(payloads), keeper)
+        for key, payloads, keeper in exact_dedup.with_base_keepers(
+            base, 0, groupby(records, key=itemgetter(0))
+        )
+    ]
+    assert [(k, len(p), keeper) for k, p, keeper in out] == [
+        (keys[0], 1, None),
+        (keys[1], 10, "ab" * 16),
+        (keys[2], 2, None),
+        (keys[3], 4, None),
+    ]
+    assert out[1][1] == [b"%d" % i for i in range(10)]
+
+
+def shard_names(candidates: dict) -> list[str]:
+    return [Path(s["path"]).name.removesuffix(".bin") for s in candidates["shards"]]
+
+
+def test_the_delta_candidates_reference_the_base_shards_and_number_their_own_after_them(base, delta):
+    base_cand, delta_cand = manifest(base[0] / "candidates"), manifest(delta[0] / "candidates")
+    n = len(base_cand["shards"])
+    assert all(name.endswith("-00000") for name in shard_names(base_cand)), "a build without a base: from 0"
+    inherited, own = delta_cand["shards"][:n], delta_cand["shards"][n:]
+    assert own, "the delta stored new documents"
+    assert [s["sha256"] for s in inherited] == [s["sha256"] for s in base_cand["shards"]]
+    assert [s["path"] for s in inherited] == [f"base/{s['path']}" for s in base_cand["shards"]]
+    link = os.readlink(delta[0] / "candidates" / "base")
+    assert link == "../../base/candidates", "relative: the two builds move together"
+    for s in inherited:  # referenced, never copied: the path leads to the base's file itself
+        assert (delta[0] / "candidates" / s["path"]).samefile(base[0] / "candidates" / s["path"][5:])
+    names = shard_names(delta_cand)
+    assert len(set(names)) == len(names), "a shard name is unique across base and delta"
+    last_of = {n.rsplit("-", 1)[0]: int(n.rsplit("-", 1)[1]) for n in shard_names(base_cand)}
+    for name in names[n:]:
+        bucket, number = name.rsplit("-", 1)
+        assert int(number) > last_of.get(bucket, -1)
+    assert delta_cand["extra"]["base"]["snapshot_id"] == base_cand["snapshot_id"]
+    assert delta_cand["extra"]["docs"] == base_cand["extra"]["docs"] + sum(s["docs"] for s in own)
+    assert validate_snapshot(delta[0] / "candidates") == [], "every referenced file re-hashed: the base's"
+
+
+def test_the_default_version_of_a_delta_selects_base_and_new_documents(base, delta):
+    """Keep-first: every base document keeps the base's default selection; the new ones are selected too."""
+    base_version, delta_version = open_version(base[0]), open_version(delta[0])
+    base_bits = {s.name: base_version.selected(s) for s in base_version.shards}
+    new = 0
+    for s in delta_version.shards:
+        bits = delta_version.selected(s)
+        if s.name in base_bits:
+            assert (bits == base_bits[s.name]).all(), f"the selection of base shard {s.name} changed"
+        else:
+            new += int(bits.sum())
+    assert set(base_bits) < {s.name for s in delta_version.shards}
+    assert sum(int(b.sum()) for b in base_bits.values()) > 0 and new > 0
+
+
+def test_a_base_document_is_read_through_the_delta_version_even_after_both_builds_move(base, delta, tmp_path):
+    moved = tmp_path / "moved"  # both builds together, elsewhere (hard links: the same files)
+    for b in (base[0], delta[0]):
+        shutil.copytree(b, moved / b.name, symlinks=True, copy_function=os.link)
+    base_snap = Snapshot(base[0])
+    doc_id = base_snap.lineage(0, 0)["doc_id"]
+    for where in (delta[0], moved / delta[0].name):
+        snap = Snapshot(where)  # the delta's default version, opened as the loader opens it
+        name, doc = snap.locate(doc_id)
+        assert name == base_snap.names[0] and doc == 0
+        i = snap.shard_number(name)
+        assert snap.lineage(i, doc)["doc_id"] == doc_id
+        assert snap.trace(name, 0)["doc"]["doc_id"] == doc_id
+        new_id = snap.lineage(len(snap.names) - 1, 0)["doc_id"]
+        assert snap.locate(new_id) == (snap.names[-1], 0), (
+            "the delta's own doc_id index, shards counted after"
+        )
+        loader = SnapshotLoader(where, seq_len=64, dp_rank=0, dp_world=1)  # the training reader
+        assert snap.manifest.shards[0].sha256 in {s.sha256 for s in loader.stream_shards}
+        assert next(iter(loader)) is not None
+    assert validate_snapshot(moved / delta[0].name / "candidates") == []
