@@ -32,40 +32,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.extract import extract_text, normalize_text, strip_invisible  # noqa: E402
+from bench.bench_pii import web_texts  # noqa: E402
+from corpus.extract import normalize_text, strip_invisible  # noqa: E402
 from corpus.filters import heuristics  # noqa: E402
-from corpus.ingest.warc import RawRecord, decode_page, iter_warc  # noqa: E402
 
 THAI_ARCHIVE = "code/chardet-5.2.0.tar.gz"
 THAI_FEED = "chardet-5.2.0/tests/TIS-620/pharmacy.kku.ac.th.healthinfo-ne.xml"
-
-
-def web_texts(data: Path, n: int) -> list[str]:
-    """``n`` pages of the first crawl, extracted as the extract stage does, a few per site."""
-    per_site: Counter = Counter()
-    out = []
-    for part in sorted((data / "warc").glob("crawl-2026-03-part*.warc.gz")):
-        for rec in iter_warc(part):
-            if not isinstance(rec, RawRecord):
-                continue
-            site = rec.url.split("/")[2]
-            if per_site[site] >= max(2, n // 20):
-                continue
-            html = decode_page(rec.payload, rec.content_type).text
-            text = normalize_text(strip_invisible(extract_text(html))[0])
-            if text:
-                per_site[site] += 1
-                out.append(text)
-            if len(out) == n:
-                return out
-    return out
 
 
 def perl_texts(data: Path, n: int) -> list[str]:
@@ -195,7 +173,7 @@ def main() -> None:
         language_table(args)
         return
 
-    pages, manuals = web_texts(args.data, args.pages), perl_texts(args.data, args.perl)
+    pages, manuals = web_texts(args.data, args.pages, per_site_share=20), perl_texts(args.data, args.perl)
     texts = pages + manuals
     mb = sum(len(t.encode()) for t in texts) / 1e6
     print(f"{len(texts)} documents ({len(pages)} pages, {len(manuals)} Perl manuals), {mb:.2f} MB")

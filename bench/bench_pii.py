@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.extract import extract_text, normalize_text  # noqa: E402
+from corpus.extract import extract_text, normalize_text, strip_invisible  # noqa: E402
 from corpus.filters.pii import CODE_SAFE_KINDS, IBAN_LENGTHS, KINDS, find_pii, luhn_ok  # noqa: E402
 from corpus.ingest.warc import RawRecord, decode_page, iter_warc  # noqa: E402
 
@@ -80,8 +80,9 @@ class Planted:
 # --- real text ------------------------------------------------------------------------------------
 
 
-def web_texts(data: Path, n: int) -> list[str]:
-    """Extracted text of ``n`` pages of the first crawl, a few per site so every language is in."""
+def web_texts(data: Path, n: int, per_site_share: int = 30) -> list[str]:
+    """Extracted text of ``n`` pages of the first crawl, as the extract stage makes it, at most
+    ``n // per_site_share`` (and 2) a site so every language is in. bench_heuristics reads it too."""
     per_site: Counter = Counter()
     out = []
     for part in sorted((data / "warc").glob("crawl-2026-03-part*.warc.gz")):
@@ -89,9 +90,10 @@ def web_texts(data: Path, n: int) -> list[str]:
             if not isinstance(rec, RawRecord):
                 continue
             site = rec.url.split("/")[2]
-            if per_site[site] >= max(2, n // 30):
+            if per_site[site] >= max(2, n // per_site_share):
                 continue
-            text = normalize_text(extract_text(decode_page(rec.payload, rec.content_type).text))
+            html = decode_page(rec.payload, rec.content_type).text
+            text = normalize_text(strip_invisible(extract_text(html))[0])
             if text:
                 per_site[site] += 1
                 out.append(text)
