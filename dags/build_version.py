@@ -9,7 +9,8 @@ again (docs/versions.md).
   with the key named, before any job is submitted);
 * **version** runs the version step (`hpc_jobs/version.py`) as a job, submitted and waited for like a
   stage of `build_snapshot` (deferred, bounded, one job per try);
-* **report** reads the version's manifest and puts its `snapshot_id` in XCom.
+* **report** reads the version's manifest, puts its `snapshot_id` in XCom and emits an event on the
+  `corpus://versions` asset with the `snapshot_id` (and the build and version directories) in its extra.
 
 The selection is a TOML file on the cluster's filesystem (`selection`, absolute) or the TOML itself
 (`selection_toml`, e.g. `min_scores = { quality = 0.2 }`); exactly one of the two. A selection is data:
@@ -27,6 +28,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
+from cli.orchestration.assets import VERSIONS, emit_version
 from cli.orchestration.deployment import Deployment, check_run_conf, path_schema
 from cli.orchestration.jobparams import job_params, resolve_job_params
 from cli.orchestration.operators import VersionJobOperator
@@ -79,13 +81,15 @@ def build_version() -> None:
         check_run_conf(ctx["dag_run"].conf or {}, PARAMS)
         return resolve_step(ctx["params"], ctx["run_id"], DEPLOYMENT)
 
-    @task
+    @task(outlets=[VERSIONS])
     def report(step: dict[str, Any]) -> dict[str, Any]:
         m = read_version_manifest(step)
         kept = sum(s["selected_docs"] for s in m["shards"])
         tokens = sum(s["selected_tokens"] for s in m["shards"])
         print(f"version {step['out']}: {kept:,} documents, {tokens:,} tokens selected\nsnapshot_id {m['snapshot_id']}")
-        get_current_context()["ti"].xcom_push(key="snapshot_id", value=m["snapshot_id"])
+        ctx = get_current_context()
+        ctx["ti"].xcom_push(key="snapshot_id", value=m["snapshot_id"])
+        emit_version(ctx, m["snapshot_id"], step["build"], step["out"])
         return {"snapshot_id": m["snapshot_id"], "out": step["out"], "documents": kept, "tokens": tokens}
 
     step = prepare()

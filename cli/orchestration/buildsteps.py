@@ -2,13 +2,17 @@
 cluster's side (where the build directory is), through the same backend that submits the jobs:
 
     python -m cli.orchestration.buildsteps prepare  --out DIR --input PATH... [--config FILE] [--seed S]
-                                                       [--overrides JSON]
-    python -m cli.orchestration.buildsteps finalize --out DIR --stages a,b,c
+                                                       [--overrides JSON] [--base BUILD | --latest-base ROOT]
+    python -m cli.orchestration.buildsteps finalize --out DIR --stages a,b,c [--config FILE]
 
-``prepare`` checks and resolves the inputs and writes the build config every stage reads (exactly
-what ``corpus build`` writes);
-``finalize`` writes the candidates and the default version from the stage manifests with
-:func:`corpus.pipeline.finish_build`, then the build's data card (``corpus report``), and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
+``prepare`` checks and resolves the inputs, writes the build config every stage reads and starts the
+build's dedup indexes (exactly what ``corpus build`` does before its stages): with a base (given, or the
+latest complete build under a root: :func:`latest_base`) the indexes are forks of the base's and only
+the inputs the base has not ingested remain;
+``finalize`` makes the band index with the parameters minhash_dedup ran with (or checks the base's),
+writes the candidates and the default version from the stage manifests with
+:func:`corpus.pipeline.finish_build` (which commits the build's index generation last), then the build's
+data card (``corpus report``), and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
 its counts against the previous stage's before the DAG moves on.
 """
 
@@ -29,7 +33,7 @@ from corpus import pipeline
 from corpus.alarms import alarm_config
 from corpus.config import ConfigError, check_build_config, load_config_file, stage_config
 from corpus.errors import UserError
-from corpus.layout import manifest_path, snapshot_dir
+from corpus.layout import candidates_dir, dedup_base_path, manifest_path, snapshot_dir
 from corpus.model import GroupCounts, StageManifest, YieldCounts
 
 
@@ -98,10 +102,39 @@ def check_stage_tables(cfg: dict[str, Any]) -> None:
     alarm_config(cfg)
 
 
-def prepare(out: Path, config_file: Path | None, seed: int | None, overrides: dict[str, Any]) -> Path:
-    """Write ``OUT/build-config.json``: the config file, each stage table updated by ``overrides``,
-    every stage's table checked against its config."""
+def latest_base(root: Path, out: Path) -> Path:
+    """The latest complete build directly under ``root`` (other than ``out``): the one whose candidates
+    manifest was written last (its mtime: a build writes it once, in its last step, just before its index
+    names it), ties broken by the greater directory name. Complete means what ``corpus build --base``
+    accepts (:class:`corpus.pipeline.BaseBuild`); an incomplete or foreign directory is passed over."""
+    found = []
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        if d.is_dir() and d.resolve() != out.resolve():
+            try:
+                pipeline.BaseBuild.open(d)
+            except UserError:
+                continue
+            found.append((manifest_path(candidates_dir(d)).stat().st_mtime_ns, d.name, d))
+    if not found:
+        raise UserError(f"no complete build under {root} to build against: give the base explicitly")
+    return max(found)[2]
+
+
+def prepare(out: Path, config_file: Path | None, seed: int | None, overrides: dict[str, Any],
+            inputs: list[Path], base: Path | None = None) -> tuple[Path, list[Path]]:
+    """Write ``OUT/build-config.json`` (the config file, each stage table updated by ``overrides``, every
+    stage's table checked against its config) and start the build's dedup indexes, against ``base`` when
+    given; returns the config and the inputs left to process (with a base, those it has not ingested)."""
+    missing = [str(p) for p in inputs if not p.exists()]
+    if missing:
+        raise UserError(f"input not found: {', '.join(missing)}")
+    if base is not None and base.resolve() == out.resolve():
+        raise UserError(f"base {base} is the build's own directory: a build is never rewritten, use a new out")
+    found = pipeline.BaseBuild.open(base) if base is not None else None
+    if found is not None:
+        inputs = found.new_inputs(inputs)
     cfg = load_config_file(config_file)
+    settings = pipeline.IndexSettings.of(cfg.pop(pipeline.DEDUP_INDEX, None))
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(cfg.get(key), dict):
             cfg[key] = {**cfg[key], **value}
@@ -110,18 +143,33 @@ def prepare(out: Path, config_file: Path | None, seed: int | None, overrides: di
     check_stage_tables(cfg)
     out.mkdir(parents=True, exist_ok=True)
     if not overrides:
-        return pipeline.write_build_config(out, config_file, seed)
-    with tempfile.TemporaryDirectory(dir=out) as tmp:
-        merged = Path(tmp) / "config.json"
-        merged.write_text(json.dumps(cfg))
-        return pipeline.write_build_config(out, merged, seed)
+        written = pipeline.write_build_config(out, config_file, seed)
+    else:
+        with tempfile.TemporaryDirectory(dir=out) as tmp:
+            merged = Path(tmp) / "config.json"
+            merged.write_text(json.dumps(cfg))
+            written = pipeline.write_build_config(out, merged, seed)
+    pipeline.start_indexes(out, found, settings)
+    return written, inputs
+
+
+def check_band_index(out: Path, manifests: list[StageManifest], config_file: Path | None) -> None:
+    """What ``corpus build`` does once minhash_dedup has run: the band index with the stage's parameters,
+    created (``[dedup_index]`` of the config file) or, with a base, checked against the base's fork."""
+    minhash = {m.stage: m for m in manifests}.get("minhash_dedup")
+    if minhash is None:
+        return
+    record = dedup_base_path(out)
+    base = pipeline.BaseBuild.open(out / json.loads(record.read_text())["base"]) if record.exists() else None
+    settings = pipeline.IndexSettings.of(load_config_file(config_file).get(pipeline.DEDUP_INDEX))
+    pipeline.check_band_index(out, minhash, settings, base)
 
 
 #: ``corpus report --record`` exits with this when a yield alarm fires in "fail" mode
 YIELD_ALARM_EXIT = 3
 
 
-def finalize(out: Path, stages: list[str]) -> dict[str, Any]:
+def finalize(out: Path, stages: list[str], config_file: Path | None = None) -> dict[str, Any]:
     """The snapshot of a build whose stages are all complete, written as ``corpus build`` writes it,
     then the build's data card (``corpus report``: ``OUT/report/card.html`` and ``card.json``), recorded
     in the yield history; a yield alarm fails the build (or only warns, by config)."""
@@ -129,6 +177,7 @@ def finalize(out: Path, stages: list[str]) -> dict[str, Any]:
     have = [m.stage for m in manifests]
     if have != stages:
         raise UserError(f"{out}: completed stages are {have}, expected {stages}")
+    check_band_index(out, manifests, config_file)
     snapshot_id = pipeline.finish_build(out, manifests)
     manifest = manifest_path(snapshot_dir(out))
     with contextlib.redirect_stdout(sys.stderr):  # the funnel table and any alarms go to the log
@@ -151,19 +200,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", type=Path, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--overrides", default="{}", help="JSON object of per-stage config tables")
+    based = p.add_mutually_exclusive_group()
+    based.add_argument("--base", type=Path, default=None, help="a complete build to build against")
+    based.add_argument("--latest-base", type=Path, default=None, metavar="ROOT",
+                       help="build against the latest complete build under ROOT")
     f = sub.add_parser("finalize")
     f.add_argument("--out", required=True, type=Path)
     f.add_argument("--stages", required=True, help="comma-separated stages that must be complete")
+    f.add_argument("--config", type=Path, default=None)
     args = ap.parse_args(argv)
     try:
         if args.step == "prepare":
-            missing = [str(p) for p in args.input if not p.exists()]
-            if missing:
-                raise UserError(f"input not found: {', '.join(missing)}")
-            cfg = prepare(args.out, args.config, args.seed, json.loads(args.overrides))
-            print(json.dumps({"build_config": str(cfg), "inputs": [str(p.resolve()) for p in args.input]}))
+            base = latest_base(args.latest_base, args.out) if args.latest_base else args.base
+            cfg, inputs = prepare(args.out, args.config, args.seed, json.loads(args.overrides), args.input, base)
+            print(json.dumps({"build_config": str(cfg), "inputs": [str(p.resolve()) for p in inputs],
+                              "base": str(base.resolve()) if base else None}))
         else:
-            print(json.dumps(finalize(args.out, [s for s in args.stages.split(",") if s])))
+            print(json.dumps(finalize(args.out, [s for s in args.stages.split(",") if s], args.config)))
     except (UserError, ValueError, OSError) as e:
         print(f"buildsteps {args.step}: error: {e}", file=sys.stderr)
         return 2

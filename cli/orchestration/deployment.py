@@ -52,8 +52,9 @@ FORBIDDEN_SBATCH_OPTIONS = frozenset({
     "--propagate", "--requeue", "--no-requeue", "--signal", "--wait", "--array", "--container", "--wckey",
 })
 
-#: an absolute path: starts with "/" (so never with "-"), one line, no NUL
-ABSOLUTE_PATH = r"^/[^\n\r\x00]*$"
+#: an absolute path: starts with "/" (so never with "-"), one line, no NUL. ``$(?!\n)``: Python's ``$`` (what
+#: jsonschema uses) also matches before a final newline, which would let "/x\n" through
+ABSOLUTE_PATH = r"^/[^\n\r\x00]*$(?!\n)"
 #: a SLURM time limit: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 TIME_LIMIT = r"^([0-9]+|[0-9]+:[0-9]{2}|[0-9]+:[0-9]{2}:[0-9]{2}|[0-9]+-[0-9]{1,2}(:[0-9]{2}){0,2})$"
 NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
@@ -127,7 +128,7 @@ class Deployment:
 def path_schema(nullable: bool = False) -> dict[str, Any]:
     """An absolute path; ``nullable``: also null or "" (the Param's own default applies)."""
     if nullable:
-        return {"type": ["null", "string"], "pattern": rf"^$|{ABSOLUTE_PATH}"}
+        return {"type": ["null", "string"], "pattern": rf"^$(?!\n)|{ABSOLUTE_PATH}"}
     return {"type": "string", "pattern": ABSOLUTE_PATH}
 
 

@@ -32,6 +32,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from cli.orchestration.assets import VERSIONS, emit_version
 from cli.orchestration.lineage import job_lineage, lineage_enabled, manifest_file
 from cli.orchestration.submit import (
     VERSION_STEP,
@@ -314,7 +315,8 @@ def buildstep(build: dict[str, Any], *args: str) -> dict[str, Any]:
 
 class SnapshotOperator(BaseOperator):
     """Assemble the snapshot of ``build`` once every stage is verified (``buildsteps finalize``: the
-    candidates, the default version, the report); the snapshot id goes to XCom.
+    candidates, the default version, the report, the build's index generation); the snapshot id goes to
+    XCom and to the event it emits on the VERSIONS asset (its outlet).
 
     Its OpenLineage events read the last stage's directory and write the candidates and the default
     version (``OUT/snapshot``); the COMPLETE event carries the last stage's manifest digest and both
@@ -325,7 +327,7 @@ class SnapshotOperator(BaseOperator):
     ui_color = "#d8f0d8"
 
     def __init__(self, *, build: Any, verified: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(outlets=[VERSIONS], **kwargs)
         self.build = build
         self.verified = verified
         self._manifests: dict[str, dict[str, Any]] = {}
@@ -344,11 +346,13 @@ class SnapshotOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         build = self.build
-        result = buildstep(build, "finalize", "--out", build["out"], "--stages", ",".join(build["stages"]))
+        config = [f"--config={build['config_file']}"] if build.get("config_file") else []
+        result = buildstep(build, "finalize", "--out", build["out"], "--stages", ",".join(build["stages"]), *config)
         result["stage_manifests"] = {v["stage"]: v["manifest_digest"] for v in self.verified}
         self.log.info("snapshot manifest %s\nreport %s\nsnapshot_id %s", result["manifest"], result["report"],
                       result["snapshot_id"])
         context["ti"].xcom_push(key="snapshot_id", value=result["snapshot_id"])
+        emit_version(context, result["snapshot_id"], build["out"], f"{build['out']}/{SNAPSHOT_DIR}")
         inputs, outputs = self.lineage_paths()
         self._manifests = read_manifests(backend_for(build["backend"], build["conn_id"]), inputs + outputs, self.log)
         return result

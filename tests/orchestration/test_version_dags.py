@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import run_corpus
 from tests.loader.snapshot_factory import write_id_snapshot
 from tests.orchestration.conftest import dags_test, failure_lines
+from tests.orchestration.test_ingest_crawl import version_events
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +35,7 @@ def test_build_version_makes_the_version_the_cli_makes(airflow_env, snapshot, tm
     made = json.loads((tmp_path / "v" / "manifest.json").read_text())["snapshot_id"]
     cli = run_corpus("version", str(snapshot), "--select-inline", selection, "--out", str(tmp_path / "cli"))
     assert made == last_id(cli.stdout)
+    assert {"snapshot_id": made, "build": str(snapshot), "version": str(tmp_path / "v")} in version_events(airflow_env)
 
 
 def test_build_version_refuses_a_bad_selection_in_prepare(airflow_env, snapshot, tmp_path):
