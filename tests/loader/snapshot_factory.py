@@ -12,6 +12,7 @@ can make versions of these snapshots with ``corpus.version``.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from corpus.digest import file_sha256
 from corpus.megatron import BLOCK_SIZE, block_digests, write_indexed_shard
 from corpus.metadata import metadata_table, write_metadata
 from corpus.model import SnapshotManifest, SnapshotShard
+from loader import load_manifest
 
 EOS = 0
 #: The mixture and epoch caps most loader tests use on the id snapshot's three buckets.
@@ -232,3 +234,16 @@ max_epochs = { code = 2 }
 def recipe_toml(snapshot_id: str, phases: str = PHASES, tokenizer: str = RECIPE_TOKENIZER, seed: int = 5) -> str:
     return (f'recipe_id = "test-recipe"\nsnapshot_id = "{snapshot_id}"\ntokenizer_sha256 = "{tokenizer}"\n'
             f"seed = {seed}\n{phases}")
+
+
+def damaged_copy(snapshot: Path, root: Path) -> tuple[Path, int]:
+    """A copy of ``snapshot`` at ``root`` with one byte of one web shard flipped (what the loader must
+    detect and substitute); the copy and the damaged shard's manifest index."""
+    shutil.copytree(snapshot, root)
+    manifest = load_manifest(root)[0]
+    bad = next(i for i, s in enumerate(manifest.shards) if s.bucket == "web" and s.tokens > 4)
+    path = root / manifest.shards[bad].path
+    data = bytearray(path.read_bytes())
+    data[5] ^= 0x40
+    path.write_bytes(bytes(data))
+    return root, bad

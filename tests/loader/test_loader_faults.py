@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from snapshot_factory import CAPS, MIXTURE, expected_tokens
+from snapshot_factory import CAPS, MIXTURE, damaged_copy, expected_tokens
 
 from loader import SnapshotLoader, load_manifest
 from loader.faults import ShardUnavailable, TooManyCorruptShards
@@ -46,16 +46,7 @@ def delivered(streams: list[list[tuple]]) -> Counter:
 
 @pytest.fixture
 def damaged(id_snapshot: Path, tmp_path: Path) -> tuple[Path, int]:
-    """A copy of the id snapshot with one byte of one web shard flipped; the shard's manifest index."""
-    root = tmp_path / "snap"
-    shutil.copytree(id_snapshot, root)
-    manifest = load_manifest(root)[0]
-    bad = next(i for i, s in enumerate(manifest.shards) if s.bucket == "web" and s.tokens > 4)
-    path = root / manifest.shards[bad].path
-    data = bytearray(path.read_bytes())
-    data[5] ^= 0x40
-    path.write_bytes(bytes(data))
-    return root, bad
+    return damaged_copy(id_snapshot, tmp_path / "snap")
 
 
 def test_a_flipped_byte_is_detected_and_the_shard_substituted_identically_on_replay(id_snapshot, damaged):

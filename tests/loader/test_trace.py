@@ -11,7 +11,6 @@ token delivered there. In an id snapshot every token is distinct, so a wrong doc
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -19,7 +18,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from snapshot_factory import CAPS, EOS, MIXTURE, RECIPE_TOKENIZER, recipe_toml, write_id_snapshot
+from snapshot_factory import (
+    CAPS,
+    EOS,
+    MIXTURE,
+    RECIPE_TOKENIZER,
+    damaged_copy,
+    recipe_toml,
+    write_id_snapshot,
+)
 
 from cli.commands.trace import describe_source
 from corpus.megatron import read_index
@@ -175,16 +182,7 @@ def test_trace_from_a_record_names_what_a_resume_on_another_world_delivered(snap
 
 @pytest.fixture
 def damaged(snap: Path, tmp_path: Path) -> tuple[Path, int]:
-    """A copy of the snapshot with one byte of one web shard flipped; the shard's manifest index."""
-    root = tmp_path / "snap"
-    shutil.copytree(snap, root)
-    manifest = load_manifest(root)[0]
-    bad = next(i for i, s in enumerate(manifest.shards) if s.bucket == "web" and s.tokens > 4)
-    path = root / manifest.shards[bad].path
-    data = bytearray(path.read_bytes())
-    data[5] ^= 0x40
-    path.write_bytes(bytes(data))
-    return root, bad
+    return damaged_copy(snap, tmp_path / "snap")
 
 
 def test_trace_names_the_substitute_a_corrupt_shard_was_read_from(damaged):
