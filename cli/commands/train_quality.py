@@ -128,7 +128,7 @@ def tier_examples(stage_dirs: list[Path]) -> Iterator[q.Example]:
             for doc in iter_docs(d / out.path):
                 if doc.content_type == "text/html":
                     continue
-                label = q.tier_label(doc.source_tier, doc.text)
+                label = q.tier_label(doc.source_tier, doc.text, doc.lang or None)
                 if label is not None:
                     ex = q.make_example(
                         doc.text, label, doc.lang or None, url=doc.url, source=f"tier {doc.source_tier}"

@@ -239,9 +239,10 @@ def read_labelled_jsonl(path: Path, label: str | None = None) -> Iterator[Exampl
                 yield ex
 
 
-def is_low_quality_web(text: str) -> bool:
-    """The negative-label rule of the tier recipe (``--from``), from the Gopher/C4 signals."""
-    s = heuristic_signals(text)
+def is_low_quality_web(text: str, lang: str | None = None) -> bool:
+    """The negative-label rule of the tier recipe (``--from``), from the Gopher/C4 signals of ``text``
+    in its language (its own segmenter and stop words; English rules when ``lang`` is unknown)."""
+    s = heuristic_signals(text, lang)
     return (
         s["word_count"] < 80
         or s["alpha_word_fraction"] < 0.7
@@ -251,12 +252,12 @@ def is_low_quality_web(text: str) -> bool:
     )
 
 
-def tier_label(tier: str, text: str) -> str | None:
+def tier_label(tier: str, text: str, lang: str | None = None) -> str | None:
     """The tier recipe: documents of trusted tiers are ``hq``, web documents the Gopher/C4 signals
     call low quality ``lq``, the rest no example."""
     if tier in POSITIVE_TIERS:
         return "hq"
-    if tier in NEGATIVE_TIERS and is_low_quality_web(text):
+    if tier in NEGATIVE_TIERS and is_low_quality_web(text, lang):
         return "lq"
     return None
 

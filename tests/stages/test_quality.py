@@ -78,7 +78,7 @@ def test_training_is_reproducible_and_the_model_separates_the_classes(extracted,
     model = QualityModel(path)
     texts = list(docs(extracted / "b" / "extract"))
     curated = [model.score(d.text) for d in texts if d.source_tier == "curated"]
-    low = [model.score(d.text) for d in texts if d.source_tier == "web" and is_low_quality_web(d.text)]
+    low = [model.score(d.text) for d in texts if d.source_tier == "web" and is_low_quality_web(d.text, d.lang or None)]
     assert statistics.mean(curated) > 0.6 > 0.4 > statistics.mean(low)
 
 
@@ -253,3 +253,19 @@ def test_split_groups_keep_translations_and_architectures_together():
     ]
     assert len({split_group(u) for u in same}) == 1 and len({split_group(u) for u in faq}) == 1
     assert split_group(same[0]) != split_group(same[0].replace("apb", "apc"))
+
+
+
+def test_the_tier_recipe_judges_a_page_by_its_own_languages_words(shared_data):
+    """Chinese and Japanese pages judged with English rules have a handful of space-separated "words",
+    so the negative-label rule calls many of them low quality; with their own segmenter it counts their
+    words, and real pages it called low quality by English rules are not."""
+    from tests.dedup.crawl_pages import crawl_pages
+
+    rescued = [
+        lang
+        for lang, texts in crawl_pages(shared_data, 6).items()
+        for t in texts
+        if is_low_quality_web(t) and not is_low_quality_web(t, lang)
+    ]
+    assert len(rescued) >= 3 and set(rescued) == {"ja", "zh"}
