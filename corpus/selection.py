@@ -31,6 +31,9 @@ not ``public_domain`` or ``permissive``: :data:`DEFAULT_CLASSES_BY_TIER`)::
     near_duplicates = "representative"         # or "all": keep every selected cluster member
     [policy]                                   # the quality policy (corpus.policy.PolicyConfig): its
     min_quality = 0.05                         # keys, defaults for the rest; absent = no policy
+    [[buckets]]                                # buckets by predicate over the selected documents,
+    name = "web_en_hq"                         # first match wins (corpus.buckets); absent = the
+    where = "tier = 'web' AND quality >= q90"  # build's physical buckets
 
 Order: the row rules (policy, scores, languages, cutoffs, hosts, sources, licences, contamination) first; then
 each language's top fraction among the documents the row rules kept; then, per near-duplicate cluster,
@@ -51,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corpus.buckets import BucketDef, check_bucket_columns, parse_buckets
 from corpus.config import ConfigError, config_to_dict, stage_config
 from corpus.digest import canonical_json, sha256_hex
 from corpus.errors import UserError
@@ -75,6 +79,7 @@ KEYS = (
     "include_contaminated",
     "near_duplicates",
     "policy",
+    "buckets",
 )
 NEAR_DUPLICATE_MODES = ("representative", "all")
 #: code is trained on only where its licence lets the weights be used without obligations: a repository
@@ -114,9 +119,12 @@ class Selection:
     near_duplicates: str = "representative"
     #: the quality policy (tier exemptions, per-language checks, Gopher/C4 rules, quality), or none
     policy: PolicyConfig | None = None
+    #: buckets by predicate, in order (first match wins); none: the build's physical buckets
+    buckets: tuple[BucketDef, ...] = ()
 
     def canonical(self) -> dict[str, Any]:
-        return {
+        """Without buckets exactly the keys selections had before buckets existed, so their ids stay."""
+        out = {
             "min_scores": dict(sorted(self.min_scores.items())),
             "max_scores": dict(sorted(self.max_scores.items())),
             "min_scores_by_lang": {
@@ -145,6 +153,9 @@ class Selection:
             "near_duplicates": self.near_duplicates,
             "policy": None if self.policy is None else config_to_dict(self.policy),
         }
+        if self.buckets:
+            out["buckets"] = [b.canonical() for b in self.buckets]
+        return out
 
     @property
     def digest(self) -> str:
@@ -287,6 +298,8 @@ def parse_selection(data: dict[str, Any], where: str = "<inline>", base_dir: Pat
         kw["near_duplicates"] = data["near_duplicates"]
     if "policy" in data:
         kw["policy"] = parse_policy(data["policy"], where)
+    if "buckets" in data:
+        kw["buckets"] = parse_buckets(data["buckets"], where)
     return Selection(**kw)
 
 
@@ -338,6 +351,7 @@ def check_columns(selection: Selection, columns: list[str]) -> None:
         raise UserError(
             f"selection names unknown column(s) {', '.join(missing)}; known: {', '.join(sorted(columns))}"
         )
+    check_bucket_columns(selection.buckets, columns)
 
 
 def provenance_rules(s: Selection, alias: str) -> tuple[list[str], list[Any]]:

@@ -13,6 +13,12 @@ from. The build's own snapshot (``BUILD/snapshot/``) is the version that selects
 
 Why bitmaps: the loader's sampler works from sizes alone, so a version records per shard the selected
 documents and tokens; the bits say which, one bit a document (125 MB for 10⁹ documents).
+
+A selection with buckets by predicate (:mod:`corpus.buckets`) adds, per shard and bucket, a bitmap
+``selection/<shard>.<bucket>.bits`` (a subset of the shard's selection; the buckets of a shard are
+disjoint) with its documents and tokens, and the manifest records each bucket's canonical predicate
+with its quantiles as resolved, and the selected documents no bucket took (``unbucketed_docs`` and
+``unbucketed_tokens``): the loader streams only bucketed documents, and nobody loses data silently.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from corpus.buckets import BucketDef, parse_buckets, predicate_sql, quantile_sql
 from corpus.digest import canonical_json, json_digest, sha256_hex
 from corpus.docshard import atomic_write_bytes
 from corpus.errors import UserError
@@ -108,16 +115,42 @@ class Version:
         """The shards whose files are still there (not tombstoned)."""
         return tuple(s for s in self.shards if s.name not in self.tombstones)
 
+    @property
+    def bucket_names(self) -> tuple[str, ...]:
+        """The buckets by predicate the version defines, in order; none: the build's physical buckets."""
+        return tuple(b["name"] for b in (self.manifest or {}).get("buckets", []))
+
+    def _entry(self, name: str) -> dict[str, Any]:
+        return next(s for s in self.manifest["shards"] if s["name"] == name)
+
+    def _bitmap(self, shard: ShardRef, entry: dict[str, Any], what: str) -> np.ndarray:
+        data = (self.dir / entry["bitmap"]).read_bytes()
+        if sha256_hex(data) != entry["bitmap_sha256"]:
+            raise UserError(f"version {self.dir}: bitmap of {what} does not match its digest")
+        return unpack_bits(data, shard.docs)
+
     def selected(self, shard: ShardRef) -> np.ndarray:
         if self.manifest is None:
             return np.ones(shard.docs, dtype=bool)
         if shard.name in self.tombstones:
             return np.zeros(shard.docs, dtype=bool)
-        entry = next(s for s in self.manifest["shards"] if s["name"] == shard.name)
-        data = (self.dir / entry["bitmap"]).read_bytes()
-        if sha256_hex(data) != entry["bitmap_sha256"]:
-            raise UserError(f"version {self.dir}: bitmap of shard {shard.name} does not match its digest")
-        return unpack_bits(data, shard.docs)
+        return self._bitmap(shard, self._entry(shard.name), f"shard {shard.name}")
+
+    def bucket_selected(self, shard: ShardRef, bucket: str) -> np.ndarray:
+        """The selected documents of ``shard`` in predicate bucket ``bucket`` (one bool per document)."""
+        if shard.name in self.tombstones:
+            return np.zeros(shard.docs, dtype=bool)
+        entry = self._entry(shard.name)["buckets"][bucket]
+        return self._bitmap(shard, entry, f"shard {shard.name} bucket {bucket}")
+
+    def bucket_counts(self) -> Iterator[tuple[ShardRef, str, int, int]]:
+        """(shard, bucket, docs, tokens) of every (shard, predicate bucket) pair, shard-major, buckets in
+        the order defined (empty pairs included), as the manifest records them."""
+        by_name = {s["name"]: s for s in self.manifest["shards"]}
+        for s in self.shards:
+            for b in self.bucket_names:
+                c = by_name[s.name]["buckets"][b]
+                yield s, b, c["docs"], c["tokens"]
 
     def selected_counts(self) -> Iterator[tuple[ShardRef, int, int]]:
         """(shard, selected docs, selected tokens) as the manifest records them."""
@@ -259,6 +292,21 @@ def columns(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in con.execute("DESCRIBE stored").fetchall()]
 
 
+def _bits_table(
+    shards: tuple[ShardRef, ...], bits: dict[str, np.ndarray], **more: dict[str, np.ndarray]
+) -> pa.Table:
+    """(shard, index, kept, and one column per ``more``) for every document of ``shards``: what a query
+    joins the table ``stored`` with."""
+    columns_ = {
+        "shard": pa.array([s.name for s in shards for _ in range(s.docs)], pa.string()),
+        "index": pa.array(np.concatenate([np.arange(s.docs) for s in shards]), pa.int64()),
+        "kept": pa.array(np.concatenate([bits[s.name] for s in shards])),
+    }
+    for name, per_shard in more.items():
+        columns_[name] = pa.array(np.concatenate([per_shard[s.name] for s in shards]))
+    return pa.table(columns_)
+
+
 def evaluate(
     version: Version, selection: Selection, policy_reasons: Counter | None = None
 ) -> dict[str, np.ndarray]:
@@ -350,6 +398,114 @@ def policy_verdicts(
     return pa.Table.from_batches(judged, schema=schema) if judged else schema.empty_table()
 
 
+UNBUCKETED = "(unbucketed)"
+
+
+@dataclass(frozen=True)
+class VersionBuckets:
+    """A version's buckets by predicate as made: each bucket's quantiles as resolved (column -> {qNN:
+    value}), and per shard the bucket of each selected document (its position in ``defs``; -1: not
+    selected, or selected and in no bucket)."""
+
+    defs: tuple[BucketDef, ...]
+    resolved: tuple[dict[str, dict[str, Any]], ...]
+    of_doc: dict[str, np.ndarray]
+
+    def pair(self, shard: str, docs: int, k: int, gone: set[str]) -> np.ndarray:
+        """The bits of (shard, bucket ``k``); none of a tombstoned shard."""
+        return np.zeros(docs, dtype=bool) if shard in gone else self.of_doc[shard] == k
+
+
+def _jsonable(value: Any) -> Any:
+    """A resolved quantile as the manifest records it (a date as YYYY-MM-DD, which DuckDB compares with
+    the column again when bound)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def _bucket_error(bucket: BucketDef, e: duckdb.Error) -> UserError:
+    """A predicate DuckDB cannot run (a string compared with a number column...), one line naming its bucket."""
+    return UserError(f"selection bucket {bucket.name} ({bucket.where}): {str(e).splitlines()[0]}")
+
+
+def assign_buckets(
+    con: duckdb.DuckDBPyConnection,
+    defs: tuple[BucketDef, ...],
+    shards: tuple[ShardRef, ...],
+    bits: dict[str, np.ndarray],
+) -> tuple[VersionBuckets, dict[str, np.ndarray]]:
+    """The buckets of ``bits``' selected documents, and per shard the first bucket whose predicate each
+    *stored* document satisfies (-1: none; what the kept table counts as stored per bucket).
+
+    1. Each ``qNN`` is resolved over the selected documents that pass its bucket's other clauses.
+    2. One pass over the table assigns every document the first bucket it satisfies (``CASE``: a NULL
+       comparison is not true, so it falls through).
+    3. A selected document keeps that bucket; an unselected one is in none."""
+    if any(b.quantiles for b in defs):
+        con.register("bucket_kept", _bits_table(shards, bits))
+        con.execute(
+            'CREATE OR REPLACE VIEW bucket_pool AS SELECT s.* FROM stored s JOIN bucket_kept k USING (shard, "index") '
+            "WHERE k.kept"
+        )
+    resolved: list[dict[str, dict[str, Any]]] = []
+    cases, params = [], []
+    for k, b in enumerate(defs):
+        r: dict[str, dict[str, Any]] = {}
+        for c in b.quantiles:
+            sql, p = quantile_sql(b, c, "bucket_pool")
+            try:
+                value = con.execute(sql, p).fetchall()[0][0]
+            except duckdb.Error as e:
+                raise _bucket_error(b, e) from None
+            r.setdefault(c.column, {})[c.value.text] = _jsonable(value)
+        resolved.append(r)
+        sql, p = predicate_sql(b, r)
+        try:  # each predicate on its own first, so an error names its bucket
+            con.execute(f"SELECT count(*) FROM stored WHERE {sql}", p).fetchall()
+        except duckdb.Error as e:
+            raise _bucket_error(b, e) from None
+        cases.append(f"WHEN {sql} THEN {k}")
+        params += p
+    # one row per shard: its documents' buckets in document order (row i of a shard's table is document i)
+    per_shard = con.sql(
+        f'SELECT shard, list(CASE {" ".join(cases)} ELSE -1 END ORDER BY "index") AS bucket FROM stored GROUP BY shard',
+        params=params,
+    ).to_arrow_table()
+    found = dict(zip(per_shard.column("shard").to_pylist(), per_shard.column("bucket"), strict=True))
+    dtype = np.min_scalar_type(-len(defs))
+    match, of_doc = {}, {}
+    for s in shards:
+        m = found[s.name].values.to_numpy() if s.name in found else np.zeros(0, dtype)
+        if m.shape[0] != s.docs:
+            raise UserError(f"shard {s.name}: its metadata has {m.shape[0]} rows for {s.docs} documents")
+        match[s.name] = m.astype(dtype)
+        of_doc[s.name] = np.where(bits[s.name], m, -1).astype(dtype)
+    return VersionBuckets(defs, tuple(resolved), of_doc), match
+
+
+def recorded_buckets(version: Version) -> VersionBuckets:
+    """The buckets ``version`` was made with, read back from its bitmaps: a new manifest of its selection
+    (a tombstone) keeps them as made, since resolving the quantiles again without a deleted shard would
+    move documents of the other shards between buckets."""
+    if "buckets" not in (version.manifest or {}):
+        raise ValueError(
+            f"{version.dir or version.base_dir} was not made with buckets by predicate: pass them"
+        )
+    recorded = version.manifest["buckets"]
+    defs = parse_buckets([{"name": b["name"], "where": b["where"]} for b in recorded], str(version.dir))
+    dtype = np.min_scalar_type(-len(defs))
+    of_doc = {}
+    for s in version.live_shards:
+        a = np.full(s.docs, -1, dtype=dtype)
+        for k, b in enumerate(defs):
+            a[version.bucket_selected(s, b.name)] = k
+        of_doc[s.name] = a
+    return VersionBuckets(defs, tuple(b["resolved"] for b in recorded), of_doc)
+
+
 def token_counts(version: Version, shard: ShardRef) -> np.ndarray:
     con = duckdb.connect()
     rows = con.execute(
@@ -369,28 +525,47 @@ def version_manifest(
     bits: dict[str, np.ndarray],
     tombstones: list[dict[str, Any]],
     policy_reasons: dict[str, int] | None = None,
+    buckets: VersionBuckets | None = None,
 ) -> dict[str, Any]:
     """The manifest (without ``run_info``) of the version selecting ``bits`` of ``version``'s build;
     a tombstoned shard selects nothing (its files may be gone). ``policy_reasons``: the stored documents
-    its policy rejects, by reason (what the yield alarms and the data card read)."""
+    its policy rejects, by reason (what the yield alarms and the data card read). ``buckets``: the
+    selection's buckets by predicate (:func:`assign_buckets`); for a selection with buckets and none
+    given, ``version``'s own as made (:func:`recorded_buckets`)."""
+    if selection.buckets and buckets is None:
+        buckets = recorded_buckets(version)
     shards = []
     gone = {t["name"] for t in tombstones}
+    unbucketed = [0, 0]
     for s in version.shards:
         sel = _bits_for(s.name, s.docs, bits, gone)
-        selected_tokens = int(token_counts(version, s)[sel].sum()) if sel.any() else 0
-        shards.append(
-            {
-                "name": s.name,
-                "bucket": s.bucket,
-                "sha256": s.sha256,
-                "metadata_sha256": s.metadata_sha256 if s.name not in gone else None,
-                "docs": s.docs,
-                "selected_docs": int(sel.sum()),
-                "selected_tokens": selected_tokens,
-                "bitmap": f"{SELECTION_DIR}/{s.name}{BITS_SUFFIX}",
-                "bitmap_sha256": sha256_hex(pack_bits(sel)),
-            }
-        )
+        tokens = token_counts(version, s) if sel.any() else np.zeros(s.docs, dtype=np.int64)
+        entry = {
+            "name": s.name,
+            "bucket": s.bucket,
+            "sha256": s.sha256,
+            "metadata_sha256": s.metadata_sha256 if s.name not in gone else None,
+            "docs": s.docs,
+            "selected_docs": int(sel.sum()),
+            "selected_tokens": int(tokens[sel].sum()),
+            "bitmap": f"{SELECTION_DIR}/{s.name}{BITS_SUFFIX}",
+            "bitmap_sha256": sha256_hex(pack_bits(sel)),
+        }
+        if buckets is not None:
+            entry["buckets"] = {}
+            left = sel.copy()
+            for k, b in enumerate(buckets.defs):
+                pair = buckets.pair(s.name, s.docs, k, gone)
+                left &= ~pair
+                entry["buckets"][b.name] = {
+                    "docs": int(pair.sum()),
+                    "tokens": int(tokens[pair].sum()),
+                    "bitmap": f"{SELECTION_DIR}/{s.name}.{b.name}{BITS_SUFFIX}",
+                    "bitmap_sha256": sha256_hex(pack_bits(pair)),
+                }
+            unbucketed[0] += int(left.sum())
+            unbucketed[1] += int(tokens[left].sum())
+        shards.append(entry)
     digested = {
         "format": VERSION_FORMAT,
         "base_snapshot_id": version.base.snapshot_id,
@@ -401,25 +576,28 @@ def version_manifest(
     }
     if policy_reasons is not None:
         digested["policy_reasons"] = dict(sorted(policy_reasons.items()))
+    if buckets is not None:
+        digested["buckets"] = [
+            {"name": b.name, "where": b.where, "resolved": r}
+            for b, r in zip(buckets.defs, buckets.resolved, strict=True)
+        ]
+        digested["unbucketed_docs"], digested["unbucketed_tokens"] = unbucketed
     return {**digested, "snapshot_id": json_digest(digested)}
 
 
 def kept_table(
-    con: duckdb.DuckDBPyConnection, version: Version, bits: dict[str, np.ndarray]
+    con: duckdb.DuckDBPyConnection,
+    version: Version,
+    bits: dict[str, np.ndarray],
+    buckets: tuple[BucketDef, ...] = (),
+    match: dict[str, np.ndarray] | None = None,
 ) -> dict[str, dict[str, dict[str, int]]]:
     """Per group (bucket, source, lang), per value: documents and tokens stored and kept by ``bits``,
-    over the live shards of ``con``'s table ``stored`` (one pass a group): a --dry-run's table."""
+    over the live shards of ``con``'s table ``stored`` (one pass a group): a --dry-run's table. With
+    ``buckets`` by predicate, also the group ``predicate_bucket``: per bucket (in order, then
+    ``(unbucketed)``) the stored documents whose first matching bucket it is (``match``) and the kept."""
     shards = version.live_shards
-    con.register(
-        "planned_bits",
-        pa.table(
-            {
-                "shard": pa.array([s.name for s in shards for _ in range(s.docs)], pa.string()),
-                "index": pa.array(np.concatenate([np.arange(s.docs) for s in shards]), pa.int64()),
-                "kept": pa.array(np.concatenate([bits[s.name] for s in shards])),
-            }
-        ),
-    )
+    con.register("planned_bits", _bits_table(shards, bits, **({"match": match} if buckets else {})))
     con.register(
         "shard_buckets", pa.table({"shard": [s.name for s in shards], "bucket": [s.bucket for s in shards]})
     )
@@ -435,6 +613,24 @@ def kept_table(
             str(g): {"stored_docs": int(n), "stored_tokens": int(t), "docs": int(k), "tokens": int(kt)}
             for g, n, t, k, kt in sorted(rows, key=lambda r: str(r[0]))
         }
+    if buckets:
+        rows = con.execute(
+            "SELECT p.match, count(*), coalesce(sum(s.tokens), 0), count(*) FILTER (WHERE p.kept), "
+            "coalesce(sum(s.tokens) FILTER (WHERE p.kept), 0) FROM stored s "
+            'JOIN planned_bits p USING (shard, "index") GROUP BY 1'
+        ).fetchall()
+        counts = {int(g): (int(n), int(t), int(k), int(kt)) for g, n, t, k, kt in rows}
+        names = [*(b.name for b in buckets), UNBUCKETED]
+        out[PREDICATE_GROUP] = {
+            name: dict(
+                zip(
+                    ("stored_docs", "stored_tokens", "docs", "tokens"),
+                    counts.get(k, (0, 0, 0, 0)),
+                    strict=True,
+                )
+            )
+            for k, name in zip([*range(len(buckets)), -1], names, strict=True)
+        }
     return out
 
 
@@ -445,14 +641,22 @@ def write_version(
     out: Path,
     base_dir: Path,
     run_info: dict[str, Any] | None = None,
+    buckets: VersionBuckets | None = None,
 ) -> None:
-    """Bitmaps first, the manifest last (its presence means complete); nothing of the build is touched.
-    ``run_info`` (not covered by the id) records where the build lives and facts such as dates."""
+    """Bitmaps first (a shard's, then its buckets'), the manifest last (its presence means complete);
+    nothing of the build is touched. ``run_info`` (not covered by the id) records where the build lives
+    and facts such as dates. ``buckets``: as for :func:`version_manifest`."""
+    if "buckets" in manifest and buckets is None:
+        buckets = recorded_buckets(version)
     out.mkdir(parents=True, exist_ok=True)
     (out / SELECTION_DIR).mkdir(exist_ok=True)
     gone = {t["name"] for t in manifest["tombstones"]}
     for s in manifest["shards"]:
         atomic_write_bytes(out / s["bitmap"], pack_bits(_bits_for(s["name"], s["docs"], bits, gone)))
+        for k, b in enumerate(buckets.defs if "buckets" in s else ()):
+            atomic_write_bytes(
+                out / s["buckets"][b.name]["bitmap"], pack_bits(buckets.pair(s["name"], s["docs"], k, gone))
+            )
     run_info = {**(run_info or {}), "base": os.path.relpath(base_dir.resolve(), out.resolve())}
     atomic_write_bytes(out / MANIFEST, canonical_json({**manifest, "run_info": run_info}) + b"\n")
 
@@ -545,6 +749,8 @@ def diff_text(d: dict[str, Any]) -> str:
 
 
 GROUPS = ("bucket", "source", "lang")
+#: the kept table's group of a selection's buckets by predicate
+PREDICATE_GROUP = "predicate_bucket"
 
 
 @dataclass(frozen=True)
@@ -554,12 +760,18 @@ class Planned:
     version: Version
     bits: dict[str, np.ndarray]
     manifest: dict[str, Any]
-    #: per group (bucket, source, lang), per value: docs and tokens kept, and stored
+    #: per group (bucket, source, lang; predicate_bucket), per value: docs and tokens kept, and stored
     kept: dict[str, dict[str, dict[str, int]]]
+    #: the selection's buckets by predicate, or None
+    buckets: VersionBuckets | None = None
 
     @property
     def empty_buckets(self) -> list[str]:
-        """Buckets the build has of which the selection keeps nothing."""
+        """The buckets the loader would stream of which the selection keeps nothing: the selection's own
+        buckets by predicate when it defines them (then the build's buckets are not the loader's), else
+        the build's buckets that have documents."""
+        if self.buckets is not None:
+            return [b.name for b in self.buckets.defs if self.kept[PREDICATE_GROUP][b.name]["docs"] == 0]
         return sorted(b for b, c in self.kept["bucket"].items() if c["docs"] == 0 and c["stored_docs"] > 0)
 
 
@@ -571,27 +783,56 @@ def plan_version(build: Path, selection: Selection) -> Planned:
     con = connect(base)  # one connection: the table's files are opened once
     reasons: Counter = Counter()
     bits = select_rows(con, selection, {s.name: s.docs for s in base.shards}, reasons)
-    kept = kept_table(con, base, bits)
+    buckets, match = (
+        assign_buckets(con, selection.buckets, base.shards, bits) if selection.buckets else (None, None)
+    )
+    kept = kept_table(con, base, bits, selection.buckets, match)
     manifest = version_manifest(
         version,
         selection,
         bits,
         list(version.tombstones.values()),
         dict(reasons) if selection.policy is not None else None,
+        buckets,
     )
-    return Planned(version, bits, manifest, kept)
+    return Planned(version, bits, manifest, kept, buckets)
 
 
 def make_version(build: Path, selection: Selection, out: Path) -> Planned:
     """Write the version (refused, before anything is written, when it empties a bucket)."""
     planned = plan_version(build, selection)
     if planned.empty_buckets:
+        whose = "the selection defines" if planned.buckets is not None else "the build has"
         raise UserError(
-            f"the selection keeps no document of bucket(s) {', '.join(planned.empty_buckets)}, which the build "
-            f"has; nothing written (check it with --dry-run)"
+            f"the selection keeps no document of bucket(s) {', '.join(planned.empty_buckets)}, which {whose}; "
+            f"nothing written (check it with --dry-run)"
         )
-    write_version(planned.version, planned.manifest, planned.bits, Path(out), planned.version.base_dir)
+    write_version(
+        planned.version,
+        planned.manifest,
+        planned.bits,
+        Path(out),
+        planned.version.base_dir,
+        buckets=planned.buckets,
+    )
     return planned
+
+
+def buckets_text(manifest: dict[str, Any]) -> str:
+    """A version's buckets by predicate, each with its quantiles as resolved, and what no bucket took."""
+    lines = []
+    for b in manifest.get("buckets", []):
+        values = ", ".join(f"{q} of {col} = {v}" for col, qs in b["resolved"].items() for q, v in qs.items())
+        lines.append(
+            f"bucket {b['name']}: {b['where'] or '(every selected document no earlier bucket took)'}"
+            + (f" ({values})" if values else "")
+        )
+    if "buckets" in manifest:
+        lines.append(
+            f"unbucketed: {manifest['unbucketed_docs']:,} selected docs / {manifest['unbucketed_tokens']:,} tokens "
+            "in no bucket (the loader does not read them)"
+        )
+    return "\n".join(lines)
 
 
 def kept_text(kept: dict[str, dict[str, dict[str, int]]]) -> str:

@@ -46,7 +46,7 @@ from loader.state import (
     shards_read,
     stream_layout,
 )
-from loader.versions import LoaderVersion, RunMove
+from loader.versions import LoaderVersion, RunMove, predicate_buckets, same_streams
 from loader.world import World
 
 
@@ -131,12 +131,16 @@ class SnapshotLoader(IterableDataset):
             raise ValueError("a recipe sets the mixture and epoch caps: pass neither with it")
         # a version reads the build's shards through its selection; a snapshot reads every document
         self.version = LoaderVersion.open(Path(snapshot)) if isinstance(snapshot, (str, Path)) else None
+        # streams are what the sampler and the shard store index: a snapshot's or version's shards, or a
+        # version's (shard, predicate bucket) pairs (``stream_manifest``: one entry per stream)
         if self.version is not None:
             self.manifest, self.root = self.version.manifest, self.version.root
             self.snapshot_id, self.stream_shards = self.version.snapshot_id, self.version.stream_shards
+            self.stream_manifest = self.version.stream_manifest
         else:
             self.manifest, self.root = load_manifest(snapshot, root)
             self.snapshot_id, self.stream_shards = self.manifest.snapshot_id, self.manifest.shards
+            self.stream_manifest = self.manifest
         self.dp_group = dp_group
         if dp_group is not None and (dp_rank is None or dp_world is None):
             dp_rank = dist.get_rank(dp_group) if dp_rank is None else dp_rank
@@ -147,7 +151,7 @@ class SnapshotLoader(IterableDataset):
             dp_world = world.world_size if dp_world is None else dp_world
         if not 0 <= dp_rank < dp_world:
             raise ValueError(f"dp_rank {dp_rank} outside a world of {dp_world}")
-        buckets = sorted({s.bucket for s in self.manifest.shards})
+        buckets = sorted({s.bucket for s in self.stream_shards})
         if recipe is not None:
             # the buckets are whatever this snapshot or version defines; the recipe only names them
             recipe.check_pinned(self.snapshot_id, self.manifest.tokenizer.get("sha256"))
@@ -176,7 +180,7 @@ class SnapshotLoader(IterableDataset):
                                     self.append_eos, self.world)
         if memory_budget_mb < 1:
             raise UserError(f"memory_budget_mb must be positive, got {memory_budget_mb}")
-        self.store = ShardStore(self.root, self.manifest, self.eos_id, self.append_eos, max_skip_fraction,
+        self.store = ShardStore(self.root, self.stream_manifest, self.eos_id, self.append_eos, max_skip_fraction,
                                 log=self._log, memory_budget_bytes=int(memory_budget_mb) << 20,
                                 io_retry_delays=io_retry_delays,
                                 selection=self.version.selected if self.version is not None else None)
@@ -384,13 +388,24 @@ class SnapshotLoader(IterableDataset):
                 f"checkpoint was taken with sampler {record['sampler_version']}, this is {SAMPLER_VERSION}; "
                 "pass allow_version_mismatch=True to accept a different stream")
         self._resume_recipe(record, allow_recipe_mismatch)
-        skipped = {int(i) for i in record["skipped"] if int(i) < len(self.manifest.shards)}
+        skipped = {int(i) for i in record["skipped"] if int(i) < len(self.stream_manifest.shards)}
         cursors = None
         self.switches = list(record.get("switches", []))
-        if record["sampler_version"] == SAMPLER_VERSION and record["snapshot_id"] != self.snapshot_id and same_build:
+        moving = record["sampler_version"] == SAMPLER_VERSION and record["snapshot_id"] != self.snapshot_id and same_build
+        old = self._recorded_version(record) if moving else None
+        if moving and not same_streams(old, self.version):
+            theirs, mine = (", ".join(predicate_buckets(v)) or "physical" for v in (old, self.version))
+            if not allow_snapshot_mismatch:
+                raise ResumeRefused(
+                    f"checkpoint was taken on version {record['snapshot_id']} with buckets ({theirs}), this loader "
+                    f"reads {self.snapshot_id} with buckets ({mine}): a run moves only between versions with the same "
+                    "buckets in the same order; pass allow_snapshot_mismatch=True to start this version's epochs "
+                    "from the recorded step instead")
+            moving = False  # fresh epochs of this version's streams, below
+        if moving:
             if bool(record["append_eos"]) != self.append_eos:
                 raise ResumeRefused("checkpoint was taken with a different append_eos: stream positions differ")
-            plan = self._move_plan(record, allow_tombstoned)
+            plan = self._move_plan(record, old, allow_tombstoned)
             self.switches.append({"step": int(record["step"]), "from": record["snapshot_id"], "to": self.snapshot_id})
             if self.verbose:
                 self._log(f"moved from version {record['snapshot_id']} to {self.snapshot_id} at step {record['step']}")
@@ -448,18 +463,22 @@ class SnapshotLoader(IterableDataset):
             self._apply_phase(span)
         self.span = span
 
-    def _move_plan(self, record: Mapping[str, Any], allow_tombstoned: bool) -> Plan:
-        """The plan that moves a run recorded on another selection of this build onto this one:
-        positions already read stay read, documents this version drops are never read again, and
-        every other unread position of the open epochs is read exactly once."""
-        old = None
-        if record.get("version_dir"):
-            old = LoaderVersion.open(Path(record["version_dir"]))
-            if old is None or old.snapshot_id != record["snapshot_id"]:
-                raise ResumeRefused(
-                    f"checkpoint was taken on version {record['snapshot_id']} at {record['version_dir']}, "
-                    "which is no longer there: its selection is needed to move the run to this version")
-        move = RunMove(self.manifest, self.root, old, self.version, self.append_eos)
+    def _recorded_version(self, record: Mapping[str, Any]) -> LoaderVersion | None:
+        """The version a record of another selection of this build was taken on (None: the build itself)."""
+        if not record.get("version_dir"):
+            return None
+        old = LoaderVersion.open(Path(record["version_dir"]))
+        if old is None or old.snapshot_id != record["snapshot_id"]:
+            raise ResumeRefused(
+                f"checkpoint was taken on version {record['snapshot_id']} at {record['version_dir']}, "
+                "which is no longer there: its selection is needed to move the run to this version")
+        return old
+
+    def _move_plan(self, record: Mapping[str, Any], old: LoaderVersion | None, allow_tombstoned: bool) -> Plan:
+        """The plan that moves a run recorded on another selection of this build (``old``, with the same
+        streams) onto this one: positions already read stay read, documents this version drops are never
+        read again, and every other unread position of the open epochs is read exactly once."""
+        move = RunMove(self.stream_manifest, self.root, old, self.version, self.append_eos)
         recorded = stream_layout(move.old_stream_shards, int(record["seed"]), int(record["chunk_tokens"]),
                                  record["epoch_caps"], bool(record["append_eos"]), int(record["plan"]["world"]),
                                  cuts=record.get("chunk_cuts", {}))

@@ -7,6 +7,13 @@ it touches. A shard from an older snapshot (no block digests) falls back to the 
 its first open. The ``.idx`` is checked for consistency with the ``.bin`` and the manifest on its
 first open (:func:`loader.sequences.check_index`).
 
+Streams. The store reads a manifest by stream index: a snapshot's or version's shards, or, for a
+version with buckets by predicate, one entry per (shard, bucket) stream
+(:attr:`loader.versions.LoaderVersion.stream_manifest`). Streams of one shard share its files, so what
+was verified is kept per file, not per stream: a block is still hashed once. A corrupt shard is found
+stream by stream (each of its streams is skipped when it reads the bad part), and a stream's substitute
+is another stream of its bucket.
+
 Corruption. Only a digest mismatch or a format failure (a bad index, sizes that disagree with the
 manifest) makes a shard corrupt. It joins the *skip set*, which is part of the loader state, and its
 stream positions are read from a substitute: the first shard of the same bucket, in an order keyed by
@@ -99,8 +106,8 @@ class ShardStore:
         self._open: OrderedDict[int, OpenShard] = OrderedDict()  # the LRU cache, oldest first
         self._mapped = 0
         self._substitute: dict[int, int] = {}
-        self._index_ok: set[int] = set()  # shards whose index (and whole file, if no blocks) verified
-        self._verified: dict[int, np.ndarray] = {}  # shard -> bool per block: hashed and matched
+        self._index_ok: set[str] = set()  # shard files whose index (and whole file, if no blocks) verified
+        self._verified: dict[str, np.ndarray] = {}  # shard file -> bool per block: hashed and matched
         self.bytes_hashed = 0  # .bin bytes this process hashed (block and whole-file checks)
         self.opens = 0  # shard opens (first opens and reopens after eviction)
         self._check_budget()
@@ -167,7 +174,7 @@ class ShardStore:
         if opened.num_docs != shard.docs or opened.num_tokens != shard.tokens:
             return f"index says {opened.num_docs} docs / {opened.num_tokens} tokens, manifest {shard.docs} / " \
                    f"{shard.tokens}"
-        if i in self._index_ok:
+        if shard.path in self._index_ok:
             return ""
         if shard.block_sha256:
             n_blocks = -(-opened.bin_size // shard.block_size) if shard.block_size > 0 else -1
@@ -180,7 +187,7 @@ class ShardStore:
                 return "sha256 mismatch"
         reason = check_index(opened)
         if not reason:
-            self._index_ok.add(i)
+            self._index_ok.add(shard.path)
         return reason
 
     def _mark_corrupt(self, i: int, reason: str) -> None:
@@ -210,7 +217,7 @@ class ShardStore:
     def _check_budget(self) -> None:
         n = len(self.manifest.shards)
         if n and len(self.skipped) > self.max_skip_fraction * n:
-            names = ", ".join(self.manifest.shards[i].path for i in sorted(self.skipped))
+            names = ", ".join(dict.fromkeys(self.manifest.shards[i].path for i in sorted(self.skipped)))
             raise TooManyCorruptShards(
                 f"{len(self.skipped)} of {n} snapshot shards are corrupt or missing "
                 f"(limit {self.max_skip_fraction:.2%}): {names}; repair the snapshot or raise max_skip_fraction")
@@ -223,9 +230,9 @@ class ShardStore:
         if not shard.block_sha256 or hi <= lo:
             return  # no block digests: the whole file was verified on first open
         size = shard.block_size
-        done = self._verified.get(i)
+        done = self._verified.get(shard.path)
         if done is None:
-            done = self._verified[i] = np.zeros(len(shard.block_sha256), dtype=bool)
+            done = self._verified[shard.path] = np.zeros(len(shard.block_sha256), dtype=bool)
         for b in range(lo * opened.itemsize // size, (hi * opened.itemsize - 1) // size + 1):
             if done[b]:
                 continue

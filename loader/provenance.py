@@ -26,7 +26,9 @@ class TokenSource:
     ``planned_shard``/``planned_position``: the stream position the sampler assigned; ``shard``/
     ``stream_position``: what was read (another shard of the bucket when the planned one is corrupt);
     ``doc``/``offset_in_doc``: the document of ``shard`` (manifest order) and the offset in it, which is
-    the document's length for an EOS the loader appended after it (``appended_eos``).
+    the document's length for an EOS the loader appended after it (``appended_eos``). Shards here are
+    the loader's streams: for a version with buckets by predicate a stream is a (shard, bucket) pair and
+    :attr:`loader.versions.LoaderVersion.shard_of` names its shard.
     """
 
     step: int

@@ -6,11 +6,18 @@ to back (each followed by EOS when the loader appends one), so the sampler still
 alone: ``selected_tokens + selected_docs`` per shard, recorded in the version's manifest. Everything
 else (chunks, epochs, resume at any world size) is unchanged; the checkpoint record carries the
 version's id.
+
+A version with buckets by predicate (:mod:`corpus.buckets`) has one stream per (shard, bucket) pair
+instead: every pair, shard-major, buckets in the order defined (empty pairs too, so a stream's index
+means the same pair in every version with the same bucket names), each the pair's selected documents
+back to back. The loader sees them through :attr:`LoaderVersion.stream_manifest`: the build's manifest
+with one entry per stream (the physical shard's files, the predicate bucket as its bucket), so the shard
+store, substitution and tracing index streams as they index shards of a plain snapshot.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,18 +40,36 @@ class StreamShard:
 
 
 class LoaderVersion:
-    """An opened version, for one loader process: the base snapshot, and each shard's selection."""
+    """An opened version, for one loader process: the base snapshot, and each stream's selection (a
+    shard's, or a (shard, predicate bucket) pair's)."""
 
     def __init__(self, version: Version) -> None:
         if version.manifest is None:
             raise ValueError("a LoaderVersion is made from a version, not from a build's snapshot")
         self.version = version
-        counts = {s.name: (d, t) for s, d, t in version.selected_counts()}
-        self.names = [Path(s.path).name.removesuffix(".bin") for s in version.base.shards]
+        base = version.base
+        shard_names = [Path(s.path).name.removesuffix(".bin") for s in base.shards]
+        #: the buckets by predicate, in order (none: each stream is a shard, in its physical bucket)
+        self.buckets = version.bucket_names
+        if self.buckets:
+            counts = {(s.name, b): (d, t) for s, b, d, t in version.bucket_counts()}
+            pairs = [(i, b) for i in range(len(base.shards)) for b in self.buckets]
+        else:
+            counts = {(s.name, s.bucket): (d, t) for s, d, t in version.selected_counts()}
+            pairs = [(i, s.bucket) for i, s in enumerate(base.shards)]
+        #: the physical shard (its index in the build's manifest) of each stream
+        self.shard_of = tuple(i for i, _ in pairs)
+        #: the physical shard's name of each stream
+        self.names = [shard_names[i] for i in self.shard_of]
         self.stream_shards = tuple(
-            StreamShard(s.bucket, s.sha256, counts[n][1], counts[n][0])
-            for s, n in zip(version.base.shards, self.names, strict=True)
+            StreamShard(b, base.shards[i].sha256, counts[(shard_names[i], b)][1], counts[(shard_names[i], b)][0])
+            for i, b in pairs
         )
+        #: the build's manifest with one entry per stream (the physical shard's files, sizes and digests;
+        #: the stream's bucket): what the shard store reads by stream index. Its computed id is not the
+        #: build's; ``manifest`` is the build's.
+        self.stream_manifest = base if not self.buckets else replace(
+            base, shards=tuple(replace(base.shards[i], bucket=b) for i, b in pairs))
         self._refs = {r.name: r for r in version.shards}
 
     @classmethod
@@ -69,8 +94,21 @@ class LoaderVersion:
         return self.version.tombstones
 
     def selected(self, i: int) -> np.ndarray:
-        """One bool per document of shard ``i`` (the manifest's order): read it or not."""
-        return self.version.selected(self._refs[self.names[i]])
+        """One bool per document of stream ``i``'s shard (the manifest's order): in the stream or not."""
+        ref = self._refs[self.names[i]]
+        if self.buckets:
+            return self.version.bucket_selected(ref, self.stream_shards[i].bucket)
+        return self.version.selected(ref)
+
+    def shard_selected(self, name: str) -> np.ndarray:
+        """One bool per document of the shard named ``name``: selected by the version (in any bucket or none)."""
+        return self.version.selected(self._refs[name])
+
+    def bucket_of(self, name: str, doc: int) -> str | None:
+        """The predicate bucket document ``doc`` of shard ``name`` is streamed in (None: in none, or the
+        version has no buckets by predicate)."""
+        ref = self._refs[name]
+        return next((b for b in self.buckets if self.version.bucket_selected(ref, b)[doc]), None)
 
 
 @dataclass(frozen=True)
@@ -113,10 +151,24 @@ def translate_range(start: int, end: int, old: SelectedStream, new: SelectedStre
     return out
 
 
+def predicate_buckets(version: LoaderVersion | None) -> tuple[str, ...]:
+    """A version's buckets by predicate, in order (none for the build itself, None)."""
+    return version.buckets if version is not None else ()
+
+
+def same_streams(old: LoaderVersion | None, new: LoaderVersion | None) -> bool:
+    """Whether a run's streams mean the same under both (versions, or None: the build itself): the same
+    buckets by predicate in the same order, or none on either side."""
+    return predicate_buckets(old) == predicate_buckets(new)
+
+
 class RunMove:
     """A run moving from one selection of a build to another at a checkpoint: what the record's
     streams were (``old``: a version, or None for the build's own snapshot) and how their unread
-    remainder maps onto this loader's (``new``)."""
+    remainder maps onto this loader's (``new``), stream by stream. Both must have the same streams
+    (:func:`same_streams`); ``manifest`` is the new one's stream manifest. With buckets by predicate
+    a document that changed bucket leaves its old stream's unread remainder and is read in its new
+    bucket's stream from that stream's next epoch."""
 
     def __init__(self, manifest: SnapshotManifest, root: Path, old: LoaderVersion | None,
                  new: LoaderVersion | None, append_eos: bool) -> None:

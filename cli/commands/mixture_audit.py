@@ -66,7 +66,7 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
     manifest = version.manifest if version is not None else load_manifest(snapshot)[0]
     streams = version.stream_shards if version is not None else manifest.shards
     snapshot_id = version.snapshot_id if version is not None else manifest.snapshot_id
-    buckets = sorted({s.bucket for s in manifest.shards})
+    buckets = sorted({s.bucket for s in streams})  # a version's buckets by predicate, when it defines them
     weights = dict(natural_mixture_of(streams) if mixture is None else mixture)
     unknown = sorted(set(weights) - set(buckets))
     if unknown:

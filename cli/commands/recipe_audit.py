@@ -55,7 +55,7 @@ def audit_recipe(recipe: Recipe, snapshot: Path, world: int, batch_size: int = 8
     manifest = version.manifest if version is not None else load_manifest(snapshot)[0]
     streams = version.stream_shards if version is not None else manifest.shards
     snapshot_id = version.snapshot_id if version is not None else manifest.snapshot_id
-    buckets = sorted({s.bucket for s in manifest.shards})
+    buckets = sorted({s.bucket for s in streams})  # a version's buckets by predicate, when it defines them
     recipe.check_pinned(snapshot_id, manifest.tokenizer.get("sha256"))
     recipe.check_buckets(buckets)
     if world < 1 or batch_size < 1 or run_len < 1 or chunk_tokens < 1 or (steps is not None and steps < 0):

@@ -16,7 +16,8 @@ Three forms:
 
 Answers come from indices (the shard's document boundaries, the lineage offsets), not by scanning.
 ``--snapshot`` may be a version directory (``corpus version``): every answer then names the version
-and whether the document is selected in it.
+and whether the document is selected in it (and, for a version with buckets by predicate, the bucket
+the loader streams it in: there a loader stream is a (shard, bucket) pair, mapped back to its shard).
 """
 
 from __future__ import annotations
@@ -103,10 +104,12 @@ def loader_source(loader_path: Path, args: argparse.Namespace):
     return trace_position(loader, args.position)
 
 
-def describe_source(snap: Snapshot, src) -> dict[str, Any]:
+def describe_source(snap: Snapshot, src, shard_of: tuple[int, ...] | None = None) -> dict[str, Any]:
     """The document a loader position came from, with its lineage (an EOS the loader appended has no
-    offset in the shard: it is its document's end)."""
-    i, doc = src.shard, src.doc
+    offset in the shard: it is its document's end). ``shard_of``: the shard of each loader stream, for a
+    version with buckets by predicate (:attr:`loader.versions.LoaderVersion.shard_of`); else a stream is
+    its shard."""
+    i, doc = shard_of[src.shard] if shard_of else src.shard, src.doc
     starts = snap.token_starts(i)
     start, length = int(starts[doc]), int(starts[doc + 1] - starts[doc])
     return {
@@ -125,7 +128,8 @@ def describe_source(snap: Snapshot, src) -> dict[str, Any]:
             "step": src.step, "rank": src.rank, "world": src.world, "phase": src.phase, "bucket": src.bucket,
             "row": src.row, "column": src.column, "stream_position": src.stream_position,
             "loader_appended_eos": src.appended_eos,
-            "substituted_for": snap.names[src.planned_shard] if src.substituted else None,
+            "substituted_for": snap.names[shard_of[src.planned_shard] if shard_of else src.planned_shard]
+            if src.substituted else None,
         },
     }
 
@@ -148,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
         start = int(snap.token_starts(i)[doc])
         out = snap.trace(i, start)
     elif args.step is not None:
-        out = describe_source(snap, loader_source(Path(args.snapshot) if version is not None else snap.dir, args))
+        out = describe_source(snap, loader_source(Path(args.snapshot) if version is not None else snap.dir, args),
+                              version.shard_of if version is not None else None)
     else:
         if args.shard is None or args.offset is None:
             raise UserError(
@@ -156,8 +161,11 @@ def run(args: argparse.Namespace) -> int:
             )
         out = snap.trace(args.shard, args.offset)
     if version is not None:
-        i = snap.shard_number(out["shard"]) if "shard" in out else None
-        selected = bool(version.selected(i)[out["doc_index"]]) if i is not None and "doc_index" in out else None
-        out = {"version": version.snapshot_id, "selected_in_version": selected, **out}
+        located = "shard" in out and "doc_index" in out
+        selected = bool(version.shard_selected(out["shard"])[out["doc_index"]]) if located else None
+        head = {"version": version.snapshot_id, "selected_in_version": selected}
+        if version.buckets:
+            head["version_bucket"] = version.bucket_of(out["shard"], out["doc_index"]) if selected else None
+        out = {**head, **out}
     print(json.dumps(out, indent=None if args.json else 1, ensure_ascii=False))
     return 0

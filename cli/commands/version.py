@@ -8,7 +8,7 @@ from pathlib import Path
 
 from corpus.errors import UserError
 from corpus.selection import load_selection, parse_inline
-from corpus.version import kept_text, make_version, plan_version
+from corpus.version import buckets_text, kept_text, make_version, plan_version
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print documents and tokens kept per bucket, source and language",
+        help="print documents and tokens kept per bucket, source and language (and per bucket by "
+        "predicate, with the selected documents no such bucket takes)",
     )
     p.add_argument("--json", action="store_true", help="with --dry-run: print the counts as JSON")
     p.set_defaults(func=run)
@@ -37,11 +38,14 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         planned = plan_version(args.build, selection)
         if args.json:
-            print(
-                json.dumps({"kept": planned.kept, "snapshot_id": planned.manifest["snapshot_id"]}, indent=1)
-            )
+            out = {"kept": planned.kept, "snapshot_id": planned.manifest["snapshot_id"]}
+            if "buckets" in planned.manifest:
+                out["buckets"] = planned.manifest["buckets"]
+            print(json.dumps(out, indent=1))
         else:
             print(kept_text(planned.kept))
+            if "buckets" in planned.manifest:
+                print(buckets_text(planned.manifest))
             for b in planned.empty_buckets:
                 print(f"warning: the selection keeps no document of bucket {b}")
             print(f"snapshot_id {planned.manifest['snapshot_id']} (not written: --dry-run)")
@@ -50,5 +54,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--out DIR is required (or --dry-run)")
     planned = make_version(args.build, selection, args.out)
     print(kept_text(planned.kept))
+    if "buckets" in planned.manifest:
+        print(buckets_text(planned.manifest))
     print(f"snapshot_id {planned.manifest['snapshot_id']}")
     return 0
