@@ -12,7 +12,9 @@ has run out (every bucket at its epoch cap) contributes zero gradients until all
 
 With ``--recipe RECIPE.toml`` the loader runs the recipe (``SnapshotLoader.from_recipe``): phases change
 weights, caps and sequence length at their global token boundaries, and the run ends with the last phase.
-Every logged step says its phase and the tokens this rank took from each bucket.
+Every logged step says its phase and the tokens this rank took from each bucket. With ``--count-every K``
+the online mixture counter (:mod:`loader.counter`) logs the phase's realized mixture every K steps; its
+counts are checkpointed with the rest, so after a resume they still cover the phase since its start.
 """
 
 from __future__ import annotations
@@ -83,8 +85,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--vocab", type=int, default=4096, help="embedding rows (token ids are taken modulo)")
     ap.add_argument("--dump-tokens", type=Path, default=None,
                     help="write the tokens this rank trained on to DIR/tokens-<tag>-rank<r>.npy, every step's "
-                         "(step, phase, seq_len, tokens per bucket) to DIR/steps-<tag>-rank<r>.jsonl and the "
-                         "loader's final record to DIR/record-<tag>.json (for tests)")
+                         "whole batch (arrays tokens-<step>, mask-<step>) to DIR/batches-<tag>-rank<r>.npz, every "
+                         "step's (step, phase, seq_len, tokens per bucket) to DIR/steps-<tag>-rank<r>.jsonl and "
+                         "the loader's final record to DIR/record-<tag>.json (for tests)")
     ap.add_argument("--tag", default="run")
     return ap.parse_args(argv)
 
@@ -104,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         loader = SnapshotLoader(args.snapshot, args.mixture, seed=args.seed, seq_len=args.seq_len,
                                 batch_size=args.batch_size, dp_rank=world.rank, dp_world=world.world_size,
                                 epoch_caps=args.epoch_caps, run_len=args.run_len, chunk_tokens=args.chunk_tokens)
+    counter = MixtureCounter(sorted(loader.layout.buckets), args.count_every, args.mixture_tolerance,
+                             args.on_drift) if args.count_every > 0 else None
     step = 0
     ckpt = find_checkpoint(args.ckpt) if args.resume or args.auto_resume else None
     if args.resume and ckpt is None:
@@ -111,16 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     if ckpt is not None:
         step = load_checkpoint(ckpt, model, optimizer, loader,
                                allow_missing_loader_state=args.allow_missing_loader_state,
-                               allow_recipe_mismatch=args.allow_recipe_mismatch)
+                               allow_recipe_mismatch=args.allow_recipe_mismatch, counter=counter)
 
     def log(msg: str) -> None:
         print(f"[rank {world.rank}/{world.world_size}] {msg}", flush=True)
 
     log(f"{world.launcher}: starting at step {step}, loader step {loader.step}")
-    counter = MixtureCounter(sorted(loader.layout.buckets), args.count_every, args.mixture_tolerance,
-                             args.on_drift) if args.count_every > 0 else None
     mixture_log: list[str] = []
     seen: list[np.ndarray] = []
+    batches: dict[str, np.ndarray] = {}  # every step's whole batch, for --dump-tokens
     steps_log: list[str] = []
     t0 = time.perf_counter()
     while step < args.steps:
@@ -147,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      [target_ok]) if target_ok.any() else logits.sum() * 0
             loss.backward()
             seen.append(batch.tokens[batch.loss_mask].numpy())
+            batches[f"tokens-{step}"], batches[f"mask-{step}"] = batch.tokens.numpy(), batch.loss_mask.numpy()
         for p in model.parameters():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         if step % 10 == 0 and batch is not None:
             log(f"step {step} phase {phase} loss {loss.item():.3f} tokens {json.dumps(dict(sorted(per_bucket.items())))}")
         if step == args.save_at or (args.save_at is None and step % args.save_every == 0):
-            saved = save_checkpoint(args.ckpt, step, model, optimizer, loader)
+            saved = save_checkpoint(args.ckpt, step, model, optimizer, loader, counter=counter)
             log(f"checkpoint at step {step} -> {saved}")
             if args.stop_after_save:
                 break
@@ -174,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         args.dump_tokens.mkdir(parents=True, exist_ok=True)
         out = np.concatenate(seen) if seen else np.zeros(0, dtype=np.int64)
         np.save(args.dump_tokens / f"tokens-{args.tag}-rank{world.rank}.npy", out)
+        np.savez(args.dump_tokens / f"batches-{args.tag}-rank{world.rank}.npz", **batches)
         (args.dump_tokens / f"steps-{args.tag}-rank{world.rank}.jsonl").write_text("".join(f"{x}\n" for x in steps_log))
         record = loader.state_dict()["record"]  # a collective: every rank calls it
         if world.rank == 0:

@@ -10,7 +10,9 @@ A checkpoint root (``--ckpt``) holds one directory per saved step and a pointer 
 Every rank calls :func:`save_checkpoint` at the same step: DCP writes into ``.step-N.partial`` (the
 loader's ``state_dict`` all-gathers its global record on the way); after a barrier rank 0 writes
 ``train.json`` and renames the directory to ``step-N`` -- one rename, so a ``step-N`` directory holds all
-three states or does not exist -- then repoints ``latest`` and removes the oldest beyond ``keep``. No
+three states or does not exist -- then repoints ``latest`` and removes the oldest beyond ``keep``. The
+online mixture counter, when the run keeps one, is a fourth entry (its global per-bucket totals of the
+phase, all-reduced on the way), so its reports after a resume cover the phase since its start. No
 step overwrites another: the earlier design renamed the previous checkpoint aside, then the new one into
 place, and a crash between the two left only ``.old``, from which ``--auto-resume`` restarted at step 0.
 
@@ -27,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
+from loader.counter import MixtureCounter
 from loader.dataset import ResumeRefused, SnapshotLoader
 
 TRAIN_STATE = "train.json"
@@ -117,11 +121,12 @@ def _point_latest(root: Path, target: Path) -> None:
 
 
 def save_checkpoint(path: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    loader: SnapshotLoader, *, keep: int = 2) -> Path:
+                    loader: SnapshotLoader, *, keep: int = 2, counter: MixtureCounter | None = None) -> Path:
     """Write ``ROOT/step-N`` on every rank (a collective), point ``latest`` at it and keep the newest
-    ``keep`` checkpoints at or below ``step``. Checkpoints above ``step`` are from a timeline this run
-    abandoned (it resumed from an older one) and are removed before the new one appears, so resuming
-    never jumps back to them. Returns the new checkpoint's directory."""
+    ``keep`` checkpoints at or below ``step``; ``counter``: the run's online mixture counter, saved too.
+    Checkpoints above ``step`` are from a timeline this run abandoned (it resumed from an older one) and
+    are removed before the new one appears, so resuming never jumps back to them. Returns the new
+    checkpoint's directory."""
     if keep < 1:
         raise ValueError(f"keep must be at least 1, got {keep}")
     root = Path(path)
@@ -132,7 +137,10 @@ def save_checkpoint(path: str | Path, step: int, model: torch.nn.Module, optimiz
         if tmp.exists():
             shutil.rmtree(tmp)
     _barrier()
-    dcp.save({"train": TrainState(model, optimizer), "loader": loader}, checkpoint_id=str(tmp))
+    state: dict[str, Any] = {"train": TrainState(model, optimizer), "loader": loader}
+    if counter is not None:
+        state["counter"] = counter
+    dcp.save(state, checkpoint_id=str(tmp))
     if _rank() == 0:
         (tmp / TRAIN_STATE).write_text(json.dumps({"step": step, "world": loader.world}))
         for s, d in _complete_steps(root):
@@ -182,9 +190,10 @@ def checkpoint_step(path: str | Path) -> int:
 def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                     loader: SnapshotLoader, *, allow_missing_loader_state: bool = False,
                     allow_snapshot_mismatch: bool = False, allow_version_mismatch: bool = False,
-                    allow_recipe_mismatch: bool = False) -> int:
+                    allow_recipe_mismatch: bool = False, counter: MixtureCounter | None = None) -> int:
     """Restore all three in place from ``path`` (a checkpoint root: its newest complete checkpoint, see
-    :func:`find_checkpoint`; or one checkpoint directory); the step to continue from."""
+    :func:`find_checkpoint`; or one checkpoint directory), and ``counter`` when the checkpoint has its
+    counts (one saved without a counter leaves it counting from the resume); the step to continue from."""
     found = find_checkpoint(path)
     if found is None:
         raise FileNotFoundError(f"no complete checkpoint under {path} (partial saves are never read)")
@@ -192,6 +201,7 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
     step = checkpoint_step(path)
     keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     has_loader = any(k.startswith("loader.") for k in keys)
+    has_counter = any(k.startswith("counter.") for k in keys)
     if not has_loader and not allow_missing_loader_state:
         raise ResumeRefused(
             f"checkpoint {path} has model state but no loader state: resuming would repeat or skip data; "
@@ -199,9 +209,13 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
             f"step {step} as if it had never been interrupted on this world size")
     state: dict[str, Any] = {"train": TrainState(model, optimizer)}
     if has_loader:
-        state["loader"] = _LoaderSlot(loader, dict(allow_snapshot_mismatch=allow_snapshot_mismatch,
-                                                   allow_version_mismatch=allow_version_mismatch,
-                                                   allow_recipe_mismatch=allow_recipe_mismatch))
+        overrides = dict(allow_snapshot_mismatch=allow_snapshot_mismatch,
+                         allow_version_mismatch=allow_version_mismatch, allow_recipe_mismatch=allow_recipe_mismatch)
+        state["loader"] = _Slot("record", lambda s: loader.load_state_dict(s, **overrides))
+    if counter is not None and has_counter:
+        state["counter"] = _Slot("counts", counter.load_state_dict)
+    elif counter is not None:
+        log.info("checkpoint %s has no mixture counts: the counter counts from the resume", path)
     dcp.load(state, checkpoint_id=str(path))
     if not has_loader:
         loader.seek(step)
@@ -223,14 +237,16 @@ def read_record(path: str | Path) -> dict[str, Any]:
     return json.loads(state["loader"]["record"])
 
 
-class _LoaderSlot(Stateful):
-    """Hands the loaded record to the loader with the caller's overrides (DCP passes no arguments)."""
+class _Slot(Stateful):
+    """A template of one string entry for DCP to fill, handed to ``load`` (with the caller's arguments bound):
+    the loader's and the counter's own ``state_dict`` are collectives, which DCP's load would run only to
+    learn the keys, and the loader's takes overrides DCP cannot pass."""
 
-    def __init__(self, loader: SnapshotLoader, overrides: dict[str, bool]) -> None:
-        self.loader, self.overrides = loader, overrides
+    def __init__(self, key: str, load: Callable[[dict[str, Any]], None]) -> None:
+        self.key, self.load = key, load
 
     def state_dict(self) -> dict[str, Any]:
-        return {"record": ""}  # a template only: DCP fills it from the checkpoint
+        return {self.key: ""}  # a template only: DCP fills it from the checkpoint
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state, **self.overrides)
+        self.load(state)

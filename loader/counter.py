@@ -8,13 +8,18 @@ on every rank of the group at the same step (one all-reduce of one int64 per buc
 realized share is compared with the phase's target: past ``tolerance`` (absolute difference of shares)
 it warns or raises :class:`MixtureDrift`, as configured.
 
-Counts cover the current phase since this process entered it: they restart at every phase boundary (the
-same step on every rank) and at a resume, so after a resume inside a phase they describe the stretch
-since the resume.
+Counts cover the current phase since its first step: they restart at every phase boundary (the same
+step on every rank) and are part of the checkpoint, so a run resumed inside a phase, on any number of
+ranks, reports the whole phase, not the stretch since the resume. What a checkpoint holds is global: the
+phase's name and its per-bucket totals summed over the group (``state_dict`` is a collective, like the
+loader's); on load the totals go to the group's rank 0 and the other ranks start at zero, so the next
+all-reduce is totals plus what every rank has delivered since. A restored count of another phase than
+the one the run continues in is dropped at its first step.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.stateful import Stateful
 
 from corpus.errors import UserError
 from loader.sequences import Batch
@@ -33,7 +39,7 @@ class MixtureDrift(UserError):
     """A bucket's realized token share strayed past the tolerance from the phase's target."""
 
 
-class MixtureCounter:
+class MixtureCounter(Stateful):
     """Per-bucket delivered tokens of one rank in the current phase, reduced over ``group`` on demand."""
 
     def __init__(self, buckets: list[str], every: int, tolerance: float, action: str = "warn",
@@ -47,11 +53,13 @@ class MixtureCounter:
         self.local = np.zeros(len(self.buckets), dtype=np.int64)
 
     def add(self, batch: Batch | None, phase: str | None, weights: Mapping[str, float]) -> None:
-        """Count one step's batch (None: nothing read) of ``phase`` with its ``weights``; a new phase restarts."""
+        """Count one step's batch (None: nothing read) of ``phase`` with its ``weights``; a new phase restarts
+        (so does the first step after a restore of another phase's counts)."""
+        if phase != self.phase:
+            self.local[:] = 0
         if phase != self.phase or not self.targets:
             total = sum(weights.values())
             self.phase, self.targets = phase, {b: w / total for b, w in sorted(weights.items()) if w > 0}
-            self.local[:] = 0
         if batch is not None:
             for bucket, mask in zip(batch.buckets, batch.loss_mask, strict=True):
                 self.local[self.index[bucket]] += int(mask.sum())
@@ -63,10 +71,7 @@ class MixtureCounter:
     def reduce(self, step: int) -> dict[str, Any]:
         """Sum the counts over the group (a collective: every rank, same step) and check them against the
         phase's targets; the report (identical on every rank), after warning or raising past the tolerance."""
-        counts = torch.from_numpy(self.local.copy())
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(counts, group=self.group)
-        tokens = {b: int(counts[i]) for i, b in enumerate(self.buckets)}
+        tokens = self._global_tokens()
         total = sum(tokens.values())
         realized = {b: tokens[b] / total if total else 0.0 for b in self.buckets}
         diff = {b: realized[b] - self.targets.get(b, 0.0) for b in self.buckets}
@@ -80,3 +85,28 @@ class MixtureCounter:
                 raise MixtureDrift(msg)
             log.warning(msg)
         return report
+
+    def _global_tokens(self) -> dict[str, int]:
+        """Per-bucket tokens of the phase summed over the group (a collective)."""
+        counts = torch.from_numpy(self.local.copy())
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(counts, group=self.group)
+        return {b: int(counts[i]) for i, b in enumerate(self.buckets)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The phase and its per-bucket totals over the group (a collective: every rank of the group calls it
+        at the same checkpoint), identical on every rank, so it restores on any number of ranks."""
+        return {"counts": json.dumps({"phase": self.phase, "tokens": self._global_tokens()}, sort_keys=True)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take a checkpoint's totals: on the group's rank 0 only, so that the next all-reduce counts them once."""
+        saved = json.loads(state["counts"])
+        self.phase, self.targets = saved["phase"], {}
+        self.local[:] = 0
+        dropped = sorted(set(saved["tokens"]) - set(self.index))
+        if dropped:
+            log.warning("the checkpoint counted tokens of buckets this run does not have: %s (left out)", dropped)
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_rank(self.group) == 0:
+            for bucket, n in saved["tokens"].items():
+                if bucket in self.index:
+                    self.local[self.index[bucket]] = int(n)

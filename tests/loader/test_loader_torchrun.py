@@ -40,6 +40,19 @@ def tokens(dump: Path, tag: str) -> Counter:
     return out
 
 
+def batches(dump: Path, tag: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+    """(step, rank) -> the whole batch that rank delivered at that step: (tokens, loss_mask)."""
+    out = {}
+    for f in sorted(dump.glob(f"batches-{tag}-rank*.npz")):
+        rank = int(f.stem.rsplit("rank", 1)[1])
+        with np.load(f) as z:
+            for key in z.files:
+                if key.startswith("tokens-"):
+                    step = int(key.split("-")[1])
+                    out[(step, rank)] = (z[key], z[f"mask-{step}"])
+    return out
+
+
 @pytest.mark.slow
 def test_checkpoint_on_4_processes_resumes_exactly_once_on_3_and_on_6(id_snapshot, tmp_path):
     common = ["--snapshot", str(id_snapshot), "--mixture", json.dumps(MIXTURE), "--epoch-caps", json.dumps(CAPS),
