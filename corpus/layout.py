@@ -9,7 +9,7 @@ never spell a path of their own::
     <build>/candidates/base                a delta's link to its base's candidates (relative: ../../BASE/candidates)
     <build>/snapshot/manifest.json         the default version: the build config's selection of the
                                            candidates (corpus.version; what the loader reads by default)
-    <build>/dedup_index/{exact,band}/      the build's persistent dedup indexes (corpus.dedup.persistent_index):
+    <build>/dedup_index/{exact,band,recrawl}/ the build's persistent dedup indexes (corpus.dedup.persistent_index):
                                            its base's generations (forked) plus its own, committed last
     <build>/dedup_index/base.json          the base build (``corpus build --base``) the indexes were forked from
 
@@ -41,7 +41,7 @@ CANDIDATES_DIR = "candidates"
 #: in a delta's candidates: the relative symbolic link to its base's candidates, which the listed paths
 #: of the base's files go through (corpus.snapshot)
 BASE_CANDIDATES = "base"
-#: the build's persistent dedup indexes, one directory per kind (``exact``, ``band``)
+#: the build's persistent dedup indexes, one directory per kind (``exact``, ``band``, ``recrawl``)
 DEDUP_INDEX_DIR = "dedup_index"
 #: which base build the indexes were forked from, and the labels its index held then
 DEDUP_BASE = "base.json"
@@ -79,7 +79,7 @@ def candidates_dir(build_dir: Path) -> Path:
 
 
 def dedup_index_dir(build_dir: Path, kind: str) -> Path:
-    """The build's persistent dedup index of ``kind`` (``exact`` or ``band``)."""
+    """The build's persistent dedup index of ``kind`` (``exact``, ``band`` or ``recrawl``)."""
     return Path(build_dir) / DEDUP_INDEX_DIR / kind
 
 

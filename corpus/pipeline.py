@@ -14,13 +14,14 @@ exact_dedup counts its copies), a document line dedup empties. Everything else (
 near-duplicates, contamination, opt-outs, cutoffs, licences) is a selection.
 
 **The persistent dedup index** (docs/incremental.md): a build keeps its exact-text keys in
-``<build>/dedup_index/exact`` and the band index's parameters in ``<build>/dedup_index/band``. Without a
-base they are created empty (``P`` and the Bloom false-positive rate from the config's ``[dedup_index]``
-table); with ``--base`` they are forks of the base's, and only the inputs the base has not ingested are
-processed. exact_dedup finds the index through the build layout, probes the base's generations and
-writes this build's records; the build commits them as its own generation (label = its candidates' id)
-as its very last step, so an index names a build only once everything of it exists: that is what makes
-a build a complete base.
+``<build>/dedup_index/exact``, its kept fetches' (URL, raw digest) keys in ``<build>/dedup_index/recrawl``
+and the band index's parameters in ``<build>/dedup_index/band``. Without a base they are created empty
+(``P`` and the Bloom false-positive rate from the config's ``[dedup_index]`` table); with ``--base``
+they are forks of the base's, and only the inputs the base has not ingested are processed. ingest and
+exact_dedup find their index through the build layout, probe the base's generations and write this
+build's records; the build commits them as its own generations (label = its candidates' id) as its very
+last step, the exact index last, so an exact index names a build only once everything of it exists:
+that is what makes a build a complete base.
 With a base, the candidates list the base's shards by reference (:mod:`corpus.snapshot`) followed by the
 new ones, and the default version selects over both.
 """
@@ -42,12 +43,13 @@ from corpus.config import ConfigError, check_build_config, load_config_file
 from corpus.dedup.normalize import CHAR_NGRAM, NORMALIZATION_VERSION
 from corpus.dedup.persistent_index import (
     CURRENT,
-    EXACT_RECORD,
+    KINDS,
     RUN_RECORDS,
     IndexMismatch,
     PersistentIndex,
     band_key_params,
     exact_key_params,
+    recrawl_key_params,
 )
 from corpus.digest import file_sha256
 from corpus.docshard import atomic_write_json
@@ -119,9 +121,17 @@ def launch_stage(name: str, in_paths: list[Path], out_dir: Path, ranks: int, con
     return require_stage_manifest(out_dir)
 
 
-#: exact_dedup's artifact of (key, keeper) records (``index_records/PART.exact.rec``, EXACT_RECORD rows),
-#: read from its manifest's side outputs: the build's own generation of the exact index
-EXACT_INDEX_RECORDS = "index_records"
+#: the artifact of index records a stage writes inside a build (``index_records/PART.KIND.rec``), read
+#: from its manifest's side outputs: the build's own generation of that kind's index
+INDEX_RECORDS = "index_records"
+
+#: per index kind the build commits: the stage whose ``index_records`` make its generation, and what
+#: defines its keys. In commit order: the exact index last, since its generation labelled with the build
+#: is what makes the build a complete base (:meth:`BaseBuild.open`), so it implies every other kind's.
+COMMITTED_INDEXES: tuple[tuple[str, str, Any], ...] = (
+    ("recrawl", "ingest", recrawl_key_params),  # ingest's kept fetches: (URL, raw digest) -> date
+    ("exact", "exact_dedup", exact_key_params),  # exact_dedup's groups: text key -> keeper
+)
 
 #: the build config's table of the persistent dedup index: the build's, not a stage's (never hashed: the
 #: index records both values itself, and they change no decision)
@@ -210,11 +220,13 @@ def build(
 @dataclass(frozen=True)
 class BaseBuild:
     """A complete build that a new one is built against (``--base``): its candidates' id (the label of
-    its index generation) and its exact index."""
+    its index generation), its exact index and its recrawl index (None for a build made before builds
+    kept one)."""
 
     path: Path
     label: str
     exact: PersistentIndex
+    recrawl: PersistentIndex | None
 
     @classmethod
     def open(cls, path: Path) -> BaseBuild:
@@ -235,7 +247,14 @@ class BaseBuild:
                 f"--base {path} is not a complete build: its dedup index does not hold its own generation "
                 f"({label[:19]}…; the build stopped before its last step)"
             )
-        return cls(Path(path), label, exact)
+        recrawl_root = dedup_index_dir(path, "recrawl")
+        try:
+            recrawl = PersistentIndex.open(recrawl_root, "recrawl", recrawl_key_params())
+        except FileNotFoundError:
+            recrawl = None
+        except IndexMismatch as e:
+            raise UserError(f"--base {path}: {e} (a changed dedup parameter means a full rebuild)") from None
+        return cls(Path(path), label, exact, recrawl)
 
     def new_inputs(self, inputs: list[Path]) -> list[Path]:
         """The inputs the base has not ingested (by file digest, as ingest records its inputs); each one
@@ -254,28 +273,40 @@ class BaseBuild:
 
 
 def start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) -> None:
-    """The build's exact index before its stages run: a fork of the base's (its generations hard-linked,
-    recorded in ``dedup_index/base.json`` with the labels they hold), or a new empty one. The band index
-    is forked here too; without a base it is created once minhash_dedup has run (its parameters are the
-    stage's)."""
+    """The build's exact and recrawl indexes before its stages run: forks of the base's (their
+    generations hard-linked, recorded in ``dedup_index/base.json`` with the labels they hold), or new
+    empty ones. The band index is forked here too; without a base it is created once minhash_dedup has
+    run (its parameters are the stage's). A base made before builds kept a recrawl index gives this build
+    an empty one (said on stderr): its fetches answer no recrawl probe."""
     record_path = dedup_base_path(out)
     recorded = json.loads(record_path.read_text()) if record_path.exists() else None
     if base is None:
         if recorded is not None:
             raise UserError(f"{out} was built against base {recorded['base']}: build it with --base again, or into a new directory")
         _own_index(dedup_index_dir(out, "exact"), "exact", exact_key_params(), settings)
+        _own_index(dedup_index_dir(out, "recrawl"), "recrawl", recrawl_key_params(), settings)
         return
     record = {"base": os.path.relpath(base.path.resolve(), out.resolve()), "label": base.label, "labels": base.exact.labels}
     if recorded is not None and recorded["label"] != base.label:
         raise UserError(f"{out} was built against another base ({recorded['base']}): use a new directory")
     if recorded is None:
-        for kind in ("exact", "band"):  # an index from an earlier run without a base is not a fork
+        for kind in ("exact", "band", "recrawl"):  # an index from an earlier run without a base is not a fork
             shutil.rmtree(dedup_index_dir(out, kind), ignore_errors=True)
     if recorded != record:  # new, or the same base found at another path (the builds moved apart)
         atomic_write_json(record_path, record)
-    for kind in ("exact", "band"):
+    for kind in ("exact", "band", "recrawl"):
         root = dedup_index_dir(out, kind)
-        if not (root / CURRENT).exists():  # a kill during a fork leaves no CURRENT: fork again
+        if (root / CURRENT).exists():
+            continue
+        if kind == "recrawl" and base.recrawl is None:
+            print(
+                f"corpus build: base {base.path} has no recrawl index (built before builds kept one): its "
+                f"fetches are not collapsed with this build's (a page fetched again is still an exact "
+                f"duplicate of its document)",
+                file=sys.stderr,
+            )
+            PersistentIndex.create(root, "recrawl", recrawl_key_params(), base.exact.partitions, bloom_spec=base.exact.bloom_spec)
+        else:  # a kill during a fork leaves no CURRENT: fork again
             PersistentIndex.open(dedup_index_dir(base.path, kind)).fork(root)
 
 
@@ -353,20 +384,29 @@ def finish_build(out: Path, manifests: list[StageManifest]) -> str:
     planned = plan_version(candidates_dir(out), default_selection(cfg))
     shutil.rmtree(snapshot_dir(out), ignore_errors=True)
     write_version(planned.version, planned.manifest, planned.bits, snapshot_dir(out), planned.version.base_dir)
-    if (dedup_index_dir(out, "exact") / CURRENT).exists():  # a build the pipeline made keeps an index
-        commit_exact_index(out, {m.stage: m for m in manifests}["exact_dedup"], candidates.snapshot_id)
+    if (dedup_index_dir(out, "exact") / CURRENT).exists():  # a build the pipeline made keeps its indexes
+        commit_indexes(out, {m.stage: m for m in manifests}, candidates.snapshot_id)
     return planned.manifest["snapshot_id"]
 
 
-def commit_exact_index(out: Path, exact: StageManifest, label: str) -> None:
-    """The build's last step: exact_dedup's (key, keeper) records (its ``index_records`` artifacts, each
-    checked against the sha256 its manifest lists) as the index's new generation, labelled with the
-    candidates' id. The index library's atomic switch makes it all or nothing: a kill leaves the
-    forked generations in force and the rerun writes the generation again, to the same bytes. A
+def commit_indexes(out: Path, manifests: dict[str, StageManifest], label: str) -> None:
+    """The build's last step: each kind's generation (:data:`COMMITTED_INDEXES`, the exact index last),
+    labelled with the candidates' id; a kind the build has no index of (one started before builds kept
+    it) is passed over, as a build without indexes is. Each commit is the index library's atomic switch:
+    a kill leaves that index's fork in force (and every later kind's), the rerun skips a kind that
+    already holds the label and writes the others again, to the same bytes."""
+    for kind, stage, params in COMMITTED_INDEXES:
+        if (dedup_index_dir(out, kind) / CURRENT).exists():
+            commit_index(out, kind, params(), manifests[stage], label)
+
+
+def commit_index(out: Path, kind: str, params: dict[str, Any], m: StageManifest, label: str) -> None:
+    """One kind's generation: the records of the stage's ``index_records`` artifacts (each checked
+    against the sha256 its manifest lists), through a bounded writer, then the atomic switch. A
     generation of an earlier build into this directory (other candidates) is dropped first: the index
-    starts again from its base."""
-    root = dedup_index_dir(out, "exact")
-    index = PersistentIndex.open(root, "exact", exact_key_params())
+    starts again from its base's (or empty, where the base has none of this kind)."""
+    root = dedup_index_dir(out, kind)
+    index = PersistentIndex.open(root, kind, params)
     if label in index.labels:
         return
     record_path = dedup_base_path(out)
@@ -374,23 +414,24 @@ def commit_exact_index(out: Path, exact: StageManifest, label: str) -> None:
     base_labels = set(recorded["labels"]) if recorded else set()
     if any(not set(g.labels) <= base_labels for g in index.generations):
         shutil.rmtree(root)
-        if recorded:
-            PersistentIndex.open(dedup_index_dir(out / recorded["base"], "exact")).fork(root)
+        base_root = dedup_index_dir(out / recorded["base"], kind) if recorded else None
+        if base_root is not None and (base_root / CURRENT).exists():
+            PersistentIndex.open(base_root).fork(root)
         else:
-            PersistentIndex.create(root, "exact", index.params, index.partitions, bloom_spec=index.bloom_spec)
-        index = PersistentIndex.open(root, "exact", exact_key_params())
-    stage = stage_dir(out, "exact_dedup")
-    parts = [s for s in exact.side_outputs if s.path.startswith(f"{EXACT_INDEX_RECORDS}/")]
+            PersistentIndex.create(root, kind, index.params, index.partitions, bloom_spec=index.bloom_spec)
+        index = PersistentIndex.open(root, kind, params)
+    stage = stage_dir(out, m.stage)
+    parts = [s for s in m.side_outputs if s.path.startswith(f"{INDEX_RECORDS}/")]
     if not parts:  # every part of a run inside a build writes one, empty or not
-        raise UserError(f"{stage} was made without the build's dedup index: remove it and rerun the build")
+        raise UserError(f"{stage} was made without the build's {kind} index: remove it and rerun the build")
     pending = index.begin(label)
     with pending.writer() as writer:
         for part in parts:
             path = stage / part.path
             if file_sha256(path) != part.sha256:
-                raise UserError(f"{path} is not the file exact_dedup wrote: remove {stage} and rerun the build")
+                raise UserError(f"{path} is not the file {m.stage} wrote: remove {stage} and rerun the build")
             if part.records:
-                rows = np.memmap(path, dtype=EXACT_RECORD, mode="r", shape=(part.records,))
+                rows = np.memmap(path, dtype=KINDS[kind].record, mode="r", shape=(part.records,))
                 for at in range(0, len(rows), RUN_RECORDS):  # bounded: the writer spills beyond its buffer
                     writer.add(rows[at : at + RUN_RECORDS])
     pending.commit()

@@ -17,7 +17,14 @@
   ``malformed_archive``); a repository with no file kept is one too (``empty_repository``).
 * Recrawl collapse (global, in ``prepare``, a ``runtime.global_phase`` checkpointed in parts):
   identical (url, raw digest) pairs count once; the earliest fetch is kept, the others go to
-  ``filtered/`` as ``recrawl_duplicate``.
+  ``filtered/`` as ``recrawl_duplicate``. Inside a build (``<build>/stages/ingest`` with a persistent
+  ``recrawl`` index at ``<build>/dedup_index/recrawl``: docs/incremental.md) every part also writes the
+  (key, date) record of each fetch it keeps as the artifact ``index_records/PART.recrawl.rec``
+  (``RECRAWL_RECORD`` rows, with a sidecar; the build commits them as its own generation once it has
+  succeeded); without a base that is the only difference. With a base (the index holds the base's
+  generations) the parts are the index's ``P`` partitions, each part probes the base's generations of its
+  partition a batch of keys at a time, and a (url, raw digest) the base kept makes every fetch of this
+  build a ``recrawl_duplicate`` of the base's fetch (keep-first), ``recrawl_of_date`` its date.
 * Eval holdout: web documents with ``hash(normalize_url(url)) % holdout_modulus == 0``
   (``corpus.ingest.holdout``) go to ``holdout/`` as read (and to ``filtered/`` as ``eval_holdout``),
   never to the corpus; extract stores them extracted and scrubbed, the dedup stages tag their copies.
@@ -28,11 +35,13 @@ directory); other directories are expanded.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from itertools import groupby
 from operator import itemgetter
@@ -42,11 +51,20 @@ from typing import Any
 from corpus.code.archive import ArchiveError, archive_stem, directory_digest, repository_kind
 from corpus.code.repository import read_repository
 from corpus.code.rules import Rule, build_rules
-from corpus.digest import canonical_json, sha256_hex
-from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar
+from corpus.dedup.persistent_index import (
+    CURRENT,
+    IndexMismatch,
+    IndexMixed,
+    PersistentIndex,
+    date_values,
+    dates,
+    recrawl_key_params,
+)
+from corpus.digest import canonical_json, json_digest, sha256_hex
+from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar, sidecar_path
 from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
 from corpus.ingest.holdout import HOLDOUT_VERSION, in_holdout
-from corpus.ingest.recrawl import RecordKey, later_fetches
+from corpus.ingest.recrawl import RecordKey, base_fetches, kept_fetch, later_fetches, recrawl_key
 from corpus.ingest.sources import (
     DECLARATION_FILE,
     REPOSITORY,
@@ -59,6 +77,7 @@ from corpus.ingest.sources import (
     source_for,
 )
 from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_page, iter_warc
+from corpus.layout import build_dir_of_stage, dedup_base_path, dedup_index_dir
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from mpi_kernels.shuffle import stable_key_hash
 from runtime.global_phase import (
@@ -78,6 +97,17 @@ KEYS = "keys"
 KEYS_FILE = ".keys.jsonl"
 GROUPS = "groups"
 DECISIONS = "decisions"
+#: the artifacts written per input file (the runner lists them, with INDEX_RECORDS, as side outputs)
+PER_INPUT_ARTIFACTS = ("holdout", "skipped", "rejected_files")
+#: the artifact of a part inside a build: the (key, date) record of each fetch it kept, for the build's
+#: own generation of the recrawl index (``PART.recrawl.rec``: RECRAWL_RECORD rows, with a sidecar)
+INDEX_RECORDS = "index_records"
+INDEX_RECORDS_SUFFIX = ".recrawl.rec"
+#: fetches of a part whose keys are probed against the base at once (a group is never split)
+PROBE_BATCH = 1 << 16
+#: what a part reports with a base: (url, raw digest) pairs the base kept, this build's fetches of them
+#: (each a recrawl duplicate of the base's fetch) and the records of this build's own generation
+INDEX_FACTS = ("base_keys", "base_duplicates", "index_records")
 
 
 @dataclass(frozen=True)
@@ -134,7 +164,7 @@ class IngestStage(Stage):
     # declaration, empty by default), so their metadata's licence and class change
     version = "8"
     Config = IngestConfig
-    artifact_kinds = ("holdout", "skipped", "rejected_files")
+    artifact_kinds = (*PER_INPUT_ARTIFACTS, INDEX_RECORDS)
 
     def __init__(self, config: IngestConfig) -> None:
         super().__init__(config)
@@ -144,6 +174,7 @@ class IngestStage(Stage):
         self._files: dict[str, Any] | None = None
         self._holdout: ShardWriter | None = None
         self._formats: dict[Path, str] = {}
+        self._base: BaseRecrawls | None = None
 
     # -- inputs ------------------------------------------------------------------------------------
     def list_inputs(self, ctx: StageContext) -> list[InputShard]:
@@ -325,19 +356,27 @@ class IngestStage(Stage):
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """Three steps of a checkpointed global phase: ``keys`` (each input file's (url, raw digest, date,
         position) list), ``groups`` (each key to the part owning its (url, raw digest); the part decides
-        its groups) and ``decisions`` (each verdict to the input file it is about). Returns the phase's
-        digest, part of every shard's checkpoint key."""
+        its groups, against the base build's recrawl index when there is one) and ``decisions`` (each
+        verdict to the input file it is about). Returns the phase's digest, part of every shard's
+        checkpoint key."""
+        base = self._base = BaseRecrawls.of_build(ctx.out_dir)
+        probed = base is not None and base.probed
+        if probed:
+            groups = [f"p{p:05d}" for p in range(base.index.partitions)]  # fixed by the index
+        else:
+            groups = [f"g{i:05d}" for i in range(len(inputs))]  # one part per input file: fixed by the data
         if ctx.rank == 0:
-            _remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, self.artifact_kinds)
+            _remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, PER_INPUT_ARTIFACTS)
+            _remove_stale_records(ctx.out_dir, set(groups))
         # what each input was declared as (config or corpus-sources.toml): a changed declaration file
         # changes the documents, so it redoes the stage as a changed config does
         sources = sorted([s.name, asdict(self.spec(s.path))] for s in inputs)
-        key = global_phase_key(self, inputs, reader=READER_VERSION, sources=sources)
-        phase = self._phase = GlobalPhase(ctx, key)
+        index = {"index": {"partitions": base.index.partitions, "base": base.digest}} if probed else {}
+        key = global_phase_key(self, inputs, reader=READER_VERSION, sources=sources, **index)
+        phase = self._phase = GlobalPhase(ctx, key)  # (a barrier: after the removals)
         if phase.complete:
             return phase.reused()
         names = [s.name for s in inputs]
-        groups = [f"g{i:05d}" for i in range(len(inputs))]  # one part per input file: fixed by the data
         names_of_sha: dict[str, list[str]] = {}
         for s in inputs:  # identical files share one digest and so one set of verdicts
             names_of_sha.setdefault(s.sha256, []).append(s.name)
@@ -359,38 +398,69 @@ class IngestStage(Stage):
 
         phase.map(KEYS, inputs, read_keys)
 
+        def part_of(url: str, raw_digest: str, key: bytes) -> int:
+            if probed:
+                return int(base.index.partition_of([recrawl_key(url, raw_digest)])[0])
+            return stable_key_hash(key) % len(groups)
+
         def send(part: Any) -> Iterator[tuple[int, bytes, bytes]]:
             with open(part.path(KEYS_FILE), "rb") as f:
                 for line in f:
                     url, raw_digest, date, sha, index = json.loads(line)
                     key = canonical_json([url, raw_digest])
-                    yield stable_key_hash(key) % len(groups), key, canonical_json([date, sha, index])
+                    yield part_of(url, raw_digest, key), key, canonical_json([date, sha, index])
 
-        def decide(_: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
-            duplicates = 0
+        def decide(g: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
+            facts: Counter = Counter()
+            own = (
+                _RecordsFile(ctx.out_dir / INDEX_RECORDS / f"{groups[g]}{INDEX_RECORDS_SUFFIX}")
+                if base is not None
+                else None
+            )
+            fetch_groups = (
+                [RecordKey(*json.loads(group_key), *json.loads(p)) for _, p in group]
+                for group_key, group in groupby(records, key=itemgetter(0))
+            )
+            decided = (
+                with_base_dates(base.index, g, fetch_groups) if probed else ((f, None) for f in fetch_groups)
+            )
 
             def verdicts() -> Iterator[tuple[str, str, str]]:
-                nonlocal duplicates
-                for group_key, group in groupby(records, key=itemgetter(0)):
-                    url, raw_digest = json.loads(group_key)
-                    fetches = [RecordKey(url, raw_digest, *json.loads(p)) for _, p in group]
-                    for k, kept_date in later_fetches(fetches):
-                        duplicates += 1
+                for fetches, base_date in decided:
+                    if base_date is not None:  # keep-first: the base's fetch stays the kept one
+                        facts["base_keys"] += 1
+                        repeats = list(base_fetches(fetches, base_date))
+                        facts["base_duplicates"] += len(repeats)
+                    else:
+                        if own is not None:
+                            kept = kept_fetch(fetches)
+                            own.write(recrawl_key(kept.url, kept.raw_digest), kept.date)
+                            facts["index_records"] += 1
+                        repeats = list(later_fetches(fetches))
+                    facts["duplicates"] += len(repeats)
+                    for k, kept_date in repeats:
                         for name in names_of_sha[k.input_sha256]:
                             yield name, str(k.index), kept_date
 
             write_verdicts(writer, verdicts())
-            return {"duplicates": duplicates}
+            if own is not None:
+                own.close()  # before the part's marker: a completed part always has its records
+            return {"duplicates": facts["duplicates"]} | (
+                {k: facts[k] for k in INDEX_FACTS} if probed else {}
+            )
 
         senders = phase.comm.bcast(phase.parts(KEYS, names) if ctx.rank == 0 else None, root=0)
         phase.exchange(GROUPS, groups, senders, send, decide)
         route_verdicts(phase, DECISIONS, GROUPS, groups, names)
         facts = None
         if ctx.rank == 0:
+            decided_parts = phase.parts(GROUPS, groups)
             facts = {
                 "records": sum(p.facts["records"] for p in phase.parts(KEYS, names)),
-                "duplicates": sum(p.facts["duplicates"] for p in phase.parts(GROUPS, groups)),
+                "duplicates": sum(p.facts["duplicates"] for p in decided_parts),
             }
+            if probed:
+                facts |= {k: sum(p.facts[k] for p in decided_parts) for k in INDEX_FACTS}
         return phase.finish({GROUPS: groups, DECISIONS: names}, phase.comm.bcast(facts, root=0))
 
     # -- the map phase -----------------------------------------------------------------------------
@@ -454,7 +524,111 @@ class IngestStage(Stage):
             "holdout_version": HOLDOUT_VERSION,
             "recrawl_duplicates": self._phase.facts["duplicates"],
             "sources": {s.name: _spec_dict(self.spec(s.path)) for s in inputs},
+        } | (
+            {"index": self._base.describe() | {k: self._phase.facts[k] for k in INDEX_FACTS}}
+            if self._base is not None and self._base.probed
+            else {}
+        )
+
+
+@dataclass(frozen=True)
+class BaseRecrawls:
+    """The build's recrawl index as its base left it: only the generations of the builds it was forked
+    from (``PersistentIndex.held_by``), so the build's own generation never answers its own probe."""
+
+    index: PersistentIndex
+    digest: str  # of the base generations' pointer entries (ids, manifest sha256, labels)
+
+    @property
+    def probed(self) -> bool:
+        """Whether there is a base to probe (a build without one only records its kept fetches)."""
+        return bool(self.index.generations)
+
+    @classmethod
+    def of_build(cls, stage_directory: Path) -> BaseRecrawls | None:
+        """The recrawl index of the build this stage directory belongs to; None for a stage run on its own
+        (or in a build made before builds kept one)."""
+        build = build_dir_of_stage(stage_directory)
+        root = dedup_index_dir(build, "recrawl") if build is not None else None
+        if root is None or not (root / CURRENT).exists():
+            return None
+        record = dedup_base_path(build)
+        try:
+            index = PersistentIndex.open(root, "recrawl", recrawl_key_params())
+            view = index.held_by(json.loads(record.read_text())["labels"] if record.exists() else [])
+        except (IndexMismatch, IndexMixed) as e:
+            raise StageError(str(e), every_rank=True) from None
+        return cls(view, json_digest(view.pointer["generations"]))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "partitions": self.index.partitions,
+            "base": self.digest,
+            "base_generations": [g.id for g in self.index.generations],
+            "base_records": self.index.records,
         }
+
+
+def with_base_dates(
+    index: PersistentIndex, p: int, groups: Iterable[list[RecordKey]]
+) -> Iterator[tuple[list[RecordKey], str | None]]:
+    """Each group of part ``p`` (the fetches of one url and raw digest) with the date of the fetch the base
+    kept, or None. Groups are read ahead until :data:`PROBE_BATCH` fetches are held, then their keys are
+    probed at once (one Bloom filter and one mapped file of partition ``p`` at a time, every filter hit
+    confirmed by a lookup): memory is a batch plus one partition, whatever the size of the base."""
+    held: list[list[RecordKey]] = []
+    n = 0
+
+    def flush() -> Iterator[tuple[list[RecordKey], str | None]]:
+        found = index.probe_partition(p, [recrawl_key(f[0].url, f[0].raw_digest) for f in held])
+        base_dates = dates(found.values)
+        for i, fetches in enumerate(held):
+            yield fetches, base_dates[i] if found.found[i] else None
+
+    for fetches in groups:
+        held.append(fetches)
+        n += len(fetches)
+        if n >= PROBE_BATCH:
+            yield from flush()
+            held, n = [], 0
+    if held:
+        yield from flush()
+
+
+class _RecordsFile:
+    """A part's ``index_records`` artifact: written under a temporary name, hashed as it is written,
+    renamed into place, then its sidecar (sha256, records): a part redone after a kill replaces it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.tmp, "wb")
+        self.sha = hashlib.sha256()
+        self.records = 0
+
+    def write(self, key: bytes, date: str) -> None:
+        try:
+            row = key + bytes(date_values([date])[0])
+        except ValueError as e:
+            raise StageError(f"{self.path.name}: {e}") from None
+        self.file.write(row)
+        self.sha.update(row)
+        self.records += 1
+
+    def close(self) -> None:
+        self.file.close()
+        os.replace(self.tmp, self.path)
+        atomic_write_json(sidecar_path(self.path), {"records": self.records, "sha256": self.sha.hexdigest()})
+
+
+def _remove_stale_records(out: Path, parts: set[str]) -> None:
+    """The ``index_records`` of parts the exchange no longer has (another base, other inputs); a part of
+    this layout keeps its file, which its redo replaces."""
+    d = out / INDEX_RECORDS
+    for f in sorted(d.iterdir()) if d.is_dir() else []:
+        if f.name.split(".")[0] not in parts:
+            f.unlink()
 
 
 class _CodeFiles:

@@ -14,12 +14,15 @@ files, no MPI; the stages partition the work across ranks by partition range (:f
 * ``band`` -- :data:`BAND_RECORD`, 34 bytes: ``key`` V18 = the MinHash band key exactly as
   ``mpi_kernels.minhash`` makes it (band number as big-endian u16, then a 128-bit hash of the band);
   ``value`` V16 = the cluster id (the smallest doc_id of the cluster, ``dup_cluster_id``) as raw bytes.
+* ``recrawl`` -- :data:`RECRAWL_RECORD`, 32 bytes: ``key`` V16 = ``corpus.ingest.recrawl.recrawl_key``
+  of a fetch (blake2b-128 of its URL and raw digest, ``RECRAWL_KEY_VERSION``); ``value`` V16 = the date
+  of the fetch ingest kept, UTF-8, NUL-padded (:func:`date_values`, :func:`dates`).
 
 Keys compare as bytes (memcmp order); :func:`records` builds rows from keys and values (bytes, uint8
 rows, void arrays or doc_id hex strings), :func:`doc_ids` turns values back into hex doc_ids.
 
 **Partitions.** ``P`` (fixed when the index is created, recorded) partitions by key range: with ``u``
-the big-endian uint64 of key bytes ``[o, o + 8)`` (``o`` = 0 for exact, 2 for band: the first bytes
+the big-endian uint64 of key bytes ``[o, o + 8)`` (``o`` = 0 for exact and recrawl, 2 for band: the first bytes
 of the hash, never the band number), the key's partition is ``floor(u * P / 2^64)`` (exact integer
 arithmetic), so partition ``p`` holds one contiguous range of ``u`` and ranks own contiguous runs of
 partitions. Within a partition the records are sorted by key bytes, each key once.
@@ -67,7 +70,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +79,13 @@ import numpy as np
 from corpus.dedup.bloom import BloomFilter, BloomSpec, mix64
 from corpus.dedup.normalize import KEY_VERSION, NORMALIZATION_VERSION
 from corpus.dedup.order import doc_id_bytes
+from corpus.ingest.recrawl import RECRAWL_KEY_VERSION
 
 FORMAT = "corpus-dedup-index/1"
 VALUE_BYTES = 16
 EXACT_RECORD = np.dtype([("key", "V16"), ("value", f"V{VALUE_BYTES}")])
 BAND_RECORD = np.dtype([("key", "V18"), ("value", f"V{VALUE_BYTES}")])
+RECRAWL_RECORD = np.dtype([("key", "V16"), ("value", f"V{VALUE_BYTES}")])
 CURRENT = "CURRENT"
 GENERATIONS = "generations"
 MANIFEST = "manifest.json"
@@ -110,11 +115,19 @@ class KeyKind:
         return self.record["key"].itemsize
 
 
-KINDS = {"exact": KeyKind("exact", EXACT_RECORD, 0), "band": KeyKind("band", BAND_RECORD, 2)}
+KINDS = {
+    "exact": KeyKind("exact", EXACT_RECORD, 0),
+    "band": KeyKind("band", BAND_RECORD, 2),
+    "recrawl": KeyKind("recrawl", RECRAWL_RECORD, 0),
+}
 
 
 class IndexMismatch(ValueError):
     """The base index was made with other key parameters (or of another kind) than this build's."""
+
+
+class IndexMixed(ValueError):
+    """A generation holds a base's records and a later build's (a compaction): they cannot be split."""
 
 
 class IndexDamaged(RuntimeError):
@@ -153,6 +166,11 @@ def band_key_params(
         "ngram": int(ngram),
         "char_ngram": int(char_ngram),
     }
+
+
+def recrawl_key_params() -> dict[str, Any]:
+    """What defines a recrawl key: ``corpus.ingest.recrawl.recrawl_key`` at its key version."""
+    return {"key": "corpus.ingest.recrawl.recrawl_key", "key_version": RECRAWL_KEY_VERSION}
 
 
 def _check_params(kind: str, params: dict[str, Any], base_kind: str, base: dict[str, Any], where: Path) -> None:
@@ -194,8 +212,24 @@ def doc_ids(values: np.ndarray) -> list[str]:
     return [bytes(v).hex() for v in as_void(values, VALUE_BYTES)]
 
 
+def date_values(dates: Iterable[str]) -> np.ndarray:
+    """Fetch dates as the recrawl index's V16 values: UTF-8, NUL-padded, so they compare as the dates do
+    (``YYYY-MM-DD``: the smallest value of a key, kept within a generation, is its earliest date)."""
+    raw = [d.encode("utf-8") for d in dates]
+    long = [d for d in raw if len(d) > VALUE_BYTES or b"\0" in d]
+    if long:
+        raise ValueError(f"a recrawl index stores dates of at most {VALUE_BYTES} bytes without NUL, got {long[0]!r}")
+    return as_void([d.ljust(VALUE_BYTES, b"\0") for d in raw], VALUE_BYTES)
+
+
+def dates(values: np.ndarray) -> list[str]:
+    """The recrawl index's V16 values back to dates."""
+    return [bytes(v).rstrip(b"\0").decode("utf-8") for v in as_void(values, VALUE_BYTES)]
+
+
 def records(kind: str, keys: Any, values: Any) -> np.ndarray:
-    """Rows of the kind's record dtype; ``values`` may be V16 / (n, 16) uint8 / bytes or doc_id strings."""
+    """Rows of the kind's record dtype; ``values`` may be V16 / (n, 16) uint8 / bytes or doc_id strings
+    (a recrawl index's dates: :func:`date_values`)."""
     k = KINDS[kind]
     vals = list(values) if not isinstance(values, np.ndarray) else values
     if not isinstance(vals, np.ndarray) and vals and isinstance(vals[0], str):
@@ -581,6 +615,22 @@ class PersistentIndex:
 
     def reopen(self) -> PersistentIndex:
         return PersistentIndex.open(self.root, self.kind, self.params)
+
+    def held_by(self, labels: Iterable[str]) -> PersistentIndex:
+        """This index with only the generations whose builds are all in ``labels`` (in a build's fork:
+        its base's, what the build's stages probe, so the build's own generation never answers its own
+        probe and a rerun decides as the first run did). A generation holding both (a compaction merged
+        the base's records with the build's) cannot be split: :class:`IndexMixed`."""
+        labels = set(labels)
+        mixed = [g.id for g in self.generations if set(g.labels) & labels and not set(g.labels) <= labels]
+        if mixed:
+            raise IndexMixed(
+                f"{self.root} was compacted (generation {mixed[0]} holds its base's records and its own): "
+                f"its base's decisions cannot be told apart; rebuild into a new directory"
+            )
+        kept = tuple(g for g in self.generations if set(g.labels) <= labels)
+        entries = [e for e in self.pointer["generations"] if e["id"] in {g.id for g in kept}]
+        return replace(self, generations=kept, pointer={**self.pointer, "generations": entries})
 
     # -- partitions
 

@@ -1,7 +1,8 @@
-"""Incremental builds (issue 13): `corpus build --base BUILD` processes only the new inputs and dedups them
-against the base's persistent exact index; the base is never rewritten; the build commits its own index
-generation last, so a kill during that commit leaves the forked index in force and a rerun gives the
-uninterrupted bytes. Real `corpus build` runs, real MPI ranks, real pages of the shared crawl."""
+"""Incremental builds (issue 13): `corpus build --base BUILD` processes only the new inputs, collapses their
+recrawls of the base's fetches (its recrawl index) and dedups them against the base's persistent exact
+index; the base is never rewritten; the build commits its own index generations last, so a kill during a
+commit leaves the forked index in force and a rerun gives the uninterrupted bytes. Real `corpus build`
+runs, real MPI ranks, real pages of the shared crawls."""
 
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from corpus.dedup import persistent_index as pi
+from corpus.dedup.bloom import BloomFilter
 from corpus.dedup.normalize import text_key
+from corpus.ingest.recrawl import RecordKey, recrawl_key
+from corpus.ingest.warc import RawRecord, iter_warc
 from corpus.snapshot import Snapshot, validate_snapshot
 from corpus.version import open_version
-from hpc_jobs import exact_dedup
+from hpc_jobs import exact_dedup, ingest
 from loader import SnapshotLoader
 from tests.conftest import ROOT, run_corpus
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, run_stage
@@ -29,35 +34,42 @@ from tests.dedup.stage_io import filtered_records, kept_docs, manifest, run_stag
 CONFIG = "[dedup_index]\npartitions = 4\n"
 
 #: `corpus build` with the index library's test hook: the process stops at the Nth pass of a point of an
-#: index update (the build's own commit is the only update after the fork) and waits to be killed
+#: index update (the build's own commits, recrawl then exact, are the only updates after the fork) and
+#: waits to be killed
 KILLABLE_BUILD = """
 import sys, time
 from corpus.dedup import persistent_index as pi
 from cli.main import main
-point, argv = sys.argv[1], sys.argv[2:]
+point, nth, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+passes = 0
 
 def hook(at):
+    global passes
     if at == point:
-        print("AT", point, flush=True)
-        time.sleep(300)
+        passes += 1
+        if passes == nth:
+            print("AT", point, flush=True)
+            time.sleep(300)
 
 pi._HOOK = hook
 sys.exit(main(argv))
 """
 
 
-def small_warc(src: Path, out: Path, first: int, count: int) -> Path:
-    """Response records ``first`` .. ``first + count`` of a crawl file, as their own WARC."""
+def pages(src: Path) -> list[RawRecord]:
+    """The HTML responses of a crawl file, as ingest reads them."""
+    return [r for r in iter_warc(src, 64 << 20, 2_000_000) if isinstance(r, RawRecord)]
+
+
+def pick_warc(src: Path, out: Path, urls: set[str]) -> Path:
+    """The response records of a crawl file whose URL is in ``urls`` (in the file's order), as their own WARC."""
     from warcio.archiveiterator import ArchiveIterator
     from warcio.warcwriter import WARCWriter
 
     with open(src, "rb") as f, open(out, "wb") as o:
         w = WARCWriter(o, gzip=True)
-        records = (r for r in ArchiveIterator(f) if r.rec_type == "response")
-        for i, rec in enumerate(records):
-            if i >= first + count:
-                break
-            if i >= first:
+        for rec in ArchiveIterator(f):
+            if rec.rec_type == "response" and rec.rec_headers.get_header("WARC-Target-URI") in urls:
                 w.write_record(rec)
     return out
 
@@ -90,17 +102,30 @@ def stage(build_dir: Path, name: str) -> Path:
     return build_dir / "stages" / name
 
 
+ARM64_TWIN = ("installation-guide-amd64", "installation-guide-arm64")
+
+
 @pytest.fixture(scope="module")
 def crawl(shared_data, tmp_path_factory):
-    """Base: 16 pages of the March crawl; delta: 16 pages, the first 8 of them the base's last 8 again."""
+    """Base: 16 pages of the March crawl (its part 0): the first 8 the June crawl fetches again with the
+    same bytes, and the first 8 installation-guide-amd64 pages whose arm64 twin June fetched. Delta: the
+    June crawl's 16 records of those: the 8 recrawls and the 8 arm64 twins (some exact copies of their
+    amd64 page, the others near-duplicates or new texts)."""
     d = tmp_path_factory.mktemp("incremental")
     march = shared_data / "warc" / "crawl-2026-03-part0.warc.gz"
+    june = shared_data / "warc" / "crawl-2026-06.warc.gz"
+    june_pages = {r.url: r.raw_digest for r in pages(june)}
+    march_pages = pages(march)
+    refetched = [r.url for r in march_pages if june_pages.get(r.url) == r.raw_digest][:8]
+    twinned = [
+        r.url for r in march_pages if r.url.replace(*ARM64_TWIN) in june_pages and ARM64_TWIN[0] in r.url
+    ][:8]
     config = d / "build.toml"
     config.write_text(CONFIG)
     return (
         d,
-        small_warc(march, d / "base.warc.gz", 0, 16),
-        small_warc(march, d / "delta.warc.gz", 8, 16),
+        pick_warc(march, d / "base.warc.gz", {*refetched, *twinned}),
+        pick_warc(june, d / "delta.warc.gz", {*refetched, *(u.replace(*ARM64_TWIN) for u in twinned)}),
         config,
     )
 
@@ -125,19 +150,119 @@ def delta(crawl, base):
 def test_an_exact_copy_of_a_base_page_is_a_duplicate_of_the_base_document(base, delta):
     base_dir, delta_dir = base[0], delta[0]
     base_keepers = {text_key(d.text): d.doc_id for d in kept_docs(stage(base_dir, "exact_dedup"))}
+    extracted = kept_docs(stage(delta_dir, "extract"))
+    copies = {d.doc_id for d in extracted if text_key(d.text) in base_keepers}
     dups = filtered_records(stage(delta_dir, "exact_dedup"))
-    assert len(dups) == 8, "the delta's first 8 pages are the base's last 8"
+    assert {r["doc"]["doc_id"] for r in dups} == copies and len(copies) == 2, (
+        "2 arm64 pages copy their amd64 twin"
+    )
     for r in dups:
-        assert r["reason"] == "exact_duplicate"
+        assert r["reason"] == "exact_duplicate" and ARM64_TWIN[1] in r["doc"]["url"], "never a recrawl"
         assert r["doc"]["dup_of"] == base_keepers[text_key(r["doc"]["text"])]
     extra = manifest(stage(delta_dir, "exact_dedup"))["extra"]["index"]
-    assert (extra["base_keys"], extra["base_duplicates"], extra["index_records"]) == (8, 8, 8)
+    assert (extra["base_keys"], extra["base_duplicates"], extra["index_records"]) == (
+        2,
+        2,
+        len(extracted) - 2,
+    )
     stored = {d.doc_id for d in kept_docs(stage(delta_dir, "write_shards"))}
     assert not stored & {r["doc"]["doc_id"] for r in dups}, "a copy of a base page is never a candidate"
     labels = pi.PersistentIndex.open(delta_dir / "dedup_index" / "exact").labels
     assert (
         labels[0] in pi.PersistentIndex.open(base_dir / "dedup_index" / "exact").labels and len(labels) == 2
     )
+
+
+def test_a_june_recrawl_of_a_march_page_is_a_recrawl_duplicate_of_the_march_fetch(base, delta):
+    """Keep-first across builds: June's fetches of base URLs with the same bytes are filtered at ingest as
+    recrawl_duplicate, ``recrawl_of_date`` the March fetch's date (the base's fetch stays the kept one:
+    the base is byte-identical, below), so none of them reaches exact_dedup."""
+    march = {(d.url, d.raw_digest): d.crawl_date for d in kept_docs(stage(base[0], "ingest"))}
+    filtered = filtered_records(stage(delta[0], "ingest"))
+    recrawls = [r["doc"] for r in filtered if r["reason"] == "recrawl_duplicate"]
+    assert len(recrawls) == 8
+    for doc in recrawls:
+        assert doc["crawl_date"] == "2026-06-01" and march[(doc["url"], doc["raw_digest"])] == "2026-03-01"
+        notes = [a for a in doc["annotations"] if a["name"] == "recrawl_of_date"]
+        assert notes == [
+            {"stage": "ingest", "name": "recrawl_of_date", "value": "2026-03-01", "verdict": "fail"}
+        ]
+    assert not {d["url"] for d in recrawls} & {d.url for d in kept_docs(stage(delta[0], "ingest"))}
+    extra = manifest(stage(delta[0], "ingest"))["extra"]
+    assert extra["recrawl_duplicates"] == 8
+    index = extra["index"]
+    assert (index["base_keys"], index["base_duplicates"], index["index_records"]) == (8, 8, 8)
+    assert (index["base_records"], index["partitions"]) == (16, 4)
+    own = pi.PersistentIndex.open(delta[0] / "dedup_index" / "recrawl")
+    assert [g.records for g in own.generations] == [16, 8], "the base's fetches, then the arm64 twins'"
+    answer = own.probe([recrawl_key(d["url"], d["raw_digest"]) for d in recrawls])
+    assert (
+        answer.found.all()
+        and (answer.generation == 0).all()
+        and set(pi.dates(answer.values)) == {"2026-03-01"}
+    )
+
+
+def test_without_a_base_ingest_in_a_build_is_the_stage_alone_plus_its_index_records(crawl, base, tmp_path):
+    _, base_warc, _, _ = crawl
+    alone = tmp_path / "ingest"
+    run_stage("ingest", 2, base_warc, alone)
+    inside = manifest(stage(base[0], "ingest"))
+    records = [s for s in inside["side_outputs"] if s["path"].startswith("index_records/")]
+    assert [s["path"] for s in records] == ["index_records/g00000.recrawl.rec"]
+    assert manifest(alone)["outputs"] == inside["outputs"] and manifest(alone)["extra"] == inside["extra"]
+    assert manifest(alone)["side_outputs"] == [s for s in inside["side_outputs"] if s not in records]
+    assert records[0]["records"] == len(kept_docs(alone)) == 16, "one record per kept fetch"
+    assert not (alone / "index_records").exists()
+
+
+def test_a_bloom_false_positive_never_changes_a_recrawl_decision(base, monkeypatch):
+    """Filters that say "maybe" to every key: each hit is confirmed by a lookup, so the decisions (read
+    ahead in batches of 3 fetches) are those of the real filters: the base's fetches found with their
+    date, the fetches of URLs it never had not found."""
+    index = pi.PersistentIndex.open(base[0] / "dedup_index" / "recrawl")
+    docs = kept_docs(stage(base[0], "ingest"))
+    fetched = [RecordKey(d.url, d.raw_digest, "2026-06-01", "sha", i) for i, d in enumerate(docs)]
+    absent = [RecordKey(d.url + "?again", d.raw_digest, "2026-06-01", "sha", i) for i, d in enumerate(docs)]
+    by_part: dict[int, list[list[RecordKey]]] = {}
+    for k in fetched + absent:
+        by_part.setdefault(int(index.partition_of([recrawl_key(k.url, k.raw_digest)])[0]), []).append([k])
+    monkeypatch.setattr(ingest, "PROBE_BATCH", 3)
+    lookups = []
+    search = pi._search
+    monkeypatch.setattr(pi, "_search", lambda keys, q: lookups.append(len(q)) or search(keys, q))
+
+    def decisions() -> dict[RecordKey, str | None]:
+        return {
+            g[0]: date
+            for p, gs in sorted(by_part.items())
+            for g, date in ingest.with_base_dates(index, p, gs)
+        }
+
+    real = decisions()
+    real_lookups, lookups[:] = sum(lookups), []
+    monkeypatch.setattr(BloomFilter, "might_contain", lambda self, hashes: np.ones(len(hashes), dtype=bool))
+    assert decisions() == real
+    probed = sum(len(gs) for p, gs in by_part.items() if index.generations[0].part(p)["records"])
+    assert sum(lookups) == probed > real_lookups, "every key of a partition the base holds was looked up"
+    assert all(real[k] == "2026-03-01" for k in fetched) and all(real[k] is None for k in absent)
+
+
+def test_a_base_without_a_recrawl_index_is_used_with_a_note(crawl, base, tmp_path):
+    """A base made before builds kept a recrawl index: the build goes on, says so, and June's recrawls of
+    its pages are what they were before, exact duplicates of its documents."""
+    _, _, delta_warc, config = crawl
+    old = tmp_path / "old-base"
+    shutil.copytree(base[0], old, symlinks=True)
+    shutil.rmtree(old / "dedup_index" / "recrawl")
+    out = tmp_path / "delta"
+    proc = build(out, [delta_warc], config, "--base", str(old))
+    assert f"base {old} has no recrawl index" in proc.stderr
+    assert manifest(stage(out, "ingest"))["extra"]["recrawl_duplicates"] == 0
+    assert "index" not in manifest(stage(out, "ingest"))["extra"]
+    dups = filtered_records(stage(out, "exact_dedup"))
+    assert len(dups) == 8 + 2 and sum(ARM64_TWIN[1] not in r["doc"]["url"] for r in dups) == 8
+    assert [g.records for g in pi.PersistentIndex.open(out / "dedup_index" / "recrawl").generations] == [16]
 
 
 def test_an_input_the_base_already_ingested_is_skipped_and_reported(crawl, base, delta, tmp_path):
@@ -157,7 +282,11 @@ def test_the_same_build_on_one_and_two_ranks(crawl, base, delta, tmp_path):
     assert proc.stdout.splitlines()[-1] == delta[1].stdout.splitlines()[-1]
     assert manifest(one / "candidates")["snapshot_id"] == manifest(delta[0] / "candidates")["snapshot_id"]
     assert manifest(one / "candidates")["extra"]["base"] == manifest(delta[0] / "candidates")["extra"]["base"]
-    assert tree(one / "dedup_index" / "exact") == tree(delta[0] / "dedup_index" / "exact")
+    for kind in ("recrawl", "exact"):
+        assert tree(one / "dedup_index" / kind) == tree(delta[0] / "dedup_index" / kind)
+    one_ingest, two_ingest = manifest(stage(one, "ingest")), manifest(stage(delta[0], "ingest"))
+    for part in ("outputs", "side_outputs", "extra"):
+        assert one_ingest[part] == two_ingest[part], f"ingest's {part} differ between 1 and 2 ranks"
 
 
 def test_without_a_base_exact_dedup_in_a_build_is_the_stage_alone_plus_its_index_records(base, tmp_path):
@@ -172,22 +301,25 @@ def test_without_a_base_exact_dedup_in_a_build_is_the_stage_alone_plus_its_index
     assert not (alone / "index_records").exists()
 
 
+@pytest.mark.parametrize("nth, killed", [(1, "recrawl"), (2, "exact")])
 def test_a_kill_during_the_index_commit_then_a_rerun_gives_the_uninterrupted_result(
-    crawl, base, delta, tmp_path
+    crawl, base, delta, tmp_path, nth, killed
 ):
-    """The delta build as it stands before its last step (its stages complete, its index as forked),
-    killed at ``generation-renamed`` (the generation complete but not pointed at), then run again."""
+    """The delta build as it stands before its last step (its stages complete, its indexes as forked),
+    killed at ``generation-renamed`` (the generation complete but not pointed at) of the recrawl index's
+    commit or of the exact index's (the recrawl index's done), then run again."""
     _, _, delta_warc, config = crawl
     out = tmp_path / "killed"
     shutil.copytree(delta[0], out)
-    shutil.rmtree(out / "dedup_index" / "exact")
-    pi.PersistentIndex.open(base[0] / "dedup_index" / "exact").fork(out / "dedup_index" / "exact")
+    for kind in ("recrawl", "exact"):
+        shutil.rmtree(out / "dedup_index" / kind)
+        pi.PersistentIndex.open(base[0] / "dedup_index" / kind).fork(out / "dedup_index" / kind)
     args = ["build", "--input", str(delta_warc), "--out", str(out), "--ranks", "2", "--config", str(config)]
     args += ["--base", str(base[0])]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(tmp_path / "killed.log", "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-c", KILLABLE_BUILD, "generation-renamed", *args],
+            [sys.executable, "-c", KILLABLE_BUILD, "generation-renamed", str(nth), *args],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
@@ -203,14 +335,18 @@ def test_a_kill_during_the_index_commit_then_a_rerun_gives_the_uninterrupted_res
             proc.wait(timeout=60)
             proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL
-    left = pi.PersistentIndex.open(out / "dedup_index" / "exact")
-    assert left.labels == pi.PersistentIndex.open(base[0] / "dedup_index" / "exact").labels, (
-        "the fork is in force"
-    )
-    assert (out / "dedup_index" / "exact" / "generations" / "g000002").is_dir(), "killed after the rename"
+    for kind in ("recrawl", "exact"):
+        left = pi.PersistentIndex.open(out / "dedup_index" / kind).labels
+        base_labels = pi.PersistentIndex.open(base[0] / "dedup_index" / kind).labels
+        if kind == "recrawl" and killed == "exact":
+            assert len(left) == len(base_labels) + 1, "committed before the exact index"
+        else:
+            assert left == base_labels, f"the {kind} index's fork is in force"
+    assert (out / "dedup_index" / killed / "generations" / "g000002").is_dir(), "killed after the rename"
     rerun = build(out, [delta_warc], config, "--base", str(base[0]))
     assert rerun.stdout.splitlines()[-1] == delta[1].stdout.splitlines()[-1]
-    assert tree(out / "dedup_index" / "exact") == tree(delta[0] / "dedup_index" / "exact")
+    for kind in ("recrawl", "exact"):
+        assert tree(out / "dedup_index" / kind) == tree(delta[0] / "dedup_index" / kind)
 
 
 def test_compaction_keeps_every_answer_and_never_touches_the_base(base, delta, tmp_path):
