@@ -91,7 +91,7 @@ from runtime.global_phase import (
 from runtime.runner import InputShard, Stage, StageContext, StageError, main, raw_input_shard
 
 #: bump when the same file would be read into different keys (invalidates the global phase)
-READER_VERSION = "1"
+READER_VERSION = "2"  # 2: an encoded body cut short is a truncated_record, not half a page
 # the recrawl collapse's steps (runtime.global_phase)
 KEYS = "keys"
 KEYS_FILE = ".keys.jsonl"
@@ -162,7 +162,9 @@ class IngestStage(Stage):
     # 7: inputs declared by the data's own corpus-sources.toml; an undeclared JSONL/text file is web;
     # 8: a repository's documents carry its detected licence expression as license_hint (was the source's
     # declaration, empty by default), so their metadata's licence and class change
-    version = "8"
+    # 9: an encoded body cut short (a stream without its end marker, a zstd frame short of its stated
+    # size, or a body shorter than its HTTP Content-Length with a Content-Encoding) is truncated_record
+    version = "9"
     Config = IngestConfig
     artifact_kinds = (*PER_INPUT_ARTIFACTS, INDEX_RECORDS)
 

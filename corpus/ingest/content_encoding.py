@@ -6,6 +6,11 @@ Decoding a body in one call lets 64 KiB of gzip inflate to 64 MiB (and 64 MiB to
 is decoded with a bound on its output, and decoding stops as soon as the output passes
 ``max_decoded_bytes``; the rest of the body is still read, so the digest covers every byte of it.
 
+A body cut short (a fetch interrupted, a record stored incomplete) inflates to the part before the cut
+without any complaint from zlib or zstd; a stream that stops before its end marker (gzip, deflate), or
+a zstd frame that decodes to less than the content size its header states, is reported as
+``truncated_record`` instead of passed on as half a page.
+
 A server sometimes labels a body it did not compress (or a crawler stored it decoded and kept the
 header): a gzip or zstd body without its magic bytes, or a deflate body that starts like markup, is
 read as it is, as browsers and ``warcio`` do. Brotli (``br``) needs a library this project does not
@@ -26,6 +31,8 @@ import zstandard
 _BLOCK = 1 << 16
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: a zstd frame header's largest size (magic, descriptor, window, dictionary id, content size)
+_ZSTD_HEADER_MAX = 18
 #: encodings that change nothing (RFC 9110 "identity"; an empty list item)
 _IDENTITY = ("", "identity")
 #: Content-Encoding values read here, by what they are
@@ -49,6 +56,10 @@ class DecodedBody:
     encoded_bytes: int
     reason: str = ""
     detail: str = ""
+
+
+class _Truncated(Exception):
+    """An encoded body that ends before its coding says it does."""
 
 
 class _HashingReader(io.RawIOBase):
@@ -110,6 +121,8 @@ def decode_body(body: BinaryIO, content_encoding: str | None, max_decoded_bytes:
                     break
             else:
                 payload = bytes(out)
+        except _Truncated as e:
+            reason, detail = "truncated_record", f"Content-Encoding {codings[0]}: {e}"
         except (zlib.error, zstandard.ZstdError) as e:
             reason, detail = (
                 "unreadable_payload",
@@ -136,9 +149,16 @@ def _decoded_blocks(stream: io.BufferedReader, coding: str) -> Iterator[bytes] |
 
 
 def _unzstd(stream: io.BufferedReader) -> Iterator[bytes]:
+    """Every frame, bounded per read; a first frame that states its content size must decode to it
+    (the stream reader itself stops quietly where a cut body stops)."""
+    declared = zstandard.get_frame_parameters(stream.peek(_ZSTD_HEADER_MAX)[:_ZSTD_HEADER_MAX]).content_size
     reader = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True, closefd=False)
+    decoded = 0
     while block := reader.read(_BLOCK):
+        decoded += len(block)
         yield block
+    if declared != zstandard.CONTENTSIZE_UNKNOWN and decoded < declared:
+        raise _Truncated(f"decodes to {decoded} bytes, its frame states {declared}: the body is cut short")
 
 
 def _inflate(stream: io.BufferedReader, wbits: int) -> Iterator[bytes]:
@@ -158,3 +178,5 @@ def _inflate(stream: io.BufferedReader, wbits: int) -> Iterator[bytes]:
                     return
     while not d.eof and (block := d.decompress(b"", _BLOCK)):  # what zlib still holds back
         yield block
+    if not d.eof:
+        raise _Truncated("the stream ends before its end marker: the body is cut short")

@@ -197,9 +197,10 @@ def _stream_digest(stream: BinaryIO) -> str:
 
 
 def _shorter_than_http_length(http, body_bytes: int) -> bool:
-    """A body shorter than the HTTP Content-Length it was sent with (when no encoding changes its size)."""
+    """A body shorter than the HTTP Content-Length it was sent with. The length counts the body as
+    encoded (RFC 9110 8.6), which is what ``body_bytes`` counts; a transfer coding changes it."""
     declared = http.get_header("Content-Length")
-    if not declared or http.get_header("Transfer-Encoding") or http.get_header("Content-Encoding"):
+    if not declared or http.get_header("Transfer-Encoding"):
         return False
     try:
         return body_bytes < int(declared)

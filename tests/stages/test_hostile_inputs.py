@@ -97,6 +97,25 @@ def test_a_corrupt_encoded_body_and_an_unknown_or_brotli_coding_are_quarantined_
     assert isinstance(other, RawRecord) and other.payload == page
 
 
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "zstd"])
+def test_an_encoded_body_cut_short_is_quarantined_as_truncated_not_passed_on_as_half_a_page(
+    tmp_path, shared_data, coding
+):
+    """zlib and zstd decode a cut body to the part before the cut without complaint: the decoder's end
+    marker (or the zstd frame's stated size) finds it when the HTTP Content-Length was rewritten to
+    the stored bytes, and the Content-Length of the encoded body finds it when it was kept."""
+    url, page = real_pages(shared_data, 1, part=2)[0]
+    encoded = ENCODERS[coding](page)
+    cut = encoded[: len(encoded) // 2]
+    header = (("Content-Encoding", coding),)
+    for declared in (None, len(encoded)):
+        (got,) = read(tmp_path, warc_bytes([(url, cut)], headers=header, http_length=declared))
+        assert isinstance(got, BadRecord) and got.reason == "truncated_record", (declared, got)
+        assert got.raw_digest == hashlib.sha256(cut).hexdigest()
+    (whole,) = read(tmp_path, warc_bytes([(url, encoded)], headers=header))
+    assert isinstance(whole, RawRecord) and whole.payload == page
+
+
 def test_a_record_too_large_is_digested_over_all_its_bytes(tmp_path, shared_data):
     url, page = real_pages(shared_data, 1, part=2)[0]
     big = page * (3_000_000 // len(page) + 1)  # past the first MiB that once was all it digested

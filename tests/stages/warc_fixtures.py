@@ -40,15 +40,17 @@ def warc_bytes(
     content_type: str = "text/html; charset=utf-8",
     status: str = "200 OK",
     headers: tuple[tuple[str, str], ...] = (),
+    http_length: int | None = None,
 ) -> bytes:
     """A WARC of HTTP responses whose bodies are ``pages``' payloads as given (``headers`` are added,
-    e.g. a Content-Encoding the payloads were encoded with)."""
+    e.g. a Content-Encoding the payloads were encoded with; ``http_length``: the HTTP Content-Length
+    every response declares, else its payload's length)."""
     buf = io.BytesIO()
     w = WARCWriter(buf, gzip=gz)
     for url, payload in pages:
         http = StatusAndHeaders(
             status,
-            [("Content-Type", content_type), ("Content-Length", str(len(payload))), *headers],
+            [("Content-Type", content_type), ("Content-Length", str(http_length or len(payload))), *headers],
             protocol="HTTP/1.1",
         )
         rec = w.create_warc_record(
