@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from corpus.errors import UserError
@@ -38,8 +39,14 @@ _TOKEN = re.compile(
     r"|(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(?![A-Za-z0-9_.])"
     r"|(?P<op><=|>=|!=|=|<|>)"
     r"|(?P<punct>[(),])"
-    r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*))"
+    r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*))",
+    re.ASCII,  # the grammar's digits and spaces, not every script's
 )
+_REST_IS_SPACE = re.compile(r"\s*\Z", re.ASCII)
+#: a predicate longer than this is refused (its parse and its error line stay small)
+MAX_PREDICATE_CHARS = 65_536
+#: an integer literal's digits at most (a signed 64-bit value: what DuckDB compares it as)
+_MAX_INT_DIGITS = 19
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,8 @@ class Quantile:
 
     @property
     def text(self) -> str:
-        return "q" + (str(int(self.percent)) if self.percent.is_integer() else repr(self.percent))
+        """Positional (``q0.00001``, never ``q1e-05``), so the stored predicate parses back."""
+        return "q" + (str(int(self.percent)) if self.percent.is_integer() else format(Decimal(repr(self.percent)), "f"))
 
 
 Literal = int | float | str
@@ -130,15 +138,17 @@ def parse_buckets(items: Any, where: str = "<inline>") -> tuple[BucketDef, ...]:
 
 def _tokens(text: str, where: str) -> list[tuple[str, str, int]]:
     """(kind, text, character) of every token of ``text``."""
+    if len(text) > MAX_PREDICATE_CHARS:
+        raise UserError(f"selection {where}: the predicate has {len(text):,} characters, at most {MAX_PREDICATE_CHARS:,}")
     out, pos = [], 0
     while pos < len(text):
-        if not text[pos:].strip():
+        if _REST_IS_SPACE.match(text, pos):
             break
         m = _TOKEN.match(text, pos)
         if m is None:
-            at = len(text[pos:]) - len(text[pos:].lstrip())
-            bad = text[pos + at :].split()[0]
-            raise UserError(f"selection {where}: unexpected {bad!r} at character {pos + at}")
+            at = pos + len(text[pos : pos + 200]) - len(text[pos : pos + 200].lstrip())
+            bad = text[at : at + 200].split()[0][:40]
+            raise UserError(f"selection {where}: unexpected {bad!r} at character {at}")
         kind = m.lastgroup
         out.append((kind, m.group(kind), m.start(kind)))
         pos = m.end()
@@ -152,9 +162,9 @@ def parse_predicate(text: str, where: str) -> tuple[Clause, ...]:
 
     def fail(expected: str) -> UserError:
         if k >= len(toks):
-            return UserError(f"selection {where}: expected {expected} at the end of {text!r}")
+            return UserError(f"selection {where}: expected {expected} at the end of the predicate")
         return UserError(
-            f"selection {where}: expected {expected}, not {toks[k][1]!r} at character {toks[k][2]}"
+            f"selection {where}: expected {expected}, not {toks[k][1][:40]!r} at character {toks[k][2]}"
         )
 
     def literal(quantile: bool) -> Literal | Quantile:
@@ -173,7 +183,12 @@ def parse_predicate(text: str, where: str) -> tuple[Clause, ...]:
                 k -= 1
                 raise fail("a percentile q0 .. q100")
             return Quantile(percent)
-        value = float(tok) if any(c in tok for c in ".eE") else int(tok)
+        if not any(c in tok for c in ".eE"):
+            if len(tok.lstrip("+-")) > _MAX_INT_DIGITS or not -(2**63) <= int(tok) < 2**63:
+                k -= 1
+                raise fail("an integer within 64 bits")
+            return int(tok)
+        value = float(tok)
         if not math.isfinite(value):
             k -= 1
             raise fail("a finite number")

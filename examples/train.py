@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log(f"{world.launcher}: starting at step {step}, loader step {loader.step}")
     mixture_log: list[str] = []
+    dump = args.dump_tokens is not None  # the tests' record of what was delivered, held until the end
     seen: list[np.ndarray] = []
     batches: dict[str, np.ndarray] = {}  # every step's whole batch, for --dump-tokens
     steps_log: list[str] = []
@@ -140,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         if batch is not None:
             for bucket, mask in zip(batch.buckets, batch.loss_mask, strict=True):
                 per_bucket[bucket] = per_bucket.get(bucket, 0) + int(mask.sum())
-        steps_log.append(json.dumps({"step": step, "phase": phase, "seq_len": None if batch is None else
-                                     batch.tokens.shape[1], "tokens": dict(sorted(per_bucket.items()))}))
+        if dump:
+            steps_log.append(json.dumps({"step": step, "phase": phase, "seq_len": None if batch is None else
+                                         batch.tokens.shape[1], "tokens": dict(sorted(per_bucket.items()))}))
         optimizer.zero_grad()
         if batch is not None:
             logits = model(batch.tokens, batch.position_ids)
@@ -150,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             loss = torch.nn.functional.cross_entropy(logits[:, :-1][target_ok], (batch.tokens[:, 1:] % args.vocab)
                                                      [target_ok]) if target_ok.any() else logits.sum() * 0
             loss.backward()
-            seen.append(batch.tokens[batch.loss_mask].numpy())
-            batches[f"tokens-{step}"], batches[f"mask-{step}"] = batch.tokens.numpy(), batch.loss_mask.numpy()
+            if dump:
+                seen.append(batch.tokens[batch.loss_mask].numpy())
+                batches[f"tokens-{step}"], batches[f"mask-{step}"] = batch.tokens.numpy(), batch.loss_mask.numpy()
         for p in model.parameters():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"checkpoint at step {step} -> {saved}")
             if args.stop_after_save:
                 break
-    if args.dump_tokens is not None:
+    if dump:
         args.dump_tokens.mkdir(parents=True, exist_ok=True)
         out = np.concatenate(seen) if seen else np.zeros(0, dtype=np.int64)
         np.save(args.dump_tokens / f"tokens-{args.tag}-rank{world.rank}.npy", out)

@@ -47,6 +47,14 @@ def test_a_predicate_has_one_canonical_text_whatever_its_spacing_and_keyword_cas
     assert parse_selection({"buckets": sel.canonical()["buckets"]}).buckets == sel.buckets
 
 
+@pytest.mark.parametrize("percentile", ["q0.00001", "q0.000001", "q12.5", "q100", "q0", "q99.999"])
+def test_every_stored_predicate_parses_back_to_the_same_bucket(percentile):
+    sel = parse_inline(buckets_toml(("hq", f"quality >= {percentile} AND tokens < 9223372036854775807")))
+    (stored,) = sel.canonical()["buckets"]
+    assert "e-" not in stored["where"]
+    assert parse_selection({"buckets": [stored]}).buckets == sel.buckets
+
+
 def test_a_selection_without_buckets_has_the_canonical_form_it_had_before_buckets():
     plain = parse_inline("min_scores = { quality = 0.1 }")
     assert "buckets" not in plain.canonical()
@@ -86,6 +94,14 @@ def test_a_selection_without_buckets_has_the_canonical_form_it_had_before_bucket
             r"bucket hq has unknown key\(s\) filter; known: name, where",
         ),
         ('buckets = "hq"', r"buckets must be an array of tables"),
+        (buckets_toml(("hq", "tokens >= " + "9" * 400)), r"bucket hq: expected an integer within 64 bits"),
+        (buckets_toml(("hq", "tokens >= " + "9" * 5000)), r"bucket hq: expected an integer within 64 bits"),
+        (buckets_toml(("hq", "tokens >= 9223372036854775808")), r"expected an integer within 64 bits"),
+        (buckets_toml(("hq", "quality >= \u0669\u0660")), r"bucket hq: unexpected '\u0669\u0660' at character 11"),
+        (
+            buckets_toml(("hq", "lang IN (" + ", ".join(["'en'"] * 20_000) + ")")),
+            r"bucket hq: the predicate has 120,008 characters, at most 65,536",
+        ),
     ],
 )
 def test_a_malformed_bucket_is_one_line_naming_it_and_the_offending_token(toml, message):
