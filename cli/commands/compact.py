@@ -16,7 +16,7 @@ from corpus.dedup.persistent_index import CURRENT, PersistentIndex
 from corpus.errors import UserError
 from corpus.layout import dedup_index_dir
 
-KINDS = ("exact", "band")
+KINDS = ("recrawl", "exact", "band")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -352,21 +352,23 @@ def test_a_kill_during_the_index_commit_then_a_rerun_gives_the_uninterrupted_res
 def test_compaction_keeps_every_answer_and_never_touches_the_base(base, delta, tmp_path):
     copy = tmp_path / "copy"  # hard links, as the fork made them: the base's files are these files
     shutil.copytree(delta[0] / "dedup_index", copy / "dedup_index", copy_function=os.link)
-    before = pi.PersistentIndex.open(copy / "dedup_index" / "exact")
-    keys = [
-        bytes(r["key"])
-        for g in before.generations
-        for p in range(before.partitions)
-        for r in g.map_part(p, before.record)
-    ]
-    answer = before.probe(keys)
+    kinds = ("recrawl", "exact")
+    before = {k: pi.PersistentIndex.open(copy / "dedup_index" / k) for k in kinds}
+    keys = {
+        k: [bytes(r["key"]) for g in ix.generations for p in range(ix.partitions) for r in g.map_part(p, ix.record)]
+        for k, ix in before.items()
+    }
+    answers = {k: before[k].probe(keys[k]) for k in kinds}
     proc = run_corpus("compact", str(copy))
-    assert "exact: 2 generation(s) -> 1" in proc.stdout
-    after = pi.PersistentIndex.open(copy / "dedup_index" / "exact")
-    assert [g.id for g in after.generations] == ["g000003"] and sorted(after.labels) == sorted(before.labels)
-    assert sorted(p.name for p in (copy / "dedup_index" / "exact" / "generations").iterdir()) == ["g000003"]
-    again = after.probe(keys)
-    assert again.found.all() and (again.values == answer.values).all()
+    for kind in kinds:
+        assert f"{kind}: 2 generation(s) -> 1" in proc.stdout
+        after = pi.PersistentIndex.open(copy / "dedup_index" / kind)
+        (gen,) = after.generations
+        assert gen.id not in {g.id for g in before[kind].generations}
+        assert sorted(after.labels) == sorted(before[kind].labels)
+        assert sorted(p.name for p in (copy / "dedup_index" / kind / "generations").iterdir()) == [gen.id]
+        again = after.probe(keys[kind])
+        assert keys[kind] and again.found.all() and (again.values == answers[kind].values).all()
     assert tree(base[0]) == base[1]
 
 
