@@ -13,6 +13,13 @@ configured band (in percentage points) is an alarm. Two kinds of metric are reco
   ``ingest_records/<reason>`` the share it skipped for a reason (``response_status_403``, ``revisit``,
   ``response_non_html``): a crawl that turns into error pages moves these, not only the yield.
 
+An incremental build (``corpus build --base``) is judged on its delta: the stages ran on the new
+documents only, and the policy is judged over the documents the build stored itself, never over the base's
+shards its candidates list first (that would count the base again in every build made on it). It is
+compared with earlier incremental builds of the same sources only: a delta's exact_dedup (and ingest, for
+recrawls) drops its copies of the base, which a full build's stages never see, so one median over both
+kinds would alarm at every switch between them.
+
 Bands come from the build config's ``[alarms]`` table (``[alarms.bands]`` entries override the
 defaults one by one). The Airflow DAG's final task calls :func:`enforce`, which fails the task or only
 warns depending on ``[alarms] on_alarm``; ``corpus report`` shows the alarms at the top of the card.
@@ -26,14 +33,18 @@ import json
 import logging
 import statistics
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from corpus.config import ConfigError, stage_config
 from corpus.digest import json_digest
+from corpus.layout import base_build_of
 from corpus.report.build_view import BuildView, open_build
 from corpus.report.skipped import skipped_records
+from corpus.selection import parse_policy
+from corpus.version import ShardRef, Version, columns, connect, policy_verdicts
 
 log = logging.getLogger("corpus.alarms")
 
@@ -136,12 +147,48 @@ def build_id(view: BuildView) -> str:
     return json_digest([m.digest for m in view.stages])
 
 
+def base_label(view: BuildView) -> str | None:
+    """The base an incremental build was made against (its candidates' id), None for a full build."""
+    found = base_build_of(view.build_dir) if view.build_dir is not None else None
+    return found[1] if found else None
+
+
+def own_shards(view: BuildView) -> tuple[ShardRef, ...]:
+    """The version's live shards the build stored itself: an incremental build's candidates list the
+    base's shards first (``extra.base.shards`` of them), by reference."""
+    assert view.version is not None and view.snapshot is not None
+    inherited = {
+        s.name for s in view.version.shards[: int(view.snapshot.extra.get("base", {}).get("shards", 0))]
+    }
+    return tuple(s for s in view.version.live_shards if s.name not in inherited)
+
+
+def policy_reasons(view: BuildView) -> tuple[dict[str, int], int] | None:
+    """The reported version's policy rejections by reason and the stored documents it judged: the
+    version manifest's for a full build; for an incremental build, the same policy run again over the
+    build's own shards (their metadata tables only)."""
+    v = view.version
+    reasons = (v.manifest or {}).get("policy_reasons") if v else None
+    if v is None or reasons is None:
+        return None
+    if base_label(view) is None:
+        return reasons, sum(s.docs for s in v.live_shards)
+    own = own_shards(view)
+    counted: Counter[str] = Counter()
+    if own:
+        con = connect(Version(v.base_dir, v.base, own))
+        policy = parse_policy(v.manifest["selection"]["policy"], f"version {v.snapshot_id}")
+        policy_verdicts(con, policy, columns(con), counted)
+    return dict(counted), sum(s.docs for s in own)
+
+
 def build_metrics(view: BuildView) -> dict[str, dict[str, Any]]:
     """Per stage: retention % and the drop share % of every filter and quarantine reason; for a stage
     that skips records (ingest), ``<stage>_records``: the documents' share of the records read and the
     share skipped per reason; and
     ``policy``, the reported version's quality policy over the stored documents (its rejections by
-    reason, from the version's manifest: the policy is a selection, not a stage)."""
+    reason, from the version's manifest: the policy is a selection, not a stage; for an incremental
+    build, over the documents it stored itself: :func:`policy_reasons`)."""
     out: dict[str, dict[str, Any]] = {}
     for m in view.stages:
         s = skipped_records(m)
@@ -156,9 +203,9 @@ def build_metrics(view: BuildView) -> dict[str, dict[str, Any]]:
             continue
         drops = {r: 100 * n / t.docs_in for r, n in sorted((t.filtered + t.quarantined).items())}
         out[m.stage] = {"retention": 100 * t.docs_out / t.docs_in, "drops": drops, "in": t.docs_in}
-    reasons = (view.version.manifest or {}).get("policy_reasons") if view.version else None
-    stored = sum(s.docs for s in view.version.live_shards) if view.version else 0
-    if reasons is not None and stored:
+    judged = policy_reasons(view)
+    reasons, stored = judged if judged is not None else ({}, 0)
+    if stored:
         drops = {r: 100 * n / stored for r, n in sorted(reasons.items())}
         out["policy"] = {"retention": 100 - sum(drops.values()), "drops": drops, "in": stored}
     return out
@@ -214,9 +261,14 @@ def read_history(path: Path) -> list[dict[str, Any]]:
 
 
 def previous_builds(history: list[dict[str, Any]], view: BuildView) -> list[dict[str, Any]]:
-    """Earlier builds of the same sources, oldest first, never this build itself."""
-    key, me = sources_key(view.sources()), build_id(view)
-    return [h for h in history if h["sources_key"] == key and h["build_id"] != me]
+    """Earlier builds of the same sources and the same kind (incremental or full), oldest first, never
+    this build itself."""
+    key, me, incremental = sources_key(view.sources()), build_id(view), base_label(view) is not None
+    return [
+        h
+        for h in history
+        if h["sources_key"] == key and h["build_id"] != me and bool(h.get("base")) == incremental
+    ]
 
 
 def _resolve(view: BuildView, history_path: Path | str | None, cfg: AlarmConfig) -> Path:
@@ -244,6 +296,7 @@ def record(view: BuildView, path: Path) -> bool:
         "sources_key": sources_key(view.sources()),
         "sources": view.sources(),
         "build_dir": str(view.build_dir.resolve()) if view.build_dir else "",
+        "base": base_label(view),
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "metrics": build_metrics(view),
     }

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 from airflow.sdk import Asset
+
+from cli.orchestration.deployment import path_schema
 
 CRAWLS_LANDED = Asset(name="corpus_crawls_landed", uri="corpus://crawls/landed", group="corpus")
 VERSIONS = Asset(name="corpus_versions", uri="corpus://versions", group="corpus")
@@ -32,3 +35,34 @@ def emit_version(context: Any, snapshot_id: str, build: str, version: str) -> No
         "build": build,
         "version": version,
     }
+
+
+#: what a VERSIONS event's extra must be before any of it reaches a command (emit_version writes it)
+VERSION_EXTRA = {
+    "type": "object",
+    "properties": {
+        "snapshot_id": {"type": "string", "pattern": r"^sha256:[0-9a-f]{64}$(?!\n)"},
+        "build": path_schema(),
+        "version": path_schema(),
+    },
+    "required": ["snapshot_id", "version"],
+}
+
+
+def announced_versions(events: Any) -> list[dict[str, str]]:
+    """The versions the triggering VERSIONS events announce (``context["triggering_asset_events"]``), in
+    event order, each once. An event's extra is data from another DAG run: it is checked against
+    :data:`VERSION_EXTRA` (a ``sha256:`` id, absolute paths) and refused with a ``ValueError`` naming the
+    field otherwise."""
+    out: list[dict[str, str]] = []
+    for event in events.get(VERSIONS, []):
+        extra = dict(event.extra or {})
+        try:
+            jsonschema.validate(extra, VERSION_EXTRA)
+        except jsonschema.ValidationError as e:
+            where = "/".join(map(str, e.absolute_path)) or "extra"
+            raise ValueError(f"a {VERSIONS.uri} event's {where} is not valid: {e.message}") from None
+        version = {"snapshot_id": extra["snapshot_id"], "build": extra.get("build", ""), "version": extra["version"]}
+        if version not in out:
+            out.append(version)
+    return out

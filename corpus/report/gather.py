@@ -17,6 +17,8 @@ Where the numbers come from:
   version's shards and metadata table): :mod:`corpus.report.code`;
 * the eval holdout: pages held out and stored (the ingest and extract manifests) and the candidates
   that copy one, exact or near, with how many the version selects (the metadata table).
+* an incremental build (``corpus build --base``): the delta's copies of base documents per source
+  and the dedup indexes' size (:mod:`corpus.report.incremental`); None for a full build.
 
 A section whose data the build does not have (a stage that did not run, a field no stage fills yet)
 is listed under ``absent`` with the reason, and the card says so instead of failing.
@@ -34,6 +36,7 @@ from corpus.model import GroupCounts, StageManifest
 from corpus.report.build_view import BuildView
 from corpus.report.code import code_section
 from corpus.report.holdout import holdout_copies, holdout_counts
+from corpus.report.incremental import incremental_section
 from corpus.report.quality_model import quality_model
 from corpus.report.removed_lines import most_removed_lines
 from corpus.report.representatives import representative_lengths
@@ -365,6 +368,8 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     card["code"] = code_section(view)
     if card["code"] is None:
         absent["code"] = "ingest read no repository"
+
+    card["incremental"] = incremental_section(view)
 
     card["contamination"] = contamination(view)
     if card["contamination"] is None:

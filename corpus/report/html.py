@@ -13,6 +13,7 @@ from typing import Any
 
 from corpus.report import plots
 from corpus.report.code import code_html
+from corpus.report.incremental import incremental_html
 from corpus.report.quality_model import quality_html
 from corpus.report.training_log import training_log_html
 
@@ -594,6 +595,7 @@ def render_html(card: dict[str, Any]) -> str:
             _dedup(card),
             _holdout(card),
             code_html(card),
+            incremental_html(card),
             _contamination(card),
             _reasons(card),
             _versions(card),

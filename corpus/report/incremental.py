@@ -1,0 +1,240 @@
+"""The data card's Incremental section: what a build made against a base (``corpus build --base``) found
+of the base, and the dedup indexes it carries on.
+
+Why on the card: the delta's exact_dedup drops every copy of a base document, so its yield depends on
+how much the new crawl repeats the old one; the card says so per source (the **cross-crawl duplicate
+rate**: the delta's documents that are copies of a base document, over the delta's documents entering
+exact_dedup), and counts the keep-first cases a reader may want to revisit: a delta document of a more
+trusted tier (a curated original) that stays a duplicate of a less trusted base document (a web copy
+that arrived first; docs/incremental.md, "Policy to decide").
+
+Where the numbers come from, all written by the delta's own run:
+
+* the delta's documents per source: exact_dedup's manifest (``shard_counts``, what entered the stage);
+* its copies: exact_dedup's ``copies/`` (one record per dropped copy: the keeper's doc_id, the copy's
+  source and tier). A copy is of the base when its keeper is not one of the delta's own keepers, which
+  are the values of the (key, keeper) records the stage wrote for the groups it decided itself
+  (``index_records/``): a key found in the base is never written there;
+* the base documents' tiers: the version's metadata table (the base's shards are listed in the delta's
+  candidates), matched on the doc_id exact_dedup kept (``exact_keeper_id``, else ``doc_id``, else
+  ``derived_from`` when a later stage changed the text); a base keeper a later base stage dropped is
+  counted as not stored;
+* the fetches ingest dropped as recrawls of a base fetch (same URL, same bytes: the recrawl index),
+  before extraction: ingest's manifest (``extra.index.base_duplicates``), a total;
+* the indexes: their ``CURRENT`` pointers and generation manifests, and the sizes of the files of the
+  generations they name (a generation inherited from the base is the base's files, hard-linked).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from corpus.dedup import persistent_index as pi
+from corpus.docshard import iter_records
+from corpus.layout import base_build_of, dedup_base_path, dedup_index_dir
+from corpus.report.build_view import BuildView
+from corpus.tiers import source_rank
+from corpus.version import connect
+
+
+def cross_crawl_duplicates(
+    copies: Iterable[dict[str, Any]],
+    own_keepers: set[str],
+    base_tiers: dict[str, str],
+    docs_in: dict[str, int],
+) -> dict[str, dict[str, Any]]:
+    """Per source of the delta: its documents (``docs_in``), how many are copies of a base document, the
+    rate in percent, how many of those are of a more trusted tier than the base document they copy
+    (``more_trusted_than_base``) and how many copy a base document the base did not store. ``copies``:
+    exact_dedup's copy records (``doc_id`` = the keeper, ``source``, ``tier`` of the copy);
+    ``own_keepers``: the keepers the delta decided itself; ``base_tiers``: a base keeper's tier."""
+    out = {
+        source: {"docs": n, "in_base": 0, "rate": None, "more_trusted_than_base": 0, "base_not_stored": 0}
+        for source, n in docs_in.items()
+    }
+    for c in copies:
+        if c["doc_id"] in own_keepers:
+            continue
+        row = out.setdefault(
+            c["source"],
+            {"docs": 0, "in_base": 0, "rate": None, "more_trusted_than_base": 0, "base_not_stored": 0},
+        )
+        row["in_base"] += 1
+        base_tier = base_tiers.get(c["doc_id"])
+        if base_tier is None:
+            row["base_not_stored"] += 1
+        elif source_rank(c["tier"]) < source_rank(base_tier):
+            row["more_trusted_than_base"] += 1
+    for row in out.values():
+        row["rate"] = round(100 * row["in_base"] / row["docs"], 3) if row["docs"] else None
+    return dict(sorted(out.items()))
+
+
+def own_keepers(stage_dir: Path, side_outputs: Iterable[str]) -> set[str]:
+    """The keepers exact_dedup decided itself: the values of its ``index_records/`` files."""
+    found: set[str] = set()
+    for path in side_outputs:
+        if path.startswith("index_records/"):
+            rows = np.fromfile(stage_dir / path, dtype=pi.EXACT_RECORD)
+            found.update(pi.doc_ids(rows["value"]))
+    return found
+
+
+def base_tiers(view: BuildView, keepers: set[str]) -> dict[str, str]:
+    """The tier of each base keeper among the version's stored documents (one DuckDB query)."""
+    v = view.version
+    if not keepers or v is None or not all(s.metadata.is_file() for s in v.live_shards):
+        return {}
+    con = connect(v)
+    con.register("keepers", pa.table({"id": sorted(keepers)}))
+    rows = con.execute(
+        " UNION ".join(
+            f"SELECT id, tier FROM keepers JOIN stored ON id = {column}"
+            for column in ("exact_keeper_id", "doc_id", "derived_from")
+        )
+    ).fetchall()
+    return dict(sorted(rows))
+
+
+def index_size(root: Path, base_labels: set[str]) -> dict[str, Any] | None:
+    """One index: its generations, records and bytes on disk, and how much of it is the base's."""
+    if not (root / pi.CURRENT).is_file():
+        return None
+    index = pi.PersistentIndex.open(root)
+    gens = []
+    for g in index.generations:
+        gens.append(
+            {
+                "id": g.id,
+                "records": g.records,
+                "bytes": sum(f.stat().st_size for f in g.path.iterdir() if f.is_file()),
+                "base": set(g.labels) <= base_labels,
+            }
+        )
+    return {
+        "partitions": index.partitions,
+        "generations": len(gens),
+        "records": sum(g["records"] for g in gens),
+        "bytes": sum(g["bytes"] for g in gens),
+        "base_generations": sum(g["base"] for g in gens),
+        "base_records": sum(g["records"] for g in gens if g["base"]),
+        "base_bytes": sum(g["bytes"] for g in gens if g["base"]),
+        "by_generation": gens,
+    }
+
+
+def incremental_section(view: BuildView) -> dict[str, Any] | None:
+    """The section's numbers; None for a build without a base."""
+    found = base_build_of(view.build_dir) if view.build_dir is not None else None
+    if found is None:
+        return None
+    base_dir, label = found
+    section: dict[str, Any] = {
+        "base": str(base_dir.resolve()),
+        "base_label": label,
+        "base_docs": view.snapshot.extra.get("base", {}).get("docs") if view.snapshot else None,
+        "by_source": None,
+        "base_duplicates_recorded": None,
+        "recrawls_of_base": None,
+        "index": {},
+    }
+    m = view.stage("exact_dedup")
+    if m is not None:
+        stage_dir = view.stage_dir(m.stage)
+        paths = [s.path for s in m.side_outputs]
+
+        def copies() -> Iterator[dict[str, Any]]:  # streamed twice: never all the copies in memory
+            return (r for p in paths if p.startswith("copies/") for r in iter_records(stage_dir / p))
+
+        mine = own_keepers(stage_dir, paths)
+        of_base = {c["doc_id"] for c in copies()} - mine
+        docs_in = {source: c.docs_in for source, c in m.yield_counts().by(0).items()}
+        section["by_source"] = cross_crawl_duplicates(copies(), mine, base_tiers(view, of_base), docs_in)
+        section["base_duplicates_recorded"] = m.extra.get("index", {}).get("base_duplicates")
+    ingest = view.stage("ingest")
+    if ingest is not None:
+        section["recrawls_of_base"] = ingest.extra.get("index", {}).get("base_duplicates")
+    labels = set(json.loads(dedup_base_path(view.build_dir).read_text())["labels"])
+    for kind in sorted(pi.KINDS):
+        section["index"][kind] = index_size(dedup_index_dir(view.build_dir, kind), labels)
+    return section
+
+
+def incremental_html(card: dict[str, Any]) -> str:
+    """The card's "Incremental" section (nothing for a build without a base)."""
+    from corpus.report.html import _n, _note, _pct, _table
+
+    s = card.get("incremental")
+    if not s:
+        return ""
+    out = [
+        "<h2>Incremental</h2>",
+        f"<p>Built against the base <code>{escape(s['base'])}</code> (candidates "
+        f"<code>{escape(s['base_label'][:19])}…</code>, {_n(s['base_docs'])} documents): every stage ran on "
+        "the new inputs only; a document that copies a base document is its duplicate (keep-first).</p>",
+    ]
+    if s["by_source"] is None:
+        out.append(_note("no exact_dedup stage: the copies of the base are not known"))
+    else:
+        rows = [
+            [
+                escape(source),
+                _n(r["docs"]),
+                _n(r["in_base"]),
+                _pct(r["rate"]),
+                _n(r["more_trusted_than_base"]),
+                _n(r["base_not_stored"]),
+            ]
+            for source, r in s["by_source"].items()
+        ]
+        out.append("<h3>Cross-crawl duplicates</h3>")
+        out.append(
+            _table(
+                [
+                    "source",
+                    "documents",
+                    "copies of a base document",
+                    "rate",
+                    "more trusted than the base copy",
+                    "base copy not stored",
+                ],
+                rows,
+            )
+        )
+        out.append(
+            _note(
+                "'more trusted than the base copy': a document of a more trusted tier (a curated original) "
+                "that stays a duplicate of a less trusted base document that arrived first (keep-first). "
+                f"exact_dedup recorded {s['base_duplicates_recorded']} copies of base documents."
+            )
+        )
+    if s["recrawls_of_base"] is not None:
+        out.append(
+            f"<p>{_n(s['recrawls_of_base'])} fetches were recrawls of a base fetch (same URL, same bytes) and "
+            "were dropped by ingest as its duplicates, before extraction (not counted above).</p>"
+        )
+    rows = []
+    for kind, x in s["index"].items():
+        if x is None:
+            rows.append([escape(kind), "–", "–", "–", "–", "–"])
+            continue
+        rows.append(
+            [
+                escape(kind),
+                _n(x["generations"]),
+                _n(x["base_generations"]),
+                _n(x["records"]),
+                _n(x["bytes"]),
+                _n(x["partitions"]),
+            ]
+        )
+    out.append("<h3>Dedup indexes</h3>")
+    out.append(_table(["index", "generations", "of the base", "keys", "bytes on disk", "partitions"], rows))
+    return "".join(out)
