@@ -16,11 +16,23 @@ memory plus the pages of the memory-mapped files it touched), next to its RSS be
 found absent, over absent keys tested against a filter (the sizing formula expects 1.0 %). Times are
 wall seconds with the process's CPU seconds in brackets (on a shared machine the wall time is mostly
 waiting: fsync, file opens).
+
+    python bench/bench_persistent_index.py --commit [--commit-records 4000000] [--commit-parts 16]
+        [--commit-partitions 64] [--commit-ranks 1,2]
+
+The build's index commit across ranks (``corpus.pipeline.commit_indexes``): a build directory whose
+exact_dedup manifest lists ``--commit-parts`` ``index_records`` artifacts of ``--commit-records`` random
+exact records in all (each sorted by key, as the stage writes them), its exact index empty with
+``--commit-partitions`` partitions; for each rank count the generation is begun, written by the commit job
+(``mpiexec -n R python -m hpc_jobs.commit_index``), committed, and its bytes compared with the first
+run's. Per rank: the seconds it spent writing and its peak RSS (``VmHWM``), as the job reports them;
+begin, job (launch included) and commit are wall seconds of the owning process.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import subprocess
@@ -34,7 +46,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from corpus import pipeline  # noqa: E402
 from corpus.dedup import persistent_index as pi  # noqa: E402
+from corpus.docshard import atomic_write_json  # noqa: E402
+from corpus.layout import dedup_index_dir, manifest_path, stage_dir  # noqa: E402
+from corpus.model import ShardRef, StageManifest  # noqa: E402
 
 BATCH = 100_000
 
@@ -170,6 +186,74 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# --- the commit across ranks ----------------------------------------------------------------------------
+
+
+def commit_build(work: Path, n: int, parts: int) -> Path:
+    """A build at its last step: exact_dedup's manifest listing ``parts`` index_records artifacts of
+    ``n`` random records in all, each sorted by key."""
+    out = work / "build"
+    stage = stage_dir(out, "exact_dedup")
+    (stage / pipeline.INDEX_RECORDS).mkdir(parents=True)
+    side, rng = [], np.random.default_rng(2026)
+    for part in range(parts):
+        rows = rng.integers(0, 256, ((part + 1) * n // parts - part * n // parts, 32), dtype=np.uint8)
+        words = rows[:, :16].copy().view(">u8")
+        rows = rows[np.lexsort((words[:, 1], words[:, 0]))].view(pi.EXACT_RECORD).reshape(-1)
+        rel = f"{pipeline.INDEX_RECORDS}/p{part:05d}.exact.rec"
+        data = rows.tobytes()
+        (stage / rel).write_bytes(data)
+        side.append(ShardRef(rel, hashlib.sha256(data).hexdigest(), len(rows)))
+    m = StageManifest("exact_dedup", "bench", {}, "", (), (), tuple(side), {}, {})
+    atomic_write_json(manifest_path(stage), m.to_dict())
+    return out
+
+
+def bench_commit(work: Path, n: int, parts: int, partitions: int, rank_counts: list[int]) -> list[dict]:
+    out = commit_build(work, n, parts)
+    m = pipeline.read_stage_manifests(out)[0]
+    root, label = dedup_index_dir(out, "exact"), "bench-" + "0" * 58
+    rows, first = [], None
+    for ranks in rank_counts:
+        shutil.rmtree(root, ignore_errors=True)
+        pi.PersistentIndex.create(root, "exact", pi.exact_key_params(), partitions)
+        t0 = time.perf_counter()
+        pending = pipeline.begin_commit(out, "exact", pi.exact_key_params(), m, label)
+        t1 = time.perf_counter()
+        cmd = [pipeline.mpiexec_path(), "-n", str(ranks), *pipeline.commit_job_command(out, ["exact"], label)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+        t2 = time.perf_counter()
+        index = pending.commit()
+        t3 = time.perf_counter()
+        (gen,) = index.generations
+        digest = hashlib.sha256((gen.path / pi.MANIFEST).read_bytes()).hexdigest()
+        first = first or digest
+        assert digest == first, f"the generation written on {ranks} ranks differs"
+        job = json.loads(proc.stdout.strip().splitlines()[-1])
+        run = {"records": n, "parts": parts, "partitions": partitions, "ranks": ranks}
+        rows.append({**run, "begin": t1 - t0, "job": t2 - t1, "commit": t3 - t2, "by_rank": job["ranks"]})
+        print(f"commit on {ranks} rank(s) done", file=sys.stderr, flush=True)
+    return rows
+
+
+def commit_table(rows: list[dict]) -> str:
+    lines = [
+        "| records (artifacts) | P | ranks | begin s | job s (launch included) | commit s | per rank: records, write s, peak MB |",
+        "|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        per = "; ".join(
+            f"{x['records']:,}, {x['seconds']:.2f} s, {x['peak_rss_mb']:.0f} MB" for x in r["by_rank"]
+        )
+        lines.append(
+            f"| {r['records']:,} ({r['parts']}) | {r['partitions']} | {r['ranks']} | {r['begin']:.2f} "
+            f"| {r['job']:.2f} | {r['commit']:.2f} | {per} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         op, args = sys.argv[2], sys.argv[3:]
@@ -190,7 +274,23 @@ def main() -> None:
     ap.add_argument("--run-records", type=int, default=1 << 18)
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temporary one)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--commit", action="store_true", help="bench the index commit across ranks instead")
+    ap.add_argument("--commit-records", type=int, default=4_000_000)
+    ap.add_argument("--commit-parts", type=int, default=16)
+    ap.add_argument("--commit-partitions", type=int, default=64)
+    ap.add_argument("--commit-ranks", default="1,2")
     a = ap.parse_args()
+    if a.commit:
+        work = Path(tempfile.mkdtemp(prefix="bench-pindex-commit-", dir=a.dir))
+        try:
+            ranks = [int(r) for r in a.commit_ranks.split(",")]
+            rows = bench_commit(work, a.commit_records, a.commit_parts, a.commit_partitions, ranks)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(commit_table(rows))
+        if a.json:
+            a.json.write_text(json.dumps(rows, indent=1))
+        return
     rows = []
     for n in (int(s) for s in a.sizes.split(",")):
         work = Path(tempfile.mkdtemp(prefix="bench-pindex-", dir=a.dir))

@@ -20,7 +20,8 @@ and the band index's parameters in ``<build>/dedup_index/band``. Without a base 
 they are forks of the base's, and only the inputs the base has not ingested are processed. ingest and
 exact_dedup find their index through the build layout, probe the base's generations and write this
 build's records; the build commits them as its own generations (label = its candidates' id) as its very
-last step, the exact index last, so an exact index names a build only once everything of it exists:
+last step (each rank of the commit job, ``hpc_jobs.commit_index``, writing the partitions it owns), the
+exact index last, so an exact index names a build only once everything of it exists:
 that is what makes a build a complete base.
 With a base, the candidates list the base's shards by reference (:mod:`corpus.snapshot`) followed by the
 new ones, and the default version selects over both.
@@ -28,6 +29,7 @@ new ones, and the default version selects over both.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -46,9 +48,11 @@ from corpus.dedup.persistent_index import (
     KINDS,
     RUN_RECORDS,
     IndexMismatch,
+    PendingGeneration,
     PersistentIndex,
     band_key_params,
     exact_key_params,
+    partition_of,
     recrawl_key_params,
 )
 from corpus.digest import file_sha256
@@ -66,7 +70,7 @@ from corpus.layout import (
     stage_dir,
 )
 from corpus.manifests import read_stage_manifest, require_stage_manifest
-from corpus.model import SnapshotManifest, StageManifest
+from corpus.model import ShardRef, SnapshotManifest, StageManifest
 from corpus.selection import Selection, parse_policy
 
 #: Every stage of a build, in order. A stage is the module ``hpc_jobs.<name>`` defining ``STAGE``.
@@ -110,15 +114,19 @@ def stage_command(name: str, in_paths: list[Path], out_dir: Path, config: Path |
 def launch_stage(name: str, in_paths: list[Path], out_dir: Path, ranks: int, config: Path | None) -> StageManifest:
     """Run one stage on this machine as ``mpiexec -n RANKS``; progress goes to stderr."""
     check_stage_name(name)
+    launch(stage_command(name, in_paths, out_dir, config), ranks, f"stage {name}")
+    return require_stage_manifest(out_dir)
+
+
+def launch(command: list[str], ranks: int, what: str) -> None:
+    """``mpiexec -n RANKS COMMAND`` on this machine (a job of ``hpc_jobs``); its output goes to stderr."""
     if ranks < 1:
         raise UserError(f"--ranks must be at least 1, got {ranks}")
-    cmd = [mpiexec_path(), "-n", str(ranks), *stage_command(name, in_paths, out_dir, config)]
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    proc = subprocess.run(cmd, env=env, stdout=sys.stderr)
+    proc = subprocess.run([mpiexec_path(), "-n", str(ranks), *command], env=env, stdout=sys.stderr)
     if proc.returncode != 0:
-        raise UserError(f"stage {name} failed with exit status {proc.returncode} (its log is above)")
-    return require_stage_manifest(out_dir)
+        raise UserError(f"{what} failed with exit status {proc.returncode} (its log is above)")
 
 
 #: the artifact of index records a stage writes inside a build (``index_records/PART.KIND.rec``), read
@@ -132,6 +140,8 @@ COMMITTED_INDEXES: tuple[tuple[str, str, Any], ...] = (
     ("recrawl", "ingest", recrawl_key_params),  # ingest's kept fetches: (URL, raw digest) -> date
     ("exact", "exact_dedup", exact_key_params),  # exact_dedup's groups: text key -> keeper
 )
+#: kind -> (stage, key parameters), as above
+COMMITTED = {kind: (stage, params) for kind, stage, params in COMMITTED_INDEXES}
 
 #: the build config's table of the persistent dedup index: the build's, not a stage's (never hashed: the
 #: index records both values itself, and they change no decision)
@@ -214,7 +224,7 @@ def build(
         if name == "minhash_dedup":
             check_band_index(out, manifests[-1], settings, found)
         prev = [directory]
-    return finish_build(out, manifests)
+    return finish_build(out, manifests, ranks)
 
 
 @dataclass(frozen=True)
@@ -372,11 +382,12 @@ def assemble_candidates(out: Path, manifests: list[StageManifest], seed: int) ->
     return candidates
 
 
-def finish_build(out: Path, manifests: list[StageManifest]) -> str:
+def finish_build(out: Path, manifests: list[StageManifest], ranks: int | None = None) -> str:
     """After the last stage: the candidates, then the default version in ``out/snapshot`` (the
-    config's selection, :func:`default_selection`); returns the default version's id. A default version
-    may keep no document of a bucket (a tiny build's strict policy): the loader names the empty bucket
-    when a mixture asks for it."""
+    config's selection, :func:`default_selection`), then the index commit on ``ranks`` ranks (default:
+    as many as the stages ran on, :func:`stage_ranks`); returns the default version's id. A default
+    version may keep no document of a bucket (a tiny build's strict policy): the loader names the empty
+    bucket when a mixture asks for it."""
     from corpus.version import plan_version, write_version  # DuckDB and pyarrow: not in every rank's runner
 
     cfg = json.loads(build_config_path(out).read_text())
@@ -385,30 +396,65 @@ def finish_build(out: Path, manifests: list[StageManifest]) -> str:
     shutil.rmtree(snapshot_dir(out), ignore_errors=True)
     write_version(planned.version, planned.manifest, planned.bits, snapshot_dir(out), planned.version.base_dir)
     if (dedup_index_dir(out, "exact") / CURRENT).exists():  # a build the pipeline made keeps its indexes
-        commit_indexes(out, {m.stage: m for m in manifests}, candidates.snapshot_id)
+        by_stage = {m.stage: m for m in manifests}
+        commit_indexes(out, by_stage, candidates.snapshot_id, ranks or stage_ranks(manifests))
     return planned.manifest["snapshot_id"]
 
 
-def commit_indexes(out: Path, manifests: dict[str, StageManifest], label: str) -> None:
+def stage_ranks(manifests: list[StageManifest]) -> int:
+    """The ranks a build's stages ran on (the most any of them did: ``run_info["ranks"]``, 1 if none
+    says): what its index commit runs on when the caller does not say (``buildsteps finalize``)."""
+    return max((int(m.run_info.get("ranks", 1)) for m in manifests), default=1)
+
+
+#: the job whose ranks write the partitions of a pending index generation (``hpc_jobs/commit_index.py``)
+COMMIT_JOB = "commit_index"
+
+
+def commit_job_command(out: Path, kinds: list[str], label: str | None) -> list[str]:
+    """The commit job for ``kinds`` of build ``out``: the generation labelled ``label``, or (None) the
+    compaction :meth:`PersistentIndex.begin_compaction` began."""
+    what = ["--label", label] if label is not None else ["--compact"]
+    return [sys.executable, "-m", f"hpc_jobs.{COMMIT_JOB}", "--build", str(out), "--kind", *kinds, *what]
+
+
+def commit_indexes(out: Path, manifests: dict[str, StageManifest], label: str, ranks: int) -> None:
     """The build's last step: each kind's generation (:data:`COMMITTED_INDEXES`, the exact index last),
     labelled with the candidates' id; a kind the build has no index of (one started before builds kept
-    it) is passed over, as a build without indexes is. Each commit is the index library's atomic switch:
-    a kill leaves that index's fork in force (and every later kind's), the rerun skips a kind that
-    already holds the label and writes the others again, to the same bytes."""
+    it) is passed over, as a build without indexes is.
+
+    1. this process begins each kind's pending generation (:func:`begin_commit`);
+    2. the commit job on ``ranks`` ranks writes them: each rank the partitions it owns
+       (:func:`write_commit_partitions`), all kinds in one launch;
+    3. this process commits them in order: each commit is the index library's atomic switch.
+
+    A kill anywhere leaves every index not yet switched as forked (a kill of one rank fails the job, and
+    nothing is committed); the rerun skips a kind that already holds the label, begins the others again
+    (removing what the killed run left) and writes them to the same bytes, on any number of ranks."""
+    begun = []
     for kind, stage, params in COMMITTED_INDEXES:
         if (dedup_index_dir(out, kind) / CURRENT).exists():
-            commit_index(out, kind, params(), manifests[stage], label)
+            pending = begin_commit(out, kind, params(), manifests[stage], label)
+            if pending is not None:
+                begun.append((kind, pending))
+    if begun:
+        launch(commit_job_command(out, [kind for kind, _ in begun], label), ranks, f"{COMMIT_JOB} of {out}")
+    for _, pending in begun:
+        pending.commit()
 
 
-def commit_index(out: Path, kind: str, params: dict[str, Any], m: StageManifest, label: str) -> None:
-    """One kind's generation: the records of the stage's ``index_records`` artifacts (each checked
-    against the sha256 its manifest lists), through a bounded writer, then the atomic switch. A
-    generation of an earlier build into this directory (other candidates) is dropped first: the index
-    starts again from its base's (or empty, where the base has none of this kind)."""
+def begin_commit(
+    out: Path, kind: str, params: dict[str, Any], m: StageManifest, label: str
+) -> PendingGeneration | None:
+    """One kind's pending generation, begun (None when the index already holds ``label``: committed
+    by an earlier run). A generation of an earlier build into this directory (other candidates) is
+    dropped first: the index starts again from its base's (or empty, where the base has none of this
+    kind)."""
     root = dedup_index_dir(out, kind)
     index = PersistentIndex.open(root, kind, params)
     if label in index.labels:
-        return
+        return None
+    index_record_parts(out, kind, m)  # a stage made without the index is refused before anything changes
     record_path = dedup_base_path(out)
     recorded = json.loads(record_path.read_text()) if record_path.exists() else None
     base_labels = set(recorded["labels"]) if recorded else set()
@@ -420,21 +466,76 @@ def commit_index(out: Path, kind: str, params: dict[str, Any], m: StageManifest,
         else:
             PersistentIndex.create(root, kind, index.params, index.partitions, bloom_spec=index.bloom_spec)
         index = PersistentIndex.open(root, kind, params)
-    stage = stage_dir(out, m.stage)
+    return index.begin(label)
+
+
+def index_record_parts(out: Path, kind: str, m: StageManifest) -> list[ShardRef]:
+    """The ``index_records`` artifacts of stage manifest ``m`` (every part of a run inside a build
+    writes one, empty or not)."""
     parts = [s for s in m.side_outputs if s.path.startswith(f"{INDEX_RECORDS}/")]
-    if not parts:  # every part of a run inside a build writes one, empty or not
-        raise UserError(f"{stage} was made without the build's {kind} index: remove it and rerun the build")
-    pending = index.begin(label)
-    with pending.writer() as writer:
-        for part in parts:
-            path = stage / part.path
-            if file_sha256(path) != part.sha256:
-                raise UserError(f"{path} is not the file {m.stage} wrote: remove {stage} and rerun the build")
-            if part.records:
-                rows = np.memmap(path, dtype=KINDS[kind].record, mode="r", shape=(part.records,))
-                for at in range(0, len(rows), RUN_RECORDS):  # bounded: the writer spills beyond its buffer
-                    writer.add(rows[at : at + RUN_RECORDS])
-    pending.commit()
+    if not parts:
+        raise UserError(
+            f"{stage_dir(out, m.stage)} was made without the build's {kind} index: remove it and rerun the build"
+        )
+    return parts
+
+
+#: records read from an ``index_records`` artifact at a time when writing a generation (2 MiB of exact
+#: records: the writer's buffer, not this, bounds a rank's memory)
+READ_RECORDS = 1 << 16
+
+
+def write_commit_partitions(
+    out: Path, kind: str, label: str, owned: range, run_records: int = RUN_RECORDS
+) -> int:
+    """One rank's share of a commit: partitions ``owned`` of the pending generation ``label`` that
+    :func:`begin_commit` began, from the records of the stage's ``index_records`` artifacts that fall in
+    them; returns how many records it read for them. Every rank reads every artifact (they are per stage
+    part, not per index partition) in chunks of :data:`READ_RECORDS`, keeping its own records, and checks
+    each file against the sha256 the stage's manifest lists; it writes, sorts and merges only its own,
+    through a writer bounded by ``run_records``. A rank owning no partition (more ranks than ``P``)
+    writes nothing."""
+    stage, params = COMMITTED[kind]
+    pending = _begun(PersistentIndex.open(dedup_index_dir(out, kind), kind, params()).pending(label))
+    if not owned:
+        return 0
+    m = require_stage_manifest(stage_dir(out, stage))
+    record, partitions, directory = KINDS[kind].record, pending.index.partitions, stage_dir(out, stage)
+    mine = 0
+    with pending.writer(owned, run_records) as writer:
+        for part in index_record_parts(out, kind, m):
+            path = directory / part.path
+            damaged = f"{path} is not the file {stage} wrote: remove {directory} and rerun the build"
+            if path.stat().st_size != part.records * record.itemsize:
+                raise UserError(damaged)
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                while data := f.read(READ_RECORDS * record.itemsize):
+                    digest.update(data)
+                    rows = np.frombuffer(data, dtype=record)
+                    p = partition_of(kind, rows["key"], partitions)
+                    rows = rows[(p >= owned.start) & (p < owned.stop)]
+                    writer.add(rows)
+                    mine += len(rows)
+            if digest.hexdigest() != part.sha256:  # the job fails: nothing of it is committed
+                raise UserError(damaged)
+    return mine
+
+
+def write_compaction_partitions(out: Path, kind: str, owned: range) -> None:
+    """One rank's share of a compaction (``corpus compact``): partitions ``owned`` of the merged
+    generation :meth:`PersistentIndex.begin_compaction` began, from every generation's same partitions."""
+    pending = _begun(PersistentIndex.open(dedup_index_dir(out, kind)).pending_compaction())
+    pending.compact_partitions(owned)
+
+
+def _begun(pending: PendingGeneration) -> PendingGeneration:
+    """``pending`` if one process began it (its directory exists): the writers never create it."""
+    if not pending.path.is_dir():
+        raise UserError(
+            f"{pending.path} was not begun: the process that commits the index begins it, then runs this job"
+        )
+    return pending
 
 
 def read_stage_manifests(build_dir: Path) -> list[StageManifest]:

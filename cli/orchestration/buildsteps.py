@@ -11,8 +11,9 @@ latest complete build under a root: :func:`latest_base`) the indexes are forks o
 the inputs the base has not ingested remain;
 ``finalize`` makes the band index with the parameters minhash_dedup ran with (or checks the base's),
 writes the candidates and the default version from the stage manifests with
-:func:`corpus.pipeline.finish_build` (which commits the build's index generation last), then the build's
-data card (``corpus report``), and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
+:func:`corpus.pipeline.finish_build` (which commits the build's index generation last: the commit job,
+``hpc_jobs/commit_index.py``, under ``mpiexec`` on this machine with as many ranks as the stages ran on),
+then the build's data card (``corpus report``), and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
 its counts against the previous stage's before the DAG moves on.
 """
 
