@@ -1,12 +1,15 @@
 """The whole near-duplicate stage: ours on 1 and 2 ranks, datatrove's 4 MinHash steps, datasketch.
 
-    python bench/bench_dedup_stage.py [--in STAGE_DIR] [--copies 1500]
-    python bench/bench_dedup_stage.py --vs-kernel [--in STAGE_DIR]   # the stage against its own kernel
+    python bench/bench_dedup_stage.py [--in STAGE_DIR | --crawl] [--copies 1500]
+    python bench/bench_dedup_stage.py --vs-kernel [--in STAGE_DIR | --crawl]   # the stage against its kernel
 
 Input: a completed stage directory (e.g. ``build/stages/line_dedup`` of a sample build), or by default
 real text made into one: every POD of Perl's documentation, each of its ``=head`` sections, and
-``--copies`` copies of sections with 0-25% of their words edited (graded near-duplicates).
-Every implementation gets the same documents; wall time includes reading them and writing decisions.
+``--copies`` copies of sections with 0-25% of their words edited (graded near-duplicates). ``--crawl``:
+every page of the shared crawls (``warc/``, both crawls, extracted as the extract stage does, cached in
+``--cache``; their recrawls and architecture variants are the near-duplicates) and every POD of Perl's
+documentation: 5,399 documents, 48.8 MB. Every implementation gets the same documents; wall time
+includes reading them and writing decisions.
 
 * ours: ``python -m hpc_jobs.minhash_dedup`` under ``mpiexec -n 1`` and ``-n 2`` (fresh output each time).
 * datatrove: MinhashDedupSignature -> Buckets (14 tasks) -> Cluster -> Filter with the local executor,
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
@@ -31,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_minhash import BANDS, PERM, ROWS, shingles, table  # noqa: E402
+from bench.bench_scale import extracted_pages  # noqa: E402
 from corpus.dedup.union_find import UnionFind  # noqa: E402
 from corpus.docshard import iter_docs  # noqa: E402
 from corpus.model import Document  # noqa: E402
@@ -53,12 +58,19 @@ def default_corpus(copies: int) -> list[Document]:
     return [make_doc(t, i) for i, t in enumerate(texts)]
 
 
+def crawl_corpus(cache_dir: Path) -> list[Document]:
+    """Every page of the shared crawls (extracted once, cached: about 2 minutes on 2 cores) and every POD."""
+    pages = extracted_pages(sorted((SHARED / "warc").glob("*.warc.gz")), cache_dir, "crawl-text")
+    texts = [text for _, text in pages] + [p["text"] for p in perl_pods(SHARED)]
+    return [make_doc(t, i) for i, t in enumerate(texts)]
+
+
 def ours(in_dir: Path, ranks: int) -> tuple[float, int]:
     wall, removed, _ = ours_timed(in_dir, ranks)
     return wall, removed
 
 
-def ours_timed(in_dir: Path, ranks: int) -> tuple[float, int, float]:
+def ours_timed(in_dir: Path, ranks: int, env: dict[str, str] | None = None) -> tuple[float, int, float]:
     """Wall time, documents removed, and CPU time (user + system of mpiexec and its ranks)."""
     with tempfile.TemporaryDirectory() as tmp:
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -79,6 +91,7 @@ def ours_timed(in_dir: Path, ranks: int) -> tuple[float, int, float]:
             check=True,
             cwd=ROOT,
             capture_output=True,
+            env=env,
         )
         wall = time.time() - t
         cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -102,31 +115,54 @@ def kernel_cpu(docs: list[Document]) -> float:
     return time.process_time() - t
 
 
+def bytecode_envs(tmp: Path, tiny: Path) -> dict[str, dict[str, str]]:
+    """The stage's environment without and with bytecode. Without: every module compiled from source
+    in every rank (this machine: ``PYTHONDONTWRITEBYTECODE=1`` and a venv installed without bytecode),
+    bytecode looked for in an empty ``PYTHONPYCACHEPREFIX`` only. With: bytecode of every module the
+    stage imports written once (a run on one document) and then read, as after an install that
+    compiles it (pip's default, ``uv pip install --compile-bytecode``)."""
+    (tmp / "no-pycache").mkdir()
+    without = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(tmp / "no-pycache")}
+    writing = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    ours_timed(tiny, 1, {**writing, "PYTHONPYCACHEPREFIX": str(tmp / "pycache")})
+    return {"no": without, "yes": {**without, "PYTHONPYCACHEPREFIX": str(tmp / "pycache")}}
+
+
 def vs_kernel(in_dir: Path, docs: list[Document], mb: float, repeats: int, tmp: Path) -> None:
     """The whole stage on one rank (start-up, read, signatures, buckets, components, verification,
-    write) against the kernel on the same documents, both as CPU time, best of ``repeats``. Start-up
-    (interpreter, imports, MPI, numba's cache) is measured as the same stage on one document."""
-    kernel = min(kernel_cpu(docs) for _ in range(repeats))
+    write) against the kernel on the same documents, both as CPU time, best of ``repeats`` (taken in
+    turn, so each sees the same load). Start-up (interpreter, imports, MPI, numba's cache) is measured
+    as the same stage on one document; both without and with bytecode (``bytecode_envs``)."""
     tiny = write_stage_dir(tmp / "tiny", docs[:1], shards=1)
-    startup = min(ours_timed(tiny, 1)[2] for _ in range(repeats))
-    wall, removed, cpu = min((ours_timed(in_dir, 1) for _ in range(repeats)), key=lambda r: r[2])
+    envs = bytecode_envs(tmp, tiny)
+    kernels, startups, wholes = [], {b: [] for b in envs}, {b: [] for b in envs}
+    for _ in range(repeats):
+        kernels.append(kernel_cpu(docs))
+        for b, env in envs.items():
+            startups[b].append(ours_timed(tiny, 1, env)[2])
+            wholes[b].append(ours_timed(in_dir, 1, env))
+    kernel = min(kernels)
     print(f"## minhash_dedup against its kernel, {len(docs)} documents, {mb:.1f} MB, one rank\n")
-    rows = [
-        ("kernel (MinHasher.signatures)", kernel),
-        (f"stage, whole (wall {wall:.1f} s, removed {removed})", cpu),
-        ("stage start-up (the stage on 1 document)", startup),
-        ("stage minus start-up", cpu - startup),
-    ]
+    rows = [("kernel (MinHasher.signatures)", "-", kernel)]
+    for b in envs:
+        wall, removed, cpu = min(wholes[b], key=lambda r: r[2])
+        startup = min(startups[b])
+        rows += [
+            (f"stage, whole (wall {wall:.1f} s, removed {removed})", b, cpu),
+            ("stage start-up (the stage on 1 document)", b, startup),
+            ("stage minus start-up", b, cpu - startup),
+        ]
     print(
         table(
             [
                 {
                     "what": w,
+                    "bytecode": b,
                     "cpu_s": round(c, 2),
                     "MB_per_cpu_s": round(mb / c, 1),
                     "vs_kernel": round(c / kernel, 2),
                 }
-                for w, c in rows
+                for w, b, c in rows
             ]
         )
     )
@@ -205,6 +241,10 @@ def datasketch(docs: list[Document]) -> tuple[float, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--in", dest="in_dir", type=Path, help="a completed stage directory (default: Perl docs)")
+    ap.add_argument("--crawl", action="store_true", help="every page of the shared crawls and every POD")
+    ap.add_argument(
+        "--cache", type=Path, default=Path("/tmp/bench_dedup_stage"), help="--crawl's extracted text"
+    )
     ap.add_argument("--copies", type=int, default=1500)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--vs-kernel", action="store_true", help="only the stage against its kernel")
@@ -215,7 +255,7 @@ def main() -> None:
             in_dir = a.in_dir
             docs = [d for s in shards_of_stage(in_dir) for d in iter_docs(s.path)]
         else:
-            docs = default_corpus(a.copies)
+            docs = crawl_corpus(a.cache) if a.crawl else default_corpus(a.copies)
             in_dir = write_stage_dir(Path(tmp) / "in", docs, shards=8)
         mb = sum(len(d.text.encode()) for d in docs) / 1e6
         if a.vs_kernel:

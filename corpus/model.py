@@ -7,6 +7,7 @@ same inputs and config give the same digest on any number of ranks.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -26,6 +27,9 @@ class Annotation:
     name: str
     value: float | int | str | None
     verdict: str = "info"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "name": self.name, "value": self.value, "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,7 @@ class Document:
         asdict's recursive deep copy was the largest CPU cost of writing a shard."""
         d = {name: getattr(self, name) for name in _DOCUMENT_FIELDS}
         d["scores"] = dict(self.scores)
-        d["annotations"] = [
-            {"stage": a.stage, "name": a.name, "value": a.value, "verdict": a.verdict} for a in self.annotations
-        ]
+        d["annotations"] = [a.to_dict() for a in self.annotations]
         return d
 
     def to_json_bytes(self) -> bytes:
@@ -154,13 +156,44 @@ class Quarantined:
 
 @dataclass(frozen=True)
 class Passed:
-    """A document a stage leaves exactly as it read it: its serialized line goes on untouched (neither
-    parsed nor encoded again), accounted in its ``group`` with ``text_bytes``, both recorded by the
-    stage when it last read the document. What most documents of a dedup stage are."""
+    """A document whose text a stage leaves exactly as it read it: its serialized line goes on as it was
+    read, or as :func:`annotated_line` made it (the text neither decoded nor encoded again), accounted
+    in its ``group`` with ``text_bytes``, both recorded by the stage when it last read the document.
+    What most documents of a dedup stage are."""
 
     line: bytes
     group: tuple[str, str]
     text_bytes: int
+
+
+#: the fields a document's line has before ``lang`` (canonical JSON sorts its keys): its *head*
+_HEAD_FIELDS = frozenset(f for f in _DOCUMENT_FIELDS if f < "lang")
+_LANG_KEY = b',"lang":'
+
+
+def annotated_line(line: bytes, annotation: Annotation, **fields: Any) -> bytes | None:
+    """``Document.from_dict(json.loads(line)).annotate(annotation, **fields).to_json_bytes()`` for the
+    line of a document as :meth:`Document.to_json_bytes` wrote it, made from the line's head alone: the
+    annotations and the fields before ``lang`` (``dup_*`` among them) are parsed and encoded again, the
+    rest (``text`` among it) is copied as bytes. None where the head is not whole (the line is not such
+    a line): the caller parses the document instead.
+
+    Inside a JSON string every quote is escaped, so ``,"lang":`` outside one is a key; before the top
+    level's, it could only be a key of a nested object, and a head cut there is not a JSON object."""
+    if not fields.keys() <= _HEAD_FIELDS:
+        raise ValueError(f"only the fields before lang: {sorted(fields.keys() - _HEAD_FIELDS)}")
+    cut = line.find(_LANG_KEY)
+    if cut < 0:
+        return None
+    try:
+        head = json.loads(line[:cut] + b"}")
+    except ValueError:
+        return None
+    if not isinstance(head, dict) or head.keys() != _HEAD_FIELDS or not isinstance(head["annotations"], list):
+        return None
+    head["annotations"].append(annotation.to_dict())
+    head.update(fields)
+    return canonical_json(head)[:-1] + line[cut:]
 
 
 Outcome = Kept | Passed | Filtered | Quarantined

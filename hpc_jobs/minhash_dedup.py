@@ -55,7 +55,8 @@ the closest held-out page (annotation ``holdout_near``), which the default selec
 Per shard: a document in no cluster and near no held-out page goes on as the very line it was read
 as (``corpus.model.Passed``: its yield cell and text size were kept with its signature), neither
 parsed nor encoded again; every clustered document gets ``dup_cluster_id`` (smallest doc_id of its cluster) and
-``dup_cluster_size`` and every other member ``dup_of`` = the representative; all stay candidates
+``dup_cluster_size`` and every other member ``dup_of`` = the representative, written into the head of
+its line (``corpus.model.annotated_line``: the text is copied as bytes, not parsed); all stay candidates
 (a version keeps, per cluster, the representative among its *selected* members: corpus.selection). The manifest's ``extra`` has the cluster-size distribution and an
 ``alarms`` list (a cluster above ``alarm_cluster_size``, or more than ``alarm_clustered_fraction`` of the
 documents in clusters, usually means boilerplate is chaining unrelated pages).
@@ -71,7 +72,7 @@ import sys
 import tempfile
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ from corpus.dedup.verify import verified_roots
 from corpus.digest import canonical_json
 from corpus.docshard import iter_docs, iter_lines
 from corpus.ingest.holdout import NEAR_SCORE, HoldoutFile, holdout_files
-from corpus.model import Annotation, Document, Kept, Outcome, Passed
+from corpus.model import Annotation, Document, Kept, Outcome, Passed, annotated_line
 from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
 from mpi_kernels.union_find import connected_components, pair_dtype
 from runtime.global_phase import DECISIONS as DECISION_TABLE
@@ -827,24 +828,30 @@ class MinhashDedupStage(Stage):
 
     # -- per shard -----------------------------------------------------------------------------------
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        """A document no verdict and no held-out page touches goes on as the line it was read as
-        (:class:`Passed`: most documents are in no cluster); the others are parsed and annotated."""
+        """A document no verdict and no held-out page touches goes on as the line it was read as, a
+        member of a text cluster as that line with its cluster's fields set (:class:`Passed`, made by
+        ``annotated_line``: neither parses its text); the others are parsed and annotated."""
         near = self._near_holdout(shard.name)
         decisions = decisions_of(self._phase.root, DECISIONS, shard.name)
         repo_decisions = decisions_of(self._phase.root, REPO_DOCS, shard.name)
         part = self._phase.part(SIGNATURES, shard.name)
         if part is None:
             raise FileNotFoundError(f"signatures of {shard.name} are not complete")
-        cells, text_bytes = (np.load(part.path(s), allow_pickle=False) for s in PASS_FILES)
+        cells, text_bytes = (np.load(part.path(s), allow_pickle=False).tolist() for s in PASS_FILES)
         for i, line in enumerate(iter_lines(shard.path)):
             v = decisions.get(str(i))
             r = repo_decisions.get(str(i))
-            if v is None and r is None and i not in near:
-                source, lang = str(cells[i]).rsplit("\t", 1)
-                yield Passed(line, (source, lang), int(text_bytes[i])), int(text_bytes[i])
-                continue
+            nbytes = text_bytes[i]
+            if r is None and i not in near:
+                out = line
+                if v is not None:
+                    annotation, fields = cluster_member(self.name, v)
+                    out = annotated_line(line, annotation, **fields)
+                if out is not None:
+                    source, lang = cells[i].rsplit("\t", 1)
+                    yield Passed(out, (source, lang), nbytes), nbytes
+                    continue
             doc = Document.from_dict(json.loads(line))
-            nbytes = int(text_bytes[i])
             if i in near:
                 similarity = near[i] / self.config.num_perm
                 doc = doc.annotate(
@@ -856,12 +863,8 @@ class MinhashDedupStage(Stage):
             if v is None:
                 yield Kept(doc), nbytes
                 continue
-            dup = v["dup_of"]
-            doc = replace(doc, dup_cluster_id=v["cluster"], dup_cluster_size=v["size"], dup_of=dup)
-            doc = doc.annotate(
-                Annotation(self.name, "dup_cluster_size", v["size"], "fail" if dup else "pass")
-            )
-            yield Kept(doc), nbytes
+            annotation, fields = cluster_member(self.name, v)
+            yield Kept(doc.annotate(annotation, **fields)), nbytes
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         facts = self._phase.facts
@@ -1152,6 +1155,14 @@ def _first_of_runs(runs: np.ndarray, raw: np.ndarray, heads: np.ndarray) -> np.n
     keyed[:, :8] = runs.astype(">u8").view(np.uint8).reshape(-1, 8)
     keyed[:, 8:] = raw
     return np.argsort(keyed.view(f"V{keyed.shape[1]}").reshape(-1), kind="stable")[heads]
+
+
+def cluster_member(stage: str, verdict: dict[str, Any]) -> tuple[Annotation, dict[str, Any]]:
+    """What a member of a text cluster gets from its verdict: an annotation of its cluster's size
+    (failed by every member but the representative) and its cluster's document fields."""
+    size, dup = verdict["size"], verdict["dup_of"]
+    annotation = Annotation(stage, "dup_cluster_size", size, "fail" if dup else "pass")
+    return annotation, {"dup_cluster_id": verdict["cluster"], "dup_cluster_size": size, "dup_of": dup}
 
 
 def _row_bytes(rows: np.ndarray) -> list[bytes]:
