@@ -23,10 +23,10 @@ connected components are):
    bucket of two is compared in one array operation with all the others of its batch.
 4. **Bucket leaders along the rank chain.** Only the first bucket of each block on a rank can have
    begun on an earlier rank; its rows wait (spilled) until rank r - 1 sends the block's last bucket
-   and its leaders (nodes only, at most 8), then it is walked from those leaders, and a rank whose
-   slice lies inside one bucket passes the leaders on. A bucket spanning k ranks is walked by them one
-   after another (each over its own slice), the other blocks meanwhile: time O(bucket), memory
-   O(bucket / ranks).
+   and its leaders (nodes only, at most 8; sent as soon as its walk closes the block), then it is
+   walked from those leaders, and a rank whose slice lies inside one bucket passes the leaders on. A
+   bucket spanning k ranks is walked by them one after another (each over its own slice), the other
+   blocks meanwhile: time O(bucket), memory O(bucket / ranks).
 5. **Clusters** are the connected components of the joins (``mpi_kernels.union_find``; every member
    in it with a self-loop, so a member that joined nobody is its own cluster; a component not to be
    verified is one cluster: its members are linked to its label).
@@ -35,8 +35,9 @@ connected components are):
 7. **Verdicts** (or, per component cut into several clusters, a fact row) leave as
    ``GIANT_VERDICT`` rows, which the stage sends to the part of their shard.
 
-What a rank holds for one component: its owned members (step 1, 5, 6), one batch of band rows and the
-first bucket of each block (spilled) in step 3-4; the counts are in :class:`Stats`.
+What a rank holds of one component: its owned members (steps 1, 5, 6), its slice of each band's rows
+(steps 3-4, spilled beyond the shuffle's budget, walked a batch at a time; the first bucket of each
+slice waits, spilled beyond an eighth of the budget); the counts are in :class:`Stats`.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ from mpi_kernels.union_find import connected_components, owner_of, pair_dtype
 W = NODE.itemsize
 #: leaders per bucket (the rule of ``corpus.dedup.verify``)
 MAX_LEADERS = 8
-#: members sampled per component for the splitters, at least (and 64 per rank)
+#: members sampled per component for the splitters (or 64 per rank), while the sample of every large
+#: component together fits in an eighth of the budget at rank 0 (down to 16 per rank)
 SAMPLES = 2048
 _CHAIN_TAG = 11
 
@@ -277,8 +279,12 @@ def _splitters(
     starts at rank 0 and is cut at the quantiles of a sample of its members (the same members in every
     band: those whose node hash falls below the component's rate), so its slices grow with the rank."""
     size = comm.Get_size()
-    want = max(SAMPLES, 64 * size)
     labels, sizes = verified["label"], verified["size"].astype(np.float64)
+    want = np.minimum(sizes, max(SAMPLES, 64 * size))
+    # what rank 0 gathers stays within an eighth of the budget (fewer samples: slices less even)
+    room = max(1, cfg.memory_budget_bytes // (8 * cfg.bands * band_member_dtype(cfg.rows).itemsize))
+    if want.sum() > room:
+        want = np.maximum(want * (room / want.sum()), np.minimum(sizes, 16.0 * size))
     rate = np.minimum(1.0, want / np.maximum(sizes, 1.0))
     samples = []
     for m in members():
@@ -345,9 +351,10 @@ class _BucketWalk:
         block_of: Callable[[bytes], int],
         out: Any,
         waiting: SpilledRows,
+        ended: Callable[[int, _Block], None],
     ) -> None:
         self.read_sigs, self.cfg, self.block_of = read_sigs, cfg, block_of
-        self.out, self.waiting = out, waiting
+        self.out, self.waiting, self.ended = out, waiting, ended
         self.dtype = band_member_dtype(cfg.rows)
         self.group = W + 2 + 8 * cfg.rows  # bytes of (label, band, value): a bucket's key
         self.blocks: dict[int, _Block] = {}
@@ -431,6 +438,8 @@ class _BucketWalk:
         if self.block is not None:
             self.block.last = self.key
             self.block.last_leaders = [] if self.block.single else list(self.lead_nodes)
+            if not self.block.single:  # how the slice ends is known now: the next rank may go on
+                self.ended(self.block_of(self._block_key), self.block)
         self.block, self.key = None, None
 
     # -- the rule
@@ -503,63 +512,66 @@ def _scan_buckets(
         memory_budget_bytes=cfg.memory_budget_bytes,
         spill_dir=work,
     )
-    with SpilledRows(np.dtype(f"V{W}"), max(cfg.memory_budget_bytes // 8, W), work) as waiting:
-        walk = _BucketWalk(read_sigs, cfg, block_of, out, waiting)
-        try:
-            for batch in received:
-                walk.feed(batch)
-        finally:
-            received.close()
-        walk.finish()
-        stats.band_rows_here = sum(b.rows for b in walk.blocks.values())
-        stats.most_band_rows_here = max((b.rows for b in walk.blocks.values()), default=0)
-        _chain(comm, len(verified) * cfg.bands, walk, waiting.rows())
-        stats.joins_here = walk.joins
+    rank, size = comm.Get_rank(), comm.Get_size()
+    chain = comm.Dup()  # step 4's messages, apart from the shuffles'
+    sends: list[Any] = []
+
+    def ended(b: int, blk: _Block) -> None:
+        """A slice of several buckets is closed: rank + 1 learns at once how it ended."""
+        if rank + 1 < size:
+            sends.append(chain.isend((b, blk.last, blk.last_leaders), dest=rank + 1, tag=_CHAIN_TAG))
+
+    try:
+        with SpilledRows(np.dtype(f"V{W}"), max(cfg.memory_budget_bytes // 8, W), work) as waiting:
+            walk = _BucketWalk(read_sigs, cfg, block_of, out, waiting, ended)
+            try:
+                for batch in received:
+                    walk.feed(batch)
+            finally:
+                received.close()
+            walk.finish()
+            stats.band_rows_here = sum(b.rows for b in walk.blocks.values())
+            stats.most_band_rows_here = max((b.rows for b in walk.blocks.values()), default=0)
+            _chain(chain, len(verified) * cfg.bands, walk, waiting.rows(), sends)
+            stats.joins_here = walk.joins
+    finally:
+        chain.Free()
 
 
-def _chain(comm: Any, blocks: int, walk: _BucketWalk, waiting: np.ndarray) -> None:
+def _chain(chain: Any, blocks: int, walk: _BucketWalk, waiting: np.ndarray, sends: list[Any]) -> None:
     """Step 4: rank r walks the first bucket of each of its blocks after the leaders rank r - 1 ended
     that block with (when the bucket is the same), and tells rank r + 1 how its slice of each block
     ended: (last bucket, its leaders) -- passed on from r - 1 where its slice is empty or one bucket.
-    Messages whose content is known at once are sent first, so no rank waits on a later one."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    chain = comm.Dup()
-    try:
-        sends = []
-        if rank + 1 < size:  # slices of several buckets: how they end is known already
-            for b in sorted(walk.blocks):
-                blk = walk.blocks[b]
-                if not blk.single:
-                    sends.append(chain.isend((b, blk.last, blk.last_leaders), dest=rank + 1, tag=_CHAIN_TAG))
-        inbox: dict[int, tuple[bytes | None, list[bytes]]] = {}
-        for b in range(blocks):
-            came: tuple[bytes | None, list[bytes]] = (None, [])
-            if rank > 0:
-                while b not in inbox:
-                    got, key, leaders = chain.recv(source=rank - 1, tag=_CHAIN_TAG)
-                    inbox[got] = (key, leaders)
-                came = inbox.pop(b)
-            blk = walk.blocks.get(b)
-            if blk is None:  # nothing of this block here: pass on what came
-                ends = came
-            else:
-                lead_nodes = came[1] if came[0] == blk.first else []
-                lead_sigs = (
-                    walk.read_sigs(np.array(lead_nodes, dtype=f"V{W}"))
-                    if lead_nodes
-                    else (np.empty((0, walk.cfg.num_perm), dtype=np.uint64))
-                )
-                nodes = waiting[blk.start : blk.start + blk.waiting]
-                leaders = lead_nodes
-                for c in range(0, len(nodes), 1 << 16):
-                    leaders, lead_sigs = walk.walk(np.asarray(nodes[c : c + (1 << 16)]), leaders, lead_sigs)
-                ends = (blk.first, leaders) if blk.single else None
-            if rank + 1 < size and ends is not None:
-                sends.append(chain.isend((b, *ends), dest=rank + 1, tag=_CHAIN_TAG))
-        for req in sends:
-            req.wait()
-    finally:
-        chain.Free()
+    A slice of several buckets was reported as soon as the walk closed it (``sends``), so no rank waits
+    on a later one, and rank r + 1 walks a block's first bucket while rank r walks the next block."""
+    rank, size = chain.Get_rank(), chain.Get_size()
+    inbox: dict[int, tuple[bytes | None, list[bytes]]] = {}
+    for b in range(blocks):
+        came: tuple[bytes | None, list[bytes]] = (None, [])
+        if rank > 0:
+            while b not in inbox:
+                got, key, leaders = chain.recv(source=rank - 1, tag=_CHAIN_TAG)
+                inbox[got] = (key, leaders)
+            came = inbox.pop(b)
+        blk = walk.blocks.get(b)
+        if blk is None:  # nothing of this block here: pass on what came
+            ends = came
+        else:
+            lead_nodes = came[1] if came[0] == blk.first else []
+            lead_sigs = (
+                walk.read_sigs(np.array(lead_nodes, dtype=f"V{W}"))
+                if lead_nodes
+                else (np.empty((0, walk.cfg.num_perm), dtype=np.uint64))
+            )
+            nodes = waiting[blk.start : blk.start + blk.waiting]
+            leaders = lead_nodes
+            for c in range(0, len(nodes), 1 << 16):
+                leaders, lead_sigs = walk.walk(np.asarray(nodes[c : c + (1 << 16)]), leaders, lead_sigs)
+            ends = (blk.first, leaders) if blk.single else None
+        if rank + 1 < size and ends is not None:
+            sends.append(chain.isend((b, *ends), dest=rank + 1, tag=_CHAIN_TAG))
+    for req in sends:
+        req.wait()
 
 
 # -- 5. clusters ----------------------------------------------------------------------------------------

@@ -79,5 +79,7 @@ def test_distributed_components_get_the_one_part_verdicts(corpus, near_input, ex
         assert manifest(outs["one_part"])["extra"]["distributed_components"] == 0
         assert verdicts(outs["distributed"]) == verdicts(outs["one_part"]), name
         assert same_run(outs["distributed"], outs["one_part"]), name
+        held = manifest(outs["distributed"])["run_info"]["distributed_verification"]
+        assert held["most_band_rows_of_one_component_and_band_on_a_rank"] < held["largest_component"]
         if name == "near" and extra_cfg:
             assert extra["verified_components"] > 0
