@@ -1,6 +1,6 @@
 """Near-duplicate dedup: MinHash-LSH over all documents, clusters by distributed connected components.
 
-The global phase (``prepare``, all ranks) is a :class:`runtime.global_phase.GlobalPhase` of five steps,
+The global phase (``prepare``, all ranks) is a :class:`runtime.global_phase.GlobalPhase` of seven steps,
 each writing parts checkpointed as they complete (``work/phase/<step>/``), so a rank killed or
 pre-empted in the middle of it costs only the part it was on:
 
@@ -14,14 +14,18 @@ pre-empted in the middle of it costs only the part it was on:
    edges (``mpi_kernels.union_find``: numpy rows, each round's edges spilled), then every labelled
    document goes to its shard's part, which writes (ordinal, smallest node of the component) rows
    (``LABEL``).
-4. ``clusters`` (exchange of numpy rows, parts fixed by the input count): every labelled document
-   (``records.MEMBER``: representative key and where it is) goes to the part owning its component;
-   the part verifies components larger than ``verify_components_above`` by estimated Jaccard
-   (``corpus.dedup.verify``, many small components in one pass), reading the signatures from the
-   signature parts (memory-mapped), picks each cluster's representative (most trusted tier, best
+4. ``components`` (exchange of numpy rows, a part per bucket part): each shard's count of each label
+   goes to the label's part, which keeps the components of more than ``distribute_components_above``
+   members (``records.GIANT``); every rank learns them (a row per such component).
+   ``clusters`` (exchange of numpy rows, parts fixed by the input count): every other labelled
+   document (``records.MEMBER``: representative key and where it is) goes to the part owning its
+   component; the part verifies components larger than ``verify_components_above`` by estimated
+   Jaccard (``corpus.dedup.verify``, many small components in one pass), reading the signatures from
+   the signature parts (memory-mapped), picks each cluster's representative (most trusted tier, best
    quality, earliest crawl, smallest doc_id: ``corpus.dedup.order``) and writes a verdict per member.
-   A component larger than a quarter of the memory budget spills its member records to
-   ``work/spill`` and is verified memory-mapped.
+   ``giant_clusters`` (exchange of numpy rows, a part per input shard): the large components are
+   verified by every rank together, each holding O(members / ranks) of any one of them, with the same
+   rule and the same verdicts (``hpc_jobs.minhash_giant``); each verdict goes to its shard's part.
 5. ``decisions``: verdicts to their shard's decision table (``runtime.global_phase.route_verdicts``).
 
 Code documents (tier ``code``: parts of a repository) take no part in the text graph (their text
@@ -37,7 +41,8 @@ R1. ``repos`` (exchange of numpy rows, parts fixed by the input count): the sign
     ``repo_files`` keeps each repository's distinct file hashes there.
 R2-R4. ``repo_buckets``, ``repo_labels``, ``repo_clusters``: steps 2-4 over the repository parts (the
     same bands, components, verification at ``verify_threshold`` and representative order, on the
-    repositories' keys); each verdict also has the repository's ``rank`` in its cluster.
+    repositories' keys; every component at one part: repositories are few, and a verdict has the
+    repository's ``rank`` in its cluster, which needs the cluster's members in one place).
 R5. ``repo_decisions``, ``repo_docs``: each repository part gets its verdicts, adds the similarity to
     the representative (estimated from the signatures) and the share of files they share (exact
     Jaccard of the file hashes), and sends one verdict per document to its shard's decision table.
@@ -67,9 +72,7 @@ documents in clusters, usually means boilerplate is chaining unrelated pages).
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -99,12 +102,17 @@ from corpus.dedup.records import (
     BAND_ROW,
     DOC_ID_BYTES,
     EDGE,
+    GIANT,
+    GIANT_ROUTE,
+    GIANT_VERDICT,
+    KEPT,
     LABEL,
     LABEL_ROUTE,
     MEMBER,
     MEMBER_ROUTE,
     NODE,
     REP_KEY_BYTES,
+    SPLIT,
     graph_nodes,
     shard_numbers,
     shard_tag,
@@ -116,6 +124,8 @@ from corpus.digest import canonical_json
 from corpus.docshard import iter_docs, iter_lines
 from corpus.ingest.holdout import NEAR_SCORE, HoldoutFile, holdout_files
 from corpus.model import Annotation, Document, Kept, Outcome, Passed, annotated_line
+from hpc_jobs.minhash_giant import Settings, ShardMembers, giant_labels, verify_distributed
+from hpc_jobs.minhash_giant import SpilledRows as ComponentMembers
 from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
 from mpi_kernels.union_find import connected_components, pair_dtype
 from runtime.global_phase import DECISIONS as DECISION_TABLE
@@ -132,6 +142,9 @@ from runtime.global_phase import (
 from runtime.runner import InputShard, Stage, StageContext, assign, main
 
 SIGNATURES, BUCKETS, LABELS, CLUSTERS, DECISIONS = "signatures", "buckets", "labels", "clusters", "decisions"
+#: the components verified across every rank (``hpc_jobs.minhash_giant``): found, then verified
+COMPONENTS, GIANT_CLUSTERS = "components", "giant_clusters"
+GIANTS = ".giants"
 #: the repository graph's steps (code documents): their repositories, then the same four steps as text
 REPOS, REPO_FILES = "repos", "repo_files"
 REPO_BUCKETS, REPO_LABELS, REPO_CLUSTERS = "repo_buckets", "repo_labels", "repo_clusters"
@@ -172,6 +185,7 @@ COUNTS = (
     "candidate_edges",
     "clustered_docs",
     "verified_components",
+    "distributed_components",
     "holdout_docs",
     "holdout_docs_without_shingles",
     "holdout_pairs",
@@ -206,6 +220,10 @@ class MinhashDedupConfig:
     #: a verified pair needs estimated Jaccard >= this; it sits about one standard error of the K=112
     #: estimate (~0.045) below the 0.7 the default bands aim at, so estimation noise costs little recall
     verify_threshold: float = 0.65
+    #: a text component with more members is verified across every rank, O(members / ranks) each
+    #: (``hpc_jobs.minhash_giant``); a smaller one at one part, in one array pass with its neighbours.
+    #: The verdicts are the same either way
+    distribute_components_above: int = 10_000
     alarm_cluster_size: int = 10_000
     alarm_clustered_fraction: float = 0.5
     batch_docs: int = 1024
@@ -216,6 +234,8 @@ class MinhashDedupConfig:
             raise ValueError("verify_threshold must be in (0, 1]")
         if self.bucket_cap < 2:
             raise ValueError("bucket_cap must be at least 2")
+        if self.distribute_components_above < 1:
+            raise ValueError("distribute_components_above must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -279,6 +299,8 @@ class MinhashDedupStage(Stage):
     def __init__(self, config: MinhashDedupConfig) -> None:
         super().__init__(config)
         self._held: list[HoldoutFile] = []
+        #: what distributed verification held per rank (counted; run_info, not digested)
+        self._distributed: dict[str, int] | None = None
 
     @property
     def params(self) -> MinHashParams:
@@ -318,7 +340,7 @@ class MinhashDedupStage(Stage):
         # verified clusters
         self._cluster(phase, text, groups, inputs)
         # 5. verdicts to their shard's decision table
-        route_verdicts(phase, DECISIONS, CLUSTERS, groups, shards)
+        route_verdicts(phase, DECISIONS, CLUSTERS, groups, shards, also=[(GIANT_CLUSTERS, shards)])
         # R. the repository graph: code documents to their repository's part, the same steps over
         # repositories, then each repository's verdict to its documents' shards
         repos = part_names("r", len(inputs))
@@ -341,7 +363,9 @@ class MinhashDedupStage(Stage):
                         (BUCKETS, groups),
                         (HOLDOUT, shards if held else []),
                         (LABELS, shards),
+                        (COMPONENTS, groups),
                         (CLUSTERS, groups),
+                        (GIANT_CLUSTERS, shards),
                         (REPOS, repos),
                         (REPO_BUCKETS, groups),
                         (REPO_LABELS, repos),
@@ -352,6 +376,7 @@ class MinhashDedupStage(Stage):
                 ]
             )
         steps = {SIGNATURES: shards, BUCKETS: groups, LABELS: shards, CLUSTERS: groups, DECISIONS: shards}
+        steps |= {COMPONENTS: groups, GIANT_CLUSTERS: shards}
         steps |= {REPOS: repos, REPO_FILES: repos, REPO_BUCKETS: groups, REPO_LABELS: repos}
         steps |= {REPO_CLUSTERS: groups, REPO_DECISIONS: repos, REPO_DOCS: shards}
         if held:
@@ -430,16 +455,23 @@ class MinhashDedupStage(Stage):
             self._route_holdout(phase, groups, graph.names)
         # 3. connected components -> a label table per signature part
         self._labels(phase, graph, groups)
-        # 4. members to their component's part -> verified clusters, representatives, verdicts
+        # 4a. (text) the components too large for one part: counted per label, found by every rank
+        text = graph.signatures == SIGNATURES
+        giants = self._giants(phase, graph, groups, units) if text else np.empty(0, dtype=GIANT)
+        # 4b. members of the others to their component's part -> verified clusters, representatives,
+        # verdicts
         phase.exchange_rows(
             graph.clusters,
             groups,
             units,
-            lambda u: self._member_rows(phase, graph, u, len(groups)),
+            lambda u: self._member_rows(phase, graph, u, len(groups), giants["label"]),
             lambda g, batches, writer: self._reduce_clusters(graph, batches, writer),
             dtype=MEMBER_ROUTE,
             order_fields=("label",),
         )
+        # 4c. (text) the large ones verified by every rank together -> verdicts to their shard's part
+        if text:
+            self._giant_clusters(phase, graph, giants)
 
     # -- R. repositories ------------------------------------------------------------------------------
     def _repositories(self, phase: GlobalPhase, inputs: list[InputShard], repos: list[str]) -> None:
@@ -678,11 +710,15 @@ class MinhashDedupStage(Stage):
         phase.exchange_rows(graph.labels, shards, None, send, reduce, dtype=LABEL_ROUTE, order_fields=("ordinal",))
 
     # -- 4. clusters ---------------------------------------------------------------------------------
-    def _member_rows(self, phase: GlobalPhase, graph: _Graph, shard: Any, parts: int) -> Iterator[np.ndarray]:
+    def _member_rows(
+        self, phase: GlobalPhase, graph: _Graph, shard: Any, parts: int, giants: np.ndarray
+    ) -> Iterator[np.ndarray]:
         """The shard's labelled documents as rows routed to the part of their component (a hash of its
-        label, whose doc_id is itself a hash). Their signatures stay in this shard's signature part,
+        label, whose doc_id is itself a hash), but those of the components ``giants`` (labels, sorted),
+        which are verified across ranks. Their signatures stay in this shard's signature part,
         where the component's owner reads them (a member row is 79 bytes, its signature 8 K)."""
         labels = np.fromfile(phase.part(graph.labels, shard.name).path(LABEL_ROWS), dtype=LABEL)
+        labels = labels[~_among(np.ascontiguousarray(labels["label"]).view(f"V{NODE.itemsize}"), giants)]
         if not labels.size:
             return
         _, rep, _ = self._load_signatures(phase, shard.name, graph.signatures)
@@ -696,6 +732,129 @@ class MinhashDedupStage(Stage):
         rows["ordinal"] = labels["ordinal"]
         rows["shard_tag"] = np.void(shard_tag(shard.name))
         yield rows
+
+    # -- 4a, 4c. components verified across every rank ------------------------------------------------
+    def _giants(self, phase: GlobalPhase, graph: _Graph, groups: list[str], units: list[Any]) -> np.ndarray:
+        """Step ``components``: each shard's count of each of its labels goes to the label's part (the
+        part its members would go to), which sums them and keeps the components of more than
+        ``distribute_components_above`` members (GIANT rows, by label). Every rank gets them all: one
+        row per component that large."""
+        above = self.config.distribute_components_above
+        node = f"V{NODE.itemsize}"
+
+        def send(shard: Any) -> Iterator[np.ndarray]:
+            labels = np.fromfile(phase.part(graph.labels, shard.name).path(LABEL_ROWS), dtype=LABEL)
+            if not len(labels):
+                return
+            found, counts = np.unique(np.ascontiguousarray(labels["label"]).view(node), return_counts=True)
+            rows = np.empty(len(found), dtype=GIANT_ROUTE)
+            rows["part"] = part_of_hash(found.view(np.uint8).reshape(len(found), -1), len(groups))
+            rows["label"], rows["size"] = found, counts
+            yield rows
+
+        def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+            out = writer.open(GIANTS)
+            kept = 0
+            carry: np.ndarray | None = None  # the last label of the batches so far, its count open
+            for batch in batches:  # sorted by label
+                rows = unrouted(batch, GIANT_ROUTE, GIANT)
+                if carry is not None:  # (concatenate may hand back native-endian integers)
+                    rows = np.concatenate([carry, rows]).astype(GIANT)
+                heads = np.flatnonzero(np.append(True, rows["label"][1:] != rows["label"][:-1]))
+                summed = rows[heads].copy()
+                summed["size"] = np.add.reduceat(rows["size"].astype(np.int64), heads)
+                done, carry = summed[:-1], summed[-1:]
+                big = done[done["size"].astype(np.int64) > above]
+                out.write(big.tobytes())
+                kept += len(big)
+            if carry is not None and int(carry["size"][0]) > above:
+                out.write(carry.tobytes())
+                kept += 1
+            return {"distributed_components": kept}
+
+        phase.exchange_rows(COMPONENTS, groups, units, send, reduce, dtype=GIANT_ROUTE, order_fields=("label",))
+        giants = None
+        if phase.ctx.rank == 0:
+            parts = phase.parts(COMPONENTS, groups)
+            giants = giant_labels(np.fromfile(p.path(GIANTS), dtype=GIANT) for p in parts)
+        return phase.comm.bcast(giants, root=0)
+
+    def _giant_members(self, phase: GlobalPhase, graph: _Graph, giants: np.ndarray) -> Iterator[ShardMembers]:
+        """The members of ``giants`` in this rank's shards (label and signature parts)."""
+        node = f"V{NODE.itemsize}"
+        for unit in assign(group_units(graph.names), phase.ctx.rank, phase.ctx.size):
+            labels = np.fromfile(phase.part(graph.labels, unit.name).path(LABEL_ROWS), dtype=LABEL)
+            label = np.ascontiguousarray(labels["label"]).view(node)
+            mine = _among(label, giants["label"])
+            if not mine.any():
+                continue
+            ordinals = labels["ordinal"][mine].astype(np.int64)
+            ids, rep, sigs = self._load_signatures(phase, unit.name, graph.signatures)
+            nodes = graph_nodes(np.asarray(ids[ordinals]), ordinals, unit.name)
+            yield ShardMembers(
+                nodes=np.ascontiguousarray(nodes).view(node),
+                labels=label[mine],
+                rep=np.ascontiguousarray(rep[ordinals]).view(f"V{REP_KEY_BYTES}").reshape(-1),
+                ordinals=ordinals,
+                sigs=sigs,
+            )
+
+    def _giant_clusters(self, phase: GlobalPhase, graph: _Graph, giants: np.ndarray) -> None:
+        """Step ``giant_clusters``: the components ``giants`` verified by every rank together
+        (``hpc_jobs.minhash_giant``: recomputed while any part of the step is missing, as connected
+        components are), each verdict sent to its shard's part, which writes verdict lines as
+        ``clusters`` does, and counts its clusters (at their representative) and the components
+        verification cut apart (at their smallest node)."""
+        ctx, comm, shards = phase.ctx, phase.comm, graph.names
+        todo = None
+        if ctx.rank == 0:
+            todo = any(phase.part(GIANT_CLUSTERS, s) is None for s in shards)
+        rows = np.empty(0, dtype=GIANT_VERDICT)
+        if comm.bcast(todo, root=0) and len(giants):
+            cfg = self.config
+            settings = Settings(
+                cfg.bands, cfg.rows, cfg.num_perm, cfg.verify_threshold, cfg.verify_components_above,
+                ctx.memory_budget_bytes, Path(ctx.work_dir) / SPILL_DIR,
+            )
+            rows, stats = verify_distributed(
+                comm,
+                giants,
+                lambda: self._giant_members(phase, graph, giants),
+                lambda nodes: _signature_rows(graph.parts, np.ascontiguousarray(nodes).view(NODE), shards),
+                lambda nodes: shard_numbers(np.ascontiguousarray(nodes).view(NODE)["shard_tag"], shards),
+                settings,
+            )
+            self._distributed = stats.reduced(comm)
+            ctx.say(f"{len(giants)} components verified across ranks: {self._distributed}")
+
+        def send(_: None) -> Iterator[np.ndarray]:
+            yield rows
+
+        def reduce(p: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+            sizes: Counter = Counter()
+            split = 0
+
+            def verdicts() -> Iterator[tuple[str, str, dict[str, Any]]]:
+                nonlocal split
+                for batch in batches:  # sorted by ordinal
+                    got = batch.astype(GIANT_VERDICT, copy=False)
+                    kinds, size = got["kind"].tolist(), got["size"].tolist()
+                    clusters, reps = _row_bytes(got["cluster"]), _row_bytes(got["rep"])
+                    for i, ordinal in enumerate(got["ordinal"].tolist()):
+                        if kinds[i] == SPLIT:
+                            split += 1
+                            continue
+                        sizes[size[i]] += kinds[i] == KEPT
+                        dup = "" if kinds[i] == KEPT else reps[i].hex()
+                        yield shards[p], str(ordinal), {"cluster": clusters[i].hex(), "size": size[i], "dup_of": dup}
+
+            write_verdicts(writer, verdicts())
+            by_size = {str(k): sizes[k] for k in sorted(sizes) if sizes[k]}
+            return {"verified_components": split, "cluster_sizes": by_size}
+
+        phase.exchange_rows(
+            GIANT_CLUSTERS, shards, None, send, reduce, dtype=GIANT_VERDICT, order_fields=("ordinal", "kind")
+        )
 
     def _reduce_clusters(self, graph: _Graph, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
         """One bucket part's components, their rows sorted by (label, member record): complete components
@@ -866,6 +1025,9 @@ class MinhashDedupStage(Stage):
             annotation, fields = cluster_member(self.name, v)
             yield Kept(doc.annotate(annotation, **fields)), nbytes
 
+    def run_info(self, ctx: StageContext) -> dict[str, Any]:
+        return {"distributed_verification": self._distributed} if self._distributed else {}
+
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         facts = self._phase.facts
         cfg = self.config
@@ -997,55 +1159,6 @@ class _RepositoryMerge:
         return ids, keys, sigs, members
 
 
-class ComponentMembers:
-    """One component's member records at its owner: in memory up to ``limit`` bytes, beyond that
-    appended to a file under ``spill_dir`` and read back memory-mapped, so a giant component (a
-    template shared by millions of pages) is not held whole while it arrives."""
-
-    def __init__(self, dtype: np.dtype, limit: int, spill_dir: Path) -> None:
-        self.dtype, self.limit, self.spill_dir = dtype, limit, spill_dir
-        self._chunks: list[bytes] = []
-        self._held = 0
-        self._file: Any = None
-        self._path: Path | None = None
-        self._count = 0
-
-    def append(self, rows: np.ndarray) -> None:
-        """Add member records (an array of ``dtype``)."""
-        self._chunks.append(rows.tobytes())
-        self._held += rows.nbytes
-        self._count += len(rows)
-        if self._held > self.limit:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._file is None:
-            self.spill_dir.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix="component-", dir=self.spill_dir)
-            self._file, self._path = os.fdopen(fd, "wb"), Path(name)
-        self._file.write(b"".join(self._chunks))
-        self._chunks, self._held = [], 0
-
-    @property
-    def spilled(self) -> bool:
-        return self._path is not None
-
-    def rows(self) -> np.ndarray:
-        if self._file is None:
-            return np.frombuffer(b"".join(self._chunks), dtype=self.dtype)
-        self._flush()
-        self._file.close()
-        return np.memmap(self._path, dtype=self.dtype, mode="r", shape=(self._count,))
-
-    def __enter__(self) -> ComponentMembers:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._path.unlink(missing_ok=True)
-
-
 class _Gathered:
     """Member records of whole components, gathered to be verified in one pass (``parts`` in order,
     component c beginning at row ``starts[c]`` of their concatenation)."""
@@ -1146,6 +1259,14 @@ def _signature_rows(parts: _SignatureParts, nodes: np.ndarray, tag_names: list[s
         at = np.flatnonzero(shard == s)
         out[at] = parts.of(s)[ordinal[at]]
     return out
+
+
+def _among(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """Whether each of ``values`` is one of ``sorted_keys`` (byte fields of the same width)."""
+    if not len(sorted_keys) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
+    return sorted_keys[at] == values
 
 
 def _first_of_runs(runs: np.ndarray, raw: np.ndarray, heads: np.ndarray) -> np.ndarray:

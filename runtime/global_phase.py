@@ -475,12 +475,21 @@ def write_verdicts(writer: PartWriter, verdicts: Iterable[tuple[str, str, Any]])
     return n
 
 
-def route_verdicts(phase: GlobalPhase, step: str, from_step: str, from_parts: Sequence[str], shards: Sequence[str]) -> None:
-    """An exchange step that sends every verdict line of ``from_step``'s parts to the part of the shard
-    it is about and writes one decision table per shard (``{document key: verdict}``, canonical JSON;
-    every shard gets one, empty when nothing happened to it)."""
+def route_verdicts(
+    phase: GlobalPhase,
+    step: str,
+    from_step: str,
+    from_parts: Sequence[str],
+    shards: Sequence[str],
+    also: Sequence[tuple[str, Sequence[str]]] = (),
+) -> None:
+    """An exchange step that sends every verdict line of ``from_step``'s parts (and of the steps and
+    parts in ``also``) to the part of the shard it is about and writes one decision table per shard
+    (``{document key: verdict}``, canonical JSON; every shard gets one, empty when nothing happened to it)."""
     shard_no = part_of_name(shards)
-    senders = phase.parts(from_step, from_parts) if phase.ctx.rank == 0 else None
+    senders = None
+    if phase.ctx.rank == 0:
+        senders = [p for s, names in ((from_step, from_parts), *also) for p in phase.parts(s, names)]
     senders = phase.comm.bcast(senders, root=0)
 
     def send(part: Part) -> Iterator[tuple[int, bytes, bytes]]:

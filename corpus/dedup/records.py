@@ -19,6 +19,11 @@ records by their bytes); byte fields (``V``) compare bytewise.
 * :data:`LABEL_ROUTE`, :data:`MEMBER_ROUTE` -- a LABEL and a MEMBER on their way through a shuffle of
   numpy rows (``GlobalPhase.exchange_rows``): the part they go to and, for a member, its component's
   label, then the record's own bytes (:func:`unrouted` takes them back out).
+* :data:`GIANT`, :func:`band_member_dtype`, :data:`MEMBER_AT`, :data:`CLUSTER_PIECE`,
+  :data:`CLUSTER_TOTAL`, :data:`GIANT_VERDICT` -- a component verified across all ranks
+  (``hpc_jobs.minhash_giant``): its label and size; a member's value in one band of it; a member at
+  the rank that owns its node; a cluster's count and smallest member record on one rank, and summed;
+  a verdict (or a fact) on its way to its shard's part.
 """
 
 from __future__ import annotations
@@ -43,6 +48,55 @@ MEMBER = np.dtype([("rep", f"V{REP_KEY_BYTES}"), ("ordinal", ">u4"), ("shard_tag
 #: a MEMBER with the part of its component and the component's label (a NODE's bytes) before it, so
 #: that a shuffle orders members by (label, member record)
 MEMBER_ROUTE = np.dtype([("part", ">u4"), ("label", f"V{NODE.itemsize}"), *MEMBER.descr])
+
+
+#: a component verified across ranks: its label (a NODE's bytes) and member count; GIANT_ROUTE carries
+#: a shard's count of one label to the part that sums them
+GIANT = np.dtype([("label", f"V{NODE.itemsize}"), ("size", ">u8")])
+GIANT_ROUTE = np.dtype([("part", ">u4"), *GIANT.descr])
+#: a member of a distributed component at the rank owning its node: its component and representative key
+MEMBER_AT = np.dtype([("node", f"V{NODE.itemsize}"), ("label", f"V{NODE.itemsize}"), ("rep", f"V{REP_KEY_BYTES}")])
+#: one rank's share of a cluster (of a distributed component): members here, the smallest MEMBER record,
+#: and the rank, which gets the cluster's totals (CLUSTER_TOTAL) back
+CLUSTER_PIECE = np.dtype(
+    [
+        ("cluster", f"V{NODE.itemsize}"),
+        ("label", f"V{NODE.itemsize}"),
+        ("count", ">u8"),
+        ("best", f"V{MEMBER.itemsize}"),
+        ("rank", ">u4"),
+    ]
+)
+CLUSTER_TOTAL = np.dtype(
+    [("rank", ">u4"), ("cluster", f"V{NODE.itemsize}"), ("size", ">u8"), ("best", f"V{MEMBER.itemsize}")]
+)
+#: a distributed component's verdict on one member, on its way to its shard's part (kind: DUP, KEPT), or
+#: a fact about the component carried by its smallest node (kind SPLIT: verification cut it)
+GIANT_VERDICT = np.dtype(
+    [
+        ("part", ">u4"),
+        ("ordinal", ">u4"),
+        ("kind", "u1"),
+        ("cluster", f"V{DOC_ID_BYTES}"),
+        ("size", ">u8"),
+        ("rep", f"V{DOC_ID_BYTES}"),
+    ]
+)
+DUP, KEPT, SPLIT = 0, 1, 2
+
+
+def band_member_dtype(rows: int) -> np.dtype:
+    """A member of a distributed component in one band: (component label, band, the band's ``rows``
+    signature values as big-endian bytes, node). Sorted, the members of a bucket -- one band value in one
+    component -- are contiguous and in node order, which is what the leader rule walks."""
+    return np.dtype(
+        [
+            ("label", f"V{NODE.itemsize}"),
+            ("band", ">u2"),
+            ("value", f"V{8 * rows}"),
+            ("node", f"V{NODE.itemsize}"),
+        ]
+    )
 
 
 def shard_tag(shard_name: str) -> bytes:

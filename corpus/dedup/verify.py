@@ -116,28 +116,52 @@ def _bucket_pairs(
     sigs: Any, members: np.ndarray, k: int, threshold: float, max_leaders: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """(member, leader) pairs of one bucket (members ascending) that agree on ``threshold``."""
-    leaders: list[int] = [int(members[0])]
-    lead_sigs = np.asarray(sigs[np.array(leaders)])
-    found = []
-    pos = 1
-    while pos < len(members):
-        chunk = members[pos : pos + CHUNK]
-        agree = (np.asarray(sigs[chunk])[:, None, :] == lead_sigs[None, :, :]).sum(axis=2) / k >= threshold
+    first = np.asarray(sigs[members[:1]])
+    found, new = scan_leaders(
+        lambda lo, hi: np.asarray(sigs[members[1 + lo : 1 + hi]]), len(members) - 1, first, k, threshold, max_leaders
+    )
+    leaders = np.concatenate([members[:1], members[1 + new]])
+    return [(members[1 + m], leaders[ld]) for m, ld in found]
+
+
+def scan_leaders(
+    read: Any, n: int, lead_sigs: np.ndarray, k: int, threshold: float, max_leaders: int
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """The leader rule over ``n`` members of one bucket, in node order, after the bucket's leaders so far
+    (``lead_sigs``, in the order they became leaders; none for a bucket that starts here): each member
+    is joined to every leader it agrees with on ``threshold``, and one that agrees with none becomes a
+    leader while there are fewer than ``max_leaders``. ``read(lo, hi)`` gives the signatures of members
+    ``lo:hi``, so a bucket can be scanned in pieces (a chunk at a time here; a bucket split between
+    ranks, each with the leaders its predecessor found) with the one-by-one rule's result.
+
+    Returns the (member, leader) pairs found (leader ``j`` the j-th leader overall: those given first,
+    then the new ones) and the members that became leaders, in order."""
+    lead_sigs = np.asarray(lead_sigs, dtype=np.uint64).reshape(-1, k)
+    given = len(lead_sigs)
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    new: list[int] = []
+    pos = 0
+    if not given and n:  # a bucket that starts here: its first member is its first leader
+        lead_sigs, pos = read(0, 1).reshape(1, k), 1
+        new.append(0)
+    while pos < n:
+        chunk = read(pos, min(pos + CHUNK, n))
+        agree = (chunk[:, None, :] == lead_sigs[None, :, :]).sum(axis=2) / k >= threshold
         matched = agree.any(axis=1)
         # 1. the first member that matches no leader becomes one (while there is room): members after
         #    it must also be compared with it, so the chunk stops there
         stop = len(chunk)
-        if len(leaders) < max_leaders and not matched.all():
+        if len(lead_sigs) < max_leaders and not matched.all():
             stop = int(np.argmin(matched))
         # 2. every member before the stop joins each leader it matches
         row, col = np.nonzero(agree[:stop])
-        found.append((chunk[row], np.array(leaders, dtype=np.int64)[col]))
+        found.append((pos + row, col))
         if stop < len(chunk):
-            leaders.append(int(chunk[stop]))
-            lead_sigs = np.asarray(sigs[np.array(leaders)])
+            new.append(pos + stop)
+            lead_sigs = np.concatenate([lead_sigs, chunk[stop : stop + 1]])
             stop += 1
         pos += stop
-    return found
+    return found, np.array(new, dtype=np.int64)
 
 
 def min_roots(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
