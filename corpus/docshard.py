@@ -47,6 +47,30 @@ def atomic_write_json(path: Path, value: Any) -> None:
     atomic_write_bytes(path, (json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode())
 
 
+class RecordsFile:
+    """A part's fixed-width records (a stage's ``index_records`` artifact): written under a temporary
+    name, hashed as written, renamed into place, then its sidecar (sha256, records); a part redone after
+    a kill replaces it. The stage encodes each row (its index kind's codec)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.tmp, "wb")
+        self.sha = hashlib.sha256()
+        self.records = 0
+
+    def write(self, row: bytes) -> None:
+        self.file.write(row)
+        self.sha.update(row)
+        self.records += 1
+
+    def close(self) -> None:
+        self.file.close()
+        os.replace(self.tmp, self.path)
+        atomic_write_json(sidecar_path(self.path), {"records": self.records, "sha256": self.sha.hexdigest()})
+
+
 class _HashingFile(io.RawIOBase):
     """Counts and hashes the compressed bytes as they are written, so the file is read only once."""
 

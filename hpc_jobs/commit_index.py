@@ -31,7 +31,7 @@ from corpus.dedup.persistent_index import CURRENT, KINDS, PersistentIndex, owned
 from corpus.errors import UserError
 from corpus.layout import dedup_index_dir
 from corpus.pipeline import COMMIT_JOB, write_commit_partitions, write_compaction_partitions
-from runtime.runner import ABORT_GRACE_S, peak_rss_mb
+from runtime.runner import abort_job, peak_rss_mb
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -82,21 +82,14 @@ def main(argv: list[str] | None = None) -> int:
             )
     except (UserError, FileNotFoundError, ValueError) as e:
         print(f"error: {COMMIT_JOB}: {e}", file=sys.stderr, flush=True)
-        _abort(comm, 2)
+        abort_job(comm, 2)
         return 2
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()
-        _abort(comm, 1)
+        abort_job(comm, 1)
         return 1
     return 0
-
-
-def _abort(comm, code: int) -> None:
-    """Ends every rank (the owning process then sees the job fail and commits nothing)."""
-    if comm.Get_size() > 1:
-        time.sleep(ABORT_GRACE_S)
-        comm.Abort(code)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,7 @@ are in the phase key (another base is another phase) and in the manifest's ``ext
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -55,7 +53,7 @@ from corpus.dedup.normalize import KEY_VERSION, text_key
 from corpus.dedup.order import doc_id_bytes
 from corpus.dedup.persistent_index import CURRENT, PersistentIndex, doc_ids, exact_key_params
 from corpus.digest import canonical_json, json_digest
-from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs, sidecar_path
+from corpus.docshard import SUFFIX, RecordsFile, ShardWriter, iter_docs
 from corpus.ingest.holdout import EXACT_KEY, EXACT_SCORE, HOLDOUT_STAGE, HoldoutFile, holdout_files
 from corpus.layout import build_dir_of_stage, dedup_base_path, dedup_index_dir
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
@@ -173,30 +171,6 @@ class ExactDedupConfig:
     """Exact dedup has no settings of its own (its memory budget is the build's ``memory_budget_mb``)."""
 
 
-class RecordsFile:
-    """A part's ``index_records`` artifact: written under a temporary name, hashed as it is written,
-    renamed into place, then its sidecar (sha256, records): a part redone after a kill replaces it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.tmp, "wb")
-        self.sha = hashlib.sha256()
-        self.records = 0
-
-    def write(self, key: bytes, keeper: str) -> None:
-        row = key + doc_id_bytes(keeper)
-        self.file.write(row)
-        self.sha.update(row)
-        self.records += 1
-
-    def close(self) -> None:
-        self.file.close()
-        os.replace(self.tmp, self.path)
-        atomic_write_json(sidecar_path(self.path), {"records": self.records, "sha256": self.sha.hexdigest()})
-
-
 class ExactDedupStage(Stage):
     name = "exact_dedup"
     # 2: the global phase checkpointed in parts (runtime.global_phase)
@@ -300,7 +274,7 @@ class ExactDedupStage(Stage):
                         continue
                     keeper = next(copies)
                     if own is not None:
-                        own.write(key, keeper.doc_id)
+                        own.write(key + doc_id_bytes(keeper.doc_id))
                         index["index_records"] += 1
                     n = 1
                     for c in copies:

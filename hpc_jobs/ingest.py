@@ -35,9 +35,7 @@ directory); other directories are expanded.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import sys
 from collections import Counter
@@ -61,7 +59,7 @@ from corpus.dedup.persistent_index import (
     recrawl_key_params,
 )
 from corpus.digest import canonical_json, json_digest, sha256_hex
-from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar, sidecar_path
+from corpus.docshard import SUFFIX, RecordsFile, ShardWriter, atomic_write_json, read_sidecar
 from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
 from corpus.ingest.holdout import HOLDOUT_VERSION, in_holdout
 from corpus.ingest.recrawl import RecordKey, base_fetches, kept_fetch, later_fetches, recrawl_key
@@ -415,7 +413,7 @@ class IngestStage(Stage):
         def decide(g: int, records: Iterator[tuple[bytes, bytes]], writer: PartWriter) -> dict[str, Any]:
             facts: Counter = Counter()
             own = (
-                _RecordsFile(ctx.out_dir / INDEX_RECORDS / f"{groups[g]}{INDEX_RECORDS_SUFFIX}")
+                RecordsFile(ctx.out_dir / INDEX_RECORDS / f"{groups[g]}{INDEX_RECORDS_SUFFIX}")
                 if base is not None
                 else None
             )
@@ -436,7 +434,7 @@ class IngestStage(Stage):
                     else:
                         if own is not None:
                             kept = kept_fetch(fetches)
-                            own.write(recrawl_key(kept.url, kept.raw_digest), kept.date)
+                            own.write(_recrawl_row(recrawl_key(kept.url, kept.raw_digest), kept.date, own.path))
                             facts["index_records"] += 1
                         repeats = list(later_fetches(fetches))
                     facts["duplicates"] += len(repeats)
@@ -597,33 +595,6 @@ def with_base_dates(
         yield from flush()
 
 
-class _RecordsFile:
-    """A part's ``index_records`` artifact: written under a temporary name, hashed as it is written,
-    renamed into place, then its sidecar (sha256, records): a part redone after a kill replaces it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.tmp, "wb")
-        self.sha = hashlib.sha256()
-        self.records = 0
-
-    def write(self, key: bytes, date: str) -> None:
-        try:
-            row = key + bytes(date_values([date])[0])
-        except ValueError as e:
-            raise StageError(f"{self.path.name}: {e}") from None
-        self.file.write(row)
-        self.sha.update(row)
-        self.records += 1
-
-    def close(self) -> None:
-        self.file.close()
-        os.replace(self.tmp, self.path)
-        atomic_write_json(sidecar_path(self.path), {"records": self.records, "sha256": self.sha.hexdigest()})
-
-
 def _remove_stale_records(out: Path, parts: set[str]) -> None:
     """The ``index_records`` of parts the exchange no longer has (another base, other inputs); a part of
     this layout keeps its file, which its redo replaces."""
@@ -704,6 +675,16 @@ def _remove_stale_artifacts(out: Path, names: set[str], kinds: tuple[str, ...]) 
 
 
 STAGE = IngestStage
+
+
+def _recrawl_row(key: bytes, date: str, path: Path) -> bytes:
+    """One record of the recrawl index: the key and the kept fetch's date (a date too long for the
+    record stops the stage, naming it)."""
+    try:
+        return key + bytes(date_values([date])[0])
+    except ValueError as e:
+        raise StageError(f"{path.name}: {e}") from None
+
 
 if __name__ == "__main__":
     sys.exit(main(STAGE))

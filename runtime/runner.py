@@ -572,7 +572,8 @@ def run_stage(stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, confi
 ABORT_GRACE_S = 1.0
 
 
-def _abort(comm: Any, code: int) -> None:
+def abort_job(comm: Any, code: int) -> None:
+    """End every rank of the job (after the grace that lets the error line reach the log)."""
     if comm.Get_size() > 1:
         time.sleep(ABORT_GRACE_S)
         comm.Abort(code)
@@ -596,11 +597,11 @@ def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
                 print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
             return 2
         print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
-        _abort(comm, 2)
+        abort_job(comm, 2)
         return 2
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()
-        _abort(comm, 1)
+        abort_job(comm, 1)
         return 1
     return 0
