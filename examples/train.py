@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout'
 from loader import SnapshotLoader, World  # noqa: E402
 from loader.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint  # noqa: E402
 from loader.counter import MixtureCounter  # noqa: E402
+from loader.faults import DEFAULT_MAX_SKIP_FRACTION  # noqa: E402
 
 
 class TinyLM(torch.nn.Module):
@@ -82,6 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--run-len", type=int, default=8)
     ap.add_argument("--chunk-tokens", type=int, default=1 << 20)
+    ap.add_argument("--max-skip-fraction", type=float, default=DEFAULT_MAX_SKIP_FRACTION,
+                    help="share of the snapshot's shards that may be found corrupt (each read from a substitute "
+                         f"of its bucket) before the loader stops (default {DEFAULT_MAX_SKIP_FRACTION})")
     ap.add_argument("--vocab", type=int, default=4096, help="embedding rows (token ids are taken modulo)")
     ap.add_argument("--dump-tokens", type=Path, default=None,
                     help="write the tokens this rank trained on to DIR/tokens-<tag>-rank<r>.npy, every step's "
@@ -102,11 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.recipe is not None:
         loader = SnapshotLoader.from_recipe(args.recipe, args.snapshot, batch_size=args.batch_size,
                                             dp_rank=world.rank, dp_world=world.world_size, run_len=args.run_len,
-                                            chunk_tokens=args.chunk_tokens)
+                                            chunk_tokens=args.chunk_tokens, max_skip_fraction=args.max_skip_fraction)
     else:
         loader = SnapshotLoader(args.snapshot, args.mixture, seed=args.seed, seq_len=args.seq_len,
                                 batch_size=args.batch_size, dp_rank=world.rank, dp_world=world.world_size,
-                                epoch_caps=args.epoch_caps, run_len=args.run_len, chunk_tokens=args.chunk_tokens)
+                                epoch_caps=args.epoch_caps, run_len=args.run_len, chunk_tokens=args.chunk_tokens,
+                                max_skip_fraction=args.max_skip_fraction)
     counter = MixtureCounter(sorted(loader.layout.buckets), args.count_every, args.mixture_tolerance,
                              args.on_drift) if args.count_every > 0 else None
     step = 0

@@ -210,6 +210,28 @@ def test_trace_names_the_substitute_a_corrupt_shard_was_read_from(damaged):
     assert np.array_equal(replayed.batch.tokens.numpy(), after[(step, rank)][0])
 
 
+@pytest.mark.slow
+def test_under_torchrun_the_trace_names_the_substitute_each_rank_read_for_a_corrupt_shard(damaged, tmp_path):
+    """Real processes (examples/train.py under torchrun, gloo): the ranks find the corrupt shard as they read
+    and read a substitute of its bucket; every delivered position traced in this process (from the same
+    settings, no record) names the substitute, and the shard's token there is the delivered one."""
+    from test_loader_torchrun import batches, torchrun
+
+    root, bad = damaged
+    dump = tmp_path / "dump"
+    torchrun(3, "--snapshot", str(root), "--mixture", json.dumps(MIXTURE), "--epoch-caps", json.dumps(CAPS),
+             "--seq-len", "16", "--batch-size", "2", "--run-len", "3", "--chunk-tokens", "24", "--seed", "4",
+             "--steps", "5", "--max-skip-fraction", "0.1", "--ckpt", str(tmp_path / "ckpt"),
+             "--dump-tokens", str(dump), "--tag", "damaged")
+    delivered = batches(dump, "damaged")
+    assert sorted({step for step, _ in delivered}) == [0, 1, 2, 3, 4] and len(delivered) == 15
+    sources = check_traces(root, delivered, sorted(delivered), 3, mixture=MIXTURE, seed=4, seq_len=16,
+                           epoch_caps=CAPS, **OPTS)
+    substituted = [s for s in sources if s.substituted]
+    assert substituted and all(s.planned_shard == bad and s.shard != bad for s in substituted)
+    assert all(s.shard != bad for s in sources)
+
+
 def test_trace_names_what_a_run_moved_to_a_version_read_through_its_selection(snap, tmp_path):
     """A run on the snapshot moved at a record to a version that drops documents (on another world): the
     trace reads the version's streams as the resumed run did, and names selected documents only."""
