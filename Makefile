@@ -11,11 +11,11 @@ PYTEST_ARGS ?=
 
 venv: $(VENV)/.installed
 
+# with bytecode: a machine that sets PYTHONDONTWRITEBYTECODE (this one does) would otherwise compile
+# every module it imports in every process (an MPI rank's imports: 5.8 CPU s from source, 2.5 from .pyc)
 $(VENV)/.installed: requirements.lock pyproject.toml
 	command -v uv >/dev/null || python3 -m pip install -q uv
 	uv venv -q --allow-existing --python 3.11 $(VENV)
-	# with bytecode: a machine that sets PYTHONDONTWRITEBYTECODE (this one does) would otherwise compile
-	# every module it imports in every process (an MPI rank's imports: 5.8 CPU s from source, 2.5 from .pyc)
 	uv pip sync -q --compile-bytecode --python $(PY) $(FIND_LINKS) requirements.lock
 	uv pip install -q --compile-bytecode --python $(PY) --no-deps -e .
 	$(PY) -m compileall -q -j 0 corpus cli hpc_jobs runtime mpi_kernels loader dags >/dev/null
