@@ -38,24 +38,21 @@ are in the phase key (another base is another phase) and in the manifest's ``ext
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import chain, groupby
 from operator import itemgetter
-from pathlib import Path
 from typing import Any
 
 from corpus.dedup.exact_copy import ExactCopy
 from corpus.dedup.normalize import KEY_VERSION, text_key
 from corpus.dedup.order import doc_id_bytes
-from corpus.dedup.persistent_index import CURRENT, PersistentIndex, doc_ids, exact_key_params
-from corpus.digest import canonical_json, json_digest
+from corpus.dedup.persistent_index import BaseGenerations, doc_ids, exact_key_params
+from corpus.digest import canonical_json
 from corpus.docshard import SUFFIX, RecordsFile, ShardWriter, iter_docs
 from corpus.ingest.holdout import EXACT_KEY, EXACT_SCORE, HOLDOUT_STAGE, HoldoutFile, holdout_files
-from corpus.layout import build_dir_of_stage, dedup_base_path, dedup_index_dir
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
 from corpus.provenance import copy_record
 from mpi_kernels.shuffle import stable_key_hash
@@ -67,7 +64,15 @@ from runtime.global_phase import (
     route_verdicts,
     write_verdicts,
 )
-from runtime.runner import InputShard, Stage, StageContext, StageError, main, remove_stale_artifacts
+from runtime.runner import (
+    InputShard,
+    Stage,
+    StageContext,
+    StageError,
+    base_generations,
+    main,
+    remove_stale_artifacts,
+)
 
 HOLDOUT_KEYS = "holdout_keys"
 HELD_KEYS_FILE = ".keys"
@@ -83,57 +88,8 @@ INDEX_RECORDS_SUFFIX = ".exact.rec"
 PROBE_BATCH = 1 << 16
 
 
-@dataclass(frozen=True)
-class BaseIndex:
-    """The build's exact index as its base left it: only the generations of the builds it was forked
-    from, so the build's own generation (committed when the build succeeds) never answers its own probe,
-    and a rerun decides as the first run did."""
-
-    index: PersistentIndex
-    digest: str  # of the base generations' pointer entries (ids, manifest sha256, labels)
-
-    @property
-    def probed(self) -> bool:
-        """Whether there is a base to probe (a build without one only records its keys)."""
-        return bool(self.index.generations)
-
-    @classmethod
-    def of_build(cls, stage_directory: Path) -> BaseIndex | None:
-        """The index of the build this stage directory belongs to; None for a stage run on its own."""
-        build = build_dir_of_stage(stage_directory)
-        if build is None or not (dedup_index_dir(build, "exact") / CURRENT).exists():
-            return None
-        index = PersistentIndex.open(dedup_index_dir(build, "exact"), "exact", exact_key_params())
-        base = dedup_base_path(build)
-        labels = set(json.loads(base.read_text())["labels"]) if base.exists() else set()
-        kept = tuple(g for g in index.generations if set(g.labels) <= labels)
-        if any(set(g.labels) & labels and not set(g.labels) <= labels for g in index.generations):
-            raise StageError(
-                f"{dedup_index_dir(build, 'exact')} was compacted (its base and its own records are one "
-                f"generation): its base's decisions cannot be told apart; rebuild into a new directory",
-                every_rank=True,
-            )
-        entries = [e for e in index.pointer["generations"] if e["id"] in {g.id for g in kept}]
-        return cls(replace(index, generations=kept), json_digest(entries))
-
-    @property
-    def partitions(self) -> int:
-        return self.index.partitions
-
-    def part_of(self, key: bytes) -> int:
-        return int(self.index.partition_of([key])[0])
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "partitions": self.partitions,
-            "base": self.digest,
-            "base_generations": [g.id for g in self.index.generations],
-            "base_records": self.index.records,
-        }
-
-
 def with_base_keepers(
-    base: BaseIndex, p: int, groups: Iterable[tuple[bytes, Iterator[tuple[bytes, bytes]]]]
+    base: BaseGenerations, p: int, groups: Iterable[tuple[bytes, Iterator[tuple[bytes, bytes]]]]
 ) -> Iterator[tuple[bytes, Iterator[bytes], str | None]]:
     """Each (key, its payloads, the base keeper's doc_id or None) of part ``p``'s sorted groups. Groups are
     read ahead until :data:`PROBE_BATCH` records are held, then their keys are probed at once; a group
@@ -189,7 +145,7 @@ class ExactDedupStage(Stage):
         super().__init__(config)
         self._copies: dict[str, ShardWriter] = {}
         self._held: list[HoldoutFile] = []
-        self._base: BaseIndex | None = None
+        self._base: BaseGenerations | None = None
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         held = sorted([f.name, f.sha256] for f in self._held)
@@ -218,7 +174,7 @@ class ExactDedupStage(Stage):
         verdict to its shard's table)."""
         remove_stale_artifacts(ctx, inputs, COPIES, (SUFFIX, SUFFIX + ".json"))
         self._held = holdout_files(ctx.in_paths[0])
-        base = self._base = BaseIndex.of_build(ctx.out_dir)
+        base = self._base = base_generations(ctx.out_dir, "exact", exact_key_params())
         groups = self._groups(inputs)
         self._remove_stale_records(ctx, groups)
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)

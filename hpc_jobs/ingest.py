@@ -50,15 +50,13 @@ from corpus.code.archive import ArchiveError, archive_stem, directory_digest, re
 from corpus.code.repository import read_repository
 from corpus.code.rules import Rule, build_rules
 from corpus.dedup.persistent_index import (
-    CURRENT,
-    IndexMismatch,
-    IndexMixed,
+    BaseGenerations,
     PersistentIndex,
     date_values,
     dates,
     recrawl_key_params,
 )
-from corpus.digest import canonical_json, json_digest, sha256_hex
+from corpus.digest import canonical_json, sha256_hex
 from corpus.docshard import SUFFIX, RecordsFile, ShardWriter, atomic_write_json, read_sidecar
 from corpus.ingest.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
 from corpus.ingest.holdout import HOLDOUT_VERSION, in_holdout
@@ -75,7 +73,6 @@ from corpus.ingest.sources import (
     source_for,
 )
 from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_page, iter_warc
-from corpus.layout import build_dir_of_stage, dedup_base_path, dedup_index_dir
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from mpi_kernels.shuffle import stable_key_hash
 from runtime.global_phase import (
@@ -86,7 +83,15 @@ from runtime.global_phase import (
     route_verdicts,
     write_verdicts,
 )
-from runtime.runner import InputShard, Stage, StageContext, StageError, main, raw_input_shard
+from runtime.runner import (
+    InputShard,
+    Stage,
+    StageContext,
+    StageError,
+    base_generations,
+    main,
+    raw_input_shard,
+)
 
 #: bump when the same file would be read into different keys (invalidates the global phase)
 READER_VERSION = "2"  # 2: an encoded body cut short is a truncated_record, not half a page
@@ -174,7 +179,7 @@ class IngestStage(Stage):
         self._files: dict[str, Any] | None = None
         self._holdout: ShardWriter | None = None
         self._formats: dict[Path, str] = {}
-        self._base: BaseRecrawls | None = None
+        self._base: BaseGenerations | None = None
 
     # -- inputs ------------------------------------------------------------------------------------
     def list_inputs(self, ctx: StageContext) -> list[InputShard]:
@@ -359,7 +364,7 @@ class IngestStage(Stage):
         its groups, against the base build's recrawl index when there is one) and ``decisions`` (each
         verdict to the input file it is about). Returns the phase's digest, part of every shard's
         checkpoint key."""
-        base = self._base = BaseRecrawls.of_build(ctx.out_dir)
+        base = self._base = base_generations(ctx.out_dir, "recrawl", recrawl_key_params())
         probed = base is not None and base.probed
         if probed:
             groups = [f"p{p:05d}" for p in range(base.index.partitions)]  # fixed by the index
@@ -529,44 +534,6 @@ class IngestStage(Stage):
             if self._base is not None and self._base.probed
             else {}
         )
-
-
-@dataclass(frozen=True)
-class BaseRecrawls:
-    """The build's recrawl index as its base left it: only the generations of the builds it was forked
-    from (``PersistentIndex.held_by``), so the build's own generation never answers its own probe."""
-
-    index: PersistentIndex
-    digest: str  # of the base generations' pointer entries (ids, manifest sha256, labels)
-
-    @property
-    def probed(self) -> bool:
-        """Whether there is a base to probe (a build without one only records its kept fetches)."""
-        return bool(self.index.generations)
-
-    @classmethod
-    def of_build(cls, stage_directory: Path) -> BaseRecrawls | None:
-        """The recrawl index of the build this stage directory belongs to; None for a stage run on its own
-        (or in a build made before builds kept one)."""
-        build = build_dir_of_stage(stage_directory)
-        root = dedup_index_dir(build, "recrawl") if build is not None else None
-        if root is None or not (root / CURRENT).exists():
-            return None
-        record = dedup_base_path(build)
-        try:
-            index = PersistentIndex.open(root, "recrawl", recrawl_key_params())
-            view = index.held_by(json.loads(record.read_text())["labels"] if record.exists() else [])
-        except (IndexMismatch, IndexMixed) as e:
-            raise StageError(str(e), every_rank=True) from None
-        return cls(view, json_digest(view.pointer["generations"]))
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "partitions": self.index.partitions,
-            "base": self.digest,
-            "base_generations": [g.id for g in self.index.generations],
-            "base_records": self.index.records,
-        }
 
 
 def with_base_dates(

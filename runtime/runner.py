@@ -42,6 +42,7 @@ from corpus.config import (
     stage_config,
     stage_memory_budget_mb,
 )
+from corpus.dedup.persistent_index import BaseGenerations, IndexMismatch, IndexMixed
 from corpus.digest import canonical_json, file_sha256
 from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs, read_sidecar
 from corpus.layout import (
@@ -82,6 +83,16 @@ class StageError(RuntimeError):
     def __init__(self, message: str, every_rank: bool = False) -> None:
         super().__init__(message)
         self.every_rank = every_rank
+
+
+def base_generations(stage_directory: Path, kind: str, params: dict[str, Any]) -> BaseGenerations | None:
+    """The base's generations of the build's ``kind`` index, as a stage probes them (None: no build or
+    no index of that kind); other key parameters or a compacted fork end the job on every rank, in one
+    line."""
+    try:
+        return BaseGenerations.of_stage(stage_directory, kind, params)
+    except (IndexMismatch, IndexMixed) as e:
+        raise StageError(str(e), every_rank=True) from None
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,9 @@ import numpy as np
 from corpus.dedup.bloom import BloomFilter, BloomSpec, mix64
 from corpus.dedup.normalize import KEY_VERSION, NORMALIZATION_VERSION
 from corpus.dedup.order import doc_id_bytes
+from corpus.digest import json_digest
 from corpus.ingest.recrawl import RECRAWL_KEY_VERSION
+from corpus.layout import build_dir_of_stage, dedup_base_path, dedup_index_dir
 
 FORMAT = "corpus-dedup-index/1"
 VALUE_BYTES = 16
@@ -1029,3 +1031,46 @@ class _Finisher:
         for p, side in self.done:
             _write_bytes(path / f"{_part_name(p)}.json", _json_bytes(side), sync=False)
         self.done = []
+
+
+@dataclass(frozen=True)
+class BaseGenerations:
+    """A build's index of one kind as its base left it: only the generations of the builds it was forked
+    from (:meth:`PersistentIndex.held_by`), so the build's own generation (committed when the build
+    succeeds) never answers its own probe and a rerun of a stage decides as the first run did."""
+
+    index: PersistentIndex
+    digest: str  # of the base generations' pointer entries (ids, manifest sha256, labels)
+
+    @property
+    def probed(self) -> bool:
+        """Whether there is a base to probe (a build without one only records its own keys)."""
+        return bool(self.index.generations)
+
+    @property
+    def partitions(self) -> int:
+        return self.index.partitions
+
+    def part_of(self, key: bytes) -> int:
+        return int(self.index.partition_of([key])[0])
+
+    @classmethod
+    def of_stage(cls, stage_directory: Path, kind: str, params: dict[str, Any]) -> BaseGenerations | None:
+        """The ``kind`` index of the build ``stage_directory`` belongs to; None for a stage run on its own
+        (or in a build made before builds kept that kind). :class:`IndexMismatch` for other key
+        parameters, :class:`IndexMixed` for a compacted fork."""
+        build = build_dir_of_stage(stage_directory)
+        if build is None or not (dedup_index_dir(build, kind) / CURRENT).exists():
+            return None
+        record = dedup_base_path(build)
+        index = PersistentIndex.open(dedup_index_dir(build, kind), kind, params)
+        view = index.held_by(json.loads(record.read_text())["labels"] if record.exists() else [])
+        return cls(view, json_digest(view.pointer["generations"]))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "partitions": self.partitions,
+            "base": self.digest,
+            "base_generations": [g.id for g in self.index.generations],
+            "base_records": self.index.records,
+        }

@@ -411,7 +411,7 @@ def test_the_probe_batches_groups_and_streams_a_group_larger_than_a_batch(tmp_pa
     index = index.add_generation("base", [pi.records("exact", [keys[1]], ["ab" * 16])])
     groups = {keys[0]: 1, keys[1]: 10, keys[2]: 2, keys[3]: 4}  # key -> copies
     records = [(k, b"%d" % i) for k, n in groups.items() for i in range(n)]
-    base = exact_dedup.BaseIndex(index, "sha256:test")
+    base = pi.BaseGenerations(index, "sha256:test")
     out = [
         (key, list(payloads), keeper)
         for key, payloads, keeper in exact_dedup.with_base_keepers(
