@@ -29,6 +29,8 @@ not ``public_domain`` or ``permissive``: :data:`DEFAULT_CLASSES_BY_TIER`)::
     code = ["public_domain", "permissive"]     # this one line (a tier given replaces its default)
     include_contaminated = false               # contaminated documents are excluded by default
     near_duplicates = "representative"         # or "all": keep every selected cluster member
+    prefer = { web = "newest" }                # per source, within a near-duplicate group: "first"
+                                               # (default: the oldest build's copy) or "newest"
     [policy]                                   # the quality policy (corpus.policy.PolicyConfig): its
     min_quality = 0.05                         # keys, defaults for the rest; absent = no policy
     [[buckets]]                                # buckets by predicate over the selected documents,
@@ -36,10 +38,25 @@ not ``public_domain`` or ``permissive``: :data:`DEFAULT_CLASSES_BY_TIER`)::
     where = "tier = 'web' AND quality >= q90"  # build's physical buckets
 
 Order: the row rules (policy, scores, languages, cutoffs, hosts, sources, licences, contamination) first; then
-each language's top fraction among the documents the row rules kept; then, per near-duplicate cluster,
-the representative among the *selected* members (lowest ``representative_key``: most trusted tier,
-highest quality, earliest date, doc_id, as minhash_dedup orders them). So excluding a representative's
-host hands the cluster to its next member instead of dropping the cluster. Code is clustered by
+each language's top fraction among the documents the row rules kept; then, per near-duplicate group,
+the representative among the *selected* members. So excluding a representative's host hands the
+cluster to its next member instead of dropping the cluster.
+
+A near-duplicate group is ``coalesce(nullif(dup_cluster_id, ''), doc_id)``: a cluster, or a document in
+none alone, except that a delta build's new documents tagged with a base cluster's id join that cluster
+and a base singleton whose doc_id they were tagged with (minhash_dedup gives a new near-duplicate of a
+base document the base cluster's id, or the base document's doc_id when it was in no cluster). In a
+full build this is the old grouping by ``dup_cluster_id`` (a cluster id is the doc_id of one of its
+members and doc_ids are unique, so an unclustered document's group is itself alone). Within a group the
+members are ordered by build age first (:func:`age_order_sql`; keep-first: the oldest build's documents
+first, so a later crawl never displaces a selected base document), then by ``representative_key`` (most
+trusted tier, highest quality, earliest date, doc_id, as minhash_dedup orders them). In a full build
+every shard's age is 0 and only ``representative_key`` decides. ``prefer = { SOURCE = "newest" }`` turns
+the age order round for that source's documents (the newest build's copy first); in a group mixing
+sources each row's order key uses its own source's preference: a keep-first row of age ``a`` has key
+``-a``, a newest-first row ``+a``, so an older keep-first document precedes every newest-first one, a
+newest-first document yields to any newer newest-first one, and rows with equal keys (same age, both
+0 in a full build) fall to ``representative_key``. Code is clustered by
 repository (``repo_cluster_id``): every selected document of the selected repository with the lowest
 ``repo_rank`` (most trusted tier, most files, newest release) is kept, the other members' none; so a
 representative excluded by its licence hands the cluster to the next repository, whole.
@@ -80,8 +97,12 @@ KEYS = (
     "near_duplicates",
     "policy",
     "buckets",
+    "prefer",
 )
 NEAR_DUPLICATE_MODES = ("representative", "all")
+#: ``prefer``: which copy of a near-duplicate group a source's documents put first, by build age
+#: (``first``: the oldest build's, the default; ``newest``: the newest build's)
+PREFER_MODES = ("first", "newest")
 #: code is trained on only where its licence lets the weights be used without obligations: a repository
 #: under a copyleft, unknown or no licence is stored (its class is a value) but not selected unless a
 #: version says so (``allowed_licence_classes_by_tier = { code = [...] }``); other tiers are not limited
@@ -121,9 +142,18 @@ class Selection:
     policy: PolicyConfig | None = None
     #: buckets by predicate, in order (first match wins); none: the build's physical buckets
     buckets: tuple[BucketDef, ...] = ()
+    #: per source, the build age order within a near-duplicate group (:data:`PREFER_MODES`); a source
+    #: not named is ``first`` (keep-first)
+    prefer: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def newest_sources(self) -> tuple[str, ...]:
+        """The sources whose documents prefer the newest build's copy, sorted."""
+        return tuple(sorted(src for src, mode in self.prefer.items() if mode == "newest"))
 
     def canonical(self) -> dict[str, Any]:
-        """Without buckets exactly the keys selections had before buckets existed, so their ids stay."""
+        """Without buckets and ``prefer = "newest"`` exactly the keys selections had before either
+        existed, so their ids stay (``"first"`` is the default: naming it changes nothing, id included)."""
         out = {
             "min_scores": dict(sorted(self.min_scores.items())),
             "max_scores": dict(sorted(self.max_scores.items())),
@@ -155,6 +185,8 @@ class Selection:
         }
         if self.buckets:
             out["buckets"] = [b.canonical() for b in self.buckets]
+        if self.newest_sources:
+            out["prefer"] = {src: "newest" for src in self.newest_sources}
         return out
 
     @property
@@ -300,7 +332,20 @@ def parse_selection(data: dict[str, Any], where: str = "<inline>", base_dir: Pat
         kw["policy"] = parse_policy(data["policy"], where)
     if "buckets" in data:
         kw["buckets"] = parse_buckets(data["buckets"], where)
+    if "prefer" in data:
+        kw["prefer"] = _prefer(where, data["prefer"])
     return Selection(**kw)
+
+
+def _prefer(where: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise _err(where, 'prefer must be a table of source = "first" or "newest"')
+    out = {}
+    for k, v in value.items():
+        if v not in PREFER_MODES:
+            raise _err(where, f"prefer.{k} must be one of {', '.join(PREFER_MODES)}, not {v!r}")
+        out[str(k)] = v
+    return out
 
 
 def _classes(where: str, key: str, value: Any) -> tuple[str, ...]:
@@ -391,12 +436,38 @@ def provenance_rules(s: Selection, alias: str) -> tuple[list[str], list[Any]]:
     return conds, params
 
 
-def selection_sql(selection: Selection, table: str = "docs") -> tuple[str, list[Any]]:
+#: the column a selection query gives each row: its shard's build age (0: the newest build's own shard)
+AGE_COLUMN = "__build_age"
+#: a row's near-duplicate group: its cluster, or itself alone (a delta's new documents tagged with a base
+#: singleton's doc_id join it)
+GROUP_SQL = "coalesce(nullif(dup_cluster_id, ''), doc_id)"
+
+
+def age_order_sql(selection: Selection) -> tuple[str, list[Any]]:
+    """The build-age term that orders a near-duplicate group before ``representative_key``, over the
+    column :data:`AGE_COLUMN`, and its parameters: keep-first (oldest build first, key ``-age``) unless the
+    row's own source prefers the newest copy (key ``+age``)."""
+    newest = selection.newest_sources
+    if not newest:
+        return f"{AGE_COLUMN} DESC", []
+    return (
+        f"CASE WHEN source IN ({', '.join('?' * len(newest))}) THEN {AGE_COLUMN} ELSE -{AGE_COLUMN} END",
+        list(newest),
+    )
+
+
+def selection_sql(
+    selection: Selection, table: str = "docs", ages: str | None = None
+) -> tuple[str, list[Any]]:
     """One query over ``table`` returning (shard, "index", selected) for every row, and its bound
     parameters. Values are parameters; column names were checked by :func:`check_columns`. The
     provenance rules also read the view ``copies`` (exact copies' origins, one row per copy). With a
     ``policy``, ``table`` carries its verdict as a boolean column ``policy_pass`` (computed by
-    :func:`corpus.version.policy_verdicts`: the policy is Python, the one definition the tests check)."""
+    :func:`corpus.version.policy_verdicts`: the policy is Python, the one definition the tests check).
+    ``ages``: a table (shard, build_age) giving each shard's build age (:func:`corpus.version.build_age`),
+    which orders each near-duplicate group before ``representative_key``; a shard it does not list is
+    age 0, and without a table every row is (what :func:`corpus.version.select_rows` passes for a full
+    build, whose shards are all age 0: the query then skips the join)."""
     conds: list[str] = []
     params: list[Any] = []
 
@@ -465,15 +536,29 @@ def selection_sql(selection: Selection, table: str = "docs") -> tuple[str, list[
         params.extend(share_params)
         prev = f"top{i}"
     if s.near_duplicates == "representative":
-        # text: one document per cluster; code: every document of the best-ranked selected repository
-        # of its repository cluster (rank ties only within one repository, so dense_rank keeps it whole)
+        order, order_params = "", []
+        if ages is not None:
+            # each row's build age (keep-first within a near-duplicate group); without an ages table
+            # every row is age 0 and the term is left out (a full build: representative_key alone)
+            sql.append(
+                f", aged AS (SELECT t.*, coalesce(a.build_age, 0) AS {AGE_COLUMN} FROM {prev} t LEFT JOIN "
+                f"(SELECT shard, max(build_age) AS build_age FROM {ages} GROUP BY shard) a ON a.shard = t.shard)"
+            )
+            prev = "aged"
+            order, order_params = age_order_sql(s)
+            order += ", "
+        # text: one document per group (a cluster, or an unclustered document alone), the oldest
+        # build's first unless its source prefers the newest, then the lowest representative_key;
+        # code: every document of the best-ranked selected repository of its repository cluster (rank
+        # ties only within one repository, so dense_rank keeps it whole)
         sql.append(
-            f", picked AS (SELECT *, passes AND (dup_cluster_id = '' OR dup_cluster_id IS NULL OR "
-            f"row_number() OVER (PARTITION BY dup_cluster_id, passes ORDER BY representative_key) = 1) "
+            f", picked AS (SELECT *, passes AND "
+            f"row_number() OVER (PARTITION BY {GROUP_SQL}, passes ORDER BY {order}representative_key) = 1 "
             f"AND (repo_cluster_id IS NULL OR "
             f"dense_rank() OVER (PARTITION BY repo_cluster_id, passes ORDER BY repo_rank) = 1) "
             f"AS selected FROM {prev})"
         )
+        params.extend(order_params)
     else:
         sql.append(f", picked AS (SELECT *, passes AS selected FROM {prev})")
     sql.append(' SELECT shard, "index", selected FROM picked ORDER BY shard, "index"')

@@ -28,7 +28,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import duckdb
@@ -39,7 +39,7 @@ from corpus.buckets import BucketDef, parse_buckets, predicate_sql, quantile_sql
 from corpus.digest import canonical_json, json_digest, sha256_hex
 from corpus.docshard import atomic_write_bytes
 from corpus.errors import UserError
-from corpus.layout import MANIFEST, SNAPSHOT_DIR
+from corpus.layout import BASE_CANDIDATES, MANIFEST, SNAPSHOT_DIR
 from corpus.model import SnapshotManifest
 from corpus.policy import PolicyConfig, decide_rows, missing_values
 from corpus.provenance import COPY_COLUMNS
@@ -83,6 +83,8 @@ class ShardRef:
     sha256: str
     metadata: Path
     meta: Path
+    #: how many builds back the shard was stored (:func:`build_age`; 0: the build's own shard)
+    age: int = 0
 
     @property
     def metadata_sha256(self) -> str:
@@ -163,6 +165,19 @@ class Version:
             yield s, by_name[s.name]["selected_docs"], by_name[s.name]["selected_tokens"]
 
 
+def build_age(path: str) -> int:
+    """How many builds back a shard of a candidates (or snapshot) manifest was stored: the number of
+    leading ``base/`` components of its listed path (a delta's candidates list its base's shards through
+    their ``base`` link, a base's base's through ``base/base/``: :func:`corpus.snapshot.inherit_base`).
+    0 for the build's own shards, so every shard of a full build. A fact of the manifest (its relative
+    paths, which its id digests), never of where the builds lie."""
+    parts = PurePosixPath(path).parts
+    age = 0
+    while age < len(parts) - 1 and parts[age] == BASE_CANDIDATES:
+        age += 1
+    return age
+
+
 def _shard_refs(snap_dir: Path, m: SnapshotManifest) -> tuple[ShardRef, ...]:
     refs = []
     for s in m.shards:
@@ -181,6 +196,7 @@ def _shard_refs(snap_dir: Path, m: SnapshotManifest) -> tuple[ShardRef, ...]:
                 s.sha256,
                 snap_dir / s.files["metadata"],
                 snap_dir / s.files["meta"],
+                build_age(s.path),
             )
         )
     return tuple(refs)
@@ -255,14 +271,20 @@ def _check_shards(vdir: Path, data: dict[str, Any], refs: tuple[ShardRef, ...]) 
             raise UserError(f"version {vdir}: shard {s['name']}'s metadata {r.metadata} is missing")
 
 
+#: the table a connection holds besides ``stored``: (shard, build_age) of every shard (:func:`build_age`)
+SHARD_AGES = "shard_ages"
+
+
 def connect(version: Version) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the table ``docs`` (one row per stored document; on a version, with a
-    boolean ``selected``). Files are read where they lie, never loaded whole."""
+    boolean ``selected``) and ``shard_ages`` (each shard's build age: what keeps a delta's selection
+    keep-first). Files are read where they lie, never loaded whole."""
     con = duckdb.connect()
     files = [str(s.metadata) for s in version.live_shards]
     if not files:
         raise UserError(f"snapshot {version.snapshot_id} has no shards")
     con.read_parquet(files, union_by_name=True).create_view("stored")
+    _create_shard_ages(con, {s.name: s.age for s in version.shards})
     copies = [
         str(version.base_dir / p["path"])
         for p in version.base.extra.get("artifacts", {}).get("copies", {}).get("parts", [])
@@ -286,6 +308,14 @@ def connect(version: Version) -> duckdb.DuckDBPyConnection:
             'CREATE VIEW docs AS SELECT stored.*, b.selected FROM stored JOIN selection_bits b USING (shard, "index")'
         )
     return con
+
+
+def _create_shard_ages(con: duckdb.DuckDBPyConnection, ages: dict[str, int]) -> None:
+    con.execute(
+        f"CREATE OR REPLACE TABLE {SHARD_AGES} (shard VARCHAR PRIMARY KEY, build_age INTEGER NOT NULL)"
+    )
+    if ages:
+        con.executemany(f"INSERT INTO {SHARD_AGES} VALUES (?, ?)", sorted(ages.items()))
 
 
 def columns(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -330,12 +360,18 @@ def select_rows(
 ) -> dict[str, np.ndarray]:
     """Run ``selection`` over the table ``stored`` of ``con``: per shard (``docs``: its document
     count), one bool per document. With a policy, ``policy_reasons`` (when given) is filled with the
-    number of stored documents the policy rejects, by the first check each fails."""
+    number of stored documents the policy rejects, by the first check each fails. Each shard's build
+    age (keep-first within a near-duplicate group) is read from the table ``shard_ages`` that
+    :func:`connect` makes; on a connection without one, every shard is the build's own (age 0)."""
     cols = columns(con)
     check_columns(selection, cols)
     if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'copies'").fetchall()[0][0]:
         empty = ", ".join(f"NULL::{t} AS {c}" for c, t in COPY_COLUMNS.items())
         con.execute(f"CREATE VIEW copies AS SELECT {empty} WHERE FALSE")  # a build without exact copies
+    if not con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [SHARD_AGES]
+    ).fetchall()[0][0]:
+        _create_shard_ages(con, {})  # a table not made by connect(): every shard its build's own (age 0)
     table = "stored"
     if selection.policy is not None:
         con.register("policy_verdicts", policy_verdicts(con, selection.policy, cols, policy_reasons))
@@ -344,7 +380,9 @@ def select_rows(
             'JOIN policy_verdicts v USING (shard, "index")'
         )
         table = "judged"
-    sql, params = selection_sql(selection, table)
+    # a full build (every shard age 0) needs no age order: the query skips its join
+    aged = con.execute(f"SELECT coalesce(max(build_age), 0) > 0 FROM {SHARD_AGES}").fetchall()[0][0]
+    sql, params = selection_sql(selection, table, SHARD_AGES if aged else None)
     table = con.execute(sql, params).fetchnumpy()
     shard_col, index_col = table["shard"], table["index"]
     sel_col = table["selected"].astype(bool)
