@@ -65,6 +65,13 @@ class RecordsFile:
         self.sha.update(row)
         self.records += 1
 
+    def write_rows(self, rows: Any) -> None:
+        """Many records at once: a structured array of the index kind's record dtype."""
+        data = rows.tobytes()
+        self.file.write(data)
+        self.sha.update(data)
+        self.records += len(rows)
+
     def close(self) -> None:
         self.file.close()
         os.replace(self.tmp, self.path)

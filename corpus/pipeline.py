@@ -35,6 +35,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,12 +134,28 @@ def launch(command: list[str], ranks: int, what: str) -> None:
 #: from its manifest's side outputs: the build's own generation of that kind's index
 INDEX_RECORDS = "index_records"
 
+def band_index_params(minhash: StageManifest) -> dict[str, Any]:
+    """What defines the band keys minhash_dedup made: the parameters its manifest says it ran with."""
+    c = minhash.config
+    return band_key_params(
+        num_perm=c["num_perm"], bands=c["bands"], rows=c["rows"], seed=c["seed"], ngram=c["ngram"],
+        char_ngram=CHAR_NGRAM, normalization_version=minhash.extra.get("normalization_version", NORMALIZATION_VERSION),
+    )
+
+
+def _fixed_params(params: Callable[[], dict[str, Any]]) -> Callable[[StageManifest], dict[str, Any]]:
+    """A kind whose keys are defined by the code alone, whatever its stage ran with."""
+    return lambda _: params()
+
+
 #: per index kind the build commits: the stage whose ``index_records`` make its generation, and what
-#: defines its keys. In commit order: the exact index last, since its generation labelled with the build
-#: is what makes the build a complete base (:meth:`BaseBuild.open`), so it implies every other kind's.
-COMMITTED_INDEXES: tuple[tuple[str, str, Any], ...] = (
-    ("recrawl", "ingest", recrawl_key_params),  # ingest's kept fetches: (URL, raw digest) -> date
-    ("exact", "exact_dedup", exact_key_params),  # exact_dedup's groups: text key -> keeper
+#: defines its keys (a function of that stage's manifest). In commit order: the exact index last, since
+#: its generation labelled with the build is what makes the build a complete base
+#: (:meth:`BaseBuild.open`), so it implies every other kind's.
+COMMITTED_INDEXES: tuple[tuple[str, str, Callable[[StageManifest], dict[str, Any]]], ...] = (
+    ("recrawl", "ingest", _fixed_params(recrawl_key_params)),  # ingest's kept fetches: (URL, raw digest) -> date
+    ("band", "minhash_dedup", band_index_params),  # minhash_dedup's band keys -> cluster id
+    ("exact", "exact_dedup", _fixed_params(exact_key_params)),  # exact_dedup's groups: text key -> keeper
 )
 #: kind -> (stage, key parameters), as above
 COMMITTED = {kind: (stage, params) for kind, stage, params in COMMITTED_INDEXES}
@@ -333,11 +350,7 @@ def _own_index(root: Path, kind: str, params: dict[str, Any], settings: IndexSet
 def check_band_index(out: Path, minhash: StageManifest, settings: IndexSettings, base: BaseBuild | None) -> None:
     """The band index with the parameters minhash_dedup ran with: a base's (forked) is refused when they
     differ, naming the parameter; without a base it is created with them."""
-    c = minhash.config
-    params = band_key_params(
-        num_perm=c["num_perm"], bands=c["bands"], rows=c["rows"], seed=c["seed"], ngram=c["ngram"],
-        char_ngram=CHAR_NGRAM, normalization_version=minhash.extra.get("normalization_version", NORMALIZATION_VERSION),
-    )
+    params = band_index_params(minhash)
     root = dedup_index_dir(out, "band")
     if base is None:
         _own_index(root, "band", params, settings)
@@ -434,7 +447,7 @@ def commit_indexes(out: Path, manifests: dict[str, StageManifest], label: str, r
     begun = []
     for kind, stage, params in COMMITTED_INDEXES:
         if (dedup_index_dir(out, kind) / CURRENT).exists():
-            pending = begin_commit(out, kind, params(), manifests[stage], label)
+            pending = begin_commit(out, kind, params(manifests[stage]), manifests[stage], label)
             if pending is not None:
                 begun.append((kind, pending))
     if begun:
@@ -496,10 +509,10 @@ def write_commit_partitions(
     through a writer bounded by ``run_records``. A rank owning no partition (more ranks than ``P``)
     writes nothing."""
     stage, params = COMMITTED[kind]
-    pending = _begun(PersistentIndex.open(dedup_index_dir(out, kind), kind, params()).pending(label))
+    m = require_stage_manifest(stage_dir(out, stage))
+    pending = _begun(PersistentIndex.open(dedup_index_dir(out, kind), kind, params(m)).pending(label))
     if not owned:
         return 0
-    m = require_stage_manifest(stage_dir(out, stage))
     record, partitions, directory = KINDS[kind].record, pending.index.partitions, stage_dir(out, stage)
     mine = 0
     with pending.writer(owned, run_records) as writer:

@@ -27,6 +27,25 @@ pre-empted in the middle of it costs only the part it was on:
    verified by every rank together, each holding O(members / ranks) of any one of them, with the same
    rule and the same verdicts (``hpc_jobs.minhash_giant``); each verdict goes to its shard's part.
 5. ``decisions``: verdicts to their shard's decision table (``runtime.global_phase.route_verdicts``).
+6. ``band_records`` (exchange of numpy rows, a part per bucket part; only inside a build that keeps
+   indexes, ``corpus build``): every band key of every document with the document's cluster id (its
+   own doc_id outside a cluster) goes to the key's bucket part, which writes one record per key (the
+   smallest cluster id sharing it) as the artifact ``index_records/PART.band.rec``: the build's own
+   generation of the band index, committed as the build's last step (``corpus.pipeline.commit_indexes``).
+
+**Against a base** (``corpus build --base``: the build's band index holds the base's generations,
+``runtime.runner.base_generations``; docs/incremental.md "Near duplicates across builds"), keep-first:
+the bucket parts are the index's partitions (a band key's part is its index partition), and bucket part
+``p`` probes its distinct keys in partition ``p`` of the base's generations (one Bloom filter and one
+mapped file; a Bloom hit is confirmed by lookup). A key the base holds adds an edge from each of this
+build's documents with it to a node standing for the base cluster the key names (``BASE_NODE_TAG``,
+never an input shard's), so connected components join those documents to it; step ``base_links`` sends
+each such component's base clusters to the component's part, and step ``components`` writes it with its
+size (never verified, never distributed). Its members' verdicts name the base cluster (``dup_of`` and
+``dup_cluster_id`` = its id, the smallest of the two where a component reaches two base clusters, which
+stay apart): a base document stays its representative, and no base document changes. The base's band
+keys carry no signatures, so the LSH match to a base cluster is trusted, not verified. Keys the base
+holds are not recorded again.
 
 Code documents (tier ``code``: parts of a repository) take no part in the text graph (their text
 signature is the empty one, never banded): near-duplicate *repositories* are clustered instead
@@ -74,7 +93,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,11 +114,13 @@ from corpus.code.repo_dedup import (
     line_hashes,
 )
 from corpus.dedup.candidates import bucket_star_edges, concat, part_names, part_of_hash
-from corpus.dedup.normalize import NORMALIZATION_VERSION
+from corpus.dedup.normalize import CHAR_NGRAM, NORMALIZATION_VERSION
 from corpus.dedup.order import doc_id_bytes, encode_representative_key
+from corpus.dedup.persistent_index import BAND_RECORD, CURRENT, BaseGenerations, band_key_params, partition_of
 from corpus.dedup.records import (
     BAND_KEY_BYTES,
     BAND_ROW,
+    BAND_VALUE_ROUTE,
     DOC_ID_BYTES,
     EDGE,
     GIANT,
@@ -108,6 +129,9 @@ from corpus.dedup.records import (
     KEPT,
     LABEL,
     LABEL_ROUTE,
+    LINK,
+    LINK_ROUTE,
+    LINKED,
     MEMBER,
     MEMBER_ROUTE,
     NODE,
@@ -121,8 +145,9 @@ from corpus.dedup.records import (
 )
 from corpus.dedup.verify import verified_roots
 from corpus.digest import canonical_json
-from corpus.docshard import iter_docs, iter_lines
+from corpus.docshard import RecordsFile, iter_docs, iter_lines
 from corpus.ingest.holdout import NEAR_SCORE, HoldoutFile, holdout_files
+from corpus.layout import build_dir_of_stage, dedup_base_path, dedup_index_dir
 from corpus.model import Annotation, Document, Kept, Outcome, Passed, annotated_line
 from hpc_jobs.minhash_giant import Settings, ShardMembers, giant_labels, verify_distributed
 from hpc_jobs.minhash_giant import SpilledRows as ComponentMembers
@@ -139,7 +164,7 @@ from runtime.global_phase import (
     route_verdicts,
     write_verdicts,
 )
-from runtime.runner import InputShard, Stage, StageContext, assign, main
+from runtime.runner import InputShard, Stage, StageContext, assign, base_generations, main
 
 SIGNATURES, BUCKETS, LABELS, CLUSTERS, DECISIONS = "signatures", "buckets", "labels", "clusters", "decisions"
 #: the components verified across every rank (``hpc_jobs.minhash_giant``): found, then verified
@@ -175,6 +200,23 @@ BANDS = ".bands"
 BAND_OFFSETS = ".band_offsets.npy"
 EDGES = ".edges"
 LABEL_ROWS = ".labels"
+#: a build against a base whose band index has generations (``corpus build --base``): a band key of this
+#: build that the base holds links its documents to a node standing for the base cluster (doc_id: the
+#: cluster's id, tagged :data:`BASE_NODE_TAG`, never an input shard's tag); each bucket part writes the
+#: keys it found (``.base_keys``), step ``base_links`` the base clusters of each component (``.links``,
+#: LINK rows at the component's part), step ``components`` the joined components with their sizes
+#: (``.linked``)
+BASE_LINKS, BAND_RECORDS = "base_links", "band_records"
+BASE_NODE_NAME = "base/band_index"
+BASE_NODE_TAG = shard_tag(BASE_NODE_NAME)
+BASE_KEYS, LINKS, LINKED_ROWS = ".base_keys", ".links", ".linked"
+#: the artifact of a build's own band index records (``index_records/PART.band.rec``: BAND_RECORD rows,
+#: a key once, in key order, with a sidecar), which the build's last step commits as its generation
+INDEX_RECORDS = "index_records"
+INDEX_RECORDS_SUFFIX = ".band.rec"
+#: what a build's run reports about the band index (``extra.index``): band keys found in the base, this
+#: build's documents joined to a base cluster, and the records of this build's own generation
+INDEX_FACTS = ("base_keys", "base_linked_docs", "index_records")
 #: the counts every run reports (zero included), so the manifest has the same keys on any data
 COUNTS = (
     "docs",
@@ -269,16 +311,22 @@ def group_units(groups: list[str]) -> list[GroupUnit]:
 
 
 def band_rows(
-    hasher: MinHasher, ids: np.ndarray, sigs: np.ndarray, shard_name: str, groups: int
+    hasher: MinHasher,
+    ids: np.ndarray,
+    sigs: np.ndarray,
+    shard_name: str,
+    groups: int,
+    part_of: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Every band key of every document with shingles, as BAND_ROW rows sorted by (part, key, node): a
-    bucket part reads one contiguous run of them."""
+    bucket part reads one contiguous run of them. A key's part is ``part_of(keys)`` ((n, 18) bytes)
+    when given (against a base: the band index's partition), else a hash of it mod ``groups``."""
     live = np.flatnonzero(~is_empty(sigs))
     keys = hasher.band_keys(sigs[live])  # (n, bands, 18): band index (2 bytes), then a hash
     bands = keys.shape[1]
     flat = keys.reshape(-1, keys.shape[2])
     rows = np.empty(len(flat), dtype=BAND_ROW)
-    rows["part"] = part_of_hash(flat[:, 2:], groups)
+    rows["part"] = part_of(flat) if part_of is not None else part_of_hash(flat[:, 2:], groups)
     rows["key"] = np.ascontiguousarray(flat).view(f"V{flat.shape[1]}").reshape(-1)
     rows["node"] = np.repeat(graph_nodes(ids[live], live, shard_name), bands)
     return rows[np.argsort(rows.view(f"V{BAND_ROW.itemsize}").reshape(-1), kind="stable")]
@@ -293,14 +341,32 @@ class MinhashDedupStage(Stage):
     # part of this one: the runner reuses a complete stage on its version, never on the phase key
     # 7: code documents leave text clustering; repositories are clustered as sets of line keys
     # (corpus.code.repo_dedup: repo_cluster, repo_rank, repo_similarity, repo_file_share)
-    version = "7+norm" + NORMALIZATION_VERSION
+    # 8: inside a build, the band index records (index_records/); against a base, its band index probed
+    version = "8+norm" + NORMALIZATION_VERSION
     Config = MinhashDedupConfig
+    artifact_kinds = (INDEX_RECORDS,)
 
     def __init__(self, config: MinhashDedupConfig) -> None:
         super().__init__(config)
         self._held: list[HoldoutFile] = []
         #: what distributed verification held per rank (counted; run_info, not digested)
         self._distributed: dict[str, int] | None = None
+        #: the base's band index (None: no build, or a build without a base band index yet)
+        self._band_base: BaseGenerations | None = None
+        #: whether the run is inside a build that keeps indexes (then it writes index_records/)
+        self._records = False
+
+    @property
+    def _probed(self) -> bool:
+        """Whether the run probes a base's band index (a build against a base that has band records)."""
+        return self._band_base is not None and self._band_base.probed
+
+    def band_params(self) -> dict[str, Any]:
+        """What defines this run's band keys (the band index refuses a base made with others)."""
+        c = self.config
+        return band_key_params(
+            num_perm=c.num_perm, bands=c.bands, rows=c.rows, seed=c.seed, ngram=c.ngram, char_ngram=CHAR_NGRAM
+        )
 
     @property
     def params(self) -> MinHashParams:
@@ -309,22 +375,61 @@ class MinhashDedupStage(Stage):
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         held = sorted([f.name, f.sha256] for f in self._held)
-        return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION, holdout=held)
+        more: dict[str, Any] = {"records": True} if self._records else {}
+        if self._probed:
+            more["index"] = {"partitions": self._band_base.partitions, "base": self._band_base.digest}
+        return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION, holdout=held, **more)
+
+    def _groups(self, inputs: list[InputShard]) -> list[str]:
+        """The bucket parts: fixed by the data (one per input shard), never by the rank count; against a
+        base, the band index's partitions, so that bucket part ``p`` probes index partition ``p`` only."""
+        if self._probed:
+            return [f"p{p:05d}" for p in range(self._band_base.partitions)]
+        return part_names("g", len(inputs))
+
+    def _part_of(self, keys: np.ndarray) -> np.ndarray:
+        """The bucket part of band keys ((n, 18) bytes) against a base: their band index partition."""
+        return partition_of("band", keys, self._band_base.partitions).astype(np.int64)
+
+    def _open_band_index(self, ctx: StageContext) -> None:
+        """The build's band index, as the base left it: probed when it has the base's generations (a base
+        of other band parameters ends the job in one line); a build that keeps indexes writes its own
+        records whether or not it has a base."""
+        build = build_dir_of_stage(ctx.out_dir)
+        self._records = build is not None and (dedup_index_dir(build, "exact") / CURRENT).exists()
+        self._band_base = base_generations(ctx.out_dir, "band", self.band_params())
+        if build is not None and self._band_base is not None and not self._probed and dedup_base_path(build).exists():
+            ctx.say(
+                "the base's band index holds no generation (a base built before builds kept band records): "
+                "near-duplicates of base documents are not found"
+            )
+
+    def _remove_stale_records(self, ctx: StageContext, groups: list[str]) -> None:
+        """Rank 0: the ``index_records`` of parts the phase no longer has (another base, other inputs)."""
+        d = ctx.out_dir / INDEX_RECORDS
+        for f in sorted(d.iterdir()) if ctx.rank == 0 and d.is_dir() else []:
+            if f.name.split(".")[0] not in groups:
+                f.unlink()
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         self._held = sorted(holdout_files(ctx.in_paths[0]), key=lambda f: f.name)
-        phase = self._phase = GlobalPhase(ctx, self._key(inputs))
+        self._open_band_index(ctx)
+        groups = self._groups(inputs)
+        self._remove_stale_records(ctx, groups if self._records else [])
+        phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()
         inputs = sorted(inputs, key=lambda s: s.name)
         shards = [s.name for s in inputs]
-        self._tags = shard_tags(shards)
+        self._tags = shard_tags([*shards, BASE_NODE_NAME])  # (refuses a shard whose tag is the base's)
+        del self._tags[BASE_NODE_TAG]
         self._signature_parts = _SignatureParts(phase, shards)
         held = [f.name for f in self._held]
         self._held_parts = _SignatureParts(phase, held, HELD_SIGNATURES)
         self._hasher = MinHasher(self.params)
-        # the number of parts of the hashed steps is fixed by the data, never by the rank count
-        groups = part_names("g", len(inputs))
+        # the repository graph's parts (repositories and their buckets) are fixed by the data alone
+        repos = self._repos = part_names("r", len(inputs))
+        repo_groups = part_names("g", len(inputs))
 
         # 1. signatures, a part per input shard (a part whose files are damaged is redone)
         self._drop_damaged_signatures(phase, inputs)
@@ -341,16 +446,17 @@ class MinhashDedupStage(Stage):
         self._cluster(phase, text, groups, inputs)
         # 5. verdicts to their shard's decision table
         route_verdicts(phase, DECISIONS, CLUSTERS, groups, shards, also=[(GIANT_CLUSTERS, shards)])
+        if self._records:  # 6. the build's own band index records, a key once, at the key's part
+            self._band_records(phase, groups, inputs)
         # R. the repository graph: code documents to their repository's part, the same steps over
         # repositories, then each repository's verdict to its documents' shards
-        repos = part_names("r", len(inputs))
         self._repositories(phase, inputs, repos)
         repo_parts = _SignatureParts(phase, repos, REPOS)
         repo_graph = _Graph(
             REPOS, REPO_BUCKETS, REPO_LABELS, REPO_CLUSTERS, repos, shard_tags(repos), repo_parts, "repo_", True
         )
-        self._cluster(phase, repo_graph, groups, group_units(repos))
-        route_verdicts(phase, REPO_DECISIONS, REPO_CLUSTERS, groups, repos)
+        self._cluster(phase, repo_graph, repo_groups, group_units(repos))
+        route_verdicts(phase, REPO_DECISIONS, REPO_CLUSTERS, repo_groups, repos)
         self._repo_docs(phase, repo_graph, shards)
         facts = None
         if ctx.rank == 0:
@@ -361,15 +467,16 @@ class MinhashDedupStage(Stage):
                         (SIGNATURES, shards),
                         (HELD_SIGNATURES, held),
                         (BUCKETS, groups),
+                        (BAND_RECORDS, groups if self._records else []),
                         (HOLDOUT, shards if held else []),
                         (LABELS, shards),
                         (COMPONENTS, groups),
                         (CLUSTERS, groups),
                         (GIANT_CLUSTERS, shards),
                         (REPOS, repos),
-                        (REPO_BUCKETS, groups),
+                        (REPO_BUCKETS, repo_groups),
                         (REPO_LABELS, repos),
-                        (REPO_CLUSTERS, groups),
+                        (REPO_CLUSTERS, repo_groups),
                         (REPO_DOCS, shards),
                     )
                     for p in phase.parts(step, names)
@@ -377,10 +484,14 @@ class MinhashDedupStage(Stage):
             )
         steps = {SIGNATURES: shards, BUCKETS: groups, LABELS: shards, CLUSTERS: groups, DECISIONS: shards}
         steps |= {COMPONENTS: groups, GIANT_CLUSTERS: shards}
-        steps |= {REPOS: repos, REPO_FILES: repos, REPO_BUCKETS: groups, REPO_LABELS: repos}
-        steps |= {REPO_CLUSTERS: groups, REPO_DECISIONS: repos, REPO_DOCS: shards}
+        steps |= {REPOS: repos, REPO_FILES: repos, REPO_BUCKETS: repo_groups, REPO_LABELS: repos}
+        steps |= {REPO_CLUSTERS: repo_groups, REPO_DECISIONS: repos, REPO_DOCS: shards}
         if held:
             steps |= {HELD_SIGNATURES: held, HOLDOUT: shards}
+        if self._probed:
+            steps |= {BASE_LINKS: groups}
+        if self._records:
+            steps |= {BAND_RECORDS: groups}
         return phase.finish(steps, ctx.comm.bcast(facts, root=0))
 
     # -- 1. signatures -------------------------------------------------------------------------------
@@ -393,7 +504,7 @@ class MinhashDedupStage(Stage):
         so it is never banded with text, and goes to the repository graph instead: its line-set
         signature and rank fields (``.code_docs``) and its files' content hashes (``.code_files``)."""
         ids, rep, sigs, batch, cells, text_bytes = [], [], [], [], [], []
-        code = _CodeRows(self._hasher, groups, shard.name) if not tag else None
+        code = _CodeRows(self._hasher, len(self._repos), shard.name) if not tag else None
         for i, doc in enumerate(iter_docs(shard.path)):
             ids.append(doc_id_bytes(doc.doc_id))
             rep.append(encode_representative_key(doc))
@@ -421,7 +532,8 @@ class MinhashDedupStage(Stage):
         passing = (np.array(cells, dtype=np.str_), np.array(text_bytes, dtype=np.int64))
         for suffix, array in zip(PASS_FILES, passing, strict=True):
             np.save(writer.open(suffix), array, allow_pickle=False)
-        rows = band_rows(self._hasher, arrays[0], arrays[2], tag or shard.name, groups)
+        part_of = self._part_of if self._probed else None
+        rows = band_rows(self._hasher, arrays[0], arrays[2], tag or shard.name, groups, part_of)
         writer.open(BANDS).write(rows.tobytes())
         offsets = np.searchsorted(rows["part"], np.arange(groups + 1)).astype(np.int64)
         np.save(writer.open(BAND_OFFSETS), offsets, allow_pickle=False)
@@ -465,13 +577,60 @@ class MinhashDedupStage(Stage):
             groups,
             units,
             lambda u: self._member_rows(phase, graph, u, len(groups), giants["label"]),
-            lambda g, batches, writer: self._reduce_clusters(graph, batches, writer),
+            lambda g, batches, writer: self._reduce_clusters(graph, batches, writer, groups[g]),
             dtype=MEMBER_ROUTE,
             order_fields=("label",),
         )
         # 4c. (text) the large ones verified by every rank together -> verdicts to their shard's part
         if text:
             self._giant_clusters(phase, graph, giants)
+
+    # -- 6. the build's band index records -----------------------------------------------------------
+    def _band_records(self, phase: GlobalPhase, groups: list[str], inputs: list[InputShard]) -> None:
+        """Step ``band_records``: every band key of every document, with the document's cluster id (its
+        ``dup_cluster_id`` as the verdicts set it, a base cluster's included; its own doc_id outside a
+        cluster), to the bucket part owning the key, which writes one record per key (the smallest
+        cluster id of the documents sharing it) as the artifact ``index_records/PART.band.rec``; a key
+        the base already holds is left to the base (keep-first). A later build probing the key finds
+        the cluster, and its document joins it."""
+        out_dir = phase.ctx.out_dir
+
+        def send(shard: InputShard) -> Iterator[np.ndarray]:
+            part = phase.part(SIGNATURES, shard.name)
+            bands = np.fromfile(part.path(BANDS), dtype=BAND_ROW)
+            if not len(bands):
+                return
+            clusters = np.array(np.load(part.path(SIG_FILES[0]), allow_pickle=False))  # (n, 16) doc_ids
+            for ordinal, verdict in decisions_of(phase.root, DECISIONS, shard.name).items():
+                clusters[int(ordinal)] = np.frombuffer(bytes.fromhex(verdict["cluster"]), np.uint8)
+            rows = np.empty(len(bands), dtype=BAND_VALUE_ROUTE)
+            rows["part"], rows["key"] = bands["part"], bands["key"]
+            ordinals = bands["node"]["ordinal"].astype(np.int64)
+            rows["value"] = np.ascontiguousarray(clusters[ordinals]).view(BAND_VALUE_ROUTE["value"]).reshape(-1)
+            yield rows
+
+        def reduce(g: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+            found = np.empty(0, f"V{BAND_KEY_BYTES}")
+            if self._probed:
+                found = np.fromfile(phase.part(BUCKETS, groups[g]).path(BASE_KEYS), dtype=found.dtype)
+            own = RecordsFile(out_dir / INDEX_RECORDS / f"{groups[g]}{INDEX_RECORDS_SUFFIX}")
+            last = None  # the previous batch's last key: its records are written
+            for batch in batches:  # sorted by (key, value): a key's first row has its smallest value
+                key = np.ascontiguousarray(batch["key"]).view(f"V{BAND_KEY_BYTES}").reshape(-1)
+                first = np.append(True, key[1:] != key[:-1])
+                if last is not None:
+                    first[0] = key[0] != last
+                last = key[-1]
+                first &= ~_among(key, found)
+                rows = np.empty(int(first.sum()), dtype=BAND_RECORD)
+                rows["key"], rows["value"] = key[first], batch["value"][first]
+                own.write_rows(rows)
+            own.close()  # before the part's marker: a completed part always has its records
+            return {"index_records": own.records}
+
+        phase.exchange_rows(
+            BAND_RECORDS, groups, inputs, send, reduce, dtype=BAND_VALUE_ROUTE, order_fields=("key", "value")
+        )
 
     # -- R. repositories ------------------------------------------------------------------------------
     def _repositories(self, phase: GlobalPhase, inputs: list[InputShard], repos: list[str]) -> None:
@@ -577,6 +736,11 @@ class MinhashDedupStage(Stage):
         rows = _band_run(phase, graph.signatures, graph.names, g)
         edges, facts = bucket_star_edges(rows, self.config.bucket_cap)
         facts = {graph.facts + k: v for k, v in facts.items()}
+        if graph.signatures == SIGNATURES and self._probed:  # edges to the base clusters the keys name
+            base_edges, found = self._base_edges(g, rows)
+            edges = concat([edges, base_edges], EDGE)
+            writer.open(BASE_KEYS).write(found.tobytes())
+            facts["base_keys"] = len(found)
         writer.open(EDGES).write(edges.tobytes())
         if graph.signatures == SIGNATURES and self._held:
             held = _band_run(phase, HELD_SIGNATURES, [f.name for f in self._held], g)
@@ -584,6 +748,23 @@ class MinhashDedupStage(Stage):
             writer.open(HITS).write(hits.tobytes())
             facts = {**facts, "holdout_pairs": pairs}
         return facts
+
+    def _base_edges(self, g: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bucket part ``g``'s band keys probed in the base's band index (partition ``g``: one Bloom
+        filter and one mapped file; a Bloom hit is confirmed by lookup): an edge from every document with
+        a key the base holds to the node of the base cluster it names (keep-first: the document joins that
+        cluster, whose id and members stay as they are), and the keys found (sorted, each once)."""
+        if not len(rows):
+            return np.empty(0, EDGE), np.empty(0, f"V{BAND_KEY_BYTES}")
+        key = np.ascontiguousarray(rows["key"]).view(f"V{BAND_KEY_BYTES}").reshape(-1)
+        heads = np.flatnonzero(np.append(True, key[1:] != key[:-1]))  # rows are sorted by (key, node)
+        found = self._band_base.index.probe_partition(g, key[heads])
+        hit = np.repeat(found.found, np.diff(np.append(heads, len(rows))))
+        edges = np.empty(int(hit.sum()), dtype=EDGE)
+        edges["node"] = rows["node"][hit]
+        cluster = np.repeat(found.values, np.diff(np.append(heads, len(rows))))[hit]
+        edges["hub"] = base_nodes(cluster)
+        return edges, key[heads][found.found]
 
     def _holdout_hits(self, rows: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, int]:
         """The candidates of a bucket part's band ``rows`` that share a bucket with a held-out page
@@ -666,9 +847,11 @@ class MinhashDedupStage(Stage):
         part. Components are recomputed only while some label part is missing (they are rounds of
         shuffles, not parts; a rerun recomputes them, deterministically)."""
         ctx, comm, shards = phase.ctx, phase.comm, graph.names
+        linking = graph.signatures == SIGNATURES and self._probed
         todo = None
         if ctx.rank == 0:
             todo = any(phase.part(graph.labels, s) is None for s in shards)
+            todo = todo or (linking and any(phase.part(BASE_LINKS, g) is None for g in groups))
         labels = np.empty(0, dtype=pair_dtype(NODE.itemsize))
         if comm.bcast(todo, root=0):
             edge_parts = phase.parts(graph.buckets, groups) if ctx.rank == 0 else None
@@ -690,6 +873,8 @@ class MinhashDedupStage(Stage):
             )
             labels = components.labels
         nodes = np.ascontiguousarray(labels["u"]).view(NODE)
+        based = _tagged(nodes, BASE_NODE_TAG)  # the base clusters' nodes: to the links, not to a shard
+        links, labels, nodes = labels[based], labels[~based], nodes[~based]
         rows = np.empty(len(labels), dtype=LABEL_ROUTE)
         rows["part"] = shard_numbers(nodes["shard_tag"], shards)
         rows["ordinal"] = nodes["ordinal"]
@@ -708,6 +893,39 @@ class MinhashDedupStage(Stage):
 
         # each rank sends the labels it holds
         phase.exchange_rows(graph.labels, shards, None, send, reduce, dtype=LABEL_ROUTE, order_fields=("ordinal",))
+        if linking:
+            self._base_links(phase, groups, links)
+
+    def _base_links(self, phase: GlobalPhase, groups: list[str], links: np.ndarray) -> None:
+        """Step ``base_links``: each component holding a base cluster's node (``links``: its labels,
+        as connected components left them on this rank) to the part of its label, the part its members
+        go to; a part writes its LINK rows sorted by (label, base cluster)."""
+        rows = np.empty(len(links), dtype=LINK_ROUTE)
+        if len(links):
+            label = np.ascontiguousarray(links["v"])
+            rows["part"] = part_of_hash(label.view(np.uint8).reshape(len(links), -1), len(groups))
+            rows["label"] = label.view(LINK_ROUTE["label"]).reshape(-1)
+            rows["base"] = np.ascontiguousarray(links["u"]).view(NODE)["doc_id"]
+
+        def send(_: None) -> Iterator[np.ndarray]:
+            yield rows
+
+        def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+            out = writer.open(LINKS)
+            for batch in batches:
+                out.write(unrouted(batch, LINK_ROUTE, LINK).tobytes())
+            return {}
+
+        phase.exchange_rows(BASE_LINKS, groups, None, send, reduce, dtype=LINK_ROUTE, order_fields=("label", "base"))
+
+    def _links(self, phase: GlobalPhase, group: str) -> np.ndarray:
+        """A bucket part's components joined to the base: LINK rows, a label once (its smallest base
+        cluster: a component that reaches two base clusters joins the one with the smaller id, and the
+        base clusters stay apart), sorted by label. None against no base."""
+        if not self._probed:
+            return np.empty(0, LINK)
+        rows = np.fromfile(phase.part(BASE_LINKS, group).path(LINKS), dtype=LINK)
+        return rows[np.flatnonzero(np.append(True, rows["label"][1:] != rows["label"][:-1]))] if len(rows) else rows
 
     # -- 4. clusters ---------------------------------------------------------------------------------
     def _member_rows(
@@ -741,6 +959,7 @@ class MinhashDedupStage(Stage):
         row per component that large."""
         above = self.config.distribute_components_above
         node = f"V{NODE.itemsize}"
+        linking = self._probed
 
         def send(shard: Any) -> Iterator[np.ndarray]:
             labels = np.fromfile(phase.part(graph.labels, shard.name).path(LABEL_ROWS), dtype=LABEL)
@@ -752,9 +971,26 @@ class MinhashDedupStage(Stage):
             rows["label"], rows["size"] = found, counts
             yield rows
 
-        def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+        def reduce(g: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
             out = writer.open(GIANTS)
+            links = self._links(phase, groups[g])
+            joined = writer.open(LINKED_ROWS) if linking else None
             kept = 0
+
+            def done_with(summed: np.ndarray) -> None:
+                """Components whose count is complete: joined to the base (written with their size:
+                never verified, so never distributed) or, above the threshold, distributed."""
+                nonlocal kept
+                based = _among(summed["label"], links["label"])
+                if joined is not None and based.any():
+                    rows = np.empty(int(based.sum()), dtype=LINKED)
+                    rows["label"], rows["size"] = summed["label"][based], summed["size"][based]
+                    rows["base"] = links["base"][np.searchsorted(links["label"], rows["label"])]
+                    joined.write(rows.tobytes())
+                big = summed[~based & (summed["size"].astype(np.int64) > above)]
+                out.write(big.tobytes())
+                kept += len(big)
+
             carry: np.ndarray | None = None  # the last label of the batches so far, its count open
             for batch in batches:  # sorted by label
                 rows = unrouted(batch, GIANT_ROUTE, GIANT)
@@ -763,13 +999,10 @@ class MinhashDedupStage(Stage):
                 heads = np.flatnonzero(np.append(True, rows["label"][1:] != rows["label"][:-1]))
                 summed = rows[heads].copy()
                 summed["size"] = np.add.reduceat(rows["size"].astype(np.int64), heads)
-                done, carry = summed[:-1], summed[-1:]
-                big = done[done["size"].astype(np.int64) > above]
-                out.write(big.tobytes())
-                kept += len(big)
-            if carry is not None and int(carry["size"][0]) > above:
-                out.write(carry.tobytes())
-                kept += 1
+                done_with(summed[:-1])
+                carry = summed[-1:]
+            if carry is not None:
+                done_with(carry)
             return {"distributed_components": kept}
 
         phase.exchange_rows(COMPONENTS, groups, units, send, reduce, dtype=GIANT_ROUTE, order_fields=("label",))
@@ -856,14 +1089,22 @@ class MinhashDedupStage(Stage):
             GIANT_CLUSTERS, shards, None, send, reduce, dtype=GIANT_VERDICT, order_fields=("ordinal", "kind")
         )
 
-    def _reduce_clusters(self, graph: _Graph, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+    def _reduce_clusters(
+        self, graph: _Graph, batches: Iterator[np.ndarray], writer: PartWriter, group: str
+    ) -> dict[str, Any]:
         """One bucket part's components, their rows sorted by (label, member record): complete components
         are gathered up to a quarter of the budget and verified together; one that outgrows it alone
         is spilled to ``work/spill`` and verified memory-mapped. A verdict is written per member.
-        Signatures are read from the signature parts (memory-mapped) as verification needs them."""
+        Signatures are read from the signature parts (memory-mapped) as verification needs them. A
+        component joined to a base cluster (``components`` wrote it) is not verified: each member's
+        verdict names the base cluster (keep-first: a base document stays its representative)."""
         dtype, routed = MEMBER, MEMBER_ROUTE
         sizes: Counter = Counter()
         facts = {"verified_components": 0}
+        joined = np.empty(0, LINKED)
+        if graph.signatures == SIGNATURES and self._probed:
+            joined = np.fromfile(self._phase.part(COMPONENTS, group).path(LINKED_ROWS), dtype=LINKED)
+            facts["base_linked_docs"] = 0
         spill = Path(self._phase.ctx.work_dir) / SPILL_DIR
         limit = max(self._phase.ctx.memory_budget_bytes // 4, dtype.itemsize)
         gathered = _Gathered(limit)  # whole components waiting to be verified together
@@ -890,6 +1131,14 @@ class MinhashDedupStage(Stage):
         def verdicts() -> Iterator[tuple[str, str, dict[str, Any]]]:
             label, tail = None, None  # the last component seen, which the next batch may continue
             for batch in batches:
+                if len(joined):  # a joined component's rows are all joined: the others stay contiguous
+                    based = _among(np.ascontiguousarray(batch["label"]).view(LINKED["label"]), joined["label"])
+                    if based.any():
+                        facts["base_linked_docs"] += int(based.sum())
+                        yield from _joined_verdicts(graph, batch[based], joined)
+                        batch = batch[~based]
+                        if not len(batch):
+                            continue
                 raw = np.ascontiguousarray(batch["label"]).view(np.uint8).reshape(len(batch), -1)
                 cuts = [0, *(np.flatnonzero(np.any(raw[1:] != raw[:-1], axis=1)) + 1).tolist(), len(batch)]
                 members = unrouted(batch, routed, dtype)
@@ -1063,6 +1312,7 @@ class MinhashDedupStage(Stage):
             "repo_clusters": sum(repo_sizes.values()),
             "repo_cluster_size_histogram": size_histogram(repo_sizes),
             "alarms": alarms,
+            **({"index": self._band_base.describe() | facts["index"]} if self._probed else {}),
         }
 
 
@@ -1261,6 +1511,35 @@ def _signature_rows(parts: _SignatureParts, nodes: np.ndarray, tag_names: list[s
     return out
 
 
+def _joined_verdicts(
+    graph: _Graph, rows: np.ndarray, joined: np.ndarray
+) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """The verdicts of members (MEMBER_ROUTE ``rows``) of components joined to a base cluster
+    (``joined``: LINKED rows sorted by label): each is ``dup_of`` the base cluster, whose id it takes;
+    its size is the component's member count in this build."""
+    at = np.searchsorted(joined["label"], np.ascontiguousarray(rows["label"]).view(LINKED["label"]))
+    cluster = [c.hex() for c in _row_bytes(joined["base"][at])]
+    size = joined["size"][at].tolist()
+    names = [graph.tags[t] for t in _row_bytes(rows["shard_tag"])]
+    for i, ordinal in enumerate(rows["ordinal"].tolist()):
+        yield names[i], str(ordinal), {"cluster": cluster[i], "size": size[i], "dup_of": cluster[i]}
+
+
+def _tagged(nodes: np.ndarray, tag: bytes) -> np.ndarray:
+    """Whether each NODE carries shard tag ``tag``."""
+    tags = np.ascontiguousarray(nodes["shard_tag"]).view(">u8").reshape(-1)
+    return tags == np.frombuffer(tag, dtype=">u8")[0]
+
+
+def base_nodes(clusters: np.ndarray) -> np.ndarray:
+    """The graph nodes standing for base clusters (their ids: V16 doc_ids), tagged
+    :data:`BASE_NODE_TAG`: never an input shard's, so they are routed to no shard."""
+    nodes = np.zeros(len(clusters), dtype=NODE)
+    nodes["doc_id"] = np.ascontiguousarray(clusters).view(NODE["doc_id"]).reshape(-1)
+    nodes["shard_tag"] = np.void(BASE_NODE_TAG)
+    return nodes
+
+
 def _among(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
     """Whether each of ``values`` is one of ``sorted_keys`` (byte fields of the same width)."""
     if not len(sorted_keys) or not len(values):
@@ -1328,11 +1607,14 @@ def merge_facts(per_part: list[dict[str, Any]]) -> dict[str, Any]:
     """Every part's facts as the manifest reports them: counts summed (the largest bucket: maximum),
     cluster sizes summed per size."""
     counts = dict.fromkeys(COUNTS, 0)
+    index: Counter = Counter()
     sizes: Counter = Counter()
     repo_sizes: Counter = Counter()
     for f in per_part:
         for k, v in f.items():
-            if k == "cluster_sizes":
+            if k in INDEX_FACTS:
+                index[k] += v
+            elif k == "cluster_sizes":
                 sizes.update({int(s): n for s, n in v.items()})
             elif k == "repo_cluster_sizes":
                 repo_sizes.update({int(s): n for s, n in v.items()})
@@ -1344,6 +1626,7 @@ def merge_facts(per_part: list[dict[str, Any]]) -> dict[str, Any]:
         "counts": counts,
         "cluster_sizes": {str(k): sizes[k] for k in sorted(sizes)},
         "repo_cluster_sizes": {str(k): repo_sizes[k] for k in sorted(repo_sizes)},
+        "index": {k: index[k] for k in INDEX_FACTS if k in index},
     }
 
 

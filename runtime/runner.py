@@ -91,7 +91,9 @@ def base_generations(stage_directory: Path, kind: str, params: dict[str, Any]) -
     line."""
     try:
         return BaseGenerations.of_stage(stage_directory, kind, params)
-    except (IndexMismatch, IndexMixed) as e:
+    except IndexMismatch as e:
+        raise StageError(f"{e} (a changed dedup parameter means a full rebuild)", every_rank=True) from None
+    except IndexMixed as e:
         raise StageError(str(e), every_rank=True) from None
 
 

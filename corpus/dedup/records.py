@@ -24,6 +24,10 @@ records by their bytes); byte fields (``V``) compare bytewise.
   (``hpc_jobs.minhash_giant``): its label and size; a member's value in one band of it; a member at
   the rank that owns its node; a cluster's count and smallest member record on one rank, and summed;
   a verdict (or a fact) on its way to its shard's part.
+* :data:`LINK`, :data:`LINK_ROUTE`, :data:`LINKED`, :data:`BAND_VALUE_ROUTE` -- a build against a base
+  (``corpus build --base``): a component joined to a base cluster by a band key the base's band index
+  holds (the component's label, the base cluster's id), the same with its member count, and a band key
+  of this build with its document's cluster id on the way to the index partition that records it.
 """
 
 from __future__ import annotations
@@ -83,6 +87,15 @@ GIANT_VERDICT = np.dtype(
     ]
 )
 DUP, KEPT, SPLIT = 0, 1, 2
+
+#: a component (its label) that holds a base cluster's node: the base cluster's id (a doc_id of the base)
+LINK = np.dtype([("label", f"V{NODE.itemsize}"), ("base", f"V{DOC_ID_BYTES}")])
+LINK_ROUTE = np.dtype([("part", ">u4"), *LINK.descr])
+#: a component joined to a base cluster, with its member count in this build
+LINKED = np.dtype([("label", f"V{NODE.itemsize}"), ("base", f"V{DOC_ID_BYTES}"), ("size", ">u8")])
+#: a band key of this build and its document's cluster id (the document's own doc_id outside a cluster),
+#: on its way to the part that owns the key: the part writes one band index record per key
+BAND_VALUE_ROUTE = np.dtype([("part", ">u4"), ("key", f"V{BAND_KEY_BYTES}"), ("value", f"V{DOC_ID_BYTES}")])
 
 
 def band_member_dtype(rows: int) -> np.dtype:

@@ -25,7 +25,9 @@ from tests.conftest import ROOT, run_corpus
 
 P = 5
 LABEL = "a" * 64
-KINDS = ("recrawl", "exact")
+KINDS = ("recrawl", "band", "exact")
+#: the config a minhash_dedup manifest records: what defines the band index's keys
+MINHASH_CONFIG = {"num_perm": 112, "bands": 14, "rows": 8, "seed": 0, "ngram": 5}
 
 #: the commit job, its rank 1 killed (SIGKILL) after writing its second partition, before it is complete
 KILLED_JOB = """
@@ -59,18 +61,18 @@ def part_rows(kind: str, seed: int) -> np.ndarray:
     """One stage part's records: 2,000 random keys, the first 300 also keys of part 0 (other values: the
     smallest value of a key is kept), in random order."""
     r = np.random.default_rng(seed)
-    keys = r.integers(0, 256, (2000, 16), dtype=np.uint8)
-    keys[:300] = np.random.default_rng(100).integers(0, 256, (2000, 16), dtype=np.uint8)[:300]
+    width = pi.KINDS[kind].record["key"].itemsize
+    keys = r.integers(0, 256, (2000, width), dtype=np.uint8)
+    keys[:300] = np.random.default_rng(100).integers(0, 256, (2000, width), dtype=np.uint8)[:300]
     return pi.records(kind, keys, r.integers(0, 256, (2000, 16), dtype=np.uint8))
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> Path:
-    """A build at its last step: empty indexes of P partitions, and ingest's and exact_dedup's manifests
-    listing three index_records artifacts each."""
+    """A build at its last step: empty indexes of P partitions, and ingest's, minhash_dedup's and
+    exact_dedup's manifests listing three index_records artifacts each."""
     out = tmp_path_factory.mktemp("commit") / "build"
     for kind, stage, params in pipeline.COMMITTED_INDEXES:
-        pi.PersistentIndex.create(dedup_index_dir(out, kind), kind, params(), P)
         side = []
         for part in range(3):
             rel = f"{pipeline.INDEX_RECORDS}/p{part:05d}.{kind}.rec"
@@ -81,8 +83,10 @@ def made(tmp_path_factory) -> Path:
             side.append(
                 ShardRef(rel, hashlib.sha256(data).hexdigest(), len(data) // pi.KINDS[kind].record.itemsize)
             )
-        m = StageManifest(stage, "test", {}, "", (), (), tuple(side), {}, {}, run_info={"ranks": 3})
+        config = MINHASH_CONFIG if kind == "band" else {}
+        m = StageManifest(stage, "test", config, "", (), (), tuple(side), {}, {}, run_info={"ranks": 3})
         atomic_write_json(manifest_path(stage_dir(out, stage)), m.to_dict())
+        pi.PersistentIndex.create(dedup_index_dir(out, kind), kind, params(m), P)
     return out
 
 
@@ -123,7 +127,7 @@ def test_a_rank_killed_mid_write_commits_nothing_and_the_rerun_gives_the_uninter
     out = copy(made, tmp_path / "build")
     m = manifests(out)
     for kind, stage, params in pipeline.COMMITTED_INDEXES:  # what commit_indexes does before the job
-        pipeline.begin_commit(out, kind, params(), m[stage], LABEL)
+        pipeline.begin_commit(out, kind, params(m[stage]), m[stage], LABEL)
     argv = pipeline.commit_job_command(out, list(KINDS), LABEL)[3:]  # after `python -m hpc_jobs.commit_index`
     job = subprocess.run(
         [pipeline.mpiexec_path(), "-n", "2", sys.executable, "-c", KILLED_JOB, *argv],

@@ -25,13 +25,16 @@ from corpus.dedup.normalize import text_key
 from corpus.ingest.recrawl import RecordKey, recrawl_key
 from corpus.ingest.warc import RawRecord, iter_warc
 from corpus.snapshot import Snapshot, validate_snapshot
-from corpus.version import open_version
-from hpc_jobs import exact_dedup, ingest
+from corpus.version import connect, open_version
+from hpc_jobs import exact_dedup, ingest, minhash_dedup
 from loader import SnapshotLoader
+from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
 from tests.conftest import ROOT, run_corpus
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, run_stage
 
 CONFIG = "[dedup_index]\npartitions = 4\n"
+#: the indexes a build commits, in commit order
+COMMITTED = ("recrawl", "band", "exact")
 
 #: `corpus build` with the index library's test hook: the process stops at the Nth pass of a point of an
 #: index update (the build's own commits, recrawl then exact, are the only updates after the fork) and
@@ -282,11 +285,110 @@ def test_the_same_build_on_one_and_two_ranks(crawl, base, delta, tmp_path):
     assert proc.stdout.splitlines()[-1] == delta[1].stdout.splitlines()[-1]
     assert manifest(one / "candidates")["snapshot_id"] == manifest(delta[0] / "candidates")["snapshot_id"]
     assert manifest(one / "candidates")["extra"]["base"] == manifest(delta[0] / "candidates")["extra"]["base"]
-    for kind in ("recrawl", "exact"):
+    for kind in COMMITTED:
         assert tree(one / "dedup_index" / kind) == tree(delta[0] / "dedup_index" / kind)
     one_ingest, two_ingest = manifest(stage(one, "ingest")), manifest(stage(delta[0], "ingest"))
     for part in ("outputs", "side_outputs", "extra"):
         assert one_ingest[part] == two_ingest[part], f"ingest's {part} differ between 1 and 2 ranks"
+
+
+def band_keys_of(texts: list[str]) -> list[set[bytes]]:
+    """Each text's band keys, made by the MinHash kernel with minhash_dedup's default parameters."""
+    c = minhash_dedup.MinhashDedupConfig()
+    hasher = MinHasher(MinHashParams(c.num_perm, c.bands, c.rows, c.ngram, c.seed))
+    sigs = hasher.signatures(texts)
+    keys = hasher.band_keys(sigs)
+    return [set() if empty else {k.tobytes() for k in doc} for doc, empty in zip(keys, is_empty(sigs), strict=True)]
+
+
+def test_a_june_near_duplicate_of_a_march_page_joins_the_march_cluster(base, delta):
+    """Keep-first for near duplicates: an arm64 page of June that shares a band key with a March page
+    (what LSH makes a candidate pair) is tagged ``dup_of`` the March page's cluster and takes its id (the
+    base document's ``dup_cluster_id``, or its doc_id where it was in no cluster); a June page sharing no
+    band key with the base is not. The base's documents keep their fields (the base is byte-identical,
+    below) and the delta's default version keeps the March document, not the June one."""
+    march = kept_docs(stage(base[0], "minhash_dedup"))
+    june = [d for d in kept_docs(stage(delta[0], "minhash_dedup")) if ARM64_TWIN[1] in d.url]
+    march_keys, june_keys = band_keys_of([d.text for d in march]), band_keys_of([d.text for d in june])
+    tagged = 0
+    for doc, keys in zip(june, june_keys, strict=True):
+        matched = sorted((m.dup_cluster_id or m.doc_id) for m, mk in zip(march, march_keys, strict=True) if keys & mk)
+        if matched:
+            assert (doc.dup_cluster_id, doc.dup_of) == (matched[0], matched[0]), doc.url
+            tagged += 1
+        else:
+            assert doc.dup_of in (None, ""), f"{doc.url} shares no band key with the base"
+    assert tagged >= 3 and len(june) == 6, "6 arm64 pages are not exact copies; most are near copies"
+    extra = manifest(stage(delta[0], "minhash_dedup"))["extra"]["index"]
+    assert extra["base_linked_docs"] == tagged and extra["base_keys"] >= tagged
+    assert extra["index_records"] > 0 and extra["partitions"] == 4
+    own = pi.PersistentIndex.open(delta[0] / "dedup_index" / "band")
+    assert len(own.generations) == 2 and own.labels[0] in pi.PersistentIndex.open(base[0] / "dedup_index" / "band").labels
+    picked = dict(connect(open_version(delta[0] / "snapshot")).execute("SELECT doc_id, selected FROM docs").fetchall())
+    for doc in june:
+        if doc.dup_of:
+            assert not picked[doc.doc_id], f"{doc.url}: the March document is kept, not its June copy"
+
+
+def test_a_bloom_false_positive_never_changes_a_near_duplicate_decision(base, delta, monkeypatch):
+    """The delta's band keys probed in the base's band index as the stage's bucket parts probe them
+    (``_base_edges``, partition by partition), with the real filters and with filters that say "maybe"
+    to every key: the same edges to the same base clusters, each hit confirmed by a lookup, and the keys
+    found are exactly the ones the base's generation holds (read without any filter)."""
+    stage_ = minhash_dedup.MinhashDedupStage(minhash_dedup.MinhashDedupConfig())
+    stage_._band_base = pi.BaseGenerations(pi.PersistentIndex.open(base[0] / "dedup_index" / "band"), "sha256:t")
+    docs = kept_docs(stage(delta[0], "line_dedup"))
+    hasher = MinHasher(stage_.params)
+    ids = np.frombuffer(b"".join(bytes.fromhex(d.doc_id) for d in docs), np.uint8).reshape(-1, 16)
+    rows = minhash_dedup.band_rows(hasher, ids, hasher.signatures([d.text for d in docs]), "s", 4, stage_._part_of)
+    parts = [rows[rows["part"] == g] for g in range(4)]
+
+    def edges_and_keys(g: int) -> tuple[bytes, bytes]:
+        edges, found = stage_._base_edges(g, parts[g])
+        return edges.tobytes(), found.tobytes()
+
+    real = [edges_and_keys(g) for g in range(4)]
+    lookups = []
+    search = pi._search
+    monkeypatch.setattr(pi, "_search", lambda keys, q: lookups.append(len(q)) or search(keys, q))
+    monkeypatch.setattr(BloomFilter, "might_contain", lambda self, hashes: np.ones(len(hashes), dtype=bool))
+    assert [edges_and_keys(g) for g in range(4)] == real
+    index = stage_._band_base.index
+    (generation,) = index.generations
+    distinct = sum(
+        len(np.unique(np.ascontiguousarray(r["key"]).view("V18"))) for g, r in enumerate(parts) if generation.part(g)["records"]
+    )
+    assert sum(lookups) == distinct > 0, "every distinct key of a partition the base holds was looked up"
+    held = {bytes(r["key"]) for g in index.generations for p in range(4) for r in g.map_part(p, index.record)}
+    found = {bytes(k) for _, keys in real for k in np.frombuffer(keys, "V18")}
+    assert found == held & {bytes(k) for k in np.ascontiguousarray(rows["key"]).view("V18").reshape(-1)}
+    assert found, "the delta's near copies share keys with the base"
+
+
+def test_without_a_base_minhash_dedup_in_a_build_is_the_stage_alone_plus_its_index_records(base, tmp_path):
+    """Inside a build minhash_dedup also writes its band index records: one per distinct band key, with
+    the cluster id of its documents (a document's own doc_id outside a cluster); nothing else differs
+    but the digest of its global phase, which has the records' step."""
+    base_dir = base[0]
+    alone = tmp_path / "minhash_dedup"
+    run_stage("minhash_dedup", 2, stage(base_dir, "line_dedup"), alone)
+    inside = manifest(stage(base_dir, "minhash_dedup"))
+    records = [s for s in inside["side_outputs"] if s["path"].startswith("index_records/")]
+    assert manifest(alone)["outputs"] == inside["outputs"]
+    assert {**manifest(alone)["extra"], "prepare_digest": ""} == {**inside["extra"], "prepare_digest": ""}
+    assert manifest(alone)["side_outputs"] == [s for s in inside["side_outputs"] if s not in records]
+    assert not (alone / "index_records").exists()
+    docs = kept_docs(alone)
+    expected: dict[bytes, str] = {}
+    for doc, keys in zip(docs, band_keys_of([d.text for d in docs]), strict=True):
+        for k in keys:
+            expected[k] = min(expected.get(k, "g"), doc.dup_cluster_id or doc.doc_id)
+    rows = np.concatenate(
+        [np.fromfile(stage(base_dir, "minhash_dedup") / s["path"], dtype=pi.BAND_RECORD) for s in records]
+    )
+    got = {r["key"].tobytes(): r["value"].tobytes().hex() for r in rows}
+    assert len(got) == len(rows) == sum(s["records"] for s in records), "a key once"
+    assert got == expected
 
 
 def test_without_a_base_exact_dedup_in_a_build_is_the_stage_alone_plus_its_index_records(base, tmp_path):
@@ -301,7 +403,7 @@ def test_without_a_base_exact_dedup_in_a_build_is_the_stage_alone_plus_its_index
     assert not (alone / "index_records").exists()
 
 
-@pytest.mark.parametrize("nth, killed", [(1, "recrawl"), (2, "exact")])
+@pytest.mark.parametrize("nth, killed", [(1, "recrawl"), (2, "band"), (3, "exact")])
 def test_a_kill_during_the_index_commit_then_a_rerun_gives_the_uninterrupted_result(
     crawl, base, delta, tmp_path, nth, killed
 ):
@@ -311,7 +413,7 @@ def test_a_kill_during_the_index_commit_then_a_rerun_gives_the_uninterrupted_res
     _, _, delta_warc, config = crawl
     out = tmp_path / "killed"
     shutil.copytree(delta[0], out)
-    for kind in ("recrawl", "exact"):
+    for kind in COMMITTED:
         shutil.rmtree(out / "dedup_index" / kind)
         pi.PersistentIndex.open(base[0] / "dedup_index" / kind).fork(out / "dedup_index" / kind)
     args = ["build", "--input", str(delta_warc), "--out", str(out), "--ranks", "2", "--config", str(config)]
@@ -335,24 +437,24 @@ def test_a_kill_during_the_index_commit_then_a_rerun_gives_the_uninterrupted_res
             proc.wait(timeout=60)
             proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL
-    for kind in ("recrawl", "exact"):
+    for kind in COMMITTED:
         left = pi.PersistentIndex.open(out / "dedup_index" / kind).labels
         base_labels = pi.PersistentIndex.open(base[0] / "dedup_index" / kind).labels
-        if kind == "recrawl" and killed == "exact":
-            assert len(left) == len(base_labels) + 1, "committed before the exact index"
+        if COMMITTED.index(kind) < COMMITTED.index(killed):
+            assert len(left) == len(base_labels) + 1, f"{kind} committed before the {killed} index"
         else:
             assert left == base_labels, f"the {kind} index's fork is in force"
     assert (out / "dedup_index" / killed / "generations" / "g000002").is_dir(), "killed after the rename"
     rerun = build(out, [delta_warc], config, "--base", str(base[0]))
     assert rerun.stdout.splitlines()[-1] == delta[1].stdout.splitlines()[-1]
-    for kind in ("recrawl", "exact"):
+    for kind in COMMITTED:
         assert tree(out / "dedup_index" / kind) == tree(delta[0] / "dedup_index" / kind)
 
 
 def test_compaction_keeps_every_answer_and_never_touches_the_base(base, delta, tmp_path):
     copy = tmp_path / "copy"  # hard links, as the fork made them: the base's files are these files
     shutil.copytree(delta[0] / "dedup_index", copy / "dedup_index", copy_function=os.link)
-    kinds = ("recrawl", "exact")
+    kinds = COMMITTED
     before = {k: pi.PersistentIndex.open(copy / "dedup_index" / k) for k in kinds}
     keys = {
         k: [bytes(r["key"]) for g in ix.generations for p in range(ix.partitions) for r in g.map_part(p, ix.record)]
@@ -378,8 +480,8 @@ def test_a_base_with_other_dedup_parameters_is_refused_naming_it(crawl, base, tm
     config.write_text(CONFIG + "[minhash_dedup]\nngram = 4\n")
     proc = build(tmp_path / "other", [delta_warc], config, "--base", str(base[0]), check=False)
     assert proc.returncode == 2
-    error = proc.stderr.strip().splitlines()[-1]
-    assert "was built with ngram=5, this build uses ngram=4" in error
+    assert "stage minhash_dedup failed" in proc.stderr.strip().splitlines()[-1]
+    (error,) = [line for line in proc.stderr.splitlines() if "was built with ngram=5, this build uses ngram=4" in line]
     assert "a changed dedup parameter means a full rebuild" in error
 
 
@@ -455,18 +557,22 @@ def test_the_delta_candidates_reference_the_base_shards_and_number_their_own_aft
 
 
 def test_the_default_version_of_a_delta_selects_base_and_new_documents(base, delta):
-    """Keep-first: every base document keeps the base's default selection; the new ones are selected too."""
+    """Keep-first: every base document keeps the base's default selection. The delta's own documents are
+    stored, and here every one is a near copy of a base page (the six arm64 pages that are not exact
+    copies: each joined its amd64 twin's cluster), so the version selects none of them."""
     base_version, delta_version = open_version(base[0]), open_version(delta[0])
     base_bits = {s.name: base_version.selected(s) for s in base_version.shards}
-    new = 0
+    new = stored = 0
     for s in delta_version.shards:
         bits = delta_version.selected(s)
         if s.name in base_bits:
             assert (bits == base_bits[s.name]).all(), f"the selection of base shard {s.name} changed"
         else:
-            new += int(bits.sum())
+            new, stored = new + int(bits.sum()), stored + len(bits)
     assert set(base_bits) < {s.name for s in delta_version.shards}
-    assert sum(int(b.sum()) for b in base_bits.values()) > 0 and new > 0
+    assert sum(int(b.sum()) for b in base_bits.values()) > 0
+    tagged = [d for d in kept_docs(stage(delta[0], "minhash_dedup")) if d.dup_of]
+    assert stored == len(tagged) == 6 and new == 0
 
 
 def test_a_base_document_is_read_through_the_delta_version_even_after_both_builds_move(base, delta, tmp_path):
