@@ -17,8 +17,8 @@ Where the numbers come from:
   version's shards and metadata table): :mod:`corpus.report.code`;
 * the eval holdout: pages held out and stored (the ingest and extract manifests) and the candidates
   that copy one, exact or near, with how many the version selects (the metadata table).
-* an incremental build (``corpus build --base``): the delta's copies of base documents per source
-  and the dedup indexes' size (:mod:`corpus.report.incremental`); None for a full build.
+* an incremental build (``corpus build --base``): the delta's exact and near copies of base documents per
+  source and the dedup indexes' size (:mod:`corpus.report.incremental`); None for a full build.
 
 A section whose data the build does not have (a stage that did not run, a field no stage fills yet)
 is listed under ``absent`` with the reason, and the card says so instead of failing.

@@ -6,7 +6,10 @@ how much the new crawl repeats the old one; the card says so per source (the **c
 rate**: the delta's documents that are copies of a base document, over the delta's documents entering
 exact_dedup), and counts the keep-first cases a reader may want to revisit: a delta document of a more
 trusted tier (a curated original) that stays a duplicate of a less trusted base document (a web copy
-that arrived first; docs/incremental.md, "Policy to decide").
+that arrived first; docs/incremental.md, "Policy to decide"). Likewise the **near copies of a base
+document**: the delta's documents that minhash_dedup joined to a base cluster (docs/incremental.md,
+"Near duplicates across builds"), stored but not selected by the default version, over the delta's
+documents entering minhash_dedup.
 
 Where the numbers come from, all written by the delta's own run:
 
@@ -19,6 +22,14 @@ Where the numbers come from, all written by the delta's own run:
   candidates), matched on the doc_id exact_dedup kept (``exact_keeper_id``, else ``doc_id``, else
   ``derived_from`` when a later stage changed the text); a base keeper a later base stage dropped is
   counted as not stored;
+* the delta's documents per source entering minhash_dedup: its manifest (``shard_counts``);
+* its near copies of the base: one DuckDB query over the metadata table of the delta's own shards (the
+  version's shards after the ``extra.base.shards`` its candidates list first: the base's), counting
+  the stored documents whose ``dup_cluster_id`` is not a doc_id of the delta's own stored documents
+  (``doc_id``, or ``derived_from`` had a later stage changed the text): a cluster formed within the
+  delta is named by its smallest member, a cluster joined to the base by a base document. Their total
+  is checked against minhash_dedup's manifest (``extra.index.base_linked_docs``, the documents it
+  joined to a base cluster);
 * the fetches ingest dropped as recrawls of a base fetch (same URL, same bytes: the recrawl index),
   before extraction: ingest's manifest (``extra.index.base_duplicates``), a total;
 * the indexes: their ``CURRENT`` pointers and generation manifests, and the sizes of the files of the
@@ -33,15 +44,17 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
+from corpus.alarms import own_shards
 from corpus.dedup import persistent_index as pi
 from corpus.docshard import iter_records
 from corpus.layout import base_build_of, dedup_base_path, dedup_index_dir
 from corpus.report.build_view import BuildView
 from corpus.tiers import source_rank
-from corpus.version import connect
+from corpus.version import Version, connect
 
 
 def cross_crawl_duplicates(
@@ -75,6 +88,47 @@ def cross_crawl_duplicates(
     for row in out.values():
         row["rate"] = round(100 * row["in_base"] / row["docs"], 3) if row["docs"] else None
     return dict(sorted(out.items()))
+
+
+def near_copies_of_base(linked: dict[str, int], docs_in: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Per source of the delta: its documents entering minhash_dedup (``docs_in``), how many of its
+    stored documents are near copies of a base document (``linked``: per source, from
+    :func:`stored_near_copies`) and the rate in percent."""
+    out = {}
+    for source in sorted({*docs_in, *linked}):
+        n, k = docs_in.get(source, 0), linked.get(source, 0)
+        out[source] = {"docs": n, "in_base": k, "rate": round(100 * k / n, 3) if n else None}
+    return out
+
+
+def count_near_copies(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Per source, the documents of the table ``stored`` (the delta's own shards) that name a base
+    cluster: whose ``dup_cluster_id`` is set and is not the doc_id (nor the ``derived_from``) of a
+    document of the table. One query."""
+    rows = con.execute(
+        """
+        SELECT source, count(*) FROM stored
+        WHERE coalesce(dup_cluster_id, '') <> ''
+          AND dup_cluster_id NOT IN (
+            SELECT doc_id FROM stored
+            UNION SELECT derived_from FROM stored WHERE coalesce(derived_from, '') <> ''
+          )
+        GROUP BY source
+        """
+    ).fetchall()
+    return dict(sorted(rows))
+
+
+def stored_near_copies(view: BuildView) -> dict[str, int] | None:
+    """:func:`count_near_copies` over the metadata table of the delta's own shards (those after the
+    base's, which its candidates list first); None when the table is not there."""
+    v = view.version
+    if v is None or view.snapshot is None:
+        return None
+    own = own_shards(view)
+    if not all(s.metadata.is_file() for s in own):
+        return None
+    return count_near_copies(connect(Version(v.base_dir, v.base, own))) if own else {}
 
 
 def own_keepers(stage_dir: Path, side_outputs: Iterable[str]) -> set[str]:
@@ -142,6 +196,9 @@ def incremental_section(view: BuildView) -> dict[str, Any] | None:
         "base_docs": view.snapshot.extra.get("base", {}).get("docs") if view.snapshot else None,
         "by_source": None,
         "base_duplicates_recorded": None,
+        "near_by_source": None,
+        "base_linked_docs_recorded": None,
+        "near_copies_agree": None,
         "recrawls_of_base": None,
         "index": {},
     }
@@ -158,6 +215,16 @@ def incremental_section(view: BuildView) -> dict[str, Any] | None:
         docs_in = {source: c.docs_in for source, c in m.yield_counts().by(0).items()}
         section["by_source"] = cross_crawl_duplicates(copies(), mine, base_tiers(view, of_base), docs_in)
         section["base_duplicates_recorded"] = m.extra.get("index", {}).get("base_duplicates")
+    m = view.stage("minhash_dedup")
+    if m is not None:
+        linked = stored_near_copies(view)
+        recorded = m.extra.get("index", {}).get("base_linked_docs")
+        section["base_linked_docs_recorded"] = recorded
+        if linked is not None:
+            docs_in = {source: c.docs_in for source, c in m.yield_counts().by(0).items()}
+            section["near_by_source"] = near_copies_of_base(linked, docs_in)
+            if recorded is not None:
+                section["near_copies_agree"] = sum(linked.values()) == recorded
     ingest = view.stage("ingest")
     if ingest is not None:
         section["recrawls_of_base"] = ingest.extra.get("index", {}).get("base_duplicates")
@@ -165,6 +232,26 @@ def incremental_section(view: BuildView) -> dict[str, Any] | None:
     for kind in sorted(pi.KINDS):
         section["index"][kind] = index_size(dedup_index_dir(view.build_dir, kind), labels)
     return section
+
+
+def near_note(near: dict[str, dict[str, Any]], recorded: int | None) -> str:
+    """What the near copies are, and whether their total agrees with minhash_dedup's own count."""
+    total = sum(r["in_base"] for r in near.values())
+    text = (
+        "'near copies of a base document': stored documents of the delta that minhash_dedup joined to a "
+        "base cluster (keep-first: they stay candidates, the default version selects the base document). "
+    )
+    if recorded is None:
+        return text + f"{total} counted; minhash_dedup recorded no count of them to check against."
+    if total == recorded:
+        return (
+            text + f"minhash_dedup recorded {recorded} documents joined to a base cluster: the counts agree."
+        )
+    return text + (
+        f"The counts do not agree: {total} stored documents name a base cluster, minhash_dedup recorded "
+        f"{recorded} joined to one (a stage after it dropped some, a shard was deleted since, or a "
+        "cluster of the delta is named by a document that is not stored)."
+    )
 
 
 def incremental_html(card: dict[str, Any]) -> str:
@@ -180,20 +267,37 @@ def incremental_html(card: dict[str, Any]) -> str:
         f"<code>{escape(s['base_label'][:19])}…</code>, {_n(s['base_docs'])} documents): every stage ran on "
         "the new inputs only; a document that copies a base document is its duplicate (keep-first).</p>",
     ]
-    if s["by_source"] is None:
+    exact, near = s["by_source"], s.get("near_by_source")
+    if exact is None:
         out.append(_note("no exact_dedup stage: the copies of the base are not known"))
-    else:
-        rows = [
-            [
-                escape(source),
-                _n(r["docs"]),
-                _n(r["in_base"]),
-                _pct(r["rate"]),
-                _n(r["more_trusted_than_base"]),
-                _n(r["base_not_stored"]),
-            ]
-            for source, r in s["by_source"].items()
-        ]
+    if near is None:
+        out.append(
+            _note("no minhash_dedup stage or no metadata table: the near copies of the base are not known")
+        )
+    if exact is not None or near is not None:
+        none = {
+            "docs": None,
+            "in_base": None,
+            "rate": None,
+            "more_trusted_than_base": None,
+            "base_not_stored": None,
+        }
+        rows = []
+        for source in sorted({*(exact or {}), *(near or {})}):
+            r, q = (exact or {}).get(source, none), (near or {}).get(source, none)
+            rows.append(
+                [
+                    escape(source),
+                    _n(r["docs"]),
+                    _n(r["in_base"]),
+                    _pct(r["rate"]),
+                    _n(r["more_trusted_than_base"]),
+                    _n(r["base_not_stored"]),
+                    _n(q["docs"]),
+                    _n(q["in_base"]),
+                    _pct(q["rate"]),
+                ]
+            )
         out.append("<h3>Cross-crawl duplicates</h3>")
         out.append(
             _table(
@@ -204,10 +308,14 @@ def incremental_html(card: dict[str, Any]) -> str:
                     "rate",
                     "more trusted than the base copy",
                     "base copy not stored",
+                    "documents into minhash_dedup",
+                    "near copies of a base document",
+                    "near rate",
                 ],
                 rows,
             )
         )
+    if exact is not None:
         out.append(
             _note(
                 "'more trusted than the base copy': a document of a more trusted tier (a curated original) "
@@ -215,6 +323,8 @@ def incremental_html(card: dict[str, Any]) -> str:
                 f"exact_dedup recorded {s['base_duplicates_recorded']} copies of base documents."
             )
         )
+    if near is not None:
+        out.append(_note(near_note(near, s.get("base_linked_docs_recorded"))))
     if s["recrawls_of_base"] is not None:
         out.append(
             f"<p>{_n(s['recrawls_of_base'])} fetches were recrawls of a base fetch (same URL, same bytes) and "

@@ -1,5 +1,6 @@
 """The data card and the yield alarms of an incremental build (`corpus build --base`): the card shows the
-cross-crawl duplicate rate per source and the dedup indexes' size; the alarms judge the delta's own
+cross-crawl duplicate rate per source (exact copies and near copies of base documents) and the dedup
+indexes' size; the alarms judge the delta's own
 documents and compare it with earlier incremental builds only. Real builds: the base and delta of
 tests/dedup/test_incremental.py (16 pages of the March crawl, then 16 more, 8 of them the base's again)."""
 
@@ -8,12 +9,20 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import duckdb
+import pyarrow as pa
+
 from corpus.alarms import AlarmConfig, assess, build_metrics, previous_builds, read_history, record
 from corpus.dedup import persistent_index as pi
 from corpus.report.build_view import open_build
 from corpus.report.gather import gather
 from corpus.report.html import render_html
-from corpus.report.incremental import cross_crawl_duplicates
+from corpus.report.incremental import (
+    count_near_copies,
+    cross_crawl_duplicates,
+    near_copies_of_base,
+    near_note,
+)
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest
 from tests.dedup.test_incremental import base, crawl, delta  # noqa: F401  (the builds, as fixtures)
 
@@ -35,6 +44,39 @@ def test_a_copy_of_a_base_document_counts_per_source_and_a_more_trusted_late_cop
         "web": {"docs": 8, "in_base": 2, "rate": 25.0, "more_trusted_than_base": 0, "base_not_stored": 1},
         "wiki": {"docs": 2, "in_base": 1, "rate": 50.0, "more_trusted_than_base": 1, "base_not_stored": 0},
     }
+
+
+def test_a_stored_document_naming_no_document_of_the_delta_is_a_near_copy_of_the_base():
+    table = pa.table(
+        {
+            "doc_id": ["d1", "d2", "d3", "d4", "d5", "d6", "d7"],
+            "source": ["web", "web", "web", "web", "wiki", "wiki", "web"],
+            "dup_cluster_id": ["b1", "b1", "d3", "d3", "b2", "", None],  # d3: a cluster of the delta's own
+            "derived_from": ["", None, "", "", "", "", ""],
+        }
+    )
+    con = duckdb.connect()
+    con.register("stored", table)
+    assert count_near_copies(con) == {"web": 2, "wiki": 1}
+    # a later stage changed d3's text: its cluster id is the doc_id it had, now its derived_from
+    renamed = table.set_column(0, "doc_id", pa.array(["d1", "d2", "d3b", "d4", "d5", "d6", "d7"]))
+    renamed = renamed.set_column(3, "derived_from", pa.array(["", "", "d3", "", "", "", ""]))
+    con.register("stored", renamed)
+    assert count_near_copies(con) == {"web": 2, "wiki": 1}
+
+
+def test_the_near_copy_rate_is_over_the_documents_entering_minhash_dedup():
+    got = near_copies_of_base({"web": 3}, {"web": 6, "wiki": 2})
+    assert got == {
+        "web": {"docs": 6, "in_base": 3, "rate": 50.0},
+        "wiki": {"docs": 2, "in_base": 0, "rate": 0.0},
+    }
+    assert near_copies_of_base({"web": 1}, {})["web"]["rate"] is None
+    assert "the counts agree" in near_note(got, 3)
+    assert "do not agree: 3 stored documents name a base cluster, minhash_dedup recorded 4" in near_note(
+        got, 4
+    )
+    assert "no count" in near_note(got, None)
 
 
 def test_the_card_of_a_delta_shows_its_copies_of_the_base_and_the_indexes(base, delta):  # noqa: F811
@@ -67,6 +109,29 @@ def test_the_card_of_a_delta_shows_its_copies_of_the_base_and_the_indexes(base, 
         == inc["base_duplicates_recorded"]
         == exact_dedup["extra"]["index"]["base_duplicates"]
     )
+    minhash_dedup = manifest(delta[0] / "stages" / "minhash_dedup")
+    base_clusters = {d.dup_cluster_id or d.doc_id for d in kept_docs(base[0] / "stages" / "minhash_dedup")}
+    stored = {d.doc_id for d in kept_docs(delta[0] / "stages" / "tokenize")}  # what write_shards stored
+    near = Counter(
+        d.source
+        for d in kept_docs(delta[0] / "stages" / "minhash_dedup")
+        if d.doc_id in stored and d.dup_cluster_id in base_clusters
+    )
+    near_in = Counter()
+    for cells in minhash_dedup["shard_counts"].values():
+        for cell, c in cells.items():
+            near_in[cell.split("|")[0]] += c["in"]
+    assert inc["near_by_source"] == {
+        source: {"docs": n, "in_base": near[source], "rate": round(100 * near[source] / n, 3)}
+        for source, n in near_in.items()
+    }
+    assert near == {"web": 6}, "the 6 arm64 pages that are not exact copies joined their amd64 twin's cluster"
+    assert (
+        sum(near.values())
+        == inc["base_linked_docs_recorded"]
+        == minhash_dedup["extra"]["index"]["base_linked_docs"]
+    )
+    assert inc["near_copies_agree"] is True
     ingest = manifest(delta[0] / "stages" / "ingest")["extra"]
     assert inc["recrawls_of_base"] == ingest.get("index", {}).get("base_duplicates")
     exact = inc["index"]["exact"]
@@ -79,6 +144,11 @@ def test_the_card_of_a_delta_shows_its_copies_of_the_base_and_the_indexes(base, 
     assert inc["index"]["band"]["partitions"] == 4
     html = render_html(card)
     assert "<h2>Incremental</h2>" in html and "<h3>Cross-crawl duplicates</h3>" in html
+    assert (
+        "near copies of a base document" in html
+        and "6 documents joined to a base cluster: the counts agree" in html
+    )
+    assert json.loads(json.dumps(card))["incremental"]["near_by_source"] == inc["near_by_source"]
     assert gather(open_build(base[0]))["incremental"] is None, "a full build has no such section"
 
 
