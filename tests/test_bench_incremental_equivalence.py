@@ -48,6 +48,27 @@ def test_a_near_duplicate_the_full_build_clustered_with_a_base_document_is_not_p
     assert row["full_representative"] == ["m"] and row["full_cluster_size"] == 2
 
 
+def test_a_june_representative_of_a_cluster_across_crawls_stays_a_member_of_the_base_cluster():
+    """Keep-first: the full build's representative is the June page j; the incremental build joined j to the
+    base cluster of m (its cluster id is m's), so m stays selected there, j not: both sides are keep-first."""
+    inc = by_id(doc("m", "u/m", base=True, date="2026-03-01"), doc("j", "u/j", selected=False, cluster="m"))
+    full = by_id(
+        doc("m", "u/m", date="2026-03-01", cluster="j", size=2, selected=False),
+        doc("j", "u/j", cluster="j", size=2),
+    )
+    assert causes(classify_differences(inc, full, {}, {})) == [
+        ("full only", "j", "near_dup_keep_first"),
+        ("incremental only", "m", "near_dup_keep_first"),
+    ]
+
+
+def test_a_june_page_joined_to_a_base_cluster_the_full_build_did_not_verify_is_a_trusted_lsh_match():
+    inc = by_id(doc("m", "u/m", base=True, date="2026-03-01"), doc("j", "u/j", selected=False, cluster="m"))
+    full = by_id(doc("m", "u/m", date="2026-03-01"), doc("j", "u/j"))
+    [row] = classify_differences(inc, full, {}, {})
+    assert (row["side"], row["doc_id"], row["cause"]) == ("full only", "j", "near_dup_lsh_trusted")
+
+
 def test_a_cluster_of_one_crawl_that_differs_is_not_a_probe_miss():
     inc = by_id(doc("j1", "u/1", cluster="j1", size=1), doc("j2", "u/2", cluster="j2", size=1))
     full = by_id(
