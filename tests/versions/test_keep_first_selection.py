@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 from corpus.digest import file_sha256
-from corpus.errors import UserError
 from corpus.metadata import metadata_table, write_metadata
 from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.selection import parse_inline, parse_selection, selection_sql
@@ -340,20 +339,7 @@ def test_a_table_without_shard_ages_is_a_full_build():
 # -- the option ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("toml", "message"),
-    [
-        ('prefer = "newest"', 'prefer must be a table of source = "first" or "newest"'),
-        ('prefer = { web = "latest" }', "prefer.web must be one of first, newest, not 'latest'"),
-        ("prefer = { web = 1 }", "prefer.web must be one of first, newest, not 1"),
-        ('[prefer]\nweb = ["newest"]\n', "prefer.web must be one of first, newest"),
-        ('prefr = { web = "newest" }', "unknown key(s) prefr; known: "),
-    ],
-)
-def test_a_bad_prefer_is_a_one_line_error_naming_the_key(toml, message):
-    with pytest.raises(UserError) as e:
-        parse_inline(toml)
-    assert message in str(e.value) and "\n" not in str(e.value)
+# (a bad ``prefer`` is a one-line error naming the key: tests/versions/test_selection.py)
 
 
 #: canonical digests of selections made before ``prefer`` existed (so their versions' ids)

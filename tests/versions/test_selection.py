@@ -192,6 +192,11 @@ def test_a_cluster_keeps_its_best_selected_member_so_an_excluded_representative_
         ("[[top_fraction]]\nkeep = 0.5\n", 'top_fraction[0] needs score = "NAME"'),
         ('[[top_fraction]]\nscore = "quality"\nkeep = 2\n', "top_fraction[0].keep must be a share"),
         ('near_duplicates = "none"', "near_duplicates must be one of representative, all"),
+        ('prefer = "newest"', 'prefer must be a table of source = "first" or "newest"'),
+        ('prefer = { web = "latest" }', "prefer.web must be one of first, newest, not 'latest'"),
+        ("prefer = { web = 1 }", "prefer.web must be one of first, newest, not 1"),
+        ('[prefer]\nweb = ["newest"]\n', "prefer.web must be one of first, newest"),
+        ('prefr = { web = "newest" }', "unknown key(s) prefr; known: "),
     ],
 )
 def test_a_malformed_selection_is_a_one_line_error_naming_the_key(toml, message):
