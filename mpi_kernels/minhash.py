@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +39,25 @@ import numpy as np
 
 from corpus.dedup.normalize import CHAR_NGRAM, LETTER, UNSPACED_LETTER, UNSPACED_WEIGHT
 from corpus.digest import stable_hash64
+
+
+def _array_math_without_blas_probe() -> None:
+    """Import numba's array-math implementations, which the first call of any kernel loads, without
+    their probe for a BLAS: the probe imports ``scipy.linalg`` (~0.2 CPU s in every process, as much
+    as the stage's own imports) so that ``np.convolve``/``np.correlate`` of floats may call BLAS
+    instead of a loop. These kernels use no linear algebra; a jitted function that does (``np.dot``,
+    ``np.linalg``) still gets scipy's BLAS, which numba imports when it compiles one. Nothing to do
+    where scipy's BLAS or the array math is already imported."""
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg.cython_blas" in sys.modules:
+        return
+    sys.modules["scipy.linalg.cython_blas"] = None  # importing it raises ImportError: "no BLAS"
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules["scipy.linalg.cython_blas"]
+
+
+_array_math_without_blas_probe()
 
 MERSENNE_61 = (1 << 61) - 1
 #: the value of an empty signature (no shingle): larger than any h_k

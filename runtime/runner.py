@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -599,6 +600,10 @@ def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
 
     comm = MPI.COMM_WORLD
     install_handlers()
+    # everything start-up made (modules, classes, functions: ~100 K objects) lives as long as the rank;
+    # frozen, the cyclic collector stops scanning it in every full collection of the run (~0.05 CPU s
+    # each); nothing the stage allocates is kept any longer
+    gc.freeze()
     try:
         run_stage(stage_cls, args.inputs, args.out, args.config, comm)
     except Preempted as e:

@@ -37,7 +37,6 @@ import re
 
 import numpy as np
 
-from corpus.code.repository import FILE_HEADER
 from corpus.dedup.normalize import line_key
 from corpus.dedup.records import DOC_ID_BYTES, REP_KEY_BYTES, SHARD_TAG_BYTES
 from corpus.model import Document
@@ -117,6 +116,10 @@ def document_files(doc: Document) -> list[tuple[str, str]]:
     containing the very header line of the file after it would be cut there (never seen). A code
     document that did not come from a repository archive (no ``repo_files``: a JSONL of code declared
     tier ``code``) is one file, path "", and so a repository of its own."""
+    # imported here, not with this module: the header is all it is needed for, and reading archives
+    # (licence detection, language rules: ~0.1 CPU s of imports) is no part of a dedup rank's start-up
+    from corpus.code.repository import FILE_HEADER
+
     note = doc.annotation("ingest", "repo_files")
     if note is None:
         return [("", doc.text)]
