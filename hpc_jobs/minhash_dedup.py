@@ -397,8 +397,10 @@ class MinhashDedupStage(Stage):
         records whether or not it has a base."""
         build = build_dir_of_stage(ctx.out_dir)
         self._records = build is not None and (dedup_index_dir(build, "exact") / CURRENT).exists()
+        if build is None or not dedup_base_path(build).exists():
+            return  # no base: the build's own band index (an earlier run's, of other parameters) is not read
         self._band_base = base_generations(ctx.out_dir, "band", self.band_params())
-        if build is not None and self._band_base is not None and not self._probed and dedup_base_path(build).exists():
+        if self._band_base is not None and not self._probed:
             ctx.say(
                 "the base's band index holds no generation (a base built before builds kept band records): "
                 "near-duplicates of base documents are not found"

@@ -126,7 +126,9 @@ def test_a_held_out_page_copied_to_another_url_never_reaches_training(tmp_path, 
     assert all(reconciles(manifest(stages / s)["totals"]) for s in ("ingest", "extract", "exact_dedup", "minhash_dedup"))
     for stage, before in (("exact_dedup", "extract"), ("minhash_dedup", "line_dedup")):  # the same on 1 rank
         run_stage(stage, 1, [stages / before], tmp_path / "one" / stage, b / "build-config.json")
-        assert manifest(tmp_path / "one" / stage)["extra"] == manifest(stages / stage)["extra"]
+        # (inside a build minhash_dedup's global phase has one step more, its band index records)
+        alone, inside = manifest(tmp_path / "one" / stage)["extra"], manifest(stages / stage)["extra"]
+        assert {**alone, "prepare_digest": ""} == {**inside, "prepare_digest": ""}
         assert manifest(tmp_path / "one" / stage)["outputs"] == manifest(stages / stage)["outputs"]
     assert manifest(stages / "ingest")["totals"]["filtered"] == {"eval_holdout": 1}
     (raw,) = docs(stages / "ingest", "holdout")
