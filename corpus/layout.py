@@ -83,6 +83,11 @@ def dedup_index_dir(build_dir: Path, kind: str) -> Path:
     return Path(build_dir) / DEDUP_INDEX_DIR / kind
 
 
+#: the artifact of index records a stage writes inside a build (``index_records/PART.KIND.rec``): the
+#: build's own generation of that kind's persistent index, which the build's last step commits
+INDEX_RECORDS = "index_records"
+
+
 def dedup_base_path(build_dir: Path) -> Path:
     return Path(build_dir) / DEDUP_INDEX_DIR / DEDUP_BASE
 

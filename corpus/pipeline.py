@@ -61,6 +61,7 @@ from corpus.docshard import atomic_write_json
 from corpus.errors import UserError
 from corpus.layout import (
     CANDIDATES_DIR,
+    INDEX_RECORDS,
     STAGES_DIR,
     build_config_path,
     candidates_dir,
@@ -130,9 +131,6 @@ def launch(command: list[str], ranks: int, what: str) -> None:
         raise UserError(f"{what} failed with exit status {proc.returncode} (its log is above)")
 
 
-#: the artifact of index records a stage writes inside a build (``index_records/PART.KIND.rec``), read
-#: from its manifest's side outputs: the build's own generation of that kind's index
-INDEX_RECORDS = "index_records"
 
 def band_index_params(minhash: StageManifest) -> dict[str, Any]:
     """What defines the band keys minhash_dedup made: the parameters its manifest says it ran with."""

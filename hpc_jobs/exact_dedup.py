@@ -53,6 +53,7 @@ from corpus.dedup.persistent_index import BaseGenerations, doc_ids, exact_key_pa
 from corpus.digest import canonical_json
 from corpus.docshard import SUFFIX, RecordsFile, ShardWriter, iter_docs
 from corpus.ingest.holdout import EXACT_KEY, EXACT_SCORE, HOLDOUT_STAGE, HoldoutFile, holdout_files
+from corpus.layout import INDEX_RECORDS
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
 from corpus.provenance import copy_record
 from mpi_kernels.shuffle import stable_key_hash
@@ -72,6 +73,7 @@ from runtime.runner import (
     base_generations,
     main,
     remove_stale_artifacts,
+    remove_stale_index_records,
 )
 
 HOLDOUT_KEYS = "holdout_keys"
@@ -80,9 +82,8 @@ GROUPS = "groups"
 DECISIONS = "decisions"
 #: the per-shard provenance of the copies the stage did not store (corpus.provenance)
 COPIES = "copies"
-#: the artifact of a part inside a build: the (key, keeper) records of the groups it decided, for the
-#: build's own index generation (``PART.exact.rec``: EXACT_RECORD rows in key order, with a sidecar)
-INDEX_RECORDS = "index_records"
+#: a part's records inside a build (``index_records/PART.exact.rec``): the (key, keeper) records of the
+#: groups it decided, for the build's own index generation (EXACT_RECORD rows in key order, a sidecar)
 INDEX_RECORDS_SUFFIX = ".exact.rec"
 #: keys of a part probed against the base at once (with their copies, at most this many records held)
 PROBE_BATCH = 1 << 16
@@ -159,14 +160,6 @@ class ExactDedupStage(Stage):
             return [f"g{i:05d}" for i in range(len(inputs))]  # fixed by the data
         return [f"p{p:05d}" for p in range(self._base.partitions)]  # fixed by the index
 
-    def _remove_stale_records(self, ctx: StageContext, groups: list[str]) -> None:
-        """Rank 0: the ``index_records`` of parts the exchange no longer has (another base, other inputs);
-        a part of this layout keeps its file, which its redo replaces."""
-        d = ctx.out_dir / INDEX_RECORDS
-        for f in sorted(d.iterdir()) if ctx.rank == 0 and d.is_dir() else []:
-            if f.name.split(".")[0] not in groups:
-                f.unlink()
-
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """Three steps: ``holdout_keys`` (each held-out page's key to the part that owns it),
         ``groups`` (each text key to the part that owns it; the part decides its groups' keepers, and
@@ -176,7 +169,7 @@ class ExactDedupStage(Stage):
         self._held = holdout_files(ctx.in_paths[0])
         base = self._base = base_generations(ctx.out_dir, "exact", exact_key_params())
         groups = self._groups(inputs)
-        self._remove_stale_records(ctx, groups)
+        remove_stale_index_records(ctx, groups)
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()

@@ -73,6 +73,7 @@ from corpus.ingest.sources import (
     source_for,
 )
 from corpus.ingest.warc import BadRecord, RawRecord, SkippedRecord, decode_page, iter_warc
+from corpus.layout import INDEX_RECORDS
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from mpi_kernels.shuffle import stable_key_hash
 from runtime.global_phase import (
@@ -91,6 +92,7 @@ from runtime.runner import (
     base_generations,
     main,
     raw_input_shard,
+    remove_stale_index_records,
 )
 
 #: bump when the same file would be read into different keys (invalidates the global phase)
@@ -102,9 +104,8 @@ GROUPS = "groups"
 DECISIONS = "decisions"
 #: the artifacts written per input file (the runner lists them, with INDEX_RECORDS, as side outputs)
 PER_INPUT_ARTIFACTS = ("holdout", "skipped", "rejected_files")
-#: the artifact of a part inside a build: the (key, date) record of each fetch it kept, for the build's
-#: own generation of the recrawl index (``PART.recrawl.rec``: RECRAWL_RECORD rows, with a sidecar)
-INDEX_RECORDS = "index_records"
+#: a part's records inside a build (``index_records/PART.recrawl.rec``): the (key, date) record of each
+#: fetch it kept, for the build's own generation of the recrawl index (RECRAWL_RECORD rows, a sidecar)
 INDEX_RECORDS_SUFFIX = ".recrawl.rec"
 #: fetches of a part whose keys are probed against the base at once (a group is never split)
 PROBE_BATCH = 1 << 16
@@ -372,7 +373,7 @@ class IngestStage(Stage):
             groups = [f"g{i:05d}" for i in range(len(inputs))]  # one part per input file: fixed by the data
         if ctx.rank == 0:
             _remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, PER_INPUT_ARTIFACTS)
-            _remove_stale_records(ctx.out_dir, set(groups))
+        remove_stale_index_records(ctx, groups)
         # what each input was declared as (config or corpus-sources.toml): a changed declaration file
         # changes the documents, so it redoes the stage as a changed config does
         sources = sorted([s.name, asdict(self.spec(s.path))] for s in inputs)
@@ -560,15 +561,6 @@ def with_base_dates(
             held, n = [], 0
     if held:
         yield from flush()
-
-
-def _remove_stale_records(out: Path, parts: set[str]) -> None:
-    """The ``index_records`` of parts the exchange no longer has (another base, other inputs); a part of
-    this layout keeps its file, which its redo replaces."""
-    d = out / INDEX_RECORDS
-    for f in sorted(d.iterdir()) if d.is_dir() else []:
-        if f.name.split(".")[0] not in parts:
-            f.unlink()
 
 
 class _CodeFiles:

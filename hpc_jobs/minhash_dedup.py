@@ -147,7 +147,7 @@ from corpus.dedup.verify import verified_roots
 from corpus.digest import canonical_json
 from corpus.docshard import RecordsFile, iter_docs, iter_lines
 from corpus.ingest.holdout import NEAR_SCORE, HoldoutFile, holdout_files
-from corpus.layout import build_dir_of_stage, dedup_base_path, dedup_index_dir
+from corpus.layout import INDEX_RECORDS, build_dir_of_stage, dedup_base_path, dedup_index_dir
 from corpus.model import Annotation, Document, Kept, Outcome, Passed, annotated_line
 from hpc_jobs.minhash_giant import Settings, ShardMembers, giant_labels, verify_distributed
 from hpc_jobs.minhash_giant import SpilledRows as ComponentMembers
@@ -164,7 +164,15 @@ from runtime.global_phase import (
     route_verdicts,
     write_verdicts,
 )
-from runtime.runner import InputShard, Stage, StageContext, assign, base_generations, main
+from runtime.runner import (
+    InputShard,
+    Stage,
+    StageContext,
+    assign,
+    base_generations,
+    main,
+    remove_stale_index_records,
+)
 
 SIGNATURES, BUCKETS, LABELS, CLUSTERS, DECISIONS = "signatures", "buckets", "labels", "clusters", "decisions"
 #: the components verified across every rank (``hpc_jobs.minhash_giant``): found, then verified
@@ -210,9 +218,8 @@ BASE_LINKS, BAND_RECORDS = "base_links", "band_records"
 BASE_NODE_NAME = "base/band_index"
 BASE_NODE_TAG = shard_tag(BASE_NODE_NAME)
 BASE_KEYS, LINKS, LINKED_ROWS = ".base_keys", ".links", ".linked"
-#: the artifact of a build's own band index records (``index_records/PART.band.rec``: BAND_RECORD rows,
-#: a key once, in key order, with a sidecar), which the build's last step commits as its generation
-INDEX_RECORDS = "index_records"
+#: a build's own band index records (``index_records/PART.band.rec``: BAND_RECORD rows, a key once, in
+#: key order, with a sidecar), which the build's last step commits as its generation
 INDEX_RECORDS_SUFFIX = ".band.rec"
 #: what a build's run reports about the band index (``extra.index``): band keys found in the base, this
 #: build's documents joined to a base cluster, and the records of this build's own generation
@@ -406,18 +413,11 @@ class MinhashDedupStage(Stage):
                 "near-duplicates of base documents are not found"
             )
 
-    def _remove_stale_records(self, ctx: StageContext, groups: list[str]) -> None:
-        """Rank 0: the ``index_records`` of parts the phase no longer has (another base, other inputs)."""
-        d = ctx.out_dir / INDEX_RECORDS
-        for f in sorted(d.iterdir()) if ctx.rank == 0 and d.is_dir() else []:
-            if f.name.split(".")[0] not in groups:
-                f.unlink()
-
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         self._held = sorted(holdout_files(ctx.in_paths[0]), key=lambda f: f.name)
         self._open_band_index(ctx)
         groups = self._groups(inputs)
-        self._remove_stale_records(ctx, groups if self._records else [])
+        remove_stale_index_records(ctx, groups if self._records else [])
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()

@@ -49,6 +49,7 @@ from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs, r
 from corpus.layout import (
     DOC_OUTPUT_KINDS,
     FILTERED,
+    INDEX_RECORDS,
     QUARANTINE,
     SHARDS,
     STATS,
@@ -496,6 +497,16 @@ def remove_stale_artifacts(ctx: StageContext, inputs: list[InputShard], kind: st
     for p in sorted(d.iterdir()) if d.is_dir() else []:
         if p.name not in expected and not p.name.startswith("."):
             p.unlink()
+
+
+def remove_stale_index_records(ctx: StageContext, parts: list[str]) -> None:
+    """On rank 0: drop the ``index_records`` of parts the phase no longer has (another base, other inputs,
+    or none: the stage is not inside a build); a part of this layout keeps its file, which its redo
+    replaces."""
+    d = ctx.out_dir / INDEX_RECORDS
+    for f in sorted(d.iterdir()) if ctx.rank == 0 and d.is_dir() else []:
+        if f.name.split(".")[0] not in parts:
+            f.unlink()
 
 
 #: one record (a document, with its decoded and encoded copies) may take at most this share of the budget
