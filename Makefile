@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	uv venv -q --allow-existing --python 3.11 $(VENV)
 	uv pip sync -q --compile-bytecode --python $(PY) $(FIND_LINKS) requirements.lock
 	uv pip install -q --compile-bytecode --python $(PY) --no-deps -e .
-	$(PY) -m compileall -q -j 0 corpus cli hpc_jobs runtime mpi_kernels loader dags >/dev/null
+	$(PY) -m compileall -q -j 0 corpus cli orchestration hpc_jobs runtime mpi_kernels loader dags >/dev/null
 	touch $@
 
 ## Re-resolve requirements.in into requirements.lock (what CI installs).

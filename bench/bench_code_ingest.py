@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from corpus.code.archive import archive_stem, repository_kind  # noqa: E402
 from corpus.code.repository import read_repository  # noqa: E402
 from corpus.code.rules import build_rules  # noqa: E402
-from corpus.ingest.warc import BadRecord, SkippedRecord, decode_page, iter_warc  # noqa: E402
+from corpus.text.warc import BadRecord, SkippedRecord, decode_page, iter_warc  # noqa: E402
 
 
 def inner_bytes(path: Path) -> int:

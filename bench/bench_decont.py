@@ -3,7 +3,7 @@
     python bench/bench_decont.py [--work /tmp/decont-bench] [--per-benchmark 200] [--seed 16] [--bits 4]
 
 The corpus is every page of the shared crawl (``../shared/data/warc``, both crawls, extracted once with
-the project's own :func:`corpus.extract.extract_text` as the extract stage does, and cached in
+the project's own :func:`corpus.text.extract.extract_text` as the extract stage does, and cached in
 ``--work``); the registry is the full shared eval sets (gsm8k 1,319, ARC-Easy 2,376, ARC-Challenge
 1,172, LAMBADA 5,153, HumanEval 164 items). ``--per-benchmark`` items of each benchmark (seeded) are
 pasted into as many distinct real pages (at a line break near the middle), in two corpora:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_minhash import BANDS, PERM, ROWS, shingles, table  # noqa: E402
 from bench.bench_scale import extracted_pages  # noqa: E402
 from corpus.dedup.union_find import UnionFind  # noqa: E402
-from corpus.docshard import iter_docs  # noqa: E402
+from corpus.formats.docshard import iter_docs  # noqa: E402
 from corpus.model import Document  # noqa: E402
 from runtime.runner import shards_of_stage  # noqa: E402
 from tests.dedup.dedup_corpus import make_doc, perl_pods, perl_sections, write_stage_dir  # noqa: E402

@@ -16,7 +16,7 @@ filter
   * datatrove       ``FT176LID.predict`` (what ``LanguageFilter`` runs; the same lid.176 weights; the
                     filter class itself needs ``fasteners``) + Gopher quality + Gopher repetition + C4
                     quality filters
-  * ours, policy    ``corpus.policy.decide`` on the stored values
+  * ours, policy    ``corpus.select.policy.decide`` on the stored values
 
 Throughput is per CPU-second (this process plus the children it reaped: the extraction worker, the
 MPI rank), which is what "per core" means on a shared machine; wall seconds are shown too. Ratios are
@@ -41,14 +41,14 @@ from warcio.archiveiterator import ArchiveIterator
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.docshard import iter_docs  # noqa: E402
-from corpus.extract import TRAFILATURA_OPTIONS  # noqa: E402
-from corpus.filters.heuristics import heuristic_signals  # noqa: E402
-from corpus.filters.langid import _lid_model, identify_language, script_fraction  # noqa: E402
-from corpus.filters.quality import load_quality_model, resolve_model_path  # noqa: E402
-from corpus.policy import PolicyConfig, decide  # noqa: E402
-from hpc_jobs.annotate import annotate_document  # noqa: E402
-from hpc_jobs.extract import ExtractConfig, ExtractStage  # noqa: E402
+from corpus.formats.docshard import iter_docs  # noqa: E402
+from corpus.select.policy import PolicyConfig, decide  # noqa: E402
+from corpus.signals.heuristics import heuristic_signals  # noqa: E402
+from corpus.signals.langid import _lid_model, identify_language, script_fraction  # noqa: E402
+from corpus.signals.quality import load_quality_model, resolve_model_path  # noqa: E402
+from corpus.text.extract import TRAFILATURA_OPTIONS  # noqa: E402
+from hpc_jobs.annotate.stage import annotate_document  # noqa: E402
+from hpc_jobs.extract.stage import ExtractConfig, ExtractStage  # noqa: E402
 
 
 def load_pages(paths: list[Path], n: int) -> list[tuple[str, bytes]]:

@@ -6,7 +6,7 @@ change, and the whole of ``annotate_document`` with each.
 
 The text is real: pages of the shared crawl extracted as the extract stage does (trafilatura, invisible
 characters stripped, normalized) and the Perl manuals of the curated tier. ``--baseline REV`` loads
-``corpus/filters/heuristics.py`` as it was at the git revision REV (e.g. HEAD before a change is
+``corpus/signals/heuristics.py`` as it was at the git revision REV (e.g. HEAD before a change is
 committed) and times it on the same texts.
 
 Times are process CPU seconds (less sensitive to other jobs on a shared machine than wall time), the
@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_pii import web_texts  # noqa: E402
-from corpus.extract import normalize_text, strip_invisible  # noqa: E402
-from corpus.filters import heuristics  # noqa: E402
+from corpus.signals import heuristics  # noqa: E402
+from corpus.text.extract import normalize_text, strip_invisible  # noqa: E402
 
 THAI_ARCHIVE = "code/chardet-5.2.0.tar.gz"
 THAI_FEED = "chardet-5.2.0/tests/TIS-620/pharmacy.kku.ac.th.healthinfo-ne.xml"
@@ -52,7 +52,7 @@ def perl_texts(data: Path, n: int) -> list[str]:
 
 
 def load_baseline(rev: str):
-    """corpus/filters/heuristics.py at git revision ``rev``, as a module."""
+    """corpus/filters/heuristics.py (its path before the re-layout) at git revision ``rev``, as a module."""
     src = subprocess.run(
         ["git", "show", f"{rev}:corpus/filters/heuristics.py"], cwd=ROOT, check=True, capture_output=True
     ).stdout
@@ -94,9 +94,9 @@ def thai_text(data: Path, feed: str = THAI_FEED) -> str:
 
 def segmenter_costs() -> list[tuple[str, float, float]]:
     """(language, wall seconds, resident MB) of loading each segmenter and cutting one line, in a fresh
-    process each (after corpus.filters.words is imported)."""
+    process each (after corpus.signals.words is imported)."""
     code = (
-        "import time, sys; sys.path.insert(0, {root!r}); from corpus.filters import words\n"
+        "import time, sys; sys.path.insert(0, {root!r}); from corpus.signals import words\n"
         "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096 / 1e6\n"
         "m, t = rss(), time.perf_counter(); words.segment('a b', {lang!r})\n"
         "print(time.perf_counter() - t, rss() - m)"
@@ -118,9 +118,9 @@ def language_table(args) -> None:
     import statistics
 
     from bench.bench_scale import WEB_WARCS, extracted_pages
-    from corpus.filters.langid import identify_language
-    from corpus.filters.words import stop_words
-    from corpus.policy import PolicyConfig
+    from corpus.select.policy import PolicyConfig
+    from corpus.signals.langid import identify_language
+    from corpus.signals.words import stop_words
 
     cfg = PolicyConfig()
     pages = extracted_pages([args.data / p for p in WEB_WARCS], args.cache, "web-pool")
@@ -193,10 +193,10 @@ def main() -> None:
     warm = cpu(run(heuristics.heuristic_signals), args.repeat)
     rows += [("heuristic_signals, cold span cache", cold), ("heuristic_signals, warm span cache", warm)]
 
-    from corpus.filters.langid import identify_language
-    from corpus.filters.quality import load_quality_model, resolve_model_path
     from corpus.model import Document
-    from hpc_jobs import annotate
+    from corpus.signals.langid import identify_language
+    from corpus.signals.quality import load_quality_model, resolve_model_path
+    from hpc_jobs.annotate import stage as annotate
 
     quality = load_quality_model(str(resolve_model_path("")))
     identify_language("warm up")

@@ -34,7 +34,7 @@ keeps the URL and id of its position in the one call, so base and delta never co
 
 Then three ``corpus build`` runs on the same ranks with the same config (``memory_budget_mb``,
 ``[dedup_index] partitions`` suggested for the full corpus by
-:func:`corpus.dedup.persistent_index.suggest_partitions` unless given): the base, the delta with
+:func:`corpus.formats.dedup_index.suggest_partitions` unless given): the base, the delta with
 ``--base``, and base + delta as one full build (both input directories). It prints one table
 (:func:`format_generated`) and writes it as JSON (``WORK/generated-N.json``): per build the wall seconds
 of the whole ``corpus build``, each stage's seconds (from the stage manifests' ``run_info.finished_at``,
@@ -70,7 +70,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.docshard import iter_docs  # noqa: E402
+from corpus.formats.docshard import iter_docs  # noqa: E402
 from corpus.version import connect, open_version  # noqa: E402
 
 #: the causes a difference between the two versions can have (``other`` must stay empty)
@@ -425,7 +425,7 @@ def stage_seconds(started: float, finished: list[tuple[str, str]], ended: float)
 
 def read_manifests(build: Path) -> dict[str, dict[str, Any]]:
     """Every stage manifest of a build, by stage, in pipeline order."""
-    from corpus.pipeline import PIPELINE
+    from corpus.model.stages import PIPELINE
 
     return {name: json.loads((build / "stages" / name / "manifest.json").read_text()) for name in PIPELINE}
 
@@ -557,7 +557,7 @@ def generated_main(args: argparse.Namespace) -> int:
         web_pages,
         write_inputs,
     )
-    from corpus.dedup.persistent_index import suggest_partitions
+    from corpus.formats.dedup_index import suggest_partitions
 
     n_base = args.generated
     n_delta = max(1, round(n_base * args.delta_fraction))

@@ -39,9 +39,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.digest import file_sha256  # noqa: E402
-from corpus.megatron import BLOCK_SIZE, block_digests, write_indexed_shard  # noqa: E402
+from corpus.formats.megatron import BLOCK_SIZE, block_digests, write_indexed_shard  # noqa: E402
 from corpus.model import SnapshotManifest, SnapshotShard  # noqa: E402
+from corpus.model.digest import file_sha256  # noqa: E402
 from loader import SnapshotLoader  # noqa: E402
 
 SEQ_LEN, BATCH, WORLD = 2048, 8, 8

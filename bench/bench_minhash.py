@@ -44,9 +44,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.dedup.normalize import CHAR_NGRAM, shingle_units  # noqa: E402
 from corpus.dedup.order import representative_key  # noqa: E402
 from corpus.dedup.union_find import UnionFind  # noqa: E402
+from corpus.text.normalize import CHAR_NGRAM, shingle_units  # noqa: E402
 from mpi_kernels.minhash import MinHasher, MinHashParams, lsh_probability  # noqa: E402
 from tests.dedup.dedup_corpus import (  # noqa: E402
     make_doc,
@@ -153,7 +153,7 @@ def bench_char_ngram(ns: tuple[int, ...] = (3, 4, 5, 6, 8, 10)) -> list[dict]:
     Jaccard >= 0.7 and how far their Jaccard is from English word 5-grams' on the same page pair."""
     import re
 
-    from corpus.dedup.normalize import is_unspaced, normalize_text
+    from corpus.text.normalize import is_unspaced, normalize_text
     from tests.dedup.crawl_pages import URL_LANGUAGE, crawl_records, jaccard, page_text
 
     warcs = tuple(f"warc/{p.name}" for p in sorted((SHARED / "warc").glob("*.warc.gz")))

@@ -1,4 +1,4 @@
-"""The persistent dedup index (corpus/dedup/persistent_index.py): build, probe, compact, peak memory.
+"""The persistent dedup index (corpus/formats/dedup_index.py): build, probe, compact, peak memory.
 
     python bench/bench_persistent_index.py [--sizes 100000,1000000,4000000] [--generations 4]
         [--partitions 256] [--probe 1000000] [--hits 0.1] [--run-records 262144] [--json out.json]
@@ -20,7 +20,7 @@ waiting: fsync, file opens).
     python bench/bench_persistent_index.py --commit [--commit-records 4000000] [--commit-parts 16]
         [--commit-partitions 64] [--commit-ranks 1,2]
 
-The build's index commit across ranks (``corpus.pipeline.commit_indexes``): a build directory whose
+The build's index commit across ranks (``runtime.build.commit_indexes``): a build directory whose
 exact_dedup manifest lists ``--commit-parts`` ``index_records`` artifacts of ``--commit-records`` random
 exact records in all (each sorted by key, as the stage writes them), its exact index empty with
 ``--commit-partitions`` partitions; for each rank count the generation is begun, written by the commit job
@@ -46,11 +46,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus import pipeline  # noqa: E402
-from corpus.dedup import persistent_index as pi  # noqa: E402
-from corpus.docshard import atomic_write_json  # noqa: E402
-from corpus.layout import dedup_index_dir, manifest_path, stage_dir  # noqa: E402
+from corpus.formats import dedup_index as pi  # noqa: E402
+from corpus.formats.docshard import atomic_write_json  # noqa: E402
 from corpus.model import ShardRef, StageManifest  # noqa: E402
+from corpus.model.layout import dedup_index_dir, manifest_path, stage_dir  # noqa: E402
+from runtime import build as pipeline  # noqa: E402
 
 BATCH = 100_000
 

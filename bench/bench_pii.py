@@ -45,9 +45,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.extract import extract_text, normalize_text, strip_invisible  # noqa: E402
-from corpus.filters.pii import CODE_SAFE_KINDS, IBAN_LENGTHS, KINDS, find_pii, luhn_ok  # noqa: E402
-from corpus.ingest.warc import RawRecord, decode_page, iter_warc  # noqa: E402
+from corpus.signals.pii import CODE_SAFE_KINDS, IBAN_LENGTHS, KINDS, find_pii, luhn_ok  # noqa: E402
+from corpus.text.extract import extract_text, normalize_text, strip_invisible  # noqa: E402
+from corpus.text.warc import RawRecord, decode_page, iter_warc  # noqa: E402
 
 #: real PII already in the shared data's text (everything found there but e-mail addresses, each
 #: looked at by hand): public addresses in an address context

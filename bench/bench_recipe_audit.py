@@ -56,7 +56,7 @@ def main() -> int:
     from snapshot_factory import RECIPE_TOKENIZER, write_id_snapshot
 
     from cli.commands.recipe_audit import audit_recipe, format_table
-    from corpus.recipe import parse_recipe
+    from corpus.select.recipe import parse_recipe
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "snapshot"

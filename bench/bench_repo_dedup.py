@@ -12,7 +12,7 @@ them), then on the code documents as minhash_dedup and annotate read them:
   steps of the global phase (``repos``, ``repo_files``, ``repo_buckets``, ``repo_labels``,
   ``repo_clusters``, ``repo_decisions``, ``repo_docs``) are taken from the stage's log;
 * **code signals** (``corpus.code.signals.document_code_signals``) against the web heuristics
-  annotate computed for them before (``corpus.filters.heuristics.heuristic_signals``);
+  annotate computed for them before (``corpus.signals.heuristics.heuristic_signals``);
   process CPU time, best of ``--repeat``, MB = UTF-8 bytes of the documents' text.
 
 Then the table of repository clusters (from the stage's annotations) and every pair of repositories
@@ -43,9 +43,9 @@ from corpus.code.repo_dedup import (  # noqa: E402
     repository_url,
 )
 from corpus.code.signals import document_code_signals  # noqa: E402
-from corpus.docshard import iter_docs  # noqa: E402
-from corpus.filters.heuristics import heuristic_signals  # noqa: E402
-from hpc_jobs.minhash_dedup import _CodeRows  # noqa: E402
+from corpus.formats.docshard import iter_docs  # noqa: E402
+from corpus.signals.heuristics import heuristic_signals  # noqa: E402
+from hpc_jobs.minhash_dedup.stage import _CodeRows  # noqa: E402
 from mpi_kernels.minhash import MinHasher  # noqa: E402
 from runtime.global_phase import PartWriter  # noqa: E402
 

@@ -10,7 +10,7 @@ proportionally more time.
 
 The corpus (:func:`generate`) is made from real text: windows of real pages (the text trafilatura finds
 in the March crawl of ``../shared/data/warc``, extracted once with the project's own
-:func:`corpus.extract.extract_text` and cached in the work directory) and of Perl's POD documentation
+:func:`corpus.text.extract.extract_text` and cached in the work directory) and of Perl's POD documentation
 (curated tier). Planted in known proportions: exact copies, near-duplicates with a few words edited
 (their originals chosen by a power law, so a few clusters are large and grow with N, as templates do on
 the web) and boilerplate lines shared by many documents (also power-law: one line is in about a tenth of
@@ -94,8 +94,8 @@ def perl_pages(shared: Path = SHARED) -> list[Page]:
 
 def _extract_record(item: tuple[str, bytes, str]) -> tuple[str, str]:
     """(url, text) of one HTML response, extracted as the ``extract`` stage does (module-level: picklable)."""
-    from corpus.extract import extract_text, normalize_text
-    from corpus.ingest.warc import decode_html
+    from corpus.text.extract import extract_text, normalize_text
+    from corpus.text.warc import decode_html
 
     url, payload, content_type = item
     html, _ = decode_html(payload, content_type)
@@ -103,7 +103,7 @@ def _extract_record(item: tuple[str, bytes, str]) -> tuple[str, str]:
 
 
 def _warc_records(paths: Sequence[Path]) -> Iterator[tuple[str, bytes, str]]:
-    from corpus.ingest.warc import RawRecord, iter_warc
+    from corpus.text.warc import RawRecord, iter_warc
 
     for path in paths:
         for item in iter_warc(path):
@@ -115,7 +115,7 @@ def extracted_pages(paths: Sequence[Path], cache_dir: Path, prefix: str, workers
     """(url, text) of every HTML page of ``paths``, extracted as the extract stage does, cached:
     trafilatura does ~24 pages/s per core, so a crawl costs a minute or two once. The cache is named by
     the WARCs' bytes and the extraction options, so a changed input or option extracts again."""
-    from corpus.extract import TRAFILATURA_OPTIONS
+    from corpus.text.extract import TRAFILATURA_OPTIONS
 
     key = hashlib.sha256()
     for p in paths:
@@ -433,8 +433,8 @@ def _env() -> dict[str, str]:
 def run_stages(in_dir: Path, build_dir: Path, ranks: int, config: dict, log: Path) -> list[StageRun]:
     """Every stage in pipeline order, each alone under ``mpiexec -n RANKS``, then the snapshot assembly;
     stops at the first that fails (the later ones would have no input)."""
-    from corpus.layout import manifest_path, stage_dir
-    from corpus.pipeline import PIPELINE, write_build_config
+    from corpus.model.layout import manifest_path, stage_dir
+    from runtime.build import PIPELINE, write_build_config
 
     build_dir.mkdir(parents=True, exist_ok=True)
     user_cfg = build_dir.parent / f"{build_dir.name}-config.json"
@@ -519,7 +519,7 @@ def run_assembly(build_dir: Path, logf) -> StageRun:
 
 def assemble_main(build_dir: Path) -> int:
     """What ``corpus build`` does after its last stage: assemble and write the snapshot manifest."""
-    from corpus.pipeline import finish_build, read_stage_manifests
+    from runtime.build import finish_build, read_stage_manifests
     from runtime.runner import peak_rss_mb
 
     snapshot_id = finish_build(build_dir, read_stage_manifests(build_dir))

@@ -44,9 +44,9 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.extract import extract_text, normalize_text  # noqa: E402
-from corpus.ingest.warc import RawRecord, decode_html, iter_warc  # noqa: E402
-from corpus.tokenizer import PinnedTokenizer  # noqa: E402
+from corpus.text.extract import extract_text, normalize_text  # noqa: E402
+from corpus.text.tokenizer import PinnedTokenizer  # noqa: E402
+from corpus.text.warc import RawRecord, decode_html, iter_warc  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 TOKENIZERS = {

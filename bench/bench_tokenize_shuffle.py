@@ -35,11 +35,11 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.digest import canonical_json, json_digest, sha256_hex  # noqa: E402
-from corpus.docshard import atomic_write_json, iter_docs, write_shard  # noqa: E402
-from corpus.megatron import IndexedShard  # noqa: E402
+from corpus.formats.docshard import atomic_write_json, iter_docs, write_shard  # noqa: E402
+from corpus.formats.megatron import IndexedShard  # noqa: E402
 from corpus.model import Document, ShardRef, StageManifest  # noqa: E402
-from hpc_jobs.write_shards import lineage_record, shuffle_key  # noqa: E402
+from corpus.model.digest import canonical_json, json_digest, sha256_hex  # noqa: E402
+from hpc_jobs.write_shards.stage import lineage_record, shuffle_key  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 

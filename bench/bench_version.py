@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from corpus.pipeline import PIPELINE  # noqa: E402
+from corpus.model.stages import PIPELINE  # noqa: E402
 
 CRAWLS = ROOT.parent / "shared" / "data" / "warc"
 TARGET = 0.02

@@ -7,7 +7,7 @@ Why: issue 11 measured write_shards at 209 -> 467 MB per rank from 10,000 to 40,
 (bench_scale: the documents themselves on the shuffle's bytes path). The stage must cost the same
 memory per rank whatever the corpus size. Both versions run in the same invocation on the same tokenize
 stage, so the ratio is measured, not remembered: the *peer* is the previous write_shards (``git show
-REV:hpc_jobs/write_shards.py``, ``--peer-rev``, default the last commit that shipped documents on the
+REV:hpc_jobs/write_shards/``, ``--peer-rev``, default the last commit that shipped documents on the
 bytes path), run as a script. Their outputs must be the same bytes: the table says whether the two
 stage manifests' digests (which cover every shard's and index part's sha256) are equal.
 

@@ -5,9 +5,9 @@
     python bench/quality_labels.py --ingest /tmp/q/ingest --extract /tmp/q/extract --out /tmp/q/labels.jsonl
     corpus train-quality --labelled /tmp/q/labels.jsonl \
         --positive /work/shared/data/curated/perl-doc.jsonl.gz \
-        --keep-heldout --out corpus/filters/models/quality-default.ftz
+        --keep-heldout --out corpus/signals/models/quality-default.ftz
 
-The rule (``corpus.filters.quality.structure_label``) reads a page's markup, never a model and never
+The rule (``corpus.signals.quality.structure_label``) reads a page's markup, never a model and never
 the features the classifier sees: ``lq`` when at least half the page's visible text is link text
 (tables of contents, indexes, navigation pages), ``hq`` when under a fifth is and extraction found at
 least 100 words; other pages get no label. ``--first-crawl-only`` (the default) keeps the pages of
@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from corpus.docshard import iter_docs  # noqa: E402
-from corpus.filters.quality import structure_label  # noqa: E402
-from corpus.manifests import require_stage_manifest  # noqa: E402
+from corpus.formats.docshard import iter_docs  # noqa: E402
+from corpus.model.manifest import require_stage_manifest  # noqa: E402
+from corpus.signals.quality import structure_label  # noqa: E402
 
 
 def stage_docs(stage_dir: Path):

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Sequence
 
 import cli.commands
-from corpus.config import ConfigError
-from corpus.errors import UserError
+from corpus.model.config import ConfigError
+from corpus.model.errors import UserError
 
 
 def command_names() -> list[str]:

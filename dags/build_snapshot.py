@@ -1,6 +1,6 @@
 """# build_snapshot
 
-Builds a corpus snapshot: every installed stage of `corpus.pipeline.PIPELINE`, in order, each as a
+Builds a corpus snapshot: every installed stage of `runtime.build.PIPELINE`, in order, each as a
 job (`sbatch sbatch/<stage>.sbatch` on SLURM, or the same script under `mpiexec` for the embedded
 demo). Per stage, a task group:
 
@@ -19,7 +19,7 @@ build's dedup index; `snapshot` assembles the snapshot manifest and the report, 
 index generation (which makes the build a base for `ingest_crawl`), puts the `snapshot_id` in XCom and
 emits an event on the `corpus://versions` asset with the `snapshot_id` in its extra. The same inputs,
 config and seed give the same snapshot id as `corpus build`. The machinery is shared with `ingest_crawl`
-(cli/orchestration/snapshotdag.py).
+(orchestration/snapshotdag.py).
 
 With an OpenLineage transport configured, each submit task and `snapshot` report what they read and
 wrote (the sources, the stage directories, the snapshot, with their manifest digests and snapshot ids):
@@ -41,8 +41,8 @@ from typing import Any
 
 from airflow.sdk import dag, get_current_context, task
 
-from cli.orchestration.deployment import Deployment, path_schema
-from cli.orchestration.snapshotdag import (
+from orchestration.deployment import Deployment, path_schema
+from orchestration.snapshotdag import (
     build_dag_args,
     build_param,
     build_params,
@@ -50,12 +50,12 @@ from cli.orchestration.snapshotdag import (
     resolve_build,
     stages_and_snapshot,
 )
-from cli.orchestration.submit import PROJECT_ROOT
+from orchestration.submit import PROJECT_ROOT
 
 #: what the Params tests use: the deployment, the Params and how a run's are resolved
 __all__ = ["DEPLOYMENT", "PARAMS", "resolve_build"]
 
-#: what runs and with which options a run may ask for (cli/orchestration/deployment.py)
+#: what runs and with which options a run may ask for (orchestration/deployment.py)
 DEPLOYMENT = Deployment.from_env()
 PARAMS = build_params(DEPLOYMENT, {
     "inputs": build_param("inputs", [str(PROJECT_ROOT / "sample")], type="array", items=path_schema(), minItems=1,

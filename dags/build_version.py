@@ -7,7 +7,7 @@ again (docs/versions.md).
 
 * **prepare** checks the Params and the selection (a malformed selection or an unknown key fails here,
   with the key named, before any job is submitted);
-* **version** runs the version step (`hpc_jobs/version.py`) as a job, submitted and waited for like a
+* **version** runs the version step (`hpc_jobs/version/`) as a job, submitted and waited for like a
   stage of `build_snapshot` (deferred, bounded, one job per try);
 * **report** reads the version's manifest, puts its `snapshot_id` in XCom and emits an event on the
   `corpus://versions` asset with the `snapshot_id` (and the build and version directories) in its extra.
@@ -28,12 +28,12 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from cli.orchestration.assets import VERSIONS, emit_version
-from cli.orchestration.deployment import Deployment, check_run_conf, path_schema
-from cli.orchestration.jobparams import job_params, resolve_job_params
-from cli.orchestration.operators import VersionJobOperator
-from cli.orchestration.submit import backend_for
-from corpus.selection import parse_inline
+from corpus.select.selection import parse_inline
+from orchestration.assets import VERSIONS, emit_version
+from orchestration.deployment import Deployment, check_run_conf, path_schema
+from orchestration.jobparams import job_params, resolve_job_params
+from orchestration.operators import VersionJobOperator
+from orchestration.submit import backend_for
 
 DEPLOYMENT = Deployment.from_env()
 RETRY_DELAY = timedelta(seconds=float(os.environ.get("CORPUS_RETRY_DELAY_S", "30")))

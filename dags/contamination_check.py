@@ -35,9 +35,9 @@ from typing import Any
 from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from cli.orchestration.assets import VERSIONS, announced_versions
-from cli.orchestration.deployment import Deployment, check_run_conf, path_schema
-from cli.orchestration.submit import BACKENDS, backend_for
+from orchestration.assets import VERSIONS, announced_versions
+from orchestration.deployment import Deployment, check_run_conf, path_schema
+from orchestration.submit import BACKENDS, backend_for
 
 DEPLOYMENT = Deployment.from_env()
 #: the benchmarks a run triggered by a new version checks (the Param's default): deployment configuration

@@ -16,7 +16,7 @@ directory name (`buildsteps.latest_base`). A build is complete when its dedup in
 candidates, as `corpus build --base` requires. One run at a time, so that each landing builds on the one
 before it (two at once would both take the same base).
 
-**The tasks** are `build_snapshot`'s (cli/orchestration/snapshotdag.py): `prepare` (here with the base:
+**The tasks** are `build_snapshot`'s (orchestration/snapshotdag.py): `prepare` (here with the base:
 the build config, the forked indexes, the inputs left to process), a task group per stage (submit with
 sbatch or mpiexec, deferred bounded wait, verify) and `snapshot`, which writes the candidates, the
 default version and the report, commits the build's index generation, and emits an event on
@@ -35,9 +35,9 @@ import jsonschema
 from airflow.sdk import dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from cli.orchestration.assets import CRAWLS_LANDED
-from cli.orchestration.deployment import Deployment, path_schema
-from cli.orchestration.snapshotdag import (
+from orchestration.assets import CRAWLS_LANDED
+from orchestration.deployment import Deployment, path_schema
+from orchestration.snapshotdag import (
     build_dag_args,
     build_param,
     build_params,
@@ -46,7 +46,7 @@ from cli.orchestration.snapshotdag import (
     stages_and_snapshot,
 )
 
-#: what runs and with which options a run may ask for (cli/orchestration/deployment.py)
+#: what runs and with which options a run may ask for (orchestration/deployment.py)
 DEPLOYMENT = Deployment.from_env()
 PARAMS = build_params(
     DEPLOYMENT,

@@ -28,10 +28,10 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
-from cli.orchestration.deployment import Deployment, check_run_conf, path_schema
-from cli.orchestration.jobparams import job_params, resolve_job_params
-from cli.orchestration.operators import VersionJobOperator
-from cli.orchestration.submit import SubmitError, backend_for
+from orchestration.deployment import Deployment, check_run_conf, path_schema
+from orchestration.jobparams import job_params, resolve_job_params
+from orchestration.operators import VersionJobOperator
+from orchestration.submit import SubmitError, backend_for
 
 DEPLOYMENT = Deployment.from_env()
 RETRY_DELAY = timedelta(seconds=float(os.environ.get("CORPUS_RETRY_DELAY_S", "30")))

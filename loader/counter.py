@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.stateful import Stateful
 
-from corpus.errors import UserError
+from corpus.model.errors import UserError
 from loader.sequences import Batch
 
 log = logging.getLogger(__name__)

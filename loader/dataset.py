@@ -24,9 +24,9 @@ from typing import Any
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from corpus.errors import UserError
 from corpus.model import SnapshotManifest
-from corpus.recipe import Recipe, load_recipe
+from corpus.model.errors import UserError
+from corpus.select.recipe import Recipe, load_recipe
 from loader.faults import (
     DEFAULT_IO_RETRY_DELAYS,
     DEFAULT_MAX_SKIP_FRACTION,
@@ -198,9 +198,9 @@ class SnapshotLoader(IterableDataset):
     @classmethod
     def from_recipe(cls, recipe: Recipe | str | Path, snapshot: str | Path | SnapshotManifest, batch_size: int = 1,
                     dp_rank: int | None = None, dp_world: int | None = None, **kwargs: Any) -> SnapshotLoader:
-        """A loader that runs ``recipe`` (a :class:`~corpus.recipe.Recipe` or a TOML file) on ``snapshot``.
+        """A loader that runs ``recipe`` (a :class:`~corpus.select.recipe.Recipe` or a TOML file) on ``snapshot``.
 
-        Refused (one line, :class:`~corpus.recipe.RecipeError`) when the recipe is pinned to another
+        Refused (one line, :class:`~corpus.select.recipe.RecipeError`) when the recipe is pinned to another
         snapshot or tokenizer, names a bucket the snapshot (or version) does not define, or has caps that
         cannot supply a phase. Phases switch at the step where the global token count (``dp_world ·
         batch_size · seq_len`` per step) reaches each phase's end, the same step on every rank

@@ -44,9 +44,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from corpus.digest import file_sha256, stable_hash64
-from corpus.errors import UserError
 from corpus.model import SnapshotManifest
+from corpus.model.digest import file_sha256, stable_hash64
+from corpus.model.errors import UserError
 from loader.sequences import OpenShard, check_index
 
 #: More than this fraction of the snapshot's shards skipped halts the loader.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corpus.recipe import Phase, Recipe
+from corpus.select.recipe import Phase, Recipe
 
 
 @dataclass(frozen=True)

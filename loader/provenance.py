@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corpus.errors import UserError
+from corpus.model.errors import UserError
 from loader.faults import ShardStore, SourcedPart
 from loader.sequences import Batch
 from loader.state import SequencePlan

@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from corpus.digest import stable_hash64
+from corpus.model.digest import stable_hash64
 
 #: Bumped whenever any function here changes what a rank reads; a checkpoint from another version is refused.
 #: 2: the bucket schedule is a golden-ratio (Weyl) sequence over runs instead of a hash per run.

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from corpus.megatron import read_index
+from corpus.formats.megatron import read_index
 
 
 class _StreamStarts:

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from corpus.errors import UserError
-from corpus.recipe import Recipe
+from corpus.model.errors import UserError
+from corpus.select.recipe import Recipe
 from loader.dataset import SnapshotLoader
 from loader.provenance import TokenSource, TracedBatch
 

@@ -7,7 +7,7 @@ alone: ``selected_tokens + selected_docs`` per shard, recorded in the version's 
 else (chunks, epochs, resume at any world size) is unchanged; the checkpoint record carries the
 version's id.
 
-A version with buckets by predicate (:mod:`corpus.buckets`) has one stream per (shard, bucket) pair
+A version with buckets by predicate (:mod:`corpus.select.buckets`) has one stream per (shard, bucket) pair
 instead: every pair, shard-major, buckets in the order defined (empty pairs too, so a stream's index
 means the same pair in every version with the same bucket names), each the pair's selected documents
 back to back. The loader sees them through :attr:`LoaderVersion.stream_manifest`: the build's manifest
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.megatron import read_index
+from corpus.formats.megatron import read_index
 from corpus.model import SnapshotManifest
 from corpus.version import Version, is_version, open_version
 from loader.sampler import Piece

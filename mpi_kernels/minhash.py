@@ -1,6 +1,6 @@
 """MinHash signatures and LSH band keys, compiled with numba.
 
-A document's shingles are n-grams of its units (``corpus.dedup.normalize.shingle_units``, normalization
+A document's shingles are n-grams of its units (``corpus.text.normalize.shingle_units``, normalization
 version 2), chosen per document by script: the words of ``normalize_text`` (word 5-grams, ``ngram``), or,
 for a document written mostly in scripts without spaces between words (Han, kana, Thai, ...:
 ``normalize.is_unspaced``), its characters other than whitespace (character 5-grams, ``char_ngram``).
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from corpus.dedup.normalize import CHAR_NGRAM, LETTER, UNSPACED_LETTER, UNSPACED_WEIGHT
-from corpus.digest import stable_hash64
+from corpus.model.digest import stable_hash64
+from corpus.text.normalize import CHAR_NGRAM, LETTER, UNSPACED_LETTER, UNSPACED_WEIGHT
 
 
 def _array_math_without_blas_probe() -> None:

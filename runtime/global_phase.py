@@ -44,10 +44,10 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from corpus.config import config_hash
-from corpus.digest import canonical_json, file_sha256, json_digest
-from corpus.docshard import atomic_write_json, iter_docs
+from corpus.formats.docshard import atomic_write_json, iter_docs
 from corpus.model import Document
+from corpus.model.config import config_hash
+from corpus.model.digest import canonical_json, file_sha256, json_digest
 from mpi_kernels.shuffle import ShuffleStats, shuffle_array, shuffle_by_key
 from runtime.preemption import Preempted, after_part, any_rank_stopped, stop_requested
 from runtime.runner import assign

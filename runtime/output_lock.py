@@ -6,7 +6,7 @@ interleave parts and checkpoints that each believes its own. The runner takes th
 writes anything and releases it once the manifest is written (or the stage fails), so the second
 writer is refused with the first one's name instead.
 
-The lock is ``<stage>/.writer.lock`` (:data:`corpus.layout.WRITER_LOCK`), created exclusively and
+The lock is ``<stage>/.writer.lock`` (:data:`corpus.model.layout.WRITER_LOCK`), created exclusively and
 holding who holds it: SLURM job id (empty outside SLURM), host, pid of rank 0 and since when (UTC; the
 lock is no output and enters no digest). A lock whose writer is gone is stale and taken over, with a
 log line: its SLURM job is no longer pending or running, or (outside SLURM) its process on this host
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from corpus.layout import WRITER_LOCK
+from corpus.model.layout import WRITER_LOCK
 
 #: SLURM job states in which a job may still write (``squeue -o %T``)
 LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",

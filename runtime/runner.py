@@ -12,7 +12,7 @@ Contract (every stage in ``hpc_jobs`` obeys it):
   stage is complete; rerunning a complete stage with the same inputs and config does nothing.
 * Counts reconcile per shard and in total: docs in = out + filtered + quarantined, or the stage fails.
 
-The layout of a stage's output directory is :mod:`corpus.layout`'s.
+The layout of a stage's output directory is :mod:`corpus.model.layout`'s.
 """
 
 from __future__ import annotations
@@ -33,31 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from corpus.config import (
-    DEFAULT_MEMORY_BUDGET_MB,
-    ConfigError,
-    check_build_config,
-    config_hash,
-    config_to_dict,
-    load_config_file,
-    stage_config,
-    stage_memory_budget_mb,
-)
-from corpus.dedup.persistent_index import BaseGenerations, IndexMismatch, IndexMixed
-from corpus.digest import canonical_json, file_sha256
-from corpus.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs, read_sidecar
-from corpus.layout import (
-    DOC_OUTPUT_KINDS,
-    FILTERED,
-    INDEX_RECORDS,
-    QUARANTINE,
-    SHARDS,
-    STATS,
-    manifest_path,
-    stats_path,
-    work_dir,
-)
-from corpus.manifests import NotCompleted, read_stage_manifest, require_stage_manifest
+from corpus.formats.dedup_index import BaseGenerations, IndexMismatch, IndexMixed
+from corpus.formats.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs, read_sidecar
 from corpus.model import (
     Document,
     Filtered,
@@ -69,7 +46,30 @@ from corpus.model import (
     StageManifest,
     YieldCounts,
 )
-from corpus.pipeline import PIPELINE
+from corpus.model.config import (
+    DEFAULT_MEMORY_BUDGET_MB,
+    ConfigError,
+    check_build_config,
+    config_hash,
+    config_to_dict,
+    load_config_file,
+    stage_config,
+    stage_memory_budget_mb,
+)
+from corpus.model.digest import canonical_json, file_sha256
+from corpus.model.layout import (
+    DOC_OUTPUT_KINDS,
+    FILTERED,
+    INDEX_RECORDS,
+    QUARANTINE,
+    SHARDS,
+    STATS,
+    manifest_path,
+    stats_path,
+    work_dir,
+)
+from corpus.model.manifest import NotCompleted, read_stage_manifest, require_stage_manifest
+from corpus.model.stages import PIPELINE
 from runtime.output_lock import LockHeld, Writer, acquire, release
 from runtime.preemption import PREEMPTED_EXIT, Preempted, any_rank_stopped, install_handlers, stop_requested
 

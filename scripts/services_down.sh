@@ -4,7 +4,7 @@
 # First it cancels this project's SLURM jobs -- never every job of the user: the cluster (or the user
 # account) may be shared, and another project's jobs are not ours to kill. A project job is one of the
 # invoking user's jobs whose name starts with CORPUS_JOB_PREFIX (default "corpus-"): every sbatch/*.sbatch
-# script and the DAGs' submitter (cli/orchestration/submit.py) name their jobs so.
+# script and the DAGs' submitter (orchestration/submit.py) name their jobs so.
 #
 #   bash scripts/services_down.sh              cancel the project's jobs, then stop the services
 #   bash scripts/services_down.sh --jobs-only  cancel the project's jobs, leave the services running

@@ -46,7 +46,7 @@ def test_same_snapshot_id_on_any_rank_count_and_input_location(two_rank_build, t
 def test_every_stage_reconciles_in_the_report(two_rank_build):
     out, _ = two_rank_build
     counts = json.loads(run_corpus("report", str(out), "--json").stdout)
-    from corpus.pipeline import PIPELINE
+    from corpus.model.stages import PIPELINE
 
     assert list(counts) == list(PIPELINE)
     previous_out = None
@@ -98,7 +98,7 @@ def test_a_rebuild_does_no_work_and_gives_the_same_id(two_rank_build):
     out, snapshot_id = two_rank_build
     again, proc = build(out, 2)
     assert again == snapshot_id
-    from corpus.pipeline import PIPELINE
+    from corpus.model.stages import PIPELINE
 
     assert proc.stderr.count("nothing to do") == len(PIPELINE)
 

@@ -2,7 +2,14 @@
 
 import pytest
 
-from corpus.docshard import ShardCorrupt, ShardWriter, is_complete, iter_docs, read_sidecar, write_shard
+from corpus.formats.docshard import (
+    ShardCorrupt,
+    ShardWriter,
+    is_complete,
+    iter_docs,
+    read_sidecar,
+    write_shard,
+)
 from corpus.model import Document
 
 

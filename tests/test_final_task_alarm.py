@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cli.orchestration.buildsteps import finalize
-from corpus.errors import UserError
-from corpus.pipeline import PIPELINE
+from corpus.model.errors import UserError
+from corpus.model.stages import PIPELINE
+from orchestration.buildsteps import finalize
 from tests.conftest import SAMPLE, run_corpus
 
 pytestmark = pytest.mark.slow

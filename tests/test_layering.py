@@ -1,5 +1,6 @@
 """The layers a newcomer can see: each package imports only the layers below it, anywhere in a module
-(inside functions too). corpus <- mpi_kernels <- runtime <- hpc_jobs <- cli and dags; loader <- corpus."""
+(inside functions too). corpus <- mpi_kernels <- runtime <- hpc_jobs <- orchestration <- cli and dags;
+loader <- corpus."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import pytest
 
 from tests.conftest import ROOT
 
-PROJECT = {"corpus", "mpi_kernels", "runtime", "hpc_jobs", "loader", "cli", "dags"}
+PROJECT = {"corpus", "mpi_kernels", "runtime", "hpc_jobs", "orchestration", "loader", "cli", "dags"}
 ALLOWED = {
     "corpus": {"corpus"},
     "mpi_kernels": {"corpus", "mpi_kernels"},
     "runtime": {"corpus", "mpi_kernels", "runtime"},
     "hpc_jobs": {"corpus", "mpi_kernels", "runtime", "hpc_jobs"},
+    "orchestration": {"corpus", "mpi_kernels", "runtime", "hpc_jobs", "orchestration"},
+    "cli": {"corpus", "mpi_kernels", "runtime", "hpc_jobs", "orchestration", "loader", "cli"},
+    "dags": {"corpus", "mpi_kernels", "runtime", "hpc_jobs", "orchestration", "loader", "dags"},
     "loader": {"corpus", "loader"},
 }
 

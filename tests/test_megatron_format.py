@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from corpus.megatron import (
+from corpus.formats.megatron import (
     BLOCK_SIZE,
     IndexedShard,
     block_digests,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus.docshard import iter_docs, iter_records
+from corpus.formats.docshard import iter_docs, iter_records
 from tests.conftest import ROOT, mpiexec, run_mpi
 
 TOY = "tests/support/toy_stage.py"

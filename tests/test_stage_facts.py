@@ -4,7 +4,7 @@ an older stage version that lacks them is a clear error naming the stage, not a 
 import pytest
 
 from corpus.model import StageManifest
-from corpus.stage_facts import (
+from corpus.model.facts import (
     DecontaminationFacts,
     FileRef,
     MissingFacts,
@@ -13,7 +13,7 @@ from corpus.stage_facts import (
     WriteShardsFacts,
     tokenizer_facts,
 )
-from corpus.tokenizer import TokenizerInfo
+from corpus.text.tokenizer import TokenizerInfo
 
 
 def manifest(stage: str, extra: dict) -> StageManifest:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
 
-from corpus.digest import stable_hash64
-from corpus.ingest.sources import DECLARATION_FILE
+from corpus.model.digest import stable_hash64
+from corpus.text.sources import DECLARATION_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_PAGE_BYTES = 150_000
@@ -100,7 +100,7 @@ def write_warc(path: Path, records: list[bytes]) -> None:
     path.write_bytes(b"".join(records))
 
 
-#: the curated file declared as what it is, where it lies (corpus.ingest.sources.DECLARATION_FILE)
+#: the curated file declared as what it is, where it lies (corpus.text.sources.DECLARATION_FILE)
 CURATED_DECLARATION = """\
 # What the files of this directory are, declared where they lie (corpus/ingest/sources.py): a JSONL file
 # nothing declares is read as tier "web", since trust is declared, never inferred from a file format.

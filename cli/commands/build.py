@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from corpus.layout import candidates_dir, manifest_path, snapshot_dir
-from corpus.pipeline import build
+from corpus.model.layout import candidates_dir, manifest_path, snapshot_dir
+from runtime.build import build
 
 
 def register(sub: argparse._SubParsersAction) -> None:

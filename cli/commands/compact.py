@@ -3,7 +3,7 @@
 A build adds one generation to its indexes (docs/incremental.md), so a probe of a long line of
 incremental builds opens one file per generation and partition; compaction merges them (keep-first: the
 oldest generation's record of a key wins, so every answer stays the same). This process begins each
-index's merged generation, the commit job (``hpc_jobs/commit_index.py --compact``) writes it on N ranks,
+index's merged generation, the commit job (``python -m hpc_jobs.commit_index --compact``) writes it on N ranks,
 each rank the partitions it owns, then this process switches each pointer atomically and removes the
 replaced generations. A kill leaves every index not yet switched as it was; the rerun starts it again.
 Builds forked from this one are untouched: their generations are hard links of the same immutable files.
@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from corpus.dedup.persistent_index import CURRENT, PersistentIndex
-from corpus.errors import UserError
-from corpus.layout import dedup_index_dir
-from corpus.pipeline import COMMIT_JOB, commit_job_command, launch
+from corpus.formats.dedup_index import CURRENT, PersistentIndex
+from corpus.model.errors import UserError
+from corpus.model.layout import dedup_index_dir
+from runtime.build import COMMIT_JOB, commit_job_command, launch
 
 KINDS = ("recrawl", "exact", "band")
 

@@ -20,7 +20,7 @@ from cli.commands._snapshot_ref import add_snapshot_arguments
 from corpus.decont.doc_grams import check_benchmark, doc_ids_of_keys
 from corpus.decont.registry import RegistryError, load_benchmark
 from corpus.decont.report import report_table
-from corpus.errors import UserError
+from corpus.model.errors import UserError
 from corpus.snapshot import Snapshot
 
 

@@ -13,9 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cli.orchestration.submit import PROJECT_ROOT
-from corpus.errors import UserError
-from corpus.layout import manifest_path, snapshot_dir
+from corpus.model.errors import UserError
+from corpus.model.layout import manifest_path, snapshot_dir
+from orchestration.submit import PROJECT_ROOT
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from corpus.layout import STAGES_DIR
+from corpus.model.layout import STAGES_DIR
 from corpus.report.build_view import open_build
 from corpus.report.diff import SAMPLE, diff_builds, summary_text
 from corpus.version import diff_text, diff_versions, is_version, open_version

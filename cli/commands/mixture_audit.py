@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.errors import UserError
+from corpus.model.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

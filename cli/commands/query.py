@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 
-from corpus.errors import UserError
+from corpus.model.errors import UserError
 from corpus.version import connect, open_version
 
 

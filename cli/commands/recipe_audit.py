@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from cli.commands.mixture_audit import Replay, capacities
-from corpus.errors import UserError
-from corpus.recipe import Recipe, load_recipe
+from corpus.model.errors import UserError
+from corpus.select.recipe import Recipe, load_recipe
 
 
 def register(sub: argparse._SubParsersAction) -> None:

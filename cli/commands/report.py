@@ -4,7 +4,7 @@ DIR is a build directory, a snapshot directory (``<build>/snapshot``) or a snaps
 :mod:`corpus.report.build_view`. Without ``--json`` the funnel is printed and the card written to
 ``<build>/report/card.html`` (and ``card.json`` beside it) unless ``--html`` names another place.
 With ``--record`` the build is also recorded in the yield history, and a yield alarm exits with status 3
-(for sbatch scripts and shell tasks; Python callers use :func:`corpus.alarms.enforce`).
+(for sbatch scripts and shell tasks; Python callers use :func:`corpus.report.alarms.enforce`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-from corpus.docshard import atomic_write_bytes
-from corpus.errors import UserError
+from corpus.model.errors import UserError
 from corpus.report.build_view import open_build
-from corpus.report_counts import funnel_table, stage_counts
+from corpus.report.counts import funnel_table, stage_counts
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,8 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.dir} is a snapshot without its build: say where the card goes with --html OUT"
             )
         out = view.build_dir / "report" / "card.html"
-    from corpus.report.gather import gather
-    from corpus.report.html import render_html
+    from corpus.report.card import alarm_lines, write_card
 
     failed = None
     if args.record:
@@ -90,28 +88,18 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(
                 f"{args.dir}: --record needs the build directory, not a snapshot copied away from it"
             )
-        from corpus.alarms import YieldAlarmError, enforce
+        from corpus.report.alarms import YieldAlarmError, enforce
 
         try:
             enforce(view.build_dir, args.history)
         except YieldAlarmError as e:
             failed = e
-    card = gather(view, args.history)
-    if args.training_log:
-        from corpus.report.training_log import training_log_section
-
-        card["training_log"] = training_log_section(args.training_log)
-    json_path = out.with_suffix(".json")
-    atomic_write_bytes(json_path, (json.dumps(card, indent=1, sort_keys=True) + "\n").encode())
-    atomic_write_bytes(out, render_html(card).encode())
+    card = write_card(view, out, args.history, args.training_log)
     stream = sys.stderr if args.json else sys.stdout
     if not args.json and view.stages:
         print(funnel_table(view.stages))
-    for stage, alarms in card["stage_alarms"].items():
-        for a in alarms:
-            print(f"STAGE ALARM: {stage}: {a}", file=stream)
-    for a in (card["alarms"] or {}).get("alarms", []):
-        print(f"YIELD ALARM: {a['message']}", file=stream)
+    for line in alarm_lines(card):
+        print(line, file=stream)
     print(f"report html {out}", file=stream)
-    print(f"report json {json_path}", file=stream)
+    print(f"report json {out.with_suffix('.json')}", file=stream)
     return 3 if failed else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from corpus.pipeline import launch_stage
+from runtime.build import launch_stage
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -12,8 +12,8 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from corpus.errors import UserError
-from corpus.selection import parse_selection
+from corpus.model.errors import UserError
+from corpus.select.selection import parse_selection
 from corpus.version import open_version, version_manifest, write_version
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.commands._snapshot_ref import add_snapshot_arguments
-from corpus.errors import UserError
+from corpus.model.errors import UserError
 from corpus.snapshot import Snapshot, describe_doc
 from corpus.version import is_version
 

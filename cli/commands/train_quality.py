@@ -9,7 +9,7 @@ Examples come from any mix of: ``--labelled`` JSONL files, a line ``{"text": ...
 class (``{"text": ...}``: positives and negatives by source); and ``--from`` completed stage directories,
 labelled by the tier recipe (trusted tiers ``hq``, web pages the Gopher/C4 signals call low quality
 ``lq``). A line may also carry ``lang`` (else lid.176 decides, as annotate does), ``group`` or ``url``
-(the split unit; see ``corpus.filters.quality``).
+(the split unit; see ``corpus.signals.quality``).
 
 The examples are split by a hash of their group into training and held-out; the model is trained on
 the languages with enough examples of both classes in both splits and scores only those. Beside the
@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
-from corpus.digest import file_sha256
-from corpus.docshard import iter_docs
-from corpus.errors import UserError
-from corpus.filters import quality as q
-from corpus.manifests import NotCompleted, require_stage_manifest
+from corpus.formats.docshard import iter_docs
+from corpus.model.digest import file_sha256
+from corpus.model.errors import UserError
+from corpus.model.manifest import NotCompleted, require_stage_manifest
+from corpus.signals import quality as q
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from corpus.digest import stable_hash64, text_digest
-from corpus.docshard import SUFFIX, iter_records
-from corpus.errors import UserError
-from corpus.tokenizer import DEFAULT_EOS, TokenizerError, train_bpe
+from corpus.formats.docshard import SUFFIX, iter_records
+from corpus.model.digest import stable_hash64, text_digest
+from corpus.model.errors import UserError
+from corpus.text.tokenizer import DEFAULT_EOS, TokenizerError, train_bpe
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from corpus.errors import UserError
-from corpus.selection import load_selection, parse_inline
+from corpus.model.errors import UserError
+from corpus.select.selection import load_selection, parse_inline
 from corpus.version import buckets_text, kept_text, make_version, plan_version
 
 

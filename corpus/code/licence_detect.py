@@ -1,9 +1,9 @@
 """A repository's licence as an SPDX expression, from its own files, with the evidence and conflicts.
 
 Why: whether a repository may be trained on is decided by its licence, and that decision belongs to a
-version (``corpus.selection``), not to the build. So the build stores what the repository says about
+version (``corpus.select.selection``), not to the build. So the build stores what the repository says about
 itself, as one SPDX expression with every piece of evidence behind it, and the class
-(:func:`corpus.licences.licence_class`) follows from the expression.
+(:func:`corpus.select.licences.licence_class`) follows from the expression.
 
 Three kinds of evidence, all read while ingest reads the repository once (:class:`LicenceScanner`):
 
@@ -56,7 +56,7 @@ from typing import Any
 
 from license_expression import ExpressionError, get_spdx_licensing
 
-from corpus.licences import licence_class
+from corpus.select.licences import licence_class
 
 #: no licence anywhere (SPDX's ``NONE``) and a licence found but not recognised (``NOASSERTION``)
 NONE = "NONE"

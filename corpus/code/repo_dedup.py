@@ -7,7 +7,7 @@ and the diverging files of both, and no repository coherent. So minhash_dedup (`
 takes code documents out of text clustering and compares repositories instead.
 
 **The set.** A repository is the set of its distinct *line keys*: every line of every kept file, in
-the key form of exact and line dedup (``corpus.dedup.normalize.line_key``: NFKC, lower case, spacing
+the key form of exact and line dedup (``corpus.text.normalize.line_key``: NFKC, lower case, spacing
 folded; lines without a letter or digit do not count), file header lines excluded. The issue named the
 set of *file content hashes*; measured on the shared archives that set cannot see a release: requests
 2.31.0 and 2.32.3 share 16 of 82 distinct files (Jaccard 0.205), because a release touches most files a
@@ -37,10 +37,10 @@ import re
 
 import numpy as np
 
-from corpus.dedup.normalize import line_key
 from corpus.dedup.records import DOC_ID_BYTES, REP_KEY_BYTES, SHARD_TAG_BYTES
 from corpus.model import Document
-from corpus.tiers import source_rank
+from corpus.model.tiers import source_rank
+from corpus.text.normalize import line_key
 
 PART_FRAGMENT = "#part="
 RELEASE_BYTES = 10  # five version components of two bytes each

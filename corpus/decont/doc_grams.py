@@ -3,7 +3,7 @@
 The rule (:mod:`corpus.decont.rule`) needs of a document the set of its 8-gram hashes. The
 decontaminate stage keeps exactly that, for every candidate document: one record per (8-gram, document)
 — :data:`DOC_GRAM_RECORD`, the hash and the document's key (the first 64 bits of its doc_id) —
-**range-partitioned by hash prefix** (:mod:`corpus.decont.corpus_index`: part ``p`` of ``2**prefix_bits``
+**range-partitioned by hash prefix** (:mod:`corpus.formats.partitions`: part ``p`` of ``2**prefix_bits``
 holds the records whose hash starts with ``p``), sorted by (hash, document), unique. A part is raw
 little-endian records, read by memory map; no process holds more than the pages its lookups touch. The
 snapshot links the parts (``decont/8gram_docs/``) and lists them (``extra.artifacts.doc_gram_index``, with
@@ -32,7 +32,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from corpus.decont.corpus_index import map_records, part_of_hashes
 from corpus.decont.matcher import PassageTable, expand_ranges
 from corpus.decont.registry import Benchmark
 from corpus.decont.rule import (
@@ -42,7 +41,8 @@ from corpus.decont.rule import (
     contaminated,
     required_run,
 )
-from corpus.docshard import atomic_write_json, sidecar_path
+from corpus.formats.docshard import atomic_write_json, sidecar_path
+from corpus.formats.partitions import map_records, part_of_hashes
 
 #: one record of the per-document index: an 8-gram hash and the key of a document that holds it
 DOC_GRAM_RECORD = np.dtype([("gram", "<u8"), ("doc", "<u8")])
@@ -331,8 +331,8 @@ def check_benchmark(
 
 def doc_ids_of_keys(doc_index: Any, keys: Iterable[str]) -> dict[str, list[str]]:
     """The doc_ids behind document keys (16 hex digits), from a snapshot's doc_id index
-    (:class:`corpus.doc_index.PartitionedDocIndex`): one binary search in one part per key."""
-    from corpus.doc_index import DOC_INDEX_RECORD, part_of_doc_id
+    (:class:`corpus.formats.doc_index.PartitionedDocIndex`): one binary search in one part per key."""
+    from corpus.formats.doc_index import DOC_INDEX_RECORD, part_of_doc_id
 
     out: dict[str, list[str]] = {}
     for key in sorted(set(keys)):

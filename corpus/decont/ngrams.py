@@ -18,7 +18,7 @@ import unicodedata
 
 import numpy as np
 
-from corpus.digest import stable_hash64
+from corpus.model.digest import stable_hash64
 
 SCHEME = "nfkc-lower-words/1+blake2b-word/poly64-prefix-gram/2"
 _WORD = re.compile(r"\w+")

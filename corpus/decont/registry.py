@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpus.decont.content import content_kind, item_passages
-from corpus.digest import file_sha256, json_digest
+from corpus.model.digest import file_sha256, json_digest
 
 SUFFIXES = (".jsonl", ".jsonl.gz")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 
 from corpus.model import Document
-from corpus.tiers import source_rank
+from corpus.model.tiers import source_rank
 
 #: documents without a crawl date lose to any dated copy
 UNDATED = "9999-99-99"
@@ -21,7 +21,7 @@ def crawl_date_of(doc: Document) -> str:
 
 
 def exact_keeper_key(doc: Document) -> tuple[int, str, str]:
-    """Exact duplicates: most trusted source tier (``corpus.tiers``: the curated original beats an
+    """Exact duplicates: most trusted source tier (``corpus.model.tiers``: the curated original beats an
     earlier web copy of it, and its tokens stay in the curated bucket), then earliest crawl date, then
     doc_id."""
     return (source_rank(doc.source_tier), crawl_date_of(doc), doc.doc_id)
@@ -38,13 +38,13 @@ def representative_key(doc: Document) -> tuple[int, float, str, str]:
 
 
 def doc_id_bytes(doc_id: str) -> bytes:
-    """The 16 raw bytes of a doc_id (``corpus.digest.doc_id_for``: 32 hex characters)."""
+    """The 16 raw bytes of a doc_id (``corpus.model.digest.doc_id_for``: 32 hex characters)."""
     try:
         raw = bytes.fromhex(doc_id)
     except ValueError:
         raw = b""
     if len(raw) != 16:
-        raise ValueError(f"doc_id {doc_id!r} is not 32 hex characters (corpus.digest.doc_id_for)")
+        raise ValueError(f"doc_id {doc_id!r} is not 32 hex characters (corpus.model.digest.doc_id_for)")
     return raw
 
 

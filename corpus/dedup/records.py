@@ -21,7 +21,7 @@ records by their bytes); byte fields (``V``) compare bytewise.
   label, then the record's own bytes (:func:`unrouted` takes them back out).
 * :data:`GIANT`, :func:`band_member_dtype`, :data:`MEMBER_AT`, :data:`CLUSTER_PIECE`,
   :data:`CLUSTER_TOTAL`, :data:`GIANT_VERDICT` -- a component verified across all ranks
-  (``hpc_jobs.minhash_giant``): its label and size; a member's value in one band of it; a member at
+  (``hpc_jobs.minhash_dedup.giant``): its label and size; a member's value in one band of it; a member at
   the rank that owns its node; a cluster's count and smallest member record on one rank, and summed;
   a verdict (or a fact) on its way to its shard's part.
 * :data:`LINK`, :data:`LINK_ROUTE`, :data:`LINKED`, :data:`BAND_VALUE_ROUTE` -- a build against a base

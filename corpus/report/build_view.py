@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from corpus.errors import UserError
-from corpus.layout import BUILD_CONFIG, MANIFEST, SNAPSHOT_DIR, STAGES_DIR
 from corpus.model import SnapshotManifest, StageManifest
-from corpus.pipeline import PIPELINE
+from corpus.model.errors import UserError
+from corpus.model.layout import BUILD_CONFIG, MANIFEST, SNAPSHOT_DIR, STAGES_DIR
+from corpus.model.stages import PIPELINE
 from corpus.version import Version, is_version, open_version
 
 

@@ -3,7 +3,7 @@ what the version selects of the ``code`` bucket.
 
 Why on the card: a code bucket's size is decided twice, by file rules (vendored, generated, minified:
 a third of raw bytes) and by licences (the default selection keeps permissive code only,
-``corpus.selection.DEFAULT_CLASSES_BY_TIER``), and a reader must see both to know why the bucket is
+``corpus.select.selection.DEFAULT_CLASSES_BY_TIER``), and a reader must see both to know why the bucket is
 the size it is. Repositories, their licences and rejected files come from the ingest manifest
 (``extra.code_files``); documents and tokens by licence class, stored and selected, from the version's
 metadata table (``tier = 'code'``); the bucket's totals from the version's shards; the repository

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corpus.docshard import iter_records
+from corpus.formats.docshard import iter_records
 from corpus.model import StageManifest
 from corpus.report.build_view import BuildView
 from corpus.report.gather import tokens, version_counts

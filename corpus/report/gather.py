@@ -30,11 +30,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from corpus import alarms
-from corpus.docshard import ShardCorrupt
+from corpus.formats.docshard import ShardCorrupt
 from corpus.model import GroupCounts, StageManifest
+from corpus.report import alarms
 from corpus.report.build_view import BuildView
 from corpus.report.code import code_section
+from corpus.report.counts import stage_counts
 from corpus.report.holdout import holdout_copies, holdout_counts
 from corpus.report.incremental import incremental_section
 from corpus.report.quality_model import quality_model
@@ -51,7 +52,6 @@ from corpus.report.scan import (
 )
 from corpus.report.sketch import Sketch
 from corpus.report.skipped import skipped_records
-from corpus.report_counts import stage_counts
 from corpus.version import connect
 
 FORMAT = "corpus-report/1"

@@ -1,6 +1,6 @@
 """The eval holdout on the data card: how many pages were held out and stored, and how many candidates
-copy one of them (exact or near, ``corpus.ingest.holdout``) -- and how many of those the version
-selects, which the default selection never does (``corpus.policy.HOLDOUT_CHECKS``).
+copy one of them (exact or near, ``corpus.decont.holdout``) -- and how many of those the version
+selects, which the default selection never does (``corpus.select.policy.HOLDOUT_CHECKS``).
 
 Held-out counts come from the ingest and extract manifests; the copies from the metadata table (the
 scores ``holdout_exact`` and ``holdout_near``; a build made before they existed has neither column and
@@ -13,7 +13,7 @@ from typing import Any
 
 import duckdb
 
-from corpus.ingest.holdout import EXACT_SCORE, NEAR_SCORE
+from corpus.decont.holdout import EXACT_SCORE, NEAR_SCORE
 from corpus.model import StageManifest
 
 #: tagged candidates listed on the card, chosen by a hash of the doc_id

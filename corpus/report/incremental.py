@@ -48,12 +48,12 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from corpus.alarms import own_shards
-from corpus.dedup import persistent_index as pi
-from corpus.docshard import iter_records
-from corpus.layout import base_build_of, dedup_base_path, dedup_index_dir
+from corpus.formats import dedup_index as pi
+from corpus.formats.docshard import iter_records
+from corpus.model.layout import base_build_of, dedup_base_path, dedup_index_dir
+from corpus.model.tiers import source_rank
+from corpus.report.alarms import own_shards
 from corpus.report.build_view import BuildView
-from corpus.tiers import source_rank
 from corpus.version import Version, connect
 
 

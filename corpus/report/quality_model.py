@@ -18,7 +18,7 @@ from typing import Any
 
 import duckdb
 
-from corpus.filters.quality import CLASSES, DEFAULT_MODEL, card_path
+from corpus.signals.quality import CLASSES, DEFAULT_MODEL, card_path
 from corpus.version import connect
 
 #: the score histogram's bins: [0, 0.1), [0.1, 0.2), ... [0.9, 1.0]

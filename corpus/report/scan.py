@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from corpus.docshard import ShardCorrupt, iter_records
-from corpus.megatron import read_index
+from corpus.formats.docshard import ShardCorrupt, iter_records
+from corpus.formats.megatron import read_index
 from corpus.model import StageManifest
 from corpus.report.sketch import Sketch
 

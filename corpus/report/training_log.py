@@ -28,7 +28,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from corpus.errors import UserError
+from corpus.model.errors import UserError
 
 _REPORT = re.compile(r"mixture at step (\d+), phase (\S+): realized (\{.*?\}) target (\{.*?\})\s*$")
 _STEP = re.compile(r"\[rank (\d+)/\d+\] step (\d+) phase (\S+) loss \S+ tokens (\{.*?\})\s*$")

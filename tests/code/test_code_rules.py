@@ -14,7 +14,7 @@ from corpus.code.archive import ArchiveError, common_root, repository_kind, snif
 from corpus.code.language import language_of
 from corpus.code.repository import KeptFile, order_key, plan_documents, read_repository
 from corpus.code.rules import build_rules, judge
-from corpus.ingest.sources import parse_source_tables, resolve_format
+from corpus.text.sources import parse_source_tables, resolve_format
 from tests.conftest import ROOT, SAMPLE, SHARED_DATA
 
 CODE = SHARED_DATA / "code"
@@ -98,7 +98,7 @@ def test_a_cut_archive_is_named_truncated(tmp_path, mode, cut, reason):
 def test_a_zip_with_a_bad_crc_is_malformed(tmp_path):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("p/a.py", (ROOT / "corpus" / "tiers.py").read_bytes())
+        z.writestr("p/a.py", (ROOT / "corpus" / "model" / "tiers.py").read_bytes())
     data = bytearray(buf.getvalue())
     data[40] ^= 0xFF  # a byte of the stored file
     (tmp_path / "bad.zip").write_bytes(bytes(data))

@@ -27,10 +27,10 @@ from corpus.code.licence_detect import (
 )
 from corpus.code.repository import read_repository
 from corpus.code.rules import build_rules
-from corpus.licences import licence_class
-from corpus.manifests import read_stage_manifest
+from corpus.model.manifest import read_stage_manifest
 from corpus.report.build_view import open_build
 from corpus.report.gather import gather
+from corpus.select.licences import licence_class
 from tests.conftest import ROOT, SHARED_DATA, run_corpus
 from tests.stages.chain import docs, run_stage
 
@@ -94,7 +94,7 @@ def write_repo(d: Path, files: dict[str, str | bytes]) -> Path:
     return d
 
 
-OWN_CODE = (ROOT / "corpus" / "tiers.py").read_text()
+OWN_CODE = (ROOT / "corpus" / "model" / "tiers.py").read_text()
 
 
 # -- the shared archives -------------------------------------------------------------------------------

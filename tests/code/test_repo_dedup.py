@@ -26,7 +26,7 @@ from corpus.report.build_view import open_build
 from corpus.report.gather import gather
 from corpus.report.html import render_html
 from corpus.report.repo_clusters import repository_clusters
-from corpus.selection import Selection
+from corpus.select.selection import Selection
 from corpus.version import connect, open_version, select_rows
 from mpi_kernels.minhash import MinHasher
 from tests.conftest import SHARED_DATA, run_corpus

@@ -1,5 +1,5 @@
 """Real Japanese and Chinese pages of the shared crawl, their text extracted as the pipeline does
-(``corpus.ingest.warc.decode_html``, ``corpus.extract.extract_text`` and ``normalize_text``), and
+(``corpus.text.warc.decode_html``, ``corpus.text.extract.extract_text`` and ``normalize_text``), and
 graded near-duplicates made by editing them: characters or whole sentences replaced by real ones of
 other pages of the same language."""
 
@@ -9,7 +9,7 @@ import random
 import re
 from pathlib import Path
 
-from corpus.dedup.normalize import UNSPACED_LETTER, is_unspaced, normalize_text, shingle_units
+from corpus.text.normalize import UNSPACED_LETTER, is_unspaced, normalize_text, shingle_units
 
 #: the first crawl's file read (its first ~200 pages of each language are enough)
 WARC = "warc/crawl-2026-03-part0.warc.gz"
@@ -25,7 +25,7 @@ SENTENCE = re.compile(r"[^。！？!?\n]*(?:[。！？!?]+\n?|\n)|[^。！？!?\
 
 def crawl_records(shared_data: Path, warcs: tuple[str, ...]):
     """The HTML responses (``RawRecord``) of the crawl files, in order."""
-    from corpus.ingest.warc import RawRecord, iter_warc
+    from corpus.text.warc import RawRecord, iter_warc
 
     for warc in warcs:
         for rec in iter_warc(shared_data / warc):
@@ -35,9 +35,9 @@ def crawl_records(shared_data: Path, warcs: tuple[str, ...]):
 
 def page_text(rec) -> str:
     """A page's text as the extract stage gets it."""
-    from corpus.extract import extract_text
-    from corpus.extract import normalize_text as extract_normalize
-    from corpus.ingest.warc import decode_html
+    from corpus.text.extract import extract_text
+    from corpus.text.extract import normalize_text as extract_normalize
+    from corpus.text.warc import decode_html
 
     return extract_normalize(extract_text(decode_html(rec.payload, rec.content_type)[0]))
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from corpus.docshard import SUFFIX, write_shard
+from corpus.formats.docshard import SUFFIX, write_shard
 from corpus.model import Document, ShardRef, StageManifest
 
 PERL_DOC = "curated/perl-doc.jsonl.gz"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from corpus.docshard import iter_docs, iter_records
+from corpus.formats.docshard import iter_docs, iter_records
 from tests.conftest import run_mpi
 
 

@@ -1,4 +1,4 @@
-"""The index commit and compaction across ranks (hpc_jobs/commit_index.py): the owning process begins and
+"""The index commit and compaction across ranks (hpc_jobs/commit_index/): the owning process begins and
 commits, the job's ranks each write the partitions they own. The generation is byte-identical to the one
 process's on 1, 2 and 3 ranks (P = 5: uneven blocks), and a rank killed mid-write fails the job, commits
 nothing, and a rerun gives the uninterrupted bytes. Real mpiexec jobs, on a build directory laid out as a
@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus import pipeline
-from corpus.dedup import persistent_index as pi
-from corpus.docshard import atomic_write_json
-from corpus.errors import UserError
-from corpus.layout import dedup_index_dir, manifest_path, stage_dir
+from corpus.formats import dedup_index as pi
+from corpus.formats.docshard import atomic_write_json
 from corpus.model import ShardRef, StageManifest
+from corpus.model.errors import UserError
+from corpus.model.layout import dedup_index_dir, manifest_path, stage_dir
+from runtime import build as pipeline
 from tests.conftest import ROOT, run_corpus
 
 P = 5
@@ -33,8 +33,8 @@ MINHASH_CONFIG = {"num_perm": 112, "bands": 14, "rows": 8, "seed": 0, "ngram": 5
 KILLED_JOB = """
 import os, signal, sys
 from mpi4py import MPI
-from corpus.dedup import persistent_index as pi
-from hpc_jobs.commit_index import main
+from corpus.formats import dedup_index as pi
+from hpc_jobs.commit_index.job import main
 written = 0
 
 def hook(at):

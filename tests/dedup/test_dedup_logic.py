@@ -17,7 +17,7 @@ from corpus.dedup.order import (
 )
 from corpus.dedup.union_find import UnionFind
 from corpus.dedup.verify import estimated_jaccard, verified_clusters
-from hpc_jobs.minhash_dedup import size_histogram
+from hpc_jobs.minhash_dedup.stage import size_histogram
 from mpi_kernels.minhash import MinHasher
 from tests.dedup.dedup_corpus import make_doc
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from corpus.dedup.normalize import key_form, normalize_text, text_key
+from corpus.text.normalize import key_form, normalize_text, text_key
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
 

@@ -19,14 +19,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.dedup import persistent_index as pi
-from corpus.dedup.bloom import BloomFilter
-from corpus.dedup.normalize import text_key
-from corpus.ingest.recrawl import RecordKey, recrawl_key
-from corpus.ingest.warc import RawRecord, iter_warc
+from corpus.dedup.recrawl import RecordKey, recrawl_key
+from corpus.formats import dedup_index as pi
+from corpus.formats.bloom import BloomFilter
 from corpus.snapshot import Snapshot, validate_snapshot
+from corpus.text.normalize import text_key
+from corpus.text.warc import RawRecord, iter_warc
 from corpus.version import connect, open_version
-from hpc_jobs import exact_dedup, ingest, minhash_dedup
+from hpc_jobs.exact_dedup import stage as exact_dedup
+from hpc_jobs.ingest import stage as ingest
+from hpc_jobs.minhash_dedup import stage as minhash_dedup
 from loader import SnapshotLoader
 from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
 from tests.conftest import ROOT, run_corpus
@@ -41,7 +43,7 @@ COMMITTED = ("recrawl", "band", "exact")
 #: waits to be killed
 KILLABLE_BUILD = """
 import sys, time
-from corpus.dedup import persistent_index as pi
+from corpus.formats import dedup_index as pi
 from cli.main import main
 point, nth, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 passes = 0

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from corpus.dedup.normalize import key_form, line_key
 from corpus.report.removed_lines import most_removed_lines
+from corpus.text.normalize import key_form, line_key
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
 
@@ -130,7 +130,7 @@ def test_code_and_curated_documents_keep_their_lines_and_do_not_count(shared_dat
 
 
 def test_the_limit_scales_with_the_corpus_above_its_floor():
-    from hpc_jobs.line_dedup import LineDedupConfig
+    from hpc_jobs.line_dedup.stage import LineDedupConfig
 
     cfg = LineDedupConfig()
     assert cfg.limit(1_000) == 10 and cfg.limit(10**8) == 10  # the floor
@@ -151,7 +151,7 @@ def test_counts_of_a_key_split_across_batches_are_summed_before_the_limit_is_app
 
     import numpy as np
 
-    from hpc_jobs.line_dedup import KeyTotals
+    from hpc_jobs.line_dedup.stage import KeyTotals
 
     out = io.BytesIO()
     totals = KeyTotals(out, limit=3)
@@ -167,7 +167,7 @@ def test_counts_of_a_key_split_across_batches_are_summed_before_the_limit_is_app
 def test_the_pre_summing_table_counts_every_key_and_stays_within_its_capacity():
     import numpy as np
 
-    from hpc_jobs.line_dedup import KeyCounts
+    from hpc_jobs.line_dedup.stage import KeyCounts
 
     rng = np.random.default_rng(7)
     table = KeyCounts(capacity=40, cap=5)
@@ -197,7 +197,7 @@ def test_frequent_lines_are_searched_in_the_map_without_copying_it(tmp_path):
 
     import numpy as np
 
-    from hpc_jobs.line_dedup import FREQUENT, FrequentLines, key_part, part_name
+    from hpc_jobs.line_dedup.stage import FREQUENT, FrequentLines, key_part, part_name
 
     rng = np.random.default_rng(3)
     keys = np.append(rng.integers(0, 2**64 - 1, 1 << 20, dtype=np.uint64), np.uint64(7 << 56))
@@ -217,7 +217,7 @@ def test_frequent_lines_are_searched_in_the_map_without_copying_it(tmp_path):
 
 
 def test_the_limit_must_fit_the_exchanged_count():
-    from hpc_jobs.line_dedup import LineDedupConfig
+    from hpc_jobs.line_dedup.stage import LineDedupConfig
 
     with pytest.raises(ValueError, match="max_docs_per_line"):
         LineDedupConfig(max_docs_per_line=2**32 - 1)

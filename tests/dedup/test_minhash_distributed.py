@@ -1,4 +1,4 @@
-"""Components verified across every rank (``hpc_jobs.minhash_giant``) get the verdicts they get at one
+"""Components verified across every rank (``hpc_jobs.minhash_dedup.giant``) get the verdicts they get at one
 part, byte for byte: the leader rule walked in slices along the rank chain is the one-by-one rule."""
 
 from __future__ import annotations

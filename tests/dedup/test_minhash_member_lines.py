@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import random
 
-from corpus.docshard import iter_lines
+from corpus.formats.docshard import iter_lines
 from corpus.model import Annotation, Document
-from hpc_jobs.minhash_dedup import cluster_member
+from hpc_jobs.minhash_dedup.stage import cluster_member
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import manifest, run_stage
 

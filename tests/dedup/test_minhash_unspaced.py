@@ -11,7 +11,7 @@ import random
 import numpy as np
 import pytest
 
-from corpus.dedup.normalize import NORMALIZATION_VERSION, UNSPACED_LETTER, normalize_text
+from corpus.text.normalize import NORMALIZATION_VERSION, UNSPACED_LETTER, normalize_text
 from mpi_kernels.minhash import MinHasher, MinHashParams, lsh_probability
 from tests.dedup.crawl_pages import crawl_pages, jaccard, scurve_points, sentence_pool, sentences, shingle_set
 
@@ -92,6 +92,6 @@ def test_the_stage_version_moves_with_the_normalization_version():
     """The runner reuses a complete stage whose version, config and inputs match; the normalization
     version is only in the global phase's key (which drops old signature parts once the stage runs), so
     a new normalization version needs a new stage version, or stages built with the old one are kept."""
-    from hpc_jobs.minhash_dedup import MinhashDedupStage
+    from hpc_jobs.minhash_dedup.stage import MinhashDedupStage
 
     assert MinhashDedupStage.version.endswith("+norm" + NORMALIZATION_VERSION)

@@ -1,4 +1,4 @@
-"""The persistent dedup index (corpus/dedup/persistent_index.py, corpus/dedup/bloom.py): the record
+"""The persistent dedup index (corpus/formats/dedup_index.py, corpus/formats/bloom.py): the record
 codec, key-range partitions, deterministic generation bytes, keep-first across generations and through
 compaction, Bloom filters that never change an answer, refusal of a mismatching base, and a real
 ``kill -9`` at every point of an update or a compaction, then a rerun: the same bytes as without it."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.dedup import persistent_index as pi
-from corpus.dedup.bloom import BloomFilter, BloomSpec, expected_fp_rate, mix64
+from corpus.formats import dedup_index as pi
+from corpus.formats.bloom import BloomFilter, BloomSpec, expected_fp_rate, mix64
 
 ROOT = Path(__file__).resolve().parents[2]
 P = 4
@@ -27,7 +27,7 @@ RUN = 1000  # records a writer buffers: every build spills 3 runs
 # the builds' records, shared with the child process of the kill tests
 DATA = """
 import numpy as np
-from corpus.dedup import persistent_index as pi
+from corpus.formats import dedup_index as pi
 
 def build(seed, n=3000, shared=0):
     # n exact records of build `seed`; its first `shared` keys are also keys of build 1 (other values)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from corpus.dedup import persistent_index as pi
-from corpus.ingest.recrawl import RecordKey, base_fetches, recrawl_key
+from corpus.dedup.recrawl import RecordKey, base_fetches, recrawl_key
+from corpus.formats import dedup_index as pi
 
 URL, DIGEST = "https://debian-faq-fr.docs.example.org/debian/FAQ/fr/index.fr.html", "9d" * 32
 

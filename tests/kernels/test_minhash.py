@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from corpus.dedup.normalize import is_unspaced, normalize_text, shingle_units
+from corpus.text.normalize import is_unspaced, normalize_text, shingle_units
 from mpi_kernels.minhash import (
     EMPTY,
     MERSENNE_61,
@@ -220,7 +220,7 @@ def test_the_code_point_table_follows_the_normalization_regexes_everywhere():
     checked a block of code points at a time."""
     import re
 
-    from corpus.dedup.normalize import UNSPACED_SCRIPTS
+    from corpus.text.normalize import UNSPACED_SCRIPTS
     from mpi_kernels.minhash import codepoint_classes
 
     unspaced = np.zeros(0x110000, dtype=bool)

@@ -1,4 +1,4 @@
-"""Real snapshots for loader tests: Megatron shards written with ``corpus.megatron`` and a SnapshotManifest.
+"""Real snapshots for loader tests: Megatron shards written with ``corpus.formats.megatron`` and a SnapshotManifest.
 
 ``write_id_snapshot`` makes every token of the snapshot a distinct id (int32, EOS = 0 never used by a
 document), so a test can tell exactly which token was delivered how often. ``write_text_snapshot``
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.digest import file_sha256
-from corpus.megatron import BLOCK_SIZE, block_digests, write_indexed_shard
-from corpus.metadata import metadata_table, write_metadata
+from corpus.formats.megatron import BLOCK_SIZE, block_digests, write_indexed_shard
+from corpus.formats.metadata import metadata_table, write_metadata
 from corpus.model import SnapshotManifest, SnapshotShard
+from corpus.model.digest import file_sha256
 from loader import load_manifest
 
 EOS = 0
@@ -122,7 +122,7 @@ def write_id_snapshot(root: Path, shards_per_bucket: dict[str, int], seed: int =
 
 def expected_tokens(root: Path, manifest: SnapshotManifest, caps: dict[str, int]) -> Counter:
     """Every token of every bucket epoch up to its cap, plus one EOS per document per epoch."""
-    from corpus.megatron import read_index
+    from corpus.formats.megatron import read_index
 
     out: Counter = Counter()
     for s in manifest.shards:
@@ -170,7 +170,7 @@ def consume(loaders: list, delivered: Counter, steps: int | None = None) -> int:
 
 def stream_ids(root: Path, shard) -> np.ndarray:
     """One shard's stream as the loader reads it (appended EOS): its documents, each followed by EOS."""
-    from corpus.megatron import read_index
+    from corpus.formats.megatron import read_index
 
     idx = read_index(root / shard.files["idx"])
     toks = np.fromfile(root / shard.path, dtype=idx.dtype).astype(np.int64)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from snapshot_factory import recipe_toml
 
-from corpus.recipe import parse_recipe
+from corpus.select.recipe import parse_recipe
 from loader import MixtureCounter, SnapshotLoader, load_manifest
 from loader.checkpoint import load_checkpoint, save_checkpoint
 

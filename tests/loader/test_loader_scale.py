@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 from snapshot_factory import EOS, consume, expected_tokens, write_id_snapshot, write_snapshot
 
 import loader.faults as faults
-from corpus.errors import UserError
+from corpus.model.errors import UserError
 from loader import SnapshotLoader, load_manifest
 from loader.faults import ShardUnavailable
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from snapshot_factory import CAPS, EOS, MIXTURE, write_text_snapshot
 
-from corpus.megatron import write_indexed_shard
+from corpus.formats.megatron import write_indexed_shard
 from loader import SnapshotLoader
 from loader.sequences import OpenShard, check_index
 
@@ -79,7 +79,7 @@ def test_real_text_round_trips_through_uint16_shards_with_eos_between_documents(
 
 
 def test_a_snapshot_without_an_eos_id_is_refused(id_snapshot, tmp_path):
-    from corpus.errors import UserError
+    from corpus.model.errors import UserError
 
     data = json.loads((id_snapshot / "manifest.json").read_text())
     data["tokenizer"] = {}

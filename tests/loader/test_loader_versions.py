@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from snapshot_factory import CAPS, EOS, MIXTURE, consume, write_id_snapshot
 
-from corpus.errors import UserError
-from corpus.megatron import read_index
-from corpus.selection import parse_inline
+from corpus.formats.megatron import read_index
+from corpus.model.errors import UserError
+from corpus.select.selection import parse_inline
 from corpus.version import evaluate, open_version, version_manifest, write_version
 from loader import SnapshotLoader
 from loader.dataset import ResumeRefused

@@ -19,7 +19,7 @@ import pytest
 from snapshot_factory import CAPS, MIXTURE
 
 from cli.commands.mixture_audit import audit
-from corpus.digest import stable_hash64
+from corpus.model.digest import stable_hash64
 from loader import SnapshotLoader
 from loader.dataset import default_append_eos, load_manifest
 from loader.sampler import bucket_bounds, schedule_bound

@@ -22,10 +22,10 @@ from snapshot_factory import EOS, RECIPE_TOKENIZER, recipe_toml, write_id_snapsh
 from cli.commands.recipe_audit import audit_recipe
 from cli.commands.trace import describe_source
 from cli.main import main as corpus
-from corpus.errors import UserError
-from corpus.megatron import read_index
-from corpus.recipe import RecipeError, parse_recipe
-from corpus.selection import parse_inline
+from corpus.formats.megatron import read_index
+from corpus.model.errors import UserError
+from corpus.select.recipe import RecipeError, parse_recipe
+from corpus.select.selection import parse_inline
 from corpus.snapshot import Snapshot
 from corpus.version import PREDICATE_GROUP, UNBUCKETED, make_version, open_version
 from loader import SnapshotLoader

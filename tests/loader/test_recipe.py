@@ -20,7 +20,7 @@ import pytest
 from snapshot_factory import PHASES, RECIPE_TOKENIZER, owed_tokens, recipe_toml
 
 from cli.commands.recipe_audit import audit_recipe
-from corpus.recipe import RecipeError, parse_recipe
+from corpus.select.recipe import RecipeError, parse_recipe
 from loader import ResumeRefused, SnapshotLoader, load_manifest
 from loader.counter import MixtureCounter, MixtureDrift
 

@@ -27,7 +27,7 @@ from test_recipe import boundaries
 from test_trace import check_traces
 
 from cli.commands.recipe_audit import audit_recipe
-from corpus.recipe import parse_recipe
+from corpus.select.recipe import parse_recipe
 from loader import load_manifest
 from loader.checkpoint import read_record
 

@@ -29,9 +29,9 @@ from snapshot_factory import (
 )
 
 from cli.commands.trace import describe_source
-from corpus.megatron import read_index
-from corpus.recipe import parse_recipe
-from corpus.selection import parse_inline
+from corpus.formats.megatron import read_index
+from corpus.select.recipe import parse_recipe
+from corpus.select.selection import parse_inline
 from corpus.snapshot import Snapshot
 from corpus.version import evaluate, open_version, version_manifest, write_version
 from loader import SnapshotLoader, load_manifest

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from snapshot_factory import recipe_toml
 
-from corpus.recipe import parse_recipe
 from corpus.report.training_log import parse_training_log, realized_vs_target
+from corpus.select.recipe import parse_recipe
 from loader import load_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def test_without_counter_reports_the_logged_steps_give_the_realized_share(traine
 
 def test_a_log_without_a_mixture_line_is_refused(tmp_path):
     (tmp_path / "x.log").write_text("hello\n")
-    from corpus.errors import UserError
+    from corpus.model.errors import UserError
 
     with pytest.raises(UserError, match="no mixture reports or step lines"):
         parse_training_log([tmp_path / "x.log"])

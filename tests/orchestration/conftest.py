@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus.pipeline import PIPELINE
+from corpus.model.stages import PIPELINE
 from tests.conftest import ROOT, run_corpus
 
 SERVICES = Path(os.environ.get("CORPUS_SERVICES_DIR", "/var/tmp/corpus-services"))

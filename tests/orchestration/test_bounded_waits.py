@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from cli.orchestration import operators
-from cli.orchestration.submit import JobStatus, LocalBackend, SubmitError, Submitted, slurm_seconds
+from orchestration import operators
+from orchestration.submit import JobStatus, LocalBackend, SubmitError, Submitted, slurm_seconds
 from tests.orchestration.test_transient import EPOCH, JOB, FakeBackend, run_trigger
 
 

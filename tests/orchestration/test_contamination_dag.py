@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from corpus.docshard import iter_docs
+from corpus.formats.docshard import iter_docs
 from tests.conftest import SAMPLE, run_corpus
 from tests.orchestration.conftest import AIRFLOW, dags_test, failure_lines
 
@@ -81,7 +81,7 @@ def test_the_dag_is_scheduled_on_new_versions_and_reads_their_events_as_data():
 
     from airflow.sdk.exceptions import AirflowFailException
 
-    from cli.orchestration.assets import VERSIONS
+    from orchestration.assets import VERSIONS
     from tests.orchestration.test_params import load_dag_module
 
     module = load_dag_module("contamination_check")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus.pipeline import PIPELINE
+from corpus.model.stages import PIPELINE
 from tests.conftest import ROOT
 from tests.orchestration.conftest import AIRFLOW, failure_lines, snapshot_id
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from cli.orchestration.operators import StageJobTrigger, backoff_delay
-from cli.orchestration.submit import SSHBackend, StageJob, Submitted, job_comment
-from corpus.layout import WRITER_LOCK
+from corpus.model.layout import WRITER_LOCK
+from orchestration.operators import StageJobTrigger, backoff_delay
+from orchestration.submit import SSHBackend, StageJob, Submitted, job_comment
 from runtime.output_lock import process_alive
 from tests.conftest import run_corpus
 from tests.orchestration.conftest import SERVICES, SSH_KEY, ssh_connection

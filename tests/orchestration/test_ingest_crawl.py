@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from cli.orchestration.assets import CRAWLS_LANDED, VERSIONS
-from corpus.pipeline import PIPELINE
+from corpus.model.stages import PIPELINE
+from orchestration.assets import CRAWLS_LANDED, VERSIONS
 from tests.conftest import run_corpus
 from tests.orchestration.conftest import dags_test, failure_lines, snapshot_id
 from tests.orchestration.test_params import load_dag_module

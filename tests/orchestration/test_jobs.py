@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.orchestration.submit import (
+from orchestration.submit import (
     LocalBackend,
     MpiexecBackend,
     SSHBackend,

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from openlineage.client.serde import Serde
 
-from cli.orchestration import operators
-from cli.orchestration.lineage import SNAPSHOT_FACET, STAGE_FACET, VERSION_FACET, dataset, job_lineage
-from cli.orchestration.operators import SnapshotOperator, StageJobOperator, VersionJobOperator, read_manifests
-from corpus.manifests import read_stage_manifest
 from corpus.model import ShardRef, StageManifest
-from corpus.pipeline import PIPELINE
+from corpus.model.manifest import read_stage_manifest
+from corpus.model.stages import PIPELINE
+from orchestration import operators
+from orchestration.lineage import SNAPSHOT_FACET, STAGE_FACET, VERSION_FACET, dataset, job_lineage
+from orchestration.operators import SnapshotOperator, StageJobOperator, VersionJobOperator, read_manifests
 from tests.orchestration.conftest import lineage_events, snapshot_id
 
 DAG = "build_snapshot"

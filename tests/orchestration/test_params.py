@@ -13,8 +13,8 @@ import pytest
 from airflow.sdk.definitions.param import ParamsDict
 from airflow.sdk.exceptions import ParamValidationError
 
-from cli.orchestration import buildsteps
-from cli.orchestration.deployment import Deployment, DeploymentError, check_run_conf
+from orchestration import buildsteps
+from orchestration.deployment import Deployment, DeploymentError, check_run_conf
 from tests.conftest import ROOT
 from tests.orchestration.conftest import AIRFLOW
 

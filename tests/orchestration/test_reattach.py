@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from cli.orchestration.submit import LocalBackend, StageJob, SubmitError, job_comment
+from orchestration.submit import LocalBackend, StageJob, SubmitError, job_comment
 
 pytestmark = pytest.mark.cluster
 

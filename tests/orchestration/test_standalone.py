@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.orchestration.deployment import DEFAULT_SBATCH_OPTIONS
-from corpus.pipeline import PIPELINE
+from corpus.model.stages import PIPELINE
+from orchestration.deployment import DEFAULT_SBATCH_OPTIONS
 from tests.conftest import ROOT
 from tests.orchestration.conftest import PG_PORT, snapshot_id
 

@@ -9,8 +9,9 @@ from collections import Counter
 
 import pytest
 
-from cli.orchestration.buildsteps import NothingLeft, VerifyError, verify_stage
-from cli.orchestration.submit import (
+from corpus.model.stages import PIPELINE
+from orchestration.buildsteps import NothingLeft, VerifyError, verify_stage
+from orchestration.submit import (
     LocalBackend,
     Result,
     StageJob,
@@ -23,7 +24,6 @@ from cli.orchestration.submit import (
     parse_scontrol,
     remote_command,
 )
-from corpus.pipeline import PIPELINE
 from tests.conftest import ROOT
 from tests.orchestration.conftest import scripted
 

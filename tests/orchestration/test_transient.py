@@ -13,8 +13,8 @@ import asyncssh
 import paramiko
 import pytest
 
-from cli.orchestration import operators
-from cli.orchestration.submit import (
+from orchestration import operators
+from orchestration.submit import (
     JobStatus,
     LocalBackend,
     Result,
@@ -215,7 +215,7 @@ def test_looking_up_an_earlier_tries_job_tells_an_unreachable_queue_from_a_failu
 
 
 def test_a_worker_retries_a_transient_lookup_with_backoff_and_gives_up_in_bounds(monkeypatch):
-    from cli.orchestration import submit
+    from orchestration import submit
 
     slept = []
     monkeypatch.setattr(submit.time, "sleep", slept.append)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from corpus.alarms import (
+from corpus.report.alarms import (
     AlarmConfig,
     YieldAlarmError,
     check_build,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from corpus.docshard import iter_records
+from corpus.formats.docshard import iter_records
 from tests.conftest import run_corpus
 
 

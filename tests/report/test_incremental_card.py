@@ -12,8 +12,8 @@ from collections import Counter
 import duckdb
 import pyarrow as pa
 
-from corpus.alarms import AlarmConfig, assess, build_metrics, previous_builds, read_history, record
-from corpus.dedup import persistent_index as pi
+from corpus.formats import dedup_index as pi
+from corpus.report.alarms import AlarmConfig, assess, build_metrics, previous_builds, read_history, record
 from corpus.report.build_view import open_build
 from corpus.report.gather import gather
 from corpus.report.html import render_html

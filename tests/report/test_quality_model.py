@@ -7,9 +7,9 @@ import json
 
 import duckdb
 
-from corpus.filters.quality import DEFAULT_MODEL, card_path
-from corpus.metadata import metadata_table
+from corpus.formats.metadata import metadata_table
 from corpus.report.quality_model import model_card, quality_html, scores_by_language
+from corpus.signals.quality import DEFAULT_MODEL, card_path
 
 
 def record(i: int, lang: str, quality: float | None) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus.alarms import check_build
+from corpus.report.alarms import check_build
 from tests.conftest import ROOT, run_corpus
 from tests.report.browser import screenshots
 

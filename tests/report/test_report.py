@@ -136,7 +136,7 @@ def test_default_card_goes_into_the_build(builds):
 def test_card_shows_alarms_first_and_opens_in_chromium_without_errors(
     builds, base_card, tmp_path, artifacts_dir
 ):
-    from corpus.alarms import check_build
+    from corpus.report.alarms import check_build
 
     hist = tmp_path / "yield-history.jsonl"
     check_build(builds.base, hist)

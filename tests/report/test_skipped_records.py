@@ -4,7 +4,7 @@ any worse."""
 
 from __future__ import annotations
 
-from corpus.alarms import check_build
+from corpus.report.alarms import check_build
 from corpus.report.build_view import open_build
 from corpus.report.gather import gather
 from corpus.report.html import render_html

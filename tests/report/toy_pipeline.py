@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corpus.digest import json_digest, sha256_hex, stable_hash64
-from corpus.docshard import atomic_write_json, iter_docs
-from corpus.layout import SNAPSHOT_DIR, STAGES_DIR
+from corpus.formats.docshard import atomic_write_json, iter_docs
 from corpus.model import (
     Document,
     Filtered,
@@ -31,7 +29,9 @@ from corpus.model import (
     SnapshotShard,
     StageManifest,
 )
-from corpus.pipeline import stage_versions, write_build_config
+from corpus.model.digest import json_digest, sha256_hex, stable_hash64
+from corpus.model.layout import SNAPSHOT_DIR, STAGES_DIR
+from runtime.build import stage_versions, write_build_config
 from runtime.runner import InputShard, Stage, StageContext, main, raw_input_shard
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from corpus.digest import json_digest, sha256_hex
-from corpus.docshard import atomic_write_json, write_shard
-from corpus.layout import SNAPSHOT_DIR, STAGES_DIR
-from corpus.manifests import read_stage_manifest
+from corpus.formats.docshard import atomic_write_json, write_shard
 from corpus.model import Document, ShardRef, StageManifest
-from corpus.pipeline import stage_versions
+from corpus.model.digest import json_digest, sha256_hex
+from corpus.model.layout import SNAPSHOT_DIR, STAGES_DIR
+from corpus.model.manifest import read_stage_manifest
 from corpus.snapshot import assemble
+from runtime.build import stage_versions
 from tests.conftest import SHARED_DATA, run_mpi
 
 SNAPSHOT_STAGES = ("decontaminate", "tokenize", "write_shards")

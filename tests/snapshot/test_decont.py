@@ -202,8 +202,8 @@ def test_an_ngram_hash_depends_only_on_its_words(hosts):
 
 
 def test_an_eval_file_changed_in_place_changes_the_stage_config(tmp_path):
-    from corpus.config import config_hash, stage_config
-    from hpc_jobs.decontaminate import DecontaminateConfig
+    from corpus.model.config import config_hash, stage_config
+    from hpc_jobs.decontaminate.stage import DecontaminateConfig
 
     shutil.copy(EVALS / "gsm8k.jsonl", tmp_path / "gsm8k.jsonl")
     before = stage_config(DecontaminateConfig, {"eval_dir": str(tmp_path)}, "decontaminate")

@@ -14,19 +14,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.config import config_hash, stage_config
-from corpus.digest import canonical_json
-from corpus.filters.quality import DEFAULT_MODEL as DEFAULT_QUALITY_MODEL
 from corpus.model import SnapshotManifest, StageManifest
-from corpus.pipeline import stage_versions
+from corpus.model.config import config_hash, stage_config
+from corpus.model.digest import canonical_json
+from corpus.signals.quality import DEFAULT_MODEL as DEFAULT_QUALITY_MODEL
 from corpus.snapshot import assemble
-from hpc_jobs.write_shards import (
+from hpc_jobs.write_shards.stage import (
     ShardStatsAccumulator,
     WriteShardsConfig,
     entropy_millibits,
     shard_stats,
     validation_failures,
 )
+from runtime.build import stage_versions
 from runtime.runner import InputShard, _input_ref
 from tests.snapshot.conftest import EVALS, OLMO, make_stage_dir, perl_docs, split, write_config
 
@@ -52,7 +52,7 @@ def _build(build: Path, tokenizer: str, eval_dir: str, docs) -> tuple[SnapshotMa
     )
     prev, manifests = build / "stages" / "minhash_dedup", []
     for name in SNAPSHOT_STAGES:
-        stage = importlib.import_module(f"hpc_jobs.{name}").STAGE
+        stage = importlib.import_module(f"hpc_jobs.{name}.stage").STAGE
         manifests.append(run_stage(stage, [prev], build / "stages" / name, cfg, MPI.COMM_SELF))
         prev = build / "stages" / name
     return assemble(build, manifests, 3, stage_versions(manifests)), manifests
@@ -108,7 +108,7 @@ def test_the_same_content_from_another_directory_a_relative_path_or_a_link_has_t
 def test_a_stage_config_names_a_file_by_content_never_by_path(stage, key, source, tmp_path, monkeypatch):
     """The hash of a stage's effective config (in its manifest, its checkpoint keys and the snapshot's
     stage_versions) is the same for one file or directory spelled absolute, relative, or through a link."""
-    stage_cls = importlib.import_module(f"hpc_jobs.{stage}").STAGE
+    stage_cls = importlib.import_module(f"hpc_jobs.{stage}.stage").STAGE
     copy = tmp_path / "one" / "two" / source.name
     copy.parent.mkdir(parents=True)
     (shutil.copytree if source.is_dir() else shutil.copy)(source, copy)

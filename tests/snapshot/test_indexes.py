@@ -8,9 +8,8 @@ import io
 import numpy as np
 import pytest
 
-from corpus.decont.corpus_index import map_records, part_of_hashes, prefix_bits
 from corpus.decont.doc_grams import DOC_GRAM_RECORD, DocGramIndex, SortedRowWriter, write_parts
-from corpus.doc_index import (
+from corpus.formats.doc_index import (
     DOC_INDEX_RECORD,
     PartitionedDocIndex,
     decode_doc_index,
@@ -18,9 +17,10 @@ from corpus.doc_index import (
     part_of_doc_id,
     parts_of_doc_ids,
 )
-from corpus.megatron import block_digests
-from corpus.tokenizer import PinnedTokenizer
-from hpc_jobs.write_shards import (
+from corpus.formats.megatron import block_digests
+from corpus.formats.partitions import map_records, part_of_hashes, prefix_bits
+from corpus.text.tokenizer import PinnedTokenizer
+from hpc_jobs.write_shards.stage import (
     CENSUS_RECORD,
     DOC_INDEX_ROW,
     SHARD_ROW,

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hpc_jobs.write_shards import (
+from hpc_jobs.write_shards.stage import (
     ShardPlan,
     WriteShards,
     WriteShardsConfig,

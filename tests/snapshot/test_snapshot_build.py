@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.docshard import iter_records
+from corpus.formats.docshard import iter_records
 from corpus.model import Document
-from corpus.selection import Selection
+from corpus.select.selection import Selection
 from corpus.snapshot import Snapshot, validate_snapshot
-from corpus.tokenizer import PinnedTokenizer
+from corpus.text.tokenizer import PinnedTokenizer
 from corpus.version import plan_version
-from hpc_jobs.write_shards import shuffle_key
+from hpc_jobs.write_shards.stage import shuffle_key
 from tests.conftest import run_corpus, run_mpi
 from tests.dedup.stage_io import output_digests
 from tests.snapshot.conftest import (

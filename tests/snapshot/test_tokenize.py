@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpus.digest import file_sha256
-from corpus.tokenizer import DEFAULT_TOKENIZER, PinnedTokenizer, resolve_asset
+from corpus.model.digest import file_sha256
+from corpus.text.tokenizer import DEFAULT_TOKENIZER, PinnedTokenizer, resolve_asset
 from tests.conftest import run_corpus, run_mpi
 from tests.snapshot.conftest import CL100K, OLMO, SHARED_DATA
 
@@ -48,7 +48,7 @@ def test_batch_encoding_equals_one_document_at_a_time(real_docs):
 
 
 def test_a_missing_tokenizer_is_a_clear_error(tmp_path):
-    from corpus.tokenizer import TokenizerError
+    from corpus.text.tokenizer import TokenizerError
 
     with pytest.raises(TokenizerError, match="tokenizer artifact not found"):
         PinnedTokenizer(tmp_path / "nope.json")
@@ -86,8 +86,8 @@ def test_train_tokenizer_on_a_corpus_sample_is_reproducible(tmp_path):
 def test_a_tokenizer_replaced_in_place_changes_the_stage_config(tmp_path):
     import shutil
 
-    from corpus.config import config_hash, stage_config
-    from hpc_jobs.tokenize import TokenizeConfig
+    from corpus.model.config import config_hash, stage_config
+    from hpc_jobs.tokenize.stage import TokenizeConfig
 
     path = tmp_path / "tokenizer.json"
     shutil.copy(OLMO, path)
@@ -109,8 +109,8 @@ CODE_FILES = {  # archive: suffixes of the files taken from it (C, JavaScript in
 
 def multilingual_pages(per_language: int = 2) -> dict[str, list[str]]:
     """The first pages of each language in the shared crawl, extracted as the extract stage does."""
-    from corpus.extract import extract_text, normalize_text
-    from corpus.ingest.warc import RawRecord, decode_html, iter_warc
+    from corpus.text.extract import extract_text, normalize_text
+    from corpus.text.warc import RawRecord, decode_html, iter_warc
 
     lang_of = re.compile(r"\.(" + "|".join(LANGUAGES) + r")\.html$")
     pages: dict[str, list[str]] = {lang: [] for lang in LANGUAGES}
@@ -185,7 +185,7 @@ def proof_texts() -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def trained_artifact(tmp_path_factory, proof_texts) -> Path:
     """A small BPE trained here on Perl's docs: a third artifact, and one cheap to alter."""
-    from corpus.tokenizer import train_bpe
+    from corpus.text.tokenizer import train_bpe
 
     path = tmp_path_factory.mktemp("trained") / "trained.json"
     train_bpe(proof_texts["perl-doc"], 1000, path)
@@ -333,7 +333,7 @@ def test_an_artifact_the_fast_path_does_not_reproduce_falls_back_to_hf(
 def test_the_stage_writes_the_bytes_hf_ids_would_give(tmp_path, proof_texts):
     """Shards of real documents through the tokenize stage on 2 ranks, 7 documents a batch (so the
     .bin is streamed in many appends): every .bin/.idx equals write_indexed_shard of HF's ids."""
-    from corpus.megatron import write_indexed_shard
+    from corpus.formats.megatron import write_indexed_shard
     from corpus.model import Document
     from tests.snapshot.conftest import make_stage_dir, split, write_config
 

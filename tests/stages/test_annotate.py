@@ -8,12 +8,12 @@ from collections import Counter
 
 import pytest
 
-from corpus.digest import file_sha256
-from corpus.extract import extract_text
-from corpus.filters.heuristics import heuristic_signals, words
-from corpus.filters.langid import identify_language, lid_model_path, script_fraction
-from corpus.filters.pii import scrub_pii
-from corpus.filters.quality import DEFAULT_MODEL
+from corpus.model.digest import file_sha256
+from corpus.signals.heuristics import heuristic_signals, words
+from corpus.signals.langid import identify_language, lid_model_path, script_fraction
+from corpus.signals.pii import scrub_pii
+from corpus.signals.quality import DEFAULT_MODEL
+from corpus.text.extract import extract_text
 from tests.conftest import SAMPLE
 from tests.stages.chain import STAGES, docs, manifest, reconciles, run_chain
 from tests.stages.warc_fixtures import real_pages, warc_bytes, write_jsonl_gz

@@ -12,8 +12,8 @@ import tarfile
 
 import pytest
 
-from corpus.extract import extract_text, normalize_text, strip_invisible
-from corpus.ingest.warc import RawRecord, decode_page, encoding_for_label, iter_warc
+from corpus.text.extract import extract_text, normalize_text, strip_invisible
+from corpus.text.warc import RawRecord, decode_page, encoding_for_label, iter_warc
 from tests.conftest import SAMPLE
 from tests.stages.chain import docs, run_stage
 from tests.stages.warc_fixtures import real_pages, warc_bytes

@@ -12,7 +12,13 @@ import time
 
 import pytest
 
-from corpus.extract import ExtractWorker, cap_html, extract_text, repair_replacement_chars, strip_invisible
+from corpus.text.extract import (
+    ExtractWorker,
+    cap_html,
+    extract_text,
+    repair_replacement_chars,
+    strip_invisible,
+)
 from tests.conftest import ROOT, mpiexec
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 from tests.stages.warc_fixtures import (
@@ -56,7 +62,7 @@ def test_source_code_keeps_its_text_exactly_as_read_and_prose_is_cleaned():
     """In code, whitespace is syntax: two blank lines, indentation, trailing spaces and tabs survive
     extract in the code tier, while the same text in the web tier is cleaned."""
     from corpus.model import Document, Kept
-    from hpc_jobs.extract import ExtractConfig, ExtractStage
+    from hpc_jobs.extract.stage import ExtractConfig, ExtractStage
 
     text = "import os\r\n\n\n\ndef f():\n\treturn 1  \n\n\n"
     stage = ExtractStage(ExtractConfig())

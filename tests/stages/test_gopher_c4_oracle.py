@@ -17,10 +17,10 @@ import re
 import numpy as np
 import pytest
 
-from corpus.extract import extract_text, normalize_text, strip_invisible
-from corpus.filters import heuristics
-from corpus.filters.heuristics import heuristic_signals
-from corpus.ingest.warc import decode_page
+from corpus.signals import heuristics
+from corpus.signals.heuristics import heuristic_signals
+from corpus.text.extract import extract_text, normalize_text, strip_invisible
+from corpus.text.warc import decode_page
 from tests.conftest import SAMPLE
 from tests.stages.warc_fixtures import real_pages
 
@@ -200,7 +200,7 @@ def test_the_tail_suffix_search_finds_spacys_suffixes(documents):
 
 def test_a_top_ngram_hash_shared_by_two_ngrams_is_counted_exactly(datatrove):
     """Word ids too large to pack are hashed; two different 2-grams given one hash still count apart."""
-    from corpus.filters.heuristics import _BASE, _top_ngram_chars
+    from corpus.signals.heuristics import _BASE, _top_ngram_chars
 
     gr = datatrove[2]
     mask = (1 << 64) - 1

@@ -10,14 +10,14 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow.parquet as pq
 
-from corpus.ingest.holdout import (
+from corpus.decont.holdout import (
     EXACT_KEY,
     EXACT_SCORE,
     NEAR_SCORE,
     in_holdout,
     normalize_url,
 )
-from corpus.policy import HOLDOUT_CHECKS, PolicyConfig, decide, decide_rows, missing_values
+from corpus.select.policy import HOLDOUT_CHECKS, PolicyConfig, decide, decide_rows, missing_values
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 from tests.stages.test_policy import GOOD_WEB, random_subjects
 from tests.stages.warc_fixtures import real_pages, warc_bytes

@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import pytest
 import zstandard
 
-from corpus.ingest.content_encoding import content_encodings, decode_body
-from corpus.ingest.sources import DECLARATION_FILE, declared_source, read_declaration
-from corpus.ingest.warc import BadRecord, RawRecord, iter_warc
-from hpc_jobs.ingest import IngestConfig, IngestStage, _Item
+from corpus.text.content_encoding import content_encodings, decode_body
+from corpus.text.sources import DECLARATION_FILE, declared_source, read_declaration
+from corpus.text.warc import BadRecord, RawRecord, iter_warc
+from hpc_jobs.ingest.stage import IngestConfig, IngestStage, _Item
 from runtime.runner import StageError
 from tests.conftest import run_corpus
 from tests.stages.chain import docs, manifest, run_stage

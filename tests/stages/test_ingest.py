@@ -10,9 +10,9 @@ from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
 
-from corpus.digest import stable_hash64
-from corpus.ingest.holdout import HOLDOUT_SALT, normalize_url
-from corpus.ingest.recrawl import RecordKey, later_fetches
+from corpus.decont.holdout import HOLDOUT_SALT, normalize_url
+from corpus.dedup.recrawl import RecordKey, later_fetches
+from corpus.model.digest import stable_hash64
 from tests.conftest import SAMPLE, run_corpus
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 from tests.stages.warc_fixtures import (

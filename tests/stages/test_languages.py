@@ -17,11 +17,11 @@ from importlib.metadata import version
 import pytest
 
 from bench.bench_heuristics import thai_text
-from corpus.extract import extract_text, normalize_text, strip_invisible
-from corpus.filters import heuristics, words
-from corpus.filters.heuristics import heuristic_signals
-from corpus.filters.langid import identify_language
-from corpus.ingest.warc import RawRecord, decode_page, iter_warc
+from corpus.signals import heuristics, words
+from corpus.signals.heuristics import heuristic_signals
+from corpus.signals.langid import identify_language
+from corpus.text.extract import extract_text, normalize_text, strip_invisible
+from corpus.text.warc import RawRecord, decode_page, iter_warc
 
 PER_LANGUAGE = 4
 #: the Debian FAQ's translations in the crawl, by host
@@ -236,8 +236,8 @@ def test_english_values_are_the_same_with_the_language_given_or_not(shared_data)
 
 def test_zwnj_and_zwj_survive_extraction_annotation_and_tokenization(shared_data):
     from corpus.model import Document
-    from corpus.tokenizer import PinnedTokenizer
-    from hpc_jobs.annotate import annotate_document
+    from corpus.text.tokenizer import PinnedTokenizer
+    from hpc_jobs.annotate.stage import annotate_document
 
     with tarfile.open(shared_data / "code" / "mkdocs-1.6.1.tar.gz") as tar:
         po = tar.extractfile("mkdocs-1.6.1/mkdocs/themes/mkdocs/locales/fa/LC_MESSAGES/messages.po").read()

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from corpus.extract import extract_text
-from corpus.filters.pii import (
+from corpus.model import Document
+from corpus.signals.pii import (
     CODE_SAFE_KINDS,
     KINDS,
     PLACEHOLDERS,
@@ -19,8 +19,8 @@ from corpus.filters.pii import (
     scrub_pii,
     ssn_ok,
 )
-from corpus.model import Document
-from hpc_jobs.annotate import AnnotateConfig, AnnotateStage, annotate_document
+from corpus.text.extract import extract_text
+from hpc_jobs.annotate.stage import AnnotateConfig, AnnotateStage, annotate_document
 from tests.stages.warc_fixtures import real_pages
 
 #: the public IPv4 addresses quoted in the Perl manuals: an Apache access log (perlfaq) and

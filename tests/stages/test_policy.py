@@ -9,11 +9,11 @@ import duckdb
 import numpy as np
 import pytest
 
-from corpus.errors import UserError
-from corpus.metadata import metadata_table
+from corpus.formats.metadata import metadata_table
 from corpus.model import Document
-from corpus.policy import PolicyConfig, decide, decide_rows, missing_values
-from corpus.selection import parse_inline
+from corpus.model.errors import UserError
+from corpus.select.policy import PolicyConfig, decide, decide_rows, missing_values
+from corpus.select.selection import parse_inline
 from corpus.version import select_rows
 
 GOOD_WEB = {

@@ -14,8 +14,10 @@ from collections import Counter
 
 import pytest
 
-from corpus.digest import file_sha256
-from corpus.filters.quality import (
+from corpus.formats.metadata import metadata_table
+from corpus.model import Document
+from corpus.model.digest import file_sha256
+from corpus.signals.quality import (
     DEFAULT_MODEL,
     QualityModel,
     card_path,
@@ -28,9 +30,7 @@ from corpus.filters.quality import (
     read_labelled_jsonl,
     split_group,
 )
-from corpus.metadata import metadata_table
-from corpus.model import Document
-from hpc_jobs.annotate import annotate_document
+from hpc_jobs.annotate.stage import annotate_document
 from tests.conftest import SAMPLE, run_corpus
 from tests.stages.chain import PERL_DOC_CURATED, docs, manifest, run_chain, run_stage
 from tests.stages.warc_fixtures import real_pages, warc_bytes

@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from corpus.digest import sha256_hex
 from corpus.model import Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
+from corpus.model.digest import sha256_hex
 from runtime.runner import InputShard, Stage, StageContext, main, raw_input_shard
 
 

@@ -22,10 +22,10 @@ import duckdb
 import numpy as np
 import pytest
 
-from corpus.digest import file_sha256
-from corpus.metadata import metadata_table, write_metadata
+from corpus.formats.metadata import metadata_table, write_metadata
 from corpus.model import SnapshotManifest, SnapshotShard
-from corpus.selection import parse_inline, parse_selection, selection_sql
+from corpus.model.digest import file_sha256
+from corpus.select.selection import parse_inline, parse_selection, selection_sql
 from corpus.version import build_age, connect, evaluate, open_version, select_rows
 
 #: the scores of a page the default quality policy's Gopher rules pass

@@ -2,7 +2,7 @@
 
 import pytest
 
-from corpus.licences import licence_class
+from corpus.select.licences import licence_class
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from corpus.dedup.order import encode_representative_key
-from corpus.metadata import FIXED_COLUMNS, metadata_table, write_metadata
+from corpus.formats.metadata import FIXED_COLUMNS, metadata_table, write_metadata
 from corpus.model import Document
-from corpus.provenance import host_of
+from corpus.select.provenance import host_of
 from tests.versions.test_selection import record
 
 

@@ -10,9 +10,9 @@ import duckdb
 import numpy as np
 import pytest
 
-from corpus.errors import UserError
-from corpus.metadata import metadata_table
-from corpus.selection import check_columns, parse_inline, parse_selection
+from corpus.formats.metadata import metadata_table
+from corpus.model.errors import UserError
+from corpus.select.selection import check_columns, parse_inline, parse_selection
 from corpus.version import ShardRef, assign_buckets
 from tests.versions.test_selection import record
 

@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from corpus.errors import UserError
-from corpus.metadata import metadata_table
-from corpus.selection import load_selection, parse_inline, parse_selection
+from corpus.formats.metadata import metadata_table
+from corpus.model.errors import UserError
+from corpus.select.selection import load_selection, parse_inline, parse_selection
 from corpus.version import select_rows
 
 
@@ -224,7 +224,7 @@ def test_the_canonical_form_ignores_spelling_and_order():
 
 def test_an_exact_copys_origin_keeps_the_stored_document_when_the_keepers_origin_is_excluded():
     from corpus.model import Document
-    from corpus.provenance import copy_record
+    from corpus.select.provenance import copy_record
 
     recs = [record(i, url=f"https://keeper{i}.example.org/p", crawl_date="2026-05-01") for i in range(4)]
     for r in recs[:2]:  # exact dedup kept these for their copies (then a later stage changed their text)

@@ -1,0 +1,139 @@
+"""The eval holdout: a fixed slice of web URLs that never enters the corpus, nor do copies of its pages.
+
+Carving: chosen before anything else looks at the data, as a pure function of the **normalized** URL
+(:func:`normalize_url`; ``stable_hash64``, not Python's salted ``hash``), so every build and every rank
+carves out exactly the same pages, and the spellings of one address (``HTTP://Example.org:80/a/``,
+``https://example.org/a?utm_source=x#top``) are held out together. The salt is unchanged since the raw
+URL was hashed: a URL that was already in normal form keeps its verdict, so the holdout of an older
+build stays held out (an eval set that moved would have been trained on by the older build's models).
+
+The rest of the rule lives in the stages: ``extract`` stores the held-out pages extracted and
+PII-scrubbed, each with its raw digest and the exact-dedup key of its extracted text
+(:data:`EXACT_KEY`); ``exact_dedup`` and ``minhash_dedup`` tag the candidates that are exact or near
+copies of a held-out page (scores :data:`EXACT_SCORE`, :data:`NEAR_SCORE`), which the quality policy's
+first checks exclude (``corpus.select.policy``). :func:`holdout_files` finds the extracted holdout from any
+later stage's directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from corpus.formats.docshard import SUFFIX
+from corpus.model.digest import stable_hash64
+from corpus.model.manifest import read_stage_manifest
+
+HOLDOUT_SALT = "corpus-eval-holdout/1"
+#: the carving rule: 1 hashed the raw URL, 2 hashes :func:`normalize_url`'s form (same salt)
+HOLDOUT_VERSION = "2"
+#: the stage whose ``holdout/`` artifact is the stored eval holdout (extracted, scrubbed)
+HOLDOUT_STAGE = "extract"
+HOLDOUT_KIND = "holdout"
+#: the annotation (stage ``extract``) of a held-out document that carries its exact-dedup key,
+#: ``"<KEY_VERSION>:<hex>"`` of the extracted text before the PII scrub (what exact_dedup keys on)
+EXACT_KEY = "exact_key"
+#: the scores of a candidate that copies a held-out page: exact (1.0, exact_dedup) and near (the
+#: estimated Jaccard similarity to the closest held-out page, minhash_dedup)
+EXACT_SCORE = "holdout_exact"
+NEAR_SCORE = "holdout_near"
+
+#: query parameters that track a click, not name a page (compared lower-cased); ``utm_*`` too
+TRACKING_PARAMS = frozenset(
+    {
+        "gclid",
+        "gclsrc",
+        "dclid",
+        "gbraid",
+        "wbraid",
+        "fbclid",
+        "msclkid",
+        "yclid",
+        "twclid",
+        "ttclid",
+        "igshid",
+        "mc_cid",
+        "mc_eid",
+        "_ga",
+        "_gl",
+        "_hsenc",
+        "_hsmi",
+        "mkt_tok",
+    }
+)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _tracking(name: str) -> bool:
+    name = name.lower()
+    return name.startswith("utm_") or name in TRACKING_PARAMS
+
+
+def normalize_url(url: str) -> str:
+    """The form of ``url`` the holdout is carved by: scheme and host lower-cased, ``http`` read as
+    ``https`` (one page either way), credentials, the default port (80, 443) and the fragment dropped,
+    a host's trailing dot dropped, tracking parameters (``utm_*`` and :data:`TRACKING_PARAMS`) removed
+    and the others sorted, a trailing ``/`` of a path other than the root removed, an empty path made
+    ``/``. Path case and everything else are kept. A URL ``urlsplit`` cannot read is only stripped."""
+    url = url.strip()
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return url
+    scheme = parts.scheme.lower()
+    if not parts.netloc:  # not a network URL (curated://, a bare path): only the fragment goes
+        return urlunsplit((scheme, "", parts.path, parts.query, ""))
+    host = (parts.hostname or "").rstrip(".")
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    if port is not None and port != _DEFAULT_PORTS.get(scheme):
+        host = f"{host}:{port}"
+    if scheme == "http":
+        scheme = "https"
+    path = parts.path or "/"
+    if len(path) > 1 and path.endswith("/"):
+        path = path.rstrip("/") or "/"
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not _tracking(k)]
+    return urlunsplit((scheme, host, path, urlencode(sorted(query)), ""))
+
+
+def in_holdout(url: str, tier: str, modulus: int, tiers: tuple[str, ...] | list[str]) -> bool:
+    """``hash(normalize_url(url)) % modulus == 0`` for documents of the web tiers; ``modulus <= 0``
+    disables it."""
+    return modulus > 0 and tier in tiers and stable_hash64(HOLDOUT_SALT, normalize_url(url)) % modulus == 0
+
+
+@dataclass(frozen=True)
+class HoldoutFile:
+    """One file of the stored holdout (a unit of a global phase: name and digest)."""
+
+    name: str
+    path: Path
+    sha256: str
+    records: int
+
+
+def holdout_files(stage_dir: Path) -> list[HoldoutFile]:
+    """The extracted holdout a stage reading ``stage_dir`` compares its candidates with: the
+    ``holdout/`` files of the :data:`HOLDOUT_STAGE` stage, found by following each completed stage's
+    manifest back to the stage its inputs came from (stage directories are siblings, as the runner
+    records them). Empty when the chain does not reach that stage (raw inputs, a test's hand-made stage)."""
+    d, seen = Path(stage_dir), set()
+    while d not in seen:
+        seen.add(d)
+        m = read_stage_manifest(d)
+        if m is None:
+            return []
+        if m.stage == HOLDOUT_STAGE:
+            return [
+                HoldoutFile(Path(ref.path).name[: -len(SUFFIX)], d / ref.path, ref.sha256, ref.records)
+                for ref in m.side_outputs
+                if ref.path.startswith(HOLDOUT_KIND + "/") and ref.path.endswith(SUFFIX)
+            ]
+        previous = {Path(ref.path).parts[0] for ref in m.inputs if len(Path(ref.path).parts) > 1}
+        if len(previous) != 1:
+            return []
+        d = d.parent / previous.pop()
+    return []

@@ -1,0 +1,145 @@
+"""The build directory layout: every directory and file name a build, a stage and a snapshot use.
+
+One module knows where things live, so a stage, the runner, snapshot assembly, the report and the CLI
+never spell a path of their own::
+
+    <build>/build-config.json              the effective config every stage ran with
+    <build>/stages/<stage>/                one directory per stage (see below)
+    <build>/candidates/manifest.json       every stored document: shards, metadata, indexes (corpus.snapshot)
+    <build>/candidates/base                a delta's link to its base's candidates (relative: ../../BASE/candidates)
+    <build>/snapshot/manifest.json         the default version: the build config's selection of the
+                                           candidates (corpus.version; what the loader reads by default)
+    <build>/dedup_index/{exact,band,recrawl}/ the build's persistent dedup indexes (corpus.formats.dedup_index):
+                                           its base's generations (forked) plus its own, committed last
+    <build>/dedup_index/base.json          the base build (``corpus build --base``) the indexes were forked from
+
+    <stage>/manifest.json                  StageManifest, written last: its presence means complete
+    <stage>/shards/NAME.jsonl.zst(.json)   documents that went on (+ sidecar: records, sha256)
+    <stage>/filtered/NAME.jsonl.zst(.json) {"reason", "doc"} for every document a policy dropped
+    <stage>/quarantine/NAME.jsonl.zst(.json) a QuarantineRecord for every input that could not be processed
+    <stage>/stats/NAME.json                the shard's YieldCounts and checkpoint key
+    <stage>/work/                          the stage's global-phase checkpoints and spill files
+    <stage>/.writer.lock                   who is writing the stage now (runtime.output_lock)
+    <stage>/megatron/, <stage>/lineage/    write_shards' token shards and their lineage
+    <stage>/metadata/NAME.parquet          write_shards' per-document metadata table of each token shard
+    <stage>/lineage/doc_index/dNNNNN.docidx write_shards' doc_id index, range-partitioned by doc_id prefix
+    <stage>/doc_gram_index/gNNNNN.dgr      decontaminate's per-document 8-gram index, partitioned by hash prefix
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+BUILD_CONFIG = "build-config.json"
+STAGES_DIR = "stages"
+SNAPSHOT_DIR = "snapshot"
+CANDIDATES_DIR = "candidates"
+#: in a delta's candidates: the relative symbolic link to its base's candidates, which the listed paths
+#: of the base's files go through (corpus.snapshot)
+BASE_CANDIDATES = "base"
+#: the build's persistent dedup indexes, one directory per kind (``exact``, ``band``, ``recrawl``)
+DEDUP_INDEX_DIR = "dedup_index"
+#: which base build the indexes were forked from, and the labels its index held then
+DEDUP_BASE = "base.json"
+
+# inside a stage directory
+SHARDS = "shards"
+FILTERED = "filtered"
+QUARANTINE = "quarantine"
+STATS = "stats"
+WORK = "work"
+#: the one-writer lock of a stage directory (held while a job writes it; runtime.output_lock)
+WRITER_LOCK = ".writer.lock"
+#: the per-input-shard document outputs of every stage, in the order the runner writes them
+DOC_OUTPUT_KINDS = (SHARDS, FILTERED, QUARANTINE)
+# write_shards' artifacts
+MEGATRON = "megatron"
+LINEAGE = "lineage"
+#: write_shards' per-document metadata tables (one Parquet file per token shard; the same in the snapshot)
+METADATA = "metadata"
+#: the doc_id index parts (write_shards, under LINEAGE; the snapshot keeps the same relative path)
+DOC_INDEX_DIR = "doc_index"
+DOC_INDEX_SUFFIX = ".docidx"
+
+
+def stage_dir(build_dir: Path, stage: str) -> Path:
+    return Path(build_dir) / STAGES_DIR / stage
+
+
+def snapshot_dir(build_dir: Path) -> Path:
+    return Path(build_dir) / SNAPSHOT_DIR
+
+
+def candidates_dir(build_dir: Path) -> Path:
+    return Path(build_dir) / CANDIDATES_DIR
+
+
+def dedup_index_dir(build_dir: Path, kind: str) -> Path:
+    """The build's persistent dedup index of ``kind`` (``exact``, ``band`` or ``recrawl``)."""
+    return Path(build_dir) / DEDUP_INDEX_DIR / kind
+
+
+#: the artifact of index records a stage writes inside a build (``index_records/PART.KIND.rec``): the
+#: build's own generation of that kind's persistent index, which the build's last step commits
+INDEX_RECORDS = "index_records"
+
+
+def dedup_base_path(build_dir: Path) -> Path:
+    return Path(build_dir) / DEDUP_INDEX_DIR / DEDUP_BASE
+
+
+def base_build_of(build_dir: Path) -> tuple[Path, str] | None:
+    """The base a build was made against (``corpus build --base``) and its label (the base candidates'
+    id), from ``dedup_index/base.json``; None for a build without one. The path is stored relative to the
+    build, so the two builds can move together."""
+    record = dedup_base_path(build_dir)
+    if not record.is_file():
+        return None
+    found = json.loads(record.read_text())
+    return Path(build_dir) / found["base"], found["label"]
+
+
+def build_dir_of_stage(stage_directory: Path) -> Path | None:
+    """The build a stage directory belongs to (``<build>/stages/<stage>``), or None for a stage run on
+    its own elsewhere: a stage finds the build's dedup index through it, never through its config, so
+    where a build lives never enters a config hash."""
+    parent = Path(stage_directory).resolve().parent
+    return parent.parent if parent.name == STAGES_DIR else None
+
+
+def manifest_path(directory: Path) -> Path:
+    """The manifest of a stage directory or of a snapshot directory."""
+    return Path(directory) / MANIFEST
+
+
+def build_config_path(build_dir: Path) -> Path:
+    return Path(build_dir) / BUILD_CONFIG
+
+
+def stats_path(stage_directory: Path, shard_name: str) -> Path:
+    return Path(stage_directory) / STATS / f"{shard_name}.json"
+
+
+def work_dir(stage_directory: Path) -> Path:
+    return Path(stage_directory) / WORK
+
+
+def link_file(src: Path, dst: Path) -> None:
+    """Give ``src`` the published name ``dst``: a hard link (a copy where links are impossible), made
+    under a temporary name and renamed, so a reader sees the old file or the new one. Stages only ever
+    replace files, never rewrite them, so a link keeps the bytes it was made with."""
+    src, dst = Path(src), Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists() and os.path.samefile(src, dst):
+        return
+    tmp = dst.with_name(f".{dst.name}.link.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)

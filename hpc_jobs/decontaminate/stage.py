@@ -1,0 +1,264 @@
+"""decontaminate: flag documents that contain eval-set items; keep what a later check needs of the corpus.
+
+Every rank builds the eval index from the registry (cheap next to the corpus; the registry digest is
+the prepare digest, so a changed eval set redoes every shard). The rule (:mod:`corpus.decont.rule`) is
+applied per document: an item is contaminated in a document when one of its passages (its content,
+templates stripped, or its verbatim text) has a run of ``min(min_run, m)`` consecutive 8-grams the
+document holds. A flagged document stays a candidate, annotated per benchmark with its longest run,
+the item of that run and every contaminated item, and is also written to ``flagged/NAME.jsonl.zst`` for
+the contamination report; excluding it is a version's decision (the default version does,
+``include_contaminated = false``).
+
+One index of the corpus is kept, over every candidate (a later check asks what the stored corpus holds):
+``doc_gram_index/``, what the rule reads of each document, its distinct 8-gram hashes, as (8-gram,
+document key) records (:mod:`corpus.decont.doc_grams`). Per shard the stage writes them as it scans
+(``doc_grams/NAME.rows``, document order, one document in memory); :meth:`Decontaminate.conclude`, one
+global phase of one exchange step (``doc_grams``), sends each record to the part of its hash prefix,
+whose owner writes it sorted by (8-gram, document), once. The index is range-partitioned by hash prefix
+(``2**prefix_bits`` parts of about ``doc_gram_part_rows`` records, fixed by the data, never by the rank
+count); each part is checkpointed as it completes; the parts are linked into the stage directory and
+listed, with the digests computed while writing, in the manifest (``extra["doc_gram_index"]``,
+:class:`corpus.model.facts.DecontaminationFacts`). The snapshot links them (``decont/8gram_docs/``), and
+``corpus contamination --benchmark`` applies the build's rule to them, document by document. The shuffle
+spills beyond the memory budget, so no rank holds more than its budget and one batch.
+
+The eval registry is named by ``eval_dir`` and recorded by its directory name and content digest only
+(``eval_registry_hash``), never by where it was found, so the same registry from any directory, relative
+spelling or link gives the same config, manifest and snapshot id.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from corpus.decont.doc_grams import (
+    DOC_GRAM_INDEX_DIR,
+    DOC_GRAM_INDEX_SUFFIX,
+    DOC_GRAM_RECORD,
+    DOC_GRAMS,
+    DOC_GRAMS_SUFFIX,
+    RowsFile,
+    SortedRowWriter,
+    doc_key,
+    doc_rows,
+    read_rows,
+)
+from corpus.decont.matcher import EvalIndex, best_per_benchmark
+from corpus.decont.ngrams import SCHEME, Grams, normalize_words, word_hashes
+from corpus.decont.registry import EvalRegistry, RegistryError, registry_digest
+from corpus.decont.report import FLAGGED, ITEM_PREFIX, ITEMS_PREFIX, RUN_PREFIX, encode_items
+from corpus.decont.rule import DEFAULT_MIN_ITEM_WORDS, DEFAULT_MIN_RUN, RULE, doc_gram_set
+from corpus.formats.docshard import SUFFIX, ShardWriter, iter_docs, read_sidecar
+from corpus.formats.partitions import part_of_hashes, prefix_bits
+from corpus.model import Annotation, Kept, Outcome
+from corpus.model.digest import json_digest
+from corpus.model.facts import DecontaminationFacts, FileRef, PartitionedIndex
+from corpus.model.layout import link_file
+from corpus.text.tokenizer import resolve_asset
+from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
+from runtime.runner import InputShard, Stage, StageContext, StageError, remove_stale_artifacts
+
+DOC_GRAMS_STEP = "doc_grams"
+#: what version 5 kept besides, the corpus-wide 13-gram index: removed from a stage directory it reruns in
+_VERSION_5_LEFTOVERS = ("ngrams", "ngram_index", "work/grams-spill")
+#: an (8-gram, document) record on its way to the part of its prefix
+_DOC_GRAM_ROW = np.dtype([("part", "<u4"), ("gram", "<u8"), ("doc", "<u8")])
+_SEND_BATCH = 1 << 16
+
+
+@dataclass(frozen=True)
+class DecontaminateConfig:
+    #: the eval registry, a directory of benchmark files: an absolute path, or relative to the working
+    #: directory, else to the repository. Read once, then recorded by its directory name only (its content
+    #: by ``eval_registry_hash``), so the same files from any directory, relative spelling or link give the
+    #: same config, manifest and snapshot id; where it was found is :attr:`registry`, which no digest covers
+    eval_dir: str = "assets/evals"
+    #: consecutive 8-grams of a passage that make a document contaminated (all of them when it has fewer)
+    min_run: int = DEFAULT_MIN_RUN
+    min_item_words: int = DEFAULT_MIN_ITEM_WORDS  # passages shorter than this are too generic to check
+    #: about how many (8-gram, document) records one part of the per-document index holds (16 bytes
+    #: each); the number of parts follows from the data and this, never from the rank count
+    doc_gram_part_rows: int = 1 << 22
+    #: computed, not set: the registry's content digest is part of the config (and its hash), so an
+    #: eval file changed in place re-runs the stage like any other config change
+    eval_registry_hash: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        path = resolve_asset(self.eval_dir)
+        object.__setattr__(self, "eval_registry_hash", registry_digest(path))
+        object.__setattr__(self, "eval_dir", Path(os.path.abspath(path)).name)
+        object.__setattr__(self, "_registry", path)  # not a field: never in the config's dict or hash
+
+    @property
+    def registry(self) -> Path:
+        """The eval registry directory as it was found (its location, which enters no digest)."""
+        return self._registry
+
+
+class Decontaminate(Stage):
+    name = "decontaminate"
+    # 4: flagged documents stay candidates (annotated, copied to flagged/ for the report)
+    # 5: one rule in the build and after it (8-gram runs per passage, content without templates, every
+    #    contaminated item annotated); the per-document 8-gram index (doc_grams/, doc_gram_index/)
+    # 6: the per-document 8-gram index is the one index kept (the corpus-wide 13-gram index, its
+    #    ngrams/ and its exchange step are gone); the eval registry recorded by directory name and digest
+    version = "6"
+    Config = DecontaminateConfig
+    artifact_kinds = (FLAGGED, DOC_GRAMS)
+
+    def __init__(self, config: DecontaminateConfig) -> None:
+        super().__init__(config)
+        self.index: EvalIndex | None = None
+        self._doc_grams: dict[str, RowsFile] = {}
+        self._flagged: dict[str, ShardWriter] = {}
+        self._phase: GlobalPhase | None = None
+        if config.doc_gram_part_rows < 1:
+            raise StageError(
+                f"[decontaminate] doc_gram_part_rows must be positive, got {config.doc_gram_part_rows}"
+            )
+
+    def _load(self) -> EvalIndex:
+        if self.index is None:
+            try:
+                registry = EvalRegistry.load(self.config.registry)
+                if registry.digest != self.config.eval_registry_hash:
+                    raise RegistryError(f"eval registry {self.config.registry} changed while the stage started")
+                self.index = EvalIndex(registry, self.config.min_run, self.config.min_item_words)
+            except (RegistryError, ValueError) as e:
+                raise StageError(str(e)) from e
+        return self.index
+
+    def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        index = self._load()
+        if ctx.rank == 0:
+            for leftover in _VERSION_5_LEFTOVERS:
+                shutil.rmtree(ctx.out_dir / leftover, ignore_errors=True)
+        remove_stale_artifacts(ctx, inputs, FLAGGED, (SUFFIX, SUFFIX + ".json"))
+        remove_stale_artifacts(ctx, inputs, DOC_GRAMS, (DOC_GRAMS_SUFFIX, DOC_GRAMS_SUFFIX + ".json"))
+        return json_digest({"eval_registry": index.registry.digest, "scheme": SCHEME, "rule": RULE})
+
+    def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
+        index = self._load()
+        flagged = self._flagged[shard.name] = ShardWriter(ctx.artifact_path(FLAGGED, f"{shard.name}{SUFFIX}"))
+        rows = self._doc_grams[shard.name] = RowsFile(
+            ctx.artifact_path(DOC_GRAMS, f"{shard.name}{DOC_GRAMS_SUFFIX}")
+        )
+        for doc in iter_docs(shard.path):
+            nbytes = len(doc.text.encode("utf-8"))
+            # what the rule reads of the document, and all the index keeps
+            doc_set = doc_gram_set(Grams(word_hashes(normalize_words(doc.text))))
+            rows.write(doc_rows(doc_set, doc_key(doc.doc_id)))
+            matches = index.match_set(doc_set)
+            if matches:
+                notes = []
+                for best in best_per_benchmark(matches):
+                    items = [m.item_id for m in matches if m.benchmark == best.benchmark]
+                    notes.append(Annotation(self.name, RUN_PREFIX + best.benchmark, best.run, "fail"))
+                    notes.append(Annotation(self.name, ITEM_PREFIX + best.benchmark, best.item_id, "info"))
+                    notes.append(
+                        Annotation(self.name, ITEMS_PREFIX + best.benchmark, encode_items(items), "info")
+                    )
+                doc = doc.annotate(*notes)
+                flagged.write_doc(doc)
+            yield Kept(doc), nbytes
+
+    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
+        self._doc_grams.pop(shard.name).close()
+        self._flagged.pop(shard.name).close()
+
+    # -- the per-document index: a global phase over the shards' records -------------------------------
+    def conclude(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        """One exchange step: each record to the part of its prefix; each part written sorted, unique."""
+        phase = self._phase = GlobalPhase(ctx, global_phase_key(self, inputs, scheme=SCHEME, rule=RULE))
+        bits, names = self._parts(ctx, inputs)
+        if phase.complete:
+            digest = phase.reused()
+        else:
+
+            def send(shard: InputShard) -> Iterator[np.ndarray]:
+                path = ctx.artifact_path(DOC_GRAMS, f"{shard.name}{DOC_GRAMS_SUFFIX}")
+                for batch in read_rows(path, _SEND_BATCH):
+                    rows = np.empty(batch.shape[0], dtype=_DOC_GRAM_ROW)
+                    rows["part"] = part_of_hashes(batch["gram"], bits)
+                    rows["gram"], rows["doc"] = batch["gram"], batch["doc"]
+                    yield rows
+
+            def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+                out = SortedRowWriter(writer.open(DOC_GRAM_INDEX_SUFFIX))
+                for rows in batches:  # sorted by (gram, doc) within the part
+                    out.add_sorted(rows["gram"], rows["doc"])
+                return {"rows": out.count}
+
+            phase.exchange_rows(
+                DOC_GRAMS_STEP, names, inputs, send, reduce, dtype=_DOC_GRAM_ROW, order_fields=("gram", "doc")
+            )
+            total = None
+            if ctx.rank == 0:
+                total = sum(p.facts["rows"] for p in phase.parts(DOC_GRAMS_STEP, names))
+            total = ctx.comm.bcast(total, root=0)
+            digest = phase.finish({DOC_GRAMS_STEP: names}, {"rows": total, "prefix_bits": bits})
+        self._publish(ctx, names)
+        return digest
+
+    def _parts(self, ctx: StageContext, inputs: list[InputShard]) -> tuple[int, list[str]]:
+        """The index's prefix bits and part names, from the shards' record counts (sidecars)."""
+        bits = None
+        if ctx.rank == 0:
+            total = 0
+            for s in inputs:
+                sidecar = read_sidecar(ctx.artifact_path(DOC_GRAMS, f"{s.name}{DOC_GRAMS_SUFFIX}"))
+                if sidecar is None:
+                    raise StageError(f"[decontaminate] {DOC_GRAMS}/{s.name}{DOC_GRAMS_SUFFIX} is missing")
+                total += int(sidecar["records"])
+            bits = prefix_bits(total, self.config.doc_gram_part_rows)
+        bits = ctx.comm.bcast(bits, root=0)
+        return bits, [f"g{p:05d}" for p in range(1 << bits)]
+
+    def _publish(self, ctx: StageContext, names: list[str]) -> None:
+        """Each rank links the parts it owns into ``doc_gram_index/`` (the checkpointed files themselves)."""
+        assert self._phase is not None
+        d = ctx.out_dir / DOC_GRAM_INDEX_DIR
+        d.mkdir(parents=True, exist_ok=True)
+        for n in names[ctx.rank :: ctx.size]:
+            name = f"{n}{DOC_GRAM_INDEX_SUFFIX}"
+            link_file(self._phase.step_dir(DOC_GRAMS_STEP) / name, d / name)
+        ctx.comm.Barrier()
+        if ctx.rank == 0:  # parts of an earlier, larger index would be listed by nobody: drop them
+            keep = {f"{n}{DOC_GRAM_INDEX_SUFFIX}" for n in names}
+            for p in sorted(d.iterdir()):
+                if p.name not in keep:
+                    p.unlink()
+
+    def index_listing(self) -> PartitionedIndex:
+        """The per-document index as the manifest lists it (``rows``): parts with the digests computed
+        while writing."""
+        assert self._phase is not None
+        facts = self._phase.facts
+        names = [f"g{p:05d}" for p in range(1 << facts["prefix_bits"])]
+        parts = []
+        for part in self._phase.parts(DOC_GRAMS_STEP, names):
+            file = f"{part.name}{DOC_GRAM_INDEX_SUFFIX}"
+            ref = FileRef(f"{DOC_GRAM_INDEX_DIR}/{file}", part.files[file].removeprefix("sha256:"))
+            parts.append((ref, part.facts["rows"]))
+        record = ", ".join(f"{n} {DOC_GRAM_RECORD.fields[n][0].str}" for n in DOC_GRAM_RECORD.names)
+        return PartitionedIndex("rows", facts["prefix_bits"], facts["rows"], tuple(parts), SCHEME, record)
+
+    def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
+        index = self._load()
+        described = index.registry.describe()
+        for name, n in index.unchecked.items():
+            described[name]["unchecked_items"] = n
+        # matching: the rule and its settings (rule, ngram, min_run, min_item_words), what a check applies
+        return DecontaminationFacts(
+            index.registry.digest, described, index.describe() | {"scheme": SCHEME}, self.index_listing()
+        ).to_extra()
+
+
+STAGE = Decontaminate

@@ -1,0 +1,1 @@
+"""The exact_dedup stage: ``stage.py`` holds its hooks; ``python -m hpc_jobs.exact_dedup`` runs it."""

@@ -1,0 +1,224 @@
+"""Stage ``extract``: HTML documents -> text documents; plain text passes through cleaned.
+
+Every document is handled on its own: an oversized page is truncated before parsing and tagged, a
+parse that exceeds ``time_limit_s`` is killed and quarantined (``extract_timeout``), one whose worker
+outgrows ``memory_limit_mb`` is quarantined (``memory_limit``) and the worker replaced, a parser crash or
+exception is quarantined (``extract_crashed`` / ``extract_error``), a page that is mostly undecodable
+bytes is quarantined (``invalid_utf8``), and a page with no main text goes to ``filtered/`` as
+``no_text_extracted``. The shard always goes on. Documents of ``verbatim_tiers`` (``code`` by default)
+keep their text exactly as ingest read it: in source code, whitespace is syntax (indentation, two
+blank lines, a Makefile's tabs, trailing spaces that end a Markdown line). The text of a kept document replaces its HTML
+(``Document.with_text``: new doc_id, ``derived_from`` the HTML document's id).
+
+The eval holdout: with each shard, the held-out pages ingest set aside for the same input file
+(ingest's ``holdout/NAME``) are extracted the same way and PII-scrubbed (``corpus.signals.pii``, the
+kinds of ``holdout_pii_kinds``), and written to this stage's ``holdout/NAME``: the stored eval set,
+each document with its raw digest, ``derived_from`` the held-out HTML document, and the exact-dedup key
+of its text before the scrub (annotation ``exact_key``, what exact_dedup compares candidates with). A
+held-out page that gives no text or is quarantined is counted by reason (``holdout_dropped``); held-out
+pages are never counted among the stage's documents.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from corpus.decont.holdout import EXACT_KEY, HOLDOUT_KIND
+from corpus.formats.docshard import SUFFIX, ShardWriter, iter_docs, read_sidecar
+from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
+from corpus.model.digest import json_digest
+from corpus.model.manifest import read_stage_manifest
+from corpus.model.tiers import check_tier
+from corpus.signals.pii import KINDS, scrub_pii
+from corpus.text.extract import (
+    ExtractWorker,
+    cap_html,
+    extract_text,
+    normalize_text,
+    repair_replacement_chars,
+    strip_invisible,
+)
+from corpus.text.normalize import KEY_VERSION, text_key
+from runtime.runner import InputShard, Stage, StageContext, remove_stale_artifacts
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    max_html_bytes: int = 2_000_000  # pages are cut to this many bytes before parsing (0: no cap)
+    time_limit_s: float = 30.0  # per document; a slower parse is killed and quarantined
+    max_replacement_ratio: float = 0.01  # more U+FFFD than this share of the text -> quarantined
+    memory_limit_mb: int = 1024  # the worker's peak resident memory per document (0: none)
+    #: the PII kinds scrubbed from the stored eval holdout (corpus.signals.pii.KINDS: all of them)
+    holdout_pii_kinds: list[str] = field(default_factory=lambda: list(KINDS))
+    #: tiers whose text is kept exactly as read (no invisible-character stripping, no whitespace folding)
+    verbatim_tiers: list[str] = field(default_factory=lambda: ["code"])
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.holdout_pii_kinds) - set(KINDS))
+        if unknown:
+            raise ValueError(f"holdout_pii_kinds: unknown kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+        for tier in self.verbatim_tiers:
+            check_tier(tier)
+        if self.time_limit_s <= 0:
+            raise ValueError("time_limit_s must be positive")
+        if self.memory_limit_mb < 0:
+            raise ValueError("memory_limit_mb must be 0 (no limit) or positive")
+
+
+#: the quarantine reason of each way the worker can fail a document
+_WORKER_REASONS = {
+    "timeout": "extract_timeout",
+    "memory_limit": "memory_limit",
+    "crashed": "extract_crashed",
+    "error": "extract_error",
+}
+
+
+class ExtractStage(Stage):
+    name = "extract"
+    # 2: ZWJ, ZWNJ and variation selectors are kept (docs/ingest-and-filters.md); 3: the worker runs
+    # under memory_limit_mb; 4: the eval holdout extracted and scrubbed in holdout/, with the exact
+    # key of its text -- whose version (corpus.text.normalize.KEY_VERSION) is part of this one, so a
+    # new key redoes the holdout; 5: documents of verbatim_tiers (code) keep their text as read
+    version = "5+key" + KEY_VERSION
+    Config = ExtractConfig
+    artifact_kinds = (HOLDOUT_KIND,)
+
+    def __init__(self, config: ExtractConfig) -> None:
+        super().__init__(config)
+        self._worker: ExtractWorker | None = None
+        self._held_out: dict[str, tuple[Path, str]] = {}
+        self._holdout: ShardWriter | None = None
+
+    def worker(self) -> ExtractWorker:
+        if self._worker is None:
+            self._worker = ExtractWorker(
+                extract_text, self.config.time_limit_s, memory_limit_mb=self.config.memory_limit_mb
+            )
+        return self._worker
+
+    def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        """The held-out pages of each input shard (ingest's ``holdout/`` files, by shard name); their
+        digests are part of every shard's checkpoint key."""
+        remove_stale_artifacts(ctx, inputs, HOLDOUT_KIND, (SUFFIX, SUFFIX + ".json"))
+        m = read_stage_manifest(ctx.in_paths[0])
+        names = {s.name for s in inputs}
+        self._held_out = {}
+        for ref in m.side_outputs if m is not None else ():
+            name = Path(ref.path).name[: -len(SUFFIX)]
+            if ref.path.startswith(HOLDOUT_KIND + "/") and ref.path.endswith(SUFFIX) and name in names:
+                self._held_out[name] = (ctx.in_paths[0] / ref.path, ref.sha256)
+        return json_digest(sorted([n, sha] for n, (_, sha) in self._held_out.items()))
+
+    def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
+        self._holdout = ShardWriter(ctx.artifact_path(HOLDOUT_KIND, f"{shard.name}{SUFFIX}"))
+        try:
+            for doc in iter_docs(shard.path):
+                yield self.process_doc(doc, ctx), len(doc.text.encode("utf-8"))
+            self._extract_holdout(shard.name, ctx)
+        except BaseException:
+            self._holdout.abort()
+            raise
+
+    def _extract_holdout(self, name: str, ctx: StageContext) -> None:
+        """The shard's held-out pages, extracted as the corpus is, scrubbed, to ``holdout/NAME``; the
+        pages that give no document are counted by reason in the file's sidecar."""
+        assert self._holdout is not None
+        dropped: Counter = Counter()
+        held_out = 0
+        if name in self._held_out:
+            for doc in iter_docs(self._held_out[name][0]):
+                held_out += 1
+                outcome = self.process_doc(doc, ctx)
+                if isinstance(outcome, Kept):
+                    self._holdout.write_doc(self.scrubbed(outcome.doc, doc))
+                else:
+                    dropped[outcome.reason if isinstance(outcome, Filtered) else outcome.record.reason] += 1
+        self._holdout.sidecar_extra.update({"held_out": held_out, "dropped": dict(sorted(dropped.items()))})
+
+    def scrubbed(self, doc: Document, html: Document) -> Document:
+        """A held-out page's extracted ``doc`` as the holdout stores it: PII scrubbed, ``derived_from``
+        the held-out HTML document, with the exact key of its text before the scrub."""
+        key = f"{KEY_VERSION}:{text_key(doc.text).hex()}"
+        s = scrub_pii(doc.text, tuple(self.config.holdout_pii_kinds))
+        counts = {kind: n for kind, n in s.counts().items() if n}
+        out = replace(doc.with_text(s.text), derived_from=html.doc_id)
+        return out.annotate(
+            Annotation(self.name, EXACT_KEY, key, "info"),
+            *(Annotation(self.name, f"pii_{kind}", n, "info") for kind, n in sorted(counts.items())),
+        )
+
+    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
+        assert self._holdout is not None
+        self._holdout.close()
+
+    def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
+        kept = held_out = 0
+        dropped: Counter = Counter()
+        for s in inputs:
+            sidecar = read_sidecar(ctx.artifact_path(HOLDOUT_KIND, f"{s.name}{SUFFIX}")) or {}
+            kept += sidecar.get("records", 0)
+            held_out += sidecar.get("held_out", 0)
+            dropped.update(sidecar.get("dropped", {}))
+        return {
+            "holdout_docs": kept,
+            "holdout_held_out": held_out,
+            "holdout_dropped": dict(sorted(dropped.items())),
+            "holdout_key_version": KEY_VERSION,
+        }
+
+    def quarantine(self, doc: Document, reason: str, detail: str) -> Quarantined:
+        return Quarantined(
+            QuarantineRecord(
+                stage=self.name,
+                reason=reason,
+                raw_digest=doc.raw_digest,
+                source=doc.source,
+                url=doc.url,
+                detail=detail,
+                input_name=doc.doc_id,
+                lang=doc.lang,
+            )
+        )
+
+    def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
+        if doc.source_tier in self.config.verbatim_tiers:
+            if not doc.text.strip():
+                return Filtered(doc, "no_text_extracted")
+            return Kept(doc.with_text(doc.text, content_type="text/plain"))
+        notes: list[Annotation] = []
+        if doc.content_type == "text/html":
+            html, original_bytes = cap_html(doc.text, self.config.max_html_bytes)
+            if original_bytes:
+                notes.append(Annotation(self.name, "truncated_html_bytes", original_bytes, "info"))
+            result = self.worker().run(html)
+            if result.status != "ok":
+                return self.quarantine(doc, _WORKER_REASONS[result.status], result.detail)
+            text = result.value
+        else:
+            text = doc.text
+        text, invisible = strip_invisible(text)
+        if invisible:
+            notes.append(Annotation(self.name, "invisible_chars_removed", invisible, "info"))
+        repaired = repair_replacement_chars(text, self.config.max_replacement_ratio)
+        if repaired is None:
+            return self.quarantine(
+                doc,
+                "invalid_utf8",
+                f"{text.count(chr(0xFFFD))} undecodable characters in "
+                f"{len(text)} (max ratio {self.config.max_replacement_ratio})",
+            )
+        text, replaced = repaired
+        if replaced:
+            notes.append(Annotation(self.name, "utf8_repaired_chars", replaced, "info"))
+        text = normalize_text(text)
+        if not text.strip():
+            return Filtered(doc.annotate(*notes), "no_text_extracted")
+        return Kept(doc.with_text(text, content_type="text/plain").annotate(*notes))
+
+
+STAGE = ExtractStage

@@ -1,0 +1,374 @@
+"""Line-level dedup: a line found in more documents than the corpus's limit is boilerplate and is removed
+from every document of the tiers it applies to.
+
+The limit scales with the corpus: ``max_docs_fraction`` of its documents (one in 10⁷ by default), never
+below ``max_docs_per_line`` (10): a line repeated in 100 pages of a 10⁹-page crawl is a phrase, not a
+template. Documents of ``exempt_tiers`` (code and curated by default: ``return 0;``, ``import typing``
+or a licence header are what such sources are made of) neither count nor lose lines. A line's key keeps
+its punctuation, operators and digits (``corpus.text.normalize.line_key``); a line without a letter or
+digit never counts.
+
+Global phase (``runtime.global_phase``, one exchange step ``lines``): every document sends each of its
+distinct normalized line keys (8 bytes; blank lines never count) with a count, pre-summed over all of a
+rank's input shards in a table of an eighth of the budget (:class:`KeyCounts`, flushed whenever it fills),
+to the part that owns the key's range (parts split the 64-bit key space into equal ranges, one part per
+input shard, so the number of parts depends only on the data). The owner sums each key's counts while
+streaming the sorted shuffle and writes the keys seen in more documents than the limit to
+``work/phase/lines/<part>.frequent`` (sorted 8-byte keys): nothing but the shuffle's budget is held, and a
+rank killed or pre-empted in the phase costs one part.
+Per shard: each line's key is looked up in its range's file by binary search on a memory map; those lines
+are removed; a document that lost lines gets new text (``Document.with_text``, so a new doc_id with
+``derived_from`` the old one) and the annotations ``lines_removed`` and ``bytes_removed``; a document left
+with nothing but whitespace is filtered as ``all_lines_frequent``.
+Per shard too, the artifact ``removed_lines/NAME.parquet`` (:data:`REMOVED_SCHEMA`): each removed line's
+key, the number of the shard's documents that lost it and its text as first seen (up to
+:data:`LINE_SHOWN` characters), so the data card can name the most removed lines with their counts
+(corpus.report.removed_lines) without holding them in the stage.
+
+    python -m hpc_jobs.line_dedup --in build/stages/policy --out build/stages/line_dedup
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Container, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from corpus.formats.docshard import iter_docs
+from corpus.formats.metadata import write_metadata
+from corpus.model import Annotation, Document, Filtered, Kept, Outcome
+from corpus.text.normalize import KEY_VERSION, line_key
+from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
+from runtime.runner import InputShard, Stage, StageContext, assign, remove_stale_artifacts
+
+LINES = "lines"
+REMOVED = "removed_lines"  # artifact: per input shard, the lines removed and how many documents lost each
+REMOVED_SCHEMA = pa.schema([("key", pa.uint64()), ("docs", pa.int64()), ("line", pa.string())])
+LINE_SHOWN = 200  # characters of a removed line kept to show it
+FREQUENT = ".frequent"  # a part's frequent keys: sorted 8-byte big-endian keys, back to back
+_KEY_DTYPE = np.dtype(">u8")  # line keys compare as bytes, i.e. as big-endian integers
+_KEY_BYTES = np.dtype("S8")  # the same keys as byte strings: searched in place, no byte swap
+#: a line key's count on its way to the part of its key range (the exchange's fixed-width row, 16 bytes).
+#: Counts are capped at the limit + 1: whether a key's total passes the limit is all the
+#: reduce asks, and the cap keeps a count in 4 bytes however many documents a sender summed
+LINE_ROW = np.dtype([("part", "<u4"), ("key", "<u8"), ("count", "<u4")])
+_COUNT_MAX = np.iinfo(np.uint32).max
+#: what one entry of a sender's pre-summing table's capacity costs at its fullest (measured 47 bytes with
+#: every key distinct): up to 1.25 entries of 12 bytes (key and count), twice while a fold rebuilds the
+#: table, and a quarter of a pending key (8 bytes) with the fold's temporaries (about 70)
+_COMBINE_ENTRY_BYTES = 48
+
+
+@dataclass(frozen=True)
+class LineDedupConfig:
+    #: a line in more than this share of the documents is boilerplate ...
+    max_docs_fraction: float = 1e-7
+    #: ... and in more documents than this, whatever the corpus's size (the limit's floor)
+    max_docs_per_line: int = 10
+    #: tiers whose documents neither count nor lose lines
+    exempt_tiers: tuple[str, ...] = ("code", "curated")
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_docs_per_line < _COUNT_MAX:
+            raise ValueError(f"max_docs_per_line must be at least 1 and below {_COUNT_MAX}")
+        if not 0 <= self.max_docs_fraction < 1:
+            raise ValueError("max_docs_fraction must be at least 0 and below 1")
+        if isinstance(self.exempt_tiers, str):
+            raise ValueError("exempt_tiers must be a list of tier names")
+        object.__setattr__(self, "exempt_tiers", tuple(self.exempt_tiers))
+
+    def limit(self, docs: int) -> int:
+        """The most documents a line may be in before it is removed, in a corpus of ``docs`` documents."""
+        return min(max(self.max_docs_per_line, int(docs * self.max_docs_fraction)), _COUNT_MAX - 1)
+
+
+def doc_line_keys(text: str) -> set[bytes]:
+    return {k for line in text.splitlines() if (k := line_key(line)) is not None}
+
+
+def key_values(keys: set[bytes]) -> np.ndarray:
+    """8-byte keys as the integers they spell big-endian (the order of their bytes), native uint64, sorted:
+    a set's order changes with the process's hash seed, and where a document's keys are split between
+    two folds of :class:`KeyCounts` (so which rows a rank sends) must not."""
+    return np.sort(np.frombuffer(b"".join(keys), dtype=_KEY_DTYPE).astype(np.uint64))
+
+
+def remove_lines(text: str, frequent: Container[bytes]) -> tuple[str, list[tuple[bytes, str]]]:
+    """The text without its frequent lines (line ends kept as they were), and the removed lines with
+    their keys, in order."""
+    kept, removed = [], []
+    for line in text.splitlines(keepends=True):
+        key = line_key(line)
+        if key in frequent:
+            removed.append((key, line))
+        else:
+            kept.append(line)
+    return "".join(kept), removed
+
+
+class RemovedLines:
+    """One shard's removed lines: per key, the documents that lost it and its text as first seen.
+    Bounded by the shard's distinct lines, written as the shard's ``removed_lines`` artifact."""
+
+    def __init__(self) -> None:
+        self._lines: dict[bytes, list] = {}
+
+    def add(self, removed: list[tuple[bytes, str]]) -> None:
+        """One document's removed lines (a line twice in it counts the document once)."""
+        first: dict[bytes, str] = {}
+        for key, line in removed:
+            first.setdefault(key, line)
+        for key, line in first.items():
+            seen = self._lines.get(key)
+            if seen is None:
+                self._lines[key] = [1, line.strip()[:LINE_SHOWN]]
+            else:
+                seen[0] += 1
+
+    def write(self, path: Path) -> None:
+        keys = sorted(self._lines)
+        table = pa.Table.from_arrays(
+            [
+                pa.array(np.frombuffer(b"".join(keys), dtype=_KEY_DTYPE).astype(np.uint64), type=pa.uint64()),
+                pa.array([self._lines[k][0] for k in keys], type=pa.int64()),
+                pa.array([self._lines[k][1] for k in keys], type=pa.string()),
+            ],
+            schema=REMOVED_SCHEMA,
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        write_metadata(table, tmp)
+        tmp.replace(path)
+
+
+class FrequentLines:
+    """The frequent line keys of a finished phase: one sorted file per key range, searched by memory map
+    (at most ``open_parts`` maps held), so a rank's memory does not grow with the number of such lines."""
+
+    def __init__(self, step_dir: Path, parts: int, open_parts: int = 64) -> None:
+        self.step_dir = step_dir
+        self.parts = parts
+        self._map = functools.lru_cache(maxsize=open_parts)(self._load)
+
+    def _load(self, part: int) -> np.ndarray:
+        """The part's keys as 8-byte strings, which sort as the big-endian integers they spell. Searched as
+        ``>u8`` integers, numpy would first copy the whole file to native byte order, at every lookup."""
+        path = self.step_dir / f"{part_name(part)}{FREQUENT}"
+        if path.stat().st_size == 0:
+            return np.empty(0, dtype=_KEY_BYTES)
+        return np.memmap(path, dtype=_KEY_BYTES, mode="r")
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, bytes):  # a blank line has no key
+            return False
+        keys = self._map(key_part(key, self.parts))
+        i = int(np.searchsorted(keys, key))
+        return i < keys.shape[0] and keys[i : i + 1].tobytes() == key  # keys[i] would drop trailing NULs
+
+
+class LineDedupStage(Stage):
+    name = "line_dedup"
+    # 2: the global phase checkpointed in parts; frequent keys searched by memory map
+    # 3: keys keep punctuation (KEY_VERSION 2); the limit scales with the corpus; exempt tiers
+    # 4: the removed lines of each shard kept as an artifact (removed_lines/)
+    version = "4"
+    Config = LineDedupConfig
+    artifact_kinds = (REMOVED,)
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._frequent: FrequentLines | None = None
+        self._removed = RemovedLines()
+
+    def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
+        return global_phase_key(self, inputs, normalization=KEY_VERSION)
+
+    def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
+        phase = self._phase = GlobalPhase(ctx, self._key(inputs))
+        parts = max(1, len(inputs))
+        self._frequent = FrequentLines(phase.step_dir(LINES), parts)
+        remove_stale_artifacts(ctx, inputs, REMOVED, (".parquet",))
+        if phase.complete:
+            return phase.reused()
+        capacity = max(1024, ctx.memory_budget_bytes // (8 * _COMBINE_ENTRY_BYTES))
+        docs = sum(max(s.records, 0) for s in inputs)
+        limit = self.config.limit(docs)
+        cap = limit + 1
+        exempt = self.config.exempt_tiers
+
+        def send(_: None) -> Iterator[np.ndarray]:
+            # one table over all of this rank's shards: a line repeated across them is sent once per flush
+            table = KeyCounts(capacity, cap)
+            for shard in assign(inputs, ctx.rank, ctx.size):
+                for doc in iter_docs(shard.path):
+                    if doc.source_tier in exempt:
+                        continue
+                    for keys, counts in table.add(key_values(doc_line_keys(doc.text))):
+                        yield _count_rows(keys, counts, parts)
+            for keys, counts in table.drain():
+                yield _count_rows(keys, counts, parts)
+
+        def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
+            totals = KeyTotals(writer.open(FREQUENT), limit)
+            for rows in batches:  # sorted by key; a key's counts may straddle two batches
+                totals.add(rows["key"], rows["count"])
+            totals.finish()
+            return {"distinct_lines": totals.distinct, "frequent_lines": totals.frequent}
+
+        names = [part_name(i) for i in range(parts)]
+        phase.exchange_rows(LINES, names, None, send, reduce, dtype=LINE_ROW, order_fields=("key",))
+        facts = None
+        if ctx.rank == 0:
+            total: Counter = Counter({"docs": docs, "line_limit": limit})
+            for part in phase.parts(LINES, names):
+                total.update(part.facts)
+            facts = dict(sorted(total.items()))
+            ctx.say(f"{facts['distinct_lines']} distinct lines, {facts['frequent_lines']} frequent")
+        return phase.finish({LINES: names}, ctx.comm.bcast(facts, root=0))
+
+    def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
+        self._removed = RemovedLines()
+        yield from super().process_shard(shard, ctx)
+
+    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
+        self._removed.write(ctx.artifact_path(REMOVED, f"{shard.name}.parquet"))
+
+    def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
+        assert self._frequent is not None
+        if doc.source_tier in self.config.exempt_tiers:
+            return Kept(doc)
+        text, removed = remove_lines(doc.text, self._frequent)
+        if not removed:
+            return Kept(doc)
+        self._removed.add(removed)
+        lost = len(doc.text.encode("utf-8")) - len(text.encode("utf-8"))
+        notes = (
+            Annotation(self.name, "lines_removed", len(removed)),
+            Annotation(self.name, "bytes_removed", lost),
+        )
+        if not text.strip():
+            return Filtered(doc.annotate(*notes), "all_lines_frequent")
+        return Kept(doc.with_text(text, annotations=doc.annotations + notes))
+
+    def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
+        return {"normalization_version": KEY_VERSION, **self._phase.facts}
+
+
+def part_name(part: int) -> str:
+    return f"l{part:05d}"
+
+
+def key_part(key: bytes, parts: int) -> int:
+    """The part owning a key: equal ranges of the key space, in key order (the top 32 bits scaled), so
+    the parts' files concatenated are one sorted list."""
+    return ((int.from_bytes(key, "big") >> 32) * parts) >> 32
+
+
+def _count_rows(keys: np.ndarray, counts: np.ndarray, parts: int) -> np.ndarray:
+    rows = np.empty(len(keys), dtype=LINE_ROW)
+    rows["key"] = keys
+    rows["count"] = counts
+    rows["part"] = ((keys >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32)  # = key_part
+    return rows
+
+
+class KeyCounts:
+    """A sender's pre-summing table: in how many documents each key was (capped at ``cap``), as a sorted
+    array of keys and one of counts, 12 bytes an entry (a dict of key objects costs ~120).
+
+    A document's keys go to a pending buffer of a quarter of ``capacity``; when it is full it is sorted
+    in place, its runs counted and merged into the table (binary search, one insert), and when the table
+    then holds more than ``capacity`` entries it is flushed. Memory is set by ``capacity`` whatever the
+    number of distinct keys, and a key that many documents share (boilerplate) leaves once per flush, not
+    once per document or input shard."""
+
+    def __init__(self, capacity: int, cap: int) -> None:
+        self.capacity, self.cap = capacity, cap
+        self._pending = np.empty(max(1, capacity // 4), dtype=np.uint64)
+        self._n = 0
+        self._keys = np.empty(0, dtype=np.uint64)
+        self._counts = np.empty(0, dtype=np.uint32)
+
+    def add(self, keys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Count each of ``keys`` (one document's distinct keys) once; yields (sorted keys, counts)
+        whenever the table is flushed to make room."""
+        while len(keys):
+            piece = keys[: len(self._pending) - self._n]
+            self._pending[self._n : self._n + len(piece)] = piece
+            self._n += len(piece)
+            keys = keys[len(piece) :]
+            if self._n == len(self._pending):
+                self._fold()
+                if len(self._keys) > self.capacity:
+                    yield self._take()
+
+    def drain(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """What the table holds, as (sorted keys, counts); the table is empty afterwards."""
+        self._fold()
+        if len(self._keys):
+            yield self._take()
+
+    def _take(self) -> tuple[np.ndarray, np.ndarray]:
+        table = self._keys, self._counts
+        self._keys, self._counts = np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint32)
+        return table
+
+    def _fold(self) -> None:
+        pending = self._pending[: self._n]
+        self._n = 0
+        if not len(pending):
+            return
+        pending.sort()
+        starts = np.flatnonzero(np.concatenate(([True], pending[1:] != pending[:-1])))
+        keys, runs = pending[starts], np.diff(np.append(starts, len(pending)))
+        pos = np.searchsorted(self._keys, keys)
+        hit = pos < len(self._keys)
+        hit[hit] = self._keys[pos[hit]] == keys[hit]
+        at = pos[hit]
+        self._counts[at] = np.minimum(self._counts[at] + runs[hit], self.cap)
+        new = ~hit
+        self._keys = np.insert(self._keys, pos[new], keys[new])
+        self._counts = np.insert(self._counts, pos[new], np.minimum(runs[new], self.cap))
+
+
+class KeyTotals:
+    """Sums the counts of sorted keys arriving in batches and writes the keys whose total exceeds the
+    limit (8 bytes each, big-endian: the key's own bytes, so the file is sorted)."""
+
+    def __init__(self, out: Any, limit: int) -> None:
+        self.out, self.limit = out, limit
+        self.distinct = self.frequent = 0
+        self._key: int | None = None
+        self._sum = 0
+
+    def add(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        if not keys.shape[0]:
+            return
+        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+        uniq, sums = keys[starts], np.add.reduceat(counts.astype(np.uint64), starts)
+        if self._key is not None and int(uniq[0]) == self._key:
+            sums[0] += np.uint64(self._sum)
+        elif self._key is not None:
+            self._emit(np.array([self._key], dtype=np.uint64), np.array([self._sum], dtype=np.uint64))
+        self._emit(uniq[:-1], sums[:-1])  # the last key may go on in the next batch
+        self._key, self._sum = int(uniq[-1]), int(sums[-1])
+
+    def finish(self) -> None:
+        if self._key is not None:
+            self._emit(np.array([self._key], dtype=np.uint64), np.array([self._sum], dtype=np.uint64))
+            self._key = None
+
+    def _emit(self, keys: np.ndarray, sums: np.ndarray) -> None:
+        frequent = keys[sums > self.limit]
+        self.out.write(frequent.astype(_KEY_DTYPE).tobytes())
+        self.distinct += int(keys.shape[0])
+        self.frequent += int(frequent.shape[0])
+
+
+STAGE = LineDedupStage

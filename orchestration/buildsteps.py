@@ -1,0 +1,241 @@
+"""The steps of an orchestrated build besides the stage jobs, written so a DAG can run them on the
+cluster's side (where the build directory is), through the same backend that submits the jobs:
+
+    python -m orchestration.buildsteps prepare  --out DIR --input PATH... [--config FILE] [--seed S]
+                                                       [--overrides JSON] [--base BUILD | --latest-base ROOT]
+    python -m orchestration.buildsteps finalize --out DIR --stages a,b,c [--config FILE]
+
+``prepare`` checks and resolves the inputs, writes the build config every stage reads and starts the
+build's dedup indexes (exactly what ``corpus build`` does before its stages): with a base (given, or the
+latest complete build under a root: :func:`latest_base`) the indexes are forks of the base's and only
+the inputs the base has not ingested remain;
+``finalize`` makes the band index with the parameters minhash_dedup ran with (or checks the base's),
+writes the candidates and the default version from the stage manifests with
+:func:`runtime.build.finish_build` (which commits the build's index generation last: the commit job,
+``hpc_jobs/commit_index/``, under ``mpiexec`` on this machine with as many ranks as the stages ran on),
+then the build's data card (``corpus report``), and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
+its counts against the previous stage's before the DAG moves on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from corpus.model import GroupCounts, StageManifest, YieldCounts
+from corpus.model.config import ConfigError, check_build_config, load_config_file, stage_config
+from corpus.model.errors import UserError
+from corpus.model.layout import candidates_dir, dedup_base_path, manifest_path, snapshot_dir
+from corpus.report.alarms import YieldAlarmError, alarm_config, enforce
+from corpus.report.build_view import open_build
+from corpus.report.counts import funnel_table
+from runtime import build as pipeline
+
+
+class VerifyError(RuntimeError):
+    """A stage's manifest does not hold up: the stage must not be built on."""
+
+
+class NothingLeft(UserError):
+    """A stage kept no document: the build stops here, with the reasons (retrying changes nothing)."""
+
+
+def verify_stage(
+    stage: str, manifest: dict[str, Any], previous: dict[str, Any] | None, inputs: list[str] | None = None
+) -> dict[str, Any]:
+    """Check a completed stage's manifest; return its digest and totals (what the DAG passes on).
+
+    * it is the manifest of ``stage``, with one count record per output shard;
+    * every shard's counts and the totals reconcile (in = out + filtered + quarantined), and the
+      totals are the sum of the shards';
+    * it was made from the previous stage's outputs: the same shard digests, and as many documents in
+      as the previous stage let out;
+    * given the build's ``inputs``, it kept a document (:class:`NothingLeft` otherwise, the one line
+      ``corpus build`` prints: :func:`runtime.build.check_documents_left`).
+    """
+    m = StageManifest.from_dict(manifest)
+    if m.stage != stage:
+        raise VerifyError(f"manifest is of stage {m.stage!r}, expected {stage!r}")
+    if len(m.outputs) != len(m.shard_counts):
+        raise VerifyError(f"{stage}: {len(m.outputs)} output shards but counts for {len(m.shard_counts)}")
+    summed = GroupCounts()
+    for name, counts in sorted(m.shard_counts.items()):
+        t = YieldCounts.from_dict(counts).total()
+        if not t.reconciles():
+            raise VerifyError(f"{stage}/{name}: counts do not reconcile: {t.to_dict()}")
+        summed.add(t)
+    totals = GroupCounts.from_dict(m.totals)
+    if not totals.reconciles():
+        raise VerifyError(f"{stage}: totals do not reconcile: {m.totals}")
+    if summed.to_dict() != totals.to_dict():
+        raise VerifyError(f"{stage}: totals {m.totals} are not the sum of the shards' {summed.to_dict()}")
+    if previous is not None:
+        p = StageManifest.from_dict(previous)
+        if Counter(s.sha256 for s in m.inputs) != Counter(s.sha256 for s in p.outputs):
+            raise VerifyError(f"{stage}: its inputs are not the outputs of {p.stage} (stale or mixed build?)")
+        p_out = GroupCounts.from_dict(p.totals).docs_out
+        if totals.docs_in != p_out:
+            raise VerifyError(f"{stage}: {totals.docs_in} documents in, but {p.stage} let {p_out} out")
+    if inputs is not None:
+        try:
+            pipeline.check_documents_left(m, [Path(p) for p in inputs])
+        except UserError as e:
+            raise NothingLeft(str(e)) from e
+    return {"stage": stage, "manifest_digest": m.digest, "totals": totals.to_dict(), "shards": len(m.outputs)}
+
+
+def check_stage_tables(cfg: dict[str, Any]) -> None:
+    """Build every stage's config from its table now, as its job will (an unknown key or a bad value
+    fails here, in ``prepare``, not hours later when that stage's job starts), and the alarms' config."""
+    check_build_config(cfg, pipeline.PIPELINE)
+    for name in pipeline.PIPELINE:
+        if isinstance(cfg.get(name), dict):
+            stage_config(importlib.import_module(f"hpc_jobs.{name}.stage").STAGE.Config, cfg[name], name)
+        elif name in cfg:
+            raise ConfigError(f"[{name}] must be a table, got {cfg[name]!r}")
+    pipeline.default_selection(cfg)  # [policy]: the default version's quality policy
+    alarm_config(cfg)
+
+
+def latest_base(root: Path, out: Path) -> Path:
+    """The latest complete build directly under ``root`` (other than ``out``): the one whose candidates
+    manifest was written last (its mtime: a build writes it once, in its last step, just before its index
+    names it), ties broken by the greater directory name. Complete means what ``corpus build --base``
+    accepts (:class:`runtime.build.BaseBuild`); an incomplete or foreign directory is passed over."""
+    found = []
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        if d.is_dir() and d.resolve() != out.resolve():
+            try:
+                pipeline.BaseBuild.open(d)
+            except UserError:
+                continue
+            found.append((manifest_path(candidates_dir(d)).stat().st_mtime_ns, d.name, d))
+    if not found:
+        raise UserError(f"no complete build under {root} to build against: give the base explicitly")
+    return max(found)[2]
+
+
+def prepare(out: Path, config_file: Path | None, seed: int | None, overrides: dict[str, Any],
+            inputs: list[Path], base: Path | None = None) -> tuple[Path, list[Path]]:
+    """Write ``OUT/build-config.json`` (the config file, each stage table updated by ``overrides``, every
+    stage's table checked against its config) and start the build's dedup indexes, against ``base`` when
+    given; returns the config and the inputs left to process (with a base, those it has not ingested)."""
+    missing = [str(p) for p in inputs if not p.exists()]
+    if missing:
+        raise UserError(f"input not found: {', '.join(missing)}")
+    if base is not None and base.resolve() == out.resolve():
+        raise UserError(f"base {base} is the build's own directory: a build is never rewritten, use a new out")
+    found = pipeline.BaseBuild.open(base) if base is not None else None
+    if found is not None:
+        inputs = found.new_inputs(inputs)
+    cfg = load_config_file(config_file)
+    settings = pipeline.IndexSettings.of(cfg.pop(pipeline.DEDUP_INDEX, None))
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    check_stage_tables(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    if not overrides:
+        written = pipeline.write_build_config(out, config_file, seed)
+    else:
+        with tempfile.TemporaryDirectory(dir=out) as tmp:
+            merged = Path(tmp) / "config.json"
+            merged.write_text(json.dumps(cfg))
+            written = pipeline.write_build_config(out, merged, seed)
+    pipeline.start_indexes(out, found, settings)
+    return written, inputs
+
+
+def check_band_index(out: Path, manifests: list[StageManifest], config_file: Path | None) -> None:
+    """What ``corpus build`` does once minhash_dedup has run: the band index with the stage's parameters,
+    created (``[dedup_index]`` of the config file) or, with a base, checked against the base's fork."""
+    minhash = {m.stage: m for m in manifests}.get("minhash_dedup")
+    if minhash is None:
+        return
+    record = dedup_base_path(out)
+    base = pipeline.BaseBuild.open(out / json.loads(record.read_text())["base"]) if record.exists() else None
+    settings = pipeline.IndexSettings.of(load_config_file(config_file).get(pipeline.DEDUP_INDEX))
+    pipeline.check_band_index(out, minhash, settings, base)
+
+
+def record_card(out: Path) -> bool:
+    """``corpus report OUT --record``: the build recorded in the yield history and its card written, the
+    funnel table and any alarms to the log; whether a yield alarm fired in "fail" mode."""
+    from corpus.report.card import alarm_lines, write_card  # the card's renderers, only where one is written
+
+    try:
+        enforce(out, None)
+        failed = False
+    except YieldAlarmError:
+        failed = True
+    view = open_build(out)
+    card_path = out / "report" / "card.html"
+    card = write_card(view, card_path, None)
+    print(funnel_table(view.stages), file=sys.stderr)
+    for line in alarm_lines(card):
+        print(line, file=sys.stderr)
+    print(f"report html {card_path}", file=sys.stderr)
+    return failed
+
+
+def finalize(out: Path, stages: list[str], config_file: Path | None = None) -> dict[str, Any]:
+    """The snapshot of a build whose stages are all complete, written as ``corpus build`` writes it,
+    then the build's data card (``corpus report``: ``OUT/report/card.html`` and ``card.json``), recorded
+    in the yield history; a yield alarm fails the build (or only warns, by config)."""
+    manifests = pipeline.read_stage_manifests(out)
+    have = [m.stage for m in manifests]
+    if have != stages:
+        raise UserError(f"{out}: completed stages are {have}, expected {stages}")
+    check_band_index(out, manifests, config_file)
+    snapshot_id = pipeline.finish_build(out, manifests)
+    manifest = manifest_path(snapshot_dir(out))
+    failed = record_card(out)
+    if failed:
+        raise UserError(f"yield alarm on {out}: a stage's retention left its band ([alarms] on_alarm = \"warn\" "
+                        f"only logs it); the alarms are above and at the top of {out / 'report' / 'card.html'}")
+    return {"snapshot_id": snapshot_id, "manifest": str(manifest),
+            "report": str(out / "report" / "card.html")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m orchestration.buildsteps")
+    sub = ap.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--input", nargs="+", required=True, type=Path)
+    p.add_argument("--config", type=Path, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--overrides", default="{}", help="JSON object of per-stage config tables")
+    based = p.add_mutually_exclusive_group()
+    based.add_argument("--base", type=Path, default=None, help="a complete build to build against")
+    based.add_argument("--latest-base", type=Path, default=None, metavar="ROOT",
+                       help="build against the latest complete build under ROOT")
+    f = sub.add_parser("finalize")
+    f.add_argument("--out", required=True, type=Path)
+    f.add_argument("--stages", required=True, help="comma-separated stages that must be complete")
+    f.add_argument("--config", type=Path, default=None)
+    args = ap.parse_args(argv)
+    try:
+        if args.step == "prepare":
+            base = latest_base(args.latest_base, args.out) if args.latest_base else args.base
+            cfg, inputs = prepare(args.out, args.config, args.seed, json.loads(args.overrides), args.input, base)
+            print(json.dumps({"build_config": str(cfg), "inputs": [str(p.resolve()) for p in inputs],
+                              "base": str(base.resolve()) if base else None}))
+        else:
+            print(json.dumps(finalize(args.out, [s for s in args.stages.split(",") if s], args.config)))
+    except (UserError, ValueError, OSError) as e:
+        print(f"buildsteps {args.step}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
