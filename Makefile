@@ -52,8 +52,11 @@ airflow: venv services
 bench: venv
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) "$$b" || exit 1; done
 
+## ruff's lint and format, and the shape checks the suite runs (layers, complexity, docstring and file lengths).
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest -q tests/test_layering.py tests/test_code_shape.py
 
 clean:
 	rm -rf demo-out test-artifacts

@@ -30,6 +30,7 @@ from corpus.code.archive import archive_stem, repository_kind  # noqa: E402
 from corpus.code.repository import read_repository  # noqa: E402
 from corpus.code.rules import build_rules  # noqa: E402
 from corpus.text.warc import BadRecord, SkippedRecord, decode_page, iter_warc  # noqa: E402
+from tests.code.test_code_rules import READ_LIMITS  # noqa: E402
 
 
 def inner_bytes(path: Path) -> int:
@@ -46,15 +47,7 @@ def read_repos(paths: list[Path]) -> tuple[float, Counter, dict]:
     per: dict = {}
     reasons: Counter = Counter()
     for p in paths:
-        repo = read_repository(
-            p,
-            repository_kind(p),
-            archive_stem(p),
-            rules,
-            max_file_bytes=1_000_000,
-            max_doc_tokens=32_768,
-            bytes_per_token=3.0,
-        )
+        repo = read_repository(p, repository_kind(p), archive_stem(p), rules, **READ_LIMITS)
         out = sum(len(d.text.encode()) for d in repo.documents())
         s = repo.file_summary()
         per[p.name] = (

@@ -193,24 +193,14 @@ def main() -> None:
     warm = cpu(run(heuristics.heuristic_signals), args.repeat)
     rows += [("heuristic_signals, cold span cache", cold), ("heuristic_signals, warm span cache", warm)]
 
-    from corpus.model import Document
     from corpus.signals.langid import identify_language
     from corpus.signals.quality import load_quality_model, resolve_model_path
     from hpc_jobs.annotate import stage as annotate
+    from tests.documents import make_doc
 
     quality = load_quality_model(str(resolve_model_path("")))
     identify_language("warm up")
-    docs = [
-        Document.create(
-            text=x,
-            source="bench",
-            source_tier="web",
-            url=f"https://bench.example/{i}",
-            crawl_date="2026-03-01",
-            raw_digest="0" * 64,
-        )
-        for i, x in enumerate(texts)
-    ]
+    docs = [make_doc(x, source="bench", url=f"https://bench.example/{i}") for i, x in enumerate(texts)]
 
     def annotate_all() -> None:
         for d in docs:

@@ -34,7 +34,7 @@ keeps the URL and id of its position in the one call, so base and delta never co
 
 Then three ``corpus build`` runs on the same ranks with the same config (``memory_budget_mb``,
 ``[dedup_index] partitions`` suggested for the full corpus by
-:func:`corpus.formats.dedup_index.suggest_partitions` unless given): the base, the delta with
+:func:`corpus.formats.dedup_keys.suggest_partitions` unless given): the base, the delta with
 ``--base``, and base + delta as one full build (both input directories). It prints one table
 (:func:`format_generated`) and writes it as JSON (``WORK/generated-N.json``): per build the wall seconds
 of the whole ``corpus build``, each stage's seconds (from the stage manifests' ``run_info.finished_at``,
@@ -71,7 +71,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from corpus.formats.docshard import iter_docs  # noqa: E402
-from corpus.version import connect, open_version  # noqa: E402
+from corpus.version.open import open_version  # noqa: E402
+from corpus.version.query import connect  # noqa: E402
 
 #: the causes a difference between the two versions can have (``other`` must stay empty)
 CAUSES = (
@@ -95,24 +96,21 @@ FROM docs
 HOLDOUT_COLUMNS = ("holdout_exact", "holdout_near")
 
 
+def build_args(
+    inputs: list[Path], out: Path, ranks: int, base: Path | None = None, config: Path | None = None
+) -> list[str]:
+    """``corpus build``'s arguments: ``inputs`` into ``out`` on ``ranks`` ranks (on ``base``, with ``config``)."""
+    args = ["build", "--input", *map(str, inputs), "--out", str(out), "--ranks", str(ranks)]
+    args += ["--base", str(base)] if base is not None else []
+    args += ["--config", str(config)] if config is not None else []
+    return args
+
+
 def corpus_build(
     out: Path, inputs: list[Path], ranks: int, base: Path | None = None, config: Path | None = None
 ) -> float:
     """Wall seconds of one ``corpus build`` (its log beside the build directory)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "cli",
-        "build",
-        "--input",
-        *map(str, inputs),
-        "--out",
-        str(out),
-        "--ranks",
-        str(ranks),
-    ]
-    cmd += ["--base", str(base)] if base is not None else []
-    cmd += ["--config", str(config)] if config is not None else []
+    cmd = [sys.executable, "-m", "cli", *build_args(inputs, out, ranks, base, config)]
     t0 = time.monotonic()
     with open(out.with_suffix(".log"), "w") as log:
         subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
@@ -212,7 +210,9 @@ def classify_differences(
     def in_incremental(m: dict[str, Any]) -> dict[str, Any] | None:
         """The incremental build's document of a full build's one: the same doc_id, else the same URL and
         the same id at exact_dedup."""
-        return inc.get(m["doc_id"]) or next((o for o in inc_by_url.get(m["url"], []) if lineage(o) & lineage(m)), None)
+        return inc.get(m["doc_id"]) or next(
+            (o for o in inc_by_url.get(m["url"], []) if lineage(o) & lineage(m)), None
+        )
 
     out = []
     for side, (mine, other, other_copies) in sides.items():
@@ -259,7 +259,9 @@ def classify_differences(
                     found = [c for m in members if (c := in_incremental(m)) is not None]
                     if any(joined_base(c, base_ids) for c in found):
                         cause = "near_dup_keep_first"
-                    elif any(c["doc_id"] != m["doc_id"] for m in members if (c := in_incremental(m)) is not None):
+                    elif any(
+                        c["doc_id"] != m["doc_id"] for m in members if (c := in_incremental(m)) is not None
+                    ):
                         cause = "near_dup_cluster_differs"  # another text there: line_dedup counted otherwise
                     else:
                         cause = "near_dup_not_probed"
@@ -557,7 +559,7 @@ def generated_main(args: argparse.Namespace) -> int:
         web_pages,
         write_inputs,
     )
-    from corpus.formats.dedup_index import suggest_partitions
+    from corpus.formats.dedup_keys import suggest_partitions
 
     n_base = args.generated
     n_delta = max(1, round(n_base * args.delta_fraction))

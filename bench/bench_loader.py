@@ -48,8 +48,9 @@ SEQ_LEN, BATCH, WORLD = 2048, 8, 8
 MIXTURE = {"code": 0.3, "web": 0.7}
 
 
-def write_bench_snapshot(root: Path, shards_per_bucket: int, tokens_per_shard: int,
-                         mixture: dict[str, float] = MIXTURE) -> Path:
+def write_bench_snapshot(
+    root: Path, shards_per_bucket: int, tokens_per_shard: int, mixture: dict[str, float] = MIXTURE
+) -> Path:
     """``manifest.json`` with block digests, ``manifest-legacy.json`` (same shards) without."""
     rng = np.random.default_rng(0)
     shards = []
@@ -75,7 +76,11 @@ def write_bench_snapshot(root: Path, shards_per_bucket: int, tokens_per_shard: i
     for name, with_blocks in (("manifest.json", True), ("manifest-legacy.json", False)):
         listed = shards if with_blocks else [replace(s, block_size=0, block_sha256=()) for s in shards]
         manifest = SnapshotManifest(
-            tuple(listed), {"bench": {"version": "1"}}, seed=0, token_dtype="uint16", tokenizer={"eos_id": 50_279}
+            tuple(listed),
+            {"bench": {"version": "1"}},
+            seed=0,
+            token_dtype="uint16",
+            tokenizer={"eos_id": 50_279},
         )
         (root / name).write_text(json.dumps(manifest.to_dict()))
     return root
@@ -106,14 +111,18 @@ def hashed_per_rank(manifest: Path, world: int = WORLD) -> list[tuple[int, int]]
         loader = make(manifest, rank, world, epoch_caps=1)
         read = 0
         while (b := loader.next_batch()) is not None:
-            read += int(b.loss_mask.sum()) * 2  # uint16 tokens delivered (the appended EOS, 1 in ~600, included)
+            read += (
+                int(b.loss_mask.sum()) * 2
+            )  # uint16 tokens delivered (the appended EOS, 1 in ~600, included)
         out.append((loader.store.bytes_hashed, read))
     return out
 
 
 def rss_child(root: Path, budget_mb: int) -> dict:
     """Read one epoch of ``root`` as rank 0 of 1 under ``budget_mb``; peak RSS and descriptors (this process)."""
-    loader = make(root, 0, 1, mixture={"web": 1.0}, epoch_caps=1, memory_budget_mb=budget_mb, chunk_tokens=1 << 14)
+    loader = make(
+        root, 0, 1, mixture={"web": 1.0}, epoch_caps=1, memory_budget_mb=budget_mb, chunk_tokens=1 << 14
+    )
     base_fds = len(os.listdir("/proc/self/fd"))
     start_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS"))
     peak_fds = steps = 0
@@ -123,8 +132,13 @@ def rss_child(root: Path, budget_mb: int) -> dict:
             peak_fds = max(peak_fds, len(os.listdir("/proc/self/fd")) - base_fds)
     # VmHWM, not getrusage's ru_maxrss: that one keeps the parent's peak across fork and exec
     hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
-    return {"steps": steps, "maxrss_kb": hwm, "peak_fds": peak_fds, "opens": loader.store.opens,
-            "start_rss_kb": start_kb}
+    return {
+        "steps": steps,
+        "maxrss_kb": hwm,
+        "peak_fds": peak_fds,
+        "opens": loader.store.opens,
+        "start_rss_kb": start_kb,
+    }
 
 
 def rss_rows(n_shards: int, tmp: Path) -> list[tuple[str, str, str]]:
@@ -132,12 +146,20 @@ def rss_rows(n_shards: int, tmp: Path) -> list[tuple[str, str, str]]:
     size = sum(f.stat().st_size for f in root.rglob("*.bin")) / 2**20
     rows = []
     for budget in (16, 4096):
-        proc = subprocess.run([sys.executable, __file__, "--rss-child", str(root), "--budget-mb", str(budget)],
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--rss-child", str(root), "--budget-mb", str(budget)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         r = json.loads(proc.stdout)
-        rows.append((f"one epoch of {n_shards} shards ({size:.0f} MiB), budget {budget} MiB: peak RSS / fds",
-                     f"{r['maxrss_kb'] / 1024:.0f} MiB / {r['peak_fds']}",
-                     f"+{(r['maxrss_kb'] - r['start_rss_kb']) / 1024:.0f} MiB over the loader at rest"))
+        rows.append(
+            (
+                f"one epoch of {n_shards} shards ({size:.0f} MiB), budget {budget} MiB: peak RSS / fds",
+                f"{r['maxrss_kb'] / 1024:.0f} MiB / {r['peak_fds']}",
+                f"+{(r['maxrss_kb'] - r['start_rss_kb']) / 1024:.0f} MiB over the loader at rest",
+            )
+        )
     return rows
 
 
@@ -244,13 +266,25 @@ def main() -> int:
             ("seek to step 10^6 without a checkpoint (per rank, no reads)", f"{seek_s:.2f} s", ""),
         ]
         mib = 2**20
-        for name, hashed in (("per-block digests", by_block), ("whole-file sha256 (older manifests)", by_file)):
+        for name, hashed in (
+            ("per-block digests", by_block),
+            ("whole-file sha256 (older manifests)", by_file),
+        ):
             h = [x[0] / mib for x in hashed]
-            rows.append((f"bytes hashed per rank over an epoch, {name}",
-                         f"{min(h):.1f}..{max(h):.1f} MiB (mean {sum(h) / len(h):.1f})",
-                         f"{sum(x[0] for x in hashed) / sum(x[1] for x in hashed):.2f} x bytes read"))
-        rows.append(("bytes read per rank over an epoch",
-                     f"{sum(x[1] for x in by_block) / len(by_block) / mib:.1f} MiB (mean)", ""))
+            rows.append(
+                (
+                    f"bytes hashed per rank over an epoch, {name}",
+                    f"{min(h):.1f}..{max(h):.1f} MiB (mean {sum(h) / len(h):.1f})",
+                    f"{sum(x[0] for x in hashed) / sum(x[1] for x in hashed):.2f} x bytes read",
+                )
+            )
+        rows.append(
+            (
+                "bytes read per rank over an epoch",
+                f"{sum(x[1] for x in by_block) / len(by_block) / mib:.1f} MiB (mean)",
+                "",
+            )
+        )
         rows += rss_rows(args.rss_shards, Path(tmp))
     print(
         f"snapshot: {2 * args.shards_per_bucket} uint16 shards, {total / 1e6:.0f} M tokens; rank 0 of {WORLD}, "

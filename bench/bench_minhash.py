@@ -48,13 +48,7 @@ from corpus.dedup.order import representative_key  # noqa: E402
 from corpus.dedup.union_find import UnionFind  # noqa: E402
 from corpus.text.normalize import CHAR_NGRAM, shingle_units  # noqa: E402
 from mpi_kernels.minhash import MinHasher, MinHashParams, lsh_probability  # noqa: E402
-from tests.dedup.dedup_corpus import (  # noqa: E402
-    make_doc,
-    perl_pods,
-    perl_sections,
-    planted_pair,
-    write_stage_dir,
-)
+from tests.dedup.dedup_corpus import make_doc, perl_pods, perl_sections, planted_pair, write_stage_dir  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 BANDS, ROWS, PERM, THRESHOLD = 14, 8, 112, 0.7
@@ -441,6 +435,13 @@ def table(rows: list[dict]) -> str:
     return "\n".join([line, sep, *body])
 
 
+def section(report: dict, key: str, title: str, run) -> None:
+    """Print ``title`` as a heading, then the table of what ``run()`` returns, kept as ``report[key]``."""
+    print(f"## {title}\n")
+    report[key] = run()
+    print(table(report[key]) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--speed-mb", type=float, default=2.0, help="MB of text for the speed comparison")
@@ -457,24 +458,18 @@ def main() -> None:
             break
     report = {}
     if a.scripts:
-        print(f"## Our signature speed, one core, K={PERM}\n")
-        report["kernel_speed"] = bench_kernel_speed(texts)
-        print(table(report["kernel_speed"]) + "\n")
-        print(f"## S-curve on graded edits of real Japanese and Chinese pages (b={BANDS}, r={ROWS})\n")
-        report["scurve_unspaced"] = bench_scurve_unspaced()
-        print(table(report["scurve_unspaced"]) + "\n")
-        print("## The n of character n-grams: unrelated pages and real near-duplicates\n")
-        report["char_ngram"] = bench_char_ngram()
-        print(table(report["char_ngram"]) + "\n")
+        title = f"Our signature speed, one core, K={PERM}"
+        section(report, "kernel_speed", title, lambda: bench_kernel_speed(texts))
+        title = f"S-curve on graded edits of real Japanese and Chinese pages (b={BANDS}, r={ROWS})"
+        section(report, "scurve_unspaced", title, bench_scurve_unspaced)
+        title = "The n of character n-grams: unrelated pages and real near-duplicates"
+        section(report, "char_ngram", title, bench_char_ngram)
         if a.json:
             a.json.write_text(json.dumps(report, indent=1))
         return
-    print(f"## Signature speed, one core, {size / 1e6:.1f} MB / {len(texts)} documents, K={PERM}\n")
-    report["speed"] = bench_speed(texts)
-    print(table(report["speed"]) + "\n")
-    print(f"## S-curve (b={BANDS}, r={ROWS}): share of planted pairs found\n")
-    report["scurve"] = bench_scurve()
-    print(table(report["scurve"]) + "\n")
+    title = f"Signature speed, one core, {size / 1e6:.1f} MB / {len(texts)} documents, K={PERM}"
+    section(report, "speed", title, lambda: bench_speed(texts))
+    section(report, "scurve", f"S-curve (b={BANDS}, r={ROWS}): share of planted pairs found", bench_scurve)
     if a.plot:
         plot_scurve(report["scurve"], a.plot)
     setup, rows = bench_quality(a.quality_docs)

@@ -1,4 +1,4 @@
-"""The persistent dedup index (corpus/formats/dedup_index.py): build, probe, compact, peak memory.
+"""The persistent dedup index (corpus/formats/dedup_*.py): build, probe, compact, peak memory.
 
     python bench/bench_persistent_index.py [--sizes 100000,1000000,4000000] [--generations 4]
         [--partitions 256] [--probe 1000000] [--hits 0.1] [--run-records 262144] [--json out.json]
@@ -46,6 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from corpus.formats import dedup_files, dedup_keys, dedup_probe  # noqa: E402
 from corpus.formats import dedup_index as pi  # noqa: E402
 from corpus.formats.docshard import atomic_write_json  # noqa: E402
 from corpus.model import ShardRef, StageManifest  # noqa: E402
@@ -68,7 +69,7 @@ def generation_batches(n: int, seed: int):
     rng = np.random.default_rng(seed)
     for at in range(0, n, BATCH):
         raw = rng.integers(0, 256, (min(BATCH, n - at), 32), dtype=np.uint8)
-        yield raw.view(pi.EXACT_RECORD).reshape(-1)
+        yield raw.view(dedup_keys.EXACT_RECORD).reshape(-1)
 
 
 # --- child processes (one operation each, so that each peak RSS is its own) -----------------------------
@@ -96,14 +97,20 @@ def child_probe(root: str, keys_file: str, use_bloom: bool) -> dict:
     idx = pi.PersistentIndex.open(root)
     keys = np.fromfile(keys_file, dtype="V16")
     before = rss_kb()["VmRSS"]
-    stats = pi.ProbeStats()
+    stats = dedup_probe.ProbeStats()
     t, c = time.perf_counter(), time.process_time()
     result = idx.probe(keys, use_bloom=use_bloom, stats=stats)
     seconds, cpu = time.perf_counter() - t, time.process_time() - c
     return {
-        "seconds": seconds, "cpu": cpu, "rss_before_kb": before, "peak_kb": rss_kb()["VmHWM"],
-        "found": int(result.found.sum()), "lookups": stats.lookups, "bloom_tests": stats.bloom_tests,
-        "false_positives": stats.false_positives, "fp_rate": stats.fp_rate,
+        "seconds": seconds,
+        "cpu": cpu,
+        "rss_before_kb": before,
+        "peak_kb": rss_kb()["VmHWM"],
+        "found": int(result.found.sum()),
+        "lookups": stats.lookups,
+        "bloom_tests": stats.bloom_tests,
+        "false_positives": stats.false_positives,
+        "fp_rate": stats.fp_rate,
     }
 
 
@@ -117,12 +124,19 @@ def child_compact(root: str, merge_records: int) -> dict:
     seconds, cpu = time.perf_counter() - t, time.process_time() - c
     t = time.perf_counter()
     new.cleanup()  # the replaced generations' files, unlinked
-    return {"seconds": seconds, "cpu": cpu, "cleanup_seconds": time.perf_counter() - t, "rss_before_kb": before,
-            "peak_kb": rss_kb()["VmHWM"]}
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "cleanup_seconds": time.perf_counter() - t,
+        "rss_before_kb": before,
+        "peak_kb": rss_kb()["VmHWM"],
+    }
 
 
 def run_child(*args) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--child", *map(str, args)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", *map(str, args)], capture_output=True, text=True
+    )
     if proc.returncode:
         raise SystemExit(f"child {args} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -131,9 +145,11 @@ def run_child(*args) -> dict:
 # --- the bench ----------------------------------------------------------------------------------------
 
 
-def bench_size(work: Path, n: int, gens: int, partitions: int, probe: int, hit: float, run_records: int) -> dict:
+def bench_size(
+    work: Path, n: int, gens: int, partitions: int, probe: int, hit: float, run_records: int
+) -> dict:
     root = work / "index"
-    pi.PersistentIndex.create(root, "exact", pi.exact_key_params(), partitions)
+    pi.PersistentIndex.create(root, "exact", dedup_keys.exact_key_params(), partitions)
     per_gen = n // gens
     hits_per_gen = int(probe * hit) // gens
     builds = [run_child("build", root, per_gen, g + 1, run_records, hits_per_gen) for g in range(gens)]
@@ -148,11 +164,21 @@ def bench_size(work: Path, n: int, gens: int, partitions: int, probe: int, hit: 
     without = run_child("probe", root, work / "probe.keys", 0)
     compact = run_child("compact", root, run_records)
     after = run_child("probe", root, work / "probe.keys", 1)
-    assert with_bloom["found"] == without["found"] == after["found"] == len(hit_keys), "a probe answer differs"
+    assert with_bloom["found"] == without["found"] == after["found"] == len(hit_keys), (
+        "a probe answer differs"
+    )
     return {
-        "records": n, "generations": gens, "partitions": partitions, "probe_keys": probe,
-        "hits": len(hit_keys), "disk_bytes": disk, "build": builds, "probe_bloom": with_bloom,
-        "probe_no_bloom": without, "compact": compact, "probe_compacted": after,
+        "records": n,
+        "generations": gens,
+        "partitions": partitions,
+        "probe_keys": probe,
+        "hits": len(hit_keys),
+        "disk_bytes": disk,
+        "build": builds,
+        "probe_bloom": with_bloom,
+        "probe_no_bloom": without,
+        "compact": compact,
+        "probe_compacted": after,
     }
 
 
@@ -174,7 +200,10 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         b, nb, c, a = r["probe_bloom"], r["probe_no_bloom"], r["compact"], r["probe_compacted"]
         g = len(r["build"])
-        build = {"seconds": sum(x["seconds"] for x in r["build"]) / g, "cpu": sum(x["cpu"] for x in r["build"]) / g}
+        build = {
+            "seconds": sum(x["seconds"] for x in r["build"]) / g,
+            "cpu": sum(x["cpu"] for x in r["build"]) / g,
+        }
         lines.append(
             f"| {r['records']:,} | {r['generations']} x {r['partitions']} | {secs(build)} "
             f"| {mb(max(x['peak_kb'] for x in r['build']))} "
@@ -199,7 +228,7 @@ def commit_build(work: Path, n: int, parts: int) -> Path:
     for part in range(parts):
         rows = rng.integers(0, 256, ((part + 1) * n // parts - part * n // parts, 32), dtype=np.uint8)
         words = rows[:, :16].copy().view(">u8")
-        rows = rows[np.lexsort((words[:, 1], words[:, 0]))].view(pi.EXACT_RECORD).reshape(-1)
+        rows = rows[np.lexsort((words[:, 1], words[:, 0]))].view(dedup_keys.EXACT_RECORD).reshape(-1)
         rel = f"{pipeline.INDEX_RECORDS}/p{part:05d}.exact.rec"
         data = rows.tobytes()
         (stage / rel).write_bytes(data)
@@ -216,9 +245,9 @@ def bench_commit(work: Path, n: int, parts: int, partitions: int, rank_counts: l
     rows, first = [], None
     for ranks in rank_counts:
         shutil.rmtree(root, ignore_errors=True)
-        pi.PersistentIndex.create(root, "exact", pi.exact_key_params(), partitions)
+        pi.PersistentIndex.create(root, "exact", dedup_keys.exact_key_params(), partitions)
         t0 = time.perf_counter()
-        pending = pipeline.begin_commit(out, "exact", pi.exact_key_params(), m, label)
+        pending = pipeline.begin_commit(out, "exact", dedup_keys.exact_key_params(), m, label)
         t1 = time.perf_counter()
         cmd = [pipeline.mpiexec_path(), "-n", str(ranks), *pipeline.commit_job_command(out, ["exact"], label)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -228,7 +257,7 @@ def bench_commit(work: Path, n: int, parts: int, partitions: int, rank_counts: l
         index = pending.commit()
         t3 = time.perf_counter()
         (gen,) = index.generations
-        digest = hashlib.sha256((gen.path / pi.MANIFEST).read_bytes()).hexdigest()
+        digest = hashlib.sha256((gen.path / dedup_files.MANIFEST).read_bytes()).hexdigest()
         first = first or digest
         assert digest == first, f"the generation written on {ranks} ranks differs"
         job = json.loads(proc.stdout.strip().splitlines()[-1])

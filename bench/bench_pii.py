@@ -49,19 +49,22 @@ from corpus.signals.pii import CODE_SAFE_KINDS, IBAN_LENGTHS, KINDS, find_pii, l
 from corpus.text.extract import extract_text, normalize_text, strip_invisible  # noqa: E402
 from corpus.text.warc import RawRecord, decode_page, iter_warc  # noqa: E402
 
+#: the public IPv4 addresses quoted in the Perl manuals: an Apache access log (perlfaq) and
+#: "an address like 207.171.7.72" (real addresses, in an address context)
+PERL_DOC_ADDRESSES = {
+    "151.56.71.198",
+    "217.113.68.60",
+    "195.24.196.99",
+    "80.247.140.134",
+    "196.201.92.41",
+    "207.171.7.72",
+}
 #: real PII already in the shared data's text (everything found there but e-mail addresses, each
 #: looked at by hand): public addresses in an address context
 REVIEWED_REAL_PII = {
     "ip": {
         # perl-doc: an Apache access log's clients and "an address like 207.171.7.72"
-        *(
-            "151.56.71.198",
-            "217.113.68.60",
-            "195.24.196.99",
-            "80.247.140.134",
-            "196.201.92.41",
-            "207.171.7.72",
-        ),
+        *PERL_DOC_ADDRESSES,
         # harden-doc: the firewall example's public network 62.3.3.0/24 (router, bridge, web servers)
         *("62.3.3.0", "62.3.3.25", "62.3.3.26", "62.3.3.27", "62.3.3.28"),
     },

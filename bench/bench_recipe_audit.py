@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,11 +34,21 @@ PHASES = (  # name, seq_len, run_len, weights
 
 
 def recipe_text(snapshot_id: str, tokenizer: str, seed: int, world: int, batch: int, steps: int) -> str:
-    lines = ['recipe_id = "bench-3-phase"', f'snapshot_id = "{snapshot_id}"', f'tokenizer_sha256 = "{tokenizer}"',
-             f"seed = {seed}"]
+    lines = [
+        'recipe_id = "bench-3-phase"',
+        f'snapshot_id = "{snapshot_id}"',
+        f'tokenizer_sha256 = "{tokenizer}"',
+        f"seed = {seed}",
+    ]
     for name, seq_len, run_len, weights in PHASES:
-        lines += ["", "[[phases]]", f'name = "{name}"', f"tokens = {steps * world * batch * seq_len}",
-                  f"seq_len = {seq_len}", "weights = { " + ", ".join(f"{b} = {w}" for b, w in weights.items()) + " }"]
+        lines += [
+            "",
+            "[[phases]]",
+            f'name = "{name}"',
+            f"tokens = {steps * world * batch * seq_len}",
+            f"seq_len = {seq_len}",
+            "weights = { " + ", ".join(f"{b} = {w}" for b, w in weights.items()) + " }",
+        ]
         if run_len:
             lines.append(f"run_len = {run_len}")
     return "\n".join(lines) + "\n"
@@ -53,17 +62,28 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=3)
     args = ap.parse_args()
 
-    from snapshot_factory import RECIPE_TOKENIZER, write_id_snapshot
+    from snapshot_factory import RECIPE_TOKENIZER, corpus_cli, flags, write_id_snapshot
 
     from cli.commands.recipe_audit import audit_recipe, format_table
     from corpus.select.recipe import parse_recipe
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "snapshot"
-        manifest = write_id_snapshot(root, {"books": 4, "code": 6, "math": 3, "web": 12, "wiki": 6},
-                                     doc_len=(50, 400), docs_per_shard=(20, 60), tokenizer={"sha256": RECIPE_TOKENIZER})
-        text = recipe_text(manifest.snapshot_id, RECIPE_TOKENIZER, args.seed, args.world, args.batch_size,
-                           args.steps_per_phase)
+        manifest = write_id_snapshot(
+            root,
+            {"books": 4, "code": 6, "math": 3, "web": 12, "wiki": 6},
+            doc_len=(50, 400),
+            docs_per_shard=(20, 60),
+            tokenizer={"sha256": RECIPE_TOKENIZER},
+        )
+        text = recipe_text(
+            manifest.snapshot_id,
+            RECIPE_TOKENIZER,
+            args.seed,
+            args.world,
+            args.batch_size,
+            args.steps_per_phase,
+        )
         path = Path(tmp) / "recipe.toml"
         path.write_text(text)
         recipe = parse_recipe(text)
@@ -72,9 +92,8 @@ def main() -> int:
         report = audit_recipe(recipe, root, args.world, args.batch_size)
         replay_cpu = time.process_time() - t0
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc = subprocess.run([sys.executable, "-m", "cli", "recipe-audit", str(path), "--snapshot", str(root),
-                               "--world", str(args.world), "--batch-size", str(args.batch_size), "--json"],
-                              capture_output=True, text=True, cwd=ROOT, check=True)
+        audit = flags(snapshot=root, world=args.world, batch_size=args.batch_size, json=True)
+        proc = corpus_cli("recipe-audit", path, *audit)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         command_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         assert json.loads(proc.stdout)["buckets"] == report["buckets"]
@@ -82,10 +101,14 @@ def main() -> int:
     print()
     print(f"{'phase':<14} {'steps':>9} {'seq_len':>8} {'worst rel. error':>17} {'max dev':>8} {'bound':>6}")
     for ph in report["phases"]:
-        print(f"{ph['phase']:<14} {ph['steps_replayed']:>9,} {ph['seq_len']:>8} {ph['max_rel_error']:>17.2e} "
-              f"{ph['max_dev_slots']:>8.2f} {ph['bound_slots'] or '-':>6}")
-    print(f"replay CPU {replay_cpu:.2f} s (in process, {args.world} ranks x {3 * args.steps_per_phase:,} steps); "
-          f"the whole command {command_cpu:.2f} s CPU (imports included)")
+        print(
+            f"{ph['phase']:<14} {ph['steps_replayed']:>9,} {ph['seq_len']:>8} {ph['max_rel_error']:>17.2e} "
+            f"{ph['max_dev_slots']:>8.2f} {ph['bound_slots'] or '-':>6}"
+        )
+    print(
+        f"replay CPU {replay_cpu:.2f} s (in process, {args.world} ranks x {3 * args.steps_per_phase:,} steps); "
+        f"the whole command {command_cpu:.2f} s CPU (imports included)"
+    )
     return 0
 
 

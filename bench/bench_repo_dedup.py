@@ -34,6 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_incremental import build_args  # noqa: E402
 from corpus.code.repo_dedup import (  # noqa: E402
     document_files,
     exact_jaccard,
@@ -45,7 +46,7 @@ from corpus.code.repo_dedup import (  # noqa: E402
 from corpus.code.signals import document_code_signals  # noqa: E402
 from corpus.formats.docshard import iter_docs  # noqa: E402
 from corpus.signals.heuristics import heuristic_signals  # noqa: E402
-from hpc_jobs.minhash_dedup.stage import _CodeRows  # noqa: E402
+from hpc_jobs.minhash_dedup.signatures import CodeRows as _CodeRows  # noqa: E402
 from mpi_kernels.minhash import MinHasher  # noqa: E402
 from runtime.global_phase import PartWriter  # noqa: E402
 
@@ -77,18 +78,7 @@ def main() -> None:
     if not (build / "snapshot" / "manifest.json").exists():
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "cli",
-                "build",
-                "--input",
-                str(args.data / "code"),
-                "--out",
-                str(build),
-                "--ranks",
-                str(args.ranks),
-            ],
+            [sys.executable, "-m", "cli", *build_args([args.data / "code"], build, args.ranks)],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -111,7 +111,9 @@ def _warc_records(paths: Sequence[Path]) -> Iterator[tuple[str, bytes, str]]:
                 yield item.url, item.payload, item.content_type
 
 
-def extracted_pages(paths: Sequence[Path], cache_dir: Path, prefix: str, workers: int = 2) -> list[tuple[str, str]]:
+def extracted_pages(
+    paths: Sequence[Path], cache_dir: Path, prefix: str, workers: int = 2
+) -> list[tuple[str, str]]:
     """(url, text) of every HTML page of ``paths``, extracted as the extract stage does, cached:
     trafilatura does ~24 pages/s per core, so a crawl costs a minute or two once. The cache is named by
     the WARCs' bytes and the extraction options, so a changed input or option extracts again."""
@@ -137,8 +139,10 @@ def extracted_pages(paths: Sequence[Path], cache_dir: Path, prefix: str, workers
 
 def web_pages(shared: Path, cache_dir: Path, min_words: int, workers: int = 2) -> list[Page]:
     """The extracted text of every page of the March crawl with at least ``min_words`` words."""
-    pages = (Page("web", url, page_lines(text)) for url, text in
-             extracted_pages([shared / p for p in WEB_WARCS], cache_dir, "web-pool", workers))
+    pages = (
+        Page("web", url, page_lines(text))
+        for url, text in extracted_pages([shared / p for p in WEB_WARCS], cache_dir, "web-pool", workers)
+    )
     return [page for page in pages if page.words >= min_words]
 
 
@@ -434,7 +438,8 @@ def run_stages(in_dir: Path, build_dir: Path, ranks: int, config: dict, log: Pat
     """Every stage in pipeline order, each alone under ``mpiexec -n RANKS``, then the snapshot assembly;
     stops at the first that fails (the later ones would have no input)."""
     from corpus.model.layout import manifest_path, stage_dir
-    from runtime.build import PIPELINE, write_build_config
+    from corpus.model.stages import PIPELINE
+    from runtime.build import write_build_config
 
     build_dir.mkdir(parents=True, exist_ok=True)
     user_cfg = build_dir.parent / f"{build_dir.name}-config.json"
@@ -663,6 +668,8 @@ def scale_main(args: argparse.Namespace) -> int:
 def ranks_check_main(args: argparse.Namespace) -> int:
     """The same corpus built with ``corpus build`` on 1, 2 and 4 ranks: one snapshot id, or a bug (the
     builds are then kept for ``corpus diff``)."""
+    from bench.bench_incremental import build_args
+
     mix = Mix()
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
@@ -679,20 +686,7 @@ def ranks_check_main(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         with open(log, "w") as logf:
             proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "cli",
-                    "build",
-                    "--input",
-                    str(in_dir),
-                    "--out",
-                    str(build_dir),
-                    "--ranks",
-                    str(ranks),
-                    "--config",
-                    str(cfg),
-                ],
+                [sys.executable, "-m", "cli", *build_args([in_dir], build_dir, ranks, config=cfg)],
                 cwd=ROOT,
                 env=_env(),
                 stdout=subprocess.PIPE,

@@ -34,15 +34,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mpi_kernels.shuffle import (  # noqa: E402
-    field_u64,
-    old_round_bytes,
-    round_bytes,
-    shuffle_array,
-    shuffle_by_key,
-    simulate_rounds,
-    sort_rows,
-)
+from mpi_kernels.row_order import field_u64, sort_rows  # noqa: E402
+from mpi_kernels.shuffle_array import shuffle_array  # noqa: E402
+from mpi_kernels.shuffle_bytes import shuffle_by_key  # noqa: E402
+from mpi_kernels.shuffle_rounds import old_round_bytes, round_bytes, simulate_rounds  # noqa: E402
 
 DTYPE = np.dtype([("key", "V16"), ("payload", "V8")])
 BATCH = 1 << 16

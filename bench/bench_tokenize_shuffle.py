@@ -39,7 +39,8 @@ from corpus.formats.docshard import atomic_write_json, iter_docs, write_shard  #
 from corpus.formats.megatron import IndexedShard  # noqa: E402
 from corpus.model import Document, ShardRef, StageManifest  # noqa: E402
 from corpus.model.digest import canonical_json, json_digest, sha256_hex  # noqa: E402
-from hpc_jobs.write_shards.stage import lineage_record, shuffle_key  # noqa: E402
+from hpc_jobs.write_shards.census import shuffle_key  # noqa: E402
+from hpc_jobs.write_shards.shard_writer import lineage_record  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 

@@ -140,7 +140,9 @@ def main() -> int:
     print(
         f"write_shards, {args.ranks} ranks, memory_budget_mb = {args.budget_mb}, shard_target_tokens = 2^20"
     )
-    print("| version | docs | peak MB/rank | wall s | same manifest as this version |\n|---|---:|---:|---:|---|")
+    print(
+        "| version | docs | peak MB/rank | wall s | same manifest as this version |\n|---|---:|---:|---:|---|"
+    )
     for label, n, peak, wall, same in rows:
         print(f"| {label} | {n:,} | {peak:.0f} | {wall:.1f} | {'yes' if same else 'NO'} |")
     for label in ("this version", "peer (previous)"):

@@ -1,21 +1,12 @@
 """# build_version
 
-Makes a **version** of a finished build: a selection of its stored documents (quality thresholds,
-per-language quantiles, opt-out hosts, cutoffs, licences, contamination, near-duplicate
-representatives), from the build's per-document metadata table alone, in minutes; no stage runs
-again (docs/versions.md).
-
-* **prepare** checks the Params and the selection (a malformed selection or an unknown key fails here,
-  with the key named, before any job is submitted);
-* **version** runs the version step (`hpc_jobs/version/`) as a job, submitted and waited for like a
-  stage of `build_snapshot` (deferred, bounded, one job per try);
-* **report** reads the version's manifest, puts its `snapshot_id` in XCom and emits an event on the
-  `corpus://versions` asset with the `snapshot_id` (and the build and version directories) in its extra.
-
-The selection is a TOML file on the cluster's filesystem (`selection`, absolute) or the TOML itself
-(`selection_toml`, e.g. `min_scores = { quality = 0.2 }`); exactly one of the two. A selection is data:
-every value reaches DuckDB as a bound parameter. The repository, its Python and the SSH connection are
-deployment configuration (`CORPUS_DEPLOYMENT`), not Params.
+Makes a **version** of a finished build: a selection of its stored documents from the build's
+metadata table alone, in minutes; no stage runs again (docs/versions.md). **prepare** checks the
+Params and the selection (`selection`, an absolute TOML path, or `selection_toml`, the TOML itself:
+exactly one) before any job is submitted; **version** runs the version step (`hpc_jobs/version/`) as
+a job, submitted and waited for like a stage of `build_snapshot`; **report** puts the version's
+`snapshot_id` in XCom and emits an event on the `corpus://versions` asset. What runs is deployment
+configuration (`CORPUS_DEPLOYMENT`), not Params. See docs/orchestration.md.
 """
 
 from __future__ import annotations
@@ -44,14 +35,31 @@ def _param(_: str, default: Any, **schema: Any) -> Param:
 
 
 PARAMS = {
-    "build": Param("", **path_schema(), title="Build", description="the build (or a version of it) on the "
-                   "cluster's filesystem, absolute"),
-    "selection": Param(None, **path_schema(nullable=True), title="Selection file (TOML)",
-                       description="absolute, on the cluster's filesystem; or give selection_toml"),
-    "selection_toml": Param("", type="string", maxLength=200_000, title="Selection (TOML text)",
-                            description='e.g. min_scores = { quality = 0.2 }; or give a selection file'),
-    "out": Param(None, **path_schema(nullable=True), title="Version directory",
-                 description="absolute; empty: BUILD/versions/<run id>"),
+    "build": Param(
+        "",
+        **path_schema(),
+        title="Build",
+        description="the build (or a version of it) on the cluster's filesystem, absolute",
+    ),
+    "selection": Param(
+        None,
+        **path_schema(nullable=True),
+        title="Selection file (TOML)",
+        description="absolute, on the cluster's filesystem; or give selection_toml",
+    ),
+    "selection_toml": Param(
+        "",
+        type="string",
+        maxLength=200_000,
+        title="Selection (TOML text)",
+        description="e.g. min_scores = { quality = 0.2 }; or give a selection file",
+    ),
+    "out": Param(
+        None,
+        **path_schema(nullable=True),
+        title="Version directory",
+        description="absolute; empty: BUILD/versions/<run id>",
+    ),
     **job_params(DEPLOYMENT, _param, os.environ.get("CORPUS_BACKEND", "local"), time_limit="01:00:00"),
 }
 
@@ -59,12 +67,20 @@ PARAMS = {
 def resolve_step(p: dict[str, Any], run_id: str, deployment: Deployment) -> dict[str, Any]:
     """What the version job is given: the run's Params within the deployment's bounds."""
     if bool(p["selection"]) == bool(p["selection_toml"].strip()):
-        raise ValueError("give exactly one of the Params 'selection' (a file) and 'selection_toml' (the TOML)")
+        raise ValueError(
+            "give exactly one of the Params 'selection' (a file) and 'selection_toml' (the TOML)"
+        )
     if p["selection_toml"].strip():
         parse_inline(p["selection_toml"])  # a malformed selection fails here, naming the key
     out = p["out"] or f"{p['build'].rstrip('/')}/versions/{re.sub(r'[^A-Za-z0-9._-]+', '_', run_id)}"
-    return {**resolve_job_params(p, deployment), "build": p["build"], "selection": p["selection"],
-            "selection_toml": p["selection_toml"], "out": out, "log_dir": f"{out}.logs"}
+    return {
+        **resolve_job_params(p, deployment),
+        "build": p["build"],
+        "selection": p["selection"],
+        "selection_toml": p["selection_toml"],
+        "out": out,
+        "log_dir": f"{out}.logs",
+    }
 
 
 def read_version_manifest(step: dict[str, Any]) -> dict[str, Any]:
@@ -72,8 +88,15 @@ def read_version_manifest(step: dict[str, Any]) -> dict[str, Any]:
     return json.loads(backend.read_text(f"{step['out']}/manifest.json"))
 
 
-@dag(dag_id="build_version", schedule=None, catchup=False, params=PARAMS, doc_md=__doc__, tags=["corpus"],
-     default_args={"retries": 2, "retry_delay": RETRY_DELAY})
+@dag(
+    dag_id="build_version",
+    schedule=None,
+    catchup=False,
+    params=PARAMS,
+    doc_md=__doc__,
+    tags=["corpus"],
+    default_args={"retries": 2, "retry_delay": RETRY_DELAY},
+)
 def build_version() -> None:
     @task
     def prepare() -> dict[str, Any]:
@@ -86,7 +109,9 @@ def build_version() -> None:
         m = read_version_manifest(step)
         kept = sum(s["selected_docs"] for s in m["shards"])
         tokens = sum(s["selected_tokens"] for s in m["shards"])
-        print(f"version {step['out']}: {kept:,} documents, {tokens:,} tokens selected\nsnapshot_id {m['snapshot_id']}")
+        print(
+            f"version {step['out']}: {kept:,} documents, {tokens:,} tokens selected\nsnapshot_id {m['snapshot_id']}"
+        )
         ctx = get_current_context()
         ctx["ti"].xcom_push(key="snapshot_id", value=m["snapshot_id"])
         emit_version(ctx, m["snapshot_id"], step["build"], step["out"])

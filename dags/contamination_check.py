@@ -1,28 +1,13 @@
 """# contamination_check
 
 Checks benchmarks published after a snapshot was built against that snapshot's per-document 8-gram
-index (`corpus contamination --benchmark`), by the rule the build flagged documents with: an item is
-contaminated when one of its passages has a run of `min_run` consecutive word 8-grams (all of them, for
-a shorter passage) in one stored document. The corpus is not read again. Runs on the cluster's side
-through the same backends as `build_snapshot` (the snapshot lives on the cluster's filesystem).
-
-**When it runs.** Scheduled on the `corpus://versions` asset: every DAG that makes a version
-(`build_snapshot`, `ingest_crawl`, `build_version`) emits an event on it whose extra names the version,
-`{"snapshot_id": "sha256:…", "build": "/abs/build", "version": "/abs/build/snapshot"}`, and each new
-version is checked against the benchmarks (the Param `benchmarks`, whose default the deployment sets in
-`CORPUS_CONTAMINATION_BENCHMARKS`, a JSON list of absolute paths). An event's extra is data from another
-DAG: it is checked like the Params (an absolute version path, a `sha256:` id) before any of it reaches a
-command, and the version found at the path must be the one the event announced. Runnable by hand from the
-UI too, with the snapshot in `snapshot` (which, when given, wins over the events').
-
-* **check** runs the check of each version (the Param's, or every triggering event's) and puts the
-  per-benchmark results in XCom (items, checked, flagged, rate, longest run, flagged ids);
-* **judge** logs the table and fails the run if a benchmark's flagged rate is above `max_rate`, so a
-  contaminated benchmark shows up red in the UI.
-
-The Params are data (paths are absolute, the snapshot is passed as `--snapshot=VALUE` so it is never an
-option); the repository on the cluster, its Python and the SSH connection are deployment configuration
-(`CORPUS_DEPLOYMENT`, see docs/orchestration.md), and a run that names them is refused.
+index (`corpus contamination --benchmark`), by the build's own rule; the corpus is not read again.
+Scheduled on the `corpus://versions` asset (each event's extra is checked like a Param, and the version
+found at its path must be the one announced) or triggered by hand with `snapshot`. The benchmarks are
+the Param `benchmarks` (default: the deployment's `CORPUS_CONTAMINATION_BENCHMARKS`). **check** runs
+the check of each version and puts the per-benchmark results in XCom; **judge** fails the run if a
+benchmark's flagged rate is above `max_rate`. Params are data; what runs is deployment configuration
+(`CORPUS_DEPLOYMENT`). See docs/orchestration.md ("The contamination_check DAG").
 """
 
 from __future__ import annotations
@@ -43,19 +28,37 @@ DEPLOYMENT = Deployment.from_env()
 #: the benchmarks a run triggered by a new version checks (the Param's default): deployment configuration
 BENCHMARKS = json.loads(os.environ.get("CORPUS_CONTAMINATION_BENCHMARKS") or "[]")
 PARAMS = {
-    "snapshot": Param("", type="string", pattern=r"^(|sha256:[0-9a-f]+|[0-9a-f]+|/[^\n\r\x00]*)$(?!\n)",
-                      title="Snapshot",
-                      description="snapshot id (sha256:... or a prefix), or an absolute snapshot / build / "
-                                  "version directory; empty: the versions the triggering corpus://versions "
-                                  "events name"),
-    "snapshots_root": Param(None, **path_schema(nullable=True), title="Where snapshots live",
-                            description="for a snapshot id; empty: $CORPUS_SNAPSHOTS on the cluster"),
-    "benchmarks": Param(BENCHMARKS, type="array", items=path_schema(), title="Benchmarks",
-                        description='benchmark JSONL files ({"id", "text"} per line) on the cluster (absolute); '
-                                    "default: the deployment's CORPUS_CONTAMINATION_BENCHMARKS"),
-    "min_run": Param(0, type="integer", minimum=0, title="Consecutive 8-grams that count",
-                     description="consecutive word 8-grams of a passage, in one document, that make an item "
-                                 "contaminated; 0: the snapshot's own setting (the build's min_run, default 15)"),
+    "snapshot": Param(
+        "",
+        type="string",
+        pattern=r"^(|sha256:[0-9a-f]+|[0-9a-f]+|/[^\n\r\x00]*)$(?!\n)",
+        title="Snapshot",
+        description="snapshot id (sha256:... or a prefix), or an absolute snapshot / build / "
+        "version directory; empty: the versions the triggering corpus://versions "
+        "events name",
+    ),
+    "snapshots_root": Param(
+        None,
+        **path_schema(nullable=True),
+        title="Where snapshots live",
+        description="for a snapshot id; empty: $CORPUS_SNAPSHOTS on the cluster",
+    ),
+    "benchmarks": Param(
+        BENCHMARKS,
+        type="array",
+        items=path_schema(),
+        title="Benchmarks",
+        description='benchmark JSONL files ({"id", "text"} per line) on the cluster (absolute); '
+        "default: the deployment's CORPUS_CONTAMINATION_BENCHMARKS",
+    ),
+    "min_run": Param(
+        0,
+        type="integer",
+        minimum=0,
+        title="Consecutive 8-grams that count",
+        description="consecutive word 8-grams of a passage, in one document, that make an item "
+        "contaminated; 0: the snapshot's own setting (the build's min_run, default 15)",
+    ),
     "max_rate": Param(0.0, type="number", minimum=0, maximum=1, title="Largest tolerated flagged rate"),
     "backend": Param(os.environ.get("CORPUS_BACKEND", "local"), type="string", enum=list(BACKENDS)),
 }
@@ -80,8 +83,15 @@ def versions_to_check(p: dict[str, Any], events: Any) -> list[dict[str, Any]]:
     return [{"snapshot": v["version"], "snapshot_id": v["snapshot_id"]} for v in announced]
 
 
-@dag(dag_id="contamination_check", schedule=VERSIONS, catchup=False, params=PARAMS, doc_md=__doc__,
-     tags=["corpus"], default_args={"retries": 1, "retry_delay": RETRY_DELAY})
+@dag(
+    dag_id="contamination_check",
+    schedule=VERSIONS,
+    catchup=False,
+    params=PARAMS,
+    doc_md=__doc__,
+    tags=["corpus"],
+    default_args={"retries": 1, "retry_delay": RETRY_DELAY},
+)
 def contamination_check() -> None:
     @task
     def check() -> list[dict[str, Any]]:
@@ -99,17 +109,30 @@ def contamination_check() -> None:
             if target["snapshot_id"] is not None:  # the version at the path is the one announced
                 found = json.loads(backend.read_text(f"{target['snapshot']}/manifest.json"))["snapshot_id"]
                 if found != target["snapshot_id"]:
-                    raise AirflowFailException(f"{target['snapshot']} holds version {found}, the "
-                                               f"{VERSIONS.uri} event announced {target['snapshot_id']}")
-            argv = [DEPLOYMENT.interpreter, "-m", "cli", "contamination", f"--snapshot={target['snapshot']}",
-                    "--json"]
+                    raise AirflowFailException(
+                        f"{target['snapshot']} holds version {found}, the "
+                        f"{VERSIONS.uri} event announced {target['snapshot_id']}"
+                    )
+            argv = [
+                DEPLOYMENT.interpreter,
+                "-m",
+                "cli",
+                "contamination",
+                f"--snapshot={target['snapshot']}",
+                "--json",
+            ]
             if p["snapshots_root"]:
                 argv.append(f"--root={p['snapshots_root']}")
             if p["min_run"]:
                 argv.append(f"--min-run={p['min_run']}")
             argv += [f"--benchmark={b}" for b in p["benchmarks"]]
-            results.append({"snapshot": target["snapshot"], "version_id": target["snapshot_id"],
-                            **json.loads(backend.check(argv, timeout=3600))})
+            results.append(
+                {
+                    "snapshot": target["snapshot"],
+                    "version_id": target["snapshot_id"],
+                    **json.loads(backend.check(argv, timeout=3600)),
+                }
+            )
         return results
 
     @task(retries=0)  # a verdict on the same numbers is the same verdict: nothing to retry
@@ -117,12 +140,16 @@ def contamination_check() -> None:
         max_rate = float(get_current_context()["params"]["max_rate"])
         over, rates = [], {}
         for result in results:
-            print(f"snapshot {result['snapshot']} (version {result['version_id'] or 'as named'}, candidates "
-                  f"{result['snapshot_id']}): {result['index_rows']} (8-gram, document) records, "
-                  f"rule {result['rule']}, run >= {result['min_run']} 8-grams")
+            print(
+                f"snapshot {result['snapshot']} (version {result['version_id'] or 'as named'}, candidates "
+                f"{result['snapshot_id']}): {result['index_rows']} (8-gram, document) records, "
+                f"rule {result['rule']}, run >= {result['min_run']} 8-grams"
+            )
             for r in result["benchmarks"]:
-                print(f"  {r['benchmark']}: {r['flagged_items']} of {r['checked_items']} checked items flagged "
-                      f"({100 * r['rate']:.2f}%), longest run {r['longest_run']}")
+                print(
+                    f"  {r['benchmark']}: {r['flagged_items']} of {r['checked_items']} checked items flagged "
+                    f"({100 * r['rate']:.2f}%), longest run {r['longest_run']}"
+                )
                 if r["rate"] > max_rate:
                     over.append(f"{r['benchmark']} ({100 * r['rate']:.2f}%)")
                 rates[f"{result['snapshot']}:{r['benchmark']}"] = r["rate"]

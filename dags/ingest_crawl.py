@@ -2,29 +2,12 @@
 
 Builds a newly landed crawl **incrementally** against a base build (`corpus build --base BASE --input
 NEW... --out DIR`, docs/incremental.md): only the files the base has not ingested are processed, the
-dedup indexes start as forks of the base's, the candidates list the base's shards by reference followed
-by the new ones, and the default version selects over both.
-
-**When it runs.** Scheduled on the `corpus://crawls/landed` asset: whatever lands a crawl emits an event
-on it whose extra names the new files, `{"paths": ["/abs/crawl-2026-12/part-0.warc.gz", ...]}` (each an
-absolute path, checked like a Param). Runnable by hand from the UI too, with the files in `crawl`
-(which, when given, wins over the events').
-
-**The base.** The Param `base`, or, empty, the latest complete build under the build root
-(`CORPUS_BUILD_ROOT`): the one whose candidates manifest was written last, ties broken by the greater
-directory name (`buildsteps.latest_base`). A build is complete when its dedup index names its own
-candidates, as `corpus build --base` requires. One run at a time, so that each landing builds on the one
-before it (two at once would both take the same base).
-
-**The tasks** are `build_snapshot`'s (orchestration/snapshotdag.py): `prepare` (here with the base:
-the build config, the forked indexes, the inputs left to process), a task group per stage (submit with
-sbatch or mpiexec, deferred bounded wait, verify) and `snapshot`, which writes the candidates, the
-default version and the report, commits the build's index generation, and emits an event on
-`corpus://versions` with the version's `snapshot_id` in its extra. The same inputs, base, config and seed
-give the same snapshot id as `corpus build --base`.
-
-The Params are data, checked by JSON schema when the run is triggered (absolute paths, stage names,
-rank counts, the deployment's bounds), as `build_snapshot`'s.
+dedup indexes start as forks of the base's, and the default version selects over both builds' shards.
+Scheduled on the `corpus://crawls/landed` asset (the event's extra names the new files) or triggered by
+hand with `crawl`. The base is the Param `base`, else the latest complete build under
+`CORPUS_BUILD_ROOT`; one run at a time, so each landing builds on the one before. The tasks are
+`build_snapshot`'s (orchestration/snapshotdag.py); the same inputs, base, config and seed give the same
+snapshot id as `corpus build --base`. See docs/orchestration.md ("The ingest_crawl DAG and the assets").
 """
 
 from __future__ import annotations

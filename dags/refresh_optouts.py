@@ -1,21 +1,12 @@
 """# refresh_optouts
 
-Nightly (where the deployment sets `CORPUS_OPTOUT_DEFAULTS` with `build`, `selection` and
-`versions_root`; elsewhere when triggered): re-reads a host opt-out list and makes a new version of a
-build only when the list changed.
-
-The selection file (`selection`) names the list (`exclude_hosts_file = "optout.txt"`, relative to the
-selection); a version's id covers the hosts read from it, not the file's path. So:
-
-* **plan** works out, on the cluster's side, the id the version would have (`corpus version --dry-run`,
-  which reads only the metadata table) and whether a version with that id is already in
-  `versions_root`. Unchanged list, same id: the run stops there (the rest is skipped, green).
-* **version** runs the version step as a job into `versions_root/<first 16 hex of the id>`, submitted and
-  waited for like a stage;
-* **report** checks the written version has the planned id and puts it in XCom.
-
-Triggered by hand it does the same. Params are data (absolute paths); the repository, its Python and
-the SSH connection are deployment configuration (`CORPUS_DEPLOYMENT`).
+Re-reads a host opt-out list (`exclude_hosts_file` of the selection `selection`) and makes a new version
+of a build only when the list changed: a version's id covers the hosts read, not the file's path.
+**plan** works out on the cluster's side the id the version would have (`corpus version --dry-run`) and
+stops the run, green, when `versions_root` already holds it; **version** writes it into
+`versions_root/<first 16 hex of the id>`; **report** checks it has the planned id. Daily where the
+deployment sets `CORPUS_OPTOUT_DEFAULTS`, else when triggered. Params are data; what runs is deployment
+configuration (`CORPUS_DEPLOYMENT`). See docs/orchestration.md.
 """
 
 from __future__ import annotations
@@ -45,12 +36,27 @@ def _param(name: str, default: Any, **schema: Any) -> Param:
 
 
 PARAMS = {
-    "build": _param("build", None, **path_schema(nullable=True), title="Build",
-                    description="the build on the cluster's filesystem, absolute"),
-    "selection": _param("selection", None, **path_schema(nullable=True), title="Selection file (TOML)",
-                        description="absolute; it names the opt-out list with exclude_hosts_file"),
-    "versions_root": _param("versions_root", None, **path_schema(nullable=True), title="Where versions go",
-                            description="absolute; each version in <first 16 hex of its id>/"),
+    "build": _param(
+        "build",
+        None,
+        **path_schema(nullable=True),
+        title="Build",
+        description="the build on the cluster's filesystem, absolute",
+    ),
+    "selection": _param(
+        "selection",
+        None,
+        **path_schema(nullable=True),
+        title="Selection file (TOML)",
+        description="absolute; it names the opt-out list with exclude_hosts_file",
+    ),
+    "versions_root": _param(
+        "versions_root",
+        None,
+        **path_schema(nullable=True),
+        title="Where versions go",
+        description="absolute; each version in <first 16 hex of its id>/",
+    ),
     **job_params(DEPLOYMENT, _param, os.environ.get("CORPUS_BACKEND", "local"), time_limit="01:00:00"),
 }
 if set(DEFAULTS) - set(PARAMS):
@@ -64,9 +70,17 @@ def version_dir(versions_root: str, snapshot_id: str) -> str:
     return f"{versions_root.rstrip('/')}/{snapshot_id.removeprefix('sha256:')[:16]}"
 
 
-@dag(dag_id="refresh_optouts", schedule=SCHEDULE, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-     catchup=False, max_active_runs=1, params=PARAMS, doc_md=__doc__, tags=["corpus"],
-     default_args={"retries": 2, "retry_delay": RETRY_DELAY})
+@dag(
+    dag_id="refresh_optouts",
+    schedule=SCHEDULE,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    params=PARAMS,
+    doc_md=__doc__,
+    tags=["corpus"],
+    default_args={"retries": 2, "retry_delay": RETRY_DELAY},
+)
 def refresh_optouts() -> None:
     @task.short_circuit
     def plan() -> dict[str, Any] | None:
@@ -75,11 +89,21 @@ def refresh_optouts() -> None:
         check_run_conf(ctx["dag_run"].conf or {}, PARAMS)
         p = ctx["params"]
         if missing := [k for k in REQUIRED if not p[k]]:
-            raise ValueError(f"Params {missing} are needed (trigger with them, or set CORPUS_OPTOUT_DEFAULTS)")
+            raise ValueError(
+                f"Params {missing} are needed (trigger with them, or set CORPUS_OPTOUT_DEFAULTS)"
+            )
         step = resolve_job_params(p, DEPLOYMENT)
         backend = backend_for(step["backend"], step["conn_id"])
-        argv = [step["python"], "-m", "cli", "version", p["build"], f"--select={p['selection']}", "--dry-run",
-                "--json"]
+        argv = [
+            step["python"],
+            "-m",
+            "cli",
+            "version",
+            p["build"],
+            f"--select={p['selection']}",
+            "--dry-run",
+            "--json",
+        ]
         planned = json.loads(backend.check(argv, env=step["env"], timeout=3600))["snapshot_id"]
         out = version_dir(p["versions_root"], planned)
         try:
@@ -90,16 +114,25 @@ def refresh_optouts() -> None:
             print(f"the opt-out list is unchanged: version {planned} exists at {out}; nothing to do")
             return None
         print(f"the opt-out list changed: making version {planned} at {out}")
-        return {**step, "build": p["build"], "selection": p["selection"], "selection_toml": "", "out": out,
-                "log_dir": f"{out}.logs", "planned": planned}
+        return {
+            **step,
+            "build": p["build"],
+            "selection": p["selection"],
+            "selection_toml": "",
+            "out": out,
+            "log_dir": f"{out}.logs",
+            "planned": planned,
+        }
 
     @task
     def report(step: dict[str, Any]) -> dict[str, Any]:
         backend = backend_for(step["backend"], step["conn_id"])
         made = json.loads(backend.read_text(f"{step['out']}/manifest.json"))["snapshot_id"]
         if made != step["planned"]:
-            raise ValueError(f"the version written at {step['out']} is {made}, the plan was {step['planned']}: "
-                             "the build or the list changed during the run; the next run makes it again")
+            raise ValueError(
+                f"the version written at {step['out']} is {made}, the plan was {step['planned']}: "
+                "the build or the list changed during the run; the next run makes it again"
+            )
         print(f"snapshot_id {made}")
         get_current_context()["ti"].xcom_push(key="snapshot_id", value=made)
         return {"snapshot_id": made, "out": step["out"]}

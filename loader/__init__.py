@@ -14,5 +14,15 @@ from loader.faults import ShardUnavailable, TooManyCorruptShards
 from loader.sampler import SAMPLER_VERSION
 from loader.world import World
 
-__all__ = ["SnapshotLoader", "ResumeRefused", "ShardUnavailable", "TooManyCorruptShards", "World", "SAMPLER_VERSION",
-           "load_manifest", "natural_mixture", "MixtureCounter", "MixtureDrift"]
+__all__ = [
+    "SnapshotLoader",
+    "ResumeRefused",
+    "ShardUnavailable",
+    "TooManyCorruptShards",
+    "World",
+    "SAMPLER_VERSION",
+    "load_manifest",
+    "natural_mixture",
+    "MixtureCounter",
+    "MixtureDrift",
+]

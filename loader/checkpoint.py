@@ -1,26 +1,11 @@
 """Model, optimizer and loader state in one ``torch.distributed.checkpoint`` per step, never half-written.
 
-A checkpoint root (``--ckpt``) holds one directory per saved step and a pointer to the newest::
-
-    ROOT/step-00000100/              complete: DCP files + train.json
-    ROOT/step-00000150/
-    ROOT/latest -> step-00000150     a relative symlink, replaced atomically after each save
-    ROOT/.step-00000200.partial/     a save in progress, or one a crash interrupted: never read
-
-Every rank calls :func:`save_checkpoint` at the same step: DCP writes into ``.step-N.partial`` (the
-loader's ``state_dict`` all-gathers its global record on the way); after a barrier rank 0 writes
-``train.json`` and renames the directory to ``step-N`` -- one rename, so a ``step-N`` directory holds all
-three states or does not exist -- then repoints ``latest`` and removes the oldest beyond ``keep``. The
-online mixture counter, when the run keeps one, is a fourth entry (its global per-bucket totals of the
-phase, all-reduced on the way), so its reports after a resume cover the phase since its start. No
-step overwrites another: the earlier design renamed the previous checkpoint aside, then the new one into
-place, and a crash between the two left only ``.old``, from which ``--auto-resume`` restarted at step 0.
-
-:func:`find_checkpoint` resumes from the newest complete ``step-N``, not blindly from ``latest``: a crash
-between the rename and the pointer update leaves ``latest`` one save behind, and that save is complete.
-:func:`load_checkpoint` refuses a checkpoint that has a model but no loader state (resuming the model on a
-fresh data stream would silently repeat and skip data) unless told to, in which case the loader jumps to
-the checkpoint's step by arithmetic.
+A checkpoint root holds ``step-N/`` directories (DCP files + ``train.json``), ``latest`` (a relative
+symlink) and at most one ``.step-N.partial/`` in progress, never read. A save writes the partial
+directory on every rank, then rank 0 renames it to ``step-N`` (one rename: all states or none);
+:func:`find_checkpoint` resumes from the newest complete ``step-N``, whatever ``latest`` says.
+:func:`load_checkpoint` refuses a model without loader state unless told to. See docs/loader.md
+("Checkpoint and resume").
 """
 
 from __future__ import annotations
@@ -66,8 +51,9 @@ class TrainState(Stateful):
         if self.optimizer is None:
             self.model.load_state_dict(state["model"])
         else:
-            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                           optim_state_dict=state["optim"])
+            set_state_dict(
+                self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+            )
 
 
 def _rank() -> int:
@@ -120,8 +106,16 @@ def _point_latest(root: Path, target: Path) -> None:
     os.replace(tmp, root / LATEST)
 
 
-def save_checkpoint(path: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    loader: SnapshotLoader, *, keep: int = 2, counter: MixtureCounter | None = None) -> Path:
+def save_checkpoint(
+    path: str | Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    loader: SnapshotLoader,
+    *,
+    keep: int = 2,
+    counter: MixtureCounter | None = None,
+) -> Path:
     """Write ``ROOT/step-N`` on every rank (a collective), point ``latest`` at it and keep the newest
     ``keep`` checkpoints at or below ``step``; ``counter``: the run's online mixture counter, saved too.
     Checkpoints above ``step`` are from a timeline this run abandoned (it resumed from an older one) and
@@ -170,12 +164,20 @@ def find_checkpoint(path: str | Path) -> Path | None:
             found = steps[-1][1]
             latest = root / LATEST
             if latest.resolve() != found.resolve():
-                log.warning("%s points at %s, but %s is the newest complete checkpoint: resuming from it",
-                            latest, os.readlink(latest) if latest.is_symlink() else "nothing", found.name)
+                log.warning(
+                    "%s points at %s, but %s is the newest complete checkpoint: resuming from it",
+                    latest,
+                    os.readlink(latest) if latest.is_symlink() else "nothing",
+                    found.name,
+                )
         elif _complete_step(old := root.with_name(f".{root.name}.old")) is not None:
             found = old
-            log.warning("only %s is left of checkpoint %s (a crash between the two renames of an earlier "
-                        "version): resuming from it", old, root)
+            log.warning(
+                "only %s is left of checkpoint %s (a crash between the two renames of an earlier "
+                "version): resuming from it",
+                old,
+                root,
+            )
     if dist.is_available() and dist.is_initialized():
         box = [str(found) if found is not None else None]
         dist.broadcast_object_list(box, src=0)
@@ -187,10 +189,18 @@ def checkpoint_step(path: str | Path) -> int:
     return int(json.loads((Path(path) / TRAIN_STATE).read_text())["step"])
 
 
-def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    loader: SnapshotLoader, *, allow_missing_loader_state: bool = False,
-                    allow_snapshot_mismatch: bool = False, allow_version_mismatch: bool = False,
-                    allow_recipe_mismatch: bool = False, counter: MixtureCounter | None = None) -> int:
+def load_checkpoint(
+    path: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    loader: SnapshotLoader,
+    *,
+    allow_missing_loader_state: bool = False,
+    allow_snapshot_mismatch: bool = False,
+    allow_version_mismatch: bool = False,
+    allow_recipe_mismatch: bool = False,
+    counter: MixtureCounter | None = None,
+) -> int:
     """Restore all three in place from ``path`` (a checkpoint root: its newest complete checkpoint, see
     :func:`find_checkpoint`; or one checkpoint directory), and ``counter`` when the checkpoint has its
     counts (one saved without a counter leaves it counting from the resume); the step to continue from."""
@@ -206,11 +216,15 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
         raise ResumeRefused(
             f"checkpoint {path} has model state but no loader state: resuming would repeat or skip data; "
             "pass allow_missing_loader_state=True (--allow-missing-loader-state) to start the loader at "
-            f"step {step} as if it had never been interrupted on this world size")
+            f"step {step} as if it had never been interrupted on this world size"
+        )
     state: dict[str, Any] = {"train": TrainState(model, optimizer)}
     if has_loader:
-        overrides = dict(allow_snapshot_mismatch=allow_snapshot_mismatch,
-                         allow_version_mismatch=allow_version_mismatch, allow_recipe_mismatch=allow_recipe_mismatch)
+        overrides = dict(
+            allow_snapshot_mismatch=allow_snapshot_mismatch,
+            allow_version_mismatch=allow_version_mismatch,
+            allow_recipe_mismatch=allow_recipe_mismatch,
+        )
         state["loader"] = _Slot("record", lambda s: loader.load_state_dict(s, **overrides))
     if counter is not None and has_counter:
         state["counter"] = _Slot("counts", counter.load_state_dict)
@@ -231,7 +245,9 @@ def read_record(path: str | Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     found = find_checkpoint(path)
     if found is None:
-        raise FileNotFoundError(f"no loader record at {path}: neither a JSON record nor a complete checkpoint")
+        raise FileNotFoundError(
+            f"no loader record at {path}: neither a JSON record nor a complete checkpoint"
+        )
     state: dict[str, Any] = {"loader": {"record": ""}}
     dcp.load(state, checkpoint_id=str(found))
     return json.loads(state["loader"]["record"])

@@ -1,20 +1,10 @@
 """The online mixture counter: per-bucket tokens of the current phase, summed over the data-parallel ranks.
 
-``corpus recipe-audit`` says before a run what the mixture will be; this says during the run what it
-is, from the tokens actually delivered (padding excluded), so a substituted shard, a bucket that ran out
-early or a wrong recipe shows up in the training log while it matters. Each rank counts what it
-delivered in the current phase; every ``every`` steps the training loop calls :meth:`MixtureCounter.reduce`
-on every rank of the group at the same step (one all-reduce of one int64 per bucket), and each bucket's
-realized share is compared with the phase's target: past ``tolerance`` (absolute difference of shares)
-it warns or raises :class:`MixtureDrift`, as configured.
-
-Counts cover the current phase since its first step: they restart at every phase boundary (the same
-step on every rank) and are part of the checkpoint, so a run resumed inside a phase, on any number of
-ranks, reports the whole phase, not the stretch since the resume. What a checkpoint holds is global: the
-phase's name and its per-bucket totals summed over the group (``state_dict`` is a collective, like the
-loader's); on load the totals go to the group's rank 0 and the other ranks start at zero, so the next
-all-reduce is totals plus what every rank has delivered since. A restored count of another phase than
-the one the run continues in is dropped at its first step.
+Each rank counts the tokens it delivered (padding excluded) in the current phase; every ``every`` steps
+:meth:`MixtureCounter.reduce` all-reduces them and compares each bucket's share with the phase's target
+(past ``tolerance`` it warns or raises :class:`MixtureDrift`). Counts restart at each phase boundary and
+are part of the checkpoint (global totals, restored on the group's rank 0), so a resumed run reports the
+whole phase. See docs/loader.md ("Recipes": online counter).
 """
 
 from __future__ import annotations
@@ -42,11 +32,18 @@ class MixtureDrift(UserError):
 class MixtureCounter(Stateful):
     """Per-bucket delivered tokens of one rank in the current phase, reduced over ``group`` on demand."""
 
-    def __init__(self, buckets: list[str], every: int, tolerance: float, action: str = "warn",
-                 group: Any = None) -> None:
+    def __init__(
+        self, buckets: list[str], every: int, tolerance: float, action: str = "warn", group: Any = None
+    ) -> None:
         if every < 1 or not tolerance > 0 or action not in ("warn", "raise"):
             raise ValueError("every must be positive, tolerance > 0, action 'warn' or 'raise'")
-        self.buckets, self.every, self.tolerance, self.action, self.group = list(buckets), every, tolerance, action, group
+        self.buckets, self.every, self.tolerance, self.action, self.group = (
+            list(buckets),
+            every,
+            tolerance,
+            action,
+            group,
+        )
         self.index = {b: i for i, b in enumerate(self.buckets)}
         self.phase: str | None = None
         self.targets: dict[str, float] = {}
@@ -76,11 +73,19 @@ class MixtureCounter(Stateful):
         realized = {b: tokens[b] / total if total else 0.0 for b in self.buckets}
         diff = {b: realized[b] - self.targets.get(b, 0.0) for b in self.buckets}
         worst = max(self.buckets, key=lambda b: abs(diff[b]))
-        report = {"step": step, "phase": self.phase, "tokens": tokens, "target": dict(self.targets),
-                  "realized": realized, "max_abs_diff": abs(diff[worst])}
+        report = {
+            "step": step,
+            "phase": self.phase,
+            "tokens": tokens,
+            "target": dict(self.targets),
+            "realized": realized,
+            "max_abs_diff": abs(diff[worst]),
+        }
         if total and abs(diff[worst]) > self.tolerance:
-            msg = (f"step {step} phase {self.phase}: bucket {worst!r} realized {realized[worst]:.4f} of the tokens, "
-                   f"target {self.targets.get(worst, 0.0):.4f} (tolerance {self.tolerance})")
+            msg = (
+                f"step {step} phase {self.phase}: bucket {worst!r} realized {realized[worst]:.4f} of the tokens, "
+                f"target {self.targets.get(worst, 0.0):.4f} (tolerance {self.tolerance})"
+            )
             if self.action == "raise":
                 raise MixtureDrift(msg)
             log.warning(msg)
@@ -105,7 +110,9 @@ class MixtureCounter(Stateful):
         self.local[:] = 0
         dropped = sorted(set(saved["tokens"]) - set(self.index))
         if dropped:
-            log.warning("the checkpoint counted tokens of buckets this run does not have: %s (left out)", dropped)
+            log.warning(
+                "the checkpoint counted tokens of buckets this run does not have: %s (left out)", dropped
+            )
         if not (dist.is_available() and dist.is_initialized()) or dist.get_rank(self.group) == 0:
             for bucket, n in saved["tokens"].items():
                 if bucket in self.index:

@@ -38,7 +38,7 @@ from loader.provenance import TracedBatch
 from loader.sampler import SAMPLER_VERSION
 from loader.sequences import Batch, assemble_sequence, make_batch
 from loader.state import (
-    RECORD_FORMAT,
+    LoaderRecord,
     Plan,
     RankCursor,
     merge_local_states,
@@ -58,12 +58,15 @@ def _recipe_name(recipe_id: str | None, recipe_hash: str | None) -> str:
     return f"recipe {recipe_id} ({recipe_hash[:19]}…)" if recipe_hash else "no recipe"
 
 
-def load_manifest(snapshot: str | Path | SnapshotManifest, root: str | Path | None = None
-                  ) -> tuple[SnapshotManifest, Path]:
+def load_manifest(
+    snapshot: str | Path | SnapshotManifest, root: str | Path | None = None
+) -> tuple[SnapshotManifest, Path]:
     """A manifest and the directory its shard paths are relative to, from a snapshot dir or manifest.json."""
     if isinstance(snapshot, SnapshotManifest):
         if root is None:
-            raise ValueError("a SnapshotManifest object needs root= (the directory its shard paths are relative to)")
+            raise ValueError(
+                "a SnapshotManifest object needs root= (the directory its shard paths are relative to)"
+            )
         return snapshot, Path(root)
     path = Path(snapshot)
     if path.is_dir():
@@ -103,8 +106,10 @@ def gather_states(local: Mapping[str, Any], world: int, group: Any = None) -> li
         raise RuntimeError("state_dict with dp_world > 1 needs torch.distributed initialized (gloo is fine)")
     size = dist.get_world_size(group)
     if size != world:
-        raise RuntimeError(f"the data-parallel process group has {size} ranks, the loader {world}: pass the "
-                           "loader's dp_group (ranks that read different data), not the whole world")
+        raise RuntimeError(
+            f"the data-parallel process group has {size} ranks, the loader {world}: pass the "
+            "loader's dp_group (ranks that read different data), not the whole world"
+        )
     gathered: list[Any] = [None] * size
     dist.all_gather_object(gathered, local, group=group)
     return gathered
@@ -117,13 +122,28 @@ class SnapshotLoader(IterableDataset):
     (it batches itself, and its state lives in this process, so ``num_workers=0``).
     """
 
-    def __init__(self, snapshot: str | Path | SnapshotManifest, mixture: Mapping[str, float] | None = None,
-                 seed: int = 0, seq_len: int = 2048, batch_size: int = 1, dp_rank: int | None = None,
-                 dp_world: int | None = None, *, epoch_caps: Mapping[str, int | None] | int | None = None,
-                 run_len: int = 8, chunk_tokens: int = 1 << 20, append_eos: bool | None = None,
-                 max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION, root: str | Path | None = None,
-                 verbose: bool = False, dp_group: Any = None, memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
-                 io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS, recipe: Recipe | None = None) -> None:
+    def __init__(
+        self,
+        snapshot: str | Path | SnapshotManifest,
+        mixture: Mapping[str, float] | None = None,
+        seed: int = 0,
+        seq_len: int = 2048,
+        batch_size: int = 1,
+        dp_rank: int | None = None,
+        dp_world: int | None = None,
+        *,
+        epoch_caps: Mapping[str, int | None] | int | None = None,
+        run_len: int = 8,
+        chunk_tokens: int = 1 << 20,
+        append_eos: bool | None = None,
+        max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION,
+        root: str | Path | None = None,
+        verbose: bool = False,
+        dp_group: Any = None,
+        memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
+        io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS,
+        recipe: Recipe | None = None,
+    ) -> None:
         """``recipe`` (what :meth:`from_recipe` passes): the mixture, seed, sequence length and epoch caps are
         the recipe's, phase by phase, and ``run_len`` is the default of phases that state none."""
         super().__init__()
@@ -157,7 +177,12 @@ class SnapshotLoader(IterableDataset):
             recipe.check_pinned(self.snapshot_id, self.manifest.tokenizer.get("sha256"))
             recipe.check_buckets(buckets)
             first = recipe.phases[0]
-            mixture, seed, seq_len, epoch_caps = dict(first.weights), recipe.seed, first.seq_len, dict(first.max_epochs)
+            mixture, seed, seq_len, epoch_caps = (
+                dict(first.weights),
+                recipe.seed,
+                first.seq_len,
+                dict(first.max_epochs),
+            )
         self.mixture = dict(natural_mixture_of(self.stream_shards) if mixture is None else mixture)
         unknown = sorted(set(self.mixture) - set(buckets))
         if unknown:
@@ -176,14 +201,22 @@ class SnapshotLoader(IterableDataset):
         self.run_len, self.chunk_tokens, self.append_eos = int(run_len), int(chunk_tokens), bool(append_eos)
         self.rank, self.world = dp_rank, dp_world
         self.verbose = verbose
-        self.layout = stream_layout(self.stream_shards, self.seed, self.chunk_tokens, self.epoch_caps,
-                                    self.append_eos, self.world)
+        self.layout = stream_layout(
+            self.stream_shards, self.seed, self.chunk_tokens, self.epoch_caps, self.append_eos, self.world
+        )
         if memory_budget_mb < 1:
             raise UserError(f"memory_budget_mb must be positive, got {memory_budget_mb}")
-        self.store = ShardStore(self.root, self.stream_manifest, self.eos_id, self.append_eos, max_skip_fraction,
-                                log=self._log, memory_budget_bytes=int(memory_budget_mb) << 20,
-                                io_retry_delays=io_retry_delays,
-                                selection=self.version.selected if self.version is not None else None)
+        self.store = ShardStore(
+            self.root,
+            self.stream_manifest,
+            self.eos_id,
+            self.append_eos,
+            max_skip_fraction,
+            log=self._log,
+            memory_budget_bytes=int(memory_budget_mb) << 20,
+            io_retry_delays=io_retry_delays,
+            selection=self.version.selected if self.version is not None else None,
+        )
         self.cursor = RankCursor(self.layout, Plan.fresh(self.world), self.rank)
         self.switches: list[dict[str, Any]] = []  # (step, from, to) of every move between versions
         self.recipe_changes: list[dict[str, Any]] = []  # (step, from, to) of every accepted change of recipe
@@ -196,8 +229,15 @@ class SnapshotLoader(IterableDataset):
             self._sync_phase()
 
     @classmethod
-    def from_recipe(cls, recipe: Recipe | str | Path, snapshot: str | Path | SnapshotManifest, batch_size: int = 1,
-                    dp_rank: int | None = None, dp_world: int | None = None, **kwargs: Any) -> SnapshotLoader:
+    def from_recipe(
+        cls,
+        recipe: Recipe | str | Path,
+        snapshot: str | Path | SnapshotManifest,
+        batch_size: int = 1,
+        dp_rank: int | None = None,
+        dp_world: int | None = None,
+        **kwargs: Any,
+    ) -> SnapshotLoader:
         """A loader that runs ``recipe`` (a :class:`~corpus.select.recipe.Recipe` or a TOML file) on ``snapshot``.
 
         Refused (one line, :class:`~corpus.select.recipe.RecipeError`) when the recipe is pinned to another
@@ -212,7 +252,9 @@ class SnapshotLoader(IterableDataset):
             raise ValueError(f"the recipe sets {clash}: pass them in the recipe, not to from_recipe")
         if not isinstance(recipe, Recipe):
             recipe = load_recipe(recipe)
-        return cls(snapshot, batch_size=batch_size, dp_rank=dp_rank, dp_world=dp_world, recipe=recipe, **kwargs)
+        return cls(
+            snapshot, batch_size=batch_size, dp_rank=dp_rank, dp_world=dp_world, recipe=recipe, **kwargs
+        )
 
     # --- recipe phases ------------------------------------------------------------------------------
 
@@ -234,7 +276,9 @@ class SnapshotLoader(IterableDataset):
             self.span = None  # the recipe is over
         elif span != self.span:
             self._apply_phase(span)
-            self.cursor = RankCursor(self.layout, self.cursor.plan, self.rank, self.cursor.step, self.cursor.cursors)
+            self.cursor = RankCursor(
+                self.layout, self.cursor.plan, self.rank, self.cursor.step, self.cursor.cursors
+            )
 
     @property
     def phase(self) -> str | None:
@@ -261,7 +305,9 @@ class SnapshotLoader(IterableDataset):
 
     def __iter__(self) -> Iterator[Batch]:
         if get_worker_info() is not None:
-            raise RuntimeError("SnapshotLoader keeps its resume state in this process: use DataLoader(num_workers=0)")
+            raise RuntimeError(
+                "SnapshotLoader keeps its resume state in this process: use DataLoader(num_workers=0)"
+            )
         while (batch := self.next_batch()) is not None:
             yield batch
 
@@ -278,8 +324,14 @@ class SnapshotLoader(IterableDataset):
         if self.recipe is not None and span is None:
             return None
         step = self.cursor.step
-        plans = self.cursor.next_batch(self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size,
-                                       run_origin=span.run_origin if span is not None else 0)
+        plans = self.cursor.next_batch(
+            self.mixture,
+            self.seed,
+            self.run_len,
+            self.seq_len,
+            self.batch_size,
+            run_origin=span.run_origin if span is not None else 0,
+        )
         if plans is None:
             if span is not None:
                 self.cursor.step += 1
@@ -289,10 +341,18 @@ class SnapshotLoader(IterableDataset):
         for sp in plans:
             parts = tuple(part for shard, a, b in sp.segments for part in self.store.read(shard, a, b))
             sourced.append(parts)
-            rows.append(assemble_sequence([(p.tokens, p.doc_starts) for p in parts], self.seq_len, sp.pad,
-                                          self.eos_id))
-        batch = make_batch(rows, tuple(sp.bucket for sp in plans), step, self.seq_len,
-                           span.name if span is not None else None)
+            rows.append(
+                assemble_sequence(
+                    [(p.tokens, p.doc_starts) for p in parts], self.seq_len, sp.pad, self.eos_id
+                )
+            )
+        batch = make_batch(
+            rows,
+            tuple(sp.bucket for sp in plans),
+            step,
+            self.seq_len,
+            span.name if span is not None else None,
+        )
         if span is not None:
             self._sync_phase()
         return TracedBatch(batch, tuple(plans), tuple(sourced), self.rank, self.world, self.store)
@@ -304,8 +364,15 @@ class SnapshotLoader(IterableDataset):
             return
         while self.cursor.step < step and self.span is not None:
             target = min(step, self.span.end)
-            self.cursor.seek(target, self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size,
-                             run_origin=self.span.run_origin)
+            self.cursor.seek(
+                target,
+                self.mixture,
+                self.seed,
+                self.run_len,
+                self.seq_len,
+                self.batch_size,
+                run_origin=self.span.run_origin,
+            )
             self.cursor.step = target  # a rank with nothing left in the phase still follows the clock
             self._sync_phase()
 
@@ -317,7 +384,7 @@ class SnapshotLoader(IterableDataset):
             # what a later loader needs to move this run to another version of the same build
             "base_snapshot_id": self.manifest.snapshot_id,
             "version_dir": str(self.version.version.dir.resolve()) if self.version is not None else None,
-            "switches": list(self.switches),
+            "switches": tuple(self.switches),
             "seed": self.seed,
             "chunk_tokens": self.chunk_tokens,
             "append_eos": self.append_eos,
@@ -328,7 +395,7 @@ class SnapshotLoader(IterableDataset):
             "run_len": self.run_len,
             "chunk_cuts": dict(self.layout.cuts),
             "recipe": self._recipe_header(),
-            "recipe_changes": list(self.recipe_changes),
+            "recipe_changes": tuple(self.recipe_changes),
         }
 
     def _recipe_header(self) -> dict[str, Any] | None:
@@ -337,159 +404,214 @@ class SnapshotLoader(IterableDataset):
         if self.recipe is None:
             return None
         span = self.span
-        return {"recipe_id": self.recipe.recipe_id, "recipe_hash": self.recipe.recipe_hash,
-                "phase": span.index if span is not None else len(self.recipe.phases),
-                "phase_name": span.name if span is not None else None,
-                "phase_start": span.run_origin if span is not None else None,
-                "tokens": self.clock.tokens_at(self.cursor.step)}
+        return {
+            "recipe_id": self.recipe.recipe_id,
+            "recipe_hash": self.recipe.recipe_hash,
+            "phase": span.index if span is not None else len(self.recipe.phases),
+            "phase_name": span.name if span is not None else None,
+            "phase_start": span.run_origin if span is not None else None,
+            "tokens": self.clock.tokens_at(self.cursor.step),
+        }
 
     def local_state(self) -> dict[str, Any]:
         """This rank's part of the record (what ``state_dict`` all-gathers)."""
         return self.cursor.local_state(self.store.skipped)
 
     def global_record(self, local_states: list[Mapping[str, Any]]) -> dict[str, Any]:
-        return merge_local_states(self._header(), self.cursor.plan, list(local_states))
+        """The record of every rank's local state, as saved (:meth:`LoaderRecord.to_dict`)."""
+        return merge_local_states(self._header(), self.cursor.plan, list(local_states)).to_dict()
 
     def state_dict(self) -> dict[str, Any]:
         """The global record, all-gathered over ``dp_group`` (a collective: every rank of the group calls it
         at the same checkpoint; with several data-parallel groups, each gathers its own replicas)."""
-        return {"record": json.dumps(self.global_record(gather_states(self.local_state(), self.world,
-                                                                       self.dp_group)), sort_keys=True)}
+        return {
+            "record": json.dumps(
+                self.global_record(gather_states(self.local_state(), self.world, self.dp_group)),
+                sort_keys=True,
+            )
+        }
 
-    def load_state_dict(self, state: Mapping[str, Any], *, allow_snapshot_mismatch: bool = False,
-                        allow_version_mismatch: bool = False, allow_tombstoned: bool = False,
-                        allow_recipe_mismatch: bool = False) -> None:
+    def load_state_dict(
+        self,
+        state: Mapping[str, Any],
+        *,
+        allow_snapshot_mismatch: bool = False,
+        allow_version_mismatch: bool = False,
+        allow_tombstoned: bool = False,
+        allow_recipe_mismatch: bool = False,
+    ) -> None:
         record = state["record"]
         record = json.loads(record) if isinstance(record, (str, bytes)) else record
-        self.load_record(record, allow_snapshot_mismatch=allow_snapshot_mismatch,
-                         allow_version_mismatch=allow_version_mismatch, allow_tombstoned=allow_tombstoned,
-                         allow_recipe_mismatch=allow_recipe_mismatch)
+        self.load_record(
+            record,
+            allow_snapshot_mismatch=allow_snapshot_mismatch,
+            allow_version_mismatch=allow_version_mismatch,
+            allow_tombstoned=allow_tombstoned,
+            allow_recipe_mismatch=allow_recipe_mismatch,
+        )
 
-    def load_record(self, record: Mapping[str, Any], *, allow_snapshot_mismatch: bool = False,
-                    allow_version_mismatch: bool = False, allow_tombstoned: bool = False,
-                    allow_recipe_mismatch: bool = False) -> None:
+    def load_record(
+        self,
+        record: Mapping[str, Any],
+        *,
+        allow_snapshot_mismatch: bool = False,
+        allow_version_mismatch: bool = False,
+        allow_tombstoned: bool = False,
+        allow_recipe_mismatch: bool = False,
+    ) -> None:
         """Resume from a global record. A record of another version of the same build moves the run
         to this loader's version (docs/loader.md, "Moving to another version"); a record that read a
         shard this version tombstones is refused unless ``allow_tombstoned``; a record of another recipe
         (or of a run without one, for a loader with one, and the reverse) unless ``allow_recipe_mismatch``,
-        which is then noted in the record (``recipe_changes``)."""
-        if record.get("format") != RECORD_FORMAT:
-            raise ResumeRefused(f"not a loader state record (format {record.get('format')!r})")
+        which is then noted in the record (``recipe_changes``). ``record``: as saved (:meth:`global_record`)."""
+        try:
+            rec = LoaderRecord.from_dict(record)
+        except ValueError as e:
+            raise ResumeRefused(str(e)) from None
         # another selection of this build (a version, or the build itself when no version dir is recorded)
-        same_build = record.get("base_snapshot_id") == self.manifest.snapshot_id and (
-            record.get("version_dir") is not None or record["snapshot_id"] == record["base_snapshot_id"])
-        if record["snapshot_id"] != self.snapshot_id and not same_build and not allow_snapshot_mismatch:
+        same_build = rec.base_snapshot_id == self.manifest.snapshot_id and (
+            rec.version_dir is not None or rec.snapshot_id == rec.base_snapshot_id
+        )
+        if rec.snapshot_id != self.snapshot_id and not same_build and not allow_snapshot_mismatch:
             raise ResumeRefused(
-                f"checkpoint was taken on snapshot {record['snapshot_id']}, this loader reads "
+                f"checkpoint was taken on snapshot {rec.snapshot_id}, this loader reads "
                 f"{self.snapshot_id}; pass allow_snapshot_mismatch=True to start this snapshot's "
-                "epochs from the recorded step instead")
-        if record["sampler_version"] != SAMPLER_VERSION and not allow_version_mismatch:
+                "epochs from the recorded step instead"
+            )
+        if rec.sampler_version != SAMPLER_VERSION and not allow_version_mismatch:
             raise ResumeRefused(
-                f"checkpoint was taken with sampler {record['sampler_version']}, this is {SAMPLER_VERSION}; "
-                "pass allow_version_mismatch=True to accept a different stream")
-        self._resume_recipe(record, allow_recipe_mismatch)
-        skipped = {int(i) for i in record["skipped"] if int(i) < len(self.stream_manifest.shards)}
+                f"checkpoint was taken with sampler {rec.sampler_version}, this is {SAMPLER_VERSION}; "
+                "pass allow_version_mismatch=True to accept a different stream"
+            )
+        self._resume_recipe(rec, allow_recipe_mismatch)
+        skipped = {i for i in rec.skipped if i < len(self.stream_manifest.shards)}
         cursors = None
-        self.switches = list(record.get("switches", []))
-        moving = record["sampler_version"] == SAMPLER_VERSION and record["snapshot_id"] != self.snapshot_id and same_build
-        old = self._recorded_version(record) if moving else None
+        self.switches = list(rec.switches)
+        moving = rec.sampler_version == SAMPLER_VERSION and rec.snapshot_id != self.snapshot_id and same_build
+        old = self._recorded_version(rec) if moving else None
         if moving and not same_streams(old, self.version):
             theirs, mine = (", ".join(predicate_buckets(v)) or "physical" for v in (old, self.version))
             if not allow_snapshot_mismatch:
                 raise ResumeRefused(
-                    f"checkpoint was taken on version {record['snapshot_id']} with buckets ({theirs}), this loader "
+                    f"checkpoint was taken on version {rec.snapshot_id} with buckets ({theirs}), this loader "
                     f"reads {self.snapshot_id} with buckets ({mine}): a run moves only between versions with the same "
                     "buckets in the same order; pass allow_snapshot_mismatch=True to start this version's epochs "
-                    "from the recorded step instead")
+                    "from the recorded step instead"
+                )
             moving = False  # fresh epochs of this version's streams, below
         if moving:
-            if bool(record["append_eos"]) != self.append_eos:
-                raise ResumeRefused("checkpoint was taken with a different append_eos: stream positions differ")
-            plan = self._move_plan(record, old, allow_tombstoned)
-            self.switches.append({"step": int(record["step"]), "from": record["snapshot_id"], "to": self.snapshot_id})
+            if rec.append_eos != self.append_eos:
+                raise ResumeRefused(
+                    "checkpoint was taken with a different append_eos: stream positions differ"
+                )
+            plan = self._move_plan(rec, old, allow_tombstoned)
+            self.switches.append({"step": rec.step, "from": rec.snapshot_id, "to": self.snapshot_id})
             if self.verbose:
-                self._log(f"moved from version {record['snapshot_id']} to {self.snapshot_id} at step {record['step']}")
-        elif record["snapshot_id"] != self.snapshot_id or record["sampler_version"] != SAMPLER_VERSION:
+                self._log(f"moved from version {rec.snapshot_id} to {self.snapshot_id} at step {rec.step}")
+        elif rec.snapshot_id != self.snapshot_id or rec.sampler_version != SAMPLER_VERSION:
             plan = Plan.fresh(self.world)  # the recorded positions mean nothing here: new epochs, same step
             skipped = set()
         else:
             # the layout the record was taken under, cut as recorded (records before cuts: none)
-            recorded = stream_layout(self.stream_shards, int(record["seed"]), int(record["chunk_tokens"]),
-                                     record["epoch_caps"], bool(record["append_eos"]), int(record["plan"]["world"]),
-                                     cuts=record.get("chunk_cuts", {}))
-            if bool(record["append_eos"]) != self.append_eos:
-                raise ResumeRefused("checkpoint was taken with a different append_eos: stream positions differ")
-            if record["plan"]["world"] == self.world and recorded == self.layout:
+            recorded = stream_layout(
+                self.stream_shards,
+                rec.seed,
+                rec.chunk_tokens,
+                rec.epoch_caps,
+                rec.append_eos,
+                rec.plan.world,
+                cuts=rec.chunk_cuts,
+            )
+            if rec.append_eos != self.append_eos:
+                raise ResumeRefused(
+                    "checkpoint was taken with a different append_eos: stream positions differ"
+                )
+            if rec.plan.world == self.world and recorded == self.layout:
                 # Same world, same sampler inputs: continue every rank's own stream, bit for bit.
-                plan = Plan.from_dict(record["plan"])
-                cursors = {b: tuple(c) for b, c in record["cursors"][self.rank].items()}
+                plan = rec.plan
+                cursors = dict(rec.cursors[self.rank])
             else:
-                plan = redistribute(recorded, record, self.world)
+                plan = redistribute(recorded, rec, self.world)
         self.store.skipped |= skipped
         self.store._check_budget()
-        self.cursor = RankCursor(self.layout, plan, self.rank, step=int(record["step"]), cursors=cursors)
+        self.cursor = RankCursor(self.layout, plan, self.rank, step=rec.step, cursors=cursors)
         if self.verbose:
-            self._log(f"resumed at step {record['step']} from a record of {record['plan']['world']} ranks")
+            self._log(f"resumed at step {rec.step} from a record of {rec.plan.world} ranks")
 
-    def _resume_recipe(self, record: Mapping[str, Any], allow_override: bool) -> None:
+    def _resume_recipe(self, record: LoaderRecord, allow_override: bool) -> None:
         """Check the record's recipe against this loader's and restart the phase clock at the recorded step
         and global token count (so the boundaries left stay at the same global tokens on any world)."""
-        recorded = record.get("recipe")
+        recorded = record.recipe
         old = recorded["recipe_hash"] if recorded else None
         new = self.recipe.recipe_hash if self.recipe is not None else None
-        changes = list(record.get("recipe_changes", []))
+        changes = list(record.recipe_changes)
         if old != new:
             if not allow_override:
                 theirs = _recipe_name(recorded["recipe_id"] if recorded else None, old)
                 mine = _recipe_name(self.recipe.recipe_id if self.recipe is not None else None, new)
                 raise ResumeRefused(
                     f"checkpoint was taken under {theirs}, this loader runs {mine}; pass allow_recipe_mismatch=True "
-                    "to go on under this loader's recipe from the recorded global token count")
-            changes.append({"step": int(record["step"]), "from": old, "to": new})
-            self._log(f"recipe changed at step {record['step']}: {old} -> {new} (allow_recipe_mismatch)")
+                    "to go on under this loader's recipe from the recorded global token count"
+                )
+            changes.append({"step": record.step, "from": old, "to": new})
+            self._log(f"recipe changed at step {record.step}: {old} -> {new} (allow_recipe_mismatch)")
         self.recipe_changes = changes
         if self.recipe is None:
             return
-        step = int(record["step"])
+        step = record.step
         if recorded:
             tokens = int(recorded["tokens"])
         else:  # a run without a recipe: its steps were all of the recorded shape
-            tokens = step * int(record["plan"]["world"]) * int(record["batch_size"]) * int(record["seq_len"])
+            tokens = step * record.plan.world * record.batch_size * record.seq_len
         same = old == new and recorded["phase_start"] is not None
-        self.clock = PhaseClock(self.recipe, self.world, self.batch_size, step, tokens,
-                                phase_start=(int(recorded["phase"]), int(recorded["phase_start"])) if same else None)
+        self.clock = PhaseClock(
+            self.recipe,
+            self.world,
+            self.batch_size,
+            step,
+            tokens,
+            phase_start=(int(recorded["phase"]), int(recorded["phase_start"])) if same else None,
+        )
         span = self.clock.at(step)
         if span is not None:
             self._apply_phase(span)
         self.span = span
 
-    def _recorded_version(self, record: Mapping[str, Any]) -> LoaderVersion | None:
+    def _recorded_version(self, record: LoaderRecord) -> LoaderVersion | None:
         """The version a record of another selection of this build was taken on (None: the build itself)."""
-        if not record.get("version_dir"):
+        if not record.version_dir:
             return None
-        old = LoaderVersion.open(Path(record["version_dir"]))
-        if old is None or old.snapshot_id != record["snapshot_id"]:
+        old = LoaderVersion.open(Path(record.version_dir))
+        if old is None or old.snapshot_id != record.snapshot_id:
             raise ResumeRefused(
-                f"checkpoint was taken on version {record['snapshot_id']} at {record['version_dir']}, "
-                "which is no longer there: its selection is needed to move the run to this version")
+                f"checkpoint was taken on version {record.snapshot_id} at {record.version_dir}, "
+                "which is no longer there: its selection is needed to move the run to this version"
+            )
         return old
 
-    def _move_plan(self, record: Mapping[str, Any], old: LoaderVersion | None, allow_tombstoned: bool) -> Plan:
+    def _move_plan(self, record: LoaderRecord, old: LoaderVersion | None, allow_tombstoned: bool) -> Plan:
         """The plan that moves a run recorded on another selection of this build (``old``, with the same
         streams) onto this one: positions already read stay read, documents this version drops are never
         read again, and every other unread position of the open epochs is read exactly once."""
         move = RunMove(self.stream_manifest, self.root, old, self.version, self.append_eos)
-        recorded = stream_layout(move.old_stream_shards, int(record["seed"]), int(record["chunk_tokens"]),
-                                 record["epoch_caps"], bool(record["append_eos"]), int(record["plan"]["world"]),
-                                 cuts=record.get("chunk_cuts", {}))
+        recorded = stream_layout(
+            move.old_stream_shards,
+            record.seed,
+            record.chunk_tokens,
+            record.epoch_caps,
+            record.append_eos,
+            record.plan.world,
+            cuts=record.chunk_cuts,
+        )
         read = shards_read(recorded, record)
         for i in move.newly_tombstoned():
             if i in read:
                 name = self.version.names[i]
-                msg = (f"checkpoint at step {record['step']} read shard {name}, which version {self.snapshot_id} "
-                       f"tombstones ({self.version.tombstones[name]['reason']})")
+                msg = (
+                    f"checkpoint at step {record.step} read shard {name}, which version {self.snapshot_id} "
+                    f"tombstones ({self.version.tombstones[name]['reason']})"
+                )
                 if not allow_tombstoned:
                     raise ResumeRefused(f"{msg}; pass allow_tombstoned=True to go on without it")
                 self._log(f"{msg}; going on without it (allow_tombstoned)")
         return redistribute(recorded, record, self.world, translate=move.translate)
-

@@ -1,35 +1,11 @@
 """Corrupt, missing and unreachable shards; what is verified when; how many shards stay open.
 
-Verification. A shard written with block digests (``SnapshotShard.block_sha256``, the sha256 of each
-``block_size``-byte block of its ``.bin``) is verified block by block: a block is hashed the first time
-this process reads from it, never again, so a rank hashes about what it reads rather than every shard
-it touches. A shard from an older snapshot (no block digests) falls back to the whole-file sha256 on
-its first open. The ``.idx`` is checked for consistency with the ``.bin`` and the manifest on its
-first open (:func:`loader.sequences.check_index`).
-
-Streams. The store reads a manifest by stream index: a snapshot's or version's shards, or, for a
-version with buckets by predicate, one entry per (shard, bucket) stream
-(:attr:`loader.versions.LoaderVersion.stream_manifest`). Streams of one shard share its files, so what
-was verified is kept per file, not per stream: a block is still hashed once. A corrupt shard is found
-stream by stream (each of its streams is skipped when it reads the bad part), and a stream's substitute
-is another stream of its bucket.
-
-Corruption. Only a digest mismatch or a format failure (a bad index, sizes that disagree with the
-manifest) makes a shard corrupt. It joins the *skip set*, which is part of the loader state, and its
-stream positions are read from a substitute: the first shard of the same bucket, in an order keyed by
-the bad shard's digest, that opens and verifies. The substitute depends only on the files' contents,
-so a replay reads exactly the same tokens. Positions map onto the substitute modulo its length, so
-the amount of data, and therefore every cursor, is unchanged. Blocks of a corrupt shard that verified
-before the bad one was found were good data and stay delivered; from then on the shard is substituted.
-
-Unreachable files. An ``OSError`` (a missing file, a transient mount, too many open files) says
-nothing about the data: the open is retried after ``io_retry_delays`` (closing every cached shard
-first on EMFILE/ENFILE), then :class:`ShardUnavailable` is raised. It is never recorded as corruption.
-
-Open shards. Shards stay open (both files mapped) in an LRU cache bounded by a memory budget: at most
-``memory_budget_bytes`` mapped and :func:`cache_bounds` open shards (two descriptors each), so the
-loader's memory and file handles do not grow with the number of shards a job touches. The shard
-being read stays open even when it alone exceeds the budget.
+A block of a ``.bin`` is hashed the first time this process reads from it (whole-file sha256 for shards
+without block digests); the ``.idx`` is checked on first open. A digest or format failure makes a shard
+corrupt: it joins the skip set and its positions are read, modulo length, from a substitute chosen by
+content alone, so a replay reads the same tokens. An ``OSError`` is never corruption: retried, then
+:class:`ShardUnavailable`. Streams of one shard share its verification. Open shards live in an LRU
+cache bounded by a memory budget. See docs/loader.md ("Verification, faults and open shards").
 """
 
 from __future__ import annotations
@@ -89,12 +65,19 @@ def cache_bounds(memory_budget_bytes: int) -> tuple[int, int]:
 
 
 class ShardStore:
-    def __init__(self, root: Path, manifest: SnapshotManifest, eos_id: int, append_eos: bool,
-                 max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION, skipped: set[int] | None = None,
-                 log: Callable[[str], None] | None = None,
-                 memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_MB << 20,
-                 io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS,
-                 selection: Callable[[int], np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        manifest: SnapshotManifest,
+        eos_id: int,
+        append_eos: bool,
+        max_skip_fraction: float = DEFAULT_MAX_SKIP_FRACTION,
+        skipped: set[int] | None = None,
+        log: Callable[[str], None] | None = None,
+        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_MB << 20,
+        io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS,
+        selection: Callable[[int], np.ndarray] | None = None,
+    ) -> None:
         self.root, self.manifest = Path(root), manifest
         self.selection = selection  # a version's bits of shard i (None: every document)
         self.eos_id, self.append_eos = eos_id, append_eos
@@ -159,7 +142,8 @@ class ShardStore:
                 if delay is None:
                     raise ShardUnavailable(
                         f"shard {self.manifest.shards[i].path} could not be opened after {attempt + 1} "
-                        f"attempts: {e}; it is not marked corrupt (fix the filesystem and resume)") from e
+                        f"attempts: {e}; it is not marked corrupt (fix the filesystem and resume)"
+                    ) from e
                 self.log(f"shard {self.manifest.shards[i].path}: {e}; retrying in {delay:g}s")
                 time.sleep(delay)
             except (ValueError, KeyError) as e:  # a malformed index or .bin: the data is bad
@@ -172,15 +156,19 @@ class ShardStore:
             return f"unreadable index: {opened}"
         shard = self.manifest.shards[i]
         if opened.num_docs != shard.docs or opened.num_tokens != shard.tokens:
-            return f"index says {opened.num_docs} docs / {opened.num_tokens} tokens, manifest {shard.docs} / " \
-                   f"{shard.tokens}"
+            return (
+                f"index says {opened.num_docs} docs / {opened.num_tokens} tokens, manifest {shard.docs} / "
+                f"{shard.tokens}"
+            )
         if shard.path in self._index_ok:
             return ""
         if shard.block_sha256:
             n_blocks = -(-opened.bin_size // shard.block_size) if shard.block_size > 0 else -1
             if n_blocks != len(shard.block_sha256):
-                return f".bin of {opened.bin_size} bytes has {n_blocks} blocks of {shard.block_size}, " \
-                       f"the manifest {len(shard.block_sha256)}"
+                return (
+                    f".bin of {opened.bin_size} bytes has {n_blocks} blocks of {shard.block_size}, "
+                    f"the manifest {len(shard.block_sha256)}"
+                )
         else:  # a snapshot written before block digests: the whole file, once
             self.bytes_hashed += opened.bin_size
             if file_sha256(self.paths(i)[0]) != shard.sha256.removeprefix("sha256:"):
@@ -220,7 +208,8 @@ class ShardStore:
             names = ", ".join(dict.fromkeys(self.manifest.shards[i].path for i in sorted(self.skipped)))
             raise TooManyCorruptShards(
                 f"{len(self.skipped)} of {n} snapshot shards are corrupt or missing "
-                f"(limit {self.max_skip_fraction:.2%}): {names}; repair the snapshot or raise max_skip_fraction")
+                f"(limit {self.max_skip_fraction:.2%}): {names}; repair the snapshot or raise max_skip_fraction"
+            )
 
     # --- verification -------------------------------------------------------------------------------
 
@@ -262,13 +251,16 @@ class ShardStore:
         bad = self.manifest.shards[i]
         candidates = sorted(
             (j for j, s in enumerate(self.manifest.shards) if s.bucket == bad.bucket and j != i),
-            key=lambda j: stable_hash64("substitute", bad.sha256, self.manifest.shards[j].sha256))
+            key=lambda j: stable_hash64("substitute", bad.sha256, self.manifest.shards[j].sha256),
+        )
         for j in candidates:
             sub = self._get(j)
             if sub is not None and sub.stream_len > 0:
                 self._substitute[i] = j
                 return j, sub
-        raise TooManyCorruptShards(f"shard {bad.path} is corrupt and bucket {bad.bucket} has no sound shard left")
+        raise TooManyCorruptShards(
+            f"shard {bad.path} is corrupt and bucket {bad.bucket} has no sound shard left"
+        )
 
     def read(self, i: int, start: int, end: int) -> list[SourcedPart]:
         """Stream positions ``[start, end)`` of shard ``i`` (or of its substitute), as parts that say where

@@ -1,17 +1,10 @@
 """The phase clock: at which step each phase of a recipe starts, on a given world and batch size.
 
-A phase ends at a global token count (the recipe's cumulative ``tokens``), and every rank must switch at
-the same step, so the clock counts *nominal* global tokens: ``world · batch_size · seq_len`` per step,
-padding included, the same number on every rank whatever it read. Phase ``p`` ends after the first
-step at which the count reaches the end of phase ``p``; it overshoots by less than one global batch, and
-since the ends are cumulative the overshoot is taken out of the next phase instead of adding up.
-
-The clock is a pure function of (recipe, world, batch size, origin). The origin is where the current
-stretch of one world size began: step 0 with 0 tokens, or the step and token count a checkpoint
-recorded; resuming on another world moves the remaining boundaries to the new global batch, keeping
-them at the same global tokens. A phase's runs of the mixture schedule are numbered from the phase's
-first step (``run_origin``), so each phase's mixture is a schedule of its own and its exactness bound
-(docs/loader.md, Mixture) holds per phase; a resume inside a phase keeps the phase's own origin.
+It counts nominal global tokens (``world · batch_size · seq_len`` a step, the same on every rank), so
+every rank switches at the same step; a phase overshoots by less than one global batch, taken out of the
+next. A pure function of (recipe, world, batch size, origin); a resume on another world keeps the
+remaining boundaries at the same global tokens. A phase's runs are numbered from its first step
+(``run_origin``). See docs/loader.md ("Recipes").
 """
 
 from __future__ import annotations
@@ -41,8 +34,15 @@ class PhaseSpan:
 class PhaseClock:
     """The phase of every step from an origin on, for ``world`` ranks of ``batch_size`` sequences each."""
 
-    def __init__(self, recipe: Recipe, world: int, batch_size: int, step: int = 0, tokens: int = 0,
-                 phase_start: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        recipe: Recipe,
+        world: int,
+        batch_size: int,
+        step: int = 0,
+        tokens: int = 0,
+        phase_start: tuple[int, int] | None = None,
+    ) -> None:
         """``phase_start``: (phase index, its first step) of the phase a checkpoint of the same recipe was
         in; when the origin falls in that phase its runs stay numbered from that step, otherwise from the
         origin."""

@@ -81,14 +81,30 @@ class TracedBatch:
                 break
             at -= b - a
         if planned is None:
-            raise Padding(f"position {position} is padding: bucket {plan.bucket} ran out at step {self.batch.step}")
+            raise Padding(
+                f"position {position} is padding: bucket {plan.bucket} ran out at step {self.batch.step}"
+            )
         at = column
         for part in self.parts[row]:
             n = int(part.tokens.shape[0])
             if at < n:
                 doc, offset, appended = self.store.document_at(part.shard, part.start + at)
-                return TokenSource(self.batch.step, self.rank, self.world, self.batch.phase, row, column, plan.bucket,
-                                   planned[0], planned[1], part.shard, part.start + at, doc, offset, appended,
-                                   int(self.batch.tokens[row, column]))
+                return TokenSource(
+                    self.batch.step,
+                    self.rank,
+                    self.world,
+                    self.batch.phase,
+                    row,
+                    column,
+                    plan.bucket,
+                    planned[0],
+                    planned[1],
+                    part.shard,
+                    part.start + at,
+                    doc,
+                    offset,
+                    appended,
+                    int(self.batch.tokens[row, column]),
+                )
             at -= n
         raise AssertionError("the parts of a row hold its planned positions")

@@ -80,8 +80,14 @@ def shard_cuts(stream_lens: Sequence[int], chunk_tokens: int, world: int) -> tup
     return tuple(min(n, -(-n * world // total)) if n else 0 for n in stream_lens)
 
 
-def epoch_chunks(shards: Sequence[tuple[int, str, int]], seed: int, bucket: str, epoch: int,
-                 chunk_tokens: int, cut_world: int = 0) -> list[Piece]:
+def epoch_chunks(
+    shards: Sequence[tuple[int, str, int]],
+    seed: int,
+    bucket: str,
+    epoch: int,
+    chunk_tokens: int,
+    cut_world: int = 0,
+) -> list[Piece]:
     """Every chunk of one bucket epoch, in reading order.
 
     ``shards`` are ``(manifest_index, sha256, stream_len)`` of the bucket's shards. Shards come in keyed
@@ -217,8 +223,9 @@ def bucket_bounds(weights: Mapping[str, float], active: set[str] | frozenset[str
     return out
 
 
-def choose_bucket(point: float | Fraction, weights: Mapping[str, float],
-                  active: set[str] | frozenset[str]) -> str | None:
+def choose_bucket(
+    point: float | Fraction, weights: Mapping[str, float], active: set[str] | frozenset[str]
+) -> str | None:
     """The bucket whose slice of the cumulative weights (buckets in name order, active ones only) holds ``point``.
 
     Exhausted buckets (epoch cap reached) are left out, and the rest are renormalized; ``None`` when
@@ -257,14 +264,18 @@ def run_points(seed: int, world: int, start: int, stop: int) -> tuple[np.ndarray
     return stratum.astype(np.int64), place
 
 
-def bucket_thresholds(weights: Mapping[str, float], active: set[str] | frozenset[str], world: int
-                      ) -> tuple[list[str], np.ndarray, np.ndarray]:
+def bucket_thresholds(
+    weights: Mapping[str, float], active: set[str] | frozenset[str], world: int
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The buckets :func:`choose_bucket` chooses from, and the integer ends ``T`` of all but the last slice
     as (stratum, place) pairs: a point ``P / (W·2^64) < acc`` exactly when ``P < T = ceil(acc·W·2^64)``."""
     bounds = bucket_bounds(weights, active)
     ends = [math.ceil(Fraction(acc) * (world << 64)) for _, acc in bounds[:-1]]
-    return ([b for b, _ in bounds], np.array([t >> 64 for t in ends], dtype=np.int64),
-            np.array([t % _ONE for t in ends], dtype=np.uint64))
+    return (
+        [b for b, _ in bounds],
+        np.array([t >> 64 for t in ends], dtype=np.int64),
+        np.array([t % _ONE for t in ends], dtype=np.uint64),
+    )
 
 
 def choose_buckets(stratum: np.ndarray, place: np.ndarray, ends: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -280,7 +291,9 @@ def ranks_per_bucket(place: np.ndarray, ends: tuple[np.ndarray, np.ndarray], wor
     """How many of the ``world`` ranks read each bucket in each run (all ranks with the same active buckets):
     shape (buckets, runs). Depends only on the place in the stratum (see the schedule above)."""
     ts, tp = ends
-    below = [np.minimum(s + (place < np.uint64(p)), world) for s, p in zip(ts.tolist(), tp.tolist(), strict=True)]
+    below = [
+        np.minimum(s + (place < np.uint64(p)), world) for s, p in zip(ts.tolist(), tp.tolist(), strict=True)
+    ]
     edges = [np.zeros(place.shape, dtype=np.int64), *below, np.full(place.shape, world, dtype=np.int64)]
     return np.diff(np.stack(edges), axis=0)
 

@@ -37,7 +37,9 @@ class _StreamStarts:
 
     def range(self, lo: int, hi: int, step: int = 1) -> np.ndarray:
         starts = np.asarray(self.offsets[lo:hi:step], dtype=np.int64) // self.itemsize
-        return starts + np.arange(lo, hi, step, dtype=np.int64)[: starts.shape[0]] if self.append_eos else starts
+        return (
+            starts + np.arange(lo, hi, step, dtype=np.int64)[: starts.shape[0]] if self.append_eos else starts
+        )
 
     def search(self, pos: int, side: str) -> int:
         """``bisect_right`` (side "right") or ``bisect_left`` ("left") of ``pos`` in the stream starts."""
@@ -53,10 +55,13 @@ class _SelectedStarts:
     documents back to back. Unlike :class:`_StreamStarts` this keeps 32 bytes per *selected* document
     (document number, length, token start, stream start), bounded by the shard's size, not by the corpus."""
 
-    def __init__(self, lengths: np.ndarray, offsets: np.ndarray, itemsize: int, selected: np.ndarray,
-                 append_eos: bool) -> None:
+    def __init__(
+        self, lengths: np.ndarray, offsets: np.ndarray, itemsize: int, selected: np.ndarray, append_eos: bool
+    ) -> None:
         if selected.shape[0] != lengths.shape[0]:
-            raise ValueError(f"selection has {selected.shape[0]} bits, the shard {lengths.shape[0]} documents")
+            raise ValueError(
+                f"selection has {selected.shape[0]} bits, the shard {lengths.shape[0]} documents"
+            )
         docs = np.flatnonzero(selected)
         self.docs = docs.astype(np.int64)
         self.lengths = np.asarray(lengths[docs], dtype=np.int64)
@@ -75,8 +80,14 @@ class OpenShard:
     With ``selected`` (a version's bits for this shard) the stream holds only the selected documents.
     """
 
-    def __init__(self, bin_path: Path, idx_path: Path, eos_id: int, append_eos: bool,
-                 selected: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        bin_path: Path,
+        idx_path: Path,
+        eos_id: int,
+        append_eos: bool,
+        selected: np.ndarray | None = None,
+    ) -> None:
         index = read_index(idx_path, mmap=True)
         self.index = index
         self.lengths = index.lengths
@@ -86,7 +97,9 @@ class OpenShard:
         self.mapped_bytes = n_bytes + Path(idx_path).stat().st_size
         # the raw bytes (block digests are over them) and a plain ndarray token view of the same mapping:
         # slicing a np.memmap subclass costs more than the copy
-        self.raw = np.asarray(np.memmap(bin_path, dtype=np.uint8, mode="r")) if n_bytes else np.zeros(0, np.uint8)
+        self.raw = (
+            np.asarray(np.memmap(bin_path, dtype=np.uint8, mode="r")) if n_bytes else np.zeros(0, np.uint8)
+        )
         if n_bytes % self.itemsize:
             raise ValueError(f"{bin_path}: {n_bytes} bytes is not a whole number of {index.dtype} tokens")
         self.tokens = self.raw.view(index.dtype)
@@ -119,8 +132,9 @@ class OpenShard:
             within, length = pos - int(self.stream_starts.range(doc, doc + 1)[0]), int(self.lengths[doc])
         return doc, within, self.append_eos and within == length
 
-    def read(self, start: int, end: int, check: Callable[[int, int], None] | None = None
-             ) -> tuple[np.ndarray, np.ndarray]:
+    def read(
+        self, start: int, end: int, check: Callable[[int, int], None] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Stream positions ``[start, end)`` as int64 tokens, and where documents start (relative to start).
 
         ``check(lo, hi)`` is called with the ``.bin`` tokens ``[lo, hi)`` the range reads before any of
@@ -141,9 +155,18 @@ class OpenShard:
             return np.asarray(self.tokens[start:end], dtype=np.int64), starts
         if check is not None and end > start:
             # the range's first and last positions, as .bin tokens (an appended EOS: its document's last)
-            lo = int(doc_starts[0]) - first + min(start - int(doc_starts[0]), max(int(self.lengths[first]) - 1, 0))
+            lo = (
+                int(doc_starts[0])
+                - first
+                + min(start - int(doc_starts[0]), max(int(self.lengths[first]) - 1, 0))
+            )
             tail = last - 1
-            hi = int(doc_starts[-1]) - tail + min(end - 1 - int(doc_starts[-1]), int(self.lengths[tail]) - 1) + 1
+            hi = (
+                int(doc_starts[-1])
+                - tail
+                + min(end - 1 - int(doc_starts[-1]), int(self.lengths[tail]) - 1)
+                + 1
+            )
             lo = min(max(lo, 0), self.num_tokens)
             check(lo, min(max(hi, lo), self.num_tokens))
         # one slice per document touched (a few per sequence), EOS written after each document's end
@@ -153,14 +176,16 @@ class OpenShard:
             tok_start = doc_start - i
             lo, hi = max(start, doc_start), min(end, doc_start + n)
             if hi > lo:
-                out[lo - start : hi - start] = self.tokens[tok_start + lo - doc_start : tok_start + hi - doc_start]
+                out[lo - start : hi - start] = self.tokens[
+                    tok_start + lo - doc_start : tok_start + hi - doc_start
+                ]
             if start <= doc_start + n < end:
                 out[doc_start + n - start] = self.eos_id
         return out, starts
 
-
-    def _read_selected(self, start: int, end: int, check: Callable[[int, int], None] | None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+    def _read_selected(
+        self, start: int, end: int, check: Callable[[int, int], None] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``read`` through a selection: each selected document touched is one slice of the .bin."""
         sel = self.selection
         first = max(int(np.searchsorted(sel.starts, start, side="right")) - 1, 0)
@@ -214,8 +239,9 @@ class Batch:
     phase: str | None = None  # the recipe phase of the step (None without a recipe)
 
 
-def assemble_sequence(parts: list[tuple[np.ndarray, np.ndarray]], seq_len: int, pad: int, pad_id: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def assemble_sequence(
+    parts: list[tuple[np.ndarray, np.ndarray]], seq_len: int, pad: int, pad_id: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Tokens, boundaries (sorted, with 0 and seq_len) and the valid length of one sequence from its ranges."""
     tokens = np.full(seq_len, pad_id, dtype=np.int64)
     bounds = [np.array([0, seq_len], dtype=np.int64)]
@@ -238,11 +264,23 @@ def position_ids_for(bounds: np.ndarray, seq_len: int) -> np.ndarray:
     return pos - last
 
 
-def make_batch(rows: list[tuple[np.ndarray, np.ndarray, np.int64]], buckets: tuple[str, ...], step: int,
-               seq_len: int, phase: str | None = None) -> Batch:
+def make_batch(
+    rows: list[tuple[np.ndarray, np.ndarray, np.int64]],
+    buckets: tuple[str, ...],
+    step: int,
+    seq_len: int,
+    phase: str | None = None,
+) -> Batch:
     tokens = np.stack([r[0] for r in rows])
     positions = np.stack([position_ids_for(r[1], seq_len) for r in rows])
     valid = np.arange(seq_len)[None, :] < np.array([r[2] for r in rows])[:, None]
     packed = np.unique(np.concatenate([r[1] + i * seq_len for i, r in enumerate(rows)]))
-    return Batch(torch.from_numpy(tokens), torch.from_numpy(positions), torch.from_numpy(valid),
-                 torch.from_numpy(packed.astype(np.int32)), buckets, step, phase)
+    return Batch(
+        torch.from_numpy(tokens),
+        torch.from_numpy(positions),
+        torch.from_numpy(valid),
+        torch.from_numpy(packed.astype(np.int32)),
+        buckets,
+        step,
+        phase,
+    )

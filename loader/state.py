@@ -41,7 +41,9 @@ class Layout:
     seed: int
     chunk_tokens: int
     epoch_caps: Mapping[str, int | None]
-    cuts: Mapping[str, int] = field(default_factory=dict)  # bucket -> world it is cut for (sampler.shard_cuts)
+    cuts: Mapping[str, int] = field(
+        default_factory=dict
+    )  # bucket -> world it is cut for (sampler.shard_cuts)
 
     def cap(self, bucket: str) -> int | None:
         return self.epoch_caps.get(bucket)
@@ -58,11 +60,20 @@ class Layout:
         return sum(math.ceil(n / self.chunk_tokens) for n in lens)
 
     def __hash__(self) -> int:
-        return hash((tuple(sorted(self.buckets)), self.seed, self.chunk_tokens, tuple(sorted(self.cuts.items()))))
+        return hash(
+            (tuple(sorted(self.buckets)), self.seed, self.chunk_tokens, tuple(sorted(self.cuts.items())))
+        )
 
 
-def stream_layout(shards: Any, seed: int, chunk_tokens: int, epoch_caps: Mapping[str, int | None],
-                  append_eos: bool, world: int, cuts: Mapping[str, int] | None = None) -> Layout:
+def stream_layout(
+    shards: Any,
+    seed: int,
+    chunk_tokens: int,
+    epoch_caps: Mapping[str, int | None],
+    append_eos: bool,
+    world: int,
+    cuts: Mapping[str, int] | None = None,
+) -> Layout:
     """The layout of a manifest's shards (``SnapshotShard``-like: bucket, sha256, tokens, docs) for ``world`` ranks.
 
     Buckets with fewer chunks than ranks are cut for ``world`` (:func:`loader.sampler.shard_cuts`);
@@ -74,14 +85,20 @@ def stream_layout(shards: Any, seed: int, chunk_tokens: int, epoch_caps: Mapping
     if cuts is None:
         cuts = {b: world for b, v in buckets.items() if shard_cuts([x[2] for x in v], chunk_tokens, world)}
     caps = {b: epoch_caps.get(b) for b in buckets}
-    return Layout({b: tuple(v) for b, v in sorted(buckets.items())}, seed, chunk_tokens, caps,
-                  {b: int(w) for b, w in sorted(cuts.items())})
+    return Layout(
+        {b: tuple(v) for b, v in sorted(buckets.items())},
+        seed,
+        chunk_tokens,
+        caps,
+        {b: int(w) for b, w in sorted(cuts.items())},
+    )
 
 
 @functools.lru_cache(maxsize=64)
 def _chunks(layout: Layout, bucket: str, epoch: int) -> list[Piece]:
-    return epoch_chunks(layout.buckets[bucket], layout.seed, bucket, epoch, layout.chunk_tokens,
-                        layout.cuts.get(bucket, 0))
+    return epoch_chunks(
+        layout.buckets[bucket], layout.seed, bucket, epoch, layout.chunk_tokens, layout.cuts.get(bucket, 0)
+    )
 
 
 @dataclass(frozen=True)
@@ -98,14 +115,18 @@ class Plan:
         return {
             "world": self.world,
             "fresh_epoch": dict(sorted(self.fresh_epoch.items())),
-            "carry": {b: [[p.to_list() for p in pieces] for pieces in per_rank]
-                      for b, per_rank in sorted(self.carry.items())},
+            "carry": {
+                b: [[p.to_list() for p in pieces] for pieces in per_rank]
+                for b, per_rank in sorted(self.carry.items())
+            },
         }
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Plan:
-        carry = {b: tuple(tuple(Piece.from_list(p) for p in pieces) for pieces in per_rank)
-                 for b, per_rank in d["carry"].items()}
+        carry = {
+            b: tuple(tuple(Piece.from_list(p) for p in pieces) for pieces in per_rank)
+            for b, per_rank in d["carry"].items()
+        }
         return cls(int(d["world"]), {b: int(e) for b, e in d["fresh_epoch"].items()}, carry)
 
 
@@ -116,8 +137,9 @@ class RankQueue:
         self.layout, self.bucket, self.rank, self.world = layout, bucket, rank, plan.world
         cap = layout.cap(bucket)
         carried = plan.carry.get(bucket, ())
-        self.carry = tuple(p for p in (carried[rank] if rank < len(carried) else ())
-                           if cap is None or p.epoch < cap)
+        self.carry = tuple(
+            p for p in (carried[rank] if rank < len(carried) else ()) if cap is None or p.epoch < cap
+        )
         self.fresh = plan.fresh_epoch.get(bucket, 0)
         self.cap = cap
         self.per_epoch = len(strided(layout.chunks_per_epoch(bucket), rank, plan.world))
@@ -146,8 +168,14 @@ class SequencePlan:
 class RankCursor:
     """One rank's position in its plan; advancing it is the only thing iteration does to the state."""
 
-    def __init__(self, layout: Layout, plan: Plan, rank: int, step: int = 0,
-                 cursors: Mapping[str, tuple[int, int]] | None = None) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        plan: Plan,
+        rank: int,
+        step: int = 0,
+        cursors: Mapping[str, tuple[int, int]] | None = None,
+    ) -> None:
         self.layout, self.plan, self.rank, self.step = layout, plan, rank, step
         self.queues = {b: RankQueue(layout, plan, b, rank) for b in sorted(layout.buckets)}
         self.cursors = {b: tuple(cursors[b]) if cursors and b in cursors else (0, 0) for b in self.queues}
@@ -174,8 +202,16 @@ class RankCursor:
             self.active.discard(bucket)
         return segments, taken
 
-    def next_batch(self, weights: Mapping[str, float], seed: int, run_len: int, seq_len: int,
-                   batch_size: int, collect: bool = True, run_origin: int = 0) -> list[SequencePlan] | None:
+    def next_batch(
+        self,
+        weights: Mapping[str, float],
+        seed: int,
+        run_len: int,
+        seq_len: int,
+        batch_size: int,
+        collect: bool = True,
+        run_origin: int = 0,
+    ) -> list[SequencePlan] | None:
         """The sequences of the next step (fewer than ``batch_size`` only at the very end), or None when done.
 
         Every sequence of a step comes from the bucket the rank's point falls in; a bucket that runs out
@@ -195,8 +231,16 @@ class RankCursor:
         self.step += 1
         return out
 
-    def seek(self, step: int, weights: Mapping[str, float], seed: int, run_len: int, seq_len: int,
-             batch_size: int, run_origin: int = 0) -> None:
+    def seek(
+        self,
+        step: int,
+        weights: Mapping[str, float],
+        seed: int,
+        run_len: int,
+        seq_len: int,
+        batch_size: int,
+        run_origin: int = 0,
+    ) -> None:
         """Advance to ``step`` by arithmetic alone (no reads): a whole run at a time while nothing runs out."""
         while self.step < step:
             run = run_of(self.step - run_origin, run_len)
@@ -212,7 +256,9 @@ class RankCursor:
                 self.take(bucket, need, collect=False)
                 self.step += steps
             else:
-                self.next_batch(weights, seed, run_len, seq_len, batch_size, collect=False, run_origin=run_origin)
+                self.next_batch(
+                    weights, seed, run_len, seq_len, batch_size, collect=False, run_origin=run_origin
+                )
 
     def local_state(self, skipped: set[int]) -> dict:
         return {
@@ -236,29 +282,116 @@ def _available(q: RankQueue, k: int, off: int, need: int) -> int:
     return total
 
 
-def merge_local_states(header: Mapping, plan: Plan, local_states: list[Mapping]) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class LoaderRecord:
+    """The global record a checkpoint saves: the facts every rank shares (snapshot, sampler inputs, recipe
+    clock, moves between versions), the plan the ranks read under and each rank's cursors.
+
+    Saved as the JSON of :meth:`to_dict` (``loader-state/1``); :meth:`from_dict` reads any record of that
+    format, filling what older records lack (``chunk_cuts``, ``switches``, ``recipe``...) with the value
+    that means "none"."""
+
+    snapshot_id: str
+    #: the build the version selects from, and where the version lies: what a move to another version needs
+    base_snapshot_id: str | None = None
+    version_dir: str | None = None
+    switches: tuple[dict[str, Any], ...] = ()  # {step, from, to} of every move between versions
+    seed: int
+    chunk_tokens: int
+    append_eos: bool
+    epoch_caps: Mapping[str, int | None]
+    mixture: Mapping[str, float]
+    seq_len: int
+    batch_size: int
+    run_len: int
+    chunk_cuts: Mapping[str, int] = field(default_factory=dict)  # bucket -> world it was cut for
+    recipe: Mapping[str, Any] | None = None  # recipe id and hash, phase, phase start, global tokens
+    recipe_changes: tuple[dict[str, Any], ...] = ()  # {step, from, to} of every accepted change of recipe
+    format: str = RECORD_FORMAT
+    sampler_version: str = SAMPLER_VERSION
+    step: int
+    plan: Plan
+    cursors: tuple[Mapping[str, tuple[int, int]], ...]  # per rank: bucket -> (k, off)
+    skipped: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "snapshot_id": self.snapshot_id,
+            "base_snapshot_id": self.base_snapshot_id,
+            "version_dir": self.version_dir,
+            "switches": list(self.switches),
+            "seed": self.seed,
+            "chunk_tokens": self.chunk_tokens,
+            "append_eos": self.append_eos,
+            "epoch_caps": dict(self.epoch_caps),
+            "mixture": dict(self.mixture),
+            "seq_len": self.seq_len,
+            "batch_size": self.batch_size,
+            "run_len": self.run_len,
+            "chunk_cuts": dict(self.chunk_cuts),
+            "recipe": dict(self.recipe) if self.recipe is not None else None,
+            "recipe_changes": list(self.recipe_changes),
+            "format": self.format,
+            "sampler_version": self.sampler_version,
+            "step": self.step,
+            "plan": self.plan.to_dict(),
+            "cursors": [{b: list(c) for b, c in rank.items()} for rank in self.cursors],
+            "skipped": list(self.skipped),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LoaderRecord:
+        """A record as saved; ``ValueError`` when it is not a ``loader-state/1`` record."""
+        if d.get("format") != RECORD_FORMAT:
+            raise ValueError(f"not a loader state record (format {d.get('format')!r})")
+        return cls(
+            snapshot_id=d["snapshot_id"],
+            base_snapshot_id=d.get("base_snapshot_id"),
+            version_dir=d.get("version_dir"),
+            switches=tuple(d.get("switches", [])),
+            seed=int(d["seed"]),
+            chunk_tokens=int(d["chunk_tokens"]),
+            append_eos=bool(d["append_eos"]),
+            epoch_caps=dict(d["epoch_caps"]),
+            mixture=dict(d["mixture"]),
+            seq_len=int(d["seq_len"]),
+            batch_size=int(d["batch_size"]),
+            run_len=int(d["run_len"]),
+            chunk_cuts={b: int(w) for b, w in d.get("chunk_cuts", {}).items()},
+            recipe=d.get("recipe"),
+            recipe_changes=tuple(d.get("recipe_changes", [])),
+            format=d["format"],
+            sampler_version=d["sampler_version"],
+            step=int(d["step"]),
+            plan=Plan.from_dict(d["plan"]),
+            cursors=tuple({b: (int(c[0]), int(c[1])) for b, c in rank.items()} for rank in d["cursors"]),
+            skipped=tuple(int(i) for i in d["skipped"]),
+        )
+
+
+def merge_local_states(header: Mapping[str, Any], plan: Plan, local_states: list[Mapping]) -> LoaderRecord:
     """One global record from every rank's local state (what the checkpoint all-gather produces).
 
-    ``header`` holds the facts every rank shares (snapshot id, sampler config). Refuses an incomplete or
-    inconsistent set: a record that misses a rank could not prove exactly-once.
+    ``header`` holds the facts every rank shares (snapshot id, sampler config: the record's fields up to
+    ``recipe_changes``). Refuses an incomplete or inconsistent set: a record that misses a rank could not
+    prove exactly-once.
     """
     ranks = sorted(s["rank"] for s in local_states)
     if ranks != list(range(plan.world)) or any(s["world"] != plan.world for s in local_states):
         raise ValueError(f"checkpoint needs the state of ranks 0..{plan.world - 1}, got ranks {ranks}")
     by_rank = sorted(local_states, key=lambda s: s["rank"])
-    return {
+    return LoaderRecord(
         **header,
-        "format": RECORD_FORMAT,
-        "sampler_version": SAMPLER_VERSION,
-        "step": max(s["step"] for s in by_rank),
-        "plan": plan.to_dict(),
-        "cursors": [s["cursors"] for s in by_rank],
-        "skipped": sorted({i for s in by_rank for i in s["skipped"]}),
-    }
+        step=max(s["step"] for s in by_rank),
+        plan=plan,
+        cursors=tuple({b: (int(c[0]), int(c[1])) for b, c in s["cursors"].items()} for s in by_rank),
+        skipped=tuple(sorted({i for s in by_rank for i in s["skipped"]})),
+    )
 
 
-def remaining_pieces(layout: Layout, plan: Plan, cursors: list[Mapping[str, tuple[int, int]]],
-                     bucket: str) -> tuple[list[Piece], int | None]:
+def remaining_pieces(
+    layout: Layout, plan: Plan, cursors: list[Mapping[str, tuple[int, int]]], bucket: str
+) -> tuple[list[Piece], int | None]:
     """The unread parts of every epoch some rank has opened, and the last such epoch (None: none open).
 
     A rank whose cursor is in epoch ``e`` has read all its share of earlier epochs and none of later
@@ -287,8 +420,12 @@ def remaining_pieces(layout: Layout, plan: Plan, cursors: list[Mapping[str, tupl
     return sorted(out), last
 
 
-def redistribute(old_layout: Layout, record: Mapping, new_world: int,
-                 translate: Callable[[Piece], list[Piece]] | None = None) -> Plan:
+def redistribute(
+    old_layout: Layout,
+    record: LoaderRecord,
+    new_world: int,
+    translate: Callable[[Piece], list[Piece]] | None = None,
+) -> Plan:
     """A plan for ``new_world`` ranks that reads exactly what the record's ranks had not read yet.
 
     Remainders of open epochs are sorted by (epoch, place in the epoch order) and dealt out strided;
@@ -296,8 +433,7 @@ def redistribute(old_layout: Layout, record: Mapping, new_world: int,
     on ``new_world`` ranks. ``translate`` maps a remainder of the record's streams onto this loader's
     (a move to another version of the build: :func:`loader.versions.translate_range`).
     """
-    plan = Plan.from_dict(record["plan"])
-    cursors = [{b: tuple(c) for b, c in rank_cursors.items()} for rank_cursors in record["cursors"]]
+    plan, cursors = record.plan, list(record.cursors)
     fresh: dict[str, int] = {}
     carry: dict[str, tuple[tuple[Piece, ...], ...]] = {}
     for bucket in sorted(old_layout.buckets):
@@ -317,20 +453,24 @@ def redistribute(old_layout: Layout, record: Mapping, new_world: int,
     return Plan(new_world, fresh, carry)
 
 
-
-def shards_read(layout: Layout, record: Mapping) -> set[int]:
-    """The shards of which the record's ranks had read at least one position (in any epoch).
+def shards_read(layout: Layout, record: LoaderRecord | Mapping[str, Any]) -> set[int]:
+    """The shards of which the record's ranks had read at least one position (in any epoch); ``record``
+    parsed or as saved.
 
     Every epoch covers every position of every shard; epochs before the first still open were read
     whole, and in an open epoch a shard was read where less of it remains than it holds.
     """
-    plan = Plan.from_dict(record["plan"])
-    cursors = [{b: tuple(c) for b, c in rank_cursors.items()} for rank_cursors in record["cursors"]]
+    if not isinstance(record, LoaderRecord):
+        record = LoaderRecord.from_dict(record)
+    plan, cursors = record.plan, list(record.cursors)
     out: set[int] = set()
     for bucket, shards in sorted(layout.buckets.items()):
         pieces, last = remaining_pieces(layout, plan, cursors, bucket)
-        started = any(c.get(bucket, (0, 0)) != (0, 0) for c in cursors) or bucket in plan.fresh_epoch \
+        started = (
+            any(c.get(bucket, (0, 0)) != (0, 0) for c in cursors)
+            or bucket in plan.fresh_epoch
             or bucket in plan.carry
+        )
         if last is None:  # nothing left open: the bucket was read to its cap, if it was started at all
             out |= {i for i, _, n in shards if n > 0 and started}
             continue

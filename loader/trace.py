@@ -24,12 +24,24 @@ from loader.dataset import SnapshotLoader
 from loader.provenance import TokenSource, TracedBatch
 
 
-def loader_at(snapshot: str | Path, step: int, rank: int, world: int, *, record: Mapping[str, Any] | None = None,
-              recipe: Recipe | str | Path | None = None, mixture: Mapping[str, float] | None = None,
-              seed: int | None = None, epoch_caps: Mapping[str, int | None] | int | None = None,
-              seq_len: int | None = None, batch_size: int | None = None, run_len: int | None = None,
-              chunk_tokens: int | None = None, append_eos: bool | None = None, replay: bool = False
-              ) -> SnapshotLoader:
+def loader_at(
+    snapshot: str | Path,
+    step: int,
+    rank: int,
+    world: int,
+    *,
+    record: Mapping[str, Any] | None = None,
+    recipe: Recipe | str | Path | None = None,
+    mixture: Mapping[str, float] | None = None,
+    seed: int | None = None,
+    epoch_caps: Mapping[str, int | None] | int | None = None,
+    seq_len: int | None = None,
+    batch_size: int | None = None,
+    run_len: int | None = None,
+    chunk_tokens: int | None = None,
+    append_eos: bool | None = None,
+    replay: bool = False,
+) -> SnapshotLoader:
     """Rank ``rank`` of ``world``'s loader just before ``step``, as the run had it.
 
     ``record``: the loader record the run resumed from (at or before ``step``, on any world size); its
@@ -42,22 +54,32 @@ def loader_at(snapshot: str | Path, step: int, rank: int, world: int, *, record:
     if step < 0 or not 0 <= rank < world:
         raise UserError(f"step {step} rank {rank} of world {world}: need step >= 0 and 0 <= rank < world")
     if record is not None and step < int(rec["step"]):
-        raise UserError(f"the record is from step {rec['step']}, after step {step}: trace that step with an "
-                        "earlier record, or with none (the recipe or mixture and the seed)")
+        raise UserError(
+            f"the record is from step {rec['step']}, after step {step}: trace that step with an "
+            "earlier record, or with none (the recipe or mixture and the seed)"
+        )
     # the run halted past its skip budget or it did not; a run that went on read substitutes, and so does this
-    common = dict(dp_rank=rank, dp_world=world, max_skip_fraction=1.0,
-                  run_len=run_len if run_len is not None else int(rec.get("run_len", 8)),
-                  chunk_tokens=chunk_tokens if chunk_tokens is not None else int(rec.get("chunk_tokens", 1 << 20)),
-                  append_eos=append_eos if append_eos is not None else rec.get("append_eos"))
+    common = dict(
+        dp_rank=rank,
+        dp_world=world,
+        max_skip_fraction=1.0,
+        run_len=run_len if run_len is not None else int(rec.get("run_len", 8)),
+        chunk_tokens=chunk_tokens if chunk_tokens is not None else int(rec.get("chunk_tokens", 1 << 20)),
+        append_eos=append_eos if append_eos is not None else rec.get("append_eos"),
+    )
     batch_size = batch_size if batch_size is not None else int(rec.get("batch_size", 1))
     if recipe is not None:
         loader = SnapshotLoader.from_recipe(recipe, snapshot, batch_size=batch_size, **common)
     else:
         loader = SnapshotLoader(
-            snapshot, mixture if mixture is not None else rec.get("mixture"),
+            snapshot,
+            mixture if mixture is not None else rec.get("mixture"),
             seed=seed if seed is not None else int(rec.get("seed", 0)),
-            seq_len=seq_len if seq_len is not None else int(rec.get("seq_len", 2048)), batch_size=batch_size,
-            epoch_caps=epoch_caps if epoch_caps is not None else rec.get("epoch_caps"), **common)
+            seq_len=seq_len if seq_len is not None else int(rec.get("seq_len", 2048)),
+            batch_size=batch_size,
+            epoch_caps=epoch_caps if epoch_caps is not None else rec.get("epoch_caps"),
+            **common,
+        )
     if record is not None:
         loader.load_record(rec)
     if replay:
@@ -66,7 +88,9 @@ def loader_at(snapshot: str | Path, step: int, rank: int, world: int, *, record:
     else:
         loader.seek(step)
     if loader.step != step:
-        raise UserError(f"the stream of rank {rank} of {world} ends at step {loader.step}, before step {step}")
+        raise UserError(
+            f"the stream of rank {rank} of {world} ends at step {loader.step}, before step {step}"
+        )
     return loader
 
 

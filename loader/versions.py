@@ -1,18 +1,10 @@
 """The loader's view of a version: the build's shards, each read as the stream of its selected documents.
 
-A version (``corpus version``, :mod:`corpus.version`) selects documents of a build by a bitmap per
-shard. The loader reads the build's own files; a shard's *stream* is then its selected documents back
-to back (each followed by EOS when the loader appends one), so the sampler still works from sizes
-alone: ``selected_tokens + selected_docs`` per shard, recorded in the version's manifest. Everything
-else (chunks, epochs, resume at any world size) is unchanged; the checkpoint record carries the
-version's id.
-
-A version with buckets by predicate (:mod:`corpus.select.buckets`) has one stream per (shard, bucket) pair
-instead: every pair, shard-major, buckets in the order defined (empty pairs too, so a stream's index
-means the same pair in every version with the same bucket names), each the pair's selected documents
-back to back. The loader sees them through :attr:`LoaderVersion.stream_manifest`: the build's manifest
-with one entry per stream (the physical shard's files, the predicate bucket as its bucket), so the shard
-store, substitution and tracing index streams as they index shards of a plain snapshot.
+A shard's stream is its selected documents back to back, so the sampler still works from sizes alone
+(``selected_tokens + selected_docs``, from the version's manifest). With buckets by predicate there is
+one stream per (shard, bucket) pair, shard-major, seen through :attr:`LoaderVersion.stream_manifest`.
+A run moves between versions of one build by translating its unread ranges (:func:`translate_range`).
+See docs/versions.md ("The loader reads versions") and docs/loader.md ("Buckets by predicate").
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ import numpy as np
 
 from corpus.formats.megatron import read_index
 from corpus.model import SnapshotManifest
-from corpus.version import Version, is_version, open_version
+from corpus.version.open import Version, is_version, open_version
 from loader.sampler import Piece
 
 
@@ -62,14 +54,19 @@ class LoaderVersion:
         #: the physical shard's name of each stream
         self.names = [shard_names[i] for i in self.shard_of]
         self.stream_shards = tuple(
-            StreamShard(b, base.shards[i].sha256, counts[(shard_names[i], b)][1], counts[(shard_names[i], b)][0])
+            StreamShard(
+                b, base.shards[i].sha256, counts[(shard_names[i], b)][1], counts[(shard_names[i], b)][0]
+            )
             for i, b in pairs
         )
         #: the build's manifest with one entry per stream (the physical shard's files, sizes and digests;
         #: the stream's bucket): what the shard store reads by stream index. Its computed id is not the
         #: build's; ``manifest`` is the build's.
-        self.stream_manifest = base if not self.buckets else replace(
-            base, shards=tuple(replace(base.shards[i], bucket=b) for i, b in pairs))
+        self.stream_manifest = (
+            base
+            if not self.buckets
+            else replace(base, shards=tuple(replace(base.shards[i], bucket=b) for i, b in pairs))
+        )
         self._refs = {r.name: r for r in version.shards}
 
     @classmethod
@@ -170,9 +167,21 @@ class RunMove:
     a document that changed bucket leaves its old stream's unread remainder and is read in its new
     bucket's stream from that stream's next epoch."""
 
-    def __init__(self, manifest: SnapshotManifest, root: Path, old: LoaderVersion | None,
-                 new: LoaderVersion | None, append_eos: bool) -> None:
-        self.manifest, self.root, self.old, self.new, self.append_eos = manifest, Path(root), old, new, append_eos
+    def __init__(
+        self,
+        manifest: SnapshotManifest,
+        root: Path,
+        old: LoaderVersion | None,
+        new: LoaderVersion | None,
+        append_eos: bool,
+    ) -> None:
+        self.manifest, self.root, self.old, self.new, self.append_eos = (
+            manifest,
+            Path(root),
+            old,
+            new,
+            append_eos,
+        )
         self._streams: dict[tuple[int, bool], SelectedStream] = {}
 
     @property
@@ -193,7 +202,9 @@ class RunMove:
         """One unread piece of the old streams as pieces of the new (same epoch, order and shard)."""
         if self._tombstoned(piece.shard):
             return []  # its files may be gone; a tombstoned shard selects nothing
-        ranges = translate_range(piece.start, piece.end, self._stream(piece.shard, False), self._stream(piece.shard, True))
+        ranges = translate_range(
+            piece.start, piece.end, self._stream(piece.shard, False), self._stream(piece.shard, True)
+        )
         return [Piece(piece.epoch, piece.order, piece.shard, a, b) for a, b in ranges]
 
     def _tombstoned(self, i: int) -> bool:
@@ -202,5 +213,8 @@ class RunMove:
     def newly_tombstoned(self) -> list[int]:
         """Shards the new version tombstones that the old one did not."""
         before = set(self.old.tombstones) if self.old is not None else set()
-        return [i for i in range(len(self.manifest.shards))
-                if self._tombstoned(i) and self.new.names[i] not in before]
+        return [
+            i
+            for i in range(len(self.manifest.shards))
+            if self._tombstoned(i) and self.new.names[i] not in before
+        ]

@@ -1,17 +1,9 @@
 """Where this process sits among the data-parallel ranks: the initialized process group when there is one,
-else the launcher's environment.
+else the launcher's environment (torchrun's ``RANK``/``WORLD_SIZE``, srun's ``SLURM_*``), else rank 0 of 1.
 
-This is the only module of the loader that reads environment variables (mosaicml/streaming's
-``world.py`` does the same): torchrun sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``; ``srun`` sets
-``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID`` and ``SLURM_STEP_ID``. Outside both, the process is
-rank 0 of 1.
-
-The batch step of an ``sbatch`` job (the job script itself, no ``srun``) also carries ``SLURM_PROCID=0``
-and ``SLURM_NTASKS=N`` but no ``SLURM_STEP_ID``: those describe the allocation, not this process. Taken
-at their word, one process would read 1/N of the data and nobody would notice, so that case is an error
-unless a process group says how many ranks there really are. When a process group is initialized it is
-the truth (it is what the collectives use); a launcher environment that disagrees with it is an error
-naming both, never a silent pick of one.
+The only module of the loader that reads environment variables. An ``sbatch`` batch step (SLURM
+variables without ``SLURM_STEP_ID``) is an error unless a process group says how many ranks there are;
+a launcher environment that disagrees with the process group is an error naming both. See docs/loader.md.
 """
 
 from __future__ import annotations
@@ -52,14 +44,26 @@ class World:
         env = os.environ if env is None else env
         addr = env.get("MASTER_ADDR", "127.0.0.1")
         if "RANK" in env and "WORLD_SIZE" in env:
-            return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), "torchrun",
-                       addr, int(env.get("MASTER_PORT", 29500)))
+            return cls(
+                int(env["RANK"]),
+                int(env["WORLD_SIZE"]),
+                int(env.get("LOCAL_RANK", 0)),
+                "torchrun",
+                addr,
+                int(env.get("MASTER_PORT", 29500)),
+            )
         if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
             # A port derived from the job id keeps two jobs on one node from colliding.
             default_port = 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000
             launcher = "slurm" if "SLURM_STEP_ID" in env else "slurm-batch"
-            return cls(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0)),
-                       launcher, addr, int(env.get("MASTER_PORT", default_port)))
+            return cls(
+                int(env["SLURM_PROCID"]),
+                int(env["SLURM_NTASKS"]),
+                int(env.get("SLURM_LOCALID", 0)),
+                launcher,
+                addr,
+                int(env.get("MASTER_PORT", default_port)),
+            )
         return cls(0, 1)
 
     def describe(self) -> str:
@@ -79,15 +83,27 @@ class World:
             rank, size = dist.get_rank(), dist.get_world_size()
             # a batch step's SLURM_PROCID is 0 in every process a launcher like mpiexec starts from it:
             # only its task count can be compared
-            agrees = size == launched.world_size and (rank == launched.rank or launched.launcher == "slurm-batch")
+            agrees = size == launched.world_size and (
+                rank == launched.rank or launched.launcher == "slurm-batch"
+            )
             if launched.launcher != "none" and not agrees:
-                raise LauncherMismatch(f"the torch.distributed process group is rank {rank} of {size}, but the "
-                                       f"launcher's environment says {launched.describe()}: fix the launch "
-                                       "(one process per task, started by srun or torchrun)")
-            return replace(launched, rank=rank, world_size=size,
-                           launcher="process-group" if launched.launcher in ("none", "slurm-batch") else launched.launcher)
+                raise LauncherMismatch(
+                    f"the torch.distributed process group is rank {rank} of {size}, but the "
+                    f"launcher's environment says {launched.describe()}: fix the launch "
+                    "(one process per task, started by srun or torchrun)"
+                )
+            return replace(
+                launched,
+                rank=rank,
+                world_size=size,
+                launcher="process-group"
+                if launched.launcher in ("none", "slurm-batch")
+                else launched.launcher,
+            )
         if launched.launcher == "slurm-batch" and launched.world_size > 1:
-            raise LauncherMismatch(f"{launched.describe()}: this one process would read 1/{launched.world_size} of "
-                                   "the data; start one process per task with srun (sbatch/train.sbatch does), or "
-                                   "initialize the torch.distributed process group first")
+            raise LauncherMismatch(
+                f"{launched.describe()}: this one process would read 1/{launched.world_size} of "
+                "the data; start one process per task with srun (sbatch/train.sbatch does), or "
+                "initialize the torch.distributed process group first"
+            )
         return launched

@@ -1,28 +1,12 @@
 """MinHash signatures and LSH band keys, compiled with numba.
 
-A document's shingles are n-grams of its units (``corpus.text.normalize.shingle_units``, normalization
-version 2), chosen per document by script: the words of ``normalize_text`` (word 5-grams, ``ngram``), or,
-for a document written mostly in scripts without spaces between words (Han, kana, Thai, ...:
-``normalize.is_unspaced``), its characters other than whitespace (character 5-grams, ``char_ngram``).
-A document with fewer units than n has one shingle, all its units; one with none has no shingle and an
-empty signature (never banded). Each shingle is hashed to 64 bits (FNV-1a per unit over its UTF-8
-bytes, the units chained and finished with the murmur3 mixer) and reduced to x < 2^61. The kernel
-makes the choice from the bytes: a first pass hashes the words and counts the letters of unspaced
-scripts (only among non-ASCII characters: ASCII text never is unspaced and its pass is as before); a
-document with such a letter gets a second pass that hashes its characters and counts its other letters,
-and its character units are used when ``UNSPACED_WEIGHT`` times the first count is at least the second.
-Permutation k is the universal hash
-
-    h_k(x) = (a_k * x + b_k) mod (2^61 - 1)
-
-computed exactly in 64-bit integer arithmetic (the product is split in 32-bit halves and folded with
-2^61 = 1 mod p), with a_k in [1, p) and b_k in [0, p) derived from the config seed by
-``stable_hash64`` -- no RNG, the same on every machine. The signature is the minimum of each h_k over
-the shingles: K (default 112) unsigned 64-bit values.
-
-Banding: ``bands`` bands of ``rows`` values (default 14 x 8). The band key of band i is 18 bytes:
-i as big-endian u16, then a 128-bit hash of (i, the r values) made of two independently seeded 64-bit
-mixes, so documents share a key only when they agree on the whole band (up to a 2^-128 collision).
+A document's shingles are word 5-grams (``ngram``) of its normalized text, or character 5-grams
+(``char_ngram``) for a document written mostly in scripts without spaces (``normalize.is_unspaced``,
+decided by the kernel from the bytes); one with no unit has no shingle and an empty signature (never
+banded). Shingles are hashed to x < 2^61; permutation k is ``(a_k * x + b_k) mod (2^61 - 1)``, exact in
+64-bit integers, with a_k, b_k from the config seed by ``stable_hash64`` (no RNG, the same on every
+machine); the signature is the minimum of each over the shingles (K = 112 uint64). A band key is 18
+bytes: the band number (big-endian u16), then a 128-bit hash of the band. docs/dedup.md (*MinHash*).
 """
 
 from __future__ import annotations

@@ -2,29 +2,12 @@
 
 Nodes are fixed-width byte strings compared bytewise (a NODE of ``corpus.dedup.records``: doc_id first,
 so the minimum node has the minimum doc_id). The result is a mathematical property of the edge set, so
-it is the same whatever the rank count and however the edges were spread over the ranks.
-
-Edges are numpy rows ``(u, v)`` of two byte fields (:func:`pair_dtype`), and every step works on whole
-arrays: no Python work per edge or per node, and no rank holds more than one batch of one node's
-neighbours, however many it has (the hub of a web template links millions of pages).
-
-Algorithm:
-
-1. **Local contraction.** Each rank replaces each batch of its own edges (a bucket part's, in the stage)
-   by one (node, smallest node) edge per node of each local component (array label propagation,
-   ``corpus.dedup.verify.min_roots``), written to the spill directory. Connectivity is unchanged and
-   most edges of a dedup workload (stars inside LSH buckets) collapse here.
-2. **Large-star / small-star rounds** (Kiveris et al., "Connected Components in MapReduce and Beyond",
-   SoCC 2014). Each round shuffles every edge to the owners of both endpoints (``shuffle_array``, rows
-   sorted by (u, v)), so the owner of node u sees its neighbourhood N(u) in order, smallest first, and
-   rewrites u's edges: *large-star* links every larger neighbour of u to m = min(N(u) + u);
-   *small-star* links u and its smaller neighbours to m. Both keep connectivity; alternated they
-   converge in O(log^2 n) rounds to one star per component, centred on its minimum. Since m is known
-   from a group's first row, a neighbourhood is streamed batch by batch, carrying only m, and the new
-   edges are written to a file in the spill directory that the next round reads back in batches.
-3. **Fixpoint.** Every round checks (one ``allreduce``) whether the edge set already is such a set of
-   stars: no node with a smaller neighbour has a second neighbour. Then each node's label is m, held by
-   the node's owner rank (:func:`owner_of`).
+it is the same whatever the rank count and however the edges were spread over the ranks. Edges are numpy
+rows ``(u, v)`` (:func:`pair_dtype`) and every step works on whole arrays, never holding more than one
+batch of one node's neighbours. Local contraction, then large-star / small-star rounds (Kiveris et al.,
+SoCC 2014) over ``shuffle_array`` until the edges are stars centred on their minimum; the labels are held
+by each node's owner rank (:func:`owner_of`). The algorithm step by step: docs/dedup.md (*Connected
+components*).
 """
 
 from __future__ import annotations
@@ -38,7 +21,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from corpus.dedup.verify import min_roots
-from mpi_kernels.shuffle import shuffle_array
+from mpi_kernels.shuffle_array import shuffle_array
 
 MAX_ROUNDS = 200
 #: rows read back from a round's edge file at once
@@ -198,7 +181,8 @@ def _star_round(
         raw = raw[fresh]
         if not len(raw):
             continue
-        u, v = raw[:, :w], raw[:, w:]
+        edges = raw.view(pair_dtype(w)).reshape(-1)
+        u, v = (np.ascontiguousarray(edges[node]).view(np.uint8).reshape(-1, w) for node in ("u", "v"))
         starts = np.ones(len(raw), dtype=bool)
         starts[1:] = np.any(u[1:] != u[:-1], axis=1)
         continuing = last_row is not None and u[0].tobytes() == open_u

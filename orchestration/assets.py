@@ -62,7 +62,11 @@ def announced_versions(events: Any) -> list[dict[str, str]]:
         except jsonschema.ValidationError as e:
             where = "/".join(map(str, e.absolute_path)) or "extra"
             raise ValueError(f"a {VERSIONS.uri} event's {where} is not valid: {e.message}") from None
-        version = {"snapshot_id": extra["snapshot_id"], "build": extra.get("build", ""), "version": extra["version"]}
+        version = {
+            "snapshot_id": extra["snapshot_id"],
+            "build": extra.get("build", ""),
+            "version": extra["version"],
+        }
         if version not in out:
             out.append(version)
     return out

@@ -1,20 +1,14 @@
-"""The steps of an orchestrated build besides the stage jobs, written so a DAG can run them on the
-cluster's side (where the build directory is), through the same backend that submits the jobs:
+"""The steps of an orchestrated build besides the stage jobs, run on the cluster's side (where the build
+directory is) through the same backend that submits the jobs:
 
     python -m orchestration.buildsteps prepare  --out DIR --input PATH... [--config FILE] [--seed S]
                                                        [--overrides JSON] [--base BUILD | --latest-base ROOT]
     python -m orchestration.buildsteps finalize --out DIR --stages a,b,c [--config FILE]
 
-``prepare`` checks and resolves the inputs, writes the build config every stage reads and starts the
-build's dedup indexes (exactly what ``corpus build`` does before its stages): with a base (given, or the
-latest complete build under a root: :func:`latest_base`) the indexes are forks of the base's and only
-the inputs the base has not ingested remain;
-``finalize`` makes the band index with the parameters minhash_dedup ran with (or checks the base's),
-writes the candidates and the default version from the stage manifests with
-:func:`runtime.build.finish_build` (which commits the build's index generation last: the commit job,
-``hpc_jobs/commit_index/``, under ``mpiexec`` on this machine with as many ranks as the stages ran on),
-then the build's data card (``corpus report``), and prints one JSON line. :func:`verify_stage` checks a stage's manifest and
-its counts against the previous stage's before the DAG moves on.
+``prepare`` does what ``corpus build`` does before its stages (inputs, build config, dedup indexes,
+forked from a base when there is one); ``finalize`` what it does after them
+(:func:`runtime.build.finish_build`, then the data card) and prints one JSON line;
+:func:`verify_stage` checks a stage's manifest against the previous stage's. See docs/orchestration.md.
 """
 
 from __future__ import annotations
@@ -121,8 +115,14 @@ def latest_base(root: Path, out: Path) -> Path:
     return max(found)[2]
 
 
-def prepare(out: Path, config_file: Path | None, seed: int | None, overrides: dict[str, Any],
-            inputs: list[Path], base: Path | None = None) -> tuple[Path, list[Path]]:
+def prepare(
+    out: Path,
+    config_file: Path | None,
+    seed: int | None,
+    overrides: dict[str, Any],
+    inputs: list[Path],
+    base: Path | None = None,
+) -> tuple[Path, list[Path]]:
     """Write ``OUT/build-config.json`` (the config file, each stage table updated by ``overrides``, every
     stage's table checked against its config) and start the build's dedup indexes, against ``base`` when
     given; returns the config and the inputs left to process (with a base, those it has not ingested)."""
@@ -130,7 +130,9 @@ def prepare(out: Path, config_file: Path | None, seed: int | None, overrides: di
     if missing:
         raise UserError(f"input not found: {', '.join(missing)}")
     if base is not None and base.resolve() == out.resolve():
-        raise UserError(f"base {base} is the build's own directory: a build is never rewritten, use a new out")
+        raise UserError(
+            f"base {base} is the build's own directory: a build is never rewritten, use a new out"
+        )
     found = pipeline.BaseBuild.open(base) if base is not None else None
     if found is not None:
         inputs = found.new_inputs(inputs)
@@ -199,10 +201,15 @@ def finalize(out: Path, stages: list[str], config_file: Path | None = None) -> d
     manifest = manifest_path(snapshot_dir(out))
     failed = record_card(out)
     if failed:
-        raise UserError(f"yield alarm on {out}: a stage's retention left its band ([alarms] on_alarm = \"warn\" "
-                        f"only logs it); the alarms are above and at the top of {out / 'report' / 'card.html'}")
-    return {"snapshot_id": snapshot_id, "manifest": str(manifest),
-            "report": str(out / "report" / "card.html")}
+        raise UserError(
+            f'yield alarm on {out}: a stage\'s retention left its band ([alarms] on_alarm = "warn" '
+            f"only logs it); the alarms are above and at the top of {out / 'report' / 'card.html'}"
+        )
+    return {
+        "snapshot_id": snapshot_id,
+        "manifest": str(manifest),
+        "report": str(out / "report" / "card.html"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,8 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overrides", default="{}", help="JSON object of per-stage config tables")
     based = p.add_mutually_exclusive_group()
     based.add_argument("--base", type=Path, default=None, help="a complete build to build against")
-    based.add_argument("--latest-base", type=Path, default=None, metavar="ROOT",
-                       help="build against the latest complete build under ROOT")
+    based.add_argument(
+        "--latest-base",
+        type=Path,
+        default=None,
+        metavar="ROOT",
+        help="build against the latest complete build under ROOT",
+    )
     f = sub.add_parser("finalize")
     f.add_argument("--out", required=True, type=Path)
     f.add_argument("--stages", required=True, help="comma-separated stages that must be complete")
@@ -226,9 +238,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.step == "prepare":
             base = latest_base(args.latest_base, args.out) if args.latest_base else args.base
-            cfg, inputs = prepare(args.out, args.config, args.seed, json.loads(args.overrides), args.input, base)
-            print(json.dumps({"build_config": str(cfg), "inputs": [str(p.resolve()) for p in inputs],
-                              "base": str(base.resolve()) if base else None}))
+            cfg, inputs = prepare(
+                args.out, args.config, args.seed, json.loads(args.overrides), args.input, base
+            )
+            print(
+                json.dumps(
+                    {
+                        "build_config": str(cfg),
+                        "inputs": [str(p.resolve()) for p in inputs],
+                        "base": str(base.resolve()) if base else None,
+                    }
+                )
+            )
         else:
             print(json.dumps(finalize(args.out, [s for s in args.stages.split(",") if s], args.config)))
     except (UserError, ValueError, OSError) as e:

@@ -1,25 +1,11 @@
 """Deployment configuration, and the JSON schemas that keep a run's Params data.
 
 Whoever deploys the DAGs decides what runs on the cluster: the repository there, its interpreter, the
-SSH connection to the login node, which partitions, which environment keys and which sbatch options a
-run may ask for. Whoever may trigger a run only chooses data within those bounds. Before this split the
-interpreter, the repository root (hence the job script) and the connection were per-run Params, and
-``job_env``/``sbatch_args`` passed anything (``LD_PRELOAD``, ``BASH_ENV``, ``--chdir``, ``--output``):
-triggering a run was running a remote shell.
-
-The deployment is a JSON object in ``CORPUS_DEPLOYMENT`` (the environment of the DAG processor, the
-scheduler, the workers and the triggerer); every key is optional:
-
-``cluster_root``    absolute path of the repository on the cluster (default: this checkout)
-``python``          absolute path of the jobs' interpreter (default: ``<cluster_root>/.venv/bin/python``)
-``ssh_conn_id``     the Airflow Connection of the login node (ssh backend; default ``slurm_login``)
-``partitions``      partitions a run may name (the cluster's default partition is always allowed)
-``job_env_keys``    environment variables a run may set for its jobs (:data:`DEFAULT_JOB_ENV_KEYS`)
-``sbatch_options``  long sbatch options a run may add (:data:`DEFAULT_SBATCH_OPTIONS`)
-
-Some keys and options are never allowed, whatever the deployment says (:data:`FORBIDDEN_ENV`,
-:data:`FORBIDDEN_SBATCH_OPTIONS`): they choose code (a preloaded library, a shell start-up file, a module
-path) or override what the submitter sets itself (the job's log, working directory, name, size).
+SSH connection, which partitions, environment keys and sbatch options a run may ask for
+(``CORPUS_DEPLOYMENT``, a JSON object; every key optional). Whoever triggers a run only chooses data
+within those bounds. Some keys and options are never allowed, whatever the deployment says
+(:data:`FORBIDDEN_ENV`, :data:`FORBIDDEN_SBATCH_OPTIONS`): they choose code or override what the
+submitter sets itself. The keys and their defaults: docs/orchestration.md ("Deployment configuration").
 """
 
 from __future__ import annotations
@@ -35,22 +21,66 @@ from orchestration.submit import PROJECT_ROOT
 
 ENV_VAR = "CORPUS_DEPLOYMENT"
 
-DEFAULT_JOB_ENV_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM",
-                        "MALLOC_ARENA_MAX")
-DEFAULT_SBATCH_OPTIONS = ("--account", "--qos", "--constraint", "--exclusive", "--oversubscribe", "--mem",
-                          "--mem-per-cpu", "--cpus-per-task", "--nodes", "--exclude", "--nodelist", "--reservation",
-                          "--gres", "--nice")
+DEFAULT_JOB_ENV_KEYS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+    "MALLOC_ARENA_MAX",
+)
+DEFAULT_SBATCH_OPTIONS = (
+    "--account",
+    "--qos",
+    "--constraint",
+    "--exclusive",
+    "--oversubscribe",
+    "--mem",
+    "--mem-per-cpu",
+    "--cpus-per-task",
+    "--nodes",
+    "--exclude",
+    "--nodelist",
+    "--reservation",
+    "--gres",
+    "--nice",
+)
 
 #: environment keys that load code or reconfigure the job's shell, MPI launcher or the project itself
-FORBIDDEN_ENV = re.compile(r"LD_\w*|PYTHON\w*|BASH_ENV|ENV|BASH_FUNC_\S*|BASHOPTS|SHELLOPTS|PS4|IFS|PATH|"
-                           r"GLIBC_TUNABLES|CORPUS_\w*|SLURM_\w*|SBATCH_\w*|SRUN_\w*|HYDRA_\w*|MPIEXEC_\w*|"
-                           r"OMPI_\w*|PMIX?_\w*|I_MPI_\w*|FI_PROVIDER_PATH")
+FORBIDDEN_ENV = re.compile(
+    r"LD_\w*|PYTHON\w*|BASH_ENV|ENV|BASH_FUNC_\S*|BASHOPTS|SHELLOPTS|PS4|IFS|PATH|"
+    r"GLIBC_TUNABLES|CORPUS_\w*|SLURM_\w*|SBATCH_\w*|SRUN_\w*|HYDRA_\w*|MPIEXEC_\w*|"
+    r"OMPI_\w*|PMIX?_\w*|I_MPI_\w*|FI_PROVIDER_PATH"
+)
 #: sbatch options the submitter sets itself, or that change what or where the job runs
-FORBIDDEN_SBATCH_OPTIONS = frozenset({
-    "--output", "--error", "--input", "--chdir", "--wrap", "--export", "--export-file", "--job-name", "--comment",
-    "--parsable", "--ntasks", "--partition", "--time", "--open-mode", "--uid", "--gid", "--get-user-env",
-    "--propagate", "--requeue", "--no-requeue", "--signal", "--wait", "--array", "--container", "--wckey",
-})
+FORBIDDEN_SBATCH_OPTIONS = frozenset(
+    {
+        "--output",
+        "--error",
+        "--input",
+        "--chdir",
+        "--wrap",
+        "--export",
+        "--export-file",
+        "--job-name",
+        "--comment",
+        "--parsable",
+        "--ntasks",
+        "--partition",
+        "--time",
+        "--open-mode",
+        "--uid",
+        "--gid",
+        "--get-user-env",
+        "--propagate",
+        "--requeue",
+        "--no-requeue",
+        "--signal",
+        "--wait",
+        "--array",
+        "--container",
+        "--wckey",
+    }
+)
 
 #: an absolute path: starts with "/" (so never with "-"), one line, no NUL. ``$(?!\n)``: Python's ``$`` (what
 #: jsonschema uses) also matches before a final newline, which would let "/x\n" through
@@ -115,8 +145,11 @@ class Deployment:
         return {"type": ["null", "string"], "enum": [None, *self.partitions]}
 
     def job_env_schema(self) -> dict[str, Any]:
-        return {"type": "object", "propertyNames": {"enum": list(self.job_env_keys)},
-                "additionalProperties": {"type": ["string", "integer"], "pattern": r"^[^\n\r\x00]*$"}}
+        return {
+            "type": "object",
+            "propertyNames": {"enum": list(self.job_env_keys)},
+            "additionalProperties": {"type": ["string", "integer"], "pattern": r"^[^\n\r\x00]*$"},
+        }
 
     def sbatch_args_schema(self) -> dict[str, Any]:
         """Each item one allowed long option, ``--opt`` or ``--opt=value`` (never a separate value word,
@@ -139,6 +172,8 @@ def check_run_conf(conf: Mapping[str, Any], params: Mapping[str, Any]) -> None:
     deployment_keys = set(Deployment.__dataclass_fields__)
     for key in sorted(set(conf) - set(params)):
         if key in deployment_keys:
-            raise ValueError(f"Param {key!r} is not a per-run Param: it is deployment configuration "
-                             f"({ENV_VAR}), which a run cannot choose")
+            raise ValueError(
+                f"Param {key!r} is not a per-run Param: it is deployment configuration "
+                f"({ENV_VAR}), which a run cannot choose"
+            )
         raise ValueError(f"Param {key!r} is unknown (known: {', '.join(sorted(params))})")

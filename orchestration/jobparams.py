@@ -17,29 +17,70 @@ from orchestration.deployment import TIME_LIMIT, Deployment
 from orchestration.submit import BACKENDS
 
 
-def job_params(deployment: Deployment, param: Callable[..., Param], backend: str,
-               time_limit: str = "04:00:00") -> dict[str, Param]:
+def job_params(
+    deployment: Deployment, param: Callable[..., Param], backend: str, time_limit: str = "04:00:00"
+) -> dict[str, Param]:
     """The job Params; ``param(name, default, **schema)`` makes each (a DAG's defaults may override)."""
     return {
-        "backend": param("backend", backend, type="string", enum=list(BACKENDS), title="Backend",
-                         description="ssh: sbatch on a login node; local: sbatch on this host; mpiexec: no SLURM"),
-        "partition": param("partition", None, **deployment.partition_schema(), title="SLURM partition",
-                           description="empty: the default partition; else one the deployment allows"),
-        "time_limit": param("time_limit", time_limit, type="string", pattern=TIME_LIMIT,
-                            title="Time limit per job", description="MM, HH:MM:SS or D-HH:MM:SS"),
-        "max_requeues": param("max_requeues", 3, type="integer", minimum=0, maximum=20, title="Requeues per job",
-                              description="how often a pre-empted job may requeue itself (SIGUSR1 before its "
-                                          "time limit)"),
-        "queue_wait": param("queue_wait", "1-00:00:00", type="string", pattern=TIME_LIMIT, title="Queue-wait budget",
-                            description="time a job may spend waiting in the queue, in total; a job not done "
-                                        "after time limit x (requeues + 1) + this is cancelled and fails its task"),
-        "sbatch_args": param("sbatch_args", [], **deployment.sbatch_args_schema(), title="Extra sbatch options",
-                             description="--option or --option=value, of those the deployment allows: "
-                                         + " ".join(deployment.sbatch_options)),
-        "job_env": param("job_env", {}, **deployment.job_env_schema(), title="Extra environment for the jobs",
-                         description="keys the deployment allows: " + " ".join(deployment.job_env_keys)),
-        "poll_interval": param("poll_interval", 30, type="integer", minimum=1,
-                               title="Seconds between job-state polls"),
+        "backend": param(
+            "backend",
+            backend,
+            type="string",
+            enum=list(BACKENDS),
+            title="Backend",
+            description="ssh: sbatch on a login node; local: sbatch on this host; mpiexec: no SLURM",
+        ),
+        "partition": param(
+            "partition",
+            None,
+            **deployment.partition_schema(),
+            title="SLURM partition",
+            description="empty: the default partition; else one the deployment allows",
+        ),
+        "time_limit": param(
+            "time_limit",
+            time_limit,
+            type="string",
+            pattern=TIME_LIMIT,
+            title="Time limit per job",
+            description="MM, HH:MM:SS or D-HH:MM:SS",
+        ),
+        "max_requeues": param(
+            "max_requeues",
+            3,
+            type="integer",
+            minimum=0,
+            maximum=20,
+            title="Requeues per job",
+            description="how often a pre-empted job may requeue itself (SIGUSR1 before its time limit)",
+        ),
+        "queue_wait": param(
+            "queue_wait",
+            "1-00:00:00",
+            type="string",
+            pattern=TIME_LIMIT,
+            title="Queue-wait budget",
+            description="time a job may spend waiting in the queue, in total; a job not done "
+            "after time limit x (requeues + 1) + this is cancelled and fails its task",
+        ),
+        "sbatch_args": param(
+            "sbatch_args",
+            [],
+            **deployment.sbatch_args_schema(),
+            title="Extra sbatch options",
+            description="--option or --option=value, of those the deployment allows: "
+            + " ".join(deployment.sbatch_options),
+        ),
+        "job_env": param(
+            "job_env",
+            {},
+            **deployment.job_env_schema(),
+            title="Extra environment for the jobs",
+            description="keys the deployment allows: " + " ".join(deployment.job_env_keys),
+        ),
+        "poll_interval": param(
+            "poll_interval", 30, type="integer", minimum=1, title="Seconds between job-state polls"
+        ),
     }
 
 
@@ -47,16 +88,28 @@ def resolve_job_params(p: dict[str, Any], deployment: Deployment) -> dict[str, A
     """The job settings of a run within the deployment's bounds (the Params were schema-checked at
     trigger; the deployment may have changed since, so check again), as the operators take them."""
     if p["partition"] and p["partition"] not in deployment.partitions:
-        raise ValueError(f"Param 'partition': {p['partition']!r} is not one the deployment allows "
-                         f"({', '.join(deployment.partitions) or 'only the default partition'})")
+        raise ValueError(
+            f"Param 'partition': {p['partition']!r} is not one the deployment allows "
+            f"({', '.join(deployment.partitions) or 'only the default partition'})"
+        )
     if refused := sorted(set(p["job_env"]) - set(deployment.job_env_keys)):
-        raise ValueError(f"Param 'job_env': keys {refused} are not allowed ({', '.join(deployment.job_env_keys)})")
+        raise ValueError(
+            f"Param 'job_env': keys {refused} are not allowed ({', '.join(deployment.job_env_keys)})"
+        )
     if refused := [a for a in p["sbatch_args"] if a.split("=", 1)[0] not in deployment.sbatch_options]:
-        raise ValueError(f"Param 'sbatch_args': {refused} are not allowed ({', '.join(deployment.sbatch_options)})")
+        raise ValueError(
+            f"Param 'sbatch_args': {refused} are not allowed ({', '.join(deployment.sbatch_options)})"
+        )
     return {
-        "backend": p["backend"], "conn_id": deployment.ssh_conn_id if p["backend"] == "ssh" else "",
-        "root": deployment.cluster_root, "python": deployment.interpreter,
-        "partition": p["partition"] or "", "time_limit": p["time_limit"], "max_requeues": p["max_requeues"],
-        "queue_wait": p["queue_wait"], "sbatch_args": p["sbatch_args"],
-        "env": {k: str(v) for k, v in p["job_env"].items()}, "poll_interval": p["poll_interval"],
+        "backend": p["backend"],
+        "conn_id": deployment.ssh_conn_id if p["backend"] == "ssh" else "",
+        "root": deployment.cluster_root,
+        "python": deployment.interpreter,
+        "partition": p["partition"] or "",
+        "time_limit": p["time_limit"],
+        "max_requeues": p["max_requeues"],
+        "queue_wait": p["queue_wait"],
+        "sbatch_args": p["sbatch_args"],
+        "env": {k: str(v) for k, v in p["job_env"].items()},
+        "poll_interval": p["poll_interval"],
     }

@@ -61,28 +61,38 @@ def manifest_facets(manifest: Mapping[str, Any]) -> dict[str, DatasetFacet]:
     """The facets a directory's ``manifest.json`` gives its dataset: a snapshot's id, or a stage's digest."""
     if "snapshot_id" in manifest:
         version = manifest["snapshot_id"]
-        corpus: DatasetFacet = CorpusSnapshotDatasetFacet(snapshot_id=version, format=manifest["format"],
-                                                          base_snapshot_id=manifest.get("base_snapshot_id"))
+        corpus: DatasetFacet = CorpusSnapshotDatasetFacet(
+            snapshot_id=version, format=manifest["format"], base_snapshot_id=manifest.get("base_snapshot_id")
+        )
         key = SNAPSHOT_FACET
     else:
         stage = StageManifest.from_dict(dict(manifest))
         version = stage.digest
         corpus, key = CorpusStageDatasetFacet(stage=stage.stage, manifest_digest=version), STAGE_FACET
-    return {VERSION_FACET: dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=version), key: corpus}
+    return {
+        VERSION_FACET: dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=version),
+        key: corpus,
+    }
 
 
 def dataset(path: str, manifest: Mapping[str, Any] | None = None) -> Dataset:
     """The dataset of a file or directory on the cluster's filesystem; with its manifest's facets if read."""
     naming = LocalFileSystem(path=path)
-    return Dataset(namespace=naming.get_namespace(), name=naming.get_name(),
-                   facets=manifest_facets(manifest) if manifest is not None else {})
+    return Dataset(
+        namespace=naming.get_namespace(),
+        name=naming.get_name(),
+        facets=manifest_facets(manifest) if manifest is not None else {},
+    )
 
 
-def job_lineage(inputs: Iterable[str], outputs: Iterable[str],
-                manifests: Mapping[str, Mapping[str, Any]]) -> OperatorLineage:
+def job_lineage(
+    inputs: Iterable[str], outputs: Iterable[str], manifests: Mapping[str, Mapping[str, Any]]
+) -> OperatorLineage:
     """What a job read and wrote; ``manifests`` maps the directories whose manifest was read to it."""
-    return OperatorLineage(inputs=[dataset(p, manifests.get(p)) for p in inputs],
-                           outputs=[dataset(p, manifests.get(p)) for p in outputs])
+    return OperatorLineage(
+        inputs=[dataset(p, manifests.get(p)) for p in inputs],
+        outputs=[dataset(p, manifests.get(p)) for p in outputs],
+    )
 
 
 def manifest_file(directory: str) -> str:

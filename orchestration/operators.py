@@ -1,21 +1,12 @@
 """Airflow glue: a deferrable operator that submits one stage job and a trigger that waits for it.
 
-The operator submits the job (a few seconds in a worker), then defers: the triggerer polls the job's
-state with the backend's async commands (asyncssh for the ssh backend), so no worker slot is held while
-SLURM runs the stage. Submission and waiting are one task instance on purpose: when the job fails the
-task fails, and Airflow's retry submits the stage again, which resumes from the stage's checkpoint
-(stages are idempotent, so the retry's output is the same as an uninterrupted run's).
-
-Every wait is bounded. The job may live at most its time limit x (max requeues + 1) plus the run's
-queue-wait budget; past that the trigger cancels it and fails the task (the deferral's own timeout, a
-little longer, is the backstop should no triggerer run the trigger). A job PENDING for a reason that
-waiting does not clear (held, over a partition limit, an invalid account) is cancelled and fails the
-task with that reason. A user who marks the deferred task failed, succeeded or clears it cancels the
-job too (the trigger's ``on_kill``), as does killing the task while it submits (the operator's).
-
-The snapshot step that follows the stages is an operator too (not a ``@task``) so that, like the stage
-operator, it can report OpenLineage datasets with facets (orchestration/lineage.py): Airflow's
-OpenLineage provider asks an operator for them, and a ``@task`` has no such methods.
+The operator submits the job, then defers: the triggerer polls the job's state with the backend's async
+commands, so no worker slot is held while SLURM runs the stage. Submission and waiting are one task on
+purpose: a failed job fails the task, and the retry submits the stage again, which resumes from its
+checkpoint. Every wait is bounded (time limit x (requeues + 1) + queue wait; a PENDING reason that
+never clears), and cancelling the task cancels the job. The snapshot step is an operator too, not a
+``@task``, so that it can report OpenLineage datasets (:mod:`orchestration.lineage`). See
+docs/orchestration.md ("The build_snapshot DAG").
 """
 
 from __future__ import annotations
@@ -63,20 +54,37 @@ def backoff_delay(attempt: int, base: float = BACKOFF_BASE_S, cap: float = BACKO
 class StageJobTrigger(BaseTrigger):
     """Polls a submitted job until it ends; the event carries the final state and the log's tail."""
 
-    def __init__(self, job: dict[str, str], poll_interval: float = 30.0, deadline: float = 0.0,
-                 backoff_base: float = BACKOFF_BASE_S, backoff_cap: float = BACKOFF_CAP_S,
-                 transient_budget: float = TRANSIENT_BUDGET_S) -> None:
+    def __init__(
+        self,
+        job: dict[str, str],
+        poll_interval: float = 30.0,
+        deadline: float = 0.0,
+        backoff_base: float = BACKOFF_BASE_S,
+        backoff_cap: float = BACKOFF_CAP_S,
+        transient_budget: float = TRANSIENT_BUDGET_S,
+    ) -> None:
         super().__init__()
         self.job = job
         self.poll_interval = poll_interval
         self.deadline = deadline  # epoch seconds after which the job is cancelled; 0: none
-        self.backoff_base, self.backoff_cap, self.transient_budget = backoff_base, backoff_cap, transient_budget
+        self.backoff_base, self.backoff_cap, self.transient_budget = (
+            backoff_base,
+            backoff_cap,
+            transient_budget,
+        )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"job": self.job, "poll_interval": self.poll_interval, "deadline": self.deadline,
-                 "backoff_base": self.backoff_base, "backoff_cap": self.backoff_cap,
-                 "transient_budget": self.transient_budget})
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job": self.job,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "backoff_base": self.backoff_base,
+                "backoff_cap": self.backoff_cap,
+                "transient_budget": self.transient_budget,
+            },
+        )
 
     async def on_kill(self) -> None:
         """The user marked the deferred task failed / succeeded or cleared it: the job must not go on."""
@@ -112,31 +120,53 @@ class StageJobTrigger(BaseTrigger):
                 now = time.monotonic()
                 failures, failing_since = failures + 1, failing_since if failures else now
                 if now - failing_since >= self.transient_budget:
-                    yield TriggerEvent({"ok": False, "job": self.job, "error": (
-                        f"cannot read the job's state: {failures} tries over {now - failing_since:.0f}s failed, "
-                        f"the last with {type(e).__name__}: {e}")})
+                    yield TriggerEvent(
+                        {
+                            "ok": False,
+                            "job": self.job,
+                            "error": (
+                                f"cannot read the job's state: {failures} tries over {now - failing_since:.0f}s failed, "
+                                f"the last with {type(e).__name__}: {e}"
+                            ),
+                        }
+                    )
                     return
                 delay = backoff_delay(failures, self.backoff_base, self.backoff_cap)
-                self.log.warning("reading the state of job %s failed (%s: %s), transient: try %d in %.0fs",
-                                 job.job_id, type(e).__name__, e, failures + 1, delay)
+                self.log.warning(
+                    "reading the state of job %s failed (%s: %s), transient: try %d in %.0fs",
+                    job.job_id,
+                    type(e).__name__,
+                    e,
+                    failures + 1,
+                    delay,
+                )
                 continue
             failures, delay = 0, self.poll_interval
             if status.stuck:
-                yield await self._give_up(backend, job, f"{status.describe()}: waiting does not clear that reason")
+                yield await self._give_up(
+                    backend, job, f"{status.describe()}: waiting does not clear that reason"
+                )
                 return
             if not status.done and self.deadline and time.time() > self.deadline:
-                yield await self._give_up(backend, job, (
-                    f"{status.describe()} past its deadline (time limit x (max requeues + 1) + queue wait, "
-                    f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(self.deadline))})"))
+                yield await self._give_up(
+                    backend,
+                    job,
+                    (
+                        f"{status.describe()} past its deadline (time limit x (max requeues + 1) + queue wait, "
+                        f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(self.deadline))})"
+                    ),
+                )
                 return
             if status.done:
-                yield TriggerEvent({
-                    "ok": status.ok,
-                    "state": status.state,
-                    "description": status.describe(),
-                    "log_tail": await self._log_tail(backend, job),
-                    "job": self.job,
-                })
+                yield TriggerEvent(
+                    {
+                        "ok": status.ok,
+                        "state": status.state,
+                        "description": status.describe(),
+                        "log_tail": await self._log_tail(backend, job),
+                        "job": self.job,
+                    }
+                )
                 return
             self.log.info("%s", status.describe())
 
@@ -183,7 +213,9 @@ def job_settings(run: dict[str, Any]) -> dict[str, Any]:
 def wait_budget(build: dict[str, Any]) -> float:
     """Seconds a stage job may take from submission to its end: every run at its time limit (the first
     and each allowed requeue) plus the time it may wait in the queue, in total."""
-    return slurm_seconds(build["time_limit"]) * (int(build["max_requeues"]) + 1) + slurm_seconds(build["queue_wait"])
+    return slurm_seconds(build["time_limit"]) * (int(build["max_requeues"]) + 1) + slurm_seconds(
+        build["queue_wait"]
+    )
 
 
 def read_manifests(backend: Any, directories: list[str], log: Any) -> dict[str, dict[str, Any]]:
@@ -198,8 +230,12 @@ def read_manifests(backend: Any, directories: list[str], log: Any) -> dict[str, 
         try:
             manifests[d] = json.loads(backend.read_text(manifest_file(d)))
         except Exception as e:  # noqa: BLE001 -- see above: the job's result is already known
-            log.warning("lineage: %s not read (%s: %s); its dataset goes without facets", manifest_file(d),
-                        type(e).__name__, e)
+            log.warning(
+                "lineage: %s not read (%s: %s); its dataset goes without facets",
+                manifest_file(d),
+                type(e).__name__,
+                e,
+            )
     return manifests
 
 
@@ -245,12 +281,22 @@ class StageJobOperator(BaseOperator):
         # accepted it, or the wait failed while the job ran on): one job per stage of a run
         submitted, how = backend.attach_or_submit(job)
         self._submitted = submitted
-        self.log.info("stage %s: %s on %s, %d ranks; log %s; waiting at most %s", self.stage, how, backend.name,
-                      job.ranks, submitted.log_path, timedelta(seconds=budget))
+        self.log.info(
+            "stage %s: %s on %s, %d ranks; log %s; waiting at most %s",
+            self.stage,
+            how,
+            backend.name,
+            job.ranks,
+            submitted.log_path,
+            timedelta(seconds=budget),
+        )
         poll = float(self.build["poll_interval"])
         # the trigger cancels the job at the deadline; the deferral's timeout is only the backstop
-        self.defer(trigger=StageJobTrigger(submitted.to_dict(), poll, deadline=time.time() + budget),
-                   method_name="execute_complete", timeout=timedelta(seconds=budget + 2 * poll + 600))
+        self.defer(
+            trigger=StageJobTrigger(submitted.to_dict(), poll, deadline=time.time() + budget),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=budget + 2 * poll + 600),
+        )
 
     def on_kill(self) -> None:
         """Killed while submitting (before the deferral): cancel the job this try submitted."""
@@ -269,8 +315,11 @@ class StageJobOperator(BaseOperator):
             )
         self.log.info("stage %s: %s; log %s", self.stage, event["description"], job["log_path"])
         self.log.info("last lines of the job's log:\n%s", event["log_tail"].rstrip())
-        self._manifests = read_manifests(backend_for(self.build["backend"], self.build["conn_id"]),
-                                         self.manifest_dirs(self.make_job("")), self.log)
+        self._manifests = read_manifests(
+            backend_for(self.build["backend"], self.build["conn_id"]),
+            self.manifest_dirs(self.make_job("")),
+            self.log,
+        )
         return {"job_id": job["job_id"], "state": event["state"], "log": job["log_path"]}
 
 
@@ -347,12 +396,20 @@ class SnapshotOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         build = self.build
         config = [f"--config={build['config_file']}"] if build.get("config_file") else []
-        result = buildstep(build, "finalize", "--out", build["out"], "--stages", ",".join(build["stages"]), *config)
+        result = buildstep(
+            build, "finalize", "--out", build["out"], "--stages", ",".join(build["stages"]), *config
+        )
         result["stage_manifests"] = {v["stage"]: v["manifest_digest"] for v in self.verified}
-        self.log.info("snapshot manifest %s\nreport %s\nsnapshot_id %s", result["manifest"], result["report"],
-                      result["snapshot_id"])
+        self.log.info(
+            "snapshot manifest %s\nreport %s\nsnapshot_id %s",
+            result["manifest"],
+            result["report"],
+            result["snapshot_id"],
+        )
         context["ti"].xcom_push(key="snapshot_id", value=result["snapshot_id"])
         emit_version(context, result["snapshot_id"], build["out"], f"{build['out']}/{SNAPSHOT_DIR}")
         inputs, outputs = self.lineage_paths()
-        self._manifests = read_manifests(backend_for(build["backend"], build["conn_id"]), inputs + outputs, self.log)
+        self._manifests = read_manifests(
+            backend_for(build["backend"], build["conn_id"]), inputs + outputs, self.log
+        )
         return result

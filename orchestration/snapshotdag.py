@@ -119,7 +119,7 @@ def resolve_build(p: dict[str, Any], run_id: str, deployment: Deployment) -> dic
     """What every task of the run works from: the run's Params within the deployment's bounds (the
     Params were schema-checked at trigger; the deployment may have changed since, so check again)."""
     if not PIPELINE:
-        raise SubmitError("no stages are installed (runtime.build.PIPELINE is empty)")
+        raise SubmitError("no stages are installed (corpus.model.stages.PIPELINE is empty)")
     return {
         **resolve_job_params(p, deployment),
         "stages": list(PIPELINE),

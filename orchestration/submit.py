@@ -1,25 +1,13 @@
 """Submitting a stage job and finding out how it ended: one module, three backends.
 
-* ``local``   ``sbatch`` on this host (this host is a SLURM login node).
-* ``ssh``     ``sbatch`` on a login node reached through the SSH provider's hook, with the host, user
-              and key from an Airflow Connection.
-* ``mpiexec`` the same job script run without SLURM, detached, under the ``mpiexec`` beside the
-              project's Python (the embedded demo; no cluster needed).
-
-Every command is an argument vector. The local backends execute it without a shell; the ssh backend
-joins it with :func:`shlex.join` for the remote shell, so a path with spaces, quotes, ``;`` or ``$(...)``
-reaches the job as the same literal string and is never executed.
-
-A job's state comes from ``scontrol show job`` while SLURM remembers it (``MinJobAge``), then from
-``sacct`` (slurmdbd) or ``sacct -c`` (``jobcomp/filetxt``, no slurmdbd), then from the job's exit record
-(``LOGDIR/<stage>-<id>.exit``, which the job script writes as it ends). The state logic is written once
-(:func:`_slurm_status_steps`) and driven either synchronously (in a task) or asynchronously (in the
-triggerer, which must not block its event loop).
-
-Transient and final failures are told apart (:func:`is_transient`): a dropped or refused SSH connection,
-a socket timeout, or a SLURM command that could not reach its daemon ("try again", "Socket timed out",
-"Unable to contact slurm controller") says nothing about the job and is retried with a bounded backoff;
-a job nobody knows, a refused key or an unknown host key is final.
+``local`` (``sbatch`` on this host), ``ssh`` (``sbatch`` on a login node through the SSH provider's
+hook and an Airflow Connection), ``mpiexec`` (the same job script without SLURM, detached). Every
+command is an argument vector: executed without a shell, or joined with :func:`shlex.join` for the
+remote one, so no path is ever executed. A job's state comes from ``scontrol``, then ``sacct`` or
+``sacct -c``, then the job's exit record; the logic is written once (:func:`_slurm_status_steps`) and
+driven synchronously (a task) or asynchronously (the triggerer). :func:`is_transient` tells failures
+that say nothing about the job (retried with a bounded backoff) from final ones. See
+docs/orchestration.md ("The build_snapshot DAG", "Backends and Connections").
 """
 
 from __future__ import annotations
@@ -49,20 +37,44 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 #: Finished well.
 SUCCESS_STATES = frozenset({"COMPLETED"})
 #: Finished badly: the task fails and shows the job's log tail.
-FAILURE_STATES = frozenset({
-    "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
-    "PREEMPTED", "REVOKED", "SPECIAL_EXIT",
-})
+FAILURE_STATES = frozenset(
+    {
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
 #: Everything else (PENDING, RUNNING, REQUEUED, COMPLETING, SUSPENDED, ...) is still on its way.
 #: ... except a job PENDING for one of these reasons: waiting will not clear them (a hold nobody
 #: releases, a request over the partition's or the association's limits, an account or QOS it may not
 #: use, a dependency that failed), so the waiter cancels the job and fails the task with the reason.
-NEVER_CLEARING_REASONS = frozenset({
-    "JobHeldUser", "JobHeldAdmin", "PartitionTimeLimit", "PartitionNodeLimit", "PartitionConfig",
-    "InvalidAccount", "InvalidQOS", "AccountNotAllowed", "BadConstraints", "DependencyNeverSatisfied",
-    "AssocMaxWallDurationPerJobLimit", "QOSMaxWallDurationPerJobLimit", "AssocMaxNodesPerJobLimit",
-    "QOSMaxNodePerJobLimit", "AssocMaxCpuPerJobLimit", "QOSMaxCpuPerJobLimit",
-})
+NEVER_CLEARING_REASONS = frozenset(
+    {
+        "JobHeldUser",
+        "JobHeldAdmin",
+        "PartitionTimeLimit",
+        "PartitionNodeLimit",
+        "PartitionConfig",
+        "InvalidAccount",
+        "InvalidQOS",
+        "AccountNotAllowed",
+        "BadConstraints",
+        "DependencyNeverSatisfied",
+        "AssocMaxWallDurationPerJobLimit",
+        "QOSMaxWallDurationPerJobLimit",
+        "AssocMaxNodesPerJobLimit",
+        "QOSMaxNodePerJobLimit",
+        "AssocMaxCpuPerJobLimit",
+        "QOSMaxCpuPerJobLimit",
+    }
+)
 
 BACKENDS = ("local", "ssh", "mpiexec")
 #: every job of this project is named PREFIX<stage> (scripts/services_down.sh cancels by this prefix)
@@ -81,7 +93,9 @@ class TransientSubmitError(SubmitError):
 TRANSIENT_SLURM_MESSAGE = re.compile(
     r"try again|timed out|time out|Unable to contact slurm controller|Connection refused|Connection reset|"
     r"Resource temporarily unavailable|Zero Bytes were transmitted|Transport endpoint|slurm_persist_conn|"
-    r"Temporary failure|Slurmctld is not responding|communication connection failure", re.IGNORECASE)
+    r"Temporary failure|Slurmctld is not responding|communication connection failure",
+    re.IGNORECASE,
+)
 
 
 def transient_result(r: Result) -> bool:
@@ -118,12 +132,30 @@ def is_transient(exc: BaseException) -> bool:
 
     if isinstance(exc, TransientSubmitError):
         return True
-    if isinstance(exc, (asyncssh.PermissionDenied, asyncssh.HostKeyNotVerifiable, asyncssh.IllegalUserName,
-                        asyncssh.ProtocolNotSupported, asyncssh.KeyExchangeFailed,
-                        paramiko.AuthenticationException, paramiko.BadHostKeyException)):
+    if isinstance(
+        exc,
+        (
+            asyncssh.PermissionDenied,
+            asyncssh.HostKeyNotVerifiable,
+            asyncssh.IllegalUserName,
+            asyncssh.ProtocolNotSupported,
+            asyncssh.KeyExchangeFailed,
+            paramiko.AuthenticationException,
+            paramiko.BadHostKeyException,
+        ),
+    ):
         return False
-    return isinstance(exc, (OSError, TimeoutError, EOFError, asyncssh.DisconnectError,
-                            asyncssh.ChannelOpenError, paramiko.SSHException))
+    return isinstance(
+        exc,
+        (
+            OSError,
+            TimeoutError,
+            EOFError,
+            asyncssh.DisconnectError,
+            asyncssh.ChannelOpenError,
+            paramiko.SSHException,
+        ),
+    )
 
 
 #: the version step (hpc_jobs/version/, sbatch/version.sbatch) runs as a job like the stages
@@ -155,8 +187,13 @@ class StageJob:
             raise SubmitError(f"bad stage name {self.stage!r}")
         # absolute: a relative path resolves against another directory on the worker than in the job,
         # and an absolute one never starts with "-", so no input is ever read as an option
-        for what, paths in (("input", self.inputs), ("out", [self.out]), ("log_dir", [self.log_dir]),
-                            ("root", [self.root]), ("config", [self.config] if self.config else [])):
+        for what, paths in (
+            ("input", self.inputs),
+            ("out", [self.out]),
+            ("log_dir", [self.log_dir]),
+            ("root", [self.root]),
+            ("config", [self.config] if self.config else []),
+        ):
             for path in paths:
                 if not path.startswith("/"):
                     raise SubmitError(f"{what} must be an absolute path, got {path!r}")
@@ -193,9 +230,14 @@ class StageJob:
 
     def job_env(self) -> dict[str, str]:
         """The extra environment first, so it can never replace what the job script is told here."""
-        return {**dict(self.env), "CORPUS_ROOT": self.root, "CORPUS_PYTHON": self.interpreter,
-                "CORPUS_RANKS": str(self.ranks), "CORPUS_LOG_DIR": self.log_dir,
-                "CORPUS_MAX_REQUEUES": str(self.max_requeues)}
+        return {
+            **dict(self.env),
+            "CORPUS_ROOT": self.root,
+            "CORPUS_PYTHON": self.interpreter,
+            "CORPUS_RANKS": str(self.ranks),
+            "CORPUS_LOG_DIR": self.log_dir,
+            "CORPUS_MAX_REQUEUES": str(self.max_requeues),
+        }
 
     def exit_record(self, job_id: str) -> str:
         """Where the job script writes ``job=ID exit=RC`` as it ends (sbatch/stage.sbatch)."""
@@ -208,8 +250,15 @@ class StageJob:
     def sbatch_argv(self) -> list[str]:
         """The extra options first: sbatch lets a later option win, so the job's name, size, log and
         working directory set here always do (the DAG also refuses such options in its Params)."""
-        argv = ["sbatch", "--parsable", *self.sbatch_args, f"--job-name={self.job_name}", f"--ntasks={self.ranks}",
-                f"--output={self.log_template()}", f"--chdir={self.root}"]
+        argv = [
+            "sbatch",
+            "--parsable",
+            *self.sbatch_args,
+            f"--job-name={self.job_name}",
+            f"--ntasks={self.ranks}",
+            f"--output={self.log_template()}",
+            f"--chdir={self.root}",
+        ]
         if self.partition:
             argv.append(f"--partition={self.partition}")
         if self.time_limit:
@@ -314,8 +363,13 @@ def parse_scontrol(out: str, job_id: str) -> JobStatus | None:
         if not re.search(rf"(^|\s)JobId={re.escape(job_id)}(\s|$)", line):
             continue
         fields = dict(re.findall(r"(\w+)=(\S*)", line))
-        return JobStatus(job_id, normalise_state(fields.get("JobState", "")), fields.get("ExitCode", ""),
-                         fields.get("Reason", ""), "scontrol")
+        return JobStatus(
+            job_id,
+            normalise_state(fields.get("JobState", "")),
+            fields.get("ExitCode", ""),
+            fields.get("Reason", ""),
+            "scontrol",
+        )
     return None
 
 
@@ -355,10 +409,16 @@ def _slurm_status_steps(job_id: str, exit_path: str = "") -> Steps:
     not answer (a transient failure), the caller asks again later."""
     sources = [
         (["scontrol", "show", "job", "-o", job_id], "scontrol", lambda out: parse_scontrol(out, job_id)),
-        (["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"], "sacct",
-         lambda out: parse_sacct(out, job_id, "sacct")),
-        (["sacct", "-c", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"], "sacct -c",
-         lambda out: parse_sacct(out, job_id, "sacct -c")),
+        (
+            ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"],
+            "sacct",
+            lambda out: parse_sacct(out, job_id, "sacct"),
+        ),
+        (
+            ["sacct", "-c", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"],
+            "sacct -c",
+            lambda out: parse_sacct(out, job_id, "sacct -c"),
+        ),
     ]
     if exit_path:
         sources.append((["cat", "--", exit_path], "exit record", lambda out: parse_exit_record(out, job_id)))
@@ -370,7 +430,9 @@ def _slurm_status_steps(job_id: str, exit_path: str = "") -> Steps:
         why = f"{source}: {(r.err or r.out).strip() or 'no record'}"
         (unreachable if transient_result(r) else tried).append(why)
     if unreachable:
-        raise TransientSubmitError(f"cannot read the state of job {job_id} now ({'; '.join(unreachable + tried)})")
+        raise TransientSubmitError(
+            f"cannot read the state of job {job_id} now ({'; '.join(unreachable + tried)})"
+        )
     raise SubmitError(f"SLURM does not know job {job_id} ({'; '.join(tried)})")
 
 
@@ -407,7 +469,9 @@ class Backend:
     def check(self, argv: list[str], env: dict[str, str] | None = None, timeout: float = 120) -> str:
         r = self.run(argv, env, timeout)
         if r.rc != 0:
-            raise SubmitError(f"{shlex.join(argv)} failed on {self.name} (exit {r.rc}): {(r.err or r.out).strip()}")
+            raise SubmitError(
+                f"{shlex.join(argv)} failed on {self.name} (exit {r.rc}): {(r.err or r.out).strip()}"
+            )
         return r.out
 
     # -- jobs -------------------------------------------------------------------------------------
@@ -417,8 +481,14 @@ class Backend:
         return self.submitted(job, job_id)
 
     def submitted(self, job: StageJob, job_id: str) -> Submitted:
-        return Submitted(self.name, job_id, expand_log_template(job.log_template(), job_id), job.stage, self.conn_id,
-                         job.exit_record(job_id))
+        return Submitted(
+            self.name,
+            job_id,
+            expand_log_template(job.log_template(), job_id),
+            job.stage,
+            self.conn_id,
+            job.exit_record(job_id),
+        )
 
     def live_jobs(self, job: StageJob) -> list[tuple[JobStatus, str]]:
         """This user's jobs still in the queue that an earlier try of the same run's stage submitted
@@ -453,8 +523,10 @@ class Backend:
         if keep is None:
             return self.submit(job), "; ".join([*notes, "submitted"])
         status, comment = keep
-        return (self.submitted(job, status.job_id),
-                "; ".join([*notes, f"re-attached to job {status.job_id} ({comment}, {status.state})"]))
+        return (
+            self.submitted(job, status.job_id),
+            "; ".join([*notes, f"re-attached to job {status.job_id} ({comment}, {status.state})"]),
+        )
 
     def status(self, job: Submitted) -> JobStatus:
         return _drive(_slurm_status_steps(job.job_id, job.exit_path), self.run)
@@ -476,8 +548,14 @@ class Backend:
 
 def _local_run(argv: list[str], env: dict[str, str] | None, timeout: float) -> Result:
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                           env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError as e:
         return Result(127, "", str(e))
     except subprocess.TimeoutExpired:
@@ -494,8 +572,9 @@ class LocalBackend(Backend):
         return _local_run(argv, env, timeout)
 
     async def arun(self, argv: list[str], timeout: float = 120) -> Result:
-        proc = await asyncio.create_subprocess_exec(*argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                                    stderr=subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:
@@ -532,8 +611,9 @@ class SSHBackend(Backend):
         command = remote_command(argv, env)
         with self.hook().get_conn() as client:
             try:
-                rc, out, err = self.hook().exec_ssh_client_command(client, command, get_pty=False,
-                                                                   environment=None, timeout=timeout)
+                rc, out, err = self.hook().exec_ssh_client_command(
+                    client, command, get_pty=False, environment=None, timeout=timeout
+                )
             except AirflowException as e:  # the hook's only word for its own timeout
                 if "timed out" not in str(e):
                     raise
@@ -583,8 +663,12 @@ class MpiexecBackend(Backend):
         wrapper = 'bash "$0" "$@" >>"$CORPUS_JOB_LOG" 2>&1; echo $? >"$CORPUS_JOB_LOG.rc.tmp"; mv -f "$CORPUS_JOB_LOG.rc.tmp" "$CORPUS_JOB_LOG.rc"'
         proc = subprocess.Popen(
             ["bash", "-c", wrapper, *job.script_argv(), *job.stage_args()],
-            cwd=job.root, env={**os.environ, **job.job_env(), "CORPUS_JOB_LOG": log},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            cwd=job.root,
+            env={**os.environ, **job.job_env(), "CORPUS_JOB_LOG": log},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         Path(log + ".pid").write_text(str(proc.pid))
         return Submitted(self.name, job_id, log, job.stage)
@@ -609,7 +693,9 @@ class MpiexecBackend(Backend):
             return JobStatus(job.job_id, "RUNNING", "", "", "mpiexec")
         if Path(job.log_path + ".cancelled").exists():
             return JobStatus(job.job_id, "CANCELLED", "", "cancelled", "mpiexec")
-        return JobStatus(job.job_id, "FAILED", "", "the job's process vanished without an exit status", "mpiexec")
+        return JobStatus(
+            job.job_id, "FAILED", "", "the job's process vanished without an exit status", "mpiexec"
+        )
 
     async def astatus(self, job: Submitted) -> JobStatus:
         return self.status(job)

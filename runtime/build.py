@@ -1,30 +1,14 @@
 """The build: the ordered stages, the local launcher (``mpiexec``), the candidates and the default version.
 
-A build directory (laid out by :mod:`corpus.model.layout`) holds one directory per stage, the effective config
-the stages ran with, the **candidates** (every document that passed the hard rules, tokenized and
-sharded: ``candidates/``) and the **default version** (``snapshot/``, what the loader reads unless told
-otherwise): the config's selection of the candidates, made from their metadata table. Each stage reads the
-previous one's directory; the first reads the raw inputs. Stages are named, never imported: this module
-launches ``python -m hpc_jobs.<name>``, so the library stays below the stages.
-
-The hard rules, the only documents a build does not store (docs/versions.md): a record that cannot be
-read or decoded (quarantined, with its reason), an eval-holdout document and an older fetch of a URL
-fetched again (ingest), a page whose extraction gives no text (extract), an exact copy (stored once;
-exact_dedup counts its copies), a document line dedup empties. Everything else (the quality policy,
-near-duplicates, contamination, opt-outs, cutoffs, licences) is a selection.
-
-**The persistent dedup index** (docs/incremental.md): a build keeps its exact-text keys in
-``<build>/dedup_index/exact``, its kept fetches' (URL, raw digest) keys in ``<build>/dedup_index/recrawl``
-and the band index's parameters in ``<build>/dedup_index/band``. Without a base they are created empty
-(``P`` and the Bloom false-positive rate from the config's ``[dedup_index]`` table); with ``--base``
-they are forks of the base's, and only the inputs the base has not ingested are processed. ingest and
-exact_dedup find their index through the build layout, probe the base's generations and write this
-build's records; the build commits them as its own generations (label = its candidates' id) as its very
-last step (each rank of the commit job, ``hpc_jobs.commit_index``, writing the partitions it owns), the
-exact index last, so an exact index names a build only once everything of it exists:
-that is what makes a build a complete base.
-With a base, the candidates list the base's shards by reference (:mod:`corpus.snapshot`) followed by the
-new ones, and the default version selects over both.
+A build directory (:mod:`corpus.model.layout`) holds one directory per stage, the effective config, the
+**candidates** (every document that passed the hard rules, tokenized and sharded) and the **default
+version** (``snapshot/``: the config's selection of the candidates, made from their metadata table;
+docs/versions.md). Each stage reads the previous one's directory; stages are named, never imported
+(``python -m hpc_jobs.<name>``), so the library stays below them. A build keeps persistent dedup
+indexes (exact, recrawl, band) under ``dedup_index/``: created empty, or forked from ``--base`` (then
+only inputs the base has not ingested are processed, and the candidates list the base's shards first);
+the build commits its records as its own generations as its very last step, the exact index last, so an
+exact index names a build only once everything of it exists (docs/incremental.md).
 """
 
 from __future__ import annotations
@@ -42,18 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from corpus.formats.dedup_index import (
-    CURRENT,
+from corpus.formats.dedup_files import CURRENT
+from corpus.formats.dedup_index import IndexMismatch, PendingGeneration, PersistentIndex
+from corpus.formats.dedup_keys import (
     KINDS,
-    RUN_RECORDS,
-    IndexMismatch,
-    PendingGeneration,
-    PersistentIndex,
     band_key_params,
     exact_key_params,
     partition_of,
     recrawl_key_params,
 )
+from corpus.formats.dedup_write import RUN_RECORDS
 from corpus.formats.docshard import atomic_write_json
 from corpus.model import ShardRef, SnapshotManifest, StageManifest
 from corpus.model.config import ConfigError, check_build_config, load_config_file
@@ -95,7 +77,9 @@ def stage_command(name: str, in_paths: list[Path], out_dir: Path, config: Path |
     return cmd
 
 
-def launch_stage(name: str, in_paths: list[Path], out_dir: Path, ranks: int, config: Path | None) -> StageManifest:
+def launch_stage(
+    name: str, in_paths: list[Path], out_dir: Path, ranks: int, config: Path | None
+) -> StageManifest:
     """Run one stage on this machine as ``mpiexec -n RANKS``; progress goes to stderr."""
     check_stage_name(name)
     launch(stage_command(name, in_paths, out_dir, config), ranks, f"stage {name}")
@@ -113,13 +97,17 @@ def launch(command: list[str], ranks: int, what: str) -> None:
         raise UserError(f"{what} failed with exit status {proc.returncode} (its log is above)")
 
 
-
 def band_index_params(minhash: StageManifest) -> dict[str, Any]:
     """What defines the band keys minhash_dedup made: the parameters its manifest says it ran with."""
     c = minhash.config
     return band_key_params(
-        num_perm=c["num_perm"], bands=c["bands"], rows=c["rows"], seed=c["seed"], ngram=c["ngram"],
-        char_ngram=CHAR_NGRAM, normalization_version=minhash.extra.get("normalization_version", NORMALIZATION_VERSION),
+        num_perm=c["num_perm"],
+        bands=c["bands"],
+        rows=c["rows"],
+        seed=c["seed"],
+        ngram=c["ngram"],
+        char_ngram=CHAR_NGRAM,
+        normalization_version=minhash.extra.get("normalization_version", NORMALIZATION_VERSION),
     )
 
 
@@ -133,7 +121,11 @@ def _fixed_params(params: Callable[[], dict[str, Any]]) -> Callable[[StageManife
 #: its generation labelled with the build is what makes the build a complete base
 #: (:meth:`BaseBuild.open`), so it implies every other kind's.
 COMMITTED_INDEXES: tuple[tuple[str, str, Callable[[StageManifest], dict[str, Any]]], ...] = (
-    ("recrawl", "ingest", _fixed_params(recrawl_key_params)),  # ingest's kept fetches: (URL, raw digest) -> date
+    (
+        "recrawl",
+        "ingest",
+        _fixed_params(recrawl_key_params),
+    ),  # ingest's kept fetches: (URL, raw digest) -> date
     ("band", "minhash_dedup", band_index_params),  # minhash_dedup's band keys -> cluster id
     ("exact", "exact_dedup", _fixed_params(exact_key_params)),  # exact_dedup's groups: text key -> keeper
 )
@@ -161,12 +153,22 @@ class IndexSettings:
             raise ConfigError(f"{DEDUP_INDEX} must be a table ([{DEDUP_INDEX}]), got {table!r}")
         unknown = sorted(set(table) - {"partitions", "bloom_fp_rate"})
         if unknown:
-            raise ConfigError(f"[{DEDUP_INDEX}] unknown keys: {', '.join(unknown)} (known: bloom_fp_rate, partitions)")
+            raise ConfigError(
+                f"[{DEDUP_INDEX}] unknown keys: {', '.join(unknown)} (known: bloom_fp_rate, partitions)"
+            )
         s = cls(**table)
-        if isinstance(s.partitions, bool) or not isinstance(s.partitions, int) or not 1 <= s.partitions < 1 << 31:
-            raise ConfigError(f"[{DEDUP_INDEX}] partitions must be an integer in [1, 2^31), got {s.partitions!r}")
+        if (
+            isinstance(s.partitions, bool)
+            or not isinstance(s.partitions, int)
+            or not 1 <= s.partitions < 1 << 31
+        ):
+            raise ConfigError(
+                f"[{DEDUP_INDEX}] partitions must be an integer in [1, 2^31), got {s.partitions!r}"
+            )
         if not isinstance(s.bloom_fp_rate, float) or not 0 < s.bloom_fp_rate < 1:
-            raise ConfigError(f"[{DEDUP_INDEX}] bloom_fp_rate must be a number in (0, 1), got {s.bloom_fp_rate!r}")
+            raise ConfigError(
+                f"[{DEDUP_INDEX}] bloom_fp_rate must be a number in (0, 1), got {s.bloom_fp_rate!r}"
+            )
         return s
 
 
@@ -189,12 +191,19 @@ def default_selection(cfg: dict[str, Any]) -> Selection:
     """The build's default version: the config's ``[policy]`` (PolicyConfig's defaults where it is
     silent), contaminated documents out, one representative per near-duplicate cluster."""
     return Selection(
-        policy=parse_policy(cfg.get("policy") or {}), include_contaminated=False, near_duplicates="representative"
+        policy=parse_policy(cfg.get("policy") or {}),
+        include_contaminated=False,
+        near_duplicates="representative",
     )
 
 
 def build(
-    inputs: list[Path], out: Path, ranks: int, config_file: Path | None, seed: int | None, base: Path | None = None
+    inputs: list[Path],
+    out: Path,
+    ranks: int,
+    config_file: Path | None,
+    seed: int | None,
+    base: Path | None = None,
 ) -> str:
     """Run every stage in order, then write the candidates and the default version, then commit the
     build's dedup index generation; returns the default version's id. Reruns resume where they stopped.
@@ -205,7 +214,9 @@ def build(
         raise UserError(f"input not found: {', '.join(missing)}")
     settings = IndexSettings.of(load_config_file(config_file).get(DEDUP_INDEX))
     if base is not None and base.resolve() == out.resolve():
-        raise UserError(f"--base {base} is the build's own directory: a build is never rewritten, use a new --out")
+        raise UserError(
+            f"--base {base} is the build's own directory: a build is never rewritten, use a new --out"
+        )
     found = BaseBuild.open(base) if base is not None else None
     if found is not None:
         inputs = found.new_inputs(inputs)
@@ -240,13 +251,17 @@ class BaseBuild:
         """The base, or a one-line UserError: not a complete build, or made with other key parameters."""
         cand = manifest_path(candidates_dir(path))
         if not manifest_path(snapshot_dir(path)).is_file() or not cand.is_file():
-            raise UserError(f"--base {path} is not a complete build (no {CANDIDATES_DIR}/ or default version)")
+            raise UserError(
+                f"--base {path} is not a complete build (no {CANDIDATES_DIR}/ or default version)"
+            )
         label = json.loads(cand.read_text())["snapshot_id"]
         root = dedup_index_dir(path, "exact")
         try:
             exact = PersistentIndex.open(root, "exact", exact_key_params())
         except FileNotFoundError:
-            raise UserError(f"--base {path} is not a complete build: it has no dedup index ({root})") from None
+            raise UserError(
+                f"--base {path} is not a complete build: it has no dedup index ({root})"
+            ) from None
         except IndexMismatch as e:
             raise UserError(f"--base {path}: {e} (a changed dedup parameter means a full rebuild)") from None
         if label not in exact.labels:
@@ -271,7 +286,10 @@ class BaseBuild:
         for p in inputs:
             sha = file_sha256(p) if p.is_file() else None
             if sha in ingested:
-                print(f"corpus build: skipping {p}: already ingested into base {self.path} (sha256 {sha})", file=sys.stderr)
+                print(
+                    f"corpus build: skipping {p}: already ingested into base {self.path} (sha256 {sha})",
+                    file=sys.stderr,
+                )
             else:
                 new.append(p)
         if not new:
@@ -289,11 +307,17 @@ def start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) ->
     recorded = json.loads(record_path.read_text()) if record_path.exists() else None
     if base is None:
         if recorded is not None:
-            raise UserError(f"{out} was built against base {recorded['base']}: build it with --base again, or into a new directory")
+            raise UserError(
+                f"{out} was built against base {recorded['base']}: build it with --base again, or into a new directory"
+            )
         _own_index(dedup_index_dir(out, "exact"), "exact", exact_key_params(), settings)
         _own_index(dedup_index_dir(out, "recrawl"), "recrawl", recrawl_key_params(), settings)
         return
-    record = {"base": os.path.relpath(base.path.resolve(), out.resolve()), "label": base.label, "labels": base.exact.labels}
+    record = {
+        "base": os.path.relpath(base.path.resolve(), out.resolve()),
+        "label": base.label,
+        "labels": base.exact.labels,
+    }
     if recorded is not None and recorded["label"] != base.label:
         raise UserError(f"{out} was built against another base ({recorded['base']}): use a new directory")
     if recorded is None:
@@ -312,7 +336,9 @@ def start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) ->
                 f"duplicate of its document)",
                 file=sys.stderr,
             )
-            PersistentIndex.create(root, "recrawl", recrawl_key_params(), base.exact.partitions, bloom_spec=base.exact.bloom_spec)
+            PersistentIndex.create(
+                root, "recrawl", recrawl_key_params(), base.exact.partitions, bloom_spec=base.exact.bloom_spec
+            )
         else:  # a kill during a fork leaves no CURRENT: fork again
             PersistentIndex.open(dedup_index_dir(base.path, kind)).fork(root)
 
@@ -327,7 +353,9 @@ def _own_index(root: Path, kind: str, params: dict[str, Any], settings: IndexSet
         return PersistentIndex.create(root, kind, params, settings.partitions, settings.bloom_fp_rate)
 
 
-def check_band_index(out: Path, minhash: StageManifest, settings: IndexSettings, base: BaseBuild | None) -> None:
+def check_band_index(
+    out: Path, minhash: StageManifest, settings: IndexSettings, base: BaseBuild | None
+) -> None:
     """The band index with the parameters minhash_dedup ran with: a base's (forked) is refused when they
     differ, naming the parameter; without a base it is created with them."""
     params = band_index_params(minhash)
@@ -368,7 +396,7 @@ def stage_versions(manifests: list[StageManifest]) -> dict[str, dict[str, str]]:
 def assemble_candidates(out: Path, manifests: list[StageManifest], seed: int) -> SnapshotManifest:
     """Lay out ``out/candidates`` (Megatron shards, lineage, metadata, contamination report,
     per-document 8-gram index, tokenizer) from the finished stages and write its manifest; see :mod:`corpus.snapshot`."""
-    from corpus.snapshot import assemble
+    from corpus.snapshot.assembly import assemble
 
     candidates = assemble(out, manifests, seed, stage_versions(manifests), CANDIDATES_DIR)
     atomic_write_json(manifest_path(candidates_dir(out)), candidates.to_dict())
@@ -381,13 +409,16 @@ def finish_build(out: Path, manifests: list[StageManifest], ranks: int | None = 
     as many as the stages ran on, :func:`stage_ranks`); returns the default version's id. A default
     version may keep no document of a bucket (a tiny build's strict policy): the loader names the empty
     bucket when a mixture asks for it."""
-    from corpus.version import plan_version, write_version  # DuckDB and pyarrow: not in every rank's runner
+    from corpus.version.plan import plan_version  # DuckDB and pyarrow: not in every rank's runner
+    from corpus.version.write import write_version
 
     cfg = json.loads(build_config_path(out).read_text())
     candidates = assemble_candidates(out, manifests, int(cfg["seed"]))
     planned = plan_version(candidates_dir(out), default_selection(cfg))
     shutil.rmtree(snapshot_dir(out), ignore_errors=True)
-    write_version(planned.version, planned.manifest, planned.bits, snapshot_dir(out), planned.version.base_dir)
+    write_version(
+        planned.version, planned.manifest, planned.bits, snapshot_dir(out), planned.version.base_dir
+    )
     if (dedup_index_dir(out, "exact") / CURRENT).exists():  # a build the pipeline made keeps its indexes
         by_stage = {m.stage: m for m in manifests}
         commit_indexes(out, by_stage, candidates.snapshot_id, ranks or stage_ranks(manifests))

@@ -1,30 +1,14 @@
 """Global phases: the one shape every stage's collective work takes, checkpointed in parts.
 
-A stage whose outputs depend on the whole corpus (dedup, recrawl collapse, the global shuffle) does that
-work in ``Stage.prepare`` as a :class:`GlobalPhase`: a sequence of named *steps*, each of which writes
-*parts* — files under ``work/phase/<step>/`` — and checkpoints each part as it completes with a marker
-(``<part>.done.json``: the phase key's digest, the sha256 of each file as the writer computed it while
-writing, and the part's facts). Two kinds of step:
-
-* :meth:`GlobalPhase.map`: one part per unit of work (an input shard, or a part of an earlier step),
-  units dealt to ranks by :func:`runtime.runner.assign`; each rank skips its units already done.
-* :meth:`GlobalPhase.exchange`: records (part number, key, payload) from every rank's units go through
-  :func:`mpi_kernels.shuffle.shuffle_by_key` to the owner of their part (part number mod ranks), which
-  receives them sorted by (key, payload) and reduces each of its parts in part order. A rerun first
-  learns which parts are done and sends only the records of the others, so **no completed part is
-  redone**; the number of parts is fixed by the data (never by the rank count), so every part's bytes
-  are the same on any number of ranks.
-
-A step ends collectively: if any rank was asked to stop (SIGUSR1/SIGTERM, :mod:`runtime.preemption`) it
-stops after its current part, and every rank raises :class:`~runtime.preemption.Preempted` at the end of
-the step; a killed rank loses only the part it was writing (files are written to temporary names and
-renamed before the marker is written). :meth:`GlobalPhase.finish` writes ``work/phase/complete.json``,
-whose digest covers the key, every part's file digests and the merged facts; while it matches, a rerun
-skips the phase. The whole directory belongs to one phase key: a rerun with another key (new inputs,
-config or code version) starts the phase afresh.
-
-Memory: a step holds one part's working set at a time, plus the shuffle's budget; the per-part markers
-are small. Facts must be deterministic (counts, not timings or rank numbers): they are digested.
+A stage whose outputs depend on the whole corpus does that work in ``Stage.prepare`` as a
+:class:`GlobalPhase`: named steps, each writing *parts* (files under ``work/phase/<step>/``) and marking
+each part done (``<part>.done.json``: the phase key's digest, its files' sha256, its facts). A
+:meth:`~GlobalPhase.map` step makes one part per unit of work; an :meth:`~GlobalPhase.exchange` step
+shuffles records to the owner of their part, which reduces its parts in order. The number of parts is
+fixed by the data, never by the rank count, so every part's bytes are the same on any number of ranks;
+a rerun never redoes nor re-sends a completed part. A stop request ends a step collectively
+(:class:`~runtime.preemption.Preempted`); a killed rank loses only the part it was writing; facts are
+deterministic (they are digested). docs/scale.md (*The runtime: global phases in parts*).
 """
 
 from __future__ import annotations
@@ -48,7 +32,9 @@ from corpus.formats.docshard import atomic_write_json, iter_docs
 from corpus.model import Document
 from corpus.model.config import config_hash
 from corpus.model.digest import canonical_json, file_sha256, json_digest
-from mpi_kernels.shuffle import ShuffleStats, shuffle_array, shuffle_by_key
+from mpi_kernels.shuffle import ShuffleStats
+from mpi_kernels.shuffle_array import shuffle_array
+from mpi_kernels.shuffle_bytes import shuffle_by_key
 from runtime.preemption import Preempted, after_part, any_rank_stopped, stop_requested
 from runtime.runner import assign
 
@@ -282,6 +268,7 @@ class GlobalPhase:
         one that received nothing). Parts done by an earlier run receive nothing and are not reduced.
         ``senders=None``: every rank calls ``send(None)`` once, for records it holds in memory.
         Returns what this rank's shuffle did (``ShuffleStats``), or None when no part was left."""
+
         def shuffled(wanted: set[int], units: list[Any]) -> Any:
             def records() -> Iterator[tuple[bytes, bytes]]:
                 for unit in units:
@@ -317,7 +304,7 @@ class GlobalPhase:
     ) -> ShuffleStats | None:
         """:meth:`exchange` for fixed-width records, with no Python work per record: ``send(unit)``
         yields structured arrays of ``dtype``, whose integer field ``part`` is the part number; a part's
-        rows reach its owner through :func:`mpi_kernels.shuffle.shuffle_array` as batches sorted by
+        rows reach its owner through :func:`mpi_kernels.shuffle_array.shuffle_array` as batches sorted by
         ``order_fields`` then the other fields, and ``reduce(part number, batches, writer) -> facts``."""
         dtype = np.dtype(dtype)
 
@@ -347,7 +334,9 @@ class GlobalPhase:
                 for rows in np.split(batch, np.flatnonzero(np.diff(batch["part"])) + 1)
                 if len(rows)
             )
-            groups = ((part_no, (rows for _, rows in run)) for part_no, run in groupby(pieces, key=itemgetter(0)))
+            groups = (
+                (part_no, (rows for _, rows in run)) for part_no, run in groupby(pieces, key=itemgetter(0))
+            )
             return received, groups
 
         return self._exchange(step, part_names, senders, shuffled, reduce)
@@ -366,7 +355,11 @@ class GlobalPhase:
         d.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         # each rank checks the markers of the parts it owns; together they know what is left
-        mine = [i for i in range(self.ctx.rank, len(part_names), self.ctx.size) if self.part(step, part_names[i]) is None]
+        mine = [
+            i
+            for i in range(self.ctx.rank, len(part_names), self.ctx.size)
+            if self.part(step, part_names[i]) is None
+        ]
         todo = sorted(i for owned in self.comm.allgather(mine) for i in owned)
         done_before = len(range(self.ctx.rank, len(part_names), self.ctx.size)) - len(mine)
         done_now = 0
@@ -380,9 +373,15 @@ class GlobalPhase:
                     if stop_requested():
                         break
                     if pending is not None and pending[0] < part_no:
-                        raise RuntimeError(f"step {step}: records for part {pending[0]}, which is not pending")
-                    records_of_part = pending[1] if pending is not None and pending[0] == part_no else iter(())
-                    self._run_part(step, d, part_names[part_no], lambda w, p=part_no, r=records_of_part: reduce(p, r, w))
+                        raise RuntimeError(
+                            f"step {step}: records for part {pending[0]}, which is not pending"
+                        )
+                    records_of_part = (
+                        pending[1] if pending is not None and pending[0] == part_no else iter(())
+                    )
+                    self._run_part(
+                        step, d, part_names[part_no], lambda w, p=part_no, r=records_of_part: reduce(p, r, w)
+                    )
                     if pending is not None and pending[0] == part_no:
                         for _ in pending[1]:  # what reduce left unread belongs to this part
                             pass
@@ -413,7 +412,9 @@ class GlobalPhase:
         now = self.comm.allreduce(done_now)
         self.progress[step] = {"parts_done_before": before, "parts_done_now": now}
         if self.ctx.rank == 0:
-            self.say(f"step {step}: {now} parts done now, {before} done by an earlier run ({time.monotonic() - t0:.1f}s)")
+            self.say(
+                f"step {step}: {now} parts done now, {before} done by an earlier run ({time.monotonic() - t0:.1f}s)"
+            )
             self._record_progress()
         if any_rank_stopped(self.comm):
             raise Preempted(
@@ -436,7 +437,10 @@ class GlobalPhase:
         self.comm.Barrier()
         data = None
         if self.ctx.rank == 0:
-            files = {step: {p.name: p.files for p in self.parts(step, names)} for step, names in sorted(steps.items())}
+            files = {
+                step: {p.name: p.files for p in self.parts(step, names)}
+                for step, names in sorted(steps.items())
+            }
             body = {"key": self.key, "parts": files, "facts": facts}
             data = {"key": self.key, "facts": facts, "digest": json_digest(body)}
             atomic_write_json(self.root / COMPLETE, data)

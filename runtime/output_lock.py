@@ -1,18 +1,12 @@
 """One writer per stage directory: a lock file that names the job writing it.
 
-Why: a retried Airflow task, a second DAG run with the same ``out`` or a person's ``sbatch`` by hand
-can start a second job on a stage directory while the first still runs; two writers of one directory
-interleave parts and checkpoints that each believes its own. The runner takes this lock before it
-writes anything and releases it once the manifest is written (or the stage fails), so the second
-writer is refused with the first one's name instead.
-
-The lock is ``<stage>/.writer.lock`` (:data:`corpus.model.layout.WRITER_LOCK`), created exclusively and
-holding who holds it: SLURM job id (empty outside SLURM), host, pid of rank 0 and since when (UTC; the
-lock is no output and enters no digest). A lock whose writer is gone is stale and taken over, with a
-log line: its SLURM job is no longer pending or running, or (outside SLURM) its process on this host
-no longer exists. The same SLURM job coming back after a requeue takes over its own lock. When
-liveness cannot be told (another host, no SLURM), the lock is respected: the message says which file
-to remove once that writer is known to be gone.
+A retried Airflow task, a second DAG run with the same ``out`` or an ``sbatch`` by hand can start a
+second job on a stage directory while the first still runs, and two writers would interleave parts and
+checkpoints. The runner takes ``<stage>/.writer.lock`` (created exclusively, naming the SLURM job, host,
+pid and since when; no output, in no digest) before it writes anything and releases it once the manifest
+is written or the stage fails; a second writer is refused with the first one's name. A lock whose writer
+is gone is stale and taken over; when liveness cannot be told it is respected. docs/orchestration.md
+(*One writer per stage directory*).
 """
 
 from __future__ import annotations
@@ -29,8 +23,21 @@ from pathlib import Path
 from corpus.model.layout import WRITER_LOCK
 
 #: SLURM job states in which a job may still write (``squeue -o %T``)
-LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-                         "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT"})
+LIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+    }
+)
 
 
 class LockHeld(RuntimeError):
@@ -57,8 +64,9 @@ class Writer:
 def slurm_job_alive(job_id: str) -> bool | None:
     """Whether SLURM still runs (or queues) the job; None when SLURM cannot be asked."""
     try:
-        proc = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
-                              timeout=30)
+        proc = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if proc.returncode != 0:
@@ -94,8 +102,12 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # the state follows the parenthesised command
 
 
-def acquire(out_dir: Path, me: Writer, log: Callable[[str], None],
-            job_alive: Callable[[str], bool | None] = slurm_job_alive) -> None:
+def acquire(
+    out_dir: Path,
+    me: Writer,
+    log: Callable[[str], None],
+    job_alive: Callable[[str], bool | None] = slurm_job_alive,
+) -> None:
     """Take the stage directory's lock for ``me``, or raise :class:`LockHeld` naming its holder."""
     path = Path(out_dir) / WRITER_LOCK
     body = json.dumps(asdict(me), sort_keys=True).encode()
@@ -107,10 +119,15 @@ def acquire(out_dir: Path, me: Writer, log: Callable[[str], None],
             tmp = path.with_name(f"{path.name}.{me.pid}")
             tmp.write_bytes(body)
             os.replace(tmp, path)  # a stale lock is replaced whole: a reader sees the old or the new one
-            why = "unreadable" if held is None else (
-                "its own, before a requeue" if me.job_id and held.job_id == me.job_id else "stale")
-            log(f"took over the {why} writer lock of {path.parent}"
-                + ("" if held is None else f" held by {held.describe()}"))
+            why = (
+                "unreadable"
+                if held is None
+                else ("its own, before a requeue" if me.job_id and held.job_id == me.job_id else "stale")
+            )
+            log(
+                f"took over the {why} writer lock of {path.parent}"
+                + ("" if held is None else f" held by {held.describe()}")
+            )
             return
         raise LockHeld(
             f"{path.parent} is being written by {held.describe()}; a second writer would corrupt it. "

@@ -1,15 +1,11 @@
 """Pre-emption: a stage stops at the next checkpoint boundary when SLURM (or a person) asks it to.
 
-SLURM signals a job before it pre-empts or times it out (``--signal=USR1@120`` in ``sbatch/stage.sbatch``)
-and sends SIGTERM when it cancels one. Either signal only sets a flag here; the runner checks it between
-shards and a global phase between parts, so a stop never leaves a half-written file that a rerun would
-trust. When every rank has stopped, the job exits with :data:`PREEMPTED_EXIT` and a rerun resumes from the
-last completed shard or part.
-
-Tests need a stop or a crash at an exact point, not a race with a timer: ``CORPUS_FAULT`` names one
-(``STEP:N:SIGNAL[:RANK]``, e.g. ``minhash_dedup/buckets:2:KILL:1``): after rank RANK (default 0) has
-completed N parts of that step it sends itself SIGNAL (``KILL`` or ``USR1``). It is read from the
-environment only, never from a config, so no build can carry it.
+SIGUSR1 (``--signal=USR1@120`` in ``sbatch/stage.sbatch``) or SIGTERM only sets a flag here; the runner
+checks it between shards and a global phase between parts, so a stop never leaves a half-written file
+that a rerun would trust. When every rank has stopped the job exits with :data:`PREEMPTED_EXIT` and a
+rerun resumes from the last completed shard or part. ``CORPUS_FAULT`` (``STEP:N:SIGNAL[:RANK]``, e.g.
+``minhash_dedup/buckets:2:KILL:1``; from the environment only, never a config) makes rank RANK send
+itself SIGNAL after N parts of that step: a stop or crash at an exact point for the tests. docs/scale.md.
 """
 
 from __future__ import annotations
@@ -54,7 +50,9 @@ def parse_fault(spec: str) -> tuple[str, int, signal.Signals, int]:
     """``STEP:N:SIGNAL[:RANK]`` -> (step, n, signal, rank); a clear error for anything else."""
     fields = spec.split(":")
     if len(fields) not in (3, 4) or not fields[1].isdigit() or (len(fields) == 4 and not fields[3].isdigit()):
-        raise ValueError(f"{FAULT_ENV}={spec!r}: expected STEP:N:SIGNAL[:RANK], e.g. exact_dedup/groups:1:KILL")
+        raise ValueError(
+            f"{FAULT_ENV}={spec!r}: expected STEP:N:SIGNAL[:RANK], e.g. exact_dedup/groups:1:KILL"
+        )
     if fields[2] not in ("KILL", "USR1"):
         raise ValueError(f"{FAULT_ENV}={spec!r}: SIGNAL must be KILL or USR1")
     sig = signal.SIGKILL if fields[2] == "KILL" else signal.SIGUSR1

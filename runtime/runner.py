@@ -1,18 +1,11 @@
 """The stage runner: runs one stage as an mpi4py program, checkpointed at shard granularity.
 
-Contract (every stage in ``hpc_jobs`` obeys it):
-
-* Input shards are assigned to ranks by their content digest (sorted by sha256, dealt round-robin),
-  never by discovery order, and every input shard yields exactly one output shard of the same name,
-  so the outputs are byte-identical whatever the number of ranks.
-* A shard is finished when its ``stats/NAME.json`` exists and records the input digest, stage
-  version, config hash and global-phase digest it was made from; a rerun skips finished shards, so a
-  killed rank loses at most the shard it was on.
-* The stage manifest is written last, atomically, by rank 0 after a barrier. Its presence means the
-  stage is complete; rerunning a complete stage with the same inputs and config does nothing.
-* Counts reconcile per shard and in total: docs in = out + filtered + quarantined, or the stage fails.
-
-The layout of a stage's output directory is :mod:`corpus.model.layout`'s.
+The contract every stage in ``hpc_jobs`` obeys: input shards are dealt to ranks by content digest and
+each yields one output shard of the same name, so outputs are byte-identical on any rank count; a shard
+is finished when its ``stats/NAME.json`` records the input digest, stage version, config hash and
+global-phase digest it was made from (a rerun skips it); the manifest is written last, atomically, by
+rank 0; counts reconcile (docs in = out + filtered + quarantined) or the stage fails. Layout:
+:mod:`corpus.model.layout`; the contract in full: docs/scale.md (*The stage runner's contract*).
 """
 
 from __future__ import annotations
@@ -150,6 +143,15 @@ class StageContext:
         return self.out_dir / kind / name
 
 
+def is_value_config(config: type) -> bool:
+    """Whether ``config`` is a frozen dataclass whose every field is keyword-only."""
+    return (
+        dataclasses.is_dataclass(config)
+        and config.__dataclass_params__.frozen
+        and all(f.kw_only for f in dataclasses.fields(config))
+    )
+
+
 class Stage:
     """Base class of a stage. Subclasses set ``name``, ``version`` and ``Config`` and override
     :meth:`process_doc` (one document in, one outcome out) or :meth:`process_shard`.
@@ -164,6 +166,14 @@ class Stage:
     #: extra side-output directories this stage writes (listed and digested in the manifest)
     artifact_kinds: ClassVar[tuple[str, ...]] = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A stage's Config is a frozen, keyword-only dataclass: a config is a value (hashed into the
+        manifest), never changed after it is read, and never built by position."""
+        super().__init_subclass__(**kwargs)
+        config = cls.__dict__.get("Config")
+        if config is not None and not is_value_config(config):
+            raise TypeError(f"{cls.__name__}.Config must be @dataclass(frozen=True, kw_only=True)")
+
     def __init__(self, config: Any) -> None:
         self.config = config
 
@@ -171,7 +181,9 @@ class Stage:
     def list_inputs(self, ctx: StageContext) -> list[InputShard]:
         """Default: the output shards of a completed previous stage (``--in`` is its directory)."""
         if len(ctx.in_paths) != 1:
-            raise StageError(f"stage {self.name} takes exactly one --in directory (a previous stage's output)")
+            raise StageError(
+                f"stage {self.name} takes exactly one --in directory (a previous stage's output)"
+            )
         return shards_of_stage(ctx.in_paths[0])
 
     # -- the global phase -------------------------------------------------------------------------
@@ -220,7 +232,12 @@ def shards_of_stage(stage_dir: Path) -> list[InputShard]:
     except NotCompleted as e:
         raise StageError(str(e)) from None
     return [
-        InputShard(name=Path(o.path).name[: -len(SUFFIX)], path=stage_dir / o.path, sha256=o.sha256, records=o.records)
+        InputShard(
+            name=Path(o.path).name[: -len(SUFFIX)],
+            path=stage_dir / o.path,
+            sha256=o.sha256,
+            records=o.records,
+        )
         for o in m.outputs
     ]
 
@@ -275,7 +292,9 @@ class StageRun:
         stats = json.loads(p.read_text())
         if stats.get("key") != key:
             return False
-        return all(read_sidecar(self.ctx.out_dir / k / f"{shard.name}{SUFFIX}") is not None for k in DOC_OUTPUT_KINDS)
+        return all(
+            read_sidecar(self.ctx.out_dir / k / f"{shard.name}{SUFFIX}") is not None for k in DOC_OUTPUT_KINDS
+        )
 
     def run_shard(self, shard: InputShard, key: dict[str, str]) -> None:
         out = self.ctx.out_dir
@@ -298,7 +317,9 @@ class StageRun:
                 elif isinstance(outcome, Quarantined):
                     writers[QUARANTINE].write_line(outcome.record.to_json_bytes())
                 else:
-                    raise StageError(f"stage {self.stage.name} yielded {type(outcome).__name__}, not an Outcome")
+                    raise StageError(
+                        f"stage {self.stage.name} yielded {type(outcome).__name__}, not an Outcome"
+                    )
                 n += 1
                 self.log.tick(shard.name, n, t0)
         except BaseException:
@@ -388,7 +409,9 @@ class StageRun:
             raise Preempted("stopped at a shard boundary on request (SIGUSR1/SIGTERM); rerun to resume")
         comm.Barrier()  # every shard is written before a conclusion reads them
         conclude_digest = comm.bcast(stage.conclude(ctx, inputs), root=0)
-        digests = _gather_dicts(comm, _hash_share(_artifact_files(ctx.out_dir, stage.artifact_kinds), ctx.rank, ctx.size))
+        digests = _gather_dicts(
+            comm, _hash_share(_artifact_files(ctx.out_dir, stage.artifact_kinds), ctx.rank, ctx.size)
+        )
         done = comm.gather(done_by_me, root=0)
         peaks = comm.gather(peak_rss_mb(), root=0)
         comm.Barrier()
@@ -487,7 +510,9 @@ class StageRun:
 _SHARD_FILES = (SUFFIX + ".json", SUFFIX)
 
 
-def remove_stale_artifacts(ctx: StageContext, inputs: list[InputShard], kind: str, suffixes: tuple[str, ...]) -> None:
+def remove_stale_artifacts(
+    ctx: StageContext, inputs: list[InputShard], kind: str, suffixes: tuple[str, ...]
+) -> None:
     """On rank 0: drop the per-input artifacts of ``kind`` (``NAME + suffix``) whose input is no longer
     part of the stage; the manifest lists every file of an artifact kind, so they would be listed."""
     if ctx.rank != 0:
@@ -538,7 +563,10 @@ def peak_rss_mb() -> float:
 def _input_ref(shard: InputShard, stages_root: Path) -> ShardRef:
     """A previous stage's shard by its path in the build; a raw input by its file name only, so the
     manifest (and the snapshot id) never depends on where the inputs or the build directory live."""
-    path, root = shard.path.resolve(), stages_root.resolve()  # one spelling: a link or `..` is not another place
+    path, root = (
+        shard.path.resolve(),
+        stages_root.resolve(),
+    )  # one spelling: a link or `..` is not another place
     if path.is_relative_to(root):
         return ShardRef(path=str(path.relative_to(root)), sha256=shard.sha256, records=shard.records)
     return ShardRef(path=shard.path.name, sha256=shard.sha256, records=shard.records)
@@ -550,7 +578,9 @@ def _artifact_files(out: Path, kinds: tuple[str, ...]) -> list[tuple[str, Path, 
     found = []
     for kind in kinds:
         d = out / kind
-        files = sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith(".")) if d.is_dir() else []
+        files = (
+            sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith(".")) if d.is_dir() else []
+        )
         names = {p.name for p in files}
         for p in files:
             if not (p.name.endswith(".json") and p.name[: -len(".json")] in names):
@@ -571,18 +601,28 @@ def _gather_dicts(comm: Any, mine: dict[str, str]) -> dict[str, str]:
 
 
 def parse_args(argv: list[str] | None, stage_name: str) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog=f"python -m hpc_jobs.{stage_name}", description=f"Run the {stage_name} stage.")
-    ap.add_argument("--in", dest="inputs", nargs="+", required=True, type=Path, help="input directory or files")
+    ap = argparse.ArgumentParser(
+        prog=f"python -m hpc_jobs.{stage_name}", description=f"Run the {stage_name} stage."
+    )
+    ap.add_argument(
+        "--in", dest="inputs", nargs="+", required=True, type=Path, help="input directory or files"
+    )
     ap.add_argument("--out", required=True, type=Path, help="the stage's output directory")
     ap.add_argument("--config", type=Path, default=None, help="build config (TOML)")
     return ap.parse_args(argv)
 
 
-def run_stage(stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, config_file: Path | None, comm: Any) -> StageManifest:
+def run_stage(
+    stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, config_file: Path | None, comm: Any
+) -> StageManifest:
     full = load_config_file(config_file)
     check_build_config(full, (*PIPELINE, stage_cls.name))  # a stage outside the pipeline (a test's) too
     table = full.get(stage_cls.name)
-    if "seed" in full and "seed" in {f.name for f in dataclasses.fields(stage_cls.Config)} and "seed" not in (table or {}):
+    if (
+        "seed" in full
+        and "seed" in {f.name for f in dataclasses.fields(stage_cls.Config)}
+        and "seed" not in (table or {})
+    ):
         # a stage whose config has a seed gets the build's, so a new seed changes its config hash
         table = {**(table or {}), "seed": full["seed"]}
     cfg = stage_config(stage_cls.Config, table, stage_cls.name)
@@ -602,6 +642,19 @@ def abort_job(comm: Any, code: int) -> None:
     if comm.Get_size() > 1:
         time.sleep(ABORT_GRACE_S)
         comm.Abort(code)
+
+
+def fail_job(comm: Any, job: str, error: BaseException | None = None) -> int:
+    """End every rank of a failed job; the exit status. ``error``: an expected failure, one line (2);
+    None: the exception being handled is unexpected, its traceback (1)."""
+    if error is not None:
+        print(f"error: {job}: {error}", file=sys.stderr, flush=True)
+        abort_job(comm, 2)
+        return 2
+    traceback.print_exc()
+    sys.stderr.flush()
+    abort_job(comm, 1)
+    return 1
 
 
 def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
@@ -625,12 +678,7 @@ def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
             if comm.Get_rank() == 0:
                 print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
             return 2
-        print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
-        abort_job(comm, 2)
-        return 2
+        return fail_job(comm, stage_cls.name, e)
     except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        abort_job(comm, 1)
-        return 1
+        return fail_job(comm, stage_cls.name)
     return 0

@@ -19,20 +19,32 @@ def mpiexec() -> str:
     return str(Path(sys.executable).parent / "mpiexec")
 
 
-def run_mpi(ranks: int, *args: str, timeout: float = 600, check: bool = True, **kw) -> subprocess.CompletedProcess:
+def run_mpi(
+    ranks: int, *args: str, timeout: float = 600, check: bool = True, **kw
+) -> subprocess.CompletedProcess:
     """Run ``python ARGS`` on ``ranks`` real MPI ranks; the output is returned as text."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT, **kw)
+    proc = subprocess.run(
+        [mpiexec(), "-n", str(ranks), sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+        **kw,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"mpiexec -n {ranks} {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise AssertionError(
+            f"mpiexec -n {ranks} {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
     return proc
 
 
 def run_corpus(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
     """Run the ``corpus`` command line as a user would."""
-    proc = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"corpus {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return proc
@@ -60,7 +72,9 @@ def pytest_collection_modifyitems(config, items):
     built once. Without xdist the marker means nothing."""
     for item in items:
         cluster = item.get_closest_marker("cluster") is not None
-        item.add_marker(pytest.mark.xdist_group("cluster" if cluster else item.path.relative_to(ROOT).as_posix()))
+        item.add_marker(
+            pytest.mark.xdist_group("cluster" if cluster else item.path.relative_to(ROOT).as_posix())
+        )
 
 
 def _queued_jobs() -> set[str]:

@@ -21,7 +21,9 @@ def sample_inputs(root=SAMPLE):
 
 
 def build(out, ranks, *extra, inputs=None):
-    proc = run_corpus("build", "--input", *(inputs or sample_inputs()), "--out", str(out), "--ranks", str(ranks), *extra)
+    proc = run_corpus(
+        "build", "--input", *(inputs or sample_inputs()), "--out", str(out), "--ranks", str(ranks), *extra
+    )
     last = proc.stdout.strip().splitlines()[-1]
     assert SNAPSHOT_LINE.match(last), last
     return last.split()[1], proc
@@ -66,14 +68,23 @@ def test_the_card_measures_each_clusters_representative_against_the_clusters_med
     out, _ = two_rank_build
     run_corpus("report", str(out), "--html", str(tmp_path / "card.html"))
     r = json.loads((tmp_path / "card.json").read_text())["representatives"]
-    rows = json.loads(run_corpus("query", str(out), "SELECT dup_cluster_id AS c, tokens, selected FROM docs "
-                                 "WHERE dup_cluster_id <> ''", "--json").stdout)
+    rows = json.loads(
+        run_corpus(
+            "query",
+            str(out),
+            "SELECT dup_cluster_id AS c, tokens, selected FROM docs WHERE dup_cluster_id <> ''",
+            "--json",
+        ).stdout
+    )
     clusters: dict[str, list] = {}
     for row in rows:
         clusters.setdefault(row["c"], []).append(row)
     judged = {c: m for c, m in clusters.items() if len(m) > 1 and sum(x["selected"] for x in m) == 1}
-    longer = {c for c, m in judged.items()
-              if next(x["tokens"] for x in m if x["selected"]) > 1.2 * statistics.median(x["tokens"] for x in m)}
+    longer = {
+        c
+        for c, m in judged.items()
+        if next(x["tokens"] for x in m if x["selected"]) > 1.2 * statistics.median(x["tokens"] for x in m)
+    }
     assert judged and (r["clusters"], r["longer"]) == (len(judged), len(longer))
     assert {s["cluster_id"] for s in r["sample"]} <= longer
 
@@ -86,11 +97,16 @@ def test_the_default_version_is_the_configs_policy_one_representative_per_cluste
     assert same.stdout.strip().splitlines()[-1] == f"snapshot_id {snapshot_id}"
     (members,) = corpus_json("query", str(out), "SELECT count(*) AS n FROM docs WHERE dup_of <> ''", "--json")
     assert members["n"] > 0, "the sample's near-duplicates are stored, labelled"
-    twice = corpus_json("query", str(out), "SELECT dup_cluster_id FROM docs WHERE dup_cluster_id <> '' "
-                        "GROUP BY 1 HAVING sum(selected::int) > 1", "--json")
+    twice = corpus_json(
+        "query",
+        str(out),
+        "SELECT dup_cluster_id FROM docs WHERE dup_cluster_id <> '' GROUP BY 1 HAVING sum(selected::int) > 1",
+        "--json",
+    )
     assert twice == []
-    (stored,) = corpus_json("query", str(out), "SELECT count(*) AS n, sum(selected::int) AS kept FROM docs",
-                            "--json")
+    (stored,) = corpus_json(
+        "query", str(out), "SELECT count(*) AS n, sum(selected::int) AS kept FROM docs", "--json"
+    )
     assert 0 < stored["kept"] < stored["n"]
 
 
@@ -119,17 +135,27 @@ def corpus_json(*args):
 
 def stage_state(out):
     """Every stage manifest's bytes and mtime: a version must touch neither."""
-    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((out / "stages").glob("*/manifest.json"))}
+    return {
+        p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((out / "stages").glob("*/manifest.json"))
+    }
 
 
 def test_the_metadata_table_has_one_row_per_stored_document(two_rank_build):
     out, _ = two_rank_build
     manifest = json.loads((out / "candidates" / "manifest.json").read_text())
-    rows = corpus_json("query", str(out), "SELECT shard, count(*) AS docs, sum(tokens) AS tokens FROM docs "
-                       "GROUP BY shard ORDER BY shard", "--json")
+    rows = corpus_json(
+        "query",
+        str(out),
+        "SELECT shard, count(*) AS docs, sum(tokens) AS tokens FROM docs GROUP BY shard ORDER BY shard",
+        "--json",
+    )
     expect = sorted(
-        ({"shard": s["path"].split("/")[-1].removesuffix(".bin"), "docs": s["docs"], "tokens": s["tokens"]}
-         for s in manifest["shards"]), key=lambda r: r["shard"])
+        (
+            {"shard": s["path"].split("/")[-1].removesuffix(".bin"), "docs": s["docs"], "tokens": s["tokens"]}
+            for s in manifest["shards"]
+        ),
+        key=lambda r: r["shard"],
+    )
     assert rows == expect
     langs = corpus_json("query", str(out), "SELECT lang, count(*) AS n FROM docs GROUP BY lang", "--json")
     assert len(langs) > 5 and sum(r["n"] for r in langs) == sum(s["docs"] for s in manifest["shards"])
@@ -143,10 +169,18 @@ def test_a_threshold_change_is_a_new_version_without_running_any_stage(two_rank_
     last = proc.stdout.strip().splitlines()[-1]
     assert SNAPSHOT_LINE.match(last) and last.split()[1] != snapshot_id
     assert stage_state(out) == before
-    kept = corpus_json("query", str(tmp_path / "v"), "SELECT min(quality) AS q, count(*) AS n FROM docs "
-                       "WHERE selected", "--json")[0]
-    dropped = corpus_json("query", str(tmp_path / "v"), "SELECT max(quality) AS q FROM docs "
-                          "WHERE NOT selected AND quality IS NOT NULL", "--json")[0]
+    kept = corpus_json(
+        "query",
+        str(tmp_path / "v"),
+        "SELECT min(quality) AS q, count(*) AS n FROM docs WHERE selected",
+        "--json",
+    )[0]
+    dropped = corpus_json(
+        "query",
+        str(tmp_path / "v"),
+        "SELECT max(quality) AS q FROM docs WHERE NOT selected AND quality IS NOT NULL",
+        "--json",
+    )[0]
     assert kept["q"] >= 0.2 and dropped["q"] < 0.2 and kept["n"] > 0
     again = run_corpus("version", str(out), "--select-inline", threshold, "--out", str(tmp_path / "v-again"))
     assert again.stdout.strip().splitlines()[-1] == last, "the same selection of the same build: the same id"
@@ -155,28 +189,53 @@ def test_a_threshold_change_is_a_new_version_without_running_any_stage(two_rank_
 def test_excluding_a_host_removes_exactly_its_documents(two_rank_build, tmp_path):
     out, _ = two_rank_build
     # the largest host none of whose documents has an exact copy elsewhere (that case: the test below)
-    (host,) = corpus_json("query", str(out), "SELECT host FROM docs d GROUP BY host HAVING NOT bool_or(EXISTS "
-                          "(SELECT 1 FROM copies c WHERE c.doc_id = d.exact_keeper_id AND c.host <> d.host)) "
-                          "ORDER BY count(*) DESC, host LIMIT 1", "--json")
+    (host,) = corpus_json(
+        "query",
+        str(out),
+        "SELECT host FROM docs d GROUP BY host HAVING NOT bool_or(EXISTS "
+        "(SELECT 1 FROM copies c WHERE c.doc_id = d.exact_keeper_id AND c.host <> d.host)) "
+        "ORDER BY count(*) DESC, host LIMIT 1",
+        "--json",
+    )
     (tmp_path / "optout.txt").write_text(f"# asked on 2026-11-30\n{host['host']}\n")
     (tmp_path / "sel.toml").write_text('exclude_hosts_file = "optout.txt"\nnear_duplicates = "all"\n')
     run_corpus("version", str(out), "--select", str(tmp_path / "sel.toml"), "--out", str(tmp_path / "v"))
-    rows = corpus_json("query", str(tmp_path / "v"), "SELECT host = ? AS excluded, selected, count(*) AS n "
-                       "FROM docs GROUP BY ALL ORDER BY ALL".replace("?", f"'{host['host']}'"), "--json")
+    rows = corpus_json(
+        "query",
+        str(tmp_path / "v"),
+        "SELECT host = ? AS excluded, selected, count(*) AS n FROM docs GROUP BY ALL ORDER BY ALL".replace(
+            "?", f"'{host['host']}'"
+        ),
+        "--json",
+    )
     assert {(r["excluded"], r["selected"]) for r in rows} == {(True, False), (False, True)}
     diff = run_corpus("diff", str(out), str(tmp_path / "v"), check=False)
     assert diff.returncode == 1 and host["host"] in diff.stdout
 
 
-def test_an_exact_copy_comes_back_from_another_host_when_its_keepers_host_is_excluded(two_rank_build, tmp_path):
+def test_an_exact_copy_comes_back_from_another_host_when_its_keepers_host_is_excluded(
+    two_rank_build, tmp_path
+):
     out, _ = two_rank_build
-    (keeper,) = corpus_json("query", str(out), "SELECT d.host FROM docs d JOIN copies c ON c.doc_id = d.exact_keeper_id "
-                            "WHERE c.host <> d.host GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1", "--json")
+    (keeper,) = corpus_json(
+        "query",
+        str(out),
+        "SELECT d.host FROM docs d JOIN copies c ON c.doc_id = d.exact_keeper_id "
+        "WHERE c.host <> d.host GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1",
+        "--json",
+    )
     host = keeper["host"]
-    run_corpus("version", str(out), "--select-inline", f'exclude_hosts = ["{host}"]', "--out", str(tmp_path / "v"))
-    rows = corpus_json("query", str(tmp_path / "v"), "SELECT selected, EXISTS (SELECT 1 FROM copies c WHERE "
-                       "c.doc_id = d.exact_keeper_id AND c.host <> d.host) AS elsewhere, count(*) AS n FROM docs d "
-                       f"WHERE d.host = '{host}' GROUP BY ALL ORDER BY ALL", "--json")
+    run_corpus(
+        "version", str(out), "--select-inline", f'exclude_hosts = ["{host}"]', "--out", str(tmp_path / "v")
+    )
+    rows = corpus_json(
+        "query",
+        str(tmp_path / "v"),
+        "SELECT selected, EXISTS (SELECT 1 FROM copies c WHERE "
+        "c.doc_id = d.exact_keeper_id AND c.host <> d.host) AS elsewhere, count(*) AS n FROM docs d "
+        f"WHERE d.host = '{host}' GROUP BY ALL ORDER BY ALL",
+        "--json",
+    )
     assert {(r["selected"], r["elsewhere"]) for r in rows} == {(False, False), (True, True)}, rows
 
 
@@ -184,48 +243,83 @@ def test_the_trace_of_a_versions_loader_view_is_what_the_loader_reads(two_rank_b
     import numpy as np
 
     from cli.commands.trace import describe_source
-    from corpus.snapshot import Snapshot
+    from corpus.snapshot.lookup import Snapshot
     from loader.dataset import SnapshotLoader
     from loader.trace import loader_at
     from loader.versions import LoaderVersion
 
     out, _ = two_rank_build
-    run_corpus("version", str(out), "--select-inline", "min_scores = { quality = 0.1 }", "--out", str(tmp_path / "v"))
+    run_corpus(
+        "version", str(out), "--select-inline", "min_scores = { quality = 0.1 }", "--out", str(tmp_path / "v")
+    )
     version = LoaderVersion.open(tmp_path / "v")
     snap = Snapshot(version.root)
     rng = np.random.default_rng(3)
     for rank, world, step in ((0, 1, 0), (1, 2, 4)):
-        loader = SnapshotLoader(tmp_path / "v", None, seed=2, seq_len=128, batch_size=2, dp_rank=rank, dp_world=world)
+        loader = SnapshotLoader(
+            tmp_path / "v", None, seed=2, seq_len=128, batch_size=2, dp_rank=rank, dp_world=world
+        )
         loader.seek(step)
         tokens = loader.next_batch().tokens.numpy().reshape(-1)
-        traced = loader_at(tmp_path / "v", step, rank, world, seed=2, seq_len=128, batch_size=2).traced_batch()
+        traced = loader_at(
+            tmp_path / "v", step, rank, world, seed=2, seq_len=128, batch_size=2
+        ).traced_batch()
         for p in rng.integers(256, size=12):
             src = traced.source(int(p))
             t = describe_source(snap, src)
             assert version.selected(src.shard)[src.doc]
-            assert tokens[p] == (snap.manifest.tokenizer["eos_id"] if src.appended_eos
-                                 else snap.trace(src.shard, t["offset"])["token_id"])
+            assert tokens[p] == (
+                snap.manifest.tokenizer["eos_id"]
+                if src.appended_eos
+                else snap.trace(src.shard, t["offset"])["token_id"]
+            )
 
 
-def test_a_selection_that_empties_a_bucket_or_names_an_unknown_column_writes_nothing(two_rank_build, tmp_path):
+def test_a_selection_that_empties_a_bucket_or_names_an_unknown_column_writes_nothing(
+    two_rank_build, tmp_path
+):
     out, _ = two_rank_build
-    empty = run_corpus("version", str(out), "--select-inline", 'exclude_sources = ["perl-doc"]', "--out",
-                       str(tmp_path / "v"), check=False)
+    empty = run_corpus(
+        "version",
+        str(out),
+        "--select-inline",
+        'exclude_sources = ["perl-doc"]',
+        "--out",
+        str(tmp_path / "v"),
+        check=False,
+    )
     assert empty.returncode == 2 and "keeps no document of bucket(s) curated" in empty.stderr
     assert not (tmp_path / "v").exists()
     dry = run_corpus("version", str(out), "--select-inline", 'exclude_sources = ["perl-doc"]', "--dry-run")
     assert "warning: the selection keeps no document of bucket curated" in dry.stdout
-    bad = run_corpus("version", str(out), "--select-inline", "min_scores = { qualty = 0.1 }", "--out",
-                     str(tmp_path / "v"), check=False)
-    assert bad.returncode == 2 and "unknown column(s) qualty; known:" in bad.stderr and "quality" in bad.stderr
+    bad = run_corpus(
+        "version",
+        str(out),
+        "--select-inline",
+        "min_scores = { qualty = 0.1 }",
+        "--out",
+        str(tmp_path / "v"),
+        check=False,
+    )
+    assert (
+        bad.returncode == 2 and "unknown column(s) qualty; known:" in bad.stderr and "quality" in bad.stderr
+    )
     assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "v").exists()
 
 
 def test_a_tombstoned_shard_shows_in_the_diff_and_on_the_data_card(two_rank_build, tmp_path):
     out, _ = two_rank_build
     shard = json.loads((out / "snapshot" / "manifest.json").read_text())["shards"][0]["name"]
-    run_corpus("tombstone", str(out), "--shard", shard, "--reason", "takedown request 12", "--out",
-               str(tmp_path / "v"))
+    run_corpus(
+        "tombstone",
+        str(out),
+        "--shard",
+        shard,
+        "--reason",
+        "takedown request 12",
+        "--out",
+        str(tmp_path / "v"),
+    )
     diff = run_corpus("diff", str(out), str(tmp_path / "v"), check=False)
     assert diff.returncode == 1 and f"tombstone added: {shard} (takedown request 12)" in diff.stdout
     run_corpus("report", str(tmp_path / "v"), "--html", str(tmp_path / "card.html"))

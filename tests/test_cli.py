@@ -10,13 +10,17 @@ def error_line(proc):
 
 
 def test_unknown_stage_names_the_stages_that_exist(tmp_path):
-    proc = run_corpus("stage", "no_such_stage", "--in", str(tmp_path), "--out", str(tmp_path / "o"), check=False)
+    proc = run_corpus(
+        "stage", "no_such_stage", "--in", str(tmp_path), "--out", str(tmp_path / "o"), check=False
+    )
     assert proc.returncode == 2
     assert "unknown stage 'no_such_stage'" in error_line(proc)
 
 
 def test_missing_input_is_named(tmp_path):
-    proc = run_corpus("build", "--input", str(tmp_path / "nope.warc.gz"), "--out", str(tmp_path / "o"), check=False)
+    proc = run_corpus(
+        "build", "--input", str(tmp_path / "nope.warc.gz"), "--out", str(tmp_path / "o"), check=False
+    )
     assert proc.returncode == 2
     assert "input not found" in error_line(proc) and "nope.warc.gz" in error_line(proc)
 
@@ -38,13 +42,18 @@ def test_bad_config_file_is_named(tmp_path):
     bad.write_text("this is = = not toml")
     src = tmp_path / "x.jsonl"
     src.write_text("")
-    proc = run_corpus("build", "--input", str(src), "--out", str(tmp_path / "o"), "--config", str(bad), check=False)
+    proc = run_corpus(
+        "build", "--input", str(src), "--out", str(tmp_path / "o"), "--config", str(bad), check=False
+    )
     assert proc.returncode == 2
     assert "not valid TOML" in error_line(proc)
 
 
 def test_query_and_version_on_something_that_is_not_a_build(tmp_path):
-    for args in (("query", str(tmp_path), "SELECT 1"), ("version", str(tmp_path), "--select-inline", "", "--dry-run")):
+    for args in (
+        ("query", str(tmp_path), "SELECT 1"),
+        ("version", str(tmp_path), "--select-inline", "", "--dry-run"),
+    ):
         proc = run_corpus(*args, check=False)
         assert proc.returncode == 2
         assert "is neither a build, a snapshot nor a version" in error_line(proc)

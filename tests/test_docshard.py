@@ -14,8 +14,17 @@ from corpus.model import Document
 
 
 def docs(n):
-    return [Document.create(text=f"document number {i} " * 50, source="s", source_tier="web", url=f"u{i}",
-                            crawl_date="2026-01-01", raw_digest="x") for i in range(n)]
+    return [
+        Document.create(
+            text=f"document number {i} " * 50,
+            source="s",
+            source_tier="web",
+            url=f"u{i}",
+            crawl_date="2026-01-01",
+            raw_digest="x",
+        )
+        for i in range(n)
+    ]
 
 
 def test_same_records_give_the_same_bytes(tmp_path):

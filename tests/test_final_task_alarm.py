@@ -15,7 +15,9 @@ pytestmark = pytest.mark.slow
 def build(out, config_text=""):
     cfg = out.parent.parent / f"{out.name}.toml"
     cfg.write_text(config_text)
-    run_corpus("build", "--input", str(SAMPLE / "curated"), "--out", str(out), "--ranks", "2", "--config", str(cfg))
+    run_corpus(
+        "build", "--input", str(SAMPLE / "curated"), "--out", str(out), "--ranks", "2", "--config", str(cfg)
+    )
 
 
 def test_a_planted_language_id_regression_fails_the_final_task_unless_told_to_warn(tmp_path):

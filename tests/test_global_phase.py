@@ -112,10 +112,14 @@ def test_a_rerun_sends_nothing_to_completed_parts_and_a_new_key_starts_afresh(tm
     phase.exchange("s", ["p0", "p1"], [_unit("a")], send, reduce)
     (tmp_path / "phase" / "s" / "p1.done.json").unlink()  # as if the rank writing p1 was killed
     calls.clear()
-    GlobalPhase(_ctx(tmp_path), {"stage": "toy", "v": 1}).exchange("s", ["p0", "p1"], [_unit("a")], send, reduce)
+    GlobalPhase(_ctx(tmp_path), {"stage": "toy", "v": 1}).exchange(
+        "s", ["p0", "p1"], [_unit("a")], send, reduce
+    )
     assert calls == [(1, [b"k1"])]
     calls.clear()
-    GlobalPhase(_ctx(tmp_path), {"stage": "toy", "v": 2}).exchange("s", ["p0", "p1"], [_unit("a")], send, reduce)
+    GlobalPhase(_ctx(tmp_path), {"stage": "toy", "v": 2}).exchange(
+        "s", ["p0", "p1"], [_unit("a")], send, reduce
+    )
     assert [p for p, _ in calls] == [0, 1], "another key must not reuse the old parts"
 
 
@@ -135,7 +139,11 @@ def test_a_failing_part_leaves_no_file_a_rerun_would_trust(tmp_path):
 def test_the_phase_digest_covers_the_part_files_not_the_run(tmp_path):
     def run(work: Path) -> str:
         phase = GlobalPhase(_ctx(work), {"stage": "toy"})
-        phase.map("m", [_unit("a"), _unit("b")], lambda u, w: w.write_bytes(".bin", u.name.encode()) or {"u": u.name})
+        phase.map(
+            "m",
+            [_unit("a"), _unit("b")],
+            lambda u, w: w.write_bytes(".bin", u.name.encode()) or {"u": u.name},
+        )
         return phase.finish({"m": ["a", "b"]}, {"total": 2})
 
     assert run(tmp_path / "one") == run(tmp_path / "two")
@@ -192,6 +200,14 @@ def test_an_exchange_of_fixed_width_rows_gives_each_part_its_rows_sorted(tmp_pat
         got[part_no] = [int(k) for rows in batches for k in rows["key"]]
         return {"n": len(got[part_no])}
 
-    phase.exchange_rows("s", ["p0", "p1", "p2", "p3"], [_unit("a"), _unit("b")], send, reduce, dtype=row, order_fields=("key",))
+    phase.exchange_rows(
+        "s",
+        ["p0", "p1", "p2", "p3"],
+        [_unit("a"), _unit("b")],
+        send,
+        reduce,
+        dtype=row,
+        order_fields=("key",),
+    )
     assert sorted(got) == [0, 1, 2, 3] and got[3] == []
     assert got[1] == sorted(k for k in list(range(10)) + list(range(100, 110)) if k % 3 == 1)

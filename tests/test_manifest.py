@@ -10,9 +10,16 @@ from corpus.model import ShardRef, SnapshotManifest, SnapshotShard, StageManifes
 
 def stage_manifest(**kw):
     base = dict(
-        stage="extract", stage_version="1", config={"max_bytes": 10}, config_hash="sha256:c",
-        inputs=(ShardRef("in/a.jsonl.zst", "a" * 64, 10),), outputs=(ShardRef("shards/a.jsonl.zst", "b" * 64, 9),),
-        side_outputs=(), shard_counts={}, totals={"in": 10, "out": 9}, run_info={"ranks": 3, "finished_at": "t1"},
+        stage="extract",
+        stage_version="1",
+        config={"max_bytes": 10},
+        config_hash="sha256:c",
+        inputs=(ShardRef("in/a.jsonl.zst", "a" * 64, 10),),
+        outputs=(ShardRef("shards/a.jsonl.zst", "b" * 64, 9),),
+        side_outputs=(),
+        shard_counts={},
+        totals={"in": 10, "out": 9},
+        run_info={"ranks": 3, "finished_at": "t1"},
     )
     base.update(kw)
     return StageManifest(**base)
@@ -21,7 +28,8 @@ def stage_manifest(**kw):
 def snapshot(**kw):
     base = dict(
         shards=(SnapshotShard("shards/web-00000", "c" * 64, "web", docs=5, tokens=1000),),
-        stage_versions={"extract": {"version": "1", "config_hash": "sha256:c"}}, seed=7,
+        stage_versions={"extract": {"version": "1", "config_hash": "sha256:c"}},
+        seed=7,
         run_info={"finished_at": "t1"},
     )
     base.update(kw)

@@ -69,8 +69,15 @@ def test_an_empty_bin_has_no_blocks_and_a_bad_block_size_is_refused(tmp_path):
 
 
 def test_block_digests_round_trip_through_the_snapshot_manifest():
-    shard = SnapshotShard("shards/web-00000.bin", "c" * 64, "web", docs=5, tokens=1000,
-                          block_size=BLOCK_SIZE, block_sha256=("a" * 64, "b" * 64))
+    shard = SnapshotShard(
+        "shards/web-00000.bin",
+        "c" * 64,
+        "web",
+        docs=5,
+        tokens=1000,
+        block_size=BLOCK_SIZE,
+        block_sha256=("a" * 64, "b" * 64),
+    )
     m = SnapshotManifest(shards=(shard,), stage_versions={}, seed=7)
     again = SnapshotManifest.from_dict(json.loads(json.dumps(m.to_dict())))
     assert again == m and again.shards[0].block_sha256 == ("a" * 64, "b" * 64)

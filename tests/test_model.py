@@ -80,11 +80,11 @@ def test_a_documents_dict_is_every_field_with_annotations_as_dicts():
     from dataclasses import asdict
 
     from corpus.model import Annotation, Document
+    from tests.documents import make_doc
 
-    doc = Document.create(
-        text="hello", source="s", source_tier="web", url="u", crawl_date="2026-01-01", raw_digest="0" * 64,
-        scores={"quality": 0.5},
-    ).annotate(Annotation("policy", "min_quality", 0.5, "pass"), dup_of="ab" * 16)
+    doc = make_doc("hello", crawl_date="2026-01-01", scores={"quality": 0.5}).annotate(
+        Annotation("policy", "min_quality", 0.5, "pass"), dup_of="ab" * 16
+    )
     expected = asdict(doc) | {"annotations": [asdict(a) for a in doc.annotations]}
     assert doc.to_dict() == expected and list(doc.to_dict()) == list(expected)
     assert Document.from_dict(doc.to_dict()) == doc

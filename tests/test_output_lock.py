@@ -22,7 +22,11 @@ def test_a_slurm_job_that_ended_holds_nothing_and_a_live_one_everything(tmp_path
         acquire(tmp_path, ME, print, job_alive=lambda job: True)
     said = []
     acquire(tmp_path, ME, said.append, job_alive=lambda job: False)
-    assert said and "stale" in said[0] and json.loads((tmp_path / ".writer.lock").read_text())["host"] == "node-a"
+    assert (
+        said
+        and "stale" in said[0]
+        and json.loads((tmp_path / ".writer.lock").read_text())["host"] == "node-a"
+    )
 
 
 def test_a_requeued_job_takes_over_its_own_lock(tmp_path):

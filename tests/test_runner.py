@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -9,11 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from corpus.formats.docshard import iter_docs, iter_records
+from corpus.model.stages import PIPELINE
+from runtime.runner import Stage, is_value_config
 from tests.conftest import ROOT, mpiexec, run_mpi
 
 TOY = "tests/support/toy_stage.py"
@@ -29,7 +33,9 @@ def make_inputs(d: Path, files: int = 6, docs: int = 20) -> list[Path]:
                 lines.append('{"broken json')
             else:
                 word = "spam" if i % 5 == 1 else "ham"
-                lines.append(json.dumps({"url": f"https://x.example/{f}/{i}", "text": f"doc {f}-{i} about {word}"}))
+                lines.append(
+                    json.dumps({"url": f"https://x.example/{f}/{i}", "text": f"doc {f}-{i} about {word}"})
+                )
         p = d / f"part-{f}.jsonl"
         p.write_text("\n".join(lines) + "\n")
         paths.append(p)
@@ -52,9 +58,33 @@ def run_toy(ranks: int, inputs: list[Path], out: Path, config: Path | None = Non
 def start_toy(ranks: int, inputs: list[Path], out: Path, config: Path) -> subprocess.Popen:
     """The toy stage running in the background (a test then kills it, or runs a second one beside it)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [mpiexec(), "-n", str(ranks), sys.executable, TOY, "--in", *map(str, inputs), "--out", str(out),
-            "--config", str(config)]
+    argv = [
+        mpiexec(),
+        "-n",
+        str(ranks),
+        sys.executable,
+        TOY,
+        "--in",
+        *map(str, inputs),
+        "--out",
+        str(out),
+        "--config",
+        str(config),
+    ]
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def run_clean_then_start_slow(
+    tmp_path: Path, ranks: int, files: int, sleep_per_doc: float, out: Path
+) -> tuple[list[Path], Path, Path, subprocess.Popen]:
+    """``files`` input files of 20 documents run to the end into tmp_path/clean on ``ranks`` ranks; then the
+    same started into ``out``, slowed down by ``sleep_per_doc`` s a document: (inputs, clean, its config,
+    the running job)."""
+    inputs = make_inputs(tmp_path / "in", files=files, docs=20)
+    clean = tmp_path / "clean"
+    run_toy(ranks, inputs, clean)
+    cfg = write_config(tmp_path / "slow.toml", sleep_per_doc=sleep_per_doc)
+    return inputs, clean, cfg, start_toy(ranks, inputs, out, cfg)
 
 
 def manifest(out: Path) -> dict:
@@ -88,29 +118,35 @@ def test_counts_reconcile_and_nothing_is_lost(tmp_path):
     assert t["quarantined"] == {"bad_json": 9}
     assert t["filtered"] == {"contains_drop_word": 12}
     kept = sum(1 for o in m["outputs"] for _ in iter_docs(out / o["path"]))
-    filtered = [r for s in m["side_outputs"] if s["path"].startswith("filtered/") for r in iter_records(out / s["path"])]
+    filtered = [
+        r
+        for s in m["side_outputs"]
+        if s["path"].startswith("filtered/")
+        for r in iter_records(out / s["path"])
+    ]
     assert kept == t["out"] == 39
     assert {r["reason"] for r in filtered} == {"contains_drop_word"} and len(filtered) == 12
 
 
 def test_killed_rank_then_rerun_equals_uninterrupted_run(tmp_path):
-    inputs = make_inputs(tmp_path / "in", files=6, docs=20)
-    clean = tmp_path / "clean"
-    run_toy(3, inputs, clean)
-
     out = tmp_path / "killed"
-    cfg = write_config(tmp_path / "slow.toml", sleep_per_doc=0.05)
-    job = start_toy(3, inputs, out, cfg)
+    inputs, clean, cfg, job = run_clean_then_start_slow(tmp_path, 3, files=6, sleep_per_doc=0.05, out=out)
     # wait until at least one shard is finished and the ranks are busy with the next ones
     deadline = time.time() + 120
-    while time.time() < deadline and len(list((out / "stats").glob("*.json")) if (out / "stats").exists() else []) < 1:
+    while (
+        time.time() < deadline
+        and len(list((out / "stats").glob("*.json")) if (out / "stats").exists() else []) < 1
+    ):
         time.sleep(0.1)
     ranks = subprocess.run(["pgrep", "-f", f"{TOY} --in", "-P", str(job.pid)], capture_output=True, text=True)
     pids = [int(p) for p in ranks.stdout.split()]
     if not pids:  # hydra starts ranks through its proxy: look one level further down
         proxies = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
-        pids = [int(p) for px in proxies for p in
-                subprocess.run(["pgrep", "-P", px], capture_output=True, text=True).stdout.split()]
+        pids = [
+            int(p)
+            for px in proxies
+            for p in subprocess.run(["pgrep", "-P", px], capture_output=True, text=True).stdout.split()
+        ]
     assert pids, "no rank processes found to kill"
     os.kill(pids[-1], signal.SIGKILL)
     job.communicate(timeout=120)
@@ -148,7 +184,9 @@ def test_changed_input_reruns_only_that_shard(tmp_path):
     out = tmp_path / "out"
     run_toy(1, inputs, out)
     before = {p.name: p.stat().st_mtime_ns for p in (out / "stats").glob("*.json")}
-    inputs[0].write_text(inputs[0].read_text() + json.dumps({"url": "https://x.example/new", "text": "new doc"}) + "\n")
+    inputs[0].write_text(
+        inputs[0].read_text() + json.dumps({"url": "https://x.example/new", "text": "new doc"}) + "\n"
+    )
     run_toy(1, inputs, out)
     after = {p.name: p.stat().st_mtime_ns for p in (out / "stats").glob("*.json")}
     assert len(after) == 3, "the old shard of the changed input must be gone"
@@ -176,7 +214,9 @@ def test_missing_previous_stage_is_reported(tmp_path):
 def test_a_document_too_large_for_the_memory_budget_is_a_one_line_error_naming_the_key(tmp_path):
     big = tmp_path / "in" / "big.jsonl"
     big.parent.mkdir()
-    big.write_text(json.dumps({"url": "https://x.example/big", "text": "ham " * ((3 << 18) - 64)}) + "\n")  # 3 MB
+    big.write_text(
+        json.dumps({"url": "https://x.example/big", "text": "ham " * ((3 << 18) - 64)}) + "\n"
+    )  # 3 MB
     cfg = tmp_path / "c.toml"
     cfg.write_text("memory_budget_mb = 8\n")
     proc = run_toy(2, [big], tmp_path / "out", cfg, check=False)
@@ -192,16 +232,15 @@ def test_an_unknown_top_level_config_key_is_an_error_naming_the_known_ones(tmp_p
     cfg.write_text("memory_budget = 64\n")  # a typo of memory_budget_mb
     proc = run_toy(1, make_inputs(tmp_path / "in", files=1), tmp_path / "out", cfg, check=False)
     assert proc.returncode == 2
-    assert "unknown top-level config keys: memory_budget (known: alarms, memory_budget_mb, policy, seed" in proc.stderr
+    assert (
+        "unknown top-level config keys: memory_budget (known: alarms, memory_budget_mb, policy, seed"
+        in proc.stderr
+    )
 
 
 def test_a_second_writer_of_a_stage_directory_is_refused_while_the_first_runs(tmp_path):
-    inputs = make_inputs(tmp_path / "in", files=2, docs=20)
-    clean = tmp_path / "clean"
-    run_toy(1, inputs, clean)
     out = tmp_path / "out"
-    cfg = write_config(tmp_path / "slow.toml", sleep_per_doc=0.1)
-    first = start_toy(1, inputs, out, cfg)
+    inputs, clean, cfg, first = run_clean_then_start_slow(tmp_path, 1, files=2, sleep_per_doc=0.1, out=out)
     lock = out / ".writer.lock"
     deadline = time.time() + 60
     while time.time() < deadline and not lock.exists():
@@ -226,3 +265,19 @@ def test_a_lock_left_by_a_dead_writer_is_taken_over_and_logged(tmp_path):
     proc = run_toy(2, inputs, out)
     assert f"took over the stale writer lock of {out} held by a process on host" in proc.stderr
     assert (out / "manifest.json").exists() and not (out / ".writer.lock").exists()
+
+
+@pytest.mark.parametrize("decorator", [dataclass, dataclass(frozen=True), dataclass(kw_only=True)])
+def test_a_stage_config_that_is_not_a_frozen_keyword_only_dataclass_is_refused(decorator):
+    @decorator
+    class Loose:
+        limit: int = 3
+
+    with pytest.raises(TypeError, match="frozen=True, kw_only=True"):
+        type("LooseStage", (Stage,), {"name": "loose", "version": "1", "Config": Loose})
+
+
+def test_every_stage_of_the_pipeline_has_a_value_config():
+    for name in PIPELINE:
+        stage = importlib.import_module(f"hpc_jobs.{name}.stage").STAGE
+        assert is_value_config(stage.Config), name

@@ -13,13 +13,25 @@ from runtime.build import build
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="run every stage on WARC / JSONL inputs and write a snapshot")
-    p.add_argument("--input", nargs="+", required=True, type=Path, metavar="PATH", help="WARC/ARC, JSONL or text files, repository archives (.tar.gz, .tgz, .zip) or directories")
+    p.add_argument(
+        "--input",
+        nargs="+",
+        required=True,
+        type=Path,
+        metavar="PATH",
+        help="WARC/ARC, JSONL or text files, repository archives (.tar.gz, .tgz, .zip) or directories",
+    )
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="build directory")
     p.add_argument("--ranks", type=int, default=2, metavar="N", help="MPI ranks per stage (default 2)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE", help="build config (TOML)")
-    p.add_argument("--seed", type=int, default=None, metavar="S", help="shuffle seed (overrides the config's)")
     p.add_argument(
-        "--base", type=Path, default=None, metavar="BUILD",
+        "--seed", type=int, default=None, metavar="S", help="shuffle seed (overrides the config's)"
+    )
+    p.add_argument(
+        "--base",
+        type=Path,
+        default=None,
+        metavar="BUILD",
         help="a complete build to build against: its inputs are skipped, its documents keep their dedup decisions",
     )
     p.set_defaults(func=run)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from corpus.formats.dedup_index import CURRENT, PersistentIndex
+from corpus.formats.dedup_files import CURRENT
+from corpus.formats.dedup_index import PersistentIndex
 from corpus.model.errors import UserError
 from corpus.model.layout import dedup_index_dir
 from runtime.build import COMMIT_JOB, commit_job_command, launch

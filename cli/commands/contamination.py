@@ -5,7 +5,7 @@ flagged, rates, longest run). With ``--benchmark FILE`` (repeatable) it checks a
 published after the snapshot, or one of the build's own — against the per-document 8-gram index the
 build kept, without reading the corpus, by the build's own rule (:mod:`corpus.decont.rule`): the same
 items are contaminated in the same documents as the build's scan would have found. The index is the
-snapshot's own (``decont/8gram_docs/``, :meth:`corpus.snapshot.Snapshot.doc_gram_index`), so a snapshot
+snapshot's own (``decont/8gram_docs/``, :meth:`corpus.snapshot.lookup.Snapshot.doc_gram_index`), so a snapshot
 copied away from its build is checked the same; its parts are memory-mapped, and a check reads the pages
 its binary searches touch.
 """
@@ -21,7 +21,7 @@ from corpus.decont.doc_grams import check_benchmark, doc_ids_of_keys
 from corpus.decont.registry import RegistryError, load_benchmark
 from corpus.decont.report import report_table
 from corpus.model.errors import UserError
-from corpus.snapshot import Snapshot
+from corpus.snapshot.lookup import Snapshot
 
 
 def register(sub: argparse._SubParsersAction) -> None:

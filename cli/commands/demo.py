@@ -19,9 +19,17 @@ from orchestration.submit import PROJECT_ROOT
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the build_snapshot DAG in-process (airflow dags test, mpiexec backend)")
-    p.add_argument("--input", nargs="+", type=Path, default=[PROJECT_ROOT / "sample"], metavar="PATH",
-                   help="inputs (default: the bundled sample/)")
+    p = sub.add_parser(
+        "demo", help="run the build_snapshot DAG in-process (airflow dags test, mpiexec backend)"
+    )
+    p.add_argument(
+        "--input",
+        nargs="+",
+        type=Path,
+        default=[PROJECT_ROOT / "sample"],
+        metavar="PATH",
+        help="inputs (default: the bundled sample/)",
+    )
     p.add_argument("--out", type=Path, default=Path("build/demo"), metavar="DIR", help="build directory")
     p.add_argument("--ranks", type=int, default=2, metavar="N", help="MPI ranks per stage (default 2)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE", help="build config (TOML)")
@@ -49,8 +57,12 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     airflow = str(Path(sys.executable).parent / "airflow")
     conf = {
-        "backend": "mpiexec", "inputs": [str(p.resolve()) for p in args.input], "out": str(out),
-        "ranks": args.ranks, "seed": args.seed, "poll_interval": 1,
+        "backend": "mpiexec",
+        "inputs": [str(p.resolve()) for p in args.input],
+        "out": str(out),
+        "ranks": args.ranks,
+        "seed": args.seed,
+        "poll_interval": 1,
         "config_file": str(args.config.resolve()) if args.config else "",
     }
     log_path = out / "airflow-dags-test.log"
@@ -58,12 +70,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         env = airflow_env(home)
         print(f"airflow: migrating a fresh metadata DB in {home}", file=sys.stderr, flush=True)
-        subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [airflow, "db", "migrate"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         print(f"airflow dags test build_snapshot (log: {log_path})", file=sys.stderr, flush=True)
         with open(log_path, "w") as log:
-            proc = subprocess.Popen([airflow, "dags", "test", "build_snapshot", "-c", json.dumps(conf)], env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(
+                [airflow, "dags", "test", "build_snapshot", "-c", json.dumps(conf)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
@@ -76,8 +98,10 @@ def run(args: argparse.Namespace) -> int:
     manifest = manifest_path(snapshot_dir(out))
     if rc != 0 or not manifest.exists():
         errors = [ln.rstrip() for ln in log_path.read_text().splitlines() if "AirflowException" in ln]
-        raise UserError(f"the build_snapshot DAG run failed (exit {rc}); {errors[-1] if errors else ''} "
-                        f"(full log: {log_path})")
+        raise UserError(
+            f"the build_snapshot DAG run failed (exit {rc}); {errors[-1] if errors else ''} "
+            f"(full log: {log_path})"
+        )
     snapshot_id = json.loads(manifest.read_text())["snapshot_id"]
     print(f"snapshot manifest {manifest}")
     print(f"report {out / 'report' / 'card.html'}")

@@ -14,7 +14,8 @@ from pathlib import Path
 from corpus.model.layout import STAGES_DIR
 from corpus.report.build_view import open_build
 from corpus.report.diff import SAMPLE, diff_builds, summary_text
-from corpus.version import diff_text, diff_versions, is_version, open_version
+from corpus.version.diff import diff_text, diff_versions
+from corpus.version.open import is_version, open_version
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -15,13 +15,24 @@ import numpy as np
 
 from corpus.model.errors import UserError
 
+#: ``--append-eos`` as the loader's argument (None: as the manifest says)
+APPEND_EOS = {"auto": None, "yes": True, "no": False}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("mixture-audit", help="replay the loader's mixture sampler (no reads) and report weights")
-    p.add_argument("snapshot", type=Path,
-                   help="snapshot or version directory (holds manifest.json), or a snapshot's manifest itself")
-    p.add_argument("--mixture", default=None,
-                   help='weights as JSON ({"web": 0.7, "code": 0.3}) or a JSON file; default: by token count')
+    p = sub.add_parser(
+        "mixture-audit", help="replay the loader's mixture sampler (no reads) and report weights"
+    )
+    p.add_argument(
+        "snapshot",
+        type=Path,
+        help="snapshot or version directory (holds manifest.json), or a snapshot's manifest itself",
+    )
+    p.add_argument(
+        "--mixture",
+        default=None,
+        help='weights as JSON ({"web": 0.7, "code": 0.3}) or a JSON file; default: by token count',
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--world", type=int, default=8, help="data-parallel ranks")
     p.add_argument("--steps", type=int, default=1000)
@@ -30,11 +41,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-len", type=int, default=8, help="steps a rank stays on one bucket")
     p.add_argument("--chunk-tokens", type=int, default=1 << 20)
     p.add_argument("--epoch-caps", default=None, help='JSON {"bucket": epochs} or one int for all buckets')
-    p.add_argument("--append-eos", choices=("auto", "yes", "no"), default="auto",
-                   help="whether the loader appends EOS after documents (auto: unless the manifest says "
-                        "documents already end with EOS)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_replay_output_arguments(p)
     p.set_defaults(func=run)
+
+
+def add_replay_output_arguments(p: argparse.ArgumentParser) -> None:
+    """``--append-eos`` and ``--json``, which every replay of the sampler takes."""
+    p.add_argument(
+        "--append-eos",
+        choices=tuple(APPEND_EOS),
+        default="auto",
+        help="whether the loader appends EOS after documents (auto: unless the manifest says "
+        "documents already end with EOS)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def _json_arg(value: str | None, what: str):
@@ -47,8 +67,19 @@ def _json_arg(value: str | None, what: str):
         raise UserError(f"--{what}: not JSON or a JSON file: {e}") from e
 
 
-def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: int, seq_len: int, batch_size: int,
-          run_len: int, chunk_tokens: int, epoch_caps, append_eos: bool | None = None) -> dict:
+def audit(
+    snapshot: Path,
+    mixture: dict | None,
+    seed: int,
+    world: int,
+    steps: int,
+    seq_len: int,
+    batch_size: int,
+    run_len: int,
+    chunk_tokens: int,
+    epoch_caps,
+    append_eos: bool | None = None,
+) -> dict:
     """Tokens each bucket would deliver over ``steps`` steps on ``world`` ranks, against the target weights.
 
     Vectorized over runs (numpy): each rank's bucket per run comes from :func:`loader.sampler.run_points`
@@ -73,8 +104,11 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
         raise UserError(f"mixture names buckets the snapshot does not have: {unknown} (it has {buckets})")
     if world < 1 or steps < 0 or seq_len < 1 or batch_size < 1 or run_len < 1 or chunk_tokens < 1:
         raise UserError("world, seq-len, batch-size, run-len and chunk-tokens must be positive, steps >= 0")
-    caps = {b: epoch_caps for b in buckets} if isinstance(epoch_caps, int) or epoch_caps is None else \
-        {b: epoch_caps.get(b) for b in buckets}
+    caps = (
+        {b: epoch_caps for b in buckets}
+        if isinstance(epoch_caps, int) or epoch_caps is None
+        else {b: epoch_caps.get(b) for b in buckets}
+    )
     if append_eos is None:
         append_eos = default_append_eos(manifest)
     layout = stream_layout(streams, seed, chunk_tokens, caps, append_eos, world)
@@ -93,38 +127,74 @@ def audit(snapshot: Path, mixture: dict | None, seed: int, world: int, steps: in
     targets = np.array([weights.get(b, 0.0) / total_w for b in buckets])
     cum = np.cumsum(replay.run_tokens, axis=1)  # tokens of each bucket up to the end of each run
     slot = run_len * batch_size * seq_len  # the tokens of one (rank, run) slot
-    dev = np.abs(cum - targets[:, None] * cum.sum(axis=0)[None, :]) / slot if runs else np.zeros((len(buckets), 1))
+    dev = (
+        np.abs(cum - targets[:, None] * cum.sum(axis=0)[None, :]) / slot
+        if runs
+        else np.zeros((len(buckets), 1))
+    )
     total_t = sum(replay.tokens.values())
     rows = []
     for i, b in enumerate(buckets):
         target = float(targets[i])
         realized = replay.tokens[b] / total_t if total_t else 0.0
         ex = replay.exhausted_at[b]
-        rows.append({"bucket": b, "target": target, "realized": realized, "diff": realized - target,
-                     "rel_error": (realized - target) / target if target else None,
-                     "max_dev_slots": float(dev[i].max()),
-                     "tokens": replay.tokens[b], "sequences": replay.sequences[b], "epoch_cap": caps[b],
-                     "ranks_exhausted": len(ex), "first_exhausted_step": min(ex) if ex else None,
-                     "rank0_epoch": epochs[b][0], "rank0_epoch_estimated": epochs[b][1],
-                     "chunks_per_epoch": layout.chunks_per_epoch(b),
-                     "cut": b in layout.cuts})
+        rows.append(
+            {
+                "bucket": b,
+                "target": target,
+                "realized": realized,
+                "diff": realized - target,
+                "rel_error": (realized - target) / target if target else None,
+                "max_dev_slots": float(dev[i].max()),
+                "tokens": replay.tokens[b],
+                "sequences": replay.sequences[b],
+                "epoch_cap": caps[b],
+                "ranks_exhausted": len(ex),
+                "first_exhausted_step": min(ex) if ex else None,
+                "rank0_epoch": epochs[b][0],
+                "rank0_epoch_estimated": epochs[b][1],
+                "chunks_per_epoch": layout.chunks_per_epoch(b),
+                "cut": b in layout.cuts,
+            }
+        )
     # the schedule's bound holds while every rank reads from the same buckets: all of the mixture's, all along
     uniform = replay.uniform and not any(r["ranks_exhausted"] for r in rows)
-    return {"snapshot_id": snapshot_id, "sampler_version": SAMPLER_VERSION, "seed": seed, "world": world,
-            "steps": steps, "steps_delivered": replay.last_step, "seq_len": seq_len, "batch_size": batch_size,
-            "run_len": run_len, "tokens": total_t, "slot_tokens": slot, "runs": runs, "buckets": rows,
-            "max_abs_diff": max((abs(r["diff"]) for r in rows), default=0.0),
-            "max_rel_error": max((abs(r["rel_error"]) for r in rows if r["rel_error"] is not None), default=0.0),
-            "max_dev_slots": max((r["max_dev_slots"] for r in rows), default=0.0),
-            "bound_slots": schedule_bound(runs) if uniform and runs else None}
+    return {
+        "snapshot_id": snapshot_id,
+        "sampler_version": SAMPLER_VERSION,
+        "seed": seed,
+        "world": world,
+        "steps": steps,
+        "steps_delivered": replay.last_step,
+        "seq_len": seq_len,
+        "batch_size": batch_size,
+        "run_len": run_len,
+        "tokens": total_t,
+        "slot_tokens": slot,
+        "runs": runs,
+        "buckets": rows,
+        "max_abs_diff": max((abs(r["diff"]) for r in rows), default=0.0),
+        "max_rel_error": max((abs(r["rel_error"]) for r in rows if r["rel_error"] is not None), default=0.0),
+        "max_dev_slots": max((r["max_dev_slots"] for r in rows), default=0.0),
+        "bound_slots": schedule_bound(runs) if uniform and runs else None,
+    }
 
 
 class Replay:
     """Every rank's bucket choices and token counts, vectorized over runs between the steps where a bucket
     runs out on that rank (replayed one by one, exactly as the loader does)."""
 
-    def __init__(self, buckets: list[str], weights: dict, seed: int, world: int, steps: int, seq_len: int,
-                 batch_size: int, run_len: int) -> None:
+    def __init__(
+        self,
+        buckets: list[str],
+        weights: dict,
+        seed: int,
+        world: int,
+        steps: int,
+        seq_len: int,
+        batch_size: int,
+        run_len: int,
+    ) -> None:
         self.buckets, self.weights, self.seed, self.world, self.steps = buckets, weights, seed, world, steps
         self.seq_len, self.batch_size, self.run_len = seq_len, batch_size, run_len
         self.index = {b: i for i, b in enumerate(buckets)}
@@ -136,8 +206,9 @@ class Replay:
         self.last_step = 0
         self.uniform = True  # every rank starts with every bucket of the mixture to read
 
-    def rank(self, rank: int, capacity: dict[str, int | None], stratum: np.ndarray, place: np.ndarray
-             ) -> dict[str, int]:
+    def rank(
+        self, rank: int, capacity: dict[str, int | None], stratum: np.ndarray, place: np.ndarray
+    ) -> dict[str, int]:
         """Replay one rank; the stream positions it consumed per bucket."""
         from loader.sampler import bucket_thresholds, choose_buckets
 
@@ -234,8 +305,9 @@ def capacities(layout, world: int, buckets: list[str]) -> list[dict[str, int | N
 EPOCH_WALK = 1024
 
 
-def _epoch_at(layout, bucket: str, rank: int, world: int, consumed: int, capacity: int | None
-              ) -> tuple[int | None, bool]:
+def _epoch_at(
+    layout, bucket: str, rank: int, world: int, consumed: int, capacity: int | None
+) -> tuple[int | None, bool]:
     """The epoch of the piece ``rank``'s cursor stands in after ``consumed`` positions (None: none left), and
     whether it is an estimate (more than :data:`EPOCH_WALK` epochs in)."""
     if capacity is not None and consumed >= capacity:
@@ -249,31 +321,51 @@ def _epoch_at(layout, bucket: str, rank: int, world: int, consumed: int, capacit
 
 
 def format_table(report: dict) -> str:
-    lines = [f"snapshot {report['snapshot_id']}  seed {report['seed']}  world {report['world']}  "
-             f"steps {report['steps_delivered']}/{report['steps']}  {report['tokens']:,} tokens",
-             f"{'bucket':<16} {'target':>8} {'realized':>9} {'diff':>8} {'rel.err':>9} {'max dev':>8} "
-             f"{'tokens':>14} {'cap':>5} {'exhausted':>10} {'chunks':>8}"]
+    lines = [
+        f"snapshot {report['snapshot_id']}  seed {report['seed']}  world {report['world']}  "
+        f"steps {report['steps_delivered']}/{report['steps']}  {report['tokens']:,} tokens",
+        f"{'bucket':<16} {'target':>8} {'realized':>9} {'diff':>8} {'rel.err':>9} {'max dev':>8} "
+        f"{'tokens':>14} {'cap':>5} {'exhausted':>10} {'chunks':>8}",
+    ]
     for r in report["buckets"]:
         cap = "-" if r["epoch_cap"] is None else str(r["epoch_cap"])
         ex = "-" if r["first_exhausted_step"] is None else f"@{r['first_exhausted_step']}"
         chunks = f"{r['chunks_per_epoch']}{'*' if r['cut'] else ''}"
         rel = "-" if r["rel_error"] is None else f"{r['rel_error']:+.2e}"
-        lines.append(f"{r['bucket']:<16} {r['target']:>8.4f} {r['realized']:>9.4f} {r['diff']:>+8.4f} {rel:>9} "
-                     f"{r['max_dev_slots']:>8.2f} {r['tokens']:>14,} {cap:>5} {ex:>10} {chunks:>8}")
+        lines.append(
+            f"{r['bucket']:<16} {r['target']:>8.4f} {r['realized']:>9.4f} {r['diff']:>+8.4f} {rel:>9} "
+            f"{r['max_dev_slots']:>8.2f} {r['tokens']:>14,} {cap:>5} {ex:>10} {chunks:>8}"
+        )
     if any(r["cut"] for r in report["buckets"]):
-        lines.append(f"* fewer chunks than ranks: cut into pieces so each of the {report['world']} ranks reads a share")
-    lines.append(f"max |realized - target| = {report['max_abs_diff']:.4f}   "
-                 f"max |relative error| = {report['max_rel_error']:.2e}")
+        lines.append(
+            f"* fewer chunks than ranks: cut into pieces so each of the {report['world']} ranks reads a share"
+        )
+    lines.append(
+        f"max |realized - target| = {report['max_abs_diff']:.4f}   "
+        f"max |relative error| = {report['max_rel_error']:.2e}"
+    )
     bound = report["bound_slots"]
-    lines.append(f"max dev = max over the replay of |tokens of a bucket - target share of all tokens|, in slots of "
-                 f"{report['slot_tokens']:,} tokens (one rank, one run): {report['max_dev_slots']:.2f}"
-                 + (f" (bound {bound})" if bound is not None else " (not every rank reads every bucket: no bound)"))
+    lines.append(
+        f"max dev = max over the replay of |tokens of a bucket - target share of all tokens|, in slots of "
+        f"{report['slot_tokens']:,} tokens (one rank, one run): {report['max_dev_slots']:.2f}"
+        + (f" (bound {bound})" if bound is not None else " (not every rank reads every bucket: no bound)")
+    )
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    report = audit(args.snapshot, _json_arg(args.mixture, "mixture"), args.seed, args.world, args.steps,
-                   args.seq_len, args.batch_size, args.run_len, args.chunk_tokens,
-                   _json_arg(args.epoch_caps, "epoch-caps"), {"auto": None, "yes": True, "no": False}[args.append_eos])
+    report = audit(
+        args.snapshot,
+        _json_arg(args.mixture, "mixture"),
+        args.seed,
+        args.world,
+        args.steps,
+        args.seq_len,
+        args.batch_size,
+        args.run_len,
+        args.chunk_tokens,
+        _json_arg(args.epoch_caps, "epoch-caps"),
+        APPEND_EOS[args.append_eos],
+    )
     print(json.dumps(report, indent=1) if args.json else format_table(report))
     return 0

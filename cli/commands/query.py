@@ -11,7 +11,8 @@ from typing import Any
 import duckdb
 
 from corpus.model.errors import UserError
-from corpus.version import connect, open_version
+from corpus.version.open import open_version
+from corpus.version.query import connect
 
 
 def register(sub: argparse._SubParsersAction) -> None:

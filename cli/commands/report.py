@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from corpus.model.errors import UserError
+from corpus.report.alarms import YieldAlarmError, enforce
 from corpus.report.build_view import open_build
 from corpus.report.counts import funnel_table, stage_counts
 
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.dir} is a snapshot without its build: say where the card goes with --html OUT"
             )
         out = view.build_dir / "report" / "card.html"
-    from corpus.report.card import alarm_lines, write_card
+    from corpus.report.card import alarm_lines, write_card  # matplotlib, only where a card is written
 
     failed = None
     if args.record:
@@ -88,8 +89,6 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(
                 f"{args.dir}: --record needs the build directory, not a snapshot copied away from it"
             )
-        from corpus.report.alarms import YieldAlarmError, enforce
-
         try:
             enforce(view.build_dir, args.history)
         except YieldAlarmError as e:

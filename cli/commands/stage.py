@@ -11,8 +11,15 @@ from runtime.build import launch_stage
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stage", help="run one stage under mpiexec")
     p.add_argument("name", metavar="NAME", help="the stage (see `corpus report` for the order)")
-    p.add_argument("--in", dest="inputs", nargs="+", required=True, type=Path, metavar="DIR",
-                   help="the previous stage's directory (raw input files for the first stage)")
+    p.add_argument(
+        "--in",
+        dest="inputs",
+        nargs="+",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="the previous stage's directory (raw input files for the first stage)",
+    )
     p.add_argument("--out", required=True, type=Path, metavar="DIR")
     p.add_argument("--ranks", type=int, default=1, metavar="N")
     p.add_argument("--config", type=Path, default=None, metavar="FILE")

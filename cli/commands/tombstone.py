@@ -14,7 +14,8 @@ from pathlib import Path
 
 from corpus.model.errors import UserError
 from corpus.select.selection import parse_selection
-from corpus.version import open_version, version_manifest, write_version
+from corpus.version.open import open_version
+from corpus.version.write import version_manifest, write_version
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,23 +1,12 @@
 """``corpus trace``: which document a token came from, with its source, URL, crawl date, filter
 values, dedup cluster and license hint.
 
-Three forms:
-
-* ``--shard S --offset T``: token ``T`` of shard ``S`` (its name, e.g. ``web-00003``, or its index in
-  the manifest);
-* ``--doc-id ID``: where a document is, and its lineage;
-* ``--step N --rank R --world W --position P`` with ``--record CKPT`` (the checkpoint or loader record
-  the run resumed from before step ``N``) or, for a run without one, ``--recipe RECIPE`` or ``--mixture
-  M --seed S``: position ``P`` (row-major over batch rows) of the batch rank ``R`` of ``W`` was
-  delivered at step ``N``. The loader answers: it is built and resumed as the run's was, seeks to the
-  step and takes the step's batch with the shard, stream position and document of every token
-  (:mod:`loader.trace`), so epoch caps, recipe phases, a resume on another world size and a corrupt
-  shard's substitute are the loader's own.
-
-Answers come from indices (the shard's document boundaries, the lineage offsets), not by scanning.
-``--snapshot`` may be a version directory (``corpus version``): every answer then names the version
-and whether the document is selected in it (and, for a version with buckets by predicate, the bucket
-the loader streams it in: there a loader stream is a (shard, bucket) pair, mapped back to its shard).
+Three forms: ``--shard S --offset T`` (token T of shard S); ``--doc-id ID`` (where a document is,
+and its lineage); ``--step N --rank R --world W --position P`` with the checkpoint record the run
+resumed from, or its recipe or mixture and seed, where the loader itself (:mod:`loader.trace`) is
+built, resumed and seeked as the run's was. Answers come from indices, not by scanning. On a version
+directory every answer also says whether the document is selected in it, and in which bucket.
+See docs/snapshot.md ("Lineage: `corpus trace`") and docs/loader.md.
 """
 
 from __future__ import annotations
@@ -29,8 +18,8 @@ from typing import Any
 
 from cli.commands._snapshot_ref import add_snapshot_arguments
 from corpus.model.errors import UserError
-from corpus.snapshot import Snapshot, describe_doc
-from corpus.version import is_version
+from corpus.snapshot.lookup import Snapshot, describe_doc
+from corpus.version.open import is_version
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,26 +31,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     loader = p.add_argument_group("the loader's view (defaults: the record's settings, else the loader's)")
     loader.add_argument("--step", type=int, metavar="N")
     loader.add_argument("--rank", type=int, metavar="R")
-    loader.add_argument("--world", type=int, default=1, metavar="W", help="data-parallel ranks at step N (default 1)")
+    loader.add_argument(
+        "--world", type=int, default=1, metavar="W", help="data-parallel ranks at step N (default 1)"
+    )
     loader.add_argument("--position", type=int, metavar="P", help="token position in the rank's batch")
-    loader.add_argument("--record", type=Path, metavar="CKPT",
-                        help="the run's loader record before step N: a checkpoint root or step-N directory, or a "
-                        "JSON record; without it the run is replayed from step 0")
+    loader.add_argument(
+        "--record",
+        type=Path,
+        metavar="CKPT",
+        help="the run's loader record before step N: a checkpoint root or step-N directory, or a "
+        "JSON record; without it the run is replayed from step 0",
+    )
     loader.add_argument("--recipe", type=Path, metavar="RECIPE", help="the run's recipe (TOML)")
-    loader.add_argument("--mixture", metavar="M",
-                        help='bucket weights: "natural", JSON {"web": 0.7, …} or web=0.7,curated=0.3')
+    loader.add_argument(
+        "--mixture",
+        metavar="M",
+        help='bucket weights: "natural", JSON {"web": 0.7, …} or web=0.7,curated=0.3',
+    )
     loader.add_argument("--epoch-caps", type=json.loads, metavar="JSON", help='{"bucket": epochs} or an int')
     loader.add_argument("--seed", type=int, metavar="S")
     loader.add_argument("--seq-len", type=int)
     loader.add_argument("--batch-size", type=int)
     loader.add_argument("--run-len", type=int)
     loader.add_argument("--chunk-tokens", type=int)
-    loader.add_argument("--append-eos", choices=("auto", "yes", "no"), default=None,
-                        help="whether the loader appended EOS after each document (default: the record's, else "
-                        "auto: only when the snapshot's documents do not end with one)")
-    loader.add_argument("--replay", action="store_true",
-                        help="read every step from the record to N instead of seeking (needed only when a shard "
-                        "was found corrupt after the record)")
+    loader.add_argument(
+        "--append-eos",
+        choices=("auto", "yes", "no"),
+        default=None,
+        help="whether the loader appended EOS after each document (default: the record's, else "
+        "auto: only when the snapshot's documents do not end with one)",
+    )
+    loader.add_argument(
+        "--replay",
+        action="store_true",
+        help="read every step from the record to N instead of seeking (needed only when a shard "
+        "was found corrupt after the record)",
+    )
     p.add_argument(
         "--json", action="store_true", help="print JSON (the default output is JSON too, indented)"
     )
@@ -94,10 +99,23 @@ def loader_source(loader_path: Path, args: argparse.Namespace):
         raise UserError("--recipe sets the mixture: give --recipe or --mixture, not both")
     record = read_record(args.record) if args.record is not None else None
     append_eos = None if args.append_eos in (None, "auto") else args.append_eos == "yes"
-    loader = loader_at(loader_path, args.step, args.rank, args.world, record=record, recipe=args.recipe,
-                       mixture=parse_mixture(args.mixture), seed=args.seed, epoch_caps=args.epoch_caps,
-                       seq_len=args.seq_len, batch_size=args.batch_size, run_len=args.run_len,
-                       chunk_tokens=args.chunk_tokens, append_eos=append_eos, replay=args.replay)
+    loader = loader_at(
+        loader_path,
+        args.step,
+        args.rank,
+        args.world,
+        record=record,
+        recipe=args.recipe,
+        mixture=parse_mixture(args.mixture),
+        seed=args.seed,
+        epoch_caps=args.epoch_caps,
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        run_len=args.run_len,
+        chunk_tokens=args.chunk_tokens,
+        append_eos=append_eos,
+        replay=args.replay,
+    )
     per_step = loader.seq_len * loader.batch_size
     if not 0 <= args.position < per_step:
         raise UserError(f"--position must be in [0, {per_step}) (batch size × seq len at step {args.step})")
@@ -125,11 +143,18 @@ def describe_source(snap: Snapshot, src, shard_of: tuple[int, ...] | None = None
         "offset_in_doc": src.offset_in_doc,
         "doc": describe_doc(snap.lineage(i, doc)),
         "loader": {
-            "step": src.step, "rank": src.rank, "world": src.world, "phase": src.phase, "bucket": src.bucket,
-            "row": src.row, "column": src.column, "stream_position": src.stream_position,
+            "step": src.step,
+            "rank": src.rank,
+            "world": src.world,
+            "phase": src.phase,
+            "bucket": src.bucket,
+            "row": src.row,
+            "column": src.column,
+            "stream_position": src.stream_position,
             "loader_appended_eos": src.appended_eos,
             "substituted_for": snap.names[shard_of[src.planned_shard] if shard_of else src.planned_shard]
-            if src.substituted else None,
+            if src.substituted
+            else None,
         },
     }
 
@@ -152,8 +177,11 @@ def run(args: argparse.Namespace) -> int:
         start = int(snap.token_starts(i)[doc])
         out = snap.trace(i, start)
     elif args.step is not None:
-        out = describe_source(snap, loader_source(Path(args.snapshot) if version is not None else snap.dir, args),
-                              version.shard_of if version is not None else None)
+        out = describe_source(
+            snap,
+            loader_source(Path(args.snapshot) if version is not None else snap.dir, args),
+            version.shard_of if version is not None else None,
+        )
     else:
         if args.shard is None or args.offset is None:
             raise UserError(

@@ -4,18 +4,10 @@
     corpus train-quality --positive curated.jsonl --negative spam.jsonl.gz --out models/quality.ftz
     corpus train-quality --from BUILD/stages/extract --out models/quality.ftz
 
-Examples come from any mix of: ``--labelled`` JSONL files, a line ``{"text": ..., "label": "hq"|"lq"}``
-(also 1/0, positive/negative); ``--positive`` / ``--negative`` JSONL files whose every line is of that
-class (``{"text": ...}``: positives and negatives by source); and ``--from`` completed stage directories,
-labelled by the tier recipe (trusted tiers ``hq``, web pages the Gopher/C4 signals call low quality
-``lq``). A line may also carry ``lang`` (else lid.176 decides, as annotate does), ``group`` or ``url``
-(the split unit; see ``corpus.signals.quality``).
-
-The examples are split by a hash of their group into training and held-out; the model is trained on
-the languages with enough examples of both classes in both splits and scores only those. Beside the
-model, ``MODEL.json`` (its card): the languages, the counts, and precision / recall / AUC per language
-on the held-out split; with ``--keep-heldout`` also ``MODEL.heldout.jsonl.gz``, the held-out examples,
-from which the card's numbers can be recomputed.
+Examples from any mix of labelled JSONL, positives and negatives by source, and stage directories
+labelled by tier; split by a hash of their group; the model scores only the languages with enough
+examples of both classes in both splits, and its card holds their held-out numbers. See
+docs/ingest-and-filters.md ("The quality classifier and `corpus train-quality`").
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from corpus.model.errors import UserError
 from corpus.select.selection import load_selection, parse_inline
-from corpus.version import buckets_text, kept_text, make_version, plan_version
+from corpus.version.plan import buckets_text, kept_text, make_version, plan_version
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -2,16 +2,10 @@
 
 Archives are recognised by their bytes, not their names (:func:`sniff`); a member is never written to
 disk, so a path with ``..`` or a link cannot reach outside anything. An archive's top folder is the
-repository root when every member lies under one (``requests-2.31.0/``, npm's ``package/``).
-
-A damaged archive raises :class:`ArchiveError` with a quarantine reason:
-
-* ``truncated_archive``: the compressed stream or a member's data ends early;
-* ``malformed_archive``: not a tar or zip at all, a corrupt header, a zip whose central directory or
-  CRC is wrong, or an unreadable file.
-
-Known limit: an *uncompressed* tar cut exactly at a member boundary reads as a shorter, whole archive
-(tar has no length or checksum over the archive); compressed ones are checked to their end.
+repository root when every member lies under one (``requests-2.31.0/``, npm's ``package/``). A
+damaged archive raises :class:`ArchiveError` with its quarantine reason (``truncated_archive``,
+``malformed_archive``). Known limit: an uncompressed tar cut exactly at a member boundary reads as a
+shorter, whole archive. See docs/code.md ("Damaged archives").
 """
 
 from __future__ import annotations

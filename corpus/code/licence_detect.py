@@ -1,45 +1,13 @@
 """A repository's licence as an SPDX expression, from its own files, with the evidence and conflicts.
 
-Why: whether a repository may be trained on is decided by its licence, and that decision belongs to a
-version (``corpus.select.selection``), not to the build. So the build stores what the repository says about
-itself, as one SPDX expression with every piece of evidence behind it, and the class
-(:func:`corpus.select.licences.licence_class`) follows from the expression.
-
-Three kinds of evidence, all read while ingest reads the repository once (:class:`LicenceScanner`):
-
-* **licence files** at the repository root (``LICENSE*``, ``LICENCE*``, ``COPYING*``, ``NOTICE*``,
-  ``UNLICENSE``, and the files of a REUSE-style ``LICENSES/`` folder), matched against the standard
-  texts (:data:`TEXTS`): the text is normalized (lower case, every run of non-alphanumerics one space,
-  so line wrapping and punctuation do not matter) and a licence is found when all of its distinctive
-  passages occur (and none of its excluding passages: MIT-0 is MIT without the notice clause). The
-  passages are the standard texts' titles, version lines and key clauses, or the standard short notice
-  (Apache's, MPL's Exhibit A), so a file that carries a licence among other text (certifi's MPL block,
-  lodash's MIT with a CC0 note) is still found. "Or later": a full GNU text always contains the "any
-  later version" sentence in its "How to Apply" appendix, so only the text before that appendix is
-  searched for the grant; otherwise a text gives ``-only`` and other evidence naming the same licence
-  "or later" refines it (pylint: GPL-2.0 text, metadata GPL-2.0-or-later).
-* **package metadata** at the root: ``PKG-INFO`` (``License-Expression``, ``License``, ``Classifier:
-  License ::``), ``pyproject.toml`` (``project.license`` as an expression or ``{text}``, classifiers,
-  ``tool.poetry.license``), ``setup.cfg`` (``[metadata] license``, classifiers), ``package.json``
-  (``license``, legacy ``licenses``), ``Cargo.toml`` (``package.license``; ``/`` is OR). Free text goes
-  through :data:`ALIASES`; a name that does not say which version (``BSD License``, ``LGPL``) is
-  *family* evidence: it agrees with any licence of that family and never chooses one.
-* **``SPDX-License-Identifier``** lines in the first 2,000 characters of every kept file.
-
-**Reconciliation** (:func:`reconcile`): the licence files decide (several different ones: all apply,
-``AND``) unless a metadata expression names exactly the same licences (then it supplies the operators,
-e.g. ``MIT OR Apache-2.0``); without a recognised licence file, the first metadata expression in
-:data:`METADATA_ORDER`; then the headers (their distinct expressions, ``AND``); a licence file that no
-text matches gives ``NOASSERTION`` (class ``unknown``); no evidence at all gives ``NONE`` (class
-``none``). Every piece of evidence whose licences differ from the result is a **conflict**, recorded,
-never resolved silently (metadata must name the same licences; a licence file or a header may name a
-part of them).
-
-Limits: a licence text that is heavily reworded, translated or one of the long tail (hundreds of SPDX
-licences are not in :data:`TEXTS`) gives ``NOASSERTION``; licence files below the root (a bundled
-library's own ``COPYING``) and GPL-style prose notices in source files are not read; a notice that
-points elsewhere ("see LICENSE") is not followed. Every limit ends in ``unknown``, never in a class
-the text does not support.
+The build stores what the repository says about itself; whether it may be trained on is a version's
+decision (:mod:`corpus.select.selection`), from the class :func:`corpus.select.licences.licence_class`
+gives the expression. Evidence, read while ingest reads the repository once (:class:`LicenceScanner`):
+root licence files matched against :data:`TEXTS`, root package metadata (through :data:`ALIASES`), and
+``SPDX-License-Identifier`` headers. :func:`reconcile` turns it into one expression; every piece of
+evidence that names other licences is a recorded conflict, never resolved silently, and every limit
+of the matcher ends in ``NOASSERTION`` (class ``unknown``), never in a class the text does not support.
+Detection, reconciliation and limits: docs/code.md ("Licences").
 """
 
 from __future__ import annotations

@@ -1,32 +1,12 @@
 """Repository-level near-duplicate dedup: what a repository is as a set, and how clusters pick one.
 
-A repository is the unit of code dedup (issue 17): two releases of one project, or a project and its
-fork, are near duplicates *as repositories*, and a version keeps one of them whole. Comparing their
-documents (parts of up to 32 K tokens) or their files one by one would keep the shared files of one
-and the diverging files of both, and no repository coherent. So minhash_dedup (``hpc_jobs.minhash_dedup``)
-takes code documents out of text clustering and compares repositories instead.
-
-**The set.** A repository is the set of its distinct *line keys*: every line of every kept file, in
-the key form of exact and line dedup (``corpus.text.normalize.line_key``: NFKC, lower case, spacing
-folded; lines without a letter or digit do not count), file header lines excluded. The issue named the
-set of *file content hashes*; measured on the shared archives that set cannot see a release: requests
-2.31.0 and 2.32.3 share 16 of 82 distinct files (Jaccard 0.205), because a release touches most files a
-little (``__version__``, a moved ``src/`` layout, one fixed line) while the set of lines barely moves
-(line Jaccard 0.928). The fork niquests 3.11.0 is at 0.39 / 0.386 by lines and 0.02 by files against
-the two; unrelated repositories at 0.005-0.006 by lines. Exact file sharing is still measured, for the
-report: ``file_hashes`` (blake2b of each file's text) and :func:`exact_jaccard`.
-
-**Signature.** A document's signature is the MinHash of its line-key set (``MinHasher.set_signatures``,
-the text stage's permutations); a repository's is the elementwise minimum over its documents, which is
-exactly the MinHash of the union, so it does not depend on how the repository was split or on which
-rank signed which part.
-
-**Representative** (:func:`encode_repository_key`, byte order = preference): the most trusted source
-tier, then the most files, then the newest release (the version at the end of the repository's name,
-numerically: 2.32.3 > 2.31.0; a name without one loses), then the repository id. Files before
-version because file counts compare across forks while version numbers of two projects do not
-(niquests 3.11 is not newer than requests 2.32). The version picks among the *selected* members by the
-stored rank (``repo_rank``), so a licence excluded representative hands the cluster to the next one.
+A repository is the unit of code dedup: a version keeps one release or fork of a project whole, or
+none of it. Its set is its distinct line keys (:func:`corpus.text.normalize.line_key`, file header
+lines excluded); its signature is the elementwise minimum of its documents' set MinHashes, which is
+the MinHash of the union however it was split or signed. The representative is the smallest
+:func:`encode_repository_key` (byte order = preference): most trusted tier, most files, newest release
+(a name without a version loses), repository id. Why lines and not file hashes, and the measurements:
+docs/dedup.md ("Repositories (code)") and docs/code.md ("Repository-level dedup").
 """
 
 from __future__ import annotations

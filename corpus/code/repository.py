@@ -1,21 +1,13 @@
 """A repository as documents: its files judged (:mod:`corpus.code.rules`), the kept ones concatenated
 in a stated order with a header line before each, split at file boundaries under a token limit.
 
-**Order** (depth first, from the root): in each folder, its README files first, then its package
-manifests (:data:`MANIFEST_NAMES`, :data:`MANIFEST_GLOBS`), then its other files, then its
-subfolders, each group by name (code point order). So a repository opens with its README and its
-``pyproject.toml`` / ``package.json``, and a subpackage's manifest precedes its sources.
-
-**Text**: for each file, the line ``<|file|> PATH`` (:data:`FILE_HEADER`), then the file's text,
-ending with a newline (one is added where the file has none). PATH is from the repository root.
-
-**Split**: a document holds whole files in that order while its estimated tokens
-(``ceil(UTF-8 bytes / bytes_per_token)``, headers included) stay within ``max_doc_tokens``; the next
-file opens a new document. A single file over the limit is a document of its own (files are never
-cut; ``max_file_bytes`` bounds them).
-
-The kept texts wait in a spooled temporary file (in memory up to 16 MiB, on disk beyond), so a large
-repository costs memory for its file list only.
+Order: depth first from the root; in each folder its README files, then its package manifests
+(:data:`MANIFEST_NAMES`, :data:`MANIFEST_GLOBS`), then its other files, then its subfolders, each
+group by name. Each file is the line ``<|file|> PATH`` (:data:`FILE_HEADER`) then its text, ending
+with a newline. A document holds whole files while its estimated tokens stay within
+``max_doc_tokens``; a file over the limit is a document of its own (files are never cut). The kept
+texts wait in a spooled temporary file, so a large repository costs memory for its file list only.
+See docs/code.md ("Documents").
 """
 
 from __future__ import annotations

@@ -1,36 +1,12 @@
 """Which files of a repository are not the repository's own code: the rejection table.
 
-A file is judged in this order, and the first verdict stands:
-
-1. **what it is**: not a regular file (``link``: symbolic or hard; ``special_file``), a path that
-   climbs out of the archive (``unsafe_path``), a later entry with the same path (``duplicate_path``,
-   judged where the repository is assembled);
-2. **the rule table**, in order: the team's rules (``[ingest] code_rules``), then the built-in ones
-   (:data:`BUILTIN_RULES`, unless ``code_builtin_rules = false``). A rule whose reason is ``keep`` ends
-   the table for the file (it is then kept if step 3 allows);
-3. **its bytes**, checked the first time a rule needs them and at the end: over ``max_file_bytes``
-   (``too_large``; never read), binary by name (a binary extension in ``identify``'s table) or by a NUL
-   byte (``binary``), not UTF-8 (``undecodable``; a UTF-8 byte order mark is dropped), nothing but
-   whitespace (``empty``).
-
-A rule is a table; every condition it names must hold:
-
-* ``path``: fnmatch globs matched, case-insensitively, against ``"/" + the path from the repository
-  root``, where ``*`` also crosses ``/`` -- ``"*/node_modules/*"`` is a node_modules folder at any
-  depth, ``"/docs/*"`` the top-level docs folder, ``"*.min.js"`` a name anywhere;
-* ``min_bytes``: the file has at least this many bytes;
-* ``header``: regular expressions (Python ``re``, multi-line) searched in the first ``head_chars``
-  (default 4096) characters of the text; ``header_keywords`` (optional) are words of which one must
-  occur in those characters, case-insensitively, before the expressions are tried (a fast filter);
-* ``min_mean_line_length``: characters per line (``len(text) / lines``) at least this;
-* ``min_long_line_share``: at least this share of the characters sit in lines longer than
-  ``long_line`` characters (default 1000).
-
-The line statistics were set on the shared repositories: every minified file there has a mean line
-of 289 characters or more (``lodash/core.min.js``: 437, 649 at most; ``readthedocs/js/theme.js``, not
-named ``.min``: 1,689) or at least 87 % of its text in long lines; hand-written JavaScript and CSS
-stays under 112 (``lunr`` language files, whose stemmer tables make a few lines of 1,000-4,000
-characters, hold at most 47 % of their text in them).
+A file is judged in this order and the first verdict stands: what it is (a link, a special file, an
+unsafe or duplicate path); the rule table, the team's ``[ingest] code_rules`` before
+:data:`BUILTIN_RULES` (a rule whose reason is ``keep`` ends the table); its bytes, read the first time
+a rule needs them and at the end (``too_large`` is never read; ``binary``, ``undecodable``,
+``empty``). A rule is a table whose conditions must all hold: path globs matched case-insensitively
+against ``"/" + path`` (``*`` crosses ``/``), ``min_bytes``, header expressions, line statistics.
+The built-in table, the keys and where the thresholds come from: docs/code.md ("Files").
 """
 
 from __future__ import annotations

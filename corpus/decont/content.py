@@ -1,35 +1,12 @@
 """What of an eval item is matched: its content, built from the record's own fields, templates stripped.
 
 An item is matched through its **passages**: texts each of which, found in a document by the rule
-(:mod:`corpus.decont.rule`), makes the item contaminated there. A benchmark record's ``doc`` (the
-original record, as the registry files carry it) says what the content is; the shape of ``doc``, not
-the file name, chooses the builder, so a renamed or re-published file is read the same way:
-
-=================  ==========================================  =============================================
-shape of ``doc``   benchmarks                                  passages
-=================  ==========================================  =============================================
-query, choices,    ARC-Easy, ARC-Challenge (any multiple       the question (the query, ``Question:`` /
-gold               choice)                                     ``Answer:`` stripped); the question followed
-                                                               by the correct choice
-question, answer   GSM8K                                       the question; the worked answer with its
-                                                               ``<<48/2=24>>`` calculator notes removed
-query,             LAMBADA                                     the passage with its final word
-answers_text
-prompt,            HumanEval                                   the prompt (signature and docstring)
-canonical_solution                                             followed by the canonical solution
-none of these      a benchmark file of ``{"id", "text"}``      the text, template labels stripped
-=================  ==========================================  =============================================
-
-The item's ``text`` (as it would appear verbatim on a page, template included) is always one more
-passage, so a copy of the templated form is matched as it stands. Passages are compared after
-normalization (:func:`corpus.decont.ngrams.normalize_words`: case, punctuation, whitespace and line
-breaks never matter); two passages with the same words are one.
-
-**Answer choices.** A multiple-choice item is matched by its question alone (the choices are not
-required, in any order): a page that copies the question and lists the choices in another order, or
-without them, is contaminated. The question followed by the correct answer is a passage too, so an item
-whose question is too short to check alone (under ``min_item_words`` words) is still found where its
-question and answer are copied together.
+(:mod:`corpus.decont.rule`), makes the item contaminated there. The shape of the record's ``doc``, not
+the file name, chooses the builder (multiple choice, GSM8K, LAMBADA, HumanEval, plain text), so a
+renamed file reads the same. The item's verbatim ``text`` is always one more passage; passages are
+compared after :func:`corpus.decont.ngrams.normalize_words`, and two with the same words are one. A
+multiple-choice item is matched by its question alone (choices in any order, or none) and by the
+question followed by the correct answer. The builders' table: docs/snapshot.md ("decontaminate").
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """The per-document 8-gram index the build keeps, and the check after the build that reads it.
 
-The rule (:mod:`corpus.decont.rule`) needs of a document the set of its 8-gram hashes. The
-decontaminate stage keeps exactly that, for every candidate document: one record per (8-gram, document)
-— :data:`DOC_GRAM_RECORD`, the hash and the document's key (the first 64 bits of its doc_id) —
-**range-partitioned by hash prefix** (:mod:`corpus.formats.partitions`: part ``p`` of ``2**prefix_bits``
-holds the records whose hash starts with ``p``), sorted by (hash, document), unique. A part is raw
-little-endian records, read by memory map; no process holds more than the pages its lookups touch. The
-snapshot links the parts (``decont/8gram_docs/``) and lists them (``extra.artifacts.doc_gram_index``, with
-the rule's settings): :meth:`corpus.snapshot.Snapshot.doc_gram_index` opens them.
-
-:func:`check_benchmark` answers, for a benchmark published after the build, exactly what the build's
-scan would have said of every stored document: for each checked passage it finds the documents that
-could hold a long enough run (below), asks the index which of the passage's 8-grams each of those
-documents holds, and hands the rows to :func:`corpus.decont.rule.contaminated`.
-
-**Candidates, without losing one.** A passage needs a run of ``K = min(M, m)`` consecutive 8-grams;
-any K consecutive positions hold exactly one position of each residue modulo K. So a document that
-holds such a run holds the passage's 8-gram at some position ``≡ r (mod K)``, for every r: the
-documents of the positions of one residue are all the candidates. The check takes the residue whose
-8-grams are in the fewest documents (counted from the index's ranges, without reading them), then looks
-up every position of the passage in each candidate by binary search inside the 8-gram's range.
-Memory: the candidates' (passage, document) pairs and one passage's rows each, in batches.
+The index is one record per (8-gram, document) (:data:`DOC_GRAM_RECORD`), range-partitioned by hash
+prefix (:mod:`corpus.formats.partitions`), sorted by (hash, document), unique, read by memory map; the
+snapshot links its parts (``decont/8gram_docs/``). :func:`check_benchmark` answers, for a benchmark
+published after the build, exactly what the build's scan would have said of every stored document: the
+candidates of a passage are the documents of its 8-grams at one residue modulo the run length (none is
+lost), and their rows go to :func:`corpus.decont.rule.contaminated`. See docs/snapshot.md ("The
+contamination report").
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -41,6 +28,7 @@ from corpus.decont.rule import (
     contaminated,
     required_run,
 )
+from corpus.formats.doc_index import DOC_INDEX_RECORD, part_of_doc_id
 from corpus.formats.docshard import atomic_write_json, sidecar_path
 from corpus.formats.partitions import map_records, part_of_hashes
 
@@ -81,8 +69,6 @@ class RowsFile:
     name, hashed while written, renamed on :meth:`close` with a sidecar (sha256, records)."""
 
     def __init__(self, path: Path) -> None:
-        import hashlib
-
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(f".{self.path.name}.tmp.{os.getpid()}")
@@ -332,8 +318,6 @@ def check_benchmark(
 def doc_ids_of_keys(doc_index: Any, keys: Iterable[str]) -> dict[str, list[str]]:
     """The doc_ids behind document keys (16 hex digits), from a snapshot's doc_id index
     (:class:`corpus.formats.doc_index.PartitionedDocIndex`): one binary search in one part per key."""
-    from corpus.formats.doc_index import DOC_INDEX_RECORD, part_of_doc_id
-
     out: dict[str, list[str]] = {}
     for key in sorted(set(keys)):
         part = map_records(doc_index.paths[part_of_doc_id(key, doc_index.bits)], DOC_INDEX_RECORD)
@@ -345,4 +329,3 @@ def doc_ids_of_keys(doc_index: Any, keys: Iterable[str]) -> dict[str, list[str]]
             at += 1
         out[key] = found
     return out
-

@@ -1,18 +1,13 @@
 """The eval holdout: a fixed slice of web URLs that never enters the corpus, nor do copies of its pages.
 
-Carving: chosen before anything else looks at the data, as a pure function of the **normalized** URL
-(:func:`normalize_url`; ``stable_hash64``, not Python's salted ``hash``), so every build and every rank
-carves out exactly the same pages, and the spellings of one address (``HTTP://Example.org:80/a/``,
-``https://example.org/a?utm_source=x#top``) are held out together. The salt is unchanged since the raw
-URL was hashed: a URL that was already in normal form keeps its verdict, so the holdout of an older
-build stays held out (an eval set that moved would have been trained on by the older build's models).
-
-The rest of the rule lives in the stages: ``extract`` stores the held-out pages extracted and
-PII-scrubbed, each with its raw digest and the exact-dedup key of its extracted text
-(:data:`EXACT_KEY`); ``exact_dedup`` and ``minhash_dedup`` tag the candidates that are exact or near
-copies of a held-out page (scores :data:`EXACT_SCORE`, :data:`NEAR_SCORE`), which the quality policy's
-first checks exclude (``corpus.select.policy``). :func:`holdout_files` finds the extracted holdout from any
-later stage's directory.
+Carved before anything else looks at the data, as a pure function of the normalized URL
+(:func:`normalize_url`, ``stable_hash64``), so every build and every rank carves out the same pages
+and the spellings of one address are held out together; a URL already in normal form keeps its
+verdict across holdout versions. ``extract`` stores the held-out pages extracted and scrubbed (with
+:data:`EXACT_KEY`); ``exact_dedup`` and ``minhash_dedup`` tag the candidates that copy one
+(:data:`EXACT_SCORE`, :data:`NEAR_SCORE`), which the policy's first checks exclude.
+:func:`holdout_files` finds the extracted holdout from any later stage's directory. See
+docs/ingest-and-filters.md ("Eval holdout").
 """
 
 from __future__ import annotations

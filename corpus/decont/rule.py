@@ -1,18 +1,12 @@
 """The decontamination rule: one pure function, applied per document, in the build and after it.
 
-An item is **contaminated in a document** when one of its passages (:mod:`corpus.decont.content`: its
-content, templates stripped, and its verbatim text) has a run of at least ``min(M, m)`` *consecutive*
-word 8-grams that all occur in the document, ``m`` being the passage's number of 8-grams and ``M``
-(``min_run``, default 15) the run that makes a long passage contaminated. So: a copy of 22 consecutive
-words of a long passage (7 + M), or of the whole of a shorter one (every one of its 8-grams). Passages
-under ``min_item_words`` words (default 8, never fewer than :data:`RULE_N`) are not checked; an item
-with no passage left is counted as unchecked.
-
-What the rule needs of a document is the *set* of its 8-gram hashes, nothing else: no positions, no
-neighbours. So the build (which has the document: :class:`corpus.decont.matcher.EvalIndex`) and a check
-after it (which has the per-document index the build kept: :mod:`corpus.decont.doc_grams`) compute the
-same rows — (document, passage, position of a passage 8-gram the document holds) — and hand them to
-:func:`contaminated`, the one place that decides. Both agree item by item, up to 64-bit collisions.
+An item is contaminated in a document when one of its passages (:mod:`corpus.decont.content`) has a
+run of at least ``min(M, m)`` consecutive word 8-grams that all occur in the document (``m``: the
+passage's 8-grams; ``M``: ``min_run``). Passages under ``min_item_words`` words (never fewer than
+:data:`RULE_N`) are not checked. The rule needs of a document only the set of its 8-gram hashes, so
+the build (:class:`corpus.decont.matcher.EvalIndex`) and the check after it
+(:mod:`corpus.decont.doc_grams`) hand the same rows to :func:`contaminated`, the one place that
+decides, and agree item by item up to 64-bit collisions. See docs/snapshot.md ("decontaminate").
 """
 
 from __future__ import annotations

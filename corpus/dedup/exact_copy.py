@@ -28,12 +28,14 @@ class ExactCopy:
     @classmethod
     def of(cls, doc: Document, ordinal: int, shard: str) -> ExactCopy:
         rank, date, doc_id = exact_keeper_key(doc)
-        return cls(rank, date.encode("ascii", "replace").ljust(10, b"9")[:10].decode(), doc_id, ordinal, shard)
+        return cls(
+            rank, date.encode("ascii", "replace").ljust(10, b"9")[:10].decode(), doc_id, ordinal, shard
+        )
 
     def encode(self) -> bytes:
-        return _FIXED.pack(self.tier_rank, self.date.encode("ascii"), doc_id_bytes(self.doc_id), self.ordinal) + (
-            self.shard.encode()
-        )
+        return _FIXED.pack(
+            self.tier_rank, self.date.encode("ascii"), doc_id_bytes(self.doc_id), self.ordinal
+        ) + (self.shard.encode())
 
     @classmethod
     def decode(cls, data: bytes) -> ExactCopy:

@@ -3,31 +3,10 @@
 Every record a step writes to a part file or sends through a shuffle is a numpy structured dtype below,
 so stage code reads ``rows["ordinal"]`` rather than slicing bytes at an offset. Integer fields that
 take part in an order are big-endian, so the bytes of a record sort like its fields (a shuffle orders
-records by their bytes); byte fields (``V``) compare bytewise.
-
-* :data:`NODE` -- a document as a graph node: doc_id first, so the smallest node has the smallest
-  doc_id; then where it is (ordinal in its shard, a tag of the shard's name), so two copies with the
-  same doc_id are two nodes and still cluster together.
-* :data:`BAND_ROW` -- a band key of a document, with the bucket part that owns the key: what the
-  ``signatures`` step writes, sorted, so that each bucket part reads one contiguous run per shard.
-* :data:`EDGE` -- a candidate edge of a bucket (member, hub): what the ``buckets`` step writes.
-* :data:`LABEL` -- a document of one shard (by ordinal) and the smallest node of its component: what
-  the ``labels`` step writes per shard.
-* :data:`MEMBER` -- a clustered document as its component's owner needs it: representative key
-  (``corpus.dedup.order.encode_representative_key``) and where it is, which also locates its signature
-  in the ``signatures`` step's part of its shard (signatures are read there, never shipped).
-* :data:`LABEL_ROUTE`, :data:`MEMBER_ROUTE` -- a LABEL and a MEMBER on their way through a shuffle of
-  numpy rows (``GlobalPhase.exchange_rows``): the part they go to and, for a member, its component's
-  label, then the record's own bytes (:func:`unrouted` takes them back out).
-* :data:`GIANT`, :func:`band_member_dtype`, :data:`MEMBER_AT`, :data:`CLUSTER_PIECE`,
-  :data:`CLUSTER_TOTAL`, :data:`GIANT_VERDICT` -- a component verified across all ranks
-  (``hpc_jobs.minhash_dedup.giant``): its label and size; a member's value in one band of it; a member at
-  the rank that owns its node; a cluster's count and smallest member record on one rank, and summed;
-  a verdict (or a fact) on its way to its shard's part.
-* :data:`LINK`, :data:`LINK_ROUTE`, :data:`LINKED`, :data:`BAND_VALUE_ROUTE` -- a build against a base
-  (``corpus build --base``): a component joined to a base cluster by a band key the base's band index
-  holds (the component's label, the base cluster's id), the same with its member count, and a band key
-  of this build with its document's cluster id on the way to the index partition that records it.
+records by their bytes); byte fields (``V``) compare bytewise. A ``*_ROUTE`` dtype is its record with
+the part it goes to (and, for a member, its component's label) before it; :func:`unrouted` takes the
+record back out. What each record is for: the comment above it, and docs/dedup.md "minhash_dedup's
+global phase".
 """
 
 from __future__ import annotations
@@ -36,14 +15,24 @@ import hashlib
 
 import numpy as np
 
-REP_KEY_BYTES = 35  # encode_representative_key: tier (1), quality (8), date (10), doc_id (16)
 DOC_ID_BYTES = 16
 SHARD_TAG_BYTES = 8
+#: a representative key (``corpus.dedup.order.encode_representative_key``; a repository's,
+#: ``corpus.code.repo_dedup.encode_repository_key``, puts its file count and release in ``score`` and
+#: ``date`` and its id in ``doc_id``): its bytes sort like the representative order
+REP_KEY = np.dtype([("tier", "u1"), ("score", ">u8"), ("date", "V10"), ("doc_id", f"V{DOC_ID_BYTES}")])
+REP_KEY_BYTES = REP_KEY.itemsize
 
+#: a document as a graph node: doc_id first, so the smallest node has the smallest doc_id; then where it
+#: is (ordinal in its shard, a tag of the shard's name), so two copies with one doc_id are two nodes
 NODE = np.dtype([("doc_id", f"V{DOC_ID_BYTES}"), ("ordinal", ">u4"), ("shard_tag", f"V{SHARD_TAG_BYTES}")])
+#: a candidate edge of a bucket (member, hub): what the ``buckets`` step writes
 EDGE = np.dtype([("node", NODE), ("hub", NODE)])
 BAND_KEY_BYTES = 18  # mpi_kernels.minhash.BAND_KEY_BYTES: band index (u16), 128-bit hash
+#: a band key of a document with the bucket part owning the key: the ``signatures`` step writes them
+#: sorted, so that each bucket part reads one contiguous run per shard
 BAND_ROW = np.dtype([("part", ">u4"), ("key", f"V{BAND_KEY_BYTES}"), ("node", NODE)])
+#: a document of one shard (by ordinal) and the smallest node of its component (``labels`` step)
 LABEL = np.dtype([("ordinal", ">u4"), ("label", NODE)])
 LABEL_ROUTE = np.dtype([("part", ">u4"), ("ordinal", ">u4"), ("label", f"V{NODE.itemsize}")])
 #: byte order of a record = (representative key, ordinal, shard tag), so the first record of a sorted
@@ -59,7 +48,9 @@ MEMBER_ROUTE = np.dtype([("part", ">u4"), ("label", f"V{NODE.itemsize}"), *MEMBE
 GIANT = np.dtype([("label", f"V{NODE.itemsize}"), ("size", ">u8")])
 GIANT_ROUTE = np.dtype([("part", ">u4"), *GIANT.descr])
 #: a member of a distributed component at the rank owning its node: its component and representative key
-MEMBER_AT = np.dtype([("node", f"V{NODE.itemsize}"), ("label", f"V{NODE.itemsize}"), ("rep", f"V{REP_KEY_BYTES}")])
+MEMBER_AT = np.dtype(
+    [("node", f"V{NODE.itemsize}"), ("label", f"V{NODE.itemsize}"), ("rep", f"V{REP_KEY_BYTES}")]
+)
 #: one rank's share of a cluster (of a distributed component): members here, the smallest MEMBER record,
 #: and the rank, which gets the cluster's totals (CLUSTER_TOTAL) back
 CLUSTER_PIECE = np.dtype(
@@ -160,8 +151,8 @@ def decode_node(node: bytes) -> tuple[bytes, int, bytes]:
 
 
 def member_doc_id(rep: bytes) -> bytes:
-    """The doc_id inside a representative key (its last 16 bytes, see ``encode_representative_key``)."""
-    return rep[REP_KEY_BYTES - DOC_ID_BYTES : REP_KEY_BYTES]
+    """The doc_id inside a representative key (:data:`REP_KEY`)."""
+    return np.frombuffer(rep, dtype=REP_KEY, count=1)[0]["doc_id"].tobytes()
 
 
 def unrouted(rows: np.ndarray, routed: np.ndarray | np.dtype, dtype: np.dtype) -> np.ndarray:

@@ -1,19 +1,11 @@
 """Recrawl collapse: the same URL fetched with the same bytes in several crawls counts once.
 
-The ingest stage routes the small key of every record (URL, raw digest, fetch date, and where the
-record sits) to the rank that owns its (URL, raw digest), with the spilling shuffle, so no rank ever
-holds the whole crawl's keys. Each owner decides its groups with :func:`later_fetches`, a pure function
-of one group, so the decision is the same whichever rank read which file: the earliest fetch is kept,
-ties broken by input digest and position.
-
-Across builds (``corpus build --base``) the kept fetches live in the build's persistent ``recrawl``
-index (``corpus.formats.dedup_index``), keyed by :func:`recrawl_key` with the kept fetch's date as
-value. A (URL, raw digest) a base build already kept is decided by :func:`base_fetches` instead:
-keep-first, every fetch of this build repeats the base's.
-
-The URL is the one the record carries, not ``corpus.decont.holdout.normalize_url``'s form: two fetches
-whose URLs differ only by case of the host, a default port or a tracking parameter are two groups (on
-the shared crawls every URL is already in normal form).
+Ingest routes each record's small key (URL, raw digest, fetch date, where it sits) to the owner of its
+(URL, raw digest); :func:`later_fetches` decides a group, a pure function of it, so the decision is the
+same whichever rank read which file: the earliest fetch is kept, ties broken by input digest and
+position. Across builds the kept fetches live in the persistent ``recrawl`` index, keyed by
+:func:`recrawl_key`, and :func:`base_fetches` decides keep-first. The URL is the record's, not
+``normalize_url``'s form. docs/incremental.md.
 """
 
 from __future__ import annotations

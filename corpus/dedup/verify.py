@@ -118,7 +118,12 @@ def _bucket_pairs(
     """(member, leader) pairs of one bucket (members ascending) that agree on ``threshold``."""
     first = np.asarray(sigs[members[:1]])
     found, new = scan_leaders(
-        lambda lo, hi: np.asarray(sigs[members[1 + lo : 1 + hi]]), len(members) - 1, first, k, threshold, max_leaders
+        lambda lo, hi: np.asarray(sigs[members[1 + lo : 1 + hi]]),
+        len(members) - 1,
+        first,
+        k,
+        threshold,
+        max_leaders,
     )
     leaders = np.concatenate([members[:1], members[1 + new]])
     return [(members[1 + m], leaders[ld]) for m, ld in found]

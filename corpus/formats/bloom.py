@@ -1,29 +1,12 @@
 """A Bloom filter over 64-bit key hashes, vectorized in numpy, with a byte-exact file format.
 
-Used by :mod:`corpus.formats.dedup_index` (one filter per partition per generation) so that most
-keys absent from an index are rejected without touching its sorted file. A filter only ever says
-"absent" or "maybe": every "maybe" is confirmed by a lookup, so a false positive costs a lookup and
-never changes an answer.
-
-**Sizing** (``n`` keys, target false-positive rate ``p``; the classic optimum):
-
-* bits per key ``b = -ln p / (ln 2)^2`` -- 9.585 at p = 1 % -- kept as an integer number of millibits,
-  ``ceil(1000 b)`` (9586), so that no float takes part in the size of a filter;
-* ``m = ceil(n * millibits / 1000)`` bits, rounded up to a multiple of 64, at least 64;
-* ``k = max(1, round(b ln 2)) = round(-log2 p)`` hash functions (7 at 1 %);
-* expected false-positive rate ``(1 - e^(-k n / m))^k`` (1.00 % at 1 %: :func:`expected_fp_rate`).
-
-The two floats of the formula are computed once, from ``p``, in :meth:`BloomSpec.from_fp_rate`; an
-index records the resulting integers (millibits, k) and every filter is sized from them.
-
-**Hashing** (double hashing, Kirsch & Mitzenmacher 2006): the caller gives one well-mixed 64-bit hash
-``h`` per key; ``h1 = h``, ``h2 = mix64(h ^ SEED) | 1`` and position ``i`` (0 <= i < k) is
-``(h1 + i * h2) mod m``, all in wrapping uint64 integer arithmetic (no float, the same bits on any
-machine). ``mix64`` is the splitmix64 finalizer.
-
-**File** (``to_bytes``): 32 bytes of header -- magic ``b"CPBLOOM1"``, then ``m``, ``k`` and ``n`` as
-big-endian uint64 -- followed by the ``m / 8`` bytes of the bit array, bit ``i`` being bit ``i & 7``
-(least significant first) of byte ``i >> 3``.
+Used by the dedup index (:mod:`corpus.formats.dedup_index`, one filter per partition per generation) so
+that most keys absent from an index are rejected without touching its sorted file. A filter only says
+"absent" or "maybe": every "maybe" is confirmed by a lookup, so a false positive costs a lookup and never
+changes an answer. Sizing is in integers (millibits per key, ``k`` hashes: :class:`BloomSpec`); the ``k``
+positions come from one mixed hash per key by double hashing in wrapping uint64 arithmetic (no float,
+the same bits on any machine); the file is :data:`HEADER` then the bit array. Sizing, hashing and file:
+docs/incremental.md (*Probing and the Bloom filters*).
 """
 
 from __future__ import annotations
@@ -94,7 +77,9 @@ class BloomFilter:
 
     def __init__(self, bits: int, hashes: int, array: np.ndarray | None = None, keys: int = 0) -> None:
         if bits < 64 or bits % 64 or hashes < 1:
-            raise ValueError(f"a Bloom filter needs a positive multiple of 64 bits and k >= 1, got {bits}, {hashes}")
+            raise ValueError(
+                f"a Bloom filter needs a positive multiple of 64 bits and k >= 1, got {bits}, {hashes}"
+            )
         self.bits = bits
         self.hashes = hashes
         self.keys = keys

@@ -44,7 +44,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode())
+    atomic_write_bytes(
+        path, (json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
+    )
 
 
 class RecordsFile:
@@ -106,7 +108,9 @@ class ShardWriter:
         self._tmp = self.path.with_name(f".{self.path.name}.tmp.{os.getpid()}")
         self._raw = open(self._tmp, "wb")
         self._hashing = _HashingFile(self._raw)
-        self._zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).stream_writer(self._hashing, closefd=False)
+        self._zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).stream_writer(
+            self._hashing, closefd=False
+        )
         self._buf = bytearray()
         self.records = 0
         self.sidecar_extra = dict(sidecar_extra or {})

@@ -1,18 +1,10 @@
 """Megatron-LM's indexed dataset (``MMIDIDX``): a flat token array ``.bin`` and its index ``.idx``.
 
-The layout is Megatron-LM's ``megatron/core/datasets/indexed_dataset.py``, so Megatron and NeMo read
-our shards directly. The ``.idx`` file, little-endian, field by field::
-
-    magic            9 bytes   b"MMIDIDX\\x00\\x00"
-    version          uint64    1
-    dtype code       uint8     1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16
-    sequence count   uint64    S (one sequence per document here)
-    document count   uint64    D = S + 1 (document_indices has a leading 0)
-    sequence lengths int32[S]  tokens per sequence
-    sequence offsets int64[S]  byte offset of each sequence in the .bin
-    document indices int64[D]  sequence index where each document starts, then S
-
-The ``.bin`` file is the sequences' tokens back to back in the declared dtype. Megatron has no
+The layout is Megatron-LM's ``megatron/core/datasets/indexed_dataset.py``, so Megatron and NeMo read our
+shards directly. The ``.idx`` file is :data:`HEADER` (magic, version, :class:`DType` code, sequence count
+S, document count D = S + 1), then int32[S] sequence lengths (tokens), int64[S] byte offsets of the
+sequences in the ``.bin`` and int64[D] document indices (0, 1, ..., S: one sequence per document), all
+little-endian. The ``.bin`` is the sequences' tokens back to back in the declared dtype. Megatron has no
 uint32 code, so a vocabulary above 65,535 ids is stored as int32 (ids stay far below 2**31).
 """
 
@@ -20,18 +12,46 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
-DTYPE_CODES: dict[str, int] = {
-    "uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float64": 6, "float32": 7, "uint16": 8,
-}
-CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+#: the ``.idx`` header, packed (34 bytes), little-endian
+HEADER = np.dtype(
+    [
+        ("magic", "V9"),  # MAGIC
+        ("version", "<u8"),  # VERSION
+        ("dtype", "u1"),  # the tokens' DType code
+        ("sequence_count", "<u8"),  # S: one sequence per document
+        ("document_count", "<u8"),  # D = S + 1: document_indices has a leading 0
+    ]
+)
+
+
+class DType(IntEnum):
+    """Megatron's token dtype codes (``DType`` of ``indexed_dataset.py``), named by the numpy dtype."""
+
+    uint8 = 1
+    int8 = 2
+    int16 = 3
+    int32 = 4
+    int64 = 5
+    float64 = 6
+    float32 = 7
+    uint16 = 8
+
+    @classmethod
+    def of(cls, dtype: str | np.dtype) -> DType:
+        return cls[np.dtype(dtype).name]
+
+    @property
+    def numpy(self) -> np.dtype:
+        return np.dtype(self.name)
+
 
 # Block size of the per-block .bin digests. A reader verifies only the blocks it touches, so a block
 # is the unit of read amplification (a small read hashes one whole block, once per process) and the
@@ -73,9 +93,10 @@ def index_bytes(lengths: np.ndarray, dtype: str) -> bytes:
     if lengths.shape[0] > 1:
         np.cumsum(lengths[:-1].astype(np.int64) * itemsize, out=offsets[1:])
     doc_indices = np.arange(lengths.shape[0] + 1, dtype=np.int64)
-    header = MAGIC + struct.pack("<Q", VERSION) + struct.pack("<B", DTYPE_CODES[dtype])
-    header += struct.pack("<Q", lengths.shape[0]) + struct.pack("<Q", doc_indices.shape[0])
-    return header + lengths.tobytes() + offsets.tobytes() + doc_indices.tobytes()
+    header = np.array(
+        [(MAGIC, VERSION, DType.of(dtype), lengths.shape[0], doc_indices.shape[0])], dtype=HEADER
+    )
+    return header.tobytes() + lengths.tobytes() + offsets.tobytes() + doc_indices.tobytes()
 
 
 def write_indexed_shard(prefix: Path, documents: list[np.ndarray], dtype: str) -> tuple[Path, Path]:
@@ -151,26 +172,27 @@ def read_index(idx_path: Path, mmap: bool = False) -> IndexedShardIndex:
         buf = np.memmap(idx_path, dtype=np.uint8, mode="r") if size else np.zeros(0, dtype=np.uint8)
     else:
         buf = np.frombuffer(Path(idx_path).read_bytes(), dtype=np.uint8)
-    if bytes(buf[:9]) != MAGIC:
+    if bytes(buf[: len(MAGIC)]) != MAGIC:
         raise ValueError(f"{idx_path}: not a Megatron indexed dataset index (bad magic)")
-    if buf.shape[0] < 34:
+    if buf.shape[0] < HEADER.itemsize:
         raise ValueError(f"{idx_path}: truncated index header ({buf.shape[0]} bytes)")
-    (version,) = struct.unpack_from("<Q", bytes(buf[9:17]))
+    header = np.frombuffer(buf, dtype=HEADER, count=1)[0]
+    version = int(header["version"])
     if version != VERSION:
         raise ValueError(f"{idx_path}: unsupported index version {version}")
-    code, n_seq, n_doc = struct.unpack_from("<BQQ", bytes(buf[17:34]))
-    if code not in CODE_DTYPES:
+    code, n_seq, n_doc = int(header["dtype"]), int(header["sequence_count"]), int(header["document_count"])
+    if code not in DType._value2member_map_:
         raise ValueError(f"{idx_path}: unknown token dtype code {code}")
-    need = 34 + 12 * n_seq + 8 * n_doc
+    need = HEADER.itemsize + 12 * n_seq + 8 * n_doc
     if buf.shape[0] < need:
         raise ValueError(f"{idx_path}: index holds {buf.shape[0]} bytes, its header needs {need}")
-    off = 34
+    off = HEADER.itemsize
     lengths = np.frombuffer(buf, dtype=np.int32, count=n_seq, offset=off)
     off += 4 * n_seq
     offsets = np.frombuffer(buf, dtype=np.int64, count=n_seq, offset=off)
     off += 8 * n_seq
     doc_indices = np.frombuffer(buf, dtype=np.int64, count=n_doc, offset=off)
-    return IndexedShardIndex(np.dtype(CODE_DTYPES[code]), lengths, offsets, doc_indices)
+    return IndexedShardIndex(DType(code).numpy, lengths, offsets, doc_indices)
 
 
 class IndexedShard:
@@ -185,7 +207,9 @@ class IndexedShard:
         else:
             self.tokens = np.memmap(bin_path, dtype=self.index.dtype, mode="r")
         if self.tokens.shape[0] != self.index.num_tokens:
-            raise ValueError(f"{prefix}: .bin holds {self.tokens.shape[0]} tokens, .idx says {self.index.num_tokens}")
+            raise ValueError(
+                f"{prefix}: .bin holds {self.tokens.shape[0]} tokens, .idx says {self.index.num_tokens}"
+            )
 
     def __len__(self) -> int:
         return self.index.num_docs

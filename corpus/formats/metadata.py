@@ -1,15 +1,11 @@
 """The per-document metadata table: one Parquet file per token shard, row i = document i of the shard.
 
-Why: a version (a selection of documents) must be made from stored values alone, in minutes, without
-reading text or tokens. Every value a selection can name is a column here: identity and position
-(doc_id, shard, index, tokens), origin (url, host, source, tier, crawl_date), licence (id and class),
-language, every score, near-duplicate cluster (id, size, dup_of, representative key), repository
-cluster of a code document (id, size in repositories, its repository's rank in the cluster), exact
-copies and contamination. DuckDB reads the files of a build as one table ``docs`` (``corpus query``).
-
-The table is derived from the lineage record write_shards stores for each document (the document
-without its text) and the token count of its entry in the ``.idx``; it is a pure function of those,
-so it is the same on any number of ranks.
+A version (a selection of documents) is made from stored values alone, in minutes, without reading text
+or tokens: every value a selection can name is a column here (identity and position, origin, licence,
+language, scores, near-duplicate and repository clusters, exact copies, contamination). DuckDB reads the
+files of a build as one table ``docs`` (``corpus query``). The table is a pure function of the lineage
+record write_shards stores for each document (the document without its text) and the token count of
+its ``.idx`` entry, so it is the same on any number of ranks. Columns: docs/versions.md.
 """
 
 from __future__ import annotations

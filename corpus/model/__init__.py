@@ -7,7 +7,19 @@ from corpus.model.manifest import ShardRef, SnapshotManifest, SnapshotShard, Sta
 from corpus.model.outcomes import Filtered, Kept, Outcome, Passed, Quarantined
 
 __all__ = [
-    "Annotation", "Document", "Filtered", "GroupCounts", "Kept", "Outcome", "Passed", "QuarantineRecord",
-    "Quarantined", "ShardRef", "SnapshotManifest", "SnapshotShard", "StageManifest", "YieldCounts",
+    "Annotation",
+    "Document",
+    "Filtered",
+    "GroupCounts",
+    "Kept",
+    "Outcome",
+    "Passed",
+    "QuarantineRecord",
+    "Quarantined",
+    "ShardRef",
+    "SnapshotManifest",
+    "SnapshotShard",
+    "StageManifest",
+    "YieldCounts",
     "annotated_line",
 ]

@@ -1,16 +1,11 @@
 """Build configuration: one TOML (or JSON) file, a table per stage, each validated against the stage's defaults.
 
-A stage's effective config (defaults overridden by its table) is what gets hashed into its manifest,
-so two builds with the same effective config share the stage's outputs even if their files differ
-in comments or key order.
-
-Top-level keys (anything else at the top is an error naming these and the stage tables):
-
-* ``seed``: the build's seed, handed to every stage whose config has one;
-* ``memory_budget_mb``: what one rank of any stage may hold in memory (default 256); a stage table may
-  override it. It is a runtime setting, like the rank count: outputs do not depend on it, so it is not
-  part of any config hash (a stage records it in its manifest's ``run_info``);
-* ``alarms``: the yield alarms (:mod:`corpus.report.alarms`).
+A stage's effective config (defaults overridden by its table) is what gets hashed into its manifest, so
+two builds with the same effective config share the stage's outputs even if their files differ in
+comments or key order. Top-level keys (anything else at the top is an error naming these and the stage
+tables): ``seed``, handed to every stage whose config has one; ``memory_budget_mb``, what one rank of
+any stage may hold (default 256, a stage table may override it; a runtime setting like the rank count,
+so in no config hash: docs/scale.md); ``alarms``, the yield alarms (:mod:`corpus.report.alarms`).
 """
 
 from __future__ import annotations
@@ -52,7 +47,9 @@ def check_build_config(cfg: dict[str, Any], stages: tuple[str, ...] | list[str])
 
 def _budget_value(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < MIN_MEMORY_BUDGET_MB:
-        raise ConfigError(f"{where}{MEMORY_BUDGET} must be an integer of at least {MIN_MEMORY_BUDGET_MB}, got {value!r}")
+        raise ConfigError(
+            f"{where}{MEMORY_BUDGET} must be an integer of at least {MIN_MEMORY_BUDGET_MB}, got {value!r}"
+        )
     return value
 
 
@@ -89,7 +86,9 @@ def stage_config(config_cls: type, table: dict[str, Any] | None, stage: str) -> 
     names = {f.name for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(table) - names)
     if unknown:
-        raise ConfigError(f"[{stage}] unknown config keys: {', '.join(unknown)} (known: {', '.join(sorted(names))})")
+        raise ConfigError(
+            f"[{stage}] unknown config keys: {', '.join(unknown)} (known: {', '.join(sorted(names))})"
+        )
     try:
         return config_cls(**table)
     except (TypeError, ValueError) as e:

@@ -81,7 +81,7 @@ class Document:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, annotations as dicts: what ``dataclasses.asdict`` gives, written out because
-        asdict's recursive deep copy was the largest CPU cost of writing a shard."""
+        asdict's recursive deep copy would be the largest CPU cost of writing a shard."""
         d = {name: getattr(self, name) for name in _DOCUMENT_FIELDS}
         d["scores"] = dict(self.scores)
         d["annotations"] = [a.to_dict() for a in self.annotations]
@@ -100,9 +100,9 @@ class Document:
         return cls(**d)
 
 
-
 _DOCUMENT_FIELDS = tuple(f.name for f in fields(Document))
 _DOCUMENT_FIELD_SET = frozenset(_DOCUMENT_FIELDS)
+
 
 @dataclass(frozen=True)
 class QuarantineRecord:
@@ -127,7 +127,6 @@ class QuarantineRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> QuarantineRecord:
         return cls(**d)
-
 
 
 #: the fields a document's line has before ``lang`` (canonical JSON sorts its keys): its *head*

@@ -157,7 +157,10 @@ class TokenShardListing:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TokenShardListing:
         return cls(
-            d["name"], d["bucket"], int(d["docs"]), int(d["tokens"]),
+            d["name"],
+            d["bucket"],
+            int(d["docs"]),
+            int(d["tokens"]),
             {suffix: FileRef.from_dict(ref) for suffix, ref in d["files"].items()},
         )
 
@@ -168,7 +171,10 @@ class WriteShardsFacts:
     doc_index: PartitionedIndex
 
     def to_extra(self) -> dict[str, Any]:
-        return {"token_shards": [s.to_dict() for s in self.token_shards], "doc_index": self.doc_index.to_dict()}
+        return {
+            "token_shards": [s.to_dict() for s in self.token_shards],
+            "doc_index": self.doc_index.to_dict(),
+        }
 
     @classmethod
     def of(cls, m: StageManifest) -> WriteShardsFacts:

@@ -1,29 +1,8 @@
 """The build directory layout: every directory and file name a build, a stage and a snapshot use.
 
 One module knows where things live, so a stage, the runner, snapshot assembly, the report and the CLI
-never spell a path of their own::
-
-    <build>/build-config.json              the effective config every stage ran with
-    <build>/stages/<stage>/                one directory per stage (see below)
-    <build>/candidates/manifest.json       every stored document: shards, metadata, indexes (corpus.snapshot)
-    <build>/candidates/base                a delta's link to its base's candidates (relative: ../../BASE/candidates)
-    <build>/snapshot/manifest.json         the default version: the build config's selection of the
-                                           candidates (corpus.version; what the loader reads by default)
-    <build>/dedup_index/{exact,band,recrawl}/ the build's persistent dedup indexes (corpus.formats.dedup_index):
-                                           its base's generations (forked) plus its own, committed last
-    <build>/dedup_index/base.json          the base build (``corpus build --base``) the indexes were forked from
-
-    <stage>/manifest.json                  StageManifest, written last: its presence means complete
-    <stage>/shards/NAME.jsonl.zst(.json)   documents that went on (+ sidecar: records, sha256)
-    <stage>/filtered/NAME.jsonl.zst(.json) {"reason", "doc"} for every document a policy dropped
-    <stage>/quarantine/NAME.jsonl.zst(.json) a QuarantineRecord for every input that could not be processed
-    <stage>/stats/NAME.json                the shard's YieldCounts and checkpoint key
-    <stage>/work/                          the stage's global-phase checkpoints and spill files
-    <stage>/.writer.lock                   who is writing the stage now (runtime.output_lock)
-    <stage>/megatron/, <stage>/lineage/    write_shards' token shards and their lineage
-    <stage>/metadata/NAME.parquet          write_shards' per-document metadata table of each token shard
-    <stage>/lineage/doc_index/dNNNNN.docidx write_shards' doc_id index, range-partitioned by doc_id prefix
-    <stage>/doc_gram_index/gNNNNN.dgr      decontaminate's per-document 8-gram index, partitioned by hash prefix
+never spell a path of their own. The tree, directory by directory: docs/architecture.md (*The build
+directory*).
 """
 
 from __future__ import annotations

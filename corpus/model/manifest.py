@@ -105,7 +105,7 @@ class SnapshotShard:
     tokens: int
     files: dict[str, str] = field(default_factory=dict)  # role -> relative path of companion files
     # sha256 of each ``block_size``-byte block of the .bin, so a reader verifies only what it reads.
-    # Empty (block_size 0) in snapshots written before block digests: readers check the whole file.
+    # Empty (block_size 0) in a snapshot without block digests: readers check the whole file.
     block_size: int = 0
     block_sha256: tuple[str, ...] = ()
 
@@ -115,7 +115,7 @@ class SnapshotShard:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if not self.block_size and not self.block_sha256:
-            # a shard without block digests serializes as before, so older snapshots keep their id
+            # a shard without block digests serializes without those keys, so such snapshots keep their id
             del d["block_size"], d["block_sha256"]
         else:
             d["block_sha256"] = list(self.block_sha256)

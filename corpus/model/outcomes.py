@@ -37,5 +37,4 @@ class Passed:
     text_bytes: int
 
 
-
 Outcome = Kept | Passed | Filtered | Quarantined

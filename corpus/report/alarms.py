@@ -1,28 +1,12 @@
 """Yield alarms: did a stage keep a very different share of its input than it usually does?
 
-Every build of the same set of sources is recorded in a small local history file next to the builds
-(``<builds-root>/yield-history.jsonl``, one JSON line per build). A new build's metrics are compared
-with the trailing median of the previous builds of the same sources, and a deviation beyond the
-configured band (in percentage points) is an alarm. Two kinds of metric are recorded:
-
-* ``<stage>``: the stage's document retention, 100 * out / in (``policy``: the share of the stored
-  documents the reported version's quality policy accepts);
-* ``<stage>/<reason>``: the share of the stage's input dropped for one filter reason; a band key may
-  be a glob over reasons (``policy/*lang*``), whose matching reasons are summed;
-* ``ingest_records``: the share of the records ingest read that were documents, and
-  ``ingest_records/<reason>`` the share it skipped for a reason (``response_status_403``, ``revisit``,
-  ``response_non_html``): a crawl that turns into error pages moves these, not only the yield.
-
-An incremental build (``corpus build --base``) is judged on its delta: the stages ran on the new
-documents only, and the policy is judged over the documents the build stored itself, never over the base's
-shards its candidates list first (that would count the base again in every build made on it). It is
-compared with earlier incremental builds of the same sources only: a delta's exact_dedup (and ingest, for
-recrawls) drops its copies of the base, which a full build's stages never see, so one median over both
-kinds would alarm at every switch between them.
-
-Bands come from the build config's ``[alarms]`` table (``[alarms.bands]`` entries override the
-defaults one by one). The Airflow DAG's final task calls :func:`enforce`, which fails the task or only
-warns depending on ``[alarms] on_alarm``; ``corpus report`` shows the alarms at the top of the card.
+Every build of the same set of sources is one JSON line of a history file beside the builds
+(``yield-history.jsonl``), recorded once and appended under a lock. A new build's metrics (a stage's
+retention, the drop share of each reason, ingest's record shares) are compared with the trailing
+median of the previous builds of the same sources and of the same kind (full or incremental: a delta
+is judged on what it stored itself); a deviation beyond the band, in percentage points, is an alarm.
+Bands come from the build config's ``[alarms]``; :func:`enforce` fails or warns per ``on_alarm``.
+See docs/report.md ("Yield alarms").
 """
 
 from __future__ import annotations
@@ -44,7 +28,8 @@ from corpus.model.layout import base_build_of
 from corpus.report.build_view import BuildView, open_build
 from corpus.report.skipped import skipped_records
 from corpus.select.selection import parse_policy
-from corpus.version import ShardRef, Version, columns, connect, policy_verdicts
+from corpus.version.open import StoredShard, Version
+from corpus.version.query import columns, connect, policy_verdicts
 
 log = logging.getLogger("corpus.report.alarms")
 
@@ -73,7 +58,7 @@ DEFAULT_BANDS: dict[str, float] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AlarmConfig:
     """The build config's ``[alarms]`` table."""
 
@@ -153,7 +138,7 @@ def base_label(view: BuildView) -> str | None:
     return found[1] if found else None
 
 
-def own_shards(view: BuildView) -> tuple[ShardRef, ...]:
+def own_shards(view: BuildView) -> tuple[StoredShard, ...]:
     """The version's live shards the build stored itself: an incremental build's candidates list the
     base's shards first (``extra.base.shards`` of them), by reference."""
     assert view.version is not None and view.snapshot is not None

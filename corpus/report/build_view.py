@@ -1,20 +1,11 @@
 """What a report or a diff reads: a build directory, or a snapshot and the build beside it.
 
-``corpus report`` and ``corpus diff`` accept any of:
-
-* a build directory (what ``corpus build --out`` wrote: ``stages/<name>/manifest.json``,
-  ``build-config.json``, ``candidates/`` and ``snapshot/``, its default version);
-* a snapshot or version directory (``<build>/snapshot``) or its ``manifest.json``: the build it came
-  from is the directory holding ``stages/`` above it. A version is reported as its selection of the
-  candidates it points at (``version``: its manifest; ``snapshot``: the candidates');
-* a snapshot id (``sha256:<hex>`` or a unique hex prefix of 8+ characters), looked up under
-  ``$CORPUS_SNAPSHOTS`` as :func:`corpus.snapshot.resolve_snapshot` does.
-
-A snapshot copied away from its build still reports its own facts (shards, tokens, stage versions);
-the sections that need the stages say they are absent.
-
-Stages are read in pipeline order (``PIPELINE``), then any other completed stage directory by
-name, so a build made by a newer or older pipeline than this checkout's still reports every stage.
+``corpus report`` and ``corpus diff`` accept a build directory, a snapshot or version directory (or its
+``manifest.json``: the build is the directory holding ``stages/`` above it), or a snapshot id looked
+up under ``$CORPUS_SNAPSHOTS``. A snapshot copied away from its build still reports its own facts; the
+sections that need the stages say they are absent. Stages are read in pipeline order, then any other
+completed stage directory by name, so a build of another pipeline still reports every stage. See
+docs/report.md ("What DIR, A and B may be").
 """
 
 from __future__ import annotations
@@ -30,7 +21,8 @@ from corpus.model import SnapshotManifest, StageManifest
 from corpus.model.errors import UserError
 from corpus.model.layout import BUILD_CONFIG, MANIFEST, SNAPSHOT_DIR, STAGES_DIR
 from corpus.model.stages import PIPELINE
-from corpus.version import Version, is_version, open_version
+from corpus.snapshot.lookup import resolve_snapshot
+from corpus.version.open import Version, is_version, open_version
 
 
 @dataclass
@@ -117,9 +109,7 @@ def open_build(path: Path) -> BuildView:
     path = Path(path)
     if not path.exists():
         if _looks_like_id(str(path)):
-            from corpus.snapshot import resolve_snapshot  # needs $CORPUS_SNAPSHOTS, says so if unset
-
-            path = resolve_snapshot(str(path))
+            path = resolve_snapshot(str(path))  # needs $CORPUS_SNAPSHOTS, says so if unset
         else:
             raise UserError(f"not found: {path}")
     if path.is_file():

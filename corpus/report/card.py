@@ -11,14 +11,15 @@ from corpus.formats.docshard import atomic_write_bytes
 from corpus.report.build_view import BuildView
 from corpus.report.gather import gather
 from corpus.report.html import render_html
+from corpus.report.training_log import training_log_section
 
 
-def write_card(view: BuildView, out: Path, history: Path | None, training_logs: list[Path] | None = None) -> dict[str, Any]:
+def write_card(
+    view: BuildView, out: Path, history: Path | None, training_logs: list[Path] | None = None
+) -> dict[str, Any]:
     """Gather the card of ``view``, write ``out`` (HTML) and ``out`` with ``.json`` beside it; the card."""
     card = gather(view, history)
     if training_logs:
-        from corpus.report.training_log import training_log_section
-
         card["training_log"] = training_log_section(training_logs)
     atomic_write_bytes(out.with_suffix(".json"), (json.dumps(card, indent=1, sort_keys=True) + "\n").encode())
     atomic_write_bytes(out, render_html(card).encode())

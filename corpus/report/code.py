@@ -18,7 +18,8 @@ from typing import Any
 
 from corpus.report.build_view import BuildView
 from corpus.report.repo_clusters import repository_clusters
-from corpus.version import connect
+from corpus.report.widgets import html_table, note, number
+from corpus.version.query import connect
 
 BUCKET = "code"
 
@@ -85,37 +86,35 @@ def licence_class_counts(con: Any) -> list[dict[str, Any]]:
 
 def code_html(card: dict[str, Any]) -> str:
     """The card's "Code" section."""
-    from corpus.report.html import _n, _note, _table
-
     out = ["<h2>Code</h2>"]
     c = card.get("code")
     if not c:
-        return out[0] + _note(card["absent"].get("code", "no repository was read"))
+        return out[0] + note(card["absent"].get("code", "no repository was read"))
     out.append(
-        f"<p>{_n(c['repositories'])} repositories read ({_n(c['quarantined_repositories'])} quarantined); "
-        f"{_n(c['kept']['files'])} files kept ({_n(c['kept']['bytes'])} bytes).</p>"
+        f"<p>{number(c['repositories'])} repositories read ({number(c['quarantined_repositories'])} quarantined); "
+        f"{number(c['kept']['files'])} files kept ({number(c['kept']['bytes'])} bytes).</p>"
     )
     b = c.get("bucket")
     if b:
         out.append(
-            f"<p>Bucket <b>{escape(b['name'])}</b>: {_n(b['selected_docs'])} of {_n(b['stored_docs'])} "
-            f"documents and {_n(b['selected_tokens'])} of {_n(b['stored_tokens'])} tokens selected.</p>"
+            f"<p>Bucket <b>{escape(b['name'])}</b>: {number(b['selected_docs'])} of {number(b['stored_docs'])} "
+            f"documents and {number(b['selected_tokens'])} of {number(b['stored_tokens'])} tokens selected.</p>"
         )
     if c["by_class"]:
         rows = [
             [
                 escape(r["class"]),
                 escape(r["expression"] or "–"),
-                _n(r["selected_docs"]),
-                _n(r["stored_docs"]),
-                _n(r["selected_tokens"]),
-                _n(r["stored_tokens"]),
+                number(r["selected_docs"]),
+                number(r["stored_docs"]),
+                number(r["selected_tokens"]),
+                number(r["stored_tokens"]),
             ]
             for r in c["by_class"]
         ]
         out.append("<h3>Documents by licence</h3>")
         out.append(
-            _table(["class", "expression", "selected docs", "docs", "selected tokens", "tokens"], rows, 2)
+            html_table(["class", "expression", "selected docs", "docs", "selected tokens", "tokens"], rows, 2)
         )
     if c["licences"]:
         rows = [
@@ -124,27 +123,27 @@ def code_html(card: dict[str, Any]) -> str:
                 escape(r["expression"]),
                 escape(r["class"]),
                 escape(r["decided_by"]),
-                _n(r["conflicts"]),
+                number(r["conflicts"]),
             ]
             for r in c["licences"]
         ]
-        classes = ", ".join(f"{escape(k)} {_n(n)}" for k, n in c["licence_classes"].items())
+        classes = ", ".join(f"{escape(k)} {number(n)}" for k, n in c["licence_classes"].items())
         out.append(f"<h3>Repositories by licence</h3><p>{classes}.</p>")
-        out.append(_table(["repository", "expression", "class", "decided by", "conflicts"], rows, 4))
+        out.append(html_table(["repository", "expression", "class", "decided by", "conflicts"], rows, 4))
     rejected = sorted(c["rejected"].items(), key=lambda kv: (-kv[1]["bytes"], kv[0]))
     if rejected:
-        rows = [[escape(r), _n(v["files"]), _n(v["bytes"])] for r, v in rejected]
+        rows = [[escape(r), number(v["files"]), number(v["bytes"])] for r, v in rejected]
         out.append("<h3>Files rejected, by reason</h3>")
-        out.append(_table(["reason", "files", "bytes"], rows))
+        out.append(html_table(["reason", "files", "bytes"], rows))
     rc = c.get("repo_clusters")
     if rc:
         rows = [
             [
                 escape(m["cluster"]),
                 escape(m["repository"]),
-                _n(m["rank"]),
-                _n(m["documents"]),
-                _n(m["tokens"]),
+                number(m["rank"]),
+                number(m["documents"]),
+                number(m["tokens"]),
                 "–" if m["similarity"] is None else f"{m['similarity']:.3f}",
                 "–" if m["file_share"] is None else f"{m['file_share']:.3f}",
                 "–" if m["kept"] is None else ("yes" if m["kept"] else "no"),
@@ -152,13 +151,15 @@ def code_html(card: dict[str, Any]) -> str:
             for m in rc["members"]
         ]
         out.append(
-            f"<h3>Repository clusters</h3><p>{_n(rc['clusters'])} clusters of {_n(rc['repositories'])} "
+            f"<h3>Repository clusters</h3><p>{number(rc['clusters'])} clusters of {number(rc['repositories'])} "
             "repositories (releases and forks at line Jaccard ≥ the threshold; rank 0 is the stage's "
             "representative; similarity to it by line sets, and the share of files they share exactly).</p>"
         )
         out.append(
-            _table(
-                ["cluster", "repository", "rank", "docs", "tokens", "similarity", "file share", "kept"], rows, 2
+            html_table(
+                ["cluster", "repository", "rank", "docs", "tokens", "similarity", "file share", "kept"],
+                rows,
+                2,
             )
         )
     return "".join(out)

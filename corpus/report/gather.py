@@ -1,27 +1,11 @@
 """The data card's numbers: everything ``corpus report`` shows, as one JSON-able dict.
 
-Where the numbers come from:
-
-* the funnel (per stage, per source, per language; docs and bytes) and the filter / quarantine reason
-  counts: the stage manifests (``shard_counts``), never the shards; the records ingest read that were
-  not documents, by reason: its manifest (``extra.skipped_records``);
-* tokens per mixture bucket: the snapshot manifest's shards; tokens per language or source: any
-  ``tokens_by_<axis>`` table a stage or the snapshot records in its ``extra``;
-* the distributions (document length, language confidence, every score), the dedup clusters and the
-  quarantine samples: one streaming pass over the shards of the stages that hold them (see
-  :mod:`corpus.report.scan`). Distributions are taken twice: over the annotated documents (before any
-  policy) and over the documents that reached the last document stage (what was kept);
-* the contamination table: the decontaminate stage's manifest ``extra`` and its JSON artifacts;
-* code: repositories by licence class and files rejected by reason (the ingest manifest's
-  ``extra.code_files``), the code bucket and its documents by licence, stored and selected (the
-  version's shards and metadata table): :mod:`corpus.report.code`;
-* the eval holdout: pages held out and stored (the ingest and extract manifests) and the candidates
-  that copy one, exact or near, with how many the version selects (the metadata table).
-* an incremental build (``corpus build --base``): the delta's exact and near copies of base documents per
-  source and the dedup indexes' size (:mod:`corpus.report.incremental`); None for a full build.
-
-A section whose data the build does not have (a stage that did not run, a field no stage fills yet)
-is listed under ``absent`` with the reason, and the card says so instead of failing.
+Counts come from the stage manifests, never the shards; distributions, dedup clusters and quarantine
+samples from one streaming pass over the stages that hold them (:mod:`corpus.report.scan`); a
+version's numbers from its metadata table. The sections with their own module (code, incremental,
+quality model, holdout, ...) are gathered by it. A section whose data the build does not have is
+listed under ``absent`` with the reason, and the card says so instead of failing. Where each number
+comes from: docs/report.md ("Where each number comes from").
 """
 
 from __future__ import annotations
@@ -52,7 +36,7 @@ from corpus.report.scan import (
 )
 from corpus.report.sketch import Sketch
 from corpus.report.skipped import skipped_records
-from corpus.version import connect
+from corpus.version.query import connect
 
 FORMAT = "corpus-report/1"
 _ARTIFACT_JSON_LIMIT = 2 << 20
@@ -349,7 +333,9 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
         absent["dedup"] = "no dedup stage in this build"
     line_dedup = view.stage("line_dedup")
     card["removed_lines"] = (
-        most_removed_lines(view.stage_dir("line_dedup")) if line_dedup and view.build_dir is not None else None
+        most_removed_lines(view.stage_dir("line_dedup"))
+        if line_dedup and view.build_dir is not None
+        else None
     )
     if card["removed_lines"] is None:
         absent["removed_lines"] = "no line_dedup stage kept its removed lines"

@@ -21,7 +21,7 @@ SAMPLE = 5
 
 
 def holdout_copies(con: duckdb.DuckDBPyConnection, sample: int = SAMPLE) -> dict[str, Any]:
-    """Over the table ``docs`` of ``con`` (corpus.version.connect): candidates tagged as exact copies
+    """Over the table ``docs`` of ``con`` (corpus.version.query.connect): candidates tagged as exact copies
     of a held-out page, as near copies only, how many of them are selected (None without a
     ``selected`` column), and ``sample`` of them."""
     columns = {r[0] for r in con.execute("DESCRIBE docs").fetchall()}

@@ -16,6 +16,7 @@ from corpus.report.code import code_html
 from corpus.report.incremental import incremental_html
 from corpus.report.quality_model import quality_html
 from corpus.report.training_log import training_log_html
+from corpus.report.widgets import html_table, img, mono, note, number, percent
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#212529;
@@ -43,45 +44,6 @@ pre{background:#f8f9fa;padding:8px;overflow:auto;font-size:12px;max-height:360px
 """
 
 
-def _n(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return escape(str(v))
-
-
-def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{v:.1f}%"
-
-
-def _table(head: list[str], rows: list[list[Any]], left: int = 1) -> str:
-    th = "".join(f'<th class="{"l" if i < left else ""}">{escape(h)}</th>' for i, h in enumerate(head))
-    body = "".join(
-        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r)) + "</tr>"
-        for r in rows
-    )
-    return f"<table><tr>{th}</tr>{body}</table>"
-
-
-def _mono(text: str, limit: int = 0) -> str:
-    """Monospace; with ``limit``, shortened with the whole value in the tooltip."""
-    short = text if not limit or len(text) <= limit else text[:limit] + "…"
-    return f'<span class="mono" title="{escape(text)}">{escape(short)}</span>'
-
-
-def _img(uri: str, alt: str) -> str:
-    return f'<img src="{uri}" alt="{escape(alt)}">'
-
-
-def _note(text: str) -> str:
-    return f'<p class="note">{escape(text)}</p>'
-
-
 def _alarms(card: dict[str, Any]) -> str:
     return _stage_alarms(card) + _yield_alarms(card) + _absent(card)
 
@@ -106,7 +68,7 @@ def _stage_alarms(card: dict[str, Any]) -> str:
 def _yield_alarms(card: dict[str, Any]) -> str:
     a = card.get("alarms")
     if a is None:
-        return _note("Yield alarms: no stage manifests, nothing to compare.")
+        return note("Yield alarms: no stage manifests, nothing to compare.")
     if a["alarms"]:
         items = "".join(f"<li>{escape(x['message'])}</li>" for x in a["alarms"])
         return (
@@ -114,7 +76,7 @@ def _yield_alarms(card: dict[str, Any]) -> str:
             f'<span class="mono">history: {escape(a["history"])}</span></section>'
         )
     if not a["compared_with"]:
-        return _note(
+        return note(
             f"Yield alarms: no earlier build of these sources in {a['history']}; nothing to compare yet."
         )
     return (
@@ -131,18 +93,18 @@ def _header(card: dict[str, Any]) -> str:
     if total:
         first, last = total[0], total[-1]
         tiles += [
-            ("documents in", _n(first["in"])),
-            ("documents stored", _n(last["out"])),
-            ("overall retention", _pct(100 * last["out"] / first["in"] if first["in"] else None)),
-            ("bytes out", _n(last["bytes_out"])),
+            ("documents in", number(first["in"])),
+            ("documents stored", number(last["out"])),
+            ("overall retention", percent(100 * last["out"] / first["in"] if first["in"] else None)),
+            ("bytes out", number(last["bytes_out"])),
         ]
     version = b.get("version")
     if version:
-        tiles.append(("documents selected (version)", _n(version["selected_docs"])))
+        tiles.append(("documents selected (version)", number(version["selected_docs"])))
     if card.get("tokens"):
-        tiles.append(("tokens", _n(card["tokens"]["total"])))
+        tiles.append(("tokens", number(card["tokens"]["total"])))
     if b["shards"] is not None:
-        tiles.append(("snapshot shards", _n(b["shards"])))
+        tiles.append(("snapshot shards", number(b["shards"])))
     tile_html = "".join(f'<div class="tile"><b>{v}</b><span>{escape(k)}</span></div>' for k, v in tiles)
     tombstones = "".join(
         f"<div>tombstone <code>{escape(t['name'])}</code>: {escape(t['reason'])} ({escape(t['date'] or 'undated')})</div>"
@@ -150,7 +112,7 @@ def _header(card: dict[str, Any]) -> str:
     )
     return (
         f'<h1>Data card</h1><div class="id mono">snapshot_id {escape(sid)}</div>'
-        f"<div>build <code>{escape(str(b['build_dir'] or b['path']))}</code> · seed {_n(b['seed'])} · "
+        f"<div>build <code>{escape(str(b['build_dir'] or b['path']))}</code> · seed {number(b['seed'])} · "
         f"sources {escape(', '.join(b['sources']) or '–')} · stages {escape(' → '.join(b['stages']) or '–')}</div>"
         f"{tombstones}"
         f'<div class="tiles">{tile_html}</div>'
@@ -160,26 +122,26 @@ def _header(card: dict[str, Any]) -> str:
 def _funnel(card: dict[str, Any]) -> str:
     f = card["funnel"]
     if not f["total"]:
-        return "<h2>Yield funnel</h2>" + _note(card["absent"].get("stages", "no stage manifests"))
+        return "<h2>Yield funnel</h2>" + note(card["absent"].get("stages", "no stage manifests"))
     rows = [
         [
             escape(r["stage"]),
-            _n(r["in"]),
-            _n(r["out"]),
-            _pct(r["retention"]),
-            _n(r["filtered"]),
-            _n(r["quarantined"]),
-            _n(r["bytes_in"]),
-            _n(r["bytes_out"]),
-            _pct(r["bytes_retention"]),
+            number(r["in"]),
+            number(r["out"]),
+            percent(r["retention"]),
+            number(r["filtered"]),
+            number(r["quarantined"]),
+            number(r["bytes_in"]),
+            number(r["bytes_out"]),
+            percent(r["bytes_retention"]),
         ]
         for r in f["total"]
     ]
     stages = [r["stage"] for r in f["total"]]
     out = [
         "<h2>Yield funnel</h2>",
-        _img(plots.funnel_plot(f["total"]), "yield funnel"),
-        _table(
+        img(plots.funnel_plot(f["total"]), "yield funnel"),
+        html_table(
             [
                 "stage",
                 "docs in",
@@ -198,7 +160,7 @@ def _funnel(card: dict[str, Any]) -> str:
         table = f[axis]
         out.append(f"<h3>Retention per {title}</h3>")
         out.append(
-            _img(
+            img(
                 plots.retention_by_group_plot(table, stages, f"Retention per {title} and stage"),
                 f"retention per {title}",
             )
@@ -210,30 +172,30 @@ def _funnel(card: dict[str, Any]) -> str:
             last = by_stage.get(stages[-1])
             body.append(
                 [escape(group)]
-                + [_pct(by_stage[s]["retention"]) if s in by_stage else "–" for s in stages]
-                + [_n(last["out"] if last else 0), _n(last["bytes_out"] if last else 0)]
+                + [percent(by_stage[s]["retention"]) if s in by_stage else "–" for s in stages]
+                + [number(last["out"] if last else 0), number(last["bytes_out"] if last else 0)]
             )
-        out.append(_table(head, body))
+        out.append(html_table(head, body))
     return "".join(out)
 
 
 def _tokens(card: dict[str, Any]) -> str:
     t = card.get("tokens")
     if not t:
-        return "<h2>Tokens</h2>" + _note(card["absent"].get("tokens", "no token counts"))
+        return "<h2>Tokens</h2>" + note(card["absent"].get("tokens", "no token counts"))
     out = ["<h2>Tokens</h2>"]
     for axis, table in t["by"].items():
         values = {k: (v["tokens"] if isinstance(v, dict) else v) for k, v in table.items()}
-        out.append(_img(plots.bars_plot(values, f"Tokens per {axis}", "tokens"), f"tokens per {axis}"))
+        out.append(img(plots.bars_plot(values, f"Tokens per {axis}", "tokens"), f"tokens per {axis}"))
         total = sum(values.values()) or 1
         rows = []
         for k, v in table.items():
-            extra = [_n(v.get("docs")), _n(v.get("shards"))] if isinstance(v, dict) else []
-            rows.append([escape(k), _n(values[k]), _pct(100 * values[k] / total)] + extra)
+            extra = [number(v.get("docs")), number(v.get("shards"))] if isinstance(v, dict) else []
+            rows.append([escape(k), number(values[k]), percent(100 * values[k] / total)] + extra)
         head = [axis, "tokens", "share"] + (
             ["docs", "shards"] if any(isinstance(v, dict) for v in table.values()) else []
         )
-        out.append(_table(head, rows))
+        out.append(html_table(head, rows))
     return "".join(out)
 
 
@@ -244,25 +206,27 @@ def _summary_table(pops: dict[str, dict[str, Any]], pick) -> str:
         if s:
             rows.append(
                 [escape(f"{name} ({p['stage']})")]
-                + [_n(s.get(k)) for k in ("count", "min", "p05", "p50", "p95", "max", "mean")]
+                + [number(s.get(k)) for k in ("count", "min", "p05", "p50", "p95", "max", "mean")]
             )
-    return _table(["population", "docs", "min", "p5", "median", "p95", "max", "mean"], rows) if rows else ""
+    return (
+        html_table(["population", "docs", "min", "p5", "median", "p95", "max", "mean"], rows) if rows else ""
+    )
 
 
 def _distributions(card: dict[str, Any]) -> str:
     pops = card["distributions"]
     out = ["<h2>Distributions</h2>"]
     if not pops:
-        return out[0] + _note(card["absent"].get("distributions", "no documents"))
+        return out[0] + note(card["absent"].get("distributions", "no documents"))
     labels = {k: f"{k} ({p['stage']}, {p['docs']:,} docs)" for k, p in pops.items()}
     out.append(
-        _note(
+        note(
             "Full distributions over the annotated documents (before any policy) and over the "
             "documents that reached the last document stage (kept)."
         )
     )
     out.append(
-        _img(
+        img(
             plots.grouped_bars_plot(
                 {labels[k]: p["languages"] for k, p in pops.items()}, "Documents per language", "documents"
             ),
@@ -270,7 +234,7 @@ def _distributions(card: dict[str, Any]) -> str:
         )
     )
     out.append(
-        _img(
+        img(
             plots.histogram_plot(
                 {labels[k]: p["length_chars"]["histogram"] for k, p in pops.items()},
                 "Document length",
@@ -282,7 +246,7 @@ def _distributions(card: dict[str, Any]) -> str:
     out.append(_summary_table(pops, lambda p: p["length_chars"]))
     if any(p["lang_confidence"] for p in pops.values()):
         out.append(
-            _img(
+            img(
                 plots.histogram_plot(
                     {
                         labels[k]: p["lang_confidence"]["histogram"]
@@ -297,13 +261,13 @@ def _distributions(card: dict[str, Any]) -> str:
         )
         out.append(_summary_table(pops, lambda p: p["lang_confidence"]))
     else:
-        out.append(_note(card["absent"].get("lang_confidence", "no language confidence")))
+        out.append(note(card["absent"].get("lang_confidence", "no language confidence")))
     names = sorted({k for p in pops.values() for k in p["scores"]}, key=lambda k: (k != "quality", k))
     if not names:
-        out.append(_note(card["absent"].get("scores", "no scores")))
+        out.append(note(card["absent"].get("scores", "no scores")))
     if "quality" in names:
         out.append(
-            _img(
+            img(
                 plots.histogram_plot(
                     {
                         labels[k]: p["scores"]["quality"]["histogram"]
@@ -322,7 +286,7 @@ def _distributions(card: dict[str, Any]) -> str:
         out.append('<h3>Heuristic scores</h3><div class="grid">')
         for n in others:
             hists = {k: p["scores"][n]["histogram"] for k, p in pops.items() if n in p["scores"]}
-            out.append(_img(plots.histogram_plot(hists, n, n, small=True), n))
+            out.append(img(plots.histogram_plot(hists, n, n, small=True), n))
         out.append("</div>")
     return "".join(out)
 
@@ -330,30 +294,32 @@ def _distributions(card: dict[str, Any]) -> str:
 def _dedup(card: dict[str, Any]) -> str:
     out = ["<h2>Deduplication</h2>"]
     if not card["dedup"]:
-        return out[0] + _note(card["absent"].get("dedup", "no dedup stage"))
+        return out[0] + note(card["absent"].get("dedup", "no dedup stage"))
     for stage, d in card["dedup"].items():
         out.append(
-            f"<h3>{escape(stage)}: {_n(d['removed'])} removed, {_n(d['clusters'])} clusters of 2 or more</h3>"
+            f"<h3>{escape(stage)}: {number(d['removed'])} removed, {number(d['clusters'])} clusters of 2 or more</h3>"
         )
         if d["clusters"]:
             out.append(
-                _img(
+                img(
                     plots.cluster_sizes_plot(d["cluster_sizes"], f"{stage}: cluster sizes"),
                     f"{stage} clusters",
                 )
             )
             rows = [
                 [
-                    _n(c["size"]),
-                    _mono(c["keeper"]),
-                    _mono(c["copy_doc_id"]),
+                    number(c["size"]),
+                    mono(c["keeper"]),
+                    mono(c["copy_doc_id"]),
                     escape(c["source"]),
-                    _mono(c["url"]),
+                    mono(c["url"]),
                 ]
                 for c in d["largest"]
             ]
             out.append("<p>Largest clusters (a huge cluster is a bug signal):</p>")
-            out.append(_table(["size", "kept doc_id", "a dropped copy", "source", "its url"], rows, left=5))
+            out.append(
+                html_table(["size", "kept doc_id", "a dropped copy", "source", "its url"], rows, left=5)
+            )
         for key, value in d["recorded"].items():
             out.append(
                 f'<p class="mono">{escape(stage)} records {escape(key)}: '
@@ -366,14 +332,14 @@ def _removed_lines(card: dict[str, Any]) -> str:
     r = card.get("removed_lines")
     out = ["<h3>Lines removed by line_dedup</h3>"]
     if r is None:
-        return out[0] + _note(card["absent"].get("removed_lines", "no line_dedup stage"))
+        return out[0] + note(card["absent"].get("removed_lines", "no line_dedup stage"))
     out.append(
-        f"<p>{_n(r['distinct_lines'])} distinct lines removed, {_n(r['removals'])} times in all "
+        f"<p>{number(r['distinct_lines'])} distinct lines removed, {number(r['removals'])} times in all "
         "(a document counted once per line). The most removed (a line of code or prose here is a bug signal):</p>"
     )
     if r["top"]:
-        rows = [[escape(t["line"]), _mono(t["key"]), _n(t["docs"])] for t in r["top"]]
-        out.append(_table(["line", "key", "documents"], rows, left=2))
+        rows = [[escape(t["line"]), mono(t["key"]), number(t["docs"])] for t in r["top"]]
+        out.append(html_table(["line", "key", "documents"], rows, left=2))
     return "".join(out)
 
 
@@ -381,20 +347,27 @@ def _representatives(card: dict[str, Any]) -> str:
     r = card.get("representatives")
     out = ["<h3>Representatives</h3>"]
     if r is None:
-        return out[0] + _note(card["absent"].get("representatives", "no clusters"))
+        return out[0] + note(card["absent"].get("representatives", "no clusters"))
     out.append(
-        f"<p>{_n(r['longer'])} of {_n(r['clusters'])} clusters ({r['share']:.1%}) keep a representative more "
+        f"<p>{number(r['longer'])} of {number(r['clusters'])} clusters ({r['share']:.1%}) keep a representative more "
         f"than {r['longer_than']}× the cluster's median length in tokens (boilerplate or a footer the other "
         "copies lack is the usual cause).</p>"
     )
     if r["sample"]:
         rows = [
-            [_mono(c["cluster_id"]), _n(c["size"]), _n(round(c["median_tokens"])), _n(c["representative_tokens"]),
-             _mono(c["url"])]
+            [
+                mono(c["cluster_id"]),
+                number(c["size"]),
+                number(round(c["median_tokens"])),
+                number(c["representative_tokens"]),
+                mono(c["url"]),
+            ]
             for c in r["sample"]
         ]
         out.append("<p>A sample to read (chosen by a hash of the cluster id):</p>")
-        out.append(_table(["cluster", "size", "median tokens", "representative tokens", "its url"], rows, left=5))
+        out.append(
+            html_table(["cluster", "size", "median tokens", "representative tokens", "its url"], rows, left=5)
+        )
     return "".join(out)
 
 
@@ -402,24 +375,27 @@ def _holdout(card: dict[str, Any]) -> str:
     out = ["<h2>Eval holdout</h2>"]
     h = card.get("holdout")
     if not h:
-        return out[0] + _note(card["absent"].get("holdout", "no holdout"))
-    stored = "" if h["stored"] is None else f", {_n(h['stored'])} stored extracted and PII-scrubbed"
-    dropped = ", ".join(f"{escape(r)} {_n(n)}" for r, n in sorted(h["dropped"].items()))
+        return out[0] + note(card["absent"].get("holdout", "no holdout"))
+    stored = "" if h["stored"] is None else f", {number(h['stored'])} stored extracted and PII-scrubbed"
+    dropped = ", ".join(f"{escape(r)} {number(n)}" for r, n in sorted(h["dropped"].items()))
     out.append(
-        f"<p>{_n(h['held_out'])} pages held out (by normalized URL, carving version "
+        f"<p>{number(h['held_out'])} pages held out (by normalized URL, carving version "
         f"{escape(str(h['carving_version']))}){stored}{' (no text: ' + dropped + ')' if dropped else ''}.</p>"
     )
     c = h.get("copies")
     if c is None:
-        return "".join(out) + _note("no metadata table: copies of held-out pages are not counted")
-    sel = "" if c["selected"] is None else f"; {_n(c['selected'])} of them selected by this version"
+        return "".join(out) + note("no metadata table: copies of held-out pages are not counted")
+    sel = "" if c["selected"] is None else f"; {number(c['selected'])} of them selected by this version"
     out.append(
-        f"<p>Candidates copying a held-out page at another URL: {_n(c['exact'])} exact, {_n(c['near'])} "
+        f"<p>Candidates copying a held-out page at another URL: {number(c['exact'])} exact, {number(c['near'])} "
         f"near{sel} (the default selection excludes them all).</p>"
     )
     if c["sample"]:
-        rows = [[_mono(x["doc_id"]), escape(x["copy"]), _n(x["similarity"]), _mono(x["url"])] for x in c["sample"]]
-        out.append(_table(["doc_id", "copy", "similarity", "its url"], rows, left=4))
+        rows = [
+            [mono(x["doc_id"]), escape(x["copy"]), number(x["similarity"]), mono(x["url"])]
+            for x in c["sample"]
+        ]
+        out.append(html_table(["doc_id", "copy", "similarity", "its url"], rows, left=4))
     return "".join(out)
 
 
@@ -427,13 +403,13 @@ def _contamination(card: dict[str, Any]) -> str:
     out = ["<h2>Contamination</h2>"]
     c = card.get("contamination")
     if not c:
-        return out[0] + _note(card["absent"].get("contamination", "no decontaminate stage"))
+        return out[0] + note(card["absent"].get("contamination", "no decontaminate stage"))
     r = c["report"]
-    head = [f"{_n(r.get('docs_scanned'))} documents checked"]
+    head = [f"{number(r.get('docs_scanned'))} documents checked"]
     if "docs_flagged" in r:
-        head.append(f"{_n(r['docs_flagged'])} flagged ({_n(r.get('tokens_flagged'))} tokens)")
+        head.append(f"{number(r['docs_flagged'])} flagged ({number(r.get('tokens_flagged'))} tokens)")
     if r.get("removed"):
-        head.append("removed " + ", ".join(f"{escape(k)}: {_n(v)}" for k, v in r["removed"].items()))
+        head.append("removed " + ", ".join(f"{escape(k)}: {number(v)}" for k, v in r["removed"].items()))
     if r.get("policy"):
         head.append(escape(r["policy"]))
     out.append(f'<p>{"; ".join(head)}. <span class="mono">from {escape(c["source"])}</span></p>')
@@ -454,12 +430,16 @@ def _contamination(card: dict[str, Any]) -> str:
         rows = [
             [escape(b)]
             + [
-                (_pct(100 * v[k]) if k.endswith("_rate") and isinstance(v.get(k), float) else _n(v.get(k)))
+                (
+                    percent(100 * v[k])
+                    if k.endswith("_rate") and isinstance(v.get(k), float)
+                    else number(v.get(k))
+                )
                 for k in cols
             ]
             for b, v in bench.items()
         ]
-        out.append(_table(["benchmark"] + [k.replace("_", " ") for k in cols], rows))
+        out.append(html_table(["benchmark"] + [k.replace("_", " ") for k in cols], rows))
     rest = {
         k: v
         for k, v in r.items()
@@ -476,8 +456,8 @@ def _contamination(card: dict[str, Any]) -> str:
             ]
             for f in c["flagged_sample"]
         ]
-        out.append(f"<p>Flagged documents ({_n(c['flagged_docs'])}; first {len(rows)}):</p>")
-        out.append(_table(["doc_id", "url", "benchmarks"], rows, left=3))
+        out.append(f"<p>Flagged documents ({number(c['flagged_docs'])}; first {len(rows)}):</p>")
+        out.append(html_table(["doc_id", "url", "benchmarks"], rows, left=3))
     for name, value in c.get("artifacts", {}).items():
         out.append(_keyed_table(name, value))
     return "".join(out)
@@ -492,11 +472,13 @@ def _keyed_table(name: str, value: Any) -> str:
                 rows_src = value[key]
     if isinstance(rows_src, dict) and rows_src and all(isinstance(v, dict) for v in rows_src.values()):
         cols = sorted({k for v in rows_src.values() for k, x in v.items() if not isinstance(x, dict | list)})
-        rows = [[escape(str(b))] + [_n(v.get(c)) for c in cols] for b, v in sorted(rows_src.items())]
-        return f"<h3>{escape(name)}</h3>" + _table(["benchmark"] + cols, rows)
+        rows = [[escape(str(b))] + [number(v.get(c)) for c in cols] for b, v in sorted(rows_src.items())]
+        return f"<h3>{escape(name)}</h3>" + html_table(["benchmark"] + cols, rows)
     if isinstance(rows_src, list) and rows_src and all(isinstance(v, dict) for v in rows_src):
         cols = sorted({k for v in rows_src for k, x in v.items() if not isinstance(x, dict | list)})
-        return f"<h3>{escape(name)}</h3>" + _table(cols, [[_n(v.get(c)) for c in cols] for v in rows_src])
+        return f"<h3>{escape(name)}</h3>" + html_table(
+            cols, [[number(v.get(c)) for c in cols] for v in rows_src]
+        )
     if not value:
         return ""
     return f"<h3>{escape(name)}</h3><pre>{escape(json.dumps(value, indent=1, sort_keys=True))[:8000]}</pre>"
@@ -505,14 +487,18 @@ def _keyed_table(name: str, value: Any) -> str:
 def _reasons(card: dict[str, Any]) -> str:
     out = ["<h2>Filter and quarantine reasons</h2>"]
     rows = [
-        [escape(s), escape(r), _n(n)] for s, reasons in card["filtered"].items() for r, n in reasons.items()
+        [escape(s), escape(r), number(n)]
+        for s, reasons in card["filtered"].items()
+        for r, n in reasons.items()
     ]
     out.append("<h3>Filtered (kept in each stage's filtered/ with the document)</h3>")
     out.append(
-        _table(["stage", "reason", "documents"], rows, left=2) if rows else _note("no document was filtered")
+        html_table(["stage", "reason", "documents"], rows, left=2)
+        if rows
+        else note("no document was filtered")
     )
     srows = [
-        [escape(stage), escape(r), _n(x["records"]), _pct(x["share"])]
+        [escape(stage), escape(r), number(x["records"]), percent(x["share"])]
         for stage, s in card.get("skipped", {}).items()
         for r, x in s["by_reason"].items()
     ]
@@ -522,9 +508,9 @@ def _reasons(card: dict[str, Any]) -> str:
     )
     out.append("<h3>Skipped records (read, but not documents: requests, revisits, non-HTML, non-200)</h3>")
     out.append(
-        _note(read) + _table(["stage", "reason", "records", "share of records read"], srows, left=2)
+        note(read) + html_table(["stage", "reason", "records", "share of records read"], srows, left=2)
         if srows
-        else _note((read + ": " if read else "") + "no record was skipped")
+        else note((read + ": " if read else "") + "no record was skipped")
     )
     out.append("<h3>Quarantined (inputs that could not become documents)</h3>")
     qrows = []
@@ -535,11 +521,11 @@ def _reasons(card: dict[str, Any]) -> str:
                 f"{escape(s.get('url') or s.get('source') or '')} {escape(s.get('detail') or '')[:80]}"
                 for s in q["samples"]
             )
-            qrows.append([escape(stage), escape(reason), _n(q["count"]), samples])
+            qrows.append([escape(stage), escape(reason), number(q["count"]), samples])
     out.append(
-        _table(["stage", "reason", "records", "sample raw digests"], qrows, left=2)
+        html_table(["stage", "reason", "records", "sample raw digests"], qrows, left=2)
         if qrows
-        else _note("nothing was quarantined")
+        else note("nothing was quarantined")
     )
     return "".join(out)
 
@@ -553,7 +539,7 @@ def _versions(card: dict[str, Any]) -> str:
         if v is None:
             continue
         others = "<br>".join(
-            f"{escape(k)} {_mono(str(x), 23)}"
+            f"{escape(k)} {mono(str(x), 23)}"
             for k, x in sorted(v.items())
             if k not in ("version", "config_hash", "manifest")
         )
@@ -561,14 +547,14 @@ def _versions(card: dict[str, Any]) -> str:
             [
                 escape(stage),
                 escape(str(v.get("version", "–"))),
-                _mono(str(v.get("config_hash", "–")), 23),
-                _mono(str(v.get("manifest", "–")), 23),
+                mono(str(v.get("config_hash", "–")), 23),
+                mono(str(v.get("manifest", "–")), 23),
                 others,
             ]
         )
     out = [
         "<h2>Stage versions</h2>",
-        _table(["stage", "version", "config hash", "manifest", "other hashes"], rows, left=5),
+        html_table(["stage", "version", "config hash", "manifest", "other hashes"], rows, left=5),
     ]
     if b["tokenizer"]:
         out.append(

@@ -1,39 +1,12 @@
 """The data card's Incremental section: what a build made against a base (``corpus build --base``) found
 of the base, and the dedup indexes it carries on.
 
-Why on the card: the delta's exact_dedup drops every copy of a base document, so its yield depends on
-how much the new crawl repeats the old one; the card says so per source (the **cross-crawl duplicate
-rate**: the delta's documents that are copies of a base document, over the delta's documents entering
-exact_dedup), and counts the keep-first cases a reader may want to revisit: a delta document of a more
-trusted tier (a curated original) that stays a duplicate of a less trusted base document (a web copy
-that arrived first; docs/incremental.md, "Policy to decide"). Likewise the **near copies of a base
-document**: the delta's documents that minhash_dedup joined to a base cluster (docs/incremental.md,
-"Near duplicates across builds"), stored but not selected by the default version, over the delta's
-documents entering minhash_dedup.
-
-Where the numbers come from, all written by the delta's own run:
-
-* the delta's documents per source: exact_dedup's manifest (``shard_counts``, what entered the stage);
-* its copies: exact_dedup's ``copies/`` (one record per dropped copy: the keeper's doc_id, the copy's
-  source and tier). A copy is of the base when its keeper is not one of the delta's own keepers, which
-  are the values of the (key, keeper) records the stage wrote for the groups it decided itself
-  (``index_records/``): a key found in the base is never written there;
-* the base documents' tiers: the version's metadata table (the base's shards are listed in the delta's
-  candidates), matched on the doc_id exact_dedup kept (``exact_keeper_id``, else ``doc_id``, else
-  ``derived_from`` when a later stage changed the text); a base keeper a later base stage dropped is
-  counted as not stored;
-* the delta's documents per source entering minhash_dedup: its manifest (``shard_counts``);
-* its near copies of the base: one DuckDB query over the metadata table of the delta's own shards (the
-  version's shards after the ``extra.base.shards`` its candidates list first: the base's), counting
-  the stored documents whose ``dup_cluster_id`` is not a doc_id of the delta's own stored documents
-  (``doc_id``, or ``derived_from`` had a later stage changed the text): a cluster formed within the
-  delta is named by its smallest member, a cluster joined to the base by a base document. Their total
-  is checked against minhash_dedup's manifest (``extra.index.base_linked_docs``, the documents it
-  joined to a base cluster);
-* the fetches ingest dropped as recrawls of a base fetch (same URL, same bytes: the recrawl index),
-  before extraction: ingest's manifest (``extra.index.base_duplicates``), a total;
-* the indexes: their ``CURRENT`` pointers and generation manifests, and the sizes of the files of the
-  generations they name (a generation inherited from the base is the base's files, hard-linked).
+The delta's exact_dedup drops every copy of a base document, so its yield depends on how much the new
+crawl repeats the old one: the section gives per source the cross-crawl duplicate rate, the near
+copies of a base document (checked against minhash_dedup's own count), the keep-first cases a reader
+may revisit (a more trusted delta document left a duplicate of a base one) and each index's size.
+Every number is read from what the delta's own run wrote. The sections and their sources:
+docs/report.md ("Incremental", "Where each number comes from").
 """
 
 from __future__ import annotations
@@ -48,13 +21,16 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from corpus.formats import dedup_files, dedup_keys
 from corpus.formats import dedup_index as pi
 from corpus.formats.docshard import iter_records
 from corpus.model.layout import base_build_of, dedup_base_path, dedup_index_dir
 from corpus.model.tiers import source_rank
 from corpus.report.alarms import own_shards
 from corpus.report.build_view import BuildView
-from corpus.version import Version, connect
+from corpus.report.widgets import html_table, note, number, percent
+from corpus.version.open import Version
+from corpus.version.query import connect
 
 
 def cross_crawl_duplicates(
@@ -136,8 +112,8 @@ def own_keepers(stage_dir: Path, side_outputs: Iterable[str]) -> set[str]:
     found: set[str] = set()
     for path in side_outputs:
         if path.startswith("index_records/"):
-            rows = np.fromfile(stage_dir / path, dtype=pi.EXACT_RECORD)
-            found.update(pi.doc_ids(rows["value"]))
+            rows = np.fromfile(stage_dir / path, dtype=dedup_keys.EXACT_RECORD)
+            found.update(dedup_keys.doc_ids(rows["value"]))
     return found
 
 
@@ -159,7 +135,7 @@ def base_tiers(view: BuildView, keepers: set[str]) -> dict[str, str]:
 
 def index_size(root: Path, base_labels: set[str]) -> dict[str, Any] | None:
     """One index: its generations, records and bytes on disk, and how much of it is the base's."""
-    if not (root / pi.CURRENT).is_file():
+    if not (root / dedup_files.CURRENT).is_file():
         return None
     index = pi.PersistentIndex.open(root)
     gens = []
@@ -229,7 +205,7 @@ def incremental_section(view: BuildView) -> dict[str, Any] | None:
     if ingest is not None:
         section["recrawls_of_base"] = ingest.extra.get("index", {}).get("base_duplicates")
     labels = set(json.loads(dedup_base_path(view.build_dir).read_text())["labels"])
-    for kind in sorted(pi.KINDS):
+    for kind in sorted(dedup_keys.KINDS):
         section["index"][kind] = index_size(dedup_index_dir(view.build_dir, kind), labels)
     return section
 
@@ -256,23 +232,21 @@ def near_note(near: dict[str, dict[str, Any]], recorded: int | None) -> str:
 
 def incremental_html(card: dict[str, Any]) -> str:
     """The card's "Incremental" section (nothing for a build without a base)."""
-    from corpus.report.html import _n, _note, _pct, _table
-
     s = card.get("incremental")
     if not s:
         return ""
     out = [
         "<h2>Incremental</h2>",
         f"<p>Built against the base <code>{escape(s['base'])}</code> (candidates "
-        f"<code>{escape(s['base_label'][:19])}…</code>, {_n(s['base_docs'])} documents): every stage ran on "
+        f"<code>{escape(s['base_label'][:19])}…</code>, {number(s['base_docs'])} documents): every stage ran on "
         "the new inputs only; a document that copies a base document is its duplicate (keep-first).</p>",
     ]
     exact, near = s["by_source"], s.get("near_by_source")
     if exact is None:
-        out.append(_note("no exact_dedup stage: the copies of the base are not known"))
+        out.append(note("no exact_dedup stage: the copies of the base are not known"))
     if near is None:
         out.append(
-            _note("no minhash_dedup stage or no metadata table: the near copies of the base are not known")
+            note("no minhash_dedup stage or no metadata table: the near copies of the base are not known")
         )
     if exact is not None or near is not None:
         none = {
@@ -288,19 +262,19 @@ def incremental_html(card: dict[str, Any]) -> str:
             rows.append(
                 [
                     escape(source),
-                    _n(r["docs"]),
-                    _n(r["in_base"]),
-                    _pct(r["rate"]),
-                    _n(r["more_trusted_than_base"]),
-                    _n(r["base_not_stored"]),
-                    _n(q["docs"]),
-                    _n(q["in_base"]),
-                    _pct(q["rate"]),
+                    number(r["docs"]),
+                    number(r["in_base"]),
+                    percent(r["rate"]),
+                    number(r["more_trusted_than_base"]),
+                    number(r["base_not_stored"]),
+                    number(q["docs"]),
+                    number(q["in_base"]),
+                    percent(q["rate"]),
                 ]
             )
         out.append("<h3>Cross-crawl duplicates</h3>")
         out.append(
-            _table(
+            html_table(
                 [
                     "source",
                     "documents",
@@ -317,17 +291,17 @@ def incremental_html(card: dict[str, Any]) -> str:
         )
     if exact is not None:
         out.append(
-            _note(
+            note(
                 "'more trusted than the base copy': a document of a more trusted tier (a curated original) "
                 "that stays a duplicate of a less trusted base document that arrived first (keep-first). "
                 f"exact_dedup recorded {s['base_duplicates_recorded']} copies of base documents."
             )
         )
     if near is not None:
-        out.append(_note(near_note(near, s.get("base_linked_docs_recorded"))))
+        out.append(note(near_note(near, s.get("base_linked_docs_recorded"))))
     if s["recrawls_of_base"] is not None:
         out.append(
-            f"<p>{_n(s['recrawls_of_base'])} fetches were recrawls of a base fetch (same URL, same bytes) and "
+            f"<p>{number(s['recrawls_of_base'])} fetches were recrawls of a base fetch (same URL, same bytes) and "
             "were dropped by ingest as its duplicates, before extraction (not counted above).</p>"
         )
     rows = []
@@ -338,13 +312,15 @@ def incremental_html(card: dict[str, Any]) -> str:
         rows.append(
             [
                 escape(kind),
-                _n(x["generations"]),
-                _n(x["base_generations"]),
-                _n(x["records"]),
-                _n(x["bytes"]),
-                _n(x["partitions"]),
+                number(x["generations"]),
+                number(x["base_generations"]),
+                number(x["records"]),
+                number(x["bytes"]),
+                number(x["partitions"]),
             ]
         )
     out.append("<h3>Dedup indexes</h3>")
-    out.append(_table(["index", "generations", "of the base", "keys", "bytes on disk", "partitions"], rows))
+    out.append(
+        html_table(["index", "generations", "of the base", "keys", "bytes on disk", "partitions"], rows)
+    )
     return "".join(out)

@@ -98,8 +98,8 @@ def bars_plot(values: dict[str, float], title: str, xlabel: str, color: str = AF
 
 def grouped_bars_plot(series: dict[str, dict[str, float]], title: str, xlabel: str) -> str:
     """Several populations over the same categories (e.g. languages before and after policy)."""
-    cats = sorted(
-        {c for s in series.values() for c in s}, key=lambda c: -max(s.get(c, 0) for s in series.values())
+    cats = sorted(  # by the largest value, ties by name: never in the hash order of a set
+        {c for s in series.values() for c in s}, key=lambda c: (-max(s.get(c, 0) for s in series.values()), c)
     )[:20]
     fig, ax = plt.subplots(figsize=(7.5, 0.38 * len(cats) * max(1, len(series)) / 1.5 + 1.0))
     h = 0.8 / max(1, len(series))

@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import matplotlib
 
+from corpus.report import plots
+from corpus.report.widgets import html_table, img, mono, note, number
 from corpus.signals.quality import CLASSES, DEFAULT_MODEL, card_path
-from corpus.version import connect
+from corpus.version.query import connect
 
 #: the score histogram's bins: [0, 0.1), [0.1, 0.2), ... [0.9, 1.0]
 BINS = 10
@@ -48,7 +51,7 @@ def model_card(recorded_hash: str, configured: str, build_dir: Path | None) -> t
 
 
 def scores_by_language(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
-    """Over the table ``docs`` of ``con`` (corpus.version.connect), per language: documents, those with
+    """Over the table ``docs`` of ``con`` (corpus.version.query.connect), per language: documents, those with
     a quality score and without, quantiles and a 10-bin histogram of the score, and with a
     ``selected`` column how many of each the version selects."""
     columns = {r[0] for r in con.execute("DESCRIBE docs").fetchall()}
@@ -116,17 +119,14 @@ def quality_model(view) -> tuple[dict[str, Any] | None, str]:
 
 def quality_html(card: dict[str, Any]) -> str:
     """The card's "Quality model" section."""
-    from corpus.report import plots
-    from corpus.report.html import _img, _mono, _n, _note, _table
-
     out = ["<h2>Quality model</h2>"]
     q = card.get("quality_model")
     if not q:
-        return out[0] + _note(card.get("absent", {}).get("quality_model", "no quality model"))
+        return out[0] + note(card.get("absent", {}).get("quality_model", "no quality model"))
     langs = q["languages"]
     scored = "every language (its card names none)" if langs is None else ", ".join(langs)
     out.append(
-        f"<p>Model {_mono(q['model'])} {_mono(q['model_hash'], 24)}; scores {'–' if not q['card_found'] else scored}. "
+        f"<p>Model {mono(q['model'])} {mono(q['model_hash'], 24)}; scores {'–' if not q['card_found'] else scored}. "
         "A document in any other language has no quality score (a null, never a 0): the policy's "
         "<code>quality</code> check and selections on <code>quality</code> decide what that means.</p>"
     )
@@ -134,10 +134,10 @@ def quality_html(card: dict[str, Any]) -> str:
     if ev:
         rule = (q.get("labels") or {}).get("rule")
         if rule:
-            out.append(_note("Labels: " + rule))
+            out.append(note("Labels: " + rule))
         split = q.get("split") or {}
         out.append(
-            _note(
+            note(
                 f"Held out: {split.get('test_percent', '?')}% of split groups (translations, architecture "
                 f"copies and near copies of a page share a group), never trained on. hq is called at "
                 f"score ≥ {ev['threshold']}; 'lq below' is the share of held-out lq scored under it."
@@ -148,11 +148,15 @@ def quality_html(card: dict[str, Any]) -> str:
         for lang, m in [*ev["by_lang"].items(), ("all", ev["all"])]:
             tr = train.get(lang) or {c: sum(x[c] for x in train.values()) for c in CLASSES}
             rows.append(
-                [escape(lang), f"{_n(tr['hq'])} / {_n(tr['lq'])}", f"{_n(m['hq'])} / {_n(m['lq'])}"]
+                [
+                    escape(lang),
+                    f"{number(tr['hq'])} / {number(tr['lq'])}",
+                    f"{number(m['hq'])} / {number(m['lq'])}",
+                ]
                 + [_f3(m.get(k)) for k in ("precision", "recall", "lq_recall", "auc")]
             )
         out.append(
-            _table(
+            html_table(
                 ["language", "train hq / lq", "held-out hq / lq", "precision", "recall", "lq below", "AUC"],
                 rows,
             )
@@ -160,26 +164,26 @@ def quality_html(card: dict[str, Any]) -> str:
         left = (q.get("examples") or {}).get("left_out") or {}
         if left:
             out.append(
-                _note(
+                note(
                     "Too few labelled examples, so no score: "
-                    + ", ".join(f"{k} ({_n(v)} examples)" for k, v in left.items())
+                    + ", ".join(f"{k} ({number(v)} examples)" for k, v in left.items())
                 )
             )
     else:
-        out.append(_note(q.get("card_absent") or "the model's card has no held-out evaluation"))
+        out.append(note(q.get("card_absent") or "the model's card has no held-out evaluation"))
     by_lang = q.get("by_lang")
     if not by_lang:
-        return "".join(out) + _note("no metadata table: the score distribution per language is not shown")
+        return "".join(out) + note("no metadata table: the score distribution per language is not shown")
     by_lang = dict(sorted(by_lang.items(), key=lambda kv: (-kv[1]["docs"], kv[0])))
-    out.append(_img(plots_by_language(plots, by_lang), "quality score by language"))
+    out.append(img(plots_by_language(plots, by_lang), "quality score by language"))
     rows = [
-        [escape(lang), _n(d["docs"]), _n(d["scored"]), _n(d["unscored"])]
+        [escape(lang), number(d["docs"]), number(d["scored"]), number(d["unscored"])]
         + [_f3(d[k]) for k in ("p10", "median", "p90")]
-        + [_n(d[k]) for k in ("selected", "selected_unscored")]
+        + [number(d[k]) for k in ("selected", "selected_unscored")]
         for lang, d in by_lang.items()
     ]
     out.append(
-        _table(
+        html_table(
             [
                 "language",
                 "documents",
@@ -204,7 +208,6 @@ def _f3(v: float | None) -> str:
 def plots_by_language(plots, by_lang: dict[str, dict[str, Any]], top: int = 20) -> str:
     """Each language's documents (the ``top`` first, in the order given) as one bar of shares: the ten
     score bins (red = low, green = high) and, grey and hatched, the documents without a score."""
-    import matplotlib
 
     langs = list(by_lang)[:top][::-1]
     fig, ax = plots.plt.subplots(figsize=(7.5, 0.32 * len(langs) + 1.3))

@@ -15,7 +15,7 @@ import duckdb
 
 #: lines listed on the card
 TOP = 20
-REMOVED_DIR = "removed_lines"  # hpc_jobs.line_dedup.REMOVED (the library does not import the stages)
+REMOVED_DIR = "removed_lines"  # hpc_jobs.line_dedup.stage.REMOVED (the library does not import the stages)
 
 
 def most_removed_lines(stage_dir: Path, top: int = TOP) -> dict[str, Any] | None:

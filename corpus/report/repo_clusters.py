@@ -1,4 +1,4 @@
-"""Repository clusters (issue 17 item 5): which releases and forks of a project minhash_dedup put
+"""Repository clusters: which releases and forks of a project minhash_dedup put
 together, how alike they are, and which one a version keeps.
 
 One row per member repository of every repository cluster, from the metadata table alone: its
@@ -20,7 +20,7 @@ TOP = 20
 
 
 def repository_clusters(con: duckdb.DuckDBPyConnection, top: int = TOP) -> dict[str, Any] | None:
-    """Over the table ``docs`` of ``con`` (corpus.version.connect): the number of repository clusters
+    """Over the table ``docs`` of ``con`` (corpus.version.query.connect): the number of repository clusters
     and of member repositories, and the members of the ``top`` largest clusters. None when the table has
     no repository cluster (no code, or an older build)."""
     columns = {r[0] for r in con.execute("DESCRIBE docs").fetchall()}

@@ -24,7 +24,7 @@ SAMPLE = 5
 def representative_lengths(
     con: duckdb.DuckDBPyConnection, longer: float = LONGER, sample: int = SAMPLE
 ) -> dict[str, Any] | None:
-    """Over the table ``docs`` of ``con`` (corpus.version.connect): clusters of two or more members
+    """Over the table ``docs`` of ``con`` (corpus.version.query.connect): clusters of two or more members
     with one representative, how many have it more than ``longer`` times their median length, and
     ``sample`` of those. None when the table has no such cluster."""
     columns = {r[0] for r in con.execute("DESCRIBE docs").fetchall()}

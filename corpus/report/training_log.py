@@ -1,22 +1,10 @@
 """The data card's "realized vs target per phase": what a training run actually took from each bucket.
 
 ``corpus recipe-audit`` says before a run what its mixture will be; the training log says what it was.
-``examples/train.py`` writes two kinds of lines this reads (any other line is ignored, so a whole job
-log can be given, one file per rank or all ranks in one):
-
-* the online counter's reports (``--count-every K``, rank 0, :mod:`loader.counter`):
-  ``[rank 0/W] mixture at step N, phase P: realized {bucket: share} target {bucket: share}`` -- the
-  tokens of all ranks since the phase began (or since the process resumed inside it), all-reduced;
-* step lines: ``[rank r/W] step N phase P loss X tokens {bucket: tokens}`` (every tenth step of every
-  rank), and the JSON lines ``{"step", "phase", "seq_len", "tokens"}`` of ``--dump-tokens``
-  (``steps-<tag>-rank<r>.jsonl``: every step).
-
-Per phase the realized share comes from the most complete record given: the ``--dump-tokens`` step
-records (every step of every rank whose file is given: the whole phase), else the phase's last counter
-report (every token of every rank, up to that report's step: the last ``K`` steps or fewer of a phase
-may not be in it), else the stdout step lines (a sample: every tenth step). The target is the counter's
-(the phase's weights); without counter reports there is none. The plot shows each bucket's realized
-share at every report, the target as a dashed line per phase.
+This reads the lines ``examples/train.py`` writes (the online counter's reports, the step lines, the
+``--dump-tokens`` JSON records) and ignores every other, so a whole job log can be given. Per phase the
+realized share comes from the most complete record given (dumped steps, else the last counter report,
+else the sampled step lines); the target is the counter's. See docs/report.md ("The training log").
 """
 
 from __future__ import annotations
@@ -29,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from corpus.model.errors import UserError
+from corpus.report.plots import PALETTE, plt, to_data_uri
 
 _REPORT = re.compile(r"mixture at step (\d+), phase (\S+): realized (\{.*?\}) target (\{.*?\})\s*$")
 _STEP = re.compile(r"\[rank (\d+)/\d+\] step (\d+) phase (\S+) loss \S+ tokens (\{.*?\})\s*$")
@@ -52,20 +41,35 @@ def parse_training_log(paths: Iterable[str | Path]) -> dict[str, Any]:
         names.append(str(path))
         for line in path.read_text(errors="replace").splitlines():
             if m := _REPORT.search(line):
-                reports.append({"step": int(m[1]), "phase": _phase(m[2]), "realized": json.loads(m[3]),
-                                "target": json.loads(m[4])})
+                reports.append(
+                    {
+                        "step": int(m[1]),
+                        "phase": _phase(m[2]),
+                        "realized": json.loads(m[3]),
+                        "target": json.loads(m[4]),
+                    }
+                )
             elif m := _STEP.search(line):
                 steps[(str(path), int(m[1]), int(m[2]))] = {"phase": _phase(m[3]), "tokens": json.loads(m[4])}
             elif line.startswith("{") and '"tokens"' in line:
                 rec = json.loads(line)
-                dumped[(str(path), 0, int(rec["step"]))] = {"phase": _phase(rec.get("phase")), "tokens": rec["tokens"]}
+                dumped[(str(path), 0, int(rec["step"]))] = {
+                    "phase": _phase(rec.get("phase")),
+                    "tokens": rec["tokens"],
+                }
     if not reports and not steps and not dumped:
-        raise UserError(f"--training-log {', '.join(names)}: no mixture reports or step lines of examples/train.py")
+        raise UserError(
+            f"--training-log {', '.join(names)}: no mixture reports or step lines of examples/train.py"
+        )
 
     def listed(records: dict) -> list[dict[str, Any]]:
         return [{"step": k[2], **v} for k, v in sorted(records.items(), key=lambda kv: kv[0][2])]
 
-    return {"reports": sorted(reports, key=lambda r: r["step"]), "steps": listed(steps), "dumped": listed(dumped)}
+    return {
+        "reports": sorted(reports, key=lambda r: r["step"]),
+        "steps": listed(steps),
+        "dumped": listed(dumped),
+    }
 
 
 def realized_vs_target(log: dict[str, Any]) -> list[dict[str, Any]]:
@@ -93,12 +97,24 @@ def realized_vs_target(log: dict[str, Any]) -> list[dict[str, Any]]:
         target = reports[-1]["target"] if reports else {}
         buckets = sorted(set(realized) | set(target) | set(tokens))
         every = [r["step"] for r in reports] + [s["step"] for s in steps]
-        out.append({
-            "phase": phase, "first_step": min(every), "last_step": max(every), "source": source,
-            "buckets": [{"bucket": b, "target": target.get(b, 0.0) if target else None, "realized": realized.get(b, 0.0),
-                         "diff": realized.get(b, 0.0) - target.get(b, 0.0) if target else None,
-                         "logged_tokens": tokens.get(b, 0)} for b in buckets],
-        })
+        out.append(
+            {
+                "phase": phase,
+                "first_step": min(every),
+                "last_step": max(every),
+                "source": source,
+                "buckets": [
+                    {
+                        "bucket": b,
+                        "target": target.get(b, 0.0) if target else None,
+                        "realized": realized.get(b, 0.0),
+                        "diff": realized.get(b, 0.0) - target.get(b, 0.0) if target else None,
+                        "logged_tokens": tokens.get(b, 0),
+                    }
+                    for b in buckets
+                ],
+            }
+        )
     return out
 
 
@@ -111,8 +127,6 @@ def training_log_section(paths: Iterable[str | Path]) -> dict[str, Any]:
 
 def share_plot(reports: list[dict[str, Any]]) -> str:
     """Realized share per bucket at every counter report (solid, dots), each phase's target dashed."""
-    from corpus.report.plots import PALETTE, plt, to_data_uri
-
     buckets = sorted({b for r in reports for b in (*r["realized"], *r["target"])})
     color = {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(buckets)}
     fig, ax = plt.subplots(figsize=(8, 3.2))
@@ -128,13 +142,21 @@ def share_plot(reports: list[dict[str, Any]]) -> str:
         for b in buckets:
             if b not in rs[-1]["target"] and not any(r["realized"].get(b) for r in rs):
                 continue  # not in this phase
-            ax.plot([r["step"] for r in rs], [r["realized"].get(b, 0.0) for r in rs], "o-", ms=3, color=color[b],
-                    label=None if b in labelled else b)
+            ax.plot(
+                [r["step"] for r in rs],
+                [r["realized"].get(b, 0.0) for r in rs],
+                "o-",
+                ms=3,
+                color=color[b],
+                label=None if b in labelled else b,
+            )
             labelled.add(b)
             if b in rs[-1]["target"]:
                 ax.hlines(rs[-1]["target"][b], lo, hi, colors=color[b], linestyles="dashed", linewidth=1)
         ax.axvline(lo, color="#adb5bd", linewidth=0.8)
-        ax.text(lo, 1.0, f" {phase}", va="top", fontsize=8, color="#495057", transform=ax.get_xaxis_transform())
+        ax.text(
+            lo, 1.0, f" {phase}", va="top", fontsize=8, color="#495057", transform=ax.get_xaxis_transform()
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("token share")
     ax.set_title("Realized share per bucket (dashed: target)")
@@ -151,16 +173,24 @@ def training_log_html(card: dict[str, Any]) -> str:
     section = card.get("training_log")
     if not section:
         return ""
-    out = ["<h2>Training mixture: realized vs target per phase</h2>",
-           f'<p class="mono">{escape(", ".join(section["files"]))}</p>']
+    out = [
+        "<h2>Training mixture: realized vs target per phase</h2>",
+        f'<p class="mono">{escape(", ".join(section["files"]))}</p>',
+    ]
     if section["reports"]:
         out.append(f'<img src="{share_plot(section["reports"])}" alt="realized share per bucket over steps">')
     for ph in section["phases"]:
-        out.append(f"<h3>phase {escape(ph['phase'])}: steps {ph['first_step']}..{ph['last_step']} "
-                   f"({escape(ph['source'])})</h3>")
+        out.append(
+            f"<h3>phase {escape(ph['phase'])}: steps {ph['first_step']}..{ph['last_step']} "
+            f"({escape(ph['source'])})</h3>"
+        )
         rows = "".join(
             f"<tr><td>{escape(b['bucket'])}</td><td>{_share(b['target'], '.4f')}</td><td>{b['realized']:.4f}</td>"
-            f"<td>{_share(b['diff'], '+.4f')}</td><td>{b['logged_tokens']:,}</td></tr>" for b in ph["buckets"])
-        out.append("<table><tr><th>bucket</th><th>target</th><th>realized</th><th>diff</th>"
-                   f"<th>tokens in logged steps</th></tr>{rows}</table>")
+            f"<td>{_share(b['diff'], '+.4f')}</td><td>{b['logged_tokens']:,}</td></tr>"
+            for b in ph["buckets"]
+        )
+        out.append(
+            "<table><tr><th>bucket</th><th>target</th><th>realized</th><th>diff</th>"
+            f"<th>tokens in logged steps</th></tr>{rows}</table>"
+        )
     return "".join(out)

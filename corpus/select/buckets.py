@@ -1,23 +1,12 @@
 """Buckets by predicate: a version's named, disjoint groups of its selected documents.
 
-Why: the training mixture's unit is a bucket, and the build's buckets (one per source category) are
-physical. A version can instead name buckets by predicates over the metadata table
-(:mod:`corpus.formats.metadata`), e.g. "English web pages in the top decile of quality", without a rebuild::
-
-    [[buckets]]
-    name = "web_en_hq"
-    where = "tier = 'web' AND lang = 'en' AND quality >= q90"
-    [[buckets]]
-    name = "rest"        # no where: every selected document no earlier bucket took (only last)
-
-A predicate is data, not SQL: clauses ``column OP literal`` (``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``)
-or ``column IN (literal, ...)``, joined by ``AND``; a literal is a number, a single-quoted string (``''``
-inside is a quote) or ``qNN`` / ``qNN.N``: the NN-th percentile of that column, resolved when the version is
-made (:mod:`corpus.version`). This module parses predicates and turns them into SQL whose identifiers
-are quoted column names checked against the table and whose values are all bound parameters.
-
-A selected document belongs to the first bucket whose predicate it satisfies, or to none; a comparison
-with NULL is never true, so a document without the value is in no bucket its predicate names.
+The training mixture's unit is a bucket; a version may name buckets by predicates over the metadata
+table (:mod:`corpus.formats.metadata`) instead of the build's physical ones, without a rebuild. A
+predicate is data, not SQL: ``column OP literal`` or ``column IN (...)`` clauses joined by ``AND``,
+a literal a number, a quoted string or ``qNN`` (a percentile resolved when the version is made); the
+SQL made of it quotes checked column names and binds every value. A selected document belongs to the
+first bucket whose predicate it satisfies, or to none; a comparison with NULL is never true. See
+docs/versions.md ("Buckets by predicate").
 """
 
 from __future__ import annotations
@@ -58,7 +47,9 @@ class Quantile:
     @property
     def text(self) -> str:
         """Positional (``q0.00001``, never ``q1e-05``), so the stored predicate parses back."""
-        return "q" + (str(int(self.percent)) if self.percent.is_integer() else format(Decimal(repr(self.percent)), "f"))
+        return "q" + (
+            str(int(self.percent)) if self.percent.is_integer() else format(Decimal(repr(self.percent)), "f")
+        )
 
 
 Literal = int | float | str
@@ -139,7 +130,9 @@ def parse_buckets(items: Any, where: str = "<inline>") -> tuple[BucketDef, ...]:
 def _tokens(text: str, where: str) -> list[tuple[str, str, int]]:
     """(kind, text, character) of every token of ``text``."""
     if len(text) > MAX_PREDICATE_CHARS:
-        raise UserError(f"selection {where}: the predicate has {len(text):,} characters, at most {MAX_PREDICATE_CHARS:,}")
+        raise UserError(
+            f"selection {where}: the predicate has {len(text):,} characters, at most {MAX_PREDICATE_CHARS:,}"
+        )
     out, pos = [], 0
     while pos < len(text):
         if _REST_IS_SPACE.match(text, pos):

@@ -1,18 +1,12 @@
 """Licence classes: what a version may allow or exclude, derived from a document's licence id.
 
-A document carries the licence its source declared (``license_hint``, an SPDX expression such as
-``Artistic-1.0-Perl OR GPL-1.0-or-later``). Which licences a training run may use is a decision made
-when a version is selected (``allowed_licence_classes``), so the build stores the id and its class and
-never drops a document for its licence.
-
-Classes, from least to most restrictive: ``public_domain``, ``permissive``, ``weak_copyleft`` (file-
-or library-level: MPL, LGPL, EPL, CDDL), ``strong_copyleft`` (the whole derived work: GPL, AGPL, and the
-share-alike data licences), ``noncommercial``, ``proprietary``. Outside the order: ``unknown`` when no
-licence is declared (most web pages), the id is not in the table, or a licence was found but not
-recognised (SPDX ``NOASSERTION``); ``none`` when a repository was looked at and carries no licence at all
-(SPDX ``NONE``: all rights reserved, which is not the same as "we do not know"). In an expression, ``OR``
-offers a choice (the least restrictive alternative applies) and ``AND`` adds obligations (the most
-restrictive part applies).
+The build stores a document's licence (an SPDX expression) and its class and never drops a document
+for its licence; which classes a training run may use is a version's selection. Classes, least to most
+restrictive: ``public_domain``, ``permissive``, ``weak_copyleft``, ``strong_copyleft``,
+``noncommercial``, ``proprietary``; outside the order ``unknown`` (no licence declared, an id not in
+the table, ``NOASSERTION``) and ``none`` (``NONE``: all rights reserved, not "we do not know"). ``OR``
+takes the least restrictive alternative, ``AND`` the most restrictive part. See docs/code.md
+("Licences") and docs/versions.md ("Selections").
 """
 
 from __future__ import annotations

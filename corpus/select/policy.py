@@ -1,30 +1,13 @@
 """The quality policy: thresholds applied to the values the annotate stage stored.
 
-It is a selection rule, decided when a version is made (``policy`` in a selection, and the build's
-``[policy]`` table for its default version, :mod:`corpus.select.selection`), never inside the build: it reads
-a document's language, tier and scores only, which the metadata table holds, so a changed threshold is a
-new version in seconds. Checks run in a fixed order and the first that fails names the reason; every
-check that failed is returned as an Annotation with its value, and the decision as one more.
-
-First of all, a copy of an eval-holdout page is excluded, in every tier: a candidate exact_dedup
-tagged as an exact copy of a held-out page (``holdout_exact``) or minhash_dedup as a near copy
-(``holdout_near``, the estimated Jaccard similarity) fails ``holdout_exact_duplicate`` or
-``holdout_near_duplicate`` (:data:`HOLDOUT_CHECKS`, judged before the language checks, so every such
-candidate is counted under them).
-
-Trusted tiers (``exempt_tiers``: curated, books, code by default) skip the heuristic and quality
-checks, which were designed for web pages (a Perl manual is full of "symbols"); language checks apply
-to every tier but those of ``language_exempt_tiers`` (code: lid.176 reads a Python module as whatever
-natural language its identifiers resemble, with a low confidence). The mean-word-length check skips
-languages written without spaces (``no_space_languages``: their segmented words are 2-3 characters
-long, outside Gopher's 3-10 for English); the stop-word check applies to the languages of
-``stop_word_languages`` only, each with its own list (:mod:`corpus.signals.words`), and is off for every
-other (docs/ingest-and-filters.md, "Every language", has the numbers).
-
-A document without a quality score (annotate scores only the languages the model was trained for, see
-:mod:`corpus.signals.quality`) is judged by ``unscored_quality``: ``"keep"`` (the default: it passes
-the quality check and is judged by every other one) or ``"drop"``. Every other missing score counts
-as 0.0 (``Check.missing``).
+A selection rule, decided when a version is made (``policy`` in a selection, the build's ``[policy]``
+for its default version), never inside the build: it reads a document's language, tier and scores
+only, so a changed threshold is a new version in seconds. Checks run in a fixed order
+(:data:`HOLDOUT_CHECKS` first, in every tier) and the first that fails names the reason; every failed
+check is returned as an Annotation with its value, and the decision as one more. A missing quality
+score is judged by ``unscored_quality``; any other missing score counts as 0.0 (``Check.missing``).
+The checks, their defaults and the tiers and languages each applies to: docs/ingest-and-filters.md
+("policy").
 """
 
 from __future__ import annotations
@@ -42,7 +25,7 @@ from corpus.signals.words import STOP_WORD_LANGUAGES
 STAGE = "policy"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     languages: list[str] = field(default_factory=list)  # keep only these languages ([] = any)
     min_lang_confidence: float = 0.5
@@ -290,6 +273,7 @@ def decide_rows(
     n = len(lang)
     names: list[str] = []
     fails: list[np.ndarray] = []
+
     def judge(checks: list[Check]) -> None:
         for c in checks:
             v = scores[c.score] if c.score in scores else np.full(n, c.missing, dtype=np.float64)

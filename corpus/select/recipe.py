@@ -1,21 +1,11 @@
 """A training recipe: the one document that says what a run trains on, phase by phase.
 
 A recipe (TOML) is pinned to a snapshot (or version) id and a tokenizer's sha256, carries the seed, and
-lists phases (main -> mid-training -> long context -> anneal), each with a global token budget, a
-sequence length, bucket weights and epoch caps. With (recipe, seed) everything about a run's data is
-reproducible, so the loader records the recipe's content hash in its checkpoint and refuses to resume
-under another one unless told to.
-
-Bucket names are only names: the snapshot or version the recipe is pinned to defines them (today its
-physical buckets; a version may define buckets by predicate), and :meth:`Recipe.check_buckets` checks
-them against whatever set the reader was given. This module is pure: it parses and validates, and never
-opens a snapshot (the loader and ``corpus recipe-audit`` pass in what they read).
-
-Epoch caps (``max_epochs``) are counted across phases: a bucket's epochs are one count for the whole run
-(its stream position continues from phase to phase), and a phase's cap is the number of epochs the bucket
-may have been read by the end of that phase. A cap stated once holds for later phases until one raises
-it; it can never go down (those epochs may already have been read). ``synthetic = 1`` in the first phase
-means the bucket is never repeated in the whole run.
+lists phases, each with a token budget, a sequence length, bucket weights and epoch caps. With (recipe,
+seed) a run's data is reproducible, so the loader records the recipe's content hash in its checkpoint.
+Bucket names are the pinned snapshot's or version's, checked by :meth:`Recipe.check_buckets`. Epoch
+caps are counted across phases and never go down. This module is pure: it parses and validates, and
+never opens a snapshot. See docs/loader.md ("Recipes").
 """
 
 from __future__ import annotations
@@ -58,9 +48,14 @@ class Phase:
         return {b: w / total for b, w in sorted(self.weights.items())}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "tokens": self.tokens, "seq_len": self.seq_len,
-                "weights": dict(sorted(self.weights.items())), "max_epochs": dict(sorted(self.max_epochs.items())),
-                "run_len": self.run_len}
+        return {
+            "name": self.name,
+            "tokens": self.tokens,
+            "seq_len": self.seq_len,
+            "weights": dict(sorted(self.weights.items())),
+            "max_epochs": dict(sorted(self.max_epochs.items())),
+            "run_len": self.run_len,
+        }
 
 
 @dataclass(frozen=True)
@@ -72,9 +67,14 @@ class Recipe:
     phases: tuple[Phase, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": RECIPE_FORMAT, "recipe_id": self.recipe_id, "snapshot_id": self.snapshot_id,
-                "tokenizer_sha256": self.tokenizer_sha256, "seed": self.seed,
-                "phases": [p.to_dict() for p in self.phases]}
+        return {
+            "format": RECIPE_FORMAT,
+            "recipe_id": self.recipe_id,
+            "snapshot_id": self.snapshot_id,
+            "tokenizer_sha256": self.tokenizer_sha256,
+            "seed": self.seed,
+            "phases": [p.to_dict() for p in self.phases],
+        }
 
     @property
     def recipe_hash(self) -> str:
@@ -97,11 +97,15 @@ class Recipe:
     def check_pinned(self, snapshot_id: str, tokenizer_sha256: str | None) -> None:
         """Refuse a snapshot or tokenizer other than the recipe's, naming both."""
         if snapshot_id != self.snapshot_id:
-            raise RecipeError(f"recipe {self.recipe_id} is pinned to snapshot {self.snapshot_id}, but this is "
-                              f"snapshot {snapshot_id}")
+            raise RecipeError(
+                f"recipe {self.recipe_id} is pinned to snapshot {self.snapshot_id}, but this is "
+                f"snapshot {snapshot_id}"
+            )
         if tokenizer_sha256 != self.tokenizer_sha256:
-            raise RecipeError(f"recipe {self.recipe_id} is pinned to tokenizer sha256 {self.tokenizer_sha256}, "
-                              f"but snapshot {snapshot_id} was tokenized with {tokenizer_sha256 or 'no recorded tokenizer'}")
+            raise RecipeError(
+                f"recipe {self.recipe_id} is pinned to tokenizer sha256 {self.tokenizer_sha256}, "
+                f"but snapshot {snapshot_id} was tokenized with {tokenizer_sha256 or 'no recorded tokenizer'}"
+            )
 
     def check_buckets(self, defined: Collection[str]) -> None:
         """Refuse a recipe that names a bucket the snapshot or version does not define."""
@@ -109,8 +113,10 @@ class Recipe:
             for what, names in (("weights", p.weights), ("max_epochs", p.max_epochs)):
                 unknown = sorted(set(names) - set(defined))
                 if unknown:
-                    raise RecipeError(f"recipe {self.recipe_id} phase {p.name!r}: {what} name buckets the snapshot "
-                                      f"does not define: {unknown} (it defines {sorted(defined)})")
+                    raise RecipeError(
+                        f"recipe {self.recipe_id} phase {p.name!r}: {what} name buckets the snapshot "
+                        f"does not define: {unknown} (it defines {sorted(defined)})"
+                    )
 
     def check_supply(self, positions_per_epoch: Mapping[str, int]) -> None:
         """Refuse caps that cannot supply a phase: by the end of each phase, a capped bucket must hold at
@@ -128,7 +134,8 @@ class Recipe:
                     raise RecipeError(
                         f"recipe {self.recipe_id} phase {p.name!r}: bucket {b!r} needs {math.ceil(need[b]):,} tokens "
                         f"by the end of the phase, its max_epochs {cap} supply {supply:,} "
-                        "(corpus recipe-audit says at which step it runs out)")
+                        "(corpus recipe-audit says at which step it runs out)"
+                    )
 
 
 def parse_recipe(text: str, source: str = "recipe") -> Recipe:
@@ -195,11 +202,21 @@ def recipe_from_dict(doc: Mapping[str, Any], source: str = "recipe") -> Recipe:
             if not _positive_int(e):
                 raise RecipeError(f"{where}: max_epochs of {b!r} must be a positive integer, got {e!r}")
             if b in caps and e < caps[b]:
-                raise RecipeError(f"{where}: max_epochs of {b!r} goes down from {caps[b]} to {e} (epochs are "
-                                  "counted across phases: a cap can stay or rise, never fall)")
+                raise RecipeError(
+                    f"{where}: max_epochs of {b!r} goes down from {caps[b]} to {e} (epochs are "
+                    "counted across phases: a cap can stay or rise, never fall)"
+                )
             caps[b] = e
-        phases.append(Phase(name, tokens, seq_len, {b: float(w) for b, w in sorted(weights.items())},
-                            dict(sorted(caps.items())), run_len))
+        phases.append(
+            Phase(
+                name,
+                tokens,
+                seq_len,
+                {b: float(w) for b, w in sorted(weights.items())},
+                dict(sorted(caps.items())),
+                run_len,
+            )
+        )
     return Recipe(doc["recipe_id"], doc["snapshot_id"], doc["tokenizer_sha256"], seed, tuple(phases))
 
 

@@ -1,65 +1,12 @@
 """A selection: which stored documents a version keeps, as a TOML file turned into one SQL query.
 
-Why: thresholds, opt-outs, cutoffs, licences and the choice of each near-duplicate cluster's
-representative are decisions, and decisions are made when a version is made, from the metadata table
-alone (:mod:`corpus.formats.metadata`), never inside the build. A selection is data: every key is checked, every
-column it names must exist, every value reaches DuckDB as a bound parameter, never as SQL text.
-
-Keys (all optional; an empty selection keeps every stored document except code whose licence class is
-not ``public_domain`` or ``permissive``: :data:`DEFAULT_CLASSES_BY_TIER`)::
-
-    min_scores = { quality = 0.05 }            # keep score >= value (a missing score fails)
-    max_scores = { dup_line_fraction = 0.3 }   # keep score <= value
-    [min_scores_by_lang.en]                    # per language, replaces the global value for that lang
-    quality = 0.2
-    [max_scores_by_lang.en]
-    min_lang_confidence = 0.65
-    langs = ["en", "fr"]                       # keep only these languages
-    [[top_fraction]]                           # per-language quantile: the top share of each language
-    score = "quality"                          # by this score (ties broken by doc_id)
-    keep = 0.35                                # share kept, 0..1
-    by_lang = { fr = 0.5 }                     # per-language share (else ``keep``)
-    crawl_date_max = "2026-06-01"              # knowledge cutoff: crawl_date <= D (undated documents
-    crawl_date_max_by_source = { web = "2026-03-31" }   # are kept only without a cutoff)
-    exclude_hosts = ["example.com"]            # a host and its subdomains
-    exclude_hosts_file = "optout.txt"          # one host a line, '#' comments (relative to the TOML)
-    exclude_sources = ["perl-doc"]
-    allowed_licence_classes = ["public_domain", "permissive", "unknown"]
-    [allowed_licence_classes_by_tier]          # per tier, on top of the above; the default is
-    code = ["public_domain", "permissive"]     # this one line (a tier given replaces its default)
-    include_contaminated = false               # contaminated documents are excluded by default
-    near_duplicates = "representative"         # or "all": keep every selected cluster member
-    prefer = { web = "newest" }                # per source, within a near-duplicate group: "first"
-                                               # (default: the oldest build's copy) or "newest"
-    [policy]                                   # the quality policy (corpus.select.policy.PolicyConfig): its
-    min_quality = 0.05                         # keys, defaults for the rest; absent = no policy
-    [[buckets]]                                # buckets by predicate over the selected documents,
-    name = "web_en_hq"                         # first match wins (corpus.select.buckets); absent = the
-    where = "tier = 'web' AND quality >= q90"  # build's physical buckets
-
-Order: the row rules (policy, scores, languages, cutoffs, hosts, sources, licences, contamination) first; then
-each language's top fraction among the documents the row rules kept; then, per near-duplicate group,
-the representative among the *selected* members. So excluding a representative's host hands the
-cluster to its next member instead of dropping the cluster.
-
-A near-duplicate group is ``coalesce(nullif(dup_cluster_id, ''), doc_id)``: a cluster, or a document in
-none alone, except that a delta build's new documents tagged with a base cluster's id join that cluster
-and a base singleton whose doc_id they were tagged with (minhash_dedup gives a new near-duplicate of a
-base document the base cluster's id, or the base document's doc_id when it was in no cluster). In a
-full build this is the old grouping by ``dup_cluster_id`` (a cluster id is the doc_id of one of its
-members and doc_ids are unique, so an unclustered document's group is itself alone). Within a group the
-members are ordered by build age first (:func:`age_order_sql`; keep-first: the oldest build's documents
-first, so a later crawl never displaces a selected base document), then by ``representative_key`` (most
-trusted tier, highest quality, earliest date, doc_id, as minhash_dedup orders them). In a full build
-every shard's age is 0 and only ``representative_key`` decides. ``prefer = { SOURCE = "newest" }`` turns
-the age order round for that source's documents (the newest build's copy first); in a group mixing
-sources each row's order key uses its own source's preference: a keep-first row of age ``a`` has key
-``-a``, a newest-first row ``+a``, so an older keep-first document precedes every newest-first one, a
-newest-first document yields to any newer newest-first one, and rows with equal keys (same age, both
-0 in a full build) fall to ``representative_key``. Code is clustered by
-repository (``repo_cluster_id``): every selected document of the selected repository with the lowest
-``repo_rank`` (most trusted tier, most files, newest release) is kept, the other members' none; so a
-representative excluded by its licence hands the cluster to the next repository, whole.
+Selections are decisions made when a version is made, from the metadata table alone
+(:mod:`corpus.formats.metadata`), never inside the build. A selection is data: every key is checked,
+every column it names must exist, every value reaches DuckDB as a bound parameter, never as SQL text.
+Order: the row rules (policy, scores, languages, cutoffs, hosts, sources, licences, contamination),
+then each language's top fraction, then per near-duplicate group (code: per repository cluster) the
+representative among the *selected* members, keep-first by build age unless ``prefer`` says "newest".
+Every key, the groups and the order: docs/versions.md ("Selections").
 """
 
 from __future__ import annotations
@@ -463,10 +410,10 @@ def selection_sql(
     parameters. Values are parameters; column names were checked by :func:`check_columns`. The
     provenance rules also read the view ``copies`` (exact copies' origins, one row per copy). With a
     ``policy``, ``table`` carries its verdict as a boolean column ``policy_pass`` (computed by
-    :func:`corpus.version.policy_verdicts`: the policy is Python, the one definition the tests check).
-    ``ages``: a table (shard, build_age) giving each shard's build age (:func:`corpus.version.build_age`),
+    :func:`corpus.version.query.policy_verdicts`: the policy is Python, the one definition the tests check).
+    ``ages``: a table (shard, build_age) giving each shard's build age (:func:`corpus.version.open.build_age`),
     which orders each near-duplicate group before ``representative_key``; a shard it does not list is
-    age 0, and without a table every row is (what :func:`corpus.version.select_rows` passes for a full
+    age 0, and without a table every row is (what :func:`corpus.version.query.select_rows` passes for a full
     build, whose shards are all age 0: the query then skips the join)."""
     conds: list[str] = []
     params: list[Any] = []

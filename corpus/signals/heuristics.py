@@ -1,23 +1,13 @@
 """Gopher (Rae et al. 2021, appendix A) and C4 (Raffel et al. 2020) quality signals, as numbers.
 
 ``heuristic_signals(text, lang)`` is a pure function of the text and its language returning every
-signal; it decides nothing. The thresholds live in ``corpus.select.policy`` so they can change without
-recomputing a signal.
-
-Gopher signals are computed as datatrove 0.10.1 computes them (``GopherQualityFilter``,
-``GopherRepetitionFilter``), where the paper is silent too: words are the tokens of datatrove's English
-word tokenizer, spaCy's rule-based English tokenizer (``spacy.blank("en")``: no model, no download),
-punctuation tokens included; lines are ``splitlines()`` (quality rules) or ``\\n+`` splits (repetition
-rules); paragraphs are separated by a blank line (``\\n{2,}``); every character fraction of the
-repetition rules is over ``len(text)``. tests/stages/test_gopher_c4_oracle.py checks every value
-against datatrove's own functions on real documents. The C4 line rules are those of C4's reference
-code (TFDS ``c4_utils.clean_page``). docs/ingest-and-filters.md lists each signal and its definition.
-
-The language decides what a word is and which words are stop words (``corpus.signals.words``): a
-language written without spaces is cut by its segmenter (jieba, Sudachi, PyThaiNLP, ...), every other
-by the English rules above, and the stop words are Gopher's for English, spaCy's list for the other
-languages of the shared crawls, none (no ``stop_word_count``) for the rest. ``lang=None`` is English,
-datatrove's default: the values the oracle test checks.
+signal; it decides nothing (the thresholds are :mod:`corpus.select.policy`'s). Gopher signals are
+computed as datatrove 0.10.1 computes them, where the paper is silent too (words are spaCy's blank
+English tokens, punctuation included; every character fraction is over ``len(text)``), checked value
+by value against datatrove by tests/stages/test_gopher_c4_oracle.py; the C4 line rules are those of
+C4's reference code. The language decides what a word is and its stop words
+(:mod:`corpus.signals.words`); ``lang=None`` is English, datatrove's default. Each signal's definition:
+docs/ingest-and-filters.md ("Gopher and C4 signals").
 """
 
 from __future__ import annotations
@@ -31,33 +21,10 @@ from operator import itemgetter
 
 import numpy as np
 
-from corpus.signals.words import GOPHER_STOP_WORDS as GOPHER_STOP_WORDS  # Gopher's list, named here too
-from corpus.signals.words import segment, segmenters_id, stop_words
+from corpus.signals.words import PUNCTUATION, segment, segmenters_id, stop_words
 
 GOPHER_BULLETS = ("•", "-")  # datatrove's: a line (left-stripped) starting with either
 GOPHER_ELLIPSES = ("...", "…")
-#: datatrove.utils.text.PUNCTUATION_SET: a token made only of these is a "symbol", not a word
-PUNCTUATION = (
-    "!/\u2014\u201d:\uff05\uff11\u3008&(\u3001\u2501\\\u3010#%\u300c\u300d\uff0c\u3011\uff1b+^]~\u201c\u300a"
-    "\u201e';\u2019{|\u2236\xb4[=-`*\uff0e\uff08\u2013\uff1f\uff01\uff1a$\uff5e\xab\u3009,><\u300b)?\uff09"
-    '\u3002\u2026@_."}\u25ba\xbb'
-    + "".join(chr(c) for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for c in range(a, b))
-    # datatrove's TERMINAL_PUNCTUATION (sentence ends of many scripts)
-    + "\u0589\u061d\u061e\u061f\u06d4\u0700\u0701\u0702\u07f9\u0837\u0839\u083d\u083e\u0964\u0965\u104a"
-    "\u104b\u1362\u1367\u1368\u166e\u1735\u1736\u17d4\u17d5\u17d6\u17d9\u17da\u1803\u1809\u1944\u1945"
-    "\u1aa8\u1aa9\u1aaa\u1aab\u1b5a\u1b5b\u1b5e\u1b5f\u1b7d\u1b7e\u1c3b\u1c3c\u1c7e\u1c7f\u203c\u203d"
-    "\u2047\u2048\u2049\u2e2e\u2e3c\u2e53\u2e54\ua4ff\ua60e\ua60f\ua6f3\ua6f7\ua876\ua877\ua8ce\ua8cf"
-    "\ua92f\ua9c8\ua9c9\uaa5d\uaa5e\uaa5f\uaaf0\uaaf1\uabeb\ufe52\ufe56\ufe57\uff61\U00010a56\U00010a57"
-    "\U00010f55\U00010f56\U00010f57\U00010f58\U00010f59\U00010f86\U00010f87\U00010f88\U00010f89"
-    "\U00011047\U00011048\U000110be\U000110bf\U000110c0\U000110c1\U00011141\U00011142\U00011143"
-    "\U000111c5\U000111c6\U000111cd\U000111de\U000111df\U00011238\U00011239\U0001123b\U0001123c"
-    "\U000112a9\U0001144b\U0001144c\U000115c2\U000115c3\U000115c9\U000115ca\U000115cb\U000115cc"
-    "\U000115cd\U000115ce\U000115cf\U000115d0\U000115d1\U000115d2\U000115d3\U000115d4\U000115d5"
-    "\U000115d6\U000115d7\U00011641\U00011642\U0001173c\U0001173d\U0001173e\U00011944\U00011946"
-    "\U00011a42\U00011a43\U00011a9b\U00011a9c\U00011c41\U00011c42\U00011ef7\U00011ef8\U00011f43"
-    "\U00011f44\U00016a6e\U00016a6f\U00016af5\U00016b37\U00016b38\U00016b44\U00016e98\U0001bc9f"
-    "\U0001da88"
-)
 TOP_NGRAMS = (2, 3, 4)
 DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
 

@@ -2,27 +2,11 @@
 
 Precision matters as much as recall: a false replacement damages text that identified nobody (a
 version string, a Perl package name, an ISBN), and in code or manuals these are everywhere. So every
-kind is a value that can be validated, not a digit pattern:
-
-* ``email``: ``local@domain.tld`` (a file name such as ``icon@2x.png`` is not one);
-* ``phone``: international ``+CC …`` with a known country code and 8–15 digits; North-American
-  ``(415) 555-0132`` / ``415-555-0132`` (area and exchange codes start with 2–9); spaced national
-  numbers (``020 7946 0958``, ``415 555 0132``) only after a word that says phone (``Tel.``, ``phone``,
-  …): without it, a row of a table of sizes (``256 512 1024``) has the same shape;
-* ``ip``: public IPv4 in an address context (a word such as "IP", "server", "host" or "connect"
-  before it, a ``:port`` or ``/prefix`` after it, or a URL), never after ``/`` or "version"
-  (``Firefox/2.0.0.1``, ``vac 5.0.2.9``); IPv6 only in its global unicast form (``2xxx:``/``3xxx:``
-  with at least three groups written), which ``$a::b`` or ``B::C`` never are. Private, loopback and
-  documentation ranges identify nobody and stay;
-* ``credit_card``: an issuer prefix with its length (Visa, Mastercard, Amex, Discover, JCB, Diners,
-  UnionPay, Maestro), the Luhn check, consistent grouping, and at least four distinct digits
-  (thirteen zeros or ``4111 1111 1111 1111`` identify nobody);
-* ``iban``: a country's IBAN length, check digits 02–98 and the ISO 13616 mod-97 check;
-* ``us_ssn``: ``AAA-GG-SSSS`` outside the never-issued ranges (area 000, 666, 900–999, group 00,
-  serial 0000, and the two numbers published in advertising); the spaced form only after "SSN".
-
-``scrub_pii`` returns the replaced text and every replacement as a span of the *input* text, so a
-replacement can be audited and undone from the document it was derived from.
+kind (``email``, ``phone``, ``ip``, ``credit_card``, ``iban``, ``us_ssn``) is a value that can be
+validated (a check digit, a known range, an address context), not a digit pattern; overlapping
+candidates go to the more structured kind. ``scrub_pii`` returns the replaced text and every
+replacement as a span of the *input* text, so a replacement can be audited and undone from the
+document it was derived from. Each kind's rule: docs/ingest-and-filters.md ("PII").
 """
 
 from __future__ import annotations

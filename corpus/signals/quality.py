@@ -1,34 +1,13 @@
 """The fastText quality classifier: a score in [0, 1] that a document reads like the positives it was
 trained on -- for the languages it was trained for, and no score at all for any other.
 
-A model is ``MODEL.ftz`` (fastText, supervised, ``__label__hq`` / ``__label__lq``), with the languages
-it scores written into the file itself (:func:`read_languages`), and its card ``MODEL.ftz.json``: the
-languages, how its labels were made, its train and held-out counts per language and its precision /
-recall / AUC per language on the held-out split, which never trained it. ``corpus train-quality``
-writes both (docs/ingest-and-filters.md).
-
-* **Examples** are documents with a label (``hq`` or ``lq``), a language (the one lid.176 gives the
-  text, as annotate does, unless the trainer names it) and a split group. The classifier reads a
-  document's first ``MAX_WORDS`` tokens (:func:`quality_features`), so an example is that too: what is
-  trained on is what is scored.
-* **The split**: an example's group is the trainer's (``group`` in the labelled JSONL), else
-  :func:`split_group` of its URL: the URL with every language and architecture tag taken out of host
-  and path, so a page's translations, its untranslated copies under another language's path and its
-  copy for another architecture (installation-guide-amd64 / -arm64) share a group. Groups holding near
-  copies of each other (:func:`near_pairs`) are merged, and a group is held out when
-  ``stable_hash64(seed, "split", group) % 100 < test_percent``: no held-out example, nor a near copy
-  of one, trained the model.
-* **Languages**: the model scores a language when the training split has at least ``min_train``
-  examples of each class in it and the held-out split at least ``min_test``; so every language it
-  scores has held-out numbers. Examples of other languages are left out (counted on the card).
-* **Training** balances the classes per language (the smaller class of a language is repeated up to
-  the larger one's size, the remainder chosen by hash), orders the lines by ``stable_hash64`` and runs
-  fastText with one thread and a fixed seed: the same examples and parameters give the same bytes.
-
-The model's identity (:attr:`QualityModel.hash`, what annotate records and a config may pin) is the
-sha256 of the model file. The language list decides which documents get a score, so it is in the file:
-a last line ``#corpus-quality-model languages=ca,de,...`` after fastText's bytes, which fastText does not
-read. A copy of the file scores the same documents, and the hash covers the list.
+A model is ``MODEL.ftz`` with the languages it scores written into the file itself
+(:func:`read_languages`), so its sha256 (:attr:`QualityModel.hash`) covers them, and its card
+``MODEL.ftz.json`` (labels, counts and held-out precision / recall / AUC per language). An example is
+what is scored (:func:`quality_features`); the held-out split is by group (:func:`split_group`, merged
+over :func:`near_pairs`), so no held-out example nor a near copy of one trained the model; the same
+examples and parameters give the same bytes. Examples, split, languages, training, identity:
+docs/ingest-and-filters.md ("The quality classifier and `corpus train-quality`").
 """
 
 from __future__ import annotations
@@ -49,8 +28,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from corpus.formats.docshard import atomic_write_json
 from corpus.model.digest import file_sha256, stable_hash64
 from corpus.signals.heuristics import heuristic_signals
+from corpus.signals.langid import identify_language
 
 HQ, LQ = "__label__hq", "__label__lq"
 CLASSES = ("hq", "lq")
@@ -201,8 +182,6 @@ def make_example(
     if not features:
         return None
     if not lang:
-        from corpus.signals.langid import identify_language
-
         lang = identify_language(text).lang
     if not group:
         group = split_group(url) if url else "text:" + hashlib.sha256(features.encode()).hexdigest()[:32]
@@ -612,8 +591,6 @@ def train_and_evaluate(
     }
     model = QualityModel(out, card=card)
     card["evaluation"] = evaluate(model, test_in, languages, threshold)
-    from corpus.formats.docshard import atomic_write_json
-
     atomic_write_json(card_path(out), card)
     if keep_heldout:
         write_heldout(heldout_path(out), test_in, languages)

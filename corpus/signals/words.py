@@ -1,38 +1,12 @@
 """Words in the document's language: which segmenter splits a language into words, and its stop words.
 
-Gopher's word signals (``corpus.signals.heuristics``) were defined on English, where a word is what
-lies between spaces. Languages written without spaces need a segmenter, or a page of Thai is a few
-dozen "words" each a sentence long. The choice per language is datatrove 0.10.1's
-(``datatrove/assets/tokenizer_assignment.csv``) where it installs offline:
-
-========  ==================================================================  ======================
-language  words are                                                           datatrove 0.10.1
-========  ==================================================================  ======================
-zh wuu    jieba's precise mode (``jieba.cut``, HMM on): the tokens of spaCy's  spaCy zh + jieba (for
-yue       Chinese tokenizer with ``segmenter = "jieba"``                       cmn/zho_Hani, wuu, yue)
-ja        SudachiPy, SudachiDict-core, split mode A (spaCy ja's default), in  spaCy ja (Sudachi A),
-          pieces of at most 40,000 bytes cut at line ends (Sudachi refuses    pieces of 40,000 bytes
-          more than 49,149)
-th        PyThaiNLP ``word_tokenize(engine="newmm-safe")``                    the same
-km        khmer-nltk ``word_tokenize``                                        the same
-lo        LaoNLP ``word_tokenize``                                            the same
-my        syllables: Myanmar runs broken by the sylbreak rule (Ye Kyaw Thu,   pyidaungsu (not
-          github.com/ye-kyaw-thu/sylbreak), other runs kept whole             installed here)
-others    spaCy's English rules, whitespace first (``heuristics.words``)      spaCy blank(lang);
-                                                                              ko: Kiwi
-========  ==================================================================  ======================
-
-A segmenter's tokens are stripped and the empty ones dropped (datatrove's ``strip_strings``); a token
-may hold a space where the segmenter means one word: PyThaiNLP's "ต่าง ๆ", a word and its repetition
-mark. Each segmenter is loaded on first use, once per process, never at import: a rank that sees no
-Thai never pays for PyThaiNLP.
-
-Stop words: Gopher's list is its 8 English words and stays that for English (``GOPHER_STOP_WORDS``).
-Every other language of the shared crawls has spaCy's list (``spacy/lang/<code>/stop_words.py``, read
-from the installed spaCy without importing its language package: French's costs 1.8 s and 33 MB of
-tokenizer exceptions), less the entries that cannot be one token: multi-word entries (Vietnamese
-``a_lô``) and entries of punctuation only (Chinese ``，``). A language without a list has no stop-word
-value at all, never 0.
+Gopher's word signals (:mod:`corpus.signals.heuristics`) are defined on English, where a word lies
+between spaces; a language written without spaces is cut by its segmenter (jieba, Sudachi, PyThaiNLP,
+khmer-nltk, LaoNLP, sylbreak syllables for Myanmar), as datatrove 0.10.1 assigns them where they
+install offline. Each segmenter is loaded on first use, once per process, never at import. Stop words:
+Gopher's 8 for English, spaCy's list (read without importing its language package) for the other
+languages of the shared crawls, none (never 0) for the rest. The table, versions and measurements:
+docs/ingest-and-filters.md ("Every language").
 """
 
 from __future__ import annotations
@@ -45,6 +19,29 @@ from importlib.metadata import version
 
 #: Gopher's stop words (Rae et al. 2021, A.1.1; datatrove's STOP_WORDS): English only
 GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
+
+#: datatrove.utils.text.PUNCTUATION_SET: a token made only of these is a "symbol", not a word
+PUNCTUATION = (
+    "!/\u2014\u201d:\uff05\uff11\u3008&(\u3001\u2501\\\u3010#%\u300c\u300d\uff0c\u3011\uff1b+^]~\u201c\u300a"
+    "\u201e';\u2019{|\u2236\xb4[=-`*\uff0e\uff08\u2013\uff1f\uff01\uff1a$\uff5e\xab\u3009,><\u300b)?\uff09"
+    '\u3002\u2026@_."}\u25ba\xbb'
+    + "".join(chr(c) for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for c in range(a, b))
+    # datatrove's TERMINAL_PUNCTUATION (sentence ends of many scripts)
+    + "\u0589\u061d\u061e\u061f\u06d4\u0700\u0701\u0702\u07f9\u0837\u0839\u083d\u083e\u0964\u0965\u104a"
+    "\u104b\u1362\u1367\u1368\u166e\u1735\u1736\u17d4\u17d5\u17d6\u17d9\u17da\u1803\u1809\u1944\u1945"
+    "\u1aa8\u1aa9\u1aaa\u1aab\u1b5a\u1b5b\u1b5e\u1b5f\u1b7d\u1b7e\u1c3b\u1c3c\u1c7e\u1c7f\u203c\u203d"
+    "\u2047\u2048\u2049\u2e2e\u2e3c\u2e53\u2e54\ua4ff\ua60e\ua60f\ua6f3\ua6f7\ua876\ua877\ua8ce\ua8cf"
+    "\ua92f\ua9c8\ua9c9\uaa5d\uaa5e\uaa5f\uaaf0\uaaf1\uabeb\ufe52\ufe56\ufe57\uff61\U00010a56\U00010a57"
+    "\U00010f55\U00010f56\U00010f57\U00010f58\U00010f59\U00010f86\U00010f87\U00010f88\U00010f89"
+    "\U00011047\U00011048\U000110be\U000110bf\U000110c0\U000110c1\U00011141\U00011142\U00011143"
+    "\U000111c5\U000111c6\U000111cd\U000111de\U000111df\U00011238\U00011239\U0001123b\U0001123c"
+    "\U000112a9\U0001144b\U0001144c\U000115c2\U000115c3\U000115c9\U000115ca\U000115cb\U000115cc"
+    "\U000115cd\U000115ce\U000115cf\U000115d0\U000115d1\U000115d2\U000115d3\U000115d4\U000115d5"
+    "\U000115d6\U000115d7\U00011641\U00011642\U0001173c\U0001173d\U0001173e\U00011944\U00011946"
+    "\U00011a42\U00011a43\U00011a9b\U00011a9c\U00011c41\U00011c42\U00011ef7\U00011ef8\U00011f43"
+    "\U00011f44\U00016a6e\U00016a6f\U00016af5\U00016b37\U00016b38\U00016b44\U00016e98\U0001bc9f"
+    "\U0001da88"
+)
 
 #: languages with a spaCy stop-word list: those lid.176 finds on 5 pages or more of the shared crawls
 #: (docs/ingest-and-filters.md, "Every language"), English aside
@@ -175,8 +172,6 @@ def stop_words(lang: str | None) -> frozenset[str] | None:
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    from corpus.signals.heuristics import PUNCTUATION
-
     return frozenset(
         w for w in module.STOP_WORDS if w.strip(PUNCTUATION) and len(w.split()) == 1 and "_" not in w
     )

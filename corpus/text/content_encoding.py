@@ -1,20 +1,11 @@
 """An HTTP body's ``Content-Encoding`` undone as a stream, with a cap on what it may decode to.
 
-A WARC stores a response as the server sent it, so a page may be gzip-, deflate- or zstd-compressed.
-Decoding a body in one call lets 64 KiB of gzip inflate to 64 MiB (and 64 MiB to 64 GiB): a
-"compression bomb" would cost its decoded size in memory. Here the body is read in blocks, each block
-is decoded with a bound on its output, and decoding stops as soon as the output passes
-``max_decoded_bytes``; the rest of the body is still read, so the digest covers every byte of it.
-
-A body cut short (a fetch interrupted, a record stored incomplete) inflates to the part before the cut
-without any complaint from zlib or zstd; a stream that stops before its end marker (gzip, deflate), or
-a zstd frame that decodes to less than the content size its header states, is reported as
-``truncated_record`` instead of passed on as half a page.
-
-A server sometimes labels a body it did not compress (or a crawler stored it decoded and kept the
-header): a gzip or zstd body without its magic bytes, or a deflate body that starts like markup, is
-read as it is, as browsers and ``warcio`` do. Brotli (``br``) needs a library this project does not
-install; such a body, or one in an encoding nobody knows, is reported, never passed on as text.
+A WARC stores a response as the server sent it. The body is read in blocks, each decoded with a bound
+on its output, and decoding stops once the output passes ``max_decoded_bytes``, so a compression bomb
+costs the cap, not its size; the rest is still read, so the digest covers every byte. A stream that
+stops before its end marker, or a zstd frame shorter than its header states, is ``truncated_record``,
+never half a page. A body labelled but not compressed is read as it is, as browsers do; brotli and
+unknown codings are reported, never passed on as text. See docs/ingest-and-filters.md ("ingest").
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """HTML to text, one document at a time, in a worker that can be killed.
 
-trafilatura keeps headings, lists and tables as plain-text lines. Around it, what makes extraction
-safe on a real crawl:
-
-* a size cap before parsing (``cap_html``): an oversized page is cut at a UTF-8 boundary and tagged;
-* a per-document time limit (``ExtractWorker``): the parse runs in a child process; one that does not
-  answer in time is killed and restarted, its document quarantined, and the shard goes on;
-* a per-document memory limit, the same way: a parse whose peak resident memory passes the limit
-  costs its document (``memory_limit``) and the worker, never the rank;
-* UTF-8 repair (``repair_replacement_chars``): bytes that did not decode became U+FFFD at ingest; a few
-  are removed, too many mean the page is not text and it is quarantined;
-* invisible text stripped (``strip_invisible``): zero-width and bidi control characters and stray C0
-  controls, which hide text from readers and split words for tokenizers.
-
-trafilatura's own duplicate cache is off (``deduplicate=False``): it would make a page's text depend
-on which pages the same process parsed before, and so on the rank count.
+trafilatura keeps headings, lists and tables as plain-text lines. Around it, per document, never per
+shard: a size cap before parsing (``cap_html``); a time and a memory limit (``ExtractWorker``: a parse
+that passes either costs its document and the worker, never the rank); UTF-8 repair
+(``repair_replacement_chars``); invisible text stripped (``strip_invisible``). trafilatura's own
+duplicate cache is off: it would make a page's text depend on which pages the same process parsed
+before, and so on the rank count. See docs/ingest-and-filters.md ("extract").
 """
 
 from __future__ import annotations

@@ -1,32 +1,14 @@
-"""Text normalization for dedup keys and shingles. Versioned: changing one changes every decision
-made with it, so each stage's phase key and manifest carry the version it used.
+"""Text normalization for dedup keys and shingles. Versioned: changing one changes every decision made
+with it, so each stage's phase key and manifest carry the version it used.
 
-* Exact and line keys (``KEY_VERSION`` 2, :func:`key_form`): Unicode NFKC, lower-case, runs of
-  whitespace folded to one space, ends stripped. Punctuation, operators and digits count: ``3.14`` is
-  not ``314``, ``x = a + b;`` is not ``x = a - b;`` and ``} else {`` is not ``else:`` (version 1 removed
-  them, which merged different texts of code, numbers and prose).
-* MinHash shingles (``NORMALIZATION_VERSION`` 2, :func:`normalize_text`, :func:`shingle_units`): as
-  above, and every character that is neither a word character nor whitespace removed, so
-  "Hello,  World!" and "hello world" share their shingles: near-duplicate detection is about the text,
-  not its punctuation. The units of the shingles are chosen per document by its script:
+* Exact and line keys (``KEY_VERSION``, :func:`key_form`): NFKC, lower-case, whitespace runs folded to
+  one space, ends stripped; punctuation, operators and digits count.
+* MinHash shingles (``NORMALIZATION_VERSION``, :func:`normalize_text`, :func:`shingle_units`): the
+  key form without punctuation; the units are words, or characters for a document written mostly in
+  an unspaced script (:func:`is_unspaced`: ``3 u >= o`` over its letters, :data:`UNSPACED_SCRIPTS`).
+  ASCII text is never unspaced.
 
-  - **words** (split on whitespace), shingled as word n-grams (``ngram``, 5), for a document written
-    mostly in spaced scripts (Latin, Cyrillic, Greek, Arabic, Hangul, Devanagari, ...);
-  - **characters** (the normalized text with its whitespace removed), shingled as character n-grams
-    (:data:`CHAR_NGRAM`, 5), for a document written mostly in an *unspaced* script
-    (:data:`UNSPACED_SCRIPTS`: Han, Hiragana, Katakana, Bopomofo, Yi, Thai, Lao, Tibetan, Myanmar,
-    Khmer, Tai Le, New Tai Lue, Tai Tham, Tai Viet, Balinese, Javanese), whose words no space separates.
-
-  The rule (:func:`is_unspaced`): letters (word characters other than decimal digits and ``_``) are
-  counted after normalization; the document is shingled by characters when its letters of unspaced
-  scripts, each counted three times, are at least as many as its other letters (``3 u >= o``, u > 0:
-  at least a quarter of its letters). Three because one such character carries about what three Latin
-  letters do: on the installation guide's parallel pages in the shared crawl, a Chinese character stands
-  for 3.3 English letters and a Japanese one for 1.9. So a Chinese page goes to characters once about
-  half its text is Chinese, a Japanese one at about 40 %: the rule errs towards characters, since
-  character shingles still see the spaced part of a mixed document, while word shingles see an unspaced
-  part as a few giant "words" (a whole Chinese paragraph is one), so that only exact copies matched.
-  ASCII text is never unspaced. Version 1 had words only.
+The rules, their thresholds and why: docs/dedup.md ("Normalization", "Shingles per script").
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
 """Which source and tier an input file belongs to: declared in the config, with sensible defaults.
 
-A build config may declare sources as a list of tables::
-
-    [[ingest.sources]]
-    match = "*/perl-doc.jsonl.gz"   # fnmatch glob against the input path (or its file name)
-    name = "perl-doc"               # the document's ``source``
-    tier = "curated"                # one of corpus.model.tiers.TIERS
-    license = "Artistic-1.0-Perl OR GPL-1.0-or-later"   # license hint when a record has none
-    date = "2026-01-15"             # release date of a curated source (records may carry their own)
-    kind = "repository"             # optional: the matched file or DIRECTORY is a code repository
-    url = "https://example.org/{name}"   # optional, repositories: their documents' URL ({name}: its name)
-
-The first matching table wins. The data may also declare itself where it lies: a file
-``corpus-sources.toml`` (:data:`DECLARATION_FILE`) in a directory holds ``[[sources]]`` tables of the
-same keys, whose ``match`` globs are relative to that directory, and applies to the files in it and
-below it (the nearest such file, looking from an input's directory up, is the one read). The build
-config's tables come first: the operator's word wins over the data's.
-
-Without a declaration, a WARC/ARC file is source ``web`` in tier ``web``, a repository archive
-(tar/zip, recognised by its bytes) is source ``code`` in tier ``code``, and a JSONL or text file is
-source ``<file stem>`` in the tier ``[ingest] undeclared_files`` names: ``web`` by default (trust is
-declared, never inferred from a file format), ``curated``, or refused (``refuse``, which refuses
-undeclared repositories too).
+A build config declares sources as ``[[ingest.sources]]`` tables (``match``, ``name``, ``tier``,
+``license``, ``date``, ``kind``, ``url``); the first matching table wins. The data may also declare
+itself where it lies, in a :data:`DECLARATION_FILE` (``[[sources]]`` tables, globs relative to its
+directory; the nearest one above an input is read); the build config's tables come first: the
+operator's word wins over the data's. Undeclared: WARC/ARC is ``web``, a repository archive ``code``,
+a JSONL or text file ``<file stem>`` in the tier ``[ingest] undeclared_files`` names (or refused):
+trust is declared, never inferred from a file format. See docs/ingest-and-filters.md ("Inputs, sources
+and tiers").
 """
 
 from __future__ import annotations

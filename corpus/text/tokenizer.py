@@ -1,19 +1,11 @@
 """The pinned tokenizer: an HF ``tokenizers`` artifact identified by its sha256, batch encoding with EOS.
 
-A build names a ``tokenizer.json``; its sha256, vocabulary size, EOS id and the token dtype that
-follows from the vocabulary (``corpus.formats.megatron.token_dtype_for_vocab``) go into the snapshot, so two
-snapshots tokenized differently never share an id. Relative paths resolve against the working
-directory, else the repository (where ``assets/tokenizers/`` ships the default). The path itself
-enters no digest: the tokenize stage records the artifact by file name and sha256 and keeps a copy
-(``tokenizer/<name>``), so the same file from any directory gives the same snapshot id.
-
-When the artifact has no EOS token (the cl100k conversion has none), the configured EOS token is
-added as a special token after the vocabulary — deterministically, and recorded as ``eos_id``.
-
-Encoding runs on a fast path (``TiktokenBPE``: tiktoken's regex split and BPE, HF's own added-token
-rules and normalizer) when the artifact is one it reproduces exactly — both artifacts we ship are —
-and on HF ``tokenizers`` otherwise; ``PinnedTokenizer.encoder`` and ``.fast_path_refused`` say which
-and why. The ids are the same either way, so the snapshot does not record which one ran.
+A build names a ``tokenizer.json``; its sha256, vocabulary size, EOS id and token dtype go into the
+snapshot, so two snapshots tokenized differently never share an id; the path itself enters no digest.
+An artifact without an EOS token gets the configured one added deterministically, recorded as
+``eos_id``. Encoding takes a fast path (:class:`TiktokenBPE`) when the artifact is one it reproduces
+exactly, HF ``tokenizers`` otherwise (``PinnedTokenizer.encoder`` and ``.fast_path_refused`` say
+which and why); the ids are the same either way. See docs/snapshot.md ("tokenize").
 """
 
 from __future__ import annotations

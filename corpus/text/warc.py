@@ -1,22 +1,12 @@
 """Reading WARC / ARC files record by record, so that one bad record never costs the rest of the file.
 
-``warcio`` parses the records; this module adds what a crawl at scale needs around it:
-
-* a record whose bytes end before its declared ``Content-Length`` (a truncated gzip member, a lying
-  length) is reported as :class:`BadRecord`, not passed on as a silently shortened page;
-* when ``warcio`` cannot parse on, the reader resynchronises at the next record boundary (the next
-  gzip member, or the next ``WARC/1.x`` line) and reports the unreadable span as one :class:`BadRecord`
-  with the sha256 of its bytes;
-* records that are not documents (requests, metadata, revisits, non-HTML responses, non-200 statuses)
-  come out as :class:`SkippedRecord` so a caller can count them;
-* a page's HTTP ``Content-Encoding`` (gzip, deflate, zstd) is undone as a stream capped at
-  ``max_decoded_bytes`` (:mod:`corpus.text.content_encoding`), and a record too large to read is
-  still digested over all its bytes;
-* ``decode_page`` turns a page's bytes into text in the WHATWG order (BOM, HTTP charset, ``<meta>``
-  prescan, detection), correcting a declared charset that the bytes contradict, since a wrong label
-  silently turns a page into mojibake that no later count shows.
-
-Every item carries ``index``, its position in the file, which is stable across readers and ranks.
+``warcio`` parses the records; this module adds what a crawl at scale needs around it: a truncated
+record, or an unparseable span after which the reader resynchronises at the next record boundary, is
+a :class:`BadRecord` (with the sha256 of its bytes), never a silently shortened page; records that are
+not documents come out as :class:`SkippedRecord` to be counted; a page's ``Content-Encoding`` is
+undone as a capped stream (:mod:`corpus.text.content_encoding`); :func:`decode_page` decodes in the
+WHATWG order and corrects a declared charset the bytes contradict. Every item carries ``index``, its
+position in the file, stable across readers and ranks. See docs/ingest-and-filters.md ("ingest").
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Stage ``annotate``: language, heuristic signals, quality score and PII scrub. It never drops.
 
-For every document: PII spans are replaced by typed placeholders (the text changes, so the document
-gets a new doc_id ``derived_from`` the old one; the counts go to ``scores["pii_*"]`` and every
-replacement's (start, end, kind) in the old text to the annotation ``pii_spans``; curated and code
-documents are scanned for the code-safe kinds only), then on the
-stored text: ``lang`` and ``lang_confidence`` (fastText lid.176), ``scores["script_fraction"]``, every
-Gopher/C4 signal in ``scores``, and ``scores["quality"]`` from the quality classifier (no score for a
-language the model was not trained for: see its card). A code document (tier ``code``, a repository's
-files) gets the code signals instead (``corpus.code.signals``: ``code_*`` scores, computed from its
-files as ingest cut them, before the PII scrub, whose placeholders could move a file boundary) and
-neither the Gopher/C4 signals nor a quality score: those measure prose. The keep/drop
-decision is the ``policy`` stage's, from these stored values.
-
-The models are part of the stage's identity: their sha256 are written into the effective config (so a
-changed model file re-runs the stage) and into the manifest as ``quality_model_hash`` and
-``lid_model_hash`` (which the snapshot copies into ``stage_versions``).
+PII spans are replaced by typed placeholders (new doc_id ``derived_from`` the old; counts in
+``scores["pii_*"]``, spans in ``pii_spans``; curated and code documents: the code-safe kinds only); then
+on the stored text: ``lang``, ``lang_confidence``, ``script_fraction``, every Gopher/C4 signal and the
+quality score (none for a language the model was not trained for). A code document gets the code
+signals instead, from its files as ingest cut them. The keep/drop decision is the ``policy`` stage's.
+The models' sha256 are part of the effective config and the manifest (``quality_model_hash``,
+``lid_model_hash``). docs/ingest-and-filters.md, "annotate".
 """
 
 from __future__ import annotations
@@ -37,7 +29,7 @@ from runtime.runner import InputShard, Stage, StageContext, StageError
 CODE_TIER = "code"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AnnotateConfig:
     quality_model: str = ""  # path of a `corpus train-quality` model; "" = the default model shipped
     quality_model_hash: str = ""  # filled in from the model file; a value set here pins the model
@@ -61,21 +53,7 @@ class AnnotateConfig:
 
 class AnnotateStage(Stage):
     name = "annotate"
-    # 2: validated PII kinds (IBAN, US SSN added), spans recorded, code-safe tiers
-    # 3: a quality model is recorded by file name and hash, not by the path it was given as
-    # 4: Gopher signals as published and as datatrove 0.10.1 computes them (spaCy's English tokens;
-    #    symbol_word_ratio split into hash_word_ratio and ellipsis_word_ratio; stop words distinct;
-    #    duplicates counted after the first; n-gram and duplicate fractions over len(text); new:
-    #    dup_paragraph_char_fraction, dup_{5..10}gram_char_fraction); C4's line rules as its reference
-    #    code has them (c4_removed_lines, c4_removed_char_fraction; lorem_ipsum and curly_brace only in
-    #    the lines C4 keeps); no rounding
-    # 5: code documents get the code signals (corpus.code.signals: code_alnum_fraction,
-    #    code_mean_line_length, code_max_line_length, code_comment_fraction, code_generated_fraction,
-    #    code_data_line_fraction) and no Gopher/C4 signals or quality score
-    # 6: words and stop words in the document's language (corpus.signals.words: jieba, Sudachi mode A,
-    #    PyThaiNLP, khmer-nltk, LaoNLP, Myanmar syllables; spaCy's stop-word lists for 19 languages, and
-    #    no stop_word_count for a language without one)
-    version = "6"
+    version = "6"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
     Config = AnnotateConfig
 
     def __init__(self, config: AnnotateConfig) -> None:
@@ -95,9 +73,13 @@ class AnnotateStage(Stage):
         super().__init__(
             # the model by its file name and content hash, never by the path it was given as: the same
             # model from another directory is the same config (and snapshot id)
-            replace(config, quality_model=path.name if config.quality_model else "",
-                    quality_model_hash=self.quality.hash, lid_model_hash=lid_model_hash(),
-                    word_tokenizer=tokenizer_id())
+            replace(
+                config,
+                quality_model=path.name if config.quality_model else "",
+                quality_model_hash=self.quality.hash,
+                lid_model_hash=lid_model_hash(),
+                word_tokenizer=tokenizer_id(),
+            )
         )
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:

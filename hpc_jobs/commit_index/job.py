@@ -3,35 +3,28 @@
     mpiexec -n N python -m hpc_jobs.commit_index --build DIR --kind recrawl exact --label CANDIDATES_ID
     mpiexec -n N python -m hpc_jobs.commit_index --build DIR --kind recrawl exact band --compact
 
-An index update is begun and committed by one process, the one that owns the update (``corpus build``'s
-last step, ``buildsteps finalize``: :func:`runtime.build.commit_indexes`; ``corpus compact``): it begins
-the pending generation of each kind, launches this job, and once every rank has exited 0 commits them
-(the atomic switch). Each rank writes the partitions it owns (:func:`corpus.formats.dedup_index.
-owned_partitions`: a contiguous run, blocks differing by at most one), kind after kind: a build's records
-from the stages' ``index_records`` artifacts (:func:`runtime.build.write_commit_partitions`), or every
-generation's same partitions merged (:func:`runtime.build.write_compaction_partitions`). A generation's
-bytes do not depend on how its partitions were dealt, so they are the same on any number of ranks.
-
-A rank that fails or is killed fails the job; nothing is committed and the index stays as it was. The
-rerun (the same command of the owning process) begins the generation again, which removes what the
-killed run left, and writes the same bytes. Rank 0 prints one JSON line: per rank its partitions, the
-records it read for them (a commit), seconds and peak RSS.
+The owning process (``runtime.build.commit_indexes``, ``corpus compact``) begins each kind's pending
+generation, launches this job and commits once every rank has exited 0. Each rank writes the
+partitions it owns (``corpus.formats.dedup_keys.owned_partitions``), so a generation's bytes are the
+same on any number of ranks; a failed rank commits nothing, and the rerun writes the same bytes.
+Rank 0 prints one JSON line per rank (partitions, records read, seconds, peak RSS).
+docs/incremental.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-import traceback
 from pathlib import Path
 
-from corpus.formats.dedup_index import CURRENT, KINDS, PersistentIndex, owned_partitions
+from corpus.formats.dedup_files import CURRENT
+from corpus.formats.dedup_index import PersistentIndex
+from corpus.formats.dedup_keys import KINDS, owned_partitions
 from corpus.model.errors import UserError
 from corpus.model.layout import dedup_index_dir
 from runtime.build import COMMIT_JOB, write_commit_partitions, write_compaction_partitions
-from runtime.runner import abort_job, peak_rss_mb
+from runtime.runner import fail_job, peak_rss_mb
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -81,13 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dumps({"job": COMMIT_JOB, "kinds": args.kind, "compact": args.compact, "ranks": by_rank})
             )
     except (UserError, FileNotFoundError, ValueError) as e:
-        print(f"error: {COMMIT_JOB}: {e}", file=sys.stderr, flush=True)
-        abort_job(comm, 2)
-        return 2
+        return fail_job(comm, COMMIT_JOB, e)
     except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        abort_job(comm, 1)
-        return 1
+        return fail_job(comm, COMMIT_JOB)
     return 0
-

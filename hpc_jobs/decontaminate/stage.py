@@ -1,30 +1,12 @@
-"""decontaminate: flag documents that contain eval-set items; keep what a later check needs of the corpus.
+"""decontaminate: flag documents that contain eval-set items; keep the per-document 8-gram index.
 
-Every rank builds the eval index from the registry (cheap next to the corpus; the registry digest is
-the prepare digest, so a changed eval set redoes every shard). The rule (:mod:`corpus.decont.rule`) is
-applied per document: an item is contaminated in a document when one of its passages (its content,
-templates stripped, or its verbatim text) has a run of ``min(min_run, m)`` consecutive 8-grams the
-document holds. A flagged document stays a candidate, annotated per benchmark with its longest run,
-the item of that run and every contaminated item, and is also written to ``flagged/NAME.jsonl.zst`` for
-the contamination report; excluding it is a version's decision (the default version does,
-``include_contaminated = false``).
-
-One index of the corpus is kept, over every candidate (a later check asks what the stored corpus holds):
-``doc_gram_index/``, what the rule reads of each document, its distinct 8-gram hashes, as (8-gram,
-document key) records (:mod:`corpus.decont.doc_grams`). Per shard the stage writes them as it scans
-(``doc_grams/NAME.rows``, document order, one document in memory); :meth:`Decontaminate.conclude`, one
-global phase of one exchange step (``doc_grams``), sends each record to the part of its hash prefix,
-whose owner writes it sorted by (8-gram, document), once. The index is range-partitioned by hash prefix
-(``2**prefix_bits`` parts of about ``doc_gram_part_rows`` records, fixed by the data, never by the rank
-count); each part is checkpointed as it completes; the parts are linked into the stage directory and
-listed, with the digests computed while writing, in the manifest (``extra["doc_gram_index"]``,
-:class:`corpus.model.facts.DecontaminationFacts`). The snapshot links them (``decont/8gram_docs/``), and
-``corpus contamination --benchmark`` applies the build's rule to them, document by document. The shuffle
-spills beyond the memory budget, so no rank holds more than its budget and one batch.
-
-The eval registry is named by ``eval_dir`` and recorded by its directory name and content digest only
-(``eval_registry_hash``), never by where it was found, so the same registry from any directory, relative
-spelling or link gives the same config, manifest and snapshot id.
+Every rank builds the eval index from the registry (its digest is the prepare digest). The rule
+(:mod:`corpus.decont.rule`) is applied per document; a flagged document stays a candidate, annotated,
+and is written to ``flagged/NAME.jsonl.zst``; excluding it is a version's decision. Per shard the stage
+writes each document's distinct 8-grams (``doc_grams/NAME.rows``); :meth:`Decontaminate.conclude`
+(one global phase, step ``doc_grams``) writes them range-partitioned by hash prefix and sorted as
+``doc_gram_index/`` (:mod:`corpus.decont.doc_grams`), parts fixed by the data, never by the rank count.
+The registry is recorded by directory name and content digest only. docs/snapshot.md, "decontaminate".
 """
 
 from __future__ import annotations
@@ -73,7 +55,7 @@ _DOC_GRAM_ROW = np.dtype([("part", "<u4"), ("gram", "<u8"), ("doc", "<u8")])
 _SEND_BATCH = 1 << 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecontaminateConfig:
     #: the eval registry, a directory of benchmark files: an absolute path, or relative to the working
     #: directory, else to the repository. Read once, then recorded by its directory name only (its content
@@ -104,12 +86,7 @@ class DecontaminateConfig:
 
 class Decontaminate(Stage):
     name = "decontaminate"
-    # 4: flagged documents stay candidates (annotated, copied to flagged/ for the report)
-    # 5: one rule in the build and after it (8-gram runs per passage, content without templates, every
-    #    contaminated item annotated); the per-document 8-gram index (doc_grams/, doc_gram_index/)
-    # 6: the per-document 8-gram index is the one index kept (the corpus-wide 13-gram index, its
-    #    ngrams/ and its exchange step are gone); the eval registry recorded by directory name and digest
-    version = "6"
+    version = "6"  # what each version changed: docs/snapshot.md, "Stage versions"
     Config = DecontaminateConfig
     artifact_kinds = (FLAGGED, DOC_GRAMS)
 
@@ -129,7 +106,9 @@ class Decontaminate(Stage):
             try:
                 registry = EvalRegistry.load(self.config.registry)
                 if registry.digest != self.config.eval_registry_hash:
-                    raise RegistryError(f"eval registry {self.config.registry} changed while the stage started")
+                    raise RegistryError(
+                        f"eval registry {self.config.registry} changed while the stage started"
+                    )
                 self.index = EvalIndex(registry, self.config.min_run, self.config.min_item_words)
             except (RegistryError, ValueError) as e:
                 raise StageError(str(e)) from e

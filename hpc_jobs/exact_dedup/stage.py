@@ -1,37 +1,13 @@
-"""Exact dedup: documents whose normalized text is the same are one document; the earliest copy stays.
+"""exact_dedup: documents whose normalized text is the same are one document; the keeper stays.
 
-Global phase (all ranks): every document sends (key of its normalized text, keeper key) to the rank
-owning that text key; the shuffle hands each group over sorted by keeper key, so the first is the
-keeper: most trusted source tier, then earliest crawl date, then doc_id (``corpus.dedup.order``).
-
-It runs right after extraction, before the classifiers: every exact copy it removes is one document
-annotate (the most expensive stage per byte) does not score; docs/versions.md has the arithmetic.
-Per shard: the keeper is kept and annotated with how many copies it stood for; every other copy is
-written to ``filtered/`` as ``exact_duplicate`` with ``dup_of`` = the keeper's doc_id, and its
-provenance (url, host, source, tier, date, licence: ``corpus.select.provenance``) to ``copies/NAME.jsonl.zst``,
-which the candidates keep: a version that excludes the keeper's host, source, date or licence keeps the
-stored text when another copy passes. Nothing is deleted.
-
-The eval holdout: the held-out pages' keys (the ``exact_key`` extract stored with each page of its
-``holdout/``, the key of its text before the PII scrub) go to the same parts as the candidates' keys,
-in a step of their own (``holdout_keys``). A group whose key is a held-out page's has its keeper tagged
-``scores["holdout_exact"] = 1.0`` (annotation ``holdout_exact``): a copy of a held-out page at
-another URL, which the default selection excludes (``corpus.select.policy``). Held-out pages are never
-candidates and never keepers.
-
-Inside a build (``<build>/stages/exact_dedup``, whose build holds a persistent exact index at
-``<build>/dedup_index/exact``: docs/incremental.md) every part also writes the (key, keeper) record of
-each group it decides, in key order, as the artifact ``index_records/PART.exact.rec`` (``EXACT_RECORD``
-rows; listed in the manifest's side outputs): the build commits them as its own index generation once the
-whole build has succeeded (``runtime.build``), never this stage, so a failed build leaves the index as
-it was forked. Without a base that is the only difference: phase, outputs and manifest ``extra`` are
-byte-identical to a run of the stage on its own. With a base (the index holds the base's generations)
-the parts are the index's ``P`` partitions instead of one per input shard, so part ``p`` holds exactly
-the keys of index partition ``p``: it probes the base's generations of that partition
-(``probe_partition``, a batch of keys at a time) and a key the base holds makes every copy in this build
-a duplicate of the base's keeper (keep-first: documents already in the corpus keep their decisions);
-every other key is decided as above. The base's generations (their pointer entries, digested) and ``P``
-are in the phase key (another base is another phase) and in the manifest's ``extra.index``.
+Every document's (text key, keeper key) goes to the part owning the text key, which gets each group
+sorted by keeper key: the first is the keeper (most trusted tier, earliest crawl, doc_id:
+``corpus.dedup.order``). Every other copy is filtered as ``exact_duplicate`` with ``dup_of`` and its
+provenance in ``copies/NAME.jsonl.zst``; a keeper with a held-out page's key is tagged
+``holdout_exact``. Inside a build each part also writes its groups' index records
+(``index_records/PART.exact.rec``); against a base the parts are the index's partitions and a key the
+base holds makes every copy a duplicate of the base's keeper (keep-first). docs/dedup.md,
+docs/incremental.md.
 
     python -m hpc_jobs.exact_dedup --in build/stages/extract --out build/stages/exact_dedup [--config FILE]
 """
@@ -48,14 +24,15 @@ from typing import Any
 from corpus.decont.holdout import EXACT_KEY, EXACT_SCORE, HOLDOUT_STAGE, HoldoutFile, holdout_files
 from corpus.dedup.exact_copy import ExactCopy
 from corpus.dedup.order import doc_id_bytes
-from corpus.formats.dedup_index import BaseGenerations, doc_ids, exact_key_params
+from corpus.formats.dedup_index import BaseGenerations
+from corpus.formats.dedup_keys import doc_ids, exact_key_params
 from corpus.formats.docshard import SUFFIX, RecordsFile, ShardWriter, iter_docs
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome
 from corpus.model.digest import canonical_json
 from corpus.model.layout import INDEX_RECORDS
 from corpus.select.provenance import copy_record
 from corpus.text.normalize import KEY_VERSION, text_key
-from mpi_kernels.shuffle import stable_key_hash
+from mpi_kernels.shuffle_bytes import stable_key_hash
 from runtime.global_phase import (
     GlobalPhase,
     PartWriter,
@@ -121,21 +98,14 @@ def with_base_keepers(
         yield from flush()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExactDedupConfig:
     """Exact dedup has no settings of its own (its memory budget is the build's ``memory_budget_mb``)."""
 
 
 class ExactDedupStage(Stage):
     name = "exact_dedup"
-    # 2: the global phase checkpointed in parts (runtime.global_phase)
-    # 3: the keeper is the most trusted tier first, then the earliest date (was date first)
-    # 4: every dropped copy's provenance in copies/
-    # 5: the key keeps punctuation, operators and digits (corpus.text.normalize.KEY_VERSION 2)
-    # 6: copies of held-out pages tagged (holdout_exact)
-    # 7: the build's own exact index records (index_records/, a side output) and, with a base build,
-    #    keys probed in its persistent index (keep-first); copies' licence_class in the classes of
-    #    corpus.select.licences 2 (strong/weak copyleft, none)
+    # what each version changed: docs/dedup.md "Stage versions"
     version = "7"
     Config = ExactDedupConfig
     artifact_kinds = (COPIES, INDEX_RECORDS)
@@ -149,7 +119,9 @@ class ExactDedupStage(Stage):
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         held = sorted([f.name, f.sha256] for f in self._held)
         base = self._base
-        index = {"index": {"partitions": base.partitions, "base": base.digest}} if base and base.probed else {}
+        index = (
+            {"index": {"partitions": base.partitions, "base": base.digest}} if base and base.probed else {}
+        )
         return global_phase_key(self, inputs, normalization=KEY_VERSION, holdout=held, **index)
 
     def _groups(self, inputs: list[InputShard]) -> list[str]:
@@ -201,7 +173,11 @@ class ExactDedupStage(Stage):
             held = self._held_keys(phase, groups[g])
             tagged = 0
             index: Counter = Counter()
-            own = RecordsFile(ctx.out_dir / INDEX_RECORDS / f"{groups[g]}{INDEX_RECORDS_SUFFIX}") if base else None
+            own = (
+                RecordsFile(ctx.out_dir / INDEX_RECORDS / f"{groups[g]}{INDEX_RECORDS_SUFFIX}")
+                if base
+                else None
+            )
             grouped = groupby(records, key=itemgetter(0))
             if probed:
                 decided = with_base_keepers(base, g, grouped)

@@ -1,22 +1,12 @@
 """Stage ``extract``: HTML documents -> text documents; plain text passes through cleaned.
 
-Every document is handled on its own: an oversized page is truncated before parsing and tagged, a
-parse that exceeds ``time_limit_s`` is killed and quarantined (``extract_timeout``), one whose worker
-outgrows ``memory_limit_mb`` is quarantined (``memory_limit``) and the worker replaced, a parser crash or
-exception is quarantined (``extract_crashed`` / ``extract_error``), a page that is mostly undecodable
-bytes is quarantined (``invalid_utf8``), and a page with no main text goes to ``filtered/`` as
-``no_text_extracted``. The shard always goes on. Documents of ``verbatim_tiers`` (``code`` by default)
-keep their text exactly as ingest read it: in source code, whitespace is syntax (indentation, two
-blank lines, a Makefile's tabs, trailing spaces that end a Markdown line). The text of a kept document replaces its HTML
-(``Document.with_text``: new doc_id, ``derived_from`` the HTML document's id).
-
-The eval holdout: with each shard, the held-out pages ingest set aside for the same input file
-(ingest's ``holdout/NAME``) are extracted the same way and PII-scrubbed (``corpus.signals.pii``, the
-kinds of ``holdout_pii_kinds``), and written to this stage's ``holdout/NAME``: the stored eval set,
-each document with its raw digest, ``derived_from`` the held-out HTML document, and the exact-dedup key
-of its text before the scrub (annotation ``exact_key``, what exact_dedup compares candidates with). A
-held-out page that gives no text or is quarantined is counted by reason (``holdout_dropped``); held-out
-pages are never counted among the stage's documents.
+Every document is handled on its own and the shard always goes on: an oversized page is truncated,
+a parse over ``time_limit_s`` or ``memory_limit_mb``, a crash or a mostly undecodable page is
+quarantined, a page with no main text filtered (``no_text_extracted``). Documents of ``verbatim_tiers``
+(``code``) keep their text as read. A kept text replaces its HTML (``Document.with_text``: new doc_id,
+``derived_from`` the HTML's). The eval holdout ingest set aside is extracted the same way, PII-scrubbed
+and written to ``holdout/NAME`` with the exact-dedup key of its text (annotation ``exact_key``); a
+held-out page that gives no text is counted (``holdout_dropped``). docs/ingest-and-filters.md, "extract".
 """
 
 from __future__ import annotations
@@ -46,7 +36,7 @@ from corpus.text.normalize import KEY_VERSION, text_key
 from runtime.runner import InputShard, Stage, StageContext, remove_stale_artifacts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExtractConfig:
     max_html_bytes: int = 2_000_000  # pages are cut to this many bytes before parsing (0: no cap)
     time_limit_s: float = 30.0  # per document; a slower parse is killed and quarantined
@@ -60,7 +50,9 @@ class ExtractConfig:
     def __post_init__(self) -> None:
         unknown = sorted(set(self.holdout_pii_kinds) - set(KINDS))
         if unknown:
-            raise ValueError(f"holdout_pii_kinds: unknown kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+            raise ValueError(
+                f"holdout_pii_kinds: unknown kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}"
+            )
         for tier in self.verbatim_tiers:
             check_tier(tier)
         if self.time_limit_s <= 0:
@@ -80,10 +72,7 @@ _WORKER_REASONS = {
 
 class ExtractStage(Stage):
     name = "extract"
-    # 2: ZWJ, ZWNJ and variation selectors are kept (docs/ingest-and-filters.md); 3: the worker runs
-    # under memory_limit_mb; 4: the eval holdout extracted and scrubbed in holdout/, with the exact
-    # key of its text -- whose version (corpus.text.normalize.KEY_VERSION) is part of this one, so a
-    # new key redoes the holdout; 5: documents of verbatim_tiers (code) keep their text as read
+    # with the exact key's version: a new key redoes the holdout (docs/ingest-and-filters.md, "Stage versions")
     version = "5+key" + KEY_VERSION
     Config = ExtractConfig
     artifact_kinds = (HOLDOUT_KIND,)

@@ -1,1 +1,2 @@
-"""The ingest stage: ``stage.py`` holds its hooks; ``python -m hpc_jobs.ingest`` runs it."""
+"""The ingest stage: ``stage.py`` holds its hooks, ``items.py`` reads the inputs, ``recrawl.py`` collapses
+recrawls; ``python -m hpc_jobs.ingest`` runs it."""

@@ -1,29 +1,12 @@
-"""Line-level dedup: a line found in more documents than the corpus's limit is boilerplate and is removed
-from every document of the tiers it applies to.
+"""line_dedup: a line found in more documents than the corpus's limit is boilerplate and is removed
+from every document of the tiers it applies to (``exempt_tiers`` neither count nor lose lines).
 
-The limit scales with the corpus: ``max_docs_fraction`` of its documents (one in 10⁷ by default), never
-below ``max_docs_per_line`` (10): a line repeated in 100 pages of a 10⁹-page crawl is a phrase, not a
-template. Documents of ``exempt_tiers`` (code and curated by default: ``return 0;``, ``import typing``
-or a licence header are what such sources are made of) neither count nor lose lines. A line's key keeps
-its punctuation, operators and digits (``corpus.text.normalize.line_key``); a line without a letter or
-digit never counts.
-
-Global phase (``runtime.global_phase``, one exchange step ``lines``): every document sends each of its
-distinct normalized line keys (8 bytes; blank lines never count) with a count, pre-summed over all of a
-rank's input shards in a table of an eighth of the budget (:class:`KeyCounts`, flushed whenever it fills),
-to the part that owns the key's range (parts split the 64-bit key space into equal ranges, one part per
-input shard, so the number of parts depends only on the data). The owner sums each key's counts while
-streaming the sorted shuffle and writes the keys seen in more documents than the limit to
-``work/phase/lines/<part>.frequent`` (sorted 8-byte keys): nothing but the shuffle's budget is held, and a
-rank killed or pre-empted in the phase costs one part.
-Per shard: each line's key is looked up in its range's file by binary search on a memory map; those lines
-are removed; a document that lost lines gets new text (``Document.with_text``, so a new doc_id with
-``derived_from`` the old one) and the annotations ``lines_removed`` and ``bytes_removed``; a document left
-with nothing but whitespace is filtered as ``all_lines_frequent``.
-Per shard too, the artifact ``removed_lines/NAME.parquet`` (:data:`REMOVED_SCHEMA`): each removed line's
-key, the number of the shard's documents that lost it and its text as first seen (up to
-:data:`LINE_SHOWN` characters), so the data card can name the most removed lines with their counts
-(corpus.report.removed_lines) without holding them in the stage.
+Global phase (one exchange step ``lines``): each rank's distinct line keys with counts pre-summed in a
+bounded table (:class:`KeyCounts`) go to the part owning the key's range, which writes the keys above
+the limit as a sorted file. Per shard, each line is looked up there by binary search on a memory map;
+a document that lost lines gets new text (a new doc_id, ``derived_from`` the old one), one left empty
+is filtered as ``all_lines_frequent``, and the removed lines go to ``removed_lines/NAME.parquet``.
+docs/dedup.md "Normalization" (the limit, the tiers, the artifact).
 
     python -m hpc_jobs.line_dedup --in build/stages/policy --out build/stages/line_dedup
 """
@@ -65,7 +48,7 @@ _COUNT_MAX = np.iinfo(np.uint32).max
 _COMBINE_ENTRY_BYTES = 48
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LineDedupConfig:
     #: a line in more than this share of the documents is boilerplate ...
     max_docs_fraction: float = 1e-7
@@ -174,9 +157,7 @@ class FrequentLines:
 
 class LineDedupStage(Stage):
     name = "line_dedup"
-    # 2: the global phase checkpointed in parts; frequent keys searched by memory map
-    # 3: keys keep punctuation (KEY_VERSION 2); the limit scales with the corpus; exempt tiers
-    # 4: the removed lines of each shard kept as an artifact (removed_lines/)
+    # what each version changed: docs/dedup.md "Stage versions"
     version = "4"
     Config = LineDedupConfig
     artifact_kinds = (REMOVED,)

@@ -1,19 +1,12 @@
 """tokenize: every document to token ids with the pinned tokenizer, EOS after each, per shard.
 
 Documents go on unchanged (the next stage needs their lineage); the tokens of input shard NAME are
-written beside them as a Megatron indexed pair ``tokens/NAME.bin`` / ``tokens/NAME.idx``, one sequence
-per document in the shard's document order. The tokenizer's sha256 is part of every shard's
-checkpoint key and of the manifest (``tokenizer_hash``), so a different tokenizer is a different build;
-its path is not (the config records its file name): the same file from another directory is the same
-build. The stage keeps the artifact it encoded with as ``tokenizer/<name>``, which the snapshot links.
-
-Ids come from ``PinnedTokenizer.encode_batch``: the tiktoken fast path where it is proven to equal HF
-``tokenizers`` for the artifact, HF otherwise (logged once per rank with the reason). Which one ran is
-not part of the output or the manifest, because the bytes are the same.
-
-Memory per shard is bounded by one batch: each batch's tokens are appended to the ``.bin`` as they come
-(in the work directory, renamed into place when the shard is done); only the lengths (4 bytes per
-document) wait for the ``.idx``, which ``corpus.formats.megatron.index_bytes`` lays out.
+written beside them as a Megatron indexed pair ``tokens/NAME.bin`` / ``.idx``, one sequence per document
+in the shard's document order. The tokenizer is identified by its sha256 (checkpoint keys, manifest),
+never by its path; the stage keeps the artifact as ``tokenizer/<name>``. Ids come from
+``PinnedTokenizer.encode_batch`` (the tiktoken fast path where proven equal to HF, HF otherwise: the
+bytes are the same). Memory per shard is one batch of tokens and 4 bytes per document.
+docs/snapshot.md, "tokenize".
 """
 
 from __future__ import annotations
@@ -83,7 +76,7 @@ class StreamingShardWriter:
         self._f.close()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TokenizeConfig:
     #: where the tokenizer.json is: an absolute path, or relative to the working directory, else to the
     #: repository. Read once, then recorded by its file name only (its content by ``tokenizer_sha256``),
@@ -112,9 +105,7 @@ class TokenizeConfig:
 
 class Tokenize(Stage):
     name = "tokenize"
-    # 2: the tokenizer recorded by file name and sha256, never by its path (config, manifest), and kept
-    #    in the stage as the artifact ``tokenizer/<name>``, which the snapshot links
-    version = "2"
+    version = "2"  # what each version changed: docs/snapshot.md, "Stage versions"
     Config = TokenizeConfig
     artifact_kinds = (TOKENS, TOKENIZER_DIR)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from corpus.model.errors import UserError
 from corpus.select.selection import load_selection, parse_inline
-from corpus.version import kept_text, make_version
+from corpus.version.plan import kept_text, make_version
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,4 +45,3 @@ def main(argv: list[str] | None = None) -> int:
     print(kept_text(planned.kept))
     print(f"snapshot_id {planned.manifest['snapshot_id']}", flush=True)
     return 0
-

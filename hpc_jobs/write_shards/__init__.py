@@ -1,1 +1,2 @@
-"""The write_shards stage: ``stage.py`` holds its hooks; ``python -m hpc_jobs.write_shards`` runs it."""
+"""The write_shards stage: ``stage.py`` holds its hooks, one module per collective step;
+``python -m hpc_jobs.write_shards`` runs it."""

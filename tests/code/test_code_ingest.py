@@ -292,7 +292,9 @@ def test_a_declared_directory_repository_and_the_team_rules(built):
     assert odd == {"../evil.py": "unsafe_path", "proj/a.py": "duplicate_path"}
     [odd_doc] = repo_docs(out)["repo://odd/"]
     assert [f[0] for f in files_of(odd_doc)] == ["other/b.py", "proj/README.md", "proj/a.py"]
-    assert f"{HEADER}proj/a.py\n{own('corpus/model/tiers.py').decode()}" in odd_doc.text, "the later entry wins"
+    assert f"{HEADER}proj/a.py\n{own('corpus/model/tiers.py').decode()}" in odd_doc.text, (
+        "the later entry wins"
+    )
 
 
 def test_the_same_outputs_on_one_and_two_ranks(built):

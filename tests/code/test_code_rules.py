@@ -19,6 +19,17 @@ from tests.conftest import ROOT, SAMPLE, SHARED_DATA
 
 CODE = SHARED_DATA / "code"
 RULES = build_rules([])
+#: The limits a repository is read with here (those of the default config).
+READ_LIMITS = {"max_file_bytes": 1_000_000, "max_doc_tokens": 32_768, "bytes_per_token": 3.0}
+
+
+def linked_inputs(root: Path, archives: list[str]) -> Path:
+    """``root/in``, holding a link to each of the shared code ``archives`` (they are never copied)."""
+    inputs = root / "in"
+    inputs.mkdir()
+    for name in archives:
+        (inputs / name).symlink_to(CODE / name)
+    return inputs
 
 
 def tar_bytes(mode: str, files: dict[str, bytes]) -> bytes:
@@ -36,8 +47,7 @@ def own_files() -> dict[str, bytes]:
 
 
 def read(path: Path, **kw):
-    opts = {"max_file_bytes": 1_000_000, "max_doc_tokens": 32_768, "bytes_per_token": 3.0} | kw
-    return read_repository(path, repository_kind(path), path.name, RULES, **opts)
+    return read_repository(path, repository_kind(path), path.name, RULES, **(READ_LIMITS | kw))
 
 
 def test_archives_are_recognised_by_their_bytes_and_a_warc_stays_a_warc(tmp_path):

@@ -17,9 +17,9 @@ import pytest
 
 from corpus.code.repo_dedup import document_files
 from corpus.code.signals import code_signals, comment_lines, document_code_signals, is_data_line, is_generated
-from corpus.model import Document
 from corpus.signals.heuristics import heuristic_signals
 from tests.conftest import ROOT, SHARED_DATA, run_corpus
+from tests.documents import make_doc
 from tests.stages.chain import docs
 
 ARCHIVE = "requests-2.31.0.tar.gz"
@@ -138,10 +138,10 @@ def test_a_humaneval_item_in_a_repository_is_contaminated(build):
 
 def test_a_code_document_not_from_a_repository_is_one_file_of_no_known_language():
     text = real_file("requests/hooks.py")
-    doc = Document.create(
-        text=text,
+    doc = make_doc(
+        text,
         source="snippets",
-        source_tier="code",
+        tier="code",
         url="https://example.org/hooks.py",
         crawl_date="",
         raw_digest="",

@@ -31,6 +31,7 @@ from corpus.model.manifest import read_stage_manifest
 from corpus.report.build_view import open_build
 from corpus.report.gather import gather
 from corpus.select.licences import licence_class
+from tests.code.test_code_rules import READ_LIMITS, linked_inputs
 from tests.conftest import ROOT, SHARED_DATA, run_corpus
 from tests.stages.chain import docs, run_stage
 
@@ -68,15 +69,7 @@ RULES = build_rules([])
 
 
 def licence_of(path: Path):
-    repo = read_repository(
-        path,
-        repository_kind(path),
-        archive_stem(path),
-        RULES,
-        max_file_bytes=1_000_000,
-        max_doc_tokens=32_768,
-        bytes_per_token=3.0,
-    )
+    repo = read_repository(path, repository_kind(path), archive_stem(path), RULES, **READ_LIMITS)
     repo.close()
     return repo.licence
 
@@ -230,10 +223,7 @@ def test_classes_of_the_copyleft_families_and_of_no_licence():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("licences")
-    inputs = root / "in"
-    inputs.mkdir()
-    for name in BUILT:
-        (inputs / name).symlink_to(CODE / name)
+    inputs = linked_inputs(root, BUILT)
     run_corpus("build", "--input", str(inputs), "--out", str(root / "b"), "--ranks", "2")
     return root
 

@@ -8,7 +8,6 @@ of requests, its fork niquests and the unrelated six."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +26,11 @@ from corpus.report.gather import gather
 from corpus.report.html import render_html
 from corpus.report.repo_clusters import repository_clusters
 from corpus.select.selection import Selection
-from corpus.version import connect, open_version, select_rows
+from corpus.version.open import open_version
+from corpus.version.query import connect, select_rows
 from mpi_kernels.minhash import MinHasher
-from tests.conftest import SHARED_DATA, run_corpus
+from tests.code.test_code_rules import linked_inputs
+from tests.conftest import run_corpus
 from tests.stages.chain import docs, manifest
 
 ARCHIVES = ["requests-2.31.0.tar.gz", "requests-2.32.3.tar.gz", "niquests-3.11.0.tar.gz", "six-1.16.0.tar.gz"]
@@ -39,10 +40,7 @@ OLD, NEW, FORK, OTHER = (f"repo://{a.split('.tar')[0]}/" for a in ARCHIVES)
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
     root = tmp_path_factory.mktemp("repo_dedup")
-    inputs = root / "in"
-    inputs.mkdir()
-    for name in ARCHIVES:
-        os.symlink(SHARED_DATA / "code" / name, inputs / name)
+    inputs = linked_inputs(root, ARCHIVES)
     out = {}
     for ranks in (1, 2):
         out[ranks] = root / f"b{ranks}"
@@ -166,7 +164,8 @@ def test_the_card_lists_each_cluster_member_with_its_similarity_and_file_share(b
     # and the build's card shows the same table in its code section, with what the version kept
     card = gather(open_build(builds[1]))
     assert [(m["repository"], m["kept"]) for m in card["code"]["repo_clusters"]["members"]] == [
-        (NEW, True), (OLD, False)
+        (NEW, True),
+        (OLD, False),
     ]
     assert "<h3>Repository clusters</h3>" in render_html(card) and OLD in render_html(card)
 

@@ -81,8 +81,9 @@ def write_stage_dir(stage_dir: Path, docs: list[Document], shards: int = 4) -> P
     return stage_dir
 
 
-def planted_pair(rnd: random.Random, n_words: int, target: float,
-                 shingle_set: Callable[[str], set]) -> tuple[str, str, float]:
+def planted_pair(
+    rnd: random.Random, n_words: int, target: float, shingle_set: Callable[[str], set]
+) -> tuple[str, str, float]:
     """A document of unique words and a copy with the fewest positions replaced that bring the shingle
     Jaccard (of ``shingle_set``) down to ``target`` (binary search: more replacements never raise it);
     returns both texts and the exact Jaccard."""

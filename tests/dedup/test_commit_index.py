@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from corpus.formats import dedup_index as pi
+from corpus.formats import dedup_keys
 from corpus.formats.docshard import atomic_write_json
 from corpus.model import ShardRef, StageManifest
 from corpus.model.errors import UserError
@@ -33,7 +34,7 @@ MINHASH_CONFIG = {"num_perm": 112, "bands": 14, "rows": 8, "seed": 0, "ngram": 5
 KILLED_JOB = """
 import os, signal, sys
 from mpi4py import MPI
-from corpus.formats import dedup_index as pi
+from corpus.formats import dedup_files
 from hpc_jobs.commit_index.job import main
 written = 0
 
@@ -44,7 +45,7 @@ def hook(at):
         if written == 2:
             os.kill(os.getpid(), signal.SIGKILL)
 
-pi._HOOK = hook
+dedup_files._HOOK = hook
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -61,10 +62,10 @@ def part_rows(kind: str, seed: int) -> np.ndarray:
     """One stage part's records: 2,000 random keys, the first 300 also keys of part 0 (other values: the
     smallest value of a key is kept), in random order."""
     r = np.random.default_rng(seed)
-    width = pi.KINDS[kind].record["key"].itemsize
+    width = dedup_keys.KINDS[kind].record["key"].itemsize
     keys = r.integers(0, 256, (2000, width), dtype=np.uint8)
     keys[:300] = np.random.default_rng(100).integers(0, 256, (2000, width), dtype=np.uint8)[:300]
-    return pi.records(kind, keys, r.integers(0, 256, (2000, 16), dtype=np.uint8))
+    return dedup_keys.records(kind, keys, r.integers(0, 256, (2000, 16), dtype=np.uint8))
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,9 @@ def made(tmp_path_factory) -> Path:
             data = part_rows(kind, 10 * part + len(kind)).tobytes()
             path.write_bytes(data)
             side.append(
-                ShardRef(rel, hashlib.sha256(data).hexdigest(), len(data) // pi.KINDS[kind].record.itemsize)
+                ShardRef(
+                    rel, hashlib.sha256(data).hexdigest(), len(data) // dedup_keys.KINDS[kind].record.itemsize
+                )
             )
         config = MINHASH_CONFIG if kind == "band" else {}
         m = StageManifest(stage, "test", config, "", (), (), tuple(side), {}, {}, run_info={"ranks": 3})
@@ -154,7 +157,7 @@ def test_a_damaged_index_records_artifact_is_refused_by_the_rank_reading_it(made
     data = bytearray(path.read_bytes())
     data[40] ^= 1
     path.write_bytes(bytes(data))
-    pipeline.begin_commit(out, "exact", pi.exact_key_params(), m["exact_dedup"], LABEL)
+    pipeline.begin_commit(out, "exact", dedup_keys.exact_key_params(), m["exact_dedup"], LABEL)
     with pytest.raises(UserError, match=f"{path} is not the file exact_dedup wrote"):
         pipeline.write_commit_partitions(out, "exact", LABEL, range(0, 1))
 

@@ -17,7 +17,7 @@ from corpus.dedup.order import (
 )
 from corpus.dedup.union_find import UnionFind
 from corpus.dedup.verify import estimated_jaccard, verified_clusters
-from hpc_jobs.minhash_dedup.stage import size_histogram
+from hpc_jobs.minhash_dedup.facts import size_histogram
 from mpi_kernels.minhash import MinHasher
 from tests.dedup.dedup_corpus import make_doc
 
@@ -57,7 +57,11 @@ def test_the_exact_keeper_is_the_most_trusted_tier_then_the_earliest_copy():
     web_early = make_doc("same", 1, tier="web", crawl_date="2025-01-01")
     curated_late = make_doc("same", 2, tier="curated", crawl_date="2026-06-01")
     web_late = make_doc("same", 3, tier="web", crawl_date="2026-06-01")
-    assert sorted([web_late, web_early, curated_late], key=exact_keeper_key) == [curated_late, web_early, web_late]
+    assert sorted([web_late, web_early, curated_late], key=exact_keeper_key) == [
+        curated_late,
+        web_early,
+        web_late,
+    ]
 
 
 def test_undated_copies_lose_to_dated_ones():

@@ -101,7 +101,9 @@ def test_rerun_after_losing_a_finished_shard_redoes_only_that_shard(corpus, tmp_
     (out / "shards" / "part-003.jsonl.zst").unlink()
     again = run_stage("exact_dedup", 3, in_dir, out)
     assert "1 shards processed" in again.stderr
-    assert (out / "work" / "phase" / "complete.json").stat().st_mtime_ns == checkpoint, "global phase was redone"
+    assert (out / "work" / "phase" / "complete.json").stat().st_mtime_ns == checkpoint, (
+        "global phase was redone"
+    )
     assert output_digests(out) == first
 
 

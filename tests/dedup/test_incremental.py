@@ -6,6 +6,7 @@ runs, real MPI ranks, real pages of the shared crawls."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -19,16 +20,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.bench_incremental import build_args
 from corpus.dedup.recrawl import RecordKey, recrawl_key
 from corpus.formats import dedup_index as pi
+from corpus.formats import dedup_keys, dedup_probe
 from corpus.formats.bloom import BloomFilter
-from corpus.snapshot import Snapshot, validate_snapshot
+from corpus.snapshot.lookup import Snapshot
+from corpus.snapshot.validate import validate_snapshot
 from corpus.text.normalize import text_key
 from corpus.text.warc import RawRecord, iter_warc
-from corpus.version import connect, open_version
+from corpus.version.open import open_version
+from corpus.version.query import connect
 from hpc_jobs.exact_dedup import stage as exact_dedup
-from hpc_jobs.ingest import stage as ingest
+from hpc_jobs.ingest import recrawl as ingest
 from hpc_jobs.minhash_dedup import stage as minhash_dedup
+from hpc_jobs.minhash_dedup.base_links import base_edges, base_partition_of
+from hpc_jobs.minhash_dedup.signatures import band_rows
 from loader import SnapshotLoader
 from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
 from tests.conftest import ROOT, run_corpus
@@ -43,7 +50,7 @@ COMMITTED = ("recrawl", "band", "exact")
 #: waits to be killed
 KILLABLE_BUILD = """
 import sys, time
-from corpus.formats import dedup_index as pi
+from corpus.formats import dedup_files
 from cli.main import main
 point, nth, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 passes = 0
@@ -56,7 +63,7 @@ def hook(at):
             print("AT", point, flush=True)
             time.sleep(300)
 
-pi._HOOK = hook
+dedup_files._HOOK = hook
 sys.exit(main(argv))
 """
 
@@ -80,19 +87,7 @@ def pick_warc(src: Path, out: Path, urls: set[str]) -> Path:
 
 
 def build(out: Path, inputs: list[Path], config: Path, *extra: str, ranks: int = 2, check: bool = True):
-    return run_corpus(
-        "build",
-        "--input",
-        *map(str, inputs),
-        "--out",
-        str(out),
-        "--ranks",
-        str(ranks),
-        "--config",
-        str(config),
-        *extra,
-        check=check,
-    )
+    return run_corpus(*build_args(inputs, out, ranks, config=config), *extra, check=check)
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -204,7 +199,7 @@ def test_a_june_recrawl_of_a_march_page_is_a_recrawl_duplicate_of_the_march_fetc
     assert (
         answer.found.all()
         and (answer.generation == 0).all()
-        and set(pi.dates(answer.values)) == {"2026-03-01"}
+        and set(dedup_keys.dates(answer.values)) == {"2026-03-01"}
     )
 
 
@@ -234,8 +229,8 @@ def test_a_bloom_false_positive_never_changes_a_recrawl_decision(base, monkeypat
         by_part.setdefault(int(index.partition_of([recrawl_key(k.url, k.raw_digest)])[0]), []).append([k])
     monkeypatch.setattr(ingest, "PROBE_BATCH", 3)
     lookups = []
-    search = pi._search
-    monkeypatch.setattr(pi, "_search", lambda keys, q: lookups.append(len(q)) or search(keys, q))
+    search = dedup_probe._search
+    monkeypatch.setattr(dedup_probe, "_search", lambda keys, q: lookups.append(len(q)) or search(keys, q))
 
     def decisions() -> dict[RecordKey, str | None]:
         return {
@@ -300,7 +295,10 @@ def band_keys_of(texts: list[str]) -> list[set[bytes]]:
     hasher = MinHasher(MinHashParams(c.num_perm, c.bands, c.rows, c.ngram, c.seed))
     sigs = hasher.signatures(texts)
     keys = hasher.band_keys(sigs)
-    return [set() if empty else {k.tobytes() for k in doc} for doc, empty in zip(keys, is_empty(sigs), strict=True)]
+    return [
+        set() if empty else {k.tobytes() for k in doc}
+        for doc, empty in zip(keys, is_empty(sigs), strict=True)
+    ]
 
 
 def test_a_june_near_duplicate_of_a_march_page_joins_the_march_cluster(base, delta):
@@ -314,7 +312,9 @@ def test_a_june_near_duplicate_of_a_march_page_joins_the_march_cluster(base, del
     march_keys, june_keys = band_keys_of([d.text for d in march]), band_keys_of([d.text for d in june])
     tagged = 0
     for doc, keys in zip(june, june_keys, strict=True):
-        matched = sorted((m.dup_cluster_id or m.doc_id) for m, mk in zip(march, march_keys, strict=True) if keys & mk)
+        matched = sorted(
+            (m.dup_cluster_id or m.doc_id) for m, mk in zip(march, march_keys, strict=True) if keys & mk
+        )
         if matched:
             assert (doc.dup_cluster_id, doc.dup_of) == (matched[0], matched[0]), doc.url
             tagged += 1
@@ -325,8 +325,13 @@ def test_a_june_near_duplicate_of_a_march_page_joins_the_march_cluster(base, del
     assert extra["base_linked_docs"] == tagged and extra["base_keys"] >= tagged
     assert extra["index_records"] > 0 and extra["partitions"] == 4
     own = pi.PersistentIndex.open(delta[0] / "dedup_index" / "band")
-    assert len(own.generations) == 2 and own.labels[0] in pi.PersistentIndex.open(base[0] / "dedup_index" / "band").labels
-    picked = dict(connect(open_version(delta[0] / "snapshot")).execute("SELECT doc_id, selected FROM docs").fetchall())
+    assert (
+        len(own.generations) == 2
+        and own.labels[0] in pi.PersistentIndex.open(base[0] / "dedup_index" / "band").labels
+    )
+    picked = dict(
+        connect(open_version(delta[0] / "snapshot")).execute("SELECT doc_id, selected FROM docs").fetchall()
+    )
     for doc in june:
         if doc.dup_of:
             assert not picked[doc.doc_id], f"{doc.url}: the March document is kept, not its June copy"
@@ -338,27 +343,32 @@ def test_a_bloom_false_positive_never_changes_a_near_duplicate_decision(base, de
     to every key: the same edges to the same base clusters, each hit confirmed by a lookup, and the keys
     found are exactly the ones the base's generation holds (read without any filter)."""
     stage_ = minhash_dedup.MinhashDedupStage(minhash_dedup.MinhashDedupConfig())
-    stage_._band_base = pi.BaseGenerations(pi.PersistentIndex.open(base[0] / "dedup_index" / "band"), "sha256:t")
+    stage_._band_base = pi.BaseGenerations(
+        pi.PersistentIndex.open(base[0] / "dedup_index" / "band"), "sha256:t"
+    )
     docs = kept_docs(stage(delta[0], "line_dedup"))
     hasher = MinHasher(stage_.params)
     ids = np.frombuffer(b"".join(bytes.fromhex(d.doc_id) for d in docs), np.uint8).reshape(-1, 16)
-    rows = minhash_dedup.band_rows(hasher, ids, hasher.signatures([d.text for d in docs]), "s", 4, stage_._part_of)
+    part_of = functools.partial(base_partition_of, stage_._band_base)
+    rows = band_rows(hasher, ids, hasher.signatures([d.text for d in docs]), "s", 4, part_of)
     parts = [rows[rows["part"] == g] for g in range(4)]
 
     def edges_and_keys(g: int) -> tuple[bytes, bytes]:
-        edges, found = stage_._base_edges(g, parts[g])
+        edges, found = base_edges(stage_._band_base, g, parts[g])
         return edges.tobytes(), found.tobytes()
 
     real = [edges_and_keys(g) for g in range(4)]
     lookups = []
-    search = pi._search
-    monkeypatch.setattr(pi, "_search", lambda keys, q: lookups.append(len(q)) or search(keys, q))
+    search = dedup_probe._search
+    monkeypatch.setattr(dedup_probe, "_search", lambda keys, q: lookups.append(len(q)) or search(keys, q))
     monkeypatch.setattr(BloomFilter, "might_contain", lambda self, hashes: np.ones(len(hashes), dtype=bool))
     assert [edges_and_keys(g) for g in range(4)] == real
     index = stage_._band_base.index
     (generation,) = index.generations
     distinct = sum(
-        len(np.unique(np.ascontiguousarray(r["key"]).view("V18"))) for g, r in enumerate(parts) if generation.part(g)["records"]
+        len(np.unique(np.ascontiguousarray(r["key"]).view("V18")))
+        for g, r in enumerate(parts)
+        if generation.part(g)["records"]
     )
     assert sum(lookups) == distinct > 0, "every distinct key of a partition the base holds was looked up"
     held = {bytes(r["key"]) for g in index.generations for p in range(4) for r in g.map_part(p, index.record)}
@@ -386,7 +396,10 @@ def test_without_a_base_minhash_dedup_in_a_build_is_the_stage_alone_plus_its_ind
         for k in keys:
             expected[k] = min(expected.get(k, "g"), doc.dup_cluster_id or doc.doc_id)
     rows = np.concatenate(
-        [np.fromfile(stage(base_dir, "minhash_dedup") / s["path"], dtype=pi.BAND_RECORD) for s in records]
+        [
+            np.fromfile(stage(base_dir, "minhash_dedup") / s["path"], dtype=dedup_keys.BAND_RECORD)
+            for s in records
+        ]
     )
     got = {r["key"].tobytes(): r["value"].tobytes().hex() for r in rows}
     assert len(got) == len(rows) == sum(s["records"] for s in records), "a key once"
@@ -459,7 +472,12 @@ def test_compaction_keeps_every_answer_and_never_touches_the_base(base, delta, t
     kinds = COMMITTED
     before = {k: pi.PersistentIndex.open(copy / "dedup_index" / k) for k in kinds}
     keys = {
-        k: [bytes(r["key"]) for g in ix.generations for p in range(ix.partitions) for r in g.map_part(p, ix.record)]
+        k: [
+            bytes(r["key"])
+            for g in ix.generations
+            for p in range(ix.partitions)
+            for r in g.map_part(p, ix.record)
+        ]
         for k, ix in before.items()
     }
     answers = {k: before[k].probe(keys[k]) for k in kinds}
@@ -483,7 +501,9 @@ def test_a_base_with_other_dedup_parameters_is_refused_naming_it(crawl, base, tm
     proc = build(tmp_path / "other", [delta_warc], config, "--base", str(base[0]), check=False)
     assert proc.returncode == 2
     assert "stage minhash_dedup failed" in proc.stderr.strip().splitlines()[-1]
-    (error,) = [line for line in proc.stderr.splitlines() if "was built with ngram=5, this build uses ngram=4" in line]
+    (error,) = [
+        line for line in proc.stderr.splitlines() if "was built with ngram=5, this build uses ngram=4" in line
+    ]
     assert "a changed dedup parameter means a full rebuild" in error
 
 
@@ -492,7 +512,7 @@ def test_a_base_that_is_not_a_complete_build_is_refused(crawl, base, tmp_path):
     unfinished = tmp_path / "unfinished"  # as if killed before its commit: its index holds no generation
     shutil.copytree(base[0], unfinished)
     shutil.rmtree(unfinished / "dedup_index" / "exact")
-    pi.PersistentIndex.create(unfinished / "dedup_index" / "exact", "exact", pi.exact_key_params(), 4)
+    pi.PersistentIndex.create(unfinished / "dedup_index" / "exact", "exact", dedup_keys.exact_key_params(), 4)
     for bad, why in [
         (tmp_path / "nothing", "is not a complete build (no candidates/"),
         (unfinished, "its dedup index does not hold its own generation"),
@@ -511,8 +531,8 @@ def test_the_base_is_byte_identical_after_every_build_against_it(base):
 def test_the_probe_batches_groups_and_streams_a_group_larger_than_a_batch(tmp_path, monkeypatch):
     monkeypatch.setattr(exact_dedup, "PROBE_BATCH", 3)
     keys = sorted(bytes([k]) * 16 for k in (1, 2, 3, 4))
-    index = pi.PersistentIndex.create(tmp_path / "i", "exact", pi.exact_key_params(), 1)
-    index = index.add_generation("base", [pi.records("exact", [keys[1]], ["ab" * 16])])
+    index = pi.PersistentIndex.create(tmp_path / "i", "exact", dedup_keys.exact_key_params(), 1)
+    index = index.add_generation("base", [dedup_keys.records("exact", [keys[1]], ["ab" * 16])])
     groups = {keys[0]: 1, keys[1]: 10, keys[2]: 2, keys[3]: 4}  # key -> copies
     records = [(k, b"%d" % i) for k, n in groups.items() for i in range(n)]
     base = pi.BaseGenerations(index, "sha256:test")

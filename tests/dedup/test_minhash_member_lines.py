@@ -8,7 +8,7 @@ import random
 
 from corpus.formats.docshard import iter_lines
 from corpus.model import Annotation, Document
-from hpc_jobs.minhash_dedup.stage import cluster_member
+from hpc_jobs.minhash_dedup.graph import cluster_member
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import manifest, run_stage
 

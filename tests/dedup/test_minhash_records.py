@@ -70,7 +70,7 @@ def test_shard_tags_map_back_to_names_and_refuse_a_collision(monkeypatch):
 
 
 def test_a_component_past_its_memory_limit_spills_and_reads_back_the_same_rows(tmp_path):
-    from hpc_jobs.minhash_dedup.stage import ComponentMembers
+    from hpc_jobs.minhash_dedup.spill import SpilledRows as ComponentMembers
 
     rows = np.zeros(50, dtype=MEMBER)
     rows["ordinal"] = np.arange(50)

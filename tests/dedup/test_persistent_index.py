@@ -1,4 +1,4 @@
-"""The persistent dedup index (corpus/formats/dedup_index.py, corpus/formats/bloom.py): the record
+"""The persistent dedup index (corpus/formats/dedup_*.py, corpus/formats/bloom.py): the record
 codec, key-range partitions, deterministic generation bytes, keep-first across generations and through
 compaction, Bloom filters that never change an answer, refusal of a mismatching base, and a real
 ``kill -9`` at every point of an update or a compaction, then a rerun: the same bytes as without it."""
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from corpus.formats import dedup_files, dedup_keys, dedup_probe
 from corpus.formats import dedup_index as pi
 from corpus.formats.bloom import BloomFilter, BloomSpec, expected_fp_rate, mix64
 
@@ -27,6 +28,7 @@ RUN = 1000  # records a writer buffers: every build spills 3 runs
 # the builds' records, shared with the child process of the kill tests
 DATA = """
 import numpy as np
+from corpus.formats import dedup_files, dedup_keys
 from corpus.formats import dedup_index as pi
 
 def build(seed, n=3000, shared=0):
@@ -35,7 +37,7 @@ def build(seed, n=3000, shared=0):
     keys = r.integers(0, 256, (n, 16), dtype=np.uint8)
     if shared:
         keys[:shared] = np.random.default_rng(1).integers(0, 256, (n, 16), dtype=np.uint8)[:shared]
-    return pi.records("exact", keys, r.integers(0, 256, (n, 16), dtype=np.uint8))
+    return dedup_keys.records("exact", keys, r.integers(0, 256, (n, 16), dtype=np.uint8))
 
 def batches(rows, size=700):
     return [rows[i : i + size] for i in range(0, len(rows), size)]
@@ -44,7 +46,9 @@ _ns: dict = {}
 exec(DATA, _ns)
 build, batches = _ns["build"], _ns["batches"]
 
-CHILD = DATA + """
+CHILD = (
+    DATA
+    + """
 import sys, time
 root, op, point = sys.argv[1:4]
 name, _, nth = point.partition(":")
@@ -58,7 +62,7 @@ def hook(at):
             print("AT", point, flush=True)
             time.sleep(300)
 
-pi._HOOK = hook
+dedup_files._HOOK = hook
 idx = pi.PersistentIndex.open(root)
 if op == "add":
     idx.add_generation("b2", batches(build(2, shared=400)), run_records=1000)
@@ -66,6 +70,7 @@ else:
     idx.compact(merge_records=1024)
 print("DONE", flush=True)
 """
+)
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -77,11 +82,11 @@ def tree(root: Path) -> dict[str, str]:
 
 
 def new_index(path: Path, partitions: int = P, **kw) -> pi.PersistentIndex:
-    return pi.PersistentIndex.create(path, "exact", pi.exact_key_params(), partitions, **kw)
+    return pi.PersistentIndex.create(path, "exact", dedup_keys.exact_key_params(), partitions, **kw)
 
 
 def rand_keys(seed: int, n: int, width: int = 16) -> np.ndarray:
-    return pi.as_void(np.random.default_rng(seed).integers(0, 256, (n, width), dtype=np.uint8), width)
+    return dedup_keys.as_void(np.random.default_rng(seed).integers(0, 256, (n, width), dtype=np.uint8), width)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +95,9 @@ def states(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("ref")
     idx = new_index(d / "base").add_generation("b1", batches(build(1)), run_records=RUN)
     shutil.copytree(d / "base", d / "added")
-    added = pi.PersistentIndex.open(d / "added").add_generation("b2", batches(build(2, shared=400)), run_records=RUN)
+    added = pi.PersistentIndex.open(d / "added").add_generation(
+        "b2", batches(build(2, shared=400)), run_records=RUN
+    )
     shutil.copytree(d / "added", d / "compacted")
     pi.PersistentIndex.open(d / "compacted").compact(merge_records=1024)
     assert [g.id for g in idx.generations] == ["g000001"] and len(added.generations) == 2
@@ -100,36 +107,36 @@ def states(tmp_path_factory) -> dict[str, Path]:
 def test_record_codec_round_trips():
     from mpi_kernels.minhash import BAND_KEY_BYTES
 
-    assert pi.EXACT_RECORD.names == pi.BAND_RECORD.names == ("key", "value")
-    assert (pi.EXACT_RECORD.itemsize, pi.BAND_RECORD.itemsize) == (32, 34)
-    assert pi.BAND_RECORD["key"].itemsize == BAND_KEY_BYTES  # the stage's band keys, as they are
+    assert dedup_keys.EXACT_RECORD.names == dedup_keys.BAND_RECORD.names == ("key", "value")
+    assert (dedup_keys.EXACT_RECORD.itemsize, dedup_keys.BAND_RECORD.itemsize) == (32, 34)
+    assert dedup_keys.BAND_RECORD["key"].itemsize == BAND_KEY_BYTES  # the stage's band keys, as they are
     doc_ids = [hashlib.md5(str(i).encode()).hexdigest() for i in range(5)]
     keys = [hashlib.blake2b(str(i).encode(), digest_size=16).digest() for i in range(5)]
-    rows = pi.records("exact", keys, doc_ids)
-    back = np.frombuffer(rows.tobytes(), dtype=pi.EXACT_RECORD)
-    assert [bytes(k) for k in back["key"]] == keys and pi.doc_ids(back["value"]) == doc_ids
+    rows = dedup_keys.records("exact", keys, doc_ids)
+    back = np.frombuffer(rows.tobytes(), dtype=dedup_keys.EXACT_RECORD)
+    assert [bytes(k) for k in back["key"]] == keys and dedup_keys.doc_ids(back["value"]) == doc_ids
     assert rows.tobytes()[:32] == keys[0] + bytes.fromhex(doc_ids[0])  # packed: key then value
     band = np.random.default_rng(0).integers(0, 256, (5, 18), dtype=np.uint8)
-    brows = pi.records("band", band, doc_ids)
-    assert np.frombuffer(brows.tobytes(), pi.BAND_RECORD).tobytes() == brows.tobytes()
+    brows = dedup_keys.records("band", band, doc_ids)
+    assert np.frombuffer(brows.tobytes(), dedup_keys.BAND_RECORD).tobytes() == brows.tobytes()
     assert bytes(brows["key"][3]) == band[3].tobytes()
     with pytest.raises(ValueError, match="32 hex"):
-        pi.records("exact", keys[:1], ["not-a-doc-id"])
+        dedup_keys.records("exact", keys[:1], ["not-a-doc-id"])
 
 
 def test_partitions_are_contiguous_key_ranges():
     keys = np.sort(rand_keys(3, 2000))
     raw = np.frombuffer(keys.tobytes(), np.uint8).reshape(-1, 16)
     order = np.argsort(raw[:, :8].copy().view(">u8").reshape(-1), kind="stable")
-    parts = pi.partition_of("exact", keys[order], 7)
+    parts = dedup_keys.partition_of("exact", keys[order], 7)
     assert (np.diff(parts) >= 0).all() and set(parts) == set(range(7))  # monotone: ranges of the key
-    edge = pi.as_void([b"\0" * 16, b"\xff" * 16], 16)
-    assert list(pi.partition_of("exact", edge, 7)) == [0, 6]
+    edge = dedup_keys.as_void([b"\0" * 16, b"\xff" * 16], 16)
+    assert list(dedup_keys.partition_of("exact", edge, 7)) == [0, 6]
     # band keys: by the hash bytes [2, 10), never by the band number
     band = np.zeros((2, 18), np.uint8)
     band[0, :2], band[1, 2] = 255, 255
-    assert list(pi.partition_of("band", band, 4)) == [0, 3]
-    owned = [pi.owned_partitions(r, 3, 10) for r in range(3)]
+    assert list(dedup_keys.partition_of("band", band, 4)) == [0, 3]
+    owned = [dedup_keys.owned_partitions(r, 3, 10) for r in range(3)]
     assert [x for o in owned for x in o] == list(range(10))
 
 
@@ -149,7 +156,7 @@ def test_bloom_filter_sizing_no_false_negatives_and_file():
 def test_same_records_same_bytes_whatever_the_order_runs_and_writers(tmp_path):
     rows = build(5)
     rows = np.concatenate([rows, rows[:50]])  # a key twice: the smallest value is kept
-    rows["value"][-50:] = pi.as_void(np.zeros((50, 16), np.uint8), 16)
+    rows["value"][-50:] = dedup_keys.as_void(np.zeros((50, 16), np.uint8), 16)
     one = new_index(tmp_path / "one").add_generation("b", [rows], run_records=10_000)  # in memory
     shuffled = rows[np.random.default_rng(1).permutation(len(rows))]
     two = new_index(tmp_path / "two").add_generation("b", batches(shuffled, 333), run_records=500)
@@ -164,7 +171,9 @@ def test_same_records_same_bytes_whatever_the_order_runs_and_writers(tmp_path):
                 w.add(b)
     three = pending.commit()
     assert tree(tmp_path / "one") == tree(tmp_path / "two") == tree(tmp_path / "three")
-    assert one.records == two.records == three.records == N and not list((tmp_path / "two" / "generations" / "g000001").glob("runs"))
+    assert one.records == two.records == three.records == N and not list(
+        (tmp_path / "two" / "generations" / "g000001").glob("runs")
+    )
     r = one.probe(rows["key"][:50])
     assert r.found.all() and (r.values == rows["value"][-50:]).all()
 
@@ -183,7 +192,9 @@ def test_keep_first_and_compaction_keep_every_answer(states, tmp_path):
     c = compacted.probe(q)
     assert (c.found == r.found).all() and (c.values == r.values).all()
     assert [g.id for g in compacted.generations] == ["g000003"] and compacted.labels == ["b1", "b2"]
-    assert compacted.records == 2 * N - 400 and sorted(os.listdir(states["compacted"] / "generations")) == ["g000003"]
+    assert compacted.records == 2 * N - 400 and sorted(os.listdir(states["compacted"] / "generations")) == [
+        "g000003"
+    ]
     # a rerun of an added build, or of a compaction of one generation, changes nothing
     shutil.copytree(states["added"], tmp_path / "again")
     again = pi.PersistentIndex.open(tmp_path / "again").add_generation("b2", [build(7)])
@@ -199,32 +210,37 @@ def test_a_fork_shares_the_base_generations_and_never_changes_the_base(states, t
     fork = fork.add_generation("b2", batches(build(2, shared=400)), run_records=RUN)
     assert tree(tmp_path / "next") == tree(states["added"]) and tree(states["base"]) == base_tree
     fork.compact()
-    assert tree(states["base"]) == base_tree and pi.PersistentIndex.open(states["base"]).probe(build(1)["key"]).found.all()
+    assert (
+        tree(states["base"]) == base_tree
+        and pi.PersistentIndex.open(states["base"]).probe(build(1)["key"]).found.all()
+    )
 
 
 def test_a_false_positive_never_changes_an_answer(states, tmp_path):
     tiny = new_index(tmp_path / "tiny", bloom_spec=BloomSpec(millibits_per_key=400, hashes=1))
     tiny = tiny.add_generation("b1", [build(1)]).add_generation("b2", [build(2, shared=400)])
     q = np.concatenate([build(2)["key"][:500], rand_keys(11, 3000)])
-    stats = pi.ProbeStats()
+    stats = dedup_probe.ProbeStats()
     with_bloom, without = tiny.probe(q, stats=stats), tiny.probe(q, use_bloom=False)
     assert stats.false_positives > 500  # a filter this small says "maybe" to most absent keys
     assert (with_bloom.found == without.found).all() and (with_bloom.values == without.values).all()
     assert (with_bloom.generation == without.generation).all()
     normal = pi.PersistentIndex.open(states["added"])
-    s = pi.ProbeStats()
+    s = dedup_probe.ProbeStats()
     r = normal.probe(q, stats=s)
     assert s.fp_rate < 0.03 and s.bloom_rejected > 0.95 * 2 * 3000
     assert (r.found == with_bloom.found).all() and (r.values == with_bloom.values).all()
 
 
 def test_a_mismatching_or_damaged_base_is_refused(states, tmp_path):
-    band = pi.band_key_params(num_perm=112, bands=14, rows=8, seed=0, ngram=5, char_ngram=5)
+    band = dedup_keys.band_key_params(num_perm=112, bands=14, rows=8, seed=0, ngram=5, char_ngram=5)
     pi.PersistentIndex.create(tmp_path / "band", "band", band, 2)
     with pytest.raises(pi.IndexMismatch, match="num_perm=112, this build uses num_perm=128"):
         pi.PersistentIndex.open(tmp_path / "band", "band", {**band, "num_perm": 128})
     with pytest.raises(pi.IndexMismatch, match="key_version='2'"):
-        pi.PersistentIndex.open(states["base"], "exact", {**pi.exact_key_params(), "key_version": "3"})
+        pi.PersistentIndex.open(
+            states["base"], "exact", {**dedup_keys.exact_key_params(), "key_version": "3"}
+        )
     with pytest.raises(pi.IndexMismatch, match="'exact' keys"):
         pi.PersistentIndex.open(states["base"], "band", band)
     shutil.copytree(states["base"], tmp_path / "bad")
@@ -233,17 +249,23 @@ def test_a_mismatching_or_damaged_base_is_refused(states, tmp_path):
     data[40] ^= 1
     bloom.write_bytes(bytes(data))
     idx = pi.PersistentIndex.open(tmp_path / "bad")
-    with pytest.raises(pi.IndexDamaged, match="part-00001.bloom"):
+    with pytest.raises(dedup_files.IndexDamaged, match="part-00001.bloom"):
         idx.probe(build(1)["key"])
-    with pytest.raises(pi.IndexDamaged):
+    with pytest.raises(dedup_files.IndexDamaged):
         idx.verify()
 
 
 def _kill_at(root: Path, op: str, point: str) -> None:
     """Runs the update ``op`` in a child process, kill -9 it when it reaches ``point``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(root), op, point], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(root), op, point],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         line = proc.stdout.readline().strip()
         assert line == f"AT {point}", f"child never reached {point}: {line!r} {proc.stderr.read()[-2000:]}"
@@ -278,7 +300,9 @@ def test_kill_9_during_an_update_then_rerun_gives_the_uninterrupted_bytes(states
     _kill_at(root, op, point)
     idx = pi.PersistentIndex.open(root)  # the pointer is valid: the old generations, or the new ones
     in_force = after if point == "switched" else before
-    assert [g.id for g in idx.generations] == [g.id for g in pi.PersistentIndex.open(states[in_force]).generations]
+    assert [g.id for g in idx.generations] == [
+        g.id for g in pi.PersistentIndex.open(states[in_force]).generations
+    ]
     if in_force == before:
         r = idx.probe(q)
         assert (r.found == expected_before.found).all() and (r.values == expected_before.values).all()

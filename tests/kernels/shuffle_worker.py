@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from mpi_kernels.shuffle import field_u64, shuffle_array, shuffle_by_key
+from mpi_kernels.row_order import field_u64
+from mpi_kernels.shuffle_array import shuffle_array
+from mpi_kernels.shuffle_bytes import shuffle_by_key
 
 FIXED = np.dtype([("key", "S16"), ("payload", "V8")])
 

@@ -10,20 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpi_kernels.shuffle import (
-    _ArrayReceiver,
-    grant_round,
-    old_round_bytes,
-    pack_records,
-    round_bytes,
-    shuffle_array,
-    shuffle_by_key,
-    simulate_rounds,
-    sort_rows,
-    stable_key_hash,
-    unpack_records,
-    whole_groups,
-)
+from mpi_kernels.row_order import sort_rows, whole_groups
+from mpi_kernels.shuffle_array import _ArrayReceiver, shuffle_array
+from mpi_kernels.shuffle_bytes import pack_records, shuffle_by_key, stable_key_hash, unpack_records
+from mpi_kernels.shuffle_rounds import grant_round, old_round_bytes, round_bytes, simulate_rounds
 from tests.conftest import run_mpi
 from tests.kernels.shuffle_worker import (
     FIXED,

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -28,8 +30,13 @@ EOS = 0
 #: The mixture and epoch caps most loader tests use on the id snapshot's three buckets.
 MIXTURE = {"code": 0.2, "web": 0.5, "wiki": 0.3}
 CAPS = {"code": 1, "web": 1, "wiki": 2}
+#: The loader settings (examples/train.py's flags, see :func:`flags`) of the training runs on the id snapshot.
+TRAIN_SETTINGS = dict(mixture=MIXTURE, epoch_caps=CAPS, seq_len=16, batch_size=2, run_len=2, chunk_tokens=24)
 #: The tokenizer sha256 the recipe snapshot's manifest records (recipes are pinned to it).
 RECIPE_TOKENIZER = "5a" * 32
+ROOT = Path(__file__).resolve().parents[2]
+#: ``corpus mixture-audit``'s flags for the stated tolerance (0.02 absolute): 8 ranks, 2,000 steps, runs of 4.
+AUDIT_2000_STEPS_ON_8 = dict(world=8, steps=2000, seq_len=16, batch_size=2, run_len=4, seed=3)
 
 
 HOSTS = ("a.example.org", "b.example.org", "c.example.net")
@@ -56,16 +63,25 @@ def write_lineage(root: Path, name: str, records: list[dict]) -> dict[str, str]:
     """A shard's lineage files as a snapshot holds them (one JSON record per document, and the byte
     offsets of the records), each record with a made-up dup cluster; the manifest's ``files`` entries."""
     (root / "lineage").mkdir(exist_ok=True)
-    lines = [json.dumps({**r, "dup_cluster_id": f"cluster-{r['doc_id'][-4:]}", "dup_cluster_size": 1}).encode() + b"\n"
-             for r in records]
+    lines = [
+        json.dumps({**r, "dup_cluster_id": f"cluster-{r['doc_id'][-4:]}", "dup_cluster_size": 1}).encode()
+        + b"\n"
+        for r in records
+    ]
     (root / "lineage" / f"{name}.jsonl").write_bytes(b"".join(lines))
     np.save(root / "lineage" / f"{name}.offsets.npy", np.cumsum([0, *map(len, lines)]).astype(np.int64))
     return {"lineage": f"lineage/{name}.jsonl", "lineage_offsets": f"lineage/{name}.offsets.npy"}
 
 
-def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype: str, eos_id: int,
-                   tokenizer: dict | None = None, block_size: int = BLOCK_SIZE, lineage: bool = False
-                   ) -> SnapshotManifest:
+def write_snapshot(
+    root: Path,
+    buckets: dict[str, list[list[np.ndarray]]],
+    dtype: str,
+    eos_id: int,
+    tokenizer: dict | None = None,
+    block_size: int = BLOCK_SIZE,
+    lineage: bool = False,
+) -> SnapshotManifest:
     """Write ``buckets`` (bucket -> shards -> documents) under ``root`` and its manifest.json.
 
     Shards carry block digests of ``block_size`` bytes, as write_shards records them; ``block_size=0``
@@ -81,27 +97,52 @@ def write_snapshot(root: Path, buckets: dict[str, list[list[np.ndarray]]], dtype
             name = prefix.name
             (root / "metadata").mkdir(exist_ok=True)
             records = [lineage_for(bucket, len(shards), d) for d in range(len(docs))]
-            write_metadata(metadata_table(records, name, [d.shape[0] for d in docs]),
-                           root / "metadata" / f"{name}.parquet")
+            write_metadata(
+                metadata_table(records, name, [d.shape[0] for d in docs]),
+                root / "metadata" / f"{name}.parquet",
+            )
             meta = prefix.with_suffix(".meta.json")
-            meta.write_text(json.dumps({"metadata_sha256": file_sha256(root / "metadata" / f"{name}.parquet")}))
-            shards.append(SnapshotShard(
-                path=str(bin_path.relative_to(root)), sha256=file_sha256(bin_path), bucket=bucket,
-                docs=len(docs), tokens=int(sum(d.shape[0] for d in docs)),
-                files={"idx": str(idx_path.relative_to(root)), "meta": str(meta.relative_to(root)),
-                       "metadata": f"metadata/{name}.parquet",
-                       **(write_lineage(root, name, records) if lineage else {})}, block_size=block_size,
-                block_sha256=tuple(block_digests(bin_path, block_size)) if block_size else ()))
-    manifest = SnapshotManifest(shards=tuple(shards), stage_versions={"test": {"version": "1"}}, seed=0,
-                                token_dtype=dtype, tokenizer={"eos_id": eos_id, **(tokenizer or {})})
+            meta.write_text(
+                json.dumps({"metadata_sha256": file_sha256(root / "metadata" / f"{name}.parquet")})
+            )
+            shards.append(
+                SnapshotShard(
+                    path=str(bin_path.relative_to(root)),
+                    sha256=file_sha256(bin_path),
+                    bucket=bucket,
+                    docs=len(docs),
+                    tokens=int(sum(d.shape[0] for d in docs)),
+                    files={
+                        "idx": str(idx_path.relative_to(root)),
+                        "meta": str(meta.relative_to(root)),
+                        "metadata": f"metadata/{name}.parquet",
+                        **(write_lineage(root, name, records) if lineage else {}),
+                    },
+                    block_size=block_size,
+                    block_sha256=tuple(block_digests(bin_path, block_size)) if block_size else (),
+                )
+            )
+    manifest = SnapshotManifest(
+        shards=tuple(shards),
+        stage_versions={"test": {"version": "1"}},
+        seed=0,
+        token_dtype=dtype,
+        tokenizer={"eos_id": eos_id, **(tokenizer or {})},
+    )
     (root / "manifest.json").write_text(json.dumps(manifest.to_dict(), indent=1))
     return manifest
 
 
-def write_id_snapshot(root: Path, shards_per_bucket: dict[str, int], seed: int = 0,
-                      doc_len: tuple[int, int] = (1, 40), docs_per_shard: tuple[int, int] = (1, 12),
-                      block_size: int = BLOCK_SIZE, tokenizer: dict | None = None, lineage: bool = False
-                      ) -> SnapshotManifest:
+def write_id_snapshot(
+    root: Path,
+    shards_per_bucket: dict[str, int],
+    seed: int = 0,
+    doc_len: tuple[int, int] = (1, 40),
+    docs_per_shard: tuple[int, int] = (1, 12),
+    block_size: int = BLOCK_SIZE,
+    tokenizer: dict | None = None,
+    lineage: bool = False,
+) -> SnapshotManifest:
     """Shards whose tokens are the distinct ids 1, 2, 3, ... (documents of random length); ``tokenizer``:
     more facts for the manifest's tokenizer (a ``sha256`` for a recipe to be pinned to); ``lineage``: write
     lineage files too."""
@@ -120,6 +161,15 @@ def write_id_snapshot(root: Path, shards_per_bucket: dict[str, int], seed: int =
     return write_snapshot(root, buckets, "int32", EOS, tokenizer, block_size=block_size, lineage=lineage)
 
 
+def write_lineage_snapshot(root: Path) -> Path:
+    """The id snapshot's three buckets at ``root``, its manifest with the recipe tokenizer's sha256 (for
+    recipes to pin), its shards with lineage files (what trace answers from); ``root``."""
+    write_id_snapshot(
+        root, {"code": 3, "web": 7, "wiki": 5}, tokenizer={"sha256": RECIPE_TOKENIZER}, lineage=True
+    )
+    return root
+
+
 def expected_tokens(root: Path, manifest: SnapshotManifest, caps: dict[str, int]) -> Counter:
     """Every token of every bucket epoch up to its cap, plus one EOS per document per epoch."""
     from corpus.formats.megatron import read_index
@@ -136,12 +186,17 @@ def expected_tokens(root: Path, manifest: SnapshotManifest, caps: dict[str, int]
 
 def bucket_token_ids(root: Path, manifest: SnapshotManifest, bucket: str) -> set[int]:
     """The distinct ids of one bucket's tokens (in an id snapshot every token is distinct)."""
-    return {int(t) for s in manifest.shards if s.bucket == bucket
-            for t in np.fromfile(root / s.path, dtype=manifest.token_dtype)}
+    return {
+        int(t)
+        for s in manifest.shards
+        if s.bucket == bucket
+        for t in np.fromfile(root / s.path, dtype=manifest.token_dtype)
+    }
 
 
-def write_text_snapshot(root: Path, tokenizer_path: Path, texts: dict[str, list[str]], docs_per_shard: int
-                        ) -> SnapshotManifest:
+def write_text_snapshot(
+    root: Path, tokenizer_path: Path, texts: dict[str, list[str]], docs_per_shard: int
+) -> SnapshotManifest:
     """Real text through the pinned tokenizer, uint16 shards of ``docs_per_shard`` documents per bucket."""
     from tokenizers import Tokenizer
 
@@ -186,8 +241,15 @@ def owed_tokens(root: Path, record: dict) -> Counter:
     from loader.state import Plan, remaining_pieces, stream_layout
 
     manifest = SnapshotManifest.from_dict(json.loads((root / "manifest.json").read_text()))
-    layout = stream_layout(manifest.shards, int(record["seed"]), int(record["chunk_tokens"]), record["epoch_caps"],
-                           bool(record["append_eos"]), int(record["plan"]["world"]), cuts=record["chunk_cuts"])
+    layout = stream_layout(
+        manifest.shards,
+        int(record["seed"]),
+        int(record["chunk_tokens"]),
+        record["epoch_caps"],
+        bool(record["append_eos"]),
+        int(record["plan"]["world"]),
+        cuts=record["chunk_cuts"],
+    )
     plan = Plan.from_dict(record["plan"])
     cursors = [{b: tuple(c) for b, c in rank.items()} for rank in record["cursors"]]
     streams = {i: stream_ids(root, s) for i, s in enumerate(manifest.shards)}
@@ -199,41 +261,45 @@ def owed_tokens(root: Path, record: dict) -> Counter:
             out.update({int(t): epochs for t in np.unique(streams[i]) if t != EOS})
             out[EOS] += epochs * int(np.count_nonzero(streams[i] == EOS))
         for p in pieces:
-            out.subtract(streams[p.shard][p.start:p.end].tolist())
+            out.subtract(streams[p.shard][p.start : p.end].tolist())
     assert min(out.values(), default=0) >= 0, "the record's unread pieces overlap"
     return +out
 
 
+def inline_table(table: dict) -> str:
+    """A TOML inline table: ``{ a = 1, b = 0.5 }``."""
+    return "{ " + ", ".join(f"{k} = {v}" for k, v in table.items()) + " }"
+
+
+def phase_toml(name: str, tokens: int, seq_len: int, weights: dict[str, float], **keys: object) -> str:
+    """One ``[[phases]]`` table of a recipe (a blank line before it): its name, token budget, sequence length
+    and bucket weights, then ``keys`` in their order (a dict as an inline table)."""
+    lines = ["", "[[phases]]", f'name = "{name}"', f"tokens = {tokens}", f"seq_len = {seq_len}"]
+    lines.append(f"weights = {inline_table(weights)}")
+    lines += [f"{k} = {inline_table(v) if isinstance(v, dict) else v}" for k, v in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
 #: Three phases on the recipe snapshot (positions per epoch: code 484, web 832, wiki 873): shorter sequences
 #: in the middle, web capped from the second phase on, code's one epoch raised to two for the last.
-PHASES = """
-[[phases]]
-name = "main"
-tokens = 1000
-seq_len = 16
-weights = { code = 0.2, web = 0.5, wiki = 0.3 }
-max_epochs = { code = 1 }
-run_len = 2
-
-[[phases]]
-name = "mid"
-tokens = 1200
-seq_len = 8
-weights = { web = 0.4, wiki = 0.6 }
-max_epochs = { web = 2 }
-
-[[phases]]
-name = "anneal"
-tokens = 600
-seq_len = 16
-weights = { code = 0.5, wiki = 0.5 }
-max_epochs = { code = 2 }
-"""
+PHASES = "".join(
+    [
+        phase_toml(
+            "main", 1000, 16, {"code": 0.2, "web": 0.5, "wiki": 0.3}, max_epochs={"code": 1}, run_len=2
+        ),
+        phase_toml("mid", 1200, 8, {"web": 0.4, "wiki": 0.6}, max_epochs={"web": 2}),
+        phase_toml("anneal", 600, 16, {"code": 0.5, "wiki": 0.5}, max_epochs={"code": 2}),
+    ]
+)
 
 
-def recipe_toml(snapshot_id: str, phases: str = PHASES, tokenizer: str = RECIPE_TOKENIZER, seed: int = 5) -> str:
-    return (f'recipe_id = "test-recipe"\nsnapshot_id = "{snapshot_id}"\ntokenizer_sha256 = "{tokenizer}"\n'
-            f"seed = {seed}\n{phases}")
+def recipe_toml(
+    snapshot_id: str, phases: str = PHASES, tokenizer: str = RECIPE_TOKENIZER, seed: int = 5
+) -> str:
+    return (
+        f'recipe_id = "test-recipe"\nsnapshot_id = "{snapshot_id}"\ntokenizer_sha256 = "{tokenizer}"\n'
+        f"seed = {seed}\n{phases}"
+    )
 
 
 def damaged_copy(snapshot: Path, root: Path) -> tuple[Path, int]:
@@ -247,3 +313,24 @@ def damaged_copy(snapshot: Path, root: Path) -> tuple[Path, int]:
     data[5] ^= 0x40
     path.write_bytes(bytes(data))
     return root, bad
+
+
+def flags(**options: object) -> list[str]:
+    """Command-line flags from keyword options, in their order: ``seq_len=16`` -> ``--seq-len 16``, a dict
+    as its JSON, ``True`` -> the bare flag (``json=True`` -> ``--json``); ``None`` or ``False`` -> no flag."""
+    out: list[str] = []
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is not None and value is not False:
+            out += [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
+    return out
+
+
+def corpus_cli(*args: object, check: bool = True) -> subprocess.CompletedProcess:
+    """``python -m cli ARGS`` in the repository root, its output captured as text; with ``check`` (the
+    default) a non-zero exit status raises."""
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *map(str, args)], capture_output=True, text=True, cwd=ROOT, check=check
+    )

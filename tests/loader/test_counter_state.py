@@ -49,7 +49,10 @@ def test_the_state_holds_the_phase_and_its_tokens_and_restores_them(recipe_snaps
     delivered: dict[str, Counter] = {}
     train(loader, counter, 5, delivered)
     state = counter.state_dict()
-    assert json.loads(state["counts"]) == {"phase": "main", "tokens": {b: delivered["main"][b] for b in counter.buckets}}
+    assert json.loads(state["counts"]) == {
+        "phase": "main",
+        "tokens": {b: delivered["main"][b] for b in counter.buckets},
+    }
     _, restored = fresh(recipe_snapshot, recipe)
     restored.load_state_dict(state)
     train(loader, restored, 3, delivered)  # the same phase goes on: counted on top of the restored tokens

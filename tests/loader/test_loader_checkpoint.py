@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from snapshot_factory import CAPS, MIXTURE
+from snapshot_factory import CAPS, TRAIN_SETTINGS, flags
 from test_loader_state import digest, make
 
 from loader.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
@@ -50,8 +50,9 @@ def test_saves_are_step_directories_behind_an_atomic_latest_pointer(id_snapshot,
     assert resume(id_snapshot, ckpt / "step-00000006") == (6, after[6])  # one checkpoint, named directly
 
 
-def test_a_crash_between_the_rename_and_the_pointer_resumes_from_the_newest_complete_checkpoint(id_snapshot,
-                                                                                                 tmp_path):
+def test_a_crash_between_the_rename_and_the_pointer_resumes_from_the_newest_complete_checkpoint(
+    id_snapshot, tmp_path
+):
     """On disk after the crash: step-9 renamed into place, `latest` still at step-6, and the next save's
     half-written `.step-12.partial` -- resuming continues at 9 (the newest complete), not 6, not 12, not 0."""
     ckpt = tmp_path / "ckpt"
@@ -94,7 +95,10 @@ def test_saving_after_resuming_an_older_checkpoint_drops_the_abandoned_newer_one
     assert load_checkpoint(ckpt / "step-00000004", model, None, loader) == 4
     loader.next_batch()
     save_checkpoint(ckpt, 5, model, None, loader, keep=3)
-    assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith("step-")) == ["step-00000004", "step-00000005"]
+    assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith("step-")) == [
+        "step-00000004",
+        "step-00000005",
+    ]
     assert find_checkpoint(ckpt) == ckpt / "step-00000005"
 
 
@@ -104,8 +108,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_train_auto_resume_continues_from_the_newest_complete_checkpoint_after_a_crash(id_snapshot, tmp_path,
-                                                                                      monkeypatch, capsys):
+def test_train_auto_resume_continues_from_the_newest_complete_checkpoint_after_a_crash(
+    id_snapshot, tmp_path, monkeypatch, capsys
+):
     """examples/train.py --auto-resume (its main, in this process, a gloo world of 1): saves at 4 and 8,
     then the state of a crash after step-8 was renamed but before `latest` moved, plus the next save's
     partial -> the next run starts at step 8."""
@@ -115,9 +120,7 @@ def test_train_auto_resume_continues_from_the_newest_complete_checkpoint_after_a
     for k in [k for k in os.environ if k.startswith("SLURM_") or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")]:
         monkeypatch.delenv(k)
     ckpt = tmp_path / "ckpt"
-    args = ["--snapshot", str(id_snapshot), "--ckpt", str(ckpt), "--mixture", json.dumps(MIXTURE), "--epoch-caps",
-            json.dumps(CAPS), "--seq-len", "16", "--batch-size", "2", "--run-len", "2", "--chunk-tokens", "24",
-            "--auto-resume"]
+    args = flags(snapshot=id_snapshot, ckpt=ckpt, **TRAIN_SETTINGS, auto_resume=True)
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     assert train.main([*args, "--steps", "8", "--save-every", "4"]) == 0
     assert "starting at step 0" in capsys.readouterr().out

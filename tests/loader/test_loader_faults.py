@@ -16,8 +16,16 @@ from loader.faults import ShardUnavailable, TooManyCorruptShards
 
 
 def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
-    params = dict(mixture=MIXTURE, seed=4, seq_len=16, batch_size=2, epoch_caps=CAPS, run_len=2, chunk_tokens=24,
-                  max_skip_fraction=0.2)
+    params = dict(
+        mixture=MIXTURE,
+        seed=4,
+        seq_len=16,
+        batch_size=2,
+        epoch_caps=CAPS,
+        run_len=2,
+        chunk_tokens=24,
+        max_skip_fraction=0.2,
+    )
     params.update(kw)
     return SnapshotLoader(root, dp_rank=rank, dp_world=world, **params)
 
@@ -40,7 +48,9 @@ def delivered(streams: list[list[tuple]]) -> Counter:
     c: Counter = Counter()
     for rank_stream in streams:
         for _, _, toks, mask in rank_stream:
-            c.update(t for row, mrow in zip(toks, mask, strict=True) for t, m in zip(row, mrow, strict=True) if m)
+            c.update(
+                t for row, mrow in zip(toks, mask, strict=True) for t, m in zip(row, mrow, strict=True) if m
+            )
     return c
 
 
@@ -56,7 +66,9 @@ def test_a_flipped_byte_is_detected_and_the_shard_substituted_identically_on_rep
     assert stream([make(root, r, 3) for r in range(3)]) == run1  # a replay in fresh loaders
     assert all(bad in ld.local_state()["skipped"] for ld in first)
     manifest = load_manifest(id_snapshot)[0]
-    bad_ids = {int(t) for t in np.fromfile(id_snapshot / manifest.shards[bad].path, dtype=manifest.token_dtype)}
+    bad_ids = {
+        int(t) for t in np.fromfile(id_snapshot / manifest.shards[bad].path, dtype=manifest.token_dtype)
+    }
     got = delivered(run1)
     assert not bad_ids & set(got)  # nothing of the corrupt shard reaches training...
     expected = expected_tokens(id_snapshot, manifest, CAPS)

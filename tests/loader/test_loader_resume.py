@@ -19,7 +19,9 @@ from loader import SnapshotLoader, load_manifest
 
 
 def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
-    params = dict(mixture=MIXTURE, seed=11, seq_len=16, batch_size=2, epoch_caps=CAPS, run_len=2, chunk_tokens=24)
+    params = dict(
+        mixture=MIXTURE, seed=11, seq_len=16, batch_size=2, epoch_caps=CAPS, run_len=2, chunk_tokens=24
+    )
     params.update(kw)
     return SnapshotLoader(root, dp_rank=rank, dp_world=world, **params)
 
@@ -47,7 +49,11 @@ def test_resume_at_any_world_size_and_step_delivers_exactly_once(id_snapshot, ca
     for ld in resumed:
         ld.load_record(record)
     consume(resumed, delivered)
-    assert delivered == expected_tokens(id_snapshot, load_manifest(id_snapshot)[0], CAPS), (world, new_world, k)
+    assert delivered == expected_tokens(id_snapshot, load_manifest(id_snapshot)[0], CAPS), (
+        world,
+        new_world,
+        k,
+    )
 
 
 def test_a_chain_of_resumes_on_changing_world_sizes_still_delivers_exactly_once(id_snapshot):
@@ -83,9 +89,10 @@ def test_epoch_caps_are_honoured_and_an_uncapped_bucket_keeps_cycling(id_snapsho
     delivered = Counter()
     consume(loaders, delivered, steps=400)
     manifest = load_manifest(id_snapshot)[0]
-    code_ids, web_ids, wiki_ids = (bucket_token_ids(id_snapshot, manifest, b) for b in ("code", "web", "wiki"))
+    code_ids, web_ids, wiki_ids = (
+        bucket_token_ids(id_snapshot, manifest, b) for b in ("code", "web", "wiki")
+    )
     assert {delivered[t] for t in code_ids} == {1}
     assert {delivered[t] for t in web_ids} == {3}
     assert min(delivered[t] for t in wiki_ids) >= 3  # wiki keeps going past the others' caps
     assert all(ld.next_batch().buckets == ("wiki", "wiki") for ld in loaders)
-

@@ -36,8 +36,11 @@ def test_shard_order_is_a_permutation_keyed_by_seed_bucket_and_epoch():
     base = shard_permutation(KEYS, seed=1, bucket="web", epoch=0)
     assert sorted(base) == list(range(50))
     assert shard_permutation(KEYS, seed=1, bucket="web", epoch=0) == base
-    for other in (dict(seed=2, bucket="web", epoch=0), dict(seed=1, bucket="wiki", epoch=0),
-                  dict(seed=1, bucket="web", epoch=1)):
+    for other in (
+        dict(seed=2, bucket="web", epoch=0),
+        dict(seed=1, bucket="wiki", epoch=0),
+        dict(seed=1, bucket="web", epoch=1),
+    ):
         assert shard_permutation(KEYS, **other) != base
 
 
@@ -68,7 +71,9 @@ def test_strided_shares_partition_the_items(n, world):
 def test_ranks_are_stratified_over_the_mixture_at_every_step(world):
     weights = {"a": 0.5, "b": 0.3, "c": 0.2}
     for run in range(20):
-        counts = Counter(choose_bucket(rank_point(7, run, r, world), weights, set(weights)) for r in range(world))
+        counts = Counter(
+            choose_bucket(rank_point(7, run, r, world), weights, set(weights)) for r in range(world)
+        )
         for b, w in weights.items():
             assert abs(counts[b] - w * world) <= 1.0
 
@@ -84,15 +89,26 @@ def test_an_exhausted_bucket_leaves_the_mixture_and_the_rest_are_renormalized():
 
 # --- the mixture schedule: a golden-ratio sequence over runs (issue 14, item 4) ----------------------
 
-MIXES = [{"a": 0.5, "b": 0.3, "c": 0.2},
-         {"books": 0.05, "code": 0.15, "math": 0.013, "web": 0.637, "wiki": 0.15}]
+MIXES = [
+    {"a": 0.5, "b": 0.3, "c": 0.2},
+    {"books": 0.05, "code": 0.15, "math": 0.013, "web": 0.637, "wiki": 0.15},
+]
 
 
 def test_the_golden_step_is_the_odd_integer_nearest_2_64_times_the_golden_ratio_conjugate():
     exact = Fraction(math.isqrt(5 << 256) - (1 << 128), 2 << 64)  # 2^64·(√5−1)/2, to within 2^-64
     assert GOLDEN_STEP % 2 == 1 and abs(GOLDEN_STEP - exact) < 1
-    assert cf_quotients(GOLDEN_STEP, 1 << 64, 1 << 30) == [1] * len(cf_quotients(GOLDEN_STEP, 1 << 64, 1 << 30))
-    for world in (1, 2, 3, 64, 144, 1000):  # every world moves the ranks' place in their strata by the same step
+    assert cf_quotients(GOLDEN_STEP, 1 << 64, 1 << 30) == [1] * len(
+        cf_quotients(GOLDEN_STEP, 1 << 64, 1 << 30)
+    )
+    for world in (
+        1,
+        2,
+        3,
+        64,
+        144,
+        1000,
+    ):  # every world moves the ranks' place in their strata by the same step
         assert run_step(world) % (1 << 64) == GOLDEN_STEP and run_step(world) >> 64 < world
     assert run_step(1) == GOLDEN_STEP
 
@@ -110,12 +126,16 @@ def test_vectorized_points_and_choices_equal_the_scalar_ones(world):
                     got = choose_buckets((stratum + r) % world, place, (ts, tp))
                     for k in range(6):
                         point = rank_point(seed, start + k, r, world)
-                        assert point == Fraction(((int(stratum[k]) + r) % world << 64) + int(place[k]), world << 64)
+                        assert point == Fraction(
+                            ((int(stratum[k]) + r) % world << 64) + int(place[k]), world << 64
+                        )
                         assert names[got[k]] == choose_bucket(point, weights, active)
                 per_run = ranks_per_bucket(place, (ts, tp), world)
                 for k in range(6):
-                    chosen = Counter(choose_bucket(rank_point(seed, start + k, r, world), weights, active)
-                                     for r in range(world))
+                    chosen = Counter(
+                        choose_bucket(rank_point(seed, start + k, r, world), weights, active)
+                        for r in range(world)
+                    )
                     assert [chosen[b] for b in names] == per_run[:, k].tolist()
 
 
@@ -129,7 +149,12 @@ def test_max_segments_is_the_largest_ostrowski_digit_sum_up_to_n():
             total, n = total + n // q, n % q
         return total
 
-    for num, den in [(GOLDEN_STEP, 1 << 64), (run_step(64), 64 << 64), (run_step(7), 7 << 64), (12345678901234567, 1 << 64)]:
+    for num, den in [
+        (GOLDEN_STEP, 1 << 64),
+        (run_step(64), 64 << 64),
+        (run_step(7), 7 << 64),
+        (12345678901234567, 1 << 64),
+    ]:
         best = 0
         for n in range(1, 1500):
             best = max(best, digit_sum(num, den, n))
@@ -137,8 +162,9 @@ def test_max_segments_is_the_largest_ostrowski_digit_sum_up_to_n():
                 assert max_segments(num, den, n) == best, (num, den, n)
 
 
-@pytest.mark.parametrize("world,seed,run_len", [(1, 0, 1), (2, 1, 3), (3, 2, 1), (8, 3, 2), (16, 4, 1), (64, 5, 1),
-                                                (144, 6, 1)])
+@pytest.mark.parametrize(
+    "world,seed,run_len", [(1, 0, 1), (2, 1, 3), (3, 2, 1), (8, 3, 2), (16, 4, 1), (64, 5, 1), (144, 6, 1)]
+)
 def test_every_bucket_is_within_the_stated_bound_after_any_number_of_steps(world, seed, run_len):
     """Total (rank, run) slots of each bucket vs ``w·W·R``: below schedule_bound(R) after every run R, and
     rank by rank below rank_bound(W, R), whatever the world size; in between, after every step too."""

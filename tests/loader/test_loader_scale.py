@@ -8,8 +8,6 @@ import errno
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,15 +15,25 @@ import numpy as np
 import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from snapshot_factory import EOS, consume, expected_tokens, write_id_snapshot, write_snapshot
+from snapshot_factory import (
+    AUDIT_2000_STEPS_ON_8,
+    EOS,
+    consume,
+    corpus_cli,
+    expected_tokens,
+    flags,
+    write_id_snapshot,
+    write_snapshot,
+)
 
 import loader.faults as faults
 from corpus.model.errors import UserError
 from loader import SnapshotLoader, load_manifest
 from loader.faults import ShardUnavailable
 
-ROOT = Path(__file__).resolve().parents[2]
 ONE_BUCKET = {"web": 1.0}
+#: The loader's settings here (a test may override some).
+PARAMS = dict(mixture=ONE_BUCKET, seed=2, seq_len=16, batch_size=2, epoch_caps=1, run_len=2, chunk_tokens=24)
 
 
 def drain(loaders: list[SnapshotLoader], steps: int | None = None) -> Counter:
@@ -35,12 +43,11 @@ def drain(loaders: list[SnapshotLoader], steps: int | None = None) -> Counter:
 
 
 def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
-    params = dict(mixture=ONE_BUCKET, seed=2, seq_len=16, batch_size=2, epoch_caps=1, run_len=2, chunk_tokens=24)
-    params.update(kw)
-    return SnapshotLoader(root, dp_rank=rank, dp_world=world, **params)
+    return SnapshotLoader(root, dp_rank=rank, dp_world=world, **{**PARAMS, **kw})
 
 
 # --- verification: what is read, once --------------------------------------------------------------
+
 
 def test_each_rank_hashes_about_what_it_reads_not_the_shards_it_touches(tmp_path):
     blocks = tmp_path / "blocks"
@@ -79,7 +86,9 @@ def test_a_bad_block_is_found_by_its_reader_and_nothing_of_it_is_delivered(tmp_p
     assert (shard_ids - block_ids) & set(got)  # ...while blocks read before it verified were good data
     assert sum(got.values()) == sum(expected_tokens(good, manifest, {"web": 1}).values())
     assert any(bad in ld.store.skipped for ld in loaders)
-    assert drain([make(root, r, 2, max_skip_fraction=0.5) for r in range(2)]) == got  # a replay reads the same
+    assert (
+        drain([make(root, r, 2, max_skip_fraction=0.5) for r in range(2)]) == got
+    )  # a replay reads the same
 
 
 def test_a_snapshot_without_block_digests_still_loads_and_is_checked_whole(tmp_path):
@@ -128,6 +137,7 @@ def test_an_unreadable_shard_raises_after_the_retries(tmp_path, monkeypatch):
 
 # --- a bounded set of open shards ----------------------------------------------------------------
 
+
 def test_open_shards_and_file_handles_stay_bounded_by_the_memory_budget(tmp_path):
     root = tmp_path / "many"
     write_id_snapshot(root, {"web": 60}, docs_per_shard=(2, 4))
@@ -149,6 +159,7 @@ def test_open_shards_and_file_handles_stay_bounded_by_the_memory_budget(tmp_path
 
 # --- a bucket with fewer chunks than ranks ---------------------------------------------------------
 
+
 def small_bucket_snapshot(root: Path) -> None:
     """Bucket ``rare`` is two small shards (two 1,024-token chunks at most), ``web`` has many."""
     rng = np.random.default_rng(0)
@@ -168,19 +179,16 @@ def small_bucket_snapshot(root: Path) -> None:
 def test_a_two_chunk_bucket_at_half_weight_on_8_ranks_delivers_half(tmp_path):
     root = tmp_path / "rare"
     small_bucket_snapshot(root)
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli", "mixture-audit", str(root), "--mixture", '{"rare": 0.5, "web": 0.5}',
-         "--world", "8", "--steps", "2000", "--seq-len", "16", "--batch-size", "2", "--run-len", "4",
-         "--chunk-tokens", "1024", "--seed", "3", "--json"],
-        capture_output=True, text=True, cwd=ROOT, check=True)
-    report = json.loads(proc.stdout)
+    audit = flags(mixture={"rare": 0.5, "web": 0.5}, **AUDIT_2000_STEPS_ON_8, chunk_tokens=1024, json=True)
+    report = json.loads(corpus_cli("mixture-audit", root, *audit).stdout)
     rare = next(r for r in report["buckets"] if r["bucket"] == "rare")
     assert rare["cut"] and rare["chunks_per_epoch"] >= 8
     assert abs(rare["realized"] - 0.5) <= 0.02, rare  # uncut, 2 of 8 ranks would read it: 0.125
-    table = subprocess.run(
-        [sys.executable, "-m", "cli", "mixture-audit", str(root), "--mixture", '{"rare": 0.5, "web": 0.5}',
-         "--world", "8", "--steps", "50", "--seq-len", "16", "--chunk-tokens", "1024"],
-        capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    table = corpus_cli(
+        "mixture-audit",
+        root,
+        *flags(mixture={"rare": 0.5, "web": 0.5}, world=8, steps=50, seq_len=16, chunk_tokens=1024),
+    ).stdout
     assert "cut into pieces so each of the 8 ranks reads a share" in table
 
 
@@ -204,13 +212,13 @@ def test_a_cut_bucket_resumes_exactly_once_on_another_world_size(tmp_path, befor
 
 # --- the data-parallel process group -------------------------------------------------------------
 
+
 def _dp_group_worker(rank: int, world: int, root: str, init: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     # tensor parallel pairs (0, 1) and (2, 3) read the same data: data-parallel groups are {0, 2}, {1, 3}
     groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
     group = groups[rank % 2]
-    ld = SnapshotLoader(root, ONE_BUCKET, seed=2, seq_len=16, batch_size=2, epoch_caps=1, run_len=2,
-                        chunk_tokens=24, dp_group=group)
+    ld = SnapshotLoader(root, **PARAMS, dp_group=group)
     for _ in range(3 + dist.get_rank(group)):
         ld.next_batch()
     record = ld.state_dict()["record"]

@@ -23,8 +23,9 @@ def all_batches(loader: SnapshotLoader) -> list:
 
 
 def test_position_ids_restart_at_every_document_boundary_and_cu_seqlens_match(id_snapshot):
-    loader = SnapshotLoader(id_snapshot, MIXTURE, seed=2, seq_len=32, batch_size=3, epoch_caps=CAPS,
-                            run_len=3, chunk_tokens=40)
+    loader = SnapshotLoader(
+        id_snapshot, MIXTURE, seed=2, seq_len=32, batch_size=3, epoch_caps=CAPS, run_len=3, chunk_tokens=40
+    )
     batches = all_batches(loader)
     assert batches and all(b.tokens.shape == (3, 32) for b in batches[:-1])
     for b in batches:
@@ -43,7 +44,9 @@ def test_position_ids_restart_at_every_document_boundary_and_cu_seqlens_match(id
 
 
 def test_padding_appears_only_where_a_bucket_ran_out(id_snapshot):
-    loader = SnapshotLoader(id_snapshot, MIXTURE, seed=2, seq_len=32, batch_size=3, epoch_caps=CAPS, run_len=3)
+    loader = SnapshotLoader(
+        id_snapshot, MIXTURE, seed=2, seq_len=32, batch_size=3, epoch_caps=CAPS, run_len=3
+    )
     padded_rows = sum(int((~b.loss_mask).any(dim=1).sum()) for b in all_batches(loader))
     assert 1 <= padded_rows <= len(MIXTURE)  # at most one padded sequence per bucket, at its last epoch's end
 
@@ -53,7 +56,9 @@ def test_real_text_round_trips_through_uint16_shards_with_eos_between_documents(
 
     with gzip.open(shared_data / "curated" / "perl-doc.jsonl.gz", "rt") as f:
         texts = [json.loads(line)["text"][:1500] for _, line in zip(range(24), f, strict=False)]
-    manifest = write_text_snapshot(tmp_path, shared_data / TOKENIZER, {"perl": texts[:16], "web": texts[16:]}, 5)
+    manifest = write_text_snapshot(
+        tmp_path, shared_data / TOKENIZER, {"perl": texts[:16], "web": texts[16:]}, 5
+    )
     assert manifest.token_dtype == "uint16"
     tok = Tokenizer.from_file(str(shared_data / TOKENIZER))
     eos = manifest.tokenizer["eos_id"]
@@ -93,8 +98,11 @@ def test_documents_that_already_end_with_eos_get_no_second_one(tmp_path):
     import numpy as np
     from snapshot_factory import write_snapshot
 
-    docs = [np.array([5, 6, 7, EOS], dtype=np.uint16), np.array([8, EOS], dtype=np.uint16),
-            np.array([9, 10, EOS], dtype=np.uint16)]
+    docs = [
+        np.array([5, 6, 7, EOS], dtype=np.uint16),
+        np.array([8, EOS], dtype=np.uint16),
+        np.array([9, 10, EOS], dtype=np.uint16),
+    ]
     write_snapshot(tmp_path, {"web": [docs, docs[:1]]}, "uint16", EOS, {"documents_end_with_eos": True})
     loader = SnapshotLoader(tmp_path, seed=0, seq_len=4, batch_size=1, epoch_caps=1)
     assert loader.append_eos is False
@@ -121,14 +129,15 @@ def test_a_mapped_shard_reads_any_range_like_its_documents_laid_end_to_end(tmp_p
     assert shard.stream_len == len(stream)
     flat = np.concatenate(docs)
     for start, end in [(0, 0), (0, len(stream)), (len(stream) - 1, len(stream))] + [
-            tuple(sorted(rng.integers(0, len(stream) + 1, size=2).tolist())) for _ in range(300)]:
+        tuple(sorted(rng.integers(0, len(stream) + 1, size=2).tolist())) for _ in range(300)
+    ]:
         spans: list[tuple[int, int]] = []
         toks, doc_starts = shard.read(start, end, check=lambda lo, hi, spans=spans: spans.append((lo, hi)))
         assert toks.tolist() == stream[start:end]
         # (without appended EOS an empty document starts where the next does: a repeated boundary)
         assert sorted(set(doc_starts.tolist())) == sorted({s - start for s in starts if start <= s < end})
         if end > start:  # the checked .bin span holds every document token the range reads
-            (lo, hi), = spans
+            ((lo, hi),) = spans
             assert set(t for t in stream[start:end] if t != EOS) <= set(flat[lo:hi].tolist())
 
 

@@ -31,7 +31,9 @@ print(b.step, hashlib.sha256(b.tokens.numpy().tobytes()).hexdigest())
 
 
 def make(root: Path, rank: int = 0, world: int = 1, **kw) -> SnapshotLoader:
-    params = dict(mixture=MIXTURE, seed=8, seq_len=16, batch_size=2, epoch_caps=None, run_len=2, chunk_tokens=24)
+    params = dict(
+        mixture=MIXTURE, seed=8, seq_len=16, batch_size=2, epoch_caps=None, run_len=2, chunk_tokens=24
+    )
     params.update(kw)
     return SnapshotLoader(root, dp_rank=rank, dp_world=world, **params)
 
@@ -41,16 +43,32 @@ def digest(batch) -> str:
 
 
 @pytest.mark.parametrize("seed,step,rank,world", [(8, 0, 0, 1), (9, 250, 4, 5)])
-def test_the_same_seed_step_rank_and_world_give_the_same_batch_in_a_fresh_process(id_snapshot, seed, step,
-                                                                                     rank, world):
+def test_the_same_seed_step_rank_and_world_give_the_same_batch_in_a_fresh_process(
+    id_snapshot, seed, step, rank, world
+):
     loader = make(id_snapshot, rank, world, seed=seed)
     for _ in range(step):
         loader.next_batch()
     here = loader.next_batch()
     assert here.step == step
-    proc = subprocess.run([sys.executable, "-c", FRESH_PROCESS, str(id_snapshot), str(seed), str(step), str(rank),
-                           str(world), json.dumps(MIXTURE)], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FRESH_PROCESS,
+            str(id_snapshot),
+            str(seed),
+            str(step),
+            str(rank),
+            str(world),
+            json.dumps(MIXTURE),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
     assert proc.stdout.split() == [str(step), digest(here)]
     other_seed = make(id_snapshot, rank, world, seed=seed + 100)
     other_seed.seek(step)
@@ -112,7 +130,10 @@ def test_model_and_loader_state_round_trip_through_one_checkpoint(id_snapshot, t
     assert load_checkpoint(tmp_path / "ckpt", model2, optimizer2, loader2) == 7
     assert torch.equal(model2.weight, model.weight)
     assert digest(loader2.next_batch()) == expected
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["latest", "step-00000007"]  # no partial left
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "latest",
+        "step-00000007",
+    ]  # no partial left
 
 
 def test_seek_lands_where_iteration_does_even_across_epoch_caps(id_snapshot):
@@ -123,7 +144,11 @@ def test_seek_lands_where_iteration_does_even_across_epoch_caps(id_snapshot):
         jumped = make(id_snapshot, 1, 2, epoch_caps=CAPS, batch_size=3)
         jumped.seek(step)
         got = jumped.next_batch()
-        assert got.step == step and torch.equal(got.tokens, batches[step].tokens) and got.buckets == batches[step].buckets
+        assert (
+            got.step == step
+            and torch.equal(got.tokens, batches[step].tokens)
+            and got.buckets == batches[step].buckets
+        )
     done = make(id_snapshot, 1, 2, epoch_caps=CAPS, batch_size=3)
     done.seek(len(batches) + 5)
     assert done.next_batch() is None

@@ -8,7 +8,6 @@ under the caps: nothing repeated, nothing skipped.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,17 +16,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from snapshot_factory import CAPS, MIXTURE, expected_tokens
+from snapshot_factory import CAPS, TRAIN_SETTINGS, expected_tokens, flags
 
 from loader import load_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+#: The training runs' settings here: the seed, and a step budget that only the epoch caps end.
+RUN = dict(TRAIN_SETTINGS, seed=5, steps=100000)
 
 
 def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [TORCHRUN, "--standalone", "--nproc-per-node", str(nproc), str(ROOT / "examples" / "train.py"), *args]
+    cmd = [
+        TORCHRUN,
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        str(ROOT / "examples" / "train.py"),
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc
@@ -55,19 +63,15 @@ def batches(dump: Path, tag: str) -> dict[tuple[int, int], tuple[np.ndarray, np.
 
 @pytest.mark.slow
 def test_checkpoint_on_4_processes_resumes_exactly_once_on_3_and_on_6(id_snapshot, tmp_path):
-    common = ["--snapshot", str(id_snapshot), "--mixture", json.dumps(MIXTURE), "--epoch-caps", json.dumps(CAPS),
-              "--seq-len", "16", "--batch-size", "2", "--run-len", "2", "--chunk-tokens", "24", "--seed", "5",
-              "--steps", "100000", "--dump-tokens", str(tmp_path)]
+    common = flags(snapshot=id_snapshot, **RUN, dump_tokens=tmp_path, ckpt=tmp_path / "ckpt")
     k = 9
-    torchrun(4, *common, "--ckpt", str(tmp_path / "ckpt"), "--save-at", str(k), "--stop-after-save",
-             "--tag", "before")
+    torchrun(4, *common, *flags(save_at=k, stop_after_save=True, tag="before"))
     assert (tmp_path / "ckpt" / "latest" / "train.json").is_file()
     before = tokens(tmp_path, "before")
     assert sum(before.values()) > 0
     expected = expected_tokens(id_snapshot, load_manifest(id_snapshot)[0], CAPS)
     for world in (3, 6):
-        out = torchrun(world, *common, "--ckpt", str(tmp_path / "ckpt"), "--resume", "--save-every", "1000000",
-                       "--tag", f"after{world}")
+        out = torchrun(world, *common, *flags(resume=True, save_every=1000000, tag=f"after{world}"))
         assert f"starting at step {k}, loader step {k}" in out.stdout
         assert before + tokens(tmp_path, f"after{world}") == expected
 
@@ -79,14 +83,29 @@ def test_sbatch_train_on_4_tasks_resumes_exactly_once_on_3(id_snapshot, tmp_path
     assert subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0, "SLURM is not up"
     work = tmp_path / "a dir; $(touch pwned)"
     work.mkdir()
-    common = ["--snapshot", str(id_snapshot), "--mixture", json.dumps(MIXTURE), "--epoch-caps", json.dumps(CAPS),
-              "--seq-len", "16", "--batch-size", "2", "--run-len", "2", "--chunk-tokens", "24", "--seed", "5",
-              "--steps", "100000", "--dump-tokens", str(work), "--ckpt", str(work / "ckpt"), "--auto-resume"]
-    for ntasks, extra in ((4, ["--save-at", "7", "--stop-after-save", "--tag", "before"]),
-                          (3, ["--save-every", "1000000", "--tag", "after"])):
-        proc = subprocess.run(["sbatch", "--wait", "--parsable", "-n", str(ntasks), "--oversubscribe",
-                               f"--output={work}/train-%j.log", str(ROOT / "sbatch" / "train.sbatch"),
-                               *common, *extra], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    common = flags(snapshot=id_snapshot, **RUN, dump_tokens=work, ckpt=work / "ckpt", auto_resume=True)
+    for ntasks, extra in (
+        (4, ["--save-at", "7", "--stop-after-save", "--tag", "before"]),
+        (3, ["--save-every", "1000000", "--tag", "after"]),
+    ):
+        proc = subprocess.run(
+            [
+                "sbatch",
+                "--wait",
+                "--parsable",
+                "-n",
+                str(ntasks),
+                "--oversubscribe",
+                f"--output={work}/train-%j.log",
+                str(ROOT / "sbatch" / "train.sbatch"),
+                *common,
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=900,
+        )
         logs = "\n".join(p.read_text() for p in work.glob("train-*.log"))
         assert proc.returncode == 0, f"{proc.stderr}\n{logs[-4000:]}"
         assert f"slurm: starting at step {7 if ntasks == 3 else 0}" in logs
@@ -105,11 +124,9 @@ def test_a_job_moves_to_a_narrower_version_at_a_checkpoint_on_4_then_3_processes
     wide = make_version(id_snapshot, tmp_path / "wide", SELECTION)
     opt_out = SELECTION.replace('"b.example.org"', '"b.example.org", "c.example.net"')
     narrow = make_version(id_snapshot, tmp_path / "narrow", opt_out)
-    common = ["--mixture", json.dumps(MIXTURE), "--epoch-caps", json.dumps(CAPS), "--seq-len", "16",
-              "--batch-size", "2", "--run-len", "2", "--chunk-tokens", "24", "--seed", "5", "--steps", "100000",
-              "--dump-tokens", str(tmp_path), "--ckpt", str(tmp_path / "ckpt")]
-    torchrun(4, "--snapshot", str(wide), *common, "--save-at", "6", "--stop-after-save", "--tag", "before")
-    out = torchrun(3, "--snapshot", str(narrow), *common, "--resume", "--save-every", "1000000", "--tag", "after")
+    common = flags(**RUN, dump_tokens=tmp_path, ckpt=tmp_path / "ckpt")
+    torchrun(4, *flags(snapshot=wide), *common, *flags(save_at=6, stop_after_save=True, tag="before"))
+    out = torchrun(3, *flags(snapshot=narrow), *common, *flags(resume=True, save_every=1000000, tag="after"))
     assert "starting at step 6" in out.stdout
     before, after = tokens(tmp_path, "before"), tokens(tmp_path, "after")
     old, new = doc_tokens(wide, id_snapshot), doc_tokens(narrow, id_snapshot)

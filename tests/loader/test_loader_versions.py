@@ -19,7 +19,9 @@ from snapshot_factory import CAPS, EOS, MIXTURE, consume, write_id_snapshot
 from corpus.formats.megatron import read_index
 from corpus.model.errors import UserError
 from corpus.select.selection import parse_inline
-from corpus.version import evaluate, open_version, version_manifest, write_version
+from corpus.version.open import open_version
+from corpus.version.query import evaluate
+from corpus.version.write import version_manifest, write_version
 from loader import SnapshotLoader
 from loader.dataset import ResumeRefused
 from loader.state import shards_read
@@ -59,7 +61,9 @@ def version_of_ids(id_snapshot: Path, tmp_path_factory) -> Path:
 
 
 def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
-    params = dict(mixture=MIXTURE, seed=5, seq_len=16, batch_size=2, epoch_caps=CAPS, run_len=2, chunk_tokens=24)
+    params = dict(
+        mixture=MIXTURE, seed=5, seq_len=16, batch_size=2, epoch_caps=CAPS, run_len=2, chunk_tokens=24
+    )
     params.update(kw)
     return SnapshotLoader(root, dp_rank=rank, dp_world=world, **params)
 
@@ -133,11 +137,15 @@ def doc_tokens(version_dir: Path | None, snapshot: Path) -> dict[str, set[int]]:
         toks = np.fromfile(v.base_dir / shard.path, dtype=idx.dtype)
         for d in np.flatnonzero(v.selected(ref)):
             start = int(idx.offsets[d]) // idx.dtype.itemsize
-            out.setdefault(shard.bucket, set()).update(int(t) for t in toks[start : start + int(idx.lengths[d])])
+            out.setdefault(shard.bucket, set()).update(
+                int(t) for t in toks[start : start + int(idx.lengths[d])]
+            )
     return out
 
 
-def move(first_root: Path, then_root: Path, world: int, new_world: int, steps: int, **load) -> tuple[Counter, Counter, dict]:
+def move(
+    first_root: Path, then_root: Path, world: int, new_world: int, steps: int, **load
+) -> tuple[Counter, Counter, dict]:
     """Train ``steps`` steps on ``first_root`` with ``world`` ranks, checkpoint, resume on ``then_root``
     with ``new_world`` ranks and train to the end: what each half delivered, and the last record."""
     before, after = Counter(), Counter()
@@ -152,7 +160,9 @@ def move(first_root: Path, then_root: Path, world: int, new_world: int, steps: i
 
 
 @pytest.mark.parametrize(("steps", "world", "new_world"), [(6, 4, 3), (20, 2, 5), (1, 3, 3)])
-def test_moving_to_a_narrower_version_at_a_checkpoint(id_snapshot, version_of_ids, tmp_path, steps, world, new_world):
+def test_moving_to_a_narrower_version_at_a_checkpoint(
+    id_snapshot, version_of_ids, tmp_path, steps, world, new_world
+):
     """Positions read stay read, documents the new version drops are never read again, every other
     position of the open epochs is read exactly once (the caps count epochs across the move)."""
     narrower = make_version(id_snapshot, tmp_path / "narrow", SELECTION + 'langs = ["en"]\n')
@@ -163,7 +173,11 @@ def test_moving_to_a_narrower_version_at_a_checkpoint(id_snapshot, version_of_id
         assert dropped and not any(after[t] for t in dropped), bucket
         assert {before[t] + after[t] for t in new[bucket]} == {cap}, bucket
     assert record["switches"] == [
-        {"step": steps, "from": open_version(version_of_ids).snapshot_id, "to": open_version(narrower).snapshot_id}
+        {
+            "step": steps,
+            "from": open_version(version_of_ids).snapshot_id,
+            "to": open_version(narrower).snapshot_id,
+        }
     ]
 
 
@@ -186,10 +200,24 @@ def test_resuming_across_a_tombstone_of_a_shard_already_read_is_refused_unless_t
     v = LoaderVersion.open(version_of_ids)
     read = [v.names[i] for i in sorted(shards_read(first[0].layout, record))]
     assert read, "15 steps read some shard"
-    assert corpus([
-        "tombstone", str(version_of_ids), "--shard", read[0], "--reason", "takedown 7", "--out", str(tmp_path / "t")
-    ]) == 0
-    with pytest.raises(ResumeRefused, match=rf"read shard {read[0]}, which version .* tombstones \(takedown 7\)"):
+    assert (
+        corpus(
+            [
+                "tombstone",
+                str(version_of_ids),
+                "--shard",
+                read[0],
+                "--reason",
+                "takedown 7",
+                "--out",
+                str(tmp_path / "t"),
+            ]
+        )
+        == 0
+    )
+    with pytest.raises(
+        ResumeRefused, match=rf"read shard {read[0]}, which version .* tombstones \(takedown 7\)"
+    ):
         make(tmp_path / "t", 0, 2).load_record(record)
     resumed = [make(tmp_path / "t", r, 2) for r in range(2)]
     for ld in resumed:

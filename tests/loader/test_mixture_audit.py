@@ -9,14 +9,11 @@ within ``schedule_bound(runs)`` slots (one rank, one run) of its share of all to
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
-from snapshot_factory import CAPS, MIXTURE
+from snapshot_factory import AUDIT_2000_STEPS_ON_8, CAPS, MIXTURE, corpus_cli, flags
 
 from cli.commands.mixture_audit import audit
 from corpus.model.digest import stable_hash64
@@ -25,16 +22,14 @@ from loader.dataset import default_append_eos, load_manifest
 from loader.sampler import bucket_bounds, schedule_bound
 from loader.state import Plan, RankCursor, stream_layout
 
-ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 0.02
+#: The mixture, and sequences of 16 tokens, 2 a batch, from chunks of 24 tokens, of most audits here.
+SEQUENCES = dict(mixture=MIXTURE, seq_len=16, batch_size=2, chunk_tokens=24)
 
 
 def test_realized_weights_are_within_tolerance_of_the_target(id_snapshot):
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli", "mixture-audit", str(id_snapshot), "--mixture", json.dumps(MIXTURE),
-         "--world", "8", "--steps", "2000", "--seq-len", "16", "--batch-size", "2", "--run-len", "4",
-         "--chunk-tokens", "24", "--seed", "3", "--json"],
-        capture_output=True, text=True, cwd=ROOT, check=True)
+    audit = flags(mixture=MIXTURE, **AUDIT_2000_STEPS_ON_8, chunk_tokens=24, json=True)
+    proc = corpus_cli("mixture-audit", id_snapshot, *audit)
     report = json.loads(proc.stdout)
     assert report["steps_delivered"] == 2000
     assert {r["bucket"]: r["target"] for r in report["buckets"]} == MIXTURE
@@ -44,12 +39,12 @@ def test_realized_weights_are_within_tolerance_of_the_target(id_snapshot):
 
 
 def test_the_replay_counts_exactly_what_the_loader_delivers(id_snapshot):
-    report = audit(id_snapshot, MIXTURE, seed=6, world=3, steps=40, seq_len=16, batch_size=2, run_len=2,
-                   chunk_tokens=24, epoch_caps=CAPS)
+    report = audit(id_snapshot, **SEQUENCES, seed=6, world=3, steps=40, run_len=2, epoch_caps=CAPS)
     delivered: Counter = Counter()
     for rank in range(3):
-        loader = SnapshotLoader(id_snapshot, MIXTURE, seed=6, seq_len=16, batch_size=2, dp_rank=rank, dp_world=3,
-                                epoch_caps=CAPS, run_len=2, chunk_tokens=24)
+        loader = SnapshotLoader(
+            id_snapshot, **SEQUENCES, seed=6, dp_rank=rank, dp_world=3, run_len=2, epoch_caps=CAPS
+        )
         for batch, _ in zip(loader, range(40), strict=False):
             for bucket, mask in zip(batch.buckets, batch.loss_mask, strict=True):
                 delivered[bucket] += int(mask.sum())
@@ -57,8 +52,7 @@ def test_the_replay_counts_exactly_what_the_loader_delivers(id_snapshot):
 
 
 def test_epoch_caps_show_up_as_exhausted_buckets(id_snapshot):
-    report = audit(id_snapshot, MIXTURE, seed=6, world=2, steps=10_000, seq_len=16, batch_size=2, run_len=2,
-                   chunk_tokens=24, epoch_caps=CAPS)
+    report = audit(id_snapshot, **SEQUENCES, seed=6, world=2, steps=10_000, run_len=2, epoch_caps=CAPS)
     assert report["steps_delivered"] < 10_000  # every bucket reached its cap: the stream ended
     for row in report["buckets"]:
         assert row["ranks_exhausted"] == 2 and row["first_exhausted_step"] is not None
@@ -66,15 +60,13 @@ def test_epoch_caps_show_up_as_exhausted_buckets(id_snapshot):
 
 
 def test_an_unknown_bucket_is_a_one_line_error(id_snapshot):
-    proc = subprocess.run([sys.executable, "-m", "cli", "mixture-audit", str(id_snapshot), "--mixture",
-                           '{"nope": 1}'], capture_output=True, text=True, cwd=ROOT)
+    proc = corpus_cli("mixture-audit", id_snapshot, "--mixture", '{"nope": 1}', check=False)
     assert proc.returncode == 2
     assert "nope" in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_64_ranks_and_10_5_steps_hold_every_bucket_within_1e_3_relative(id_snapshot):
-    report = audit(id_snapshot, MIXTURE, seed=3, world=64, steps=100_000, seq_len=16, batch_size=2, run_len=8,
-                   chunk_tokens=24, epoch_caps=None)
+    report = audit(id_snapshot, **SEQUENCES, seed=3, world=64, steps=100_000, run_len=8, epoch_caps=None)
     assert report["steps_delivered"] == 100_000 and report["bound_slots"] == schedule_bound(12_500) == 20
     assert report["max_rel_error"] <= 1e-3
     assert report["max_dev_slots"] < report["bound_slots"]
@@ -94,23 +86,36 @@ def old_hash_schedule_dev(weights: dict, seed: int, world: int, runs: int) -> fl
 
 
 def test_16_ranks_stay_within_the_slot_bound_at_every_run_where_hashed_offsets_did_not(id_snapshot):
-    report = audit(id_snapshot, MIXTURE, seed=3, world=16, steps=20_000, seq_len=16, batch_size=2, run_len=1,
-                   chunk_tokens=24, epoch_caps=None)
+    report = audit(id_snapshot, **SEQUENCES, seed=3, world=16, steps=20_000, run_len=1, epoch_caps=None)
     bound = report["bound_slots"]
     assert bound == schedule_bound(20_000) == 20
     assert report["max_dev_slots"] < bound and report["max_rel_error"] <= 1e-3
     assert old_hash_schedule_dev(MIXTURE, seed=3, world=16, runs=20_000) > 2 * bound  # 55 slots
 
 
-@pytest.mark.parametrize("seed,world,steps,seq_len,batch_size,run_len,chunk_tokens,caps", [
-    (6, 2, 10_000, 16, 2, 2, 24, CAPS),  # every bucket runs out, the streams end
-    (1, 5, 3000, 16, 3, 3, 24, CAPS),
-    (2, 4, 800, 7, 2, 5, 10, {"code": 3, "web": None, "wiki": 2}),  # runs out mid-batch, one bucket never
-])
-def test_the_vectorized_replay_equals_stepping_every_rank_cursor(id_snapshot, seed, world, steps, seq_len,
-                                                                  batch_size, run_len, chunk_tokens, caps):
-    report = audit(id_snapshot, MIXTURE, seed=seed, world=world, steps=steps, seq_len=seq_len,
-                   batch_size=batch_size, run_len=run_len, chunk_tokens=chunk_tokens, epoch_caps=caps)
+@pytest.mark.parametrize(
+    "seed,world,steps,seq_len,batch_size,run_len,chunk_tokens,caps",
+    [
+        (6, 2, 10_000, 16, 2, 2, 24, CAPS),  # every bucket runs out, the streams end
+        (1, 5, 3000, 16, 3, 3, 24, CAPS),
+        (2, 4, 800, 7, 2, 5, 10, {"code": 3, "web": None, "wiki": 2}),  # runs out mid-batch, one bucket never
+    ],
+)
+def test_the_vectorized_replay_equals_stepping_every_rank_cursor(
+    id_snapshot, seed, world, steps, seq_len, batch_size, run_len, chunk_tokens, caps
+):
+    report = audit(
+        id_snapshot,
+        MIXTURE,
+        seed=seed,
+        world=world,
+        steps=steps,
+        seq_len=seq_len,
+        batch_size=batch_size,
+        run_len=run_len,
+        chunk_tokens=chunk_tokens,
+        epoch_caps=caps,
+    )
     manifest = load_manifest(id_snapshot)[0]
     layout = stream_layout(manifest.shards, seed, chunk_tokens, caps, default_append_eos(manifest), world)
     tokens: Counter = Counter()
@@ -134,4 +139,7 @@ def test_the_vectorized_replay_equals_stepping_every_rank_cursor(id_snapshot, se
     for row in report["buckets"]:
         b = row["bucket"]
         assert (row["tokens"], row["sequences"]) == (tokens[b], sequences[b])
-        assert (row["ranks_exhausted"], row["first_exhausted_step"]) == (len(exhausted[b]), min(exhausted[b], default=None))
+        assert (row["ranks_exhausted"], row["first_exhausted_step"]) == (
+            len(exhausted[b]),
+            min(exhausted[b], default=None),
+        )

@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from snapshot_factory import EOS, RECIPE_TOKENIZER, recipe_toml, write_id_snapshot
+from snapshot_factory import EOS, phase_toml, recipe_toml, write_lineage_snapshot
 
 from cli.commands.recipe_audit import audit_recipe
 from cli.commands.trace import describe_source
@@ -26,8 +26,10 @@ from corpus.formats.megatron import read_index
 from corpus.model.errors import UserError
 from corpus.select.recipe import RecipeError, parse_recipe
 from corpus.select.selection import parse_inline
-from corpus.snapshot import Snapshot
-from corpus.version import PREDICATE_GROUP, UNBUCKETED, make_version, open_version
+from corpus.snapshot.lookup import Snapshot
+from corpus.version.buckets import UNBUCKETED
+from corpus.version.open import open_version
+from corpus.version.plan import PREDICATE_GROUP, make_version
 from loader import SnapshotLoader
 from loader.dataset import ResumeRefused
 from loader.trace import loader_at, trace_position
@@ -52,11 +54,7 @@ OPTS = dict(seed=5, seq_len=16, batch_size=2, run_len=2, chunk_tokens=24)
 @pytest.fixture(scope="module")
 def snap(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The id snapshot's three physical buckets, with a tokenizer to pin recipes to and lineage to trace."""
-    root = tmp_path_factory.mktemp("predicate-snapshot")
-    write_id_snapshot(
-        root, {"code": 3, "web": 7, "wiki": 5}, tokenizer={"sha256": RECIPE_TOKENIZER}, lineage=True
-    )
-    return root
+    return write_lineage_snapshot(tmp_path_factory.mktemp("predicate-snapshot"))
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +189,21 @@ def loaders(root: Path, world: int) -> list[SnapshotLoader]:
     return [SnapshotLoader(root, dp_rank=r, dp_world=world, epoch_caps=1, **OPTS) for r in range(world)]
 
 
+def read_across_a_resume(
+    first: Path, before: dict[str, Counter], steps: int, then: Path, after: dict[str, Counter]
+) -> dict:
+    """3 ranks read ``first`` for ``steps`` steps into ``before``; 2 ranks resume their record on ``then``
+    and read it to the end into ``after``; the record."""
+    ranks = loaders(first, 3)
+    read_by_bucket(ranks, before, steps=steps)
+    record = ranks[0].global_record([ld.local_state() for ld in ranks])
+    resumed = loaders(then, 2)
+    for ld in resumed:
+        ld.load_record(record)
+    read_by_bucket(resumed, after)
+    return record
+
+
 def test_three_ranks_read_every_document_of_each_bucket_once_and_nothing_outside_it(version):
     delivered: dict[str, Counter] = {}
     read_by_bucket(loaders(version, 3), delivered)
@@ -199,31 +212,16 @@ def test_three_ranks_read_every_document_of_each_bucket_once_and_nothing_outside
 
 def test_a_resume_at_another_world_size_reads_each_bucket_exactly_once(version):
     delivered: dict[str, Counter] = {}
-    first = loaders(version, 3)
-    read_by_bucket(first, delivered, steps=7)
-    record = first[0].global_record([ld.local_state() for ld in first])
-    resumed = loaders(version, 2)
-    for ld in resumed:
-        ld.load_record(record)
-    read_by_bucket(resumed, delivered)
+    read_across_a_resume(version, delivered, 7, version, delivered)
     assert delivered == bucket_tokens(version)
 
 
-PREDICATE_PHASES = """
-[[phases]]
-name = "main"
-tokens = 600
-seq_len = 16
-weights = { hq = 0.4, fr = 0.3, long = 0.3 }
-run_len = 2
-
-[[phases]]
-name = "anneal"
-tokens = 300
-seq_len = 8
-weights = { hq = 0.7, long = 0.3 }
-max_epochs = { hq = 2 }
-"""
+PREDICATE_PHASES = "".join(
+    [
+        phase_toml("main", 600, 16, {"hq": 0.4, "fr": 0.3, "long": 0.3}, run_len=2),
+        phase_toml("anneal", 300, 8, {"hq": 0.7, "long": 0.3}, max_epochs={"hq": 2}),
+    ]
+)
 
 
 def test_a_recipe_names_the_versions_buckets_and_one_naming_another_is_refused(version):
@@ -278,13 +276,7 @@ def test_a_move_keeps_same_named_buckets_and_refuses_other_buckets_unless_told(s
         != open_version(version).manifest["buckets"][0]["resolved"]
     )
     before, after = {}, {}
-    first = loaders(version, 3)
-    read_by_bucket(first, before, steps=5)
-    record = first[0].global_record([ld.local_state() for ld in first])
-    resumed = loaders(stricter_dir, 2)
-    for ld in resumed:
-        ld.load_record(record)
-    read_by_bucket(resumed, after)
+    record = read_across_a_resume(version, before, 5, stricter_dir, after)
     old, new = bucket_tokens(version), bucket_tokens(stricter_dir)
     for b in NAMES:
         assert not set(after.get(b, Counter())) - set(new[b]), b

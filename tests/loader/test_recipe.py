@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from snapshot_factory import PHASES, RECIPE_TOKENIZER, owed_tokens, recipe_toml
+from snapshot_factory import PHASES, RECIPE_TOKENIZER, corpus_cli, flags, owed_tokens, recipe_toml
 
 from cli.commands.recipe_audit import audit_recipe
 from corpus.select.recipe import RecipeError, parse_recipe
 from loader import ResumeRefused, SnapshotLoader, load_manifest
 from loader.counter import MixtureCounter, MixtureDrift
 
-ROOT = Path(__file__).resolve().parents[2]
 OPTS = dict(batch_size=2, chunk_tokens=24, run_len=3)
 
 
@@ -39,10 +36,15 @@ def recipe(snapshot_id):
 
 
 def loaders(root: Path, recipe, world: int, **kw) -> list[SnapshotLoader]:
-    return [SnapshotLoader.from_recipe(recipe, root, dp_rank=r, dp_world=world, **{**OPTS, **kw}) for r in range(world)]
+    return [
+        SnapshotLoader.from_recipe(recipe, root, dp_rank=r, dp_world=world, **{**OPTS, **kw})
+        for r in range(world)
+    ]
 
 
-def run(lds: list[SnapshotLoader], delivered: Counter, steps: int | None = None, log: list | None = None) -> None:
+def run(
+    lds: list[SnapshotLoader], delivered: Counter, steps: int | None = None, log: list | None = None
+) -> None:
     """Step every rank together (as training does) until the recipe ends or ``steps`` steps ran."""
     n = 0
     while not lds[0].finished and (steps is None or n < steps):
@@ -78,36 +80,52 @@ def boundaries(recipe, world: int, batch_size: int, step: int = 0, tokens: int =
 
 
 def test_the_hash_ignores_formatting_and_inherited_caps_but_not_a_weight(snapshot_id, recipe):
-    reformatted = recipe_toml(snapshot_id, "# comments and order do not matter\n" + PHASES.replace(
-        'name = "mid"\ntokens = 1200', 'tokens = 1200 # the middle\nname = "mid"').replace(
-        "max_epochs = { web = 2 }", "max_epochs = { web = 2, code = 1 }"))  # code's cap restated, the same
+    reformatted = recipe_toml(
+        snapshot_id,
+        "# comments and order do not matter\n"
+        + PHASES.replace('name = "mid"\ntokens = 1200', 'tokens = 1200 # the middle\nname = "mid"').replace(
+            "max_epochs = { web = 2 }", "max_epochs = { web = 2, code = 1 }"
+        ),
+    )  # code's cap restated, the same
     assert parse_recipe(reformatted).recipe_hash == recipe.recipe_hash
-    assert parse_recipe(recipe_toml(snapshot_id, PHASES.replace("web = 0.4", "web = 0.41"))).recipe_hash \
+    assert (
+        parse_recipe(recipe_toml(snapshot_id, PHASES.replace("web = 0.4", "web = 0.41"))).recipe_hash
         != recipe.recipe_hash
-    assert [dict(p.max_epochs) for p in recipe.phases] == [{"code": 1}, {"code": 1, "web": 2}, {"code": 2, "web": 2}]
+    )
+    assert [dict(p.max_epochs) for p in recipe.phases] == [
+        {"code": 1},
+        {"code": 1, "web": 2},
+        {"code": 2, "web": 2},
+    ]
 
 
-@pytest.mark.parametrize("phases,message", [
-    (PHASES.replace("weights = { web = 0.4,", "weights = { books = 0.1, web = 0.4,"), "books"),
-    (PHASES.replace("max_epochs = { web = 2 }", "max_epochs = { books = 2 }"), "books"),
-    (PHASES.replace("tokens = 1200", "tokens = 0"), "phase 'mid': no tokens"),
-    (PHASES.replace("tokens = 1200\n", ""), "phase 'mid': no tokens"),
-    ("", "no [[phases]]"),
-    (PHASES.replace("max_epochs = { code = 2 }", "max_epochs = { web = 1 }"), "goes down from 2 to 1"),
-    (PHASES.replace("run_len = 2", "runlen = 2"), "unknown keys ['runlen']"),
-    (PHASES.replace("max_epochs = { code = 2 }", ""), "bucket 'code' needs 500 tokens"),  # 484 a epoch
-])
+@pytest.mark.parametrize(
+    "phases,message",
+    [
+        (PHASES.replace("weights = { web = 0.4,", "weights = { books = 0.1, web = 0.4,"), "books"),
+        (PHASES.replace("max_epochs = { web = 2 }", "max_epochs = { books = 2 }"), "books"),
+        (PHASES.replace("tokens = 1200", "tokens = 0"), "phase 'mid': no tokens"),
+        (PHASES.replace("tokens = 1200\n", ""), "phase 'mid': no tokens"),
+        ("", "no [[phases]]"),
+        (PHASES.replace("max_epochs = { code = 2 }", "max_epochs = { web = 1 }"), "goes down from 2 to 1"),
+        (PHASES.replace("run_len = 2", "runlen = 2"), "unknown keys ['runlen']"),
+        (PHASES.replace("max_epochs = { code = 2 }", ""), "bucket 'code' needs 500 tokens"),  # 484 a epoch
+    ],
+)
 def test_bad_recipes_are_refused_in_one_line(recipe_snapshot, snapshot_id, phases, message):
     with pytest.raises(RecipeError) as e:
-        SnapshotLoader.from_recipe(parse_recipe(recipe_toml(snapshot_id, phases)), recipe_snapshot, dp_rank=0,
-                                   dp_world=2, **OPTS)
+        SnapshotLoader.from_recipe(
+            parse_recipe(recipe_toml(snapshot_id, phases)), recipe_snapshot, dp_rank=0, dp_world=2, **OPTS
+        )
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_recipe_for_another_snapshot_or_tokenizer_is_refused_naming_both(recipe_snapshot, snapshot_id):
     other = "sha256:" + "0" * 64
-    for text, names in ((recipe_toml(other), (other, snapshot_id)),
-                        (recipe_toml(snapshot_id, tokenizer="ab" * 32), ("ab" * 32, RECIPE_TOKENIZER))):
+    for text, names in (
+        (recipe_toml(other), (other, snapshot_id)),
+        (recipe_toml(snapshot_id, tokenizer="ab" * 32), ("ab" * 32, RECIPE_TOKENIZER)),
+    ):
         with pytest.raises(RecipeError) as e:
             SnapshotLoader.from_recipe(parse_recipe(text), recipe_snapshot, dp_rank=0, dp_world=1)
         assert all(n in str(e.value) for n in names) and "\n" not in str(e.value)
@@ -127,12 +145,20 @@ def test_every_rank_switches_phase_and_seq_len_at_the_global_token_boundary(reci
     assert max(s for s, *_ in log) == ends[-1] - 1
 
 
-@pytest.mark.parametrize("world,new_world,where", [
-    (4, 3, -1), (4, 3, 0), (4, 3, 1),  # one step before the first boundary, at it, one after
-    (3, 5, 0), (2, 4, 1), (5, 2, -1),
-])
+@pytest.mark.parametrize(
+    "world,new_world,where",
+    [
+        (4, 3, -1),
+        (4, 3, 0),
+        (4, 3, 1),  # one step before the first boundary, at it, one after
+        (3, 5, 0),
+        (2, 4, 1),
+        (5, 2, -1),
+    ],
+)
 def test_a_resume_before_at_or_after_a_boundary_delivers_every_bucket_epoch_exactly_once(
-        recipe_snapshot, recipe, world, new_world, where):
+    recipe_snapshot, recipe, world, new_world, where
+):
     boundary = boundaries(recipe, world, OPTS["batch_size"])[0]
     k = boundary + where
     delivered: Counter = Counter()
@@ -176,7 +202,8 @@ def test_seek_across_phases_lands_where_iteration_does(recipe_snapshot, recipe):
 
 
 def test_a_resume_under_another_recipe_is_refused_unless_overridden_and_then_recorded(
-        recipe_snapshot, recipe, snapshot_id):
+    recipe_snapshot, recipe, snapshot_id
+):
     first = loaders(recipe_snapshot, recipe, 2)
     run(first, Counter(), steps=5)
     saved = record(first)
@@ -212,9 +239,8 @@ def test_the_audit_counts_what_the_loader_delivers_per_phase_and_bucket(recipe_s
 def test_the_audit_says_which_bucket_runs_out_at_which_step(recipe_snapshot, snapshot_id, tmp_path):
     path = tmp_path / "short.toml"
     path.write_text(recipe_toml(snapshot_id, PHASES.replace("max_epochs = { code = 2 }", "")))
-    proc = subprocess.run([sys.executable, "-m", "cli", "recipe-audit", str(path), "--snapshot", str(recipe_snapshot),
-                           "--world", "2", "--batch-size", "2", "--chunk-tokens", "24", "--json"],
-                          capture_output=True, text=True, cwd=ROOT)
+    audit = flags(snapshot=recipe_snapshot, world=2, batch_size=2, chunk_tokens=24, json=True)
+    proc = corpus_cli("recipe-audit", path, *audit, check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     report = json.loads(proc.stdout)
     (code,) = [r for r in report["buckets"] if r["phase"] == "anneal" and r["bucket"] == "code"]
@@ -225,17 +251,24 @@ def test_the_audit_says_which_bucket_runs_out_at_which_step(recipe_snapshot, sna
     assert {"phase", "bucket", "target", "realized"} <= set(code)
 
 
-def test_64_ranks_and_10_5_steps_per_phase_hold_every_bucket_within_1e_3_relative(recipe_snapshot, snapshot_id):
+def test_64_ranks_and_10_5_steps_per_phase_hold_every_bucket_within_1e_3_relative(
+    recipe_snapshot, snapshot_id
+):
     per_step = 64 * 2  # sequences of a global batch
-    phases = "".join(f"""
+    phases = "".join(
+        f"""
 [[phases]]
 name = "{name}"
 tokens = {100_000 * per_step * seq_len}
 seq_len = {seq_len}
 weights = {weights}
-""" for name, seq_len, weights in (("main", 16, "{ code = 0.2, web = 0.5, wiki = 0.3 }"),
-                                    ("long", 64, "{ code = 0.013, web = 0.637, wiki = 0.35 }"),
-                                    ("anneal", 16, "{ code = 0.45, wiki = 0.55 }")))
+"""
+        for name, seq_len, weights in (
+            ("main", 16, "{ code = 0.2, web = 0.5, wiki = 0.3 }"),
+            ("long", 64, "{ code = 0.013, web = 0.637, wiki = 0.35 }"),
+            ("anneal", 16, "{ code = 0.45, wiki = 0.55 }"),
+        )
+    )
     recipe = parse_recipe(recipe_toml(snapshot_id, phases, seed=3))
     t0 = time.process_time()
     report = audit_recipe(recipe, recipe_snapshot, 64, batch_size=2, chunk_tokens=24)

@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from snapshot_factory import EOS, owed_tokens, recipe_toml
+from snapshot_factory import EOS, flags, owed_tokens, recipe_toml
 from test_loader_torchrun import batches, tokens, torchrun
 from test_recipe import boundaries
 from test_trace import check_traces
@@ -32,15 +32,21 @@ from loader import load_manifest
 from loader.checkpoint import read_record
 
 BATCH, CHUNK, RUN_LEN = 2, 24, 3
+#: The training runs' settings: a step budget only the recipe's end ends, the online counter every 4 steps.
+RUN = dict(batch_size=BATCH, chunk_tokens=CHUNK, run_len=RUN_LEN, steps=100000, count_every=4)
 
 
 def steps_log(dump: Path, tag: str) -> dict[int, list[dict]]:
     """rank -> its logged steps (step, phase, seq_len, tokens per bucket)."""
-    return {int(f.stem.rsplit("rank", 1)[1]): [json.loads(x) for x in f.read_text().splitlines()]
-            for f in sorted(dump.glob(f"steps-{tag}-rank*.jsonl"))}
+    return {
+        int(f.stem.rsplit("rank", 1)[1]): [json.loads(x) for x in f.read_text().splitlines()]
+        for f in sorted(dump.glob(f"steps-{tag}-rank*.jsonl"))
+    }
 
 
-def assert_phases(logs: dict[int, list[dict]], recipe, world: int, first: int, last: int, ends: list[int]) -> None:
+def assert_phases(
+    logs: dict[int, list[dict]], recipe, world: int, first: int, last: int, ends: list[int]
+) -> None:
     """Every rank logged steps ``first..last-1``, each in the phase (and at the seq_len) the boundaries say."""
     assert sorted(logs) == list(range(world))
     for rank, steps in logs.items():
@@ -90,9 +96,7 @@ def test_a_recipe_resumes_exactly_once_across_a_boundary_and_inside_a_phase(reci
     path = tmp_path / "recipe.toml"
     path.write_text(recipe_toml(load_manifest(recipe_snapshot)[0].snapshot_id))
     recipe = parse_recipe(path.read_text())
-    common = ["--snapshot", str(recipe_snapshot), "--recipe", str(path), "--batch-size", str(BATCH), "--chunk-tokens",
-              str(CHUNK), "--run-len", str(RUN_LEN), "--steps", "100000", "--dump-tokens", str(tmp_path),
-              "--ckpt", str(tmp_path / "ckpt"), "--count-every", "4"]
+    common = flags(snapshot=recipe_snapshot, recipe=path, **RUN, dump_tokens=tmp_path, ckpt=tmp_path / "ckpt")
     torchrun(4, *common, "--save-at", "6", "--stop-after-save", "--tag", "before")
     out = torchrun(3, *common, "--resume", "--save-at", "14", "--stop-after-save", "--tag", "middle")
     assert "starting at step 6, loader step 6" in out.stdout
@@ -114,20 +118,30 @@ def test_a_recipe_resumes_exactly_once_across_a_boundary_and_inside_a_phase(reci
     assert_phases(steps_log(tmp_path, "before"), recipe, 4, 0, 6, ends4)
     assert_phases(steps_log(tmp_path, "middle"), recipe, 3, 6, 14, ends3)
     assert_phases(steps_log(tmp_path, "after"), recipe, 5, 14, ends5[-1], ends5)
-    assert ends3[0] < 14 < ends5[1] < ends3[1]  # resumed inside phase mid, which ends sooner on a larger batch
+    assert (
+        ends3[0] < 14 < ends5[1] < ends3[1]
+    )  # resumed inside phase mid, which ends sooner on a larger batch
 
     tags = ["before", "middle", "after"]
     for n in (1, 2, 3):
         reports = assert_counter_reports(tmp_path, tags[:n], recipe)
     # after the resume on 5 inside phase mid the reports count mid from step 9 (3 ranks), not from the resume
-    mid_before = sum(n for steps in steps_log(tmp_path, "middle").values() for s in steps if s["phase"] == "mid"
-                     for n in s["tokens"].values())
+    mid_before = sum(
+        n
+        for steps in steps_log(tmp_path, "middle").values()
+        for s in steps
+        if s["phase"] == "mid"
+        for n in s["tokens"].values()
+    )
     assert mid_before > 0 and any(r["phase"] == "mid" for r in reports)
 
     # trace: sampled steps of every rank, from each launch's own start (the recipe, or the checkpoint it resumed)
     how = dict(recipe=recipe, batch_size=BATCH, chunk_tokens=CHUNK, run_len=RUN_LEN)
-    launches = {"before": (4, None), "middle": (3, read_record(tmp_path / "ckpt" / "step-00000006")),
-                "after": (5, read_record(tmp_path / "ckpt" / "step-00000014"))}
+    launches = {
+        "before": (4, None),
+        "middle": (3, read_record(tmp_path / "ckpt" / "step-00000006")),
+        "after": (5, read_record(tmp_path / "ckpt" / "step-00000014")),
+    }
     dumped = {tag: batches(tmp_path, tag) for tag in launches}
     all_batches = {k: v for tag in launches for k, v in dumped[tag].items()}
     wrap = first_repeat(all_batches)
@@ -138,11 +152,19 @@ def test_a_recipe_resumes_exactly_once_across_a_boundary_and_inside_a_phase(reci
         keys = sorted(k for k in dumped[tag] if k[0] in picks[tag])
         assert {r for _, r in keys} == set(range(world)), tag
         sources += check_traces(recipe_snapshot, dumped[tag], keys, world, record=rec, **how)
-    assert {(s.world, s.phase) for s in sources} >= {(4, "main"), (3, "main"), (3, "mid"), (5, "mid"), (5, "anneal")}
+    assert {(s.world, s.phase) for s in sources} >= {
+        (4, "main"),
+        (3, "main"),
+        (3, "mid"),
+        (5, "mid"),
+        (5, "anneal"),
+    }
     count = Counter(t for toks, mask in all_batches.values() for t in toks[mask].tolist() if t != EOS)
     assert any(count[s.token_id] > 1 for s in sources if s.step == wrap and not s.appended_eos)
 
-    report = audit_recipe(recipe, recipe_snapshot, 4, batch_size=BATCH, steps=6, run_len=RUN_LEN, chunk_tokens=CHUNK)
+    report = audit_recipe(
+        recipe, recipe_snapshot, 4, batch_size=BATCH, steps=6, run_len=RUN_LEN, chunk_tokens=CHUNK
+    )
     counted: Counter = Counter()
     for steps in steps_log(tmp_path, "before").values():
         for s in steps:

@@ -11,8 +11,6 @@ token delivered there. In an id snapshot every token is distinct, so a wrong doc
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,32 +20,32 @@ from snapshot_factory import (
     CAPS,
     EOS,
     MIXTURE,
-    RECIPE_TOKENIZER,
+    corpus_cli,
     damaged_copy,
+    flags,
     recipe_toml,
-    write_id_snapshot,
+    write_lineage_snapshot,
 )
 
 from cli.commands.trace import describe_source
 from corpus.formats.megatron import read_index
 from corpus.select.recipe import parse_recipe
 from corpus.select.selection import parse_inline
-from corpus.snapshot import Snapshot
-from corpus.version import evaluate, open_version, version_manifest, write_version
+from corpus.snapshot.lookup import Snapshot
+from corpus.version.open import open_version
+from corpus.version.query import evaluate
+from corpus.version.write import version_manifest, write_version
 from loader import SnapshotLoader, load_manifest
 from loader.provenance import Padding
 from loader.trace import loader_at
 
-ROOT = Path(__file__).resolve().parents[2]
 OPTS = dict(batch_size=2, chunk_tokens=24, run_len=3)
 
 
 @pytest.fixture(scope="module")
 def snap(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The recipe snapshot's three buckets, with lineage files (what trace answers from)."""
-    root = tmp_path_factory.mktemp("trace-snapshot")
-    write_id_snapshot(root, {"code": 3, "web": 7, "wiki": 5}, tokenizer={"sha256": RECIPE_TOKENIZER}, lineage=True)
-    return root
+    return write_lineage_snapshot(tmp_path_factory.mktemp("trace-snapshot"))
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +120,11 @@ def sample(delivered: dict, first: int = 0, every: int = 4) -> list[tuple[int, i
 
 def test_trace_names_what_a_plain_run_delivered(snap):
     delivered: dict = {}
-    run([SnapshotLoader(snap, MIXTURE, seed=4, seq_len=16, dp_rank=r, dp_world=3, **OPTS) for r in range(3)],
-        delivered, steps=20)
+    run(
+        [SnapshotLoader(snap, MIXTURE, seed=4, seq_len=16, dp_rank=r, dp_world=3, **OPTS) for r in range(3)],
+        delivered,
+        steps=20,
+    )
     sources = check_traces(snap, delivered, sample(delivered), 3, mixture=MIXTURE, seed=4, seq_len=16, **OPTS)
     assert {s.bucket for s in sources} == set(MIXTURE)
     assert all(s.appended_eos for s in sources if s.offset_in_doc == files_len(snap, s))
@@ -136,8 +137,10 @@ def files_len(root: Path, src) -> int:
 
 def test_trace_names_what_was_delivered_after_an_epoch_cap_wrapped_a_bucket(snap):
     delivered: dict = {}
-    lds = [SnapshotLoader(snap, MIXTURE, seed=4, seq_len=16, dp_rank=r, dp_world=3, epoch_caps=CAPS, **OPTS)
-           for r in range(3)]
+    lds = [
+        SnapshotLoader(snap, MIXTURE, seed=4, seq_len=16, dp_rank=r, dp_world=3, epoch_caps=CAPS, **OPTS)
+        for r in range(3)
+    ]
     run(lds, delivered)
     # the steps after wiki's second epoch began on some rank: a token delivered a second time (ids are distinct)
     seen: Counter = Counter()
@@ -148,15 +151,26 @@ def test_trace_names_what_was_delivered_after_an_epoch_cap_wrapped_a_bucket(snap
             if t != EOS and seen[t] == 2 and second is None:
                 second = step
     assert second is not None
-    sources = check_traces(snap, delivered, sample(delivered, first=second, every=3), 3, mixture=MIXTURE, seed=4,
-                           seq_len=16, epoch_caps=CAPS, **OPTS)
+    sources = check_traces(
+        snap,
+        delivered,
+        sample(delivered, first=second, every=3),
+        3,
+        mixture=MIXTURE,
+        seed=4,
+        seq_len=16,
+        epoch_caps=CAPS,
+        **OPTS,
+    )
     assert any(seen[s.token_id] == 2 for s in sources if s.token_id != EOS)  # tokens of a second epoch traced
     assert "code" not in {s.bucket for s in sources if s.step == max(k[0] for k in delivered)}  # capped: gone
 
 
 def test_trace_names_what_was_delivered_in_every_phase_of_a_recipe_without_a_checkpoint(snap, recipe):
     delivered: dict = {}
-    run([SnapshotLoader.from_recipe(recipe, snap, dp_rank=r, dp_world=4, **OPTS) for r in range(4)], delivered)
+    run(
+        [SnapshotLoader.from_recipe(recipe, snap, dp_rank=r, dp_world=4, **OPTS) for r in range(4)], delivered
+    )
     sources = check_traces(snap, delivered, sample(delivered, every=3), 4, recipe=recipe, **OPTS)
     assert {s.phase for s in sources} == {"main", "mid", "anneal"}
     assert {s.bucket for s in sources if s.phase == "mid"} == {"web", "wiki"}  # mid reads no code
@@ -219,14 +233,12 @@ def test_under_torchrun_the_trace_names_the_substitute_each_rank_read_for_a_corr
 
     root, bad = damaged
     dump = tmp_path / "dump"
-    torchrun(3, "--snapshot", str(root), "--mixture", json.dumps(MIXTURE), "--epoch-caps", json.dumps(CAPS),
-             "--seq-len", "16", "--batch-size", "2", "--run-len", "3", "--chunk-tokens", "24", "--seed", "4",
-             "--steps", "5", "--max-skip-fraction", "0.1", "--ckpt", str(tmp_path / "ckpt"),
-             "--dump-tokens", str(dump), "--tag", "damaged")
+    settings = dict(mixture=MIXTURE, epoch_caps=CAPS, seq_len=16, seed=4, **OPTS)
+    run_flags = flags(snapshot=root, **settings, steps=5, max_skip_fraction=0.1, ckpt=tmp_path / "ckpt")
+    torchrun(3, *run_flags, *flags(dump_tokens=dump, tag="damaged"))
     delivered = batches(dump, "damaged")
     assert sorted({step for step, _ in delivered}) == [0, 1, 2, 3, 4] and len(delivered) == 15
-    sources = check_traces(root, delivered, sorted(delivered), 3, mixture=MIXTURE, seed=4, seq_len=16,
-                           epoch_caps=CAPS, **OPTS)
+    sources = check_traces(root, delivered, sorted(delivered), 3, **settings)
     substituted = [s for s in sources if s.substituted]
     assert substituted and all(s.planned_shard == bad and s.shard != bad for s in substituted)
     assert all(s.shard != bad for s in sources)
@@ -248,7 +260,9 @@ def test_trace_names_what_a_run_moved_to_a_version_read_through_its_selection(sn
         ld.load_record(rec)
     delivered: dict = {}
     run(moved, delivered, steps=12)
-    sources = check_traces(tmp_path / "v", delivered, sample(delivered, every=3), 2, base=snap, record=rec, **mix)
+    sources = check_traces(
+        tmp_path / "v", delivered, sample(delivered, every=3), 2, base=snap, record=rec, **mix
+    )
     chosen = open_version(tmp_path / "v")
     refs = {Path(r.name).name: r for r in chosen.shards}
     names = Snapshot(snap).names
@@ -277,11 +291,10 @@ def test_the_trace_command_reads_a_checkpoint_and_names_the_documents_lineage(sn
     run(two, delivered, steps=8)
     (recipe_file := tmp_path / "recipe.toml").write_text(recipe_toml(load_manifest(snap)[0].snapshot_id))
     step, rank, position = 15, 1, 5
-    out = subprocess.run(
-        [sys.executable, "-m", "cli", "trace", "--snapshot", str(snap), "--record", str(tmp_path / "ckpt"),
-         "--recipe", str(recipe_file), "--step", str(step), "--rank", str(rank), "--world", "2", "--position",
-         str(position), "--batch-size", "2", "--chunk-tokens", "24", "--run-len", "3", "--json"],
-        cwd=ROOT, capture_output=True, text=True, check=True)
+    source = flags(snapshot=snap, record=tmp_path / "ckpt", recipe=recipe_file)
+    out = corpus_cli(
+        "trace", *source, *flags(step=step, rank=rank, world=2, position=position, **OPTS, json=True)
+    )
     got = json.loads(out.stdout)
     tokens, _ = delivered[(step, rank)]
     assert got["token_id"] == tokens.reshape(-1)[position]

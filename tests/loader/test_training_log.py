@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from snapshot_factory import recipe_toml
+from snapshot_factory import flags, recipe_toml
 
 from corpus.report.training_log import parse_training_log, realized_vs_target
 from corpus.select.recipe import parse_recipe
@@ -32,12 +32,21 @@ def trained(recipe_snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     tmp = tmp_path_factory.mktemp("train-log")
     text = recipe_toml(load_manifest(recipe_snapshot)[0].snapshot_id)
     (tmp / "recipe.toml").write_text(text)
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS")
+    }
+    recipe = flags(
+        snapshot=recipe_snapshot, recipe=tmp / "recipe.toml", batch_size=2, run_len=3, chunk_tokens=24
+    )
+    run = flags(ckpt=tmp / "ckpt", steps=1000, save_every=100000, count_every=4, dump_tokens=tmp / "dump")
     proc = subprocess.run(
-        [sys.executable, "examples/train.py", "--snapshot", str(recipe_snapshot), "--recipe", str(tmp / "recipe.toml"),
-         "--ckpt", str(tmp / "ckpt"), "--steps", "1000", "--save-every", "100000", "--count-every", "4",
-         "--batch-size", "2", "--run-len", "3", "--chunk-tokens", "24", "--dump-tokens", str(tmp / "dump")],
-        cwd=ROOT, env={**env, "MASTER_PORT": str(free_port())}, capture_output=True, text=True, timeout=600)
+        [sys.executable, "examples/train.py", *recipe, *run],
+        cwd=ROOT,
+        env={**env, "MASTER_PORT": str(free_port())},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (tmp / "train.log").write_text(proc.stdout)
     return tmp / "train.log", tmp / "dump", parse_recipe(text)
@@ -56,12 +65,27 @@ def dumped_per_phase(dump: Path, before: int | None = None) -> dict[str, dict[st
 
 
 @pytest.mark.parametrize("with_dump", [False, True])
-def test_the_card_shows_each_phases_realized_share_against_its_target(trained, recipe_snapshot, tmp_path, with_dump):
+def test_the_card_shows_each_phases_realized_share_against_its_target(
+    trained, recipe_snapshot, tmp_path, with_dump
+):
     log, dump, recipe = trained
     logs = [log, dump / "steps-run-rank0.jsonl"] if with_dump else [log]
-    subprocess.run([sys.executable, "-m", "cli", "report", str(recipe_snapshot), "--html", str(tmp_path / "card.html"),
-                    *(x for f in logs for x in ("--training-log", str(f)))],
-                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "report",
+            str(recipe_snapshot),
+            "--html",
+            str(tmp_path / "card.html"),
+            *(x for f in logs for x in ("--training-log", str(f))),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     card = json.loads((tmp_path / "card.json").read_text())["training_log"]
     assert [ph["phase"] for ph in card["phases"]] == [p.name for p in recipe.phases]
     for ph, phase in zip(card["phases"], recipe.phases, strict=True):
@@ -74,8 +98,9 @@ def test_the_card_shows_each_phases_realized_share_against_its_target(trained, r
         total = sum(phase.weights.values())
         for row in ph["buckets"]:
             assert row["target"] == pytest.approx(phase.weights.get(row["bucket"], 0.0) / total, abs=1e-4)
-            assert row["realized"] == pytest.approx(delivered.get(row["bucket"], 0) / sum(delivered.values()),
-                                                    abs=1e-4)
+            assert row["realized"] == pytest.approx(
+                delivered.get(row["bucket"], 0) / sum(delivered.values()), abs=1e-4
+            )
             assert row["diff"] == pytest.approx(row["realized"] - row["target"])
     html = (tmp_path / "card.html").read_text()
     assert "realized vs target per phase" in html and 'alt="realized share per bucket over steps"' in html
@@ -88,7 +113,9 @@ def test_without_counter_reports_the_logged_steps_give_the_realized_share(traine
     for ph in phases:
         tokens = {r["bucket"]: r["logged_tokens"] for r in ph["buckets"]}
         assert all(r["target"] is None and r["diff"] is None for r in ph["buckets"])
-        assert all(r["realized"] == pytest.approx(tokens[r["bucket"]] / sum(tokens.values())) for r in ph["buckets"])
+        assert all(
+            r["realized"] == pytest.approx(tokens[r["bucket"]] / sum(tokens.values())) for r in ph["buckets"]
+        )
     assert sum(r["logged_tokens"] for r in phases[0]["buckets"]) > 0
 
 

@@ -24,28 +24,62 @@ AIRFLOW = str(Path(sys.executable).parent / "airflow")
 HOSTILE_DIR = "in put $(touch pwned);'q\" `id`"
 
 
+def ssh_true(*options: str) -> list[str]:
+    """``ssh root@127.0.0.1 true`` with the services' key, in batch mode, asking nothing about host keys
+    and giving up after 5 s; ``options``: more ``-o`` options."""
+    opts = ["StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5"]
+    o_flags = [x for o in [*opts, *options] for x in ("-o", o)]
+    return ["ssh", "-i", str(SSH_KEY), *o_flags, "root@127.0.0.1", "true"]
+
+
+def build_conf(backend: str, inputs: list[Path], out: Path) -> dict:
+    """The build_snapshot DAG's conf to build ``inputs`` into ``out`` on ``backend``: 2 ranks, seed 0, the
+    job polled every second, sbatch allowed to oversubscribe."""
+    return {
+        "backend": backend,
+        "inputs": [str(p) for p in inputs],
+        "out": str(out),
+        "ranks": 2,
+        "seed": 0,
+        "poll_interval": 1,
+        "sbatch_args": ["--oversubscribe"],
+    }
+
+
 def ssh_connection() -> str:
-    return json.dumps({"conn_type": "ssh", "host": "127.0.0.1", "port": 22, "login": "root",
-                       "extra": {"key_file": str(SSH_KEY), "no_host_key_check": True}})
+    return json.dumps(
+        {
+            "conn_type": "ssh",
+            "host": "127.0.0.1",
+            "port": 22,
+            "login": "root",
+            "extra": {"key_file": str(SSH_KEY), "no_host_key_check": True},
+        }
+    )
 
 
 @pytest.fixture(scope="session")
 def services() -> None:
     """The cluster tests need what `bash scripts/services_up.sh` starts; fail loudly if it is not up."""
     problems = []
-    r = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True) if shutil.which("sinfo") else None
+    r = (
+        subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+        if shutil.which("sinfo")
+        else None
+    )
     if r is None or r.returncode != 0 or not r.stdout.strip():
         problems.append(f"SLURM is not answering (sinfo: {r.stderr.strip() if r else 'not installed'})")
     if not SSH_KEY.exists():
         problems.append(f"no ssh key at {SSH_KEY}")
     else:
-        r = subprocess.run(["ssh", "-i", str(SSH_KEY), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "root@127.0.0.1", "true"],
-                           capture_output=True, text=True)
+        r = subprocess.run(ssh_true(), capture_output=True, text=True)
         if r.returncode != 0:
             problems.append(f"sshd on 127.0.0.1 refuses the key: {r.stderr.strip()}")
-    assert not problems, ("the local cluster is not up: " + "; ".join(problems)
-                          + " -- start it with `bash scripts/services_up.sh` (make cluster-up)")
+    assert not problems, (
+        "the local cluster is not up: "
+        + "; ".join(problems)
+        + " -- start it with `bash scripts/services_up.sh` (make cluster-up)"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +107,9 @@ def small_inputs(tmp_path_factory, shared_data) -> list[Path]:
 def reference(tmp_path_factory, small_inputs) -> str:
     """The snapshot id of the embedded build (`corpus build`, local mpiexec) of the small inputs."""
     out = tmp_path_factory.mktemp("reference") / "build"
-    proc = run_corpus("build", "--input", *map(str, small_inputs), "--out", str(out), "--ranks", "2", "--seed", "0")
+    proc = run_corpus(
+        "build", "--input", *map(str, small_inputs), "--out", str(out), "--ranks", "2", "--seed", "0"
+    )
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("snapshot_id sha256:"), proc.stdout
     return last.split()[1]
@@ -96,11 +132,17 @@ def airflow_env(tmp_path_factory) -> dict[str, str]:
     return env
 
 
-def dags_test(env: dict[str, str], conf: dict, log: Path, timeout: float = 900,
-              dag: str = "build_snapshot") -> subprocess.CompletedProcess:
+def dags_test(
+    env: dict[str, str], conf: dict, log: Path, timeout: float = 900, dag: str = "build_snapshot"
+) -> subprocess.CompletedProcess:
     """`airflow dags test DAG -c CONF`; the whole output goes to ``log``."""
-    proc = subprocess.run([AIRFLOW, "dags", "test", dag, "-c", json.dumps(conf)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [AIRFLOW, "dags", "test", dag, "-c", json.dumps(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     log.write_text(proc.stdout + proc.stderr)
     return proc
 
@@ -130,8 +172,7 @@ def ssh_build(services, airflow_env, small_inputs, tmp_path_factory) -> Path:
     in ``lineage_events(build)``."""
     assert PIPELINE, "no stages are installed: nothing to orchestrate"
     out = tmp_path_factory.mktemp("ssh-build") / "build $(touch pwned)"
-    conf = {"backend": "ssh", "inputs": [str(p) for p in small_inputs],
-            "out": str(out), "ranks": 2, "seed": 0, "poll_interval": 1, "sbatch_args": ["--oversubscribe"]}
+    conf = build_conf("ssh", small_inputs, out)
     proc = dags_test(lineage_env(airflow_env, lineage_events(out)), conf, out.parent / "dags-test.log")
     assert proc.returncode == 0, f"DAG run failed:\n{failure_lines(proc.stdout + proc.stderr)}"
     return out
@@ -148,9 +189,25 @@ def demo_build(small_inputs, tmp_path_factory) -> DemoBuild:
     """`corpus demo` of the small inputs: the build_snapshot DAG under `airflow dags test`, mpiexec
     backend; its OpenLineage events in ``lineage_events(out)``."""
     out = tmp_path_factory.mktemp("demo") / "demo"
-    proc = subprocess.run([sys.executable, "-m", "cli", "demo", "--input", *map(str, small_inputs),
-                           "--out", str(out), "--ranks", "2"], capture_output=True, text=True, cwd=ROOT,
-                          env=lineage_env(dict(os.environ), lineage_events(out)), timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "demo",
+            "--input",
+            *map(str, small_inputs),
+            "--out",
+            str(out),
+            "--ranks",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=lineage_env(dict(os.environ), lineage_events(out)),
+        timeout=900,
+    )
     return DemoBuild(out, proc)
 
 

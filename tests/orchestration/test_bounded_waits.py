@@ -14,8 +14,17 @@ from orchestration.submit import JobStatus, LocalBackend, SubmitError, Submitted
 from tests.orchestration.test_transient import EPOCH, JOB, FakeBackend, run_trigger
 
 
-@pytest.mark.parametrize("text,seconds", [("30", 1800), ("5:30", 330), ("04:00:00", 14400), ("2-0", 172800),
-                                          ("1-02:03", 93780), ("1-00:00:01", 86401)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("30", 1800),
+        ("5:30", 330),
+        ("04:00:00", 14400),
+        ("2-0", 172800),
+        ("1-02:03", 93780),
+        ("1-00:00:01", 86401),
+    ],
+)
 def test_slurm_times(text, seconds):
     assert slurm_seconds(text) == seconds
 
@@ -33,7 +42,11 @@ def test_the_budget_is_every_run_at_its_time_limit_plus_the_queue_wait():
 def test_a_job_past_its_deadline_is_cancelled_and_fails_the_task(monkeypatch):
     backend = FakeBackend([JobStatus("9", "RUNNING")] * 10)
     event, sleeps = run_trigger(monkeypatch, backend, deadline=EPOCH + 100)
-    assert not event["ok"] and "past its deadline" in event["error"] and "the job was cancelled" in event["error"]
+    assert (
+        not event["ok"]
+        and "past its deadline" in event["error"]
+        and "the job was cancelled" in event["error"]
+    )
     assert backend.cancelled == ["9"] and sum(sleeps) > 100 and len(sleeps) == 4  # 30 s polls: 120 > 100
 
 
@@ -57,8 +70,12 @@ def test_slurm_reports_a_held_job_as_stuck_and_a_queued_one_not(services, tmp_pa
     ids = []
     try:
         for extra in (["--hold"], ["--begin=now+600"]):
-            r = subprocess.run(["sbatch", "--parsable", "-n", "1", "-o", "/dev/null", *extra, "--wrap", "true"],
-                               capture_output=True, text=True, check=True)
+            r = subprocess.run(
+                ["sbatch", "--parsable", "-n", "1", "-o", "/dev/null", *extra, "--wrap", "true"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             ids.append(r.stdout.strip())
         held, later = (backend.status(Submitted("local", i, "/dev/null", "x")) for i in ids)
         assert (held.state, held.reason, held.stuck) == ("PENDING", "JobHeldUser", True)

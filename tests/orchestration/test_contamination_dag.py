@@ -29,15 +29,27 @@ def later_benchmark(build, path):
     shard = sorted((build / "stages" / "decontaminate" / "shards").glob("*.jsonl.zst"))[0]
     words = next(iter_docs(shard)).text.split()
     leaked = " ".join(words[20:220])
-    clean = ("A train leaves the station at nine and travels north at sixty miles per hour while a second "
-             "train leaves at ten heading south at forty miles per hour; when do they meet the lighthouse?")
-    path.write_text(json.dumps({"id": "leaked-1", "text": leaked}) + "\n" + json.dumps({"id": "clean-1", "text": clean}) + "\n")
+    clean = (
+        "A train leaves the station at nine and travels north at sixty miles per hour while a second "
+        "train leaves at ten heading south at forty miles per hour; when do they meet the lighthouse?"
+    )
+    path.write_text(
+        json.dumps({"id": "leaked-1", "text": leaked})
+        + "\n"
+        + json.dumps({"id": "clean-1", "text": clean})
+        + "\n"
+    )
     return path
 
 
 def run_check(env, conf):
-    return subprocess.run([AIRFLOW, "dags", "test", "contamination_check", "-c", json.dumps(conf)], env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [AIRFLOW, "dags", "test", "contamination_check", "-c", json.dumps(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_a_later_benchmark_is_checked_against_the_retained_index(curated_build, airflow_env, tmp_path):
@@ -92,7 +104,9 @@ def test_the_dag_is_scheduled_on_new_versions_and_reads_their_events_as_data():
         return {VERSIONS: [SimpleNamespace(extra=e) for e in extras]}
 
     by_hand = {"snapshot": "/b/march/snapshot"}
-    assert module.versions_to_check(by_hand, events(good)) == [{"snapshot": "/b/march/snapshot", "snapshot_id": None}]
+    assert module.versions_to_check(by_hand, events(good)) == [
+        {"snapshot": "/b/march/snapshot", "snapshot_id": None}
+    ]
     assert module.versions_to_check({"snapshot": ""}, events(good, good)) == [
         {"snapshot": "/b/june/snapshot", "snapshot_id": good["snapshot_id"]}
     ]
@@ -119,24 +133,40 @@ def test_a_version_build_version_announces_is_checked_by_the_run_its_event_trigg
     bench = later_benchmark(curated_build, tmp_path / "published-later.jsonl")
     env = {**airflow_env, "CORPUS_CONTAMINATION_BENCHMARKS": json.dumps([str(bench)])}
     subprocess.run([AIRFLOW, "dags", "reserialize"], env=env, check=True, capture_output=True, timeout=300)
-    subprocess.run([AIRFLOW, "dags", "unpause", "contamination_check"], env=env, check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [AIRFLOW, "dags", "unpause", "contamination_check"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     version = tmp_path / "v"
-    conf = {"build": str(curated_build), "selection_toml": "min_scores = { quality = 0.0 }", "out": str(version),
-            "backend": "mpiexec", "poll_interval": 1}
+    conf = {
+        "build": str(curated_build),
+        "selection_toml": "min_scores = { quality = 0.0 }",
+        "out": str(version),
+        "backend": "mpiexec",
+        "poll_interval": 1,
+    }
     made = dags_test(env, conf, tmp_path / "version.log", dag="build_version")
     assert made.returncode == 0, failure_lines(made.stdout + made.stderr)
     version_id = json.loads((version / "manifest.json").read_text())["snapshot_id"]
 
-    proc = subprocess.run([sys.executable, "-c", ASSET_TRIGGERED_RUN], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", ASSET_TRIGGERED_RUN], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, run_id, run_type, consumed = proc.stdout.strip().splitlines()[-1].split()
     assert run_type == "asset_triggered" and int(consumed) >= 1
 
     def task(name):
-        return subprocess.run([AIRFLOW, "tasks", "test", "contamination_check", name, run_id], env=env,
-                              capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [AIRFLOW, "tasks", "test", "contamination_check", name, run_id],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     check = task("check")
     assert check.returncode == 0, failure_lines(check.stdout + check.stderr)

@@ -15,7 +15,7 @@ import pytest
 
 from corpus.model.stages import PIPELINE
 from tests.conftest import ROOT
-from tests.orchestration.conftest import AIRFLOW, failure_lines, snapshot_id
+from tests.orchestration.conftest import AIRFLOW, build_conf, failure_lines, snapshot_id
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,8 @@ def test_build_snapshot_over_ssh_and_slurm_gives_the_embedded_snapshot_id(ssh_bu
 
 @pytest.mark.cluster
 def test_a_stage_job_killed_with_scancel_fails_its_task_and_the_retry_completes_it(
-        ssh_build, airflow_env, small_inputs, reference, tmp_path):
+    ssh_build, airflow_env, small_inputs, reference, tmp_path
+):
     """The first stage is redone from scratch (the rest of the build is already complete); its first
     job is scancel'd while it runs: the task fails with the job's state and log, the retry submits
     the stage again and the snapshot is the same."""
@@ -50,11 +51,14 @@ def test_a_stage_job_killed_with_scancel_fails_its_task_and_the_retry_completes_
     shutil.copytree(ssh_build, out)
     shutil.rmtree(out / "stages" / first)
     shutil.rmtree(out / "logs")
-    conf = {"backend": "local", "inputs": [str(p) for p in small_inputs], "out": str(out), "ranks": 2,
-            "seed": 0, "poll_interval": 1, "sbatch_args": ["--oversubscribe"]}
+    conf = build_conf("local", small_inputs, out)
     log = tmp_path / "dags-test.log"
-    proc = subprocess.Popen([AIRFLOW, "dags", "test", "build_snapshot", "-c", json.dumps(conf)], env=airflow_env,
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [AIRFLOW, "dags", "test", "build_snapshot", "-c", json.dumps(conf)],
+        env=airflow_env,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+    )
     killed = None
     deadline = time.monotonic() + 300
     while killed is None and time.monotonic() < deadline and proc.poll() is None:

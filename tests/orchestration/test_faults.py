@@ -36,7 +36,7 @@ from orchestration.operators import StageJobTrigger, backoff_delay
 from orchestration.submit import SSHBackend, StageJob, Submitted, job_comment
 from runtime.output_lock import process_alive
 from tests.conftest import run_corpus
-from tests.orchestration.conftest import SERVICES, SSH_KEY, ssh_connection
+from tests.orchestration.conftest import SERVICES, ssh_connection, ssh_true
 
 pytestmark = pytest.mark.cluster
 
@@ -52,6 +52,7 @@ STEP_S, JOB_DEADLINE_S, SCENARIO_S = 60.0, 180.0, 240.0
 
 
 # -- the services ---------------------------------------------------------------------------------
+
 
 def resume(pid: int) -> None:
     """SIGCONT, in a ``finally``: a process that has ended meanwhile needs none."""
@@ -104,26 +105,41 @@ def stop_daemon(pidfile: Path, name: str) -> int:
 
 
 def sshd_answers() -> bool:
-    r = subprocess.run(["ssh", "-i", str(SSH_KEY), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                        "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR", "root@127.0.0.1",
-                        "true"], capture_output=True, timeout=30)
+    r = subprocess.run(ssh_true("LogLevel=ERROR"), capture_output=True, timeout=30)
     return r.returncode == 0
 
 
 def ensure_sshd_up() -> None:
     """sshd as scripts/services_up.sh starts it, unless it runs; then it must accept the key."""
     if daemon_pid(SSHD_PIDFILE) is None:
-        subprocess.run(["/usr/sbin/sshd", "-o", "ListenAddress=127.0.0.1", "-o", "Port=22", "-o",
-                        f"PidFile={SSHD_PIDFILE}", "-o", "MaxStartups=50:30:100", "-E", str(SERVICES / "logs" / "sshd.log")],
-                       check=True)
+        subprocess.run(
+            [
+                "/usr/sbin/sshd",
+                "-o",
+                "ListenAddress=127.0.0.1",
+                "-o",
+                "Port=22",
+                "-o",
+                f"PidFile={SSHD_PIDFILE}",
+                "-o",
+                "MaxStartups=50:30:100",
+                "-E",
+                str(SERVICES / "logs" / "sshd.log"),
+            ],
+            check=True,
+        )
     until(sshd_answers, 30, "sshd on 127.0.0.1 accepts the key again")
 
 
 def slurm_answers() -> bool:
     """The controller answers and the node takes jobs (what scripts/services_up.sh waits for)."""
     try:
-        r = subprocess.run(["sinfo", "-h", "-n", socket.gethostname().split(".")[0], "-o", "%T"],
-                           capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            ["sinfo", "-h", "-n", socket.gethostname().split(".")[0], "-o", "%T"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except subprocess.TimeoutExpired:
         return False
     return r.returncode == 0 and r.stdout.strip() in ("idle", "mixed", "allocated")
@@ -139,6 +155,7 @@ def ensure_slurmctld_up() -> None:
 
 
 # -- jobs -----------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def ssh_backend(services, monkeypatch) -> SSHBackend:
@@ -168,9 +185,16 @@ def undisturbed(crawl_part, tmp_path_factory) -> dict:
 def ingest_job(build: Path, crawl_part: Path, sbatch_args: tuple[str, ...] = ()) -> StageJob:
     """The ingest stage of build ``build`` as the DAG's first task submits it, for a run of its own."""
     run_id = f"manual__faults_{uuid.uuid4().hex[:8]}"
-    return StageJob(stage="ingest", inputs=(str(crawl_part),), out=str(build / "stages" / "ingest"), config=None,
-                    log_dir=str(build / "logs"), ranks=1, sbatch_args=("--oversubscribe", *sbatch_args),
-                    comment=job_comment("build_snapshot", run_id, "ingest", 1))
+    return StageJob(
+        stage="ingest",
+        inputs=(str(crawl_part),),
+        out=str(build / "stages" / "ingest"),
+        config=None,
+        log_dir=str(build / "logs"),
+        ranks=1,
+        sbatch_args=("--oversubscribe", *sbatch_args),
+        comment=job_comment("build_snapshot", run_id, "ingest", 1),
+    )
 
 
 def submit(backend: SSHBackend, job: StageJob) -> Submitted:
@@ -180,7 +204,9 @@ def submit(backend: SSHBackend, job: StageJob) -> Submitted:
 
 
 def release(job_id: str) -> None:
-    subprocess.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"], check=True, capture_output=True)
+    subprocess.run(
+        ["scontrol", "update", f"jobid={job_id}", "starttime=now"], check=True, capture_output=True
+    )
 
 
 def slurm_state(job_id: str) -> str:
@@ -190,10 +216,14 @@ def slurm_state(job_id: str) -> str:
 
 def jobs_of(job: StageJob) -> list[str]:
     """Every job SLURM holds (queued, running or finished) that any try of the job's run and stage submitted."""
-    out = subprocess.run(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%k"], capture_output=True, text=True,
-                         check=True).stdout
-    return [line.split("|", 1)[0] for line in out.splitlines()
-            if line.split("|", 1)[1].startswith(job.owner + " try=")]
+    out = subprocess.run(
+        ["squeue", "--me", "-h", "-t", "all", "-o", "%i|%k"], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        line.split("|", 1)[0]
+        for line in out.splitlines()
+        if line.split("|", 1)[1].startswith(job.owner + " try=")
+    ]
 
 
 def writer_lock(stage_dir: Path) -> dict | None:
@@ -221,6 +251,7 @@ def lookup_session(job_id: str) -> int | None:
 
 
 # -- the wait -------------------------------------------------------------------------------------
+
 
 class TriggerLog:
     """Stands in for the trigger's logger, keeping what the wait says: its polls, its transient failures."""
@@ -259,8 +290,14 @@ class TriggerLog:
 
 def waiting(job: Submitted) -> tuple[asyncio.Task, TriggerLog]:
     """The operator's trigger on ``job`` (a task of the running loop): its first event is the wait's end."""
-    trigger = StageJobTrigger(job.to_dict(), poll_interval=POLL_S, deadline=time.time() + JOB_DEADLINE_S,
-                              backoff_base=BACKOFF_BASE_S, backoff_cap=BACKOFF_CAP_S, transient_budget=120)
+    trigger = StageJobTrigger(
+        job.to_dict(),
+        poll_interval=POLL_S,
+        deadline=time.time() + JOB_DEADLINE_S,
+        backoff_base=BACKOFF_BASE_S,
+        backoff_cap=BACKOFF_CAP_S,
+        transient_budget=120,
+    )
     log = trigger._log = TriggerLog()
 
     async def first_event() -> dict:
@@ -290,6 +327,7 @@ def one_job_wrote_it(job: StageJob, submitted: Submitted, undisturbed: dict) -> 
 
 # -- the faults -----------------------------------------------------------------------------------
 
+
 def test_a_wait_over_ssh_rides_out_an_sshd_restart(ssh_backend, crawl_part, undisturbed, tmp_path):
     """sshd goes away while the trigger polls the job over SSH, and the job runs while nobody can log
     in: every refused connection is transient, the trigger backs off exponentially up to its cap, and
@@ -299,11 +337,15 @@ def test_a_wait_over_ssh_rides_out_an_sshd_restart(ssh_backend, crawl_part, undi
 
     async def scenario() -> tuple[dict, TriggerLog]:
         wait, log = waiting(submitted)
-        await auntil(lambda: log.saw(f"job {submitted.job_id} PENDING"), STEP_S, "the wait's first poll over SSH")
+        await auntil(
+            lambda: log.saw(f"job {submitted.job_id} PENDING"), STEP_S, "the wait's first poll over SSH"
+        )
         try:
             await asyncio.to_thread(stop_daemon, SSHD_PIDFILE, "sshd")
             await asyncio.to_thread(release, submitted.job_id)
-            await auntil(lambda: len(log.transient()) >= 3, STEP_S, f"three polls refused while sshd is down\n{log}")
+            await auntil(
+                lambda: len(log.transient()) >= 3, STEP_S, f"three polls refused while sshd is down\n{log}"
+            )
         finally:
             await asyncio.to_thread(ensure_sshd_up)
         return await wait, log
@@ -315,7 +357,9 @@ def test_a_wait_over_ssh_rides_out_an_sshd_restart(ssh_backend, crawl_part, undi
     one_job_wrote_it(job, submitted, undisturbed)
 
 
-def test_a_running_job_and_its_wait_survive_a_slurmctld_restart(ssh_backend, crawl_part, undisturbed, tmp_path):
+def test_a_running_job_and_its_wait_survive_a_slurmctld_restart(
+    ssh_backend, crawl_part, undisturbed, tmp_path
+):
     """slurmctld is stopped while the job writes its stage and started again on its saved state: the job
     runs on and ends while the controller is down, the wait's lookup that met the outage waits for the
     controller, and the restarted controller itself reports the job COMPLETED (it recovered the job and
@@ -327,18 +371,29 @@ def test_a_running_job_and_its_wait_survive_a_slurmctld_restart(ssh_backend, cra
 
     async def scenario() -> tuple[dict, TriggerLog]:
         wait, log = waiting(submitted)
-        await auntil(lambda: log.saw(f"job {submitted.job_id} PENDING"), STEP_S, "the wait's first poll over SSH")
+        await auntil(
+            lambda: log.saw(f"job {submitted.job_id} PENDING"), STEP_S, "the wait's first poll over SSH"
+        )
         await asyncio.to_thread(release, submitted.job_id)
-        holder = await auntil(lambda: writer_lock(Path(job.out)), STEP_S, "the job writing its stage", every=0.005)
+        holder = await auntil(
+            lambda: writer_lock(Path(job.out)), STEP_S, "the job writing its stage", every=0.005
+        )
         try:
             os.kill(holder["pid"], signal.SIGSTOP)
             try:
                 await asyncio.to_thread(stop_daemon, SLURMCTLD_PIDFILE, "slurmctld")
-                await auntil(lambda: lookup_session(submitted.job_id), STEP_S,
-                             f"a lookup of the wait waiting for the controller\n{log}")
+                await auntil(
+                    lambda: lookup_session(submitted.job_id),
+                    STEP_S,
+                    f"a lookup of the wait waiting for the controller\n{log}",
+                )
             finally:
                 resume(holder["pid"])
-            await auntil(lambda: Path(submitted.exit_path).exists(), STEP_S, "the job ending while the controller is down")
+            await auntil(
+                lambda: Path(submitted.exit_path).exists(),
+                STEP_S,
+                "the job ending while the controller is down",
+            )
         finally:
             await asyncio.to_thread(ensure_slurmctld_up)
         return await wait, log
@@ -346,14 +401,17 @@ def test_a_running_job_and_its_wait_survive_a_slurmctld_restart(ssh_backend, cra
     event, log = run_scenario(scenario, ensure_slurmctld_up)
     assert daemon_pid(SLURMCTLD_PIDFILE) not in (None, before), "slurmctld was not restarted"
     assert event["ok"] and event["state"] == "COMPLETED", f"{event}\n{log}"
-    assert event["description"].endswith("(from scontrol)"), event["description"]  # the saved state was recovered
+    assert event["description"].endswith("(from scontrol)"), event[
+        "description"
+    ]  # the saved state was recovered
     text = Path(submitted.log_path).read_text()
     assert "(run 1," in text and "(run 2," not in text, text  # the same run of the job, never requeued
     one_job_wrote_it(job, submitted, undisturbed)
 
 
 def test_a_lookup_whose_ssh_session_drops_mid_command_is_asked_again_not_taken_for_an_answer(
-        ssh_backend, crawl_part, undisturbed, tmp_path):
+    ssh_backend, crawl_part, undisturbed, tmp_path
+):
     """The login node drops the session of a lookup still running (here an scontrol waiting on a hung
     controller, so that one is certainly in flight): no exit status came back, so nothing was learnt
     about the job -- a transient failure, asked again after the backoff, never "no record" (which, with
@@ -365,11 +423,16 @@ def test_a_lookup_whose_ssh_session_drops_mid_command_is_asked_again_not_taken_f
 
     async def scenario() -> tuple[dict, TriggerLog]:
         wait, log = waiting(submitted)
-        await auntil(lambda: log.saw(f"job {submitted.job_id} PENDING"), STEP_S, "the wait's first poll over SSH")
+        await auntil(
+            lambda: log.saw(f"job {submitted.job_id} PENDING"), STEP_S, "the wait's first poll over SSH"
+        )
         os.kill(controller, signal.SIGSTOP)  # hung: it accepts connections and answers none
         try:
-            session = await auntil(lambda: lookup_session(submitted.job_id), STEP_S,
-                                   f"a lookup of the wait waiting for the controller\n{log}")
+            session = await auntil(
+                lambda: lookup_session(submitted.job_id),
+                STEP_S,
+                f"a lookup of the wait waiting for the controller\n{log}",
+            )
             os.kill(session, signal.SIGKILL)
             await auntil(lambda: log.transient() or wait.done(), STEP_S, f"the wait noticing the drop\n{log}")
             assert not wait.done(), f"the wait ended on a dropped session: {wait.result()}\n{log}"
@@ -384,8 +447,9 @@ def test_a_lookup_whose_ssh_session_drops_mid_command_is_asked_again_not_taken_f
     one_job_wrote_it(job, submitted, undisturbed)
 
 
-def test_of_two_runs_writing_one_stage_directory_one_writes_and_the_other_is_refused(ssh_backend, crawl_part,
-                                                                                   undisturbed, tmp_path):
+def test_of_two_runs_writing_one_stage_directory_one_writes_and_the_other_is_refused(
+    ssh_backend, crawl_part, undisturbed, tmp_path
+):
     """A second run with the same ``out`` is submitted while the first one's job writes the stage (its
     rank 0, holding the writer lock, is stopped there so that the overlap is certain): the second job
     fails naming the first, writes nothing, and the first completes the stage as undisturbed."""
@@ -397,12 +461,18 @@ def test_of_two_runs_writing_one_stage_directory_one_writes_and_the_other_is_ref
 
     async def scenario() -> tuple[dict, dict, Submitted, TriggerLog]:
         first_wait, first_log = waiting(first_submitted)
-        holder = await auntil(lambda: (w := writer_lock(out)) and w["job_id"] == first_submitted.job_id and w,
-                              STEP_S, "the first job taking the writer lock", every=0.005)
+        holder = await auntil(
+            lambda: (w := writer_lock(out)) and w["job_id"] == first_submitted.job_id and w,
+            STEP_S,
+            "the first job taking the writer lock",
+            every=0.005,
+        )
         os.kill(holder["pid"], signal.SIGSTOP)
         try:
             await auntil(lambda: process_stopped(holder["pid"]), 5, "the first job's rank 0 stopping")
-            assert not (out / "manifest.json").exists(), "the first job finished before it could be held inside"
+            assert not (out / "manifest.json").exists(), (
+                "the first job finished before it could be held inside"
+            )
             second_submitted = await asyncio.to_thread(submit, ssh_backend, second)
             second_wait, _ = waiting(second_submitted)
             second_event = await second_wait
@@ -415,7 +485,9 @@ def test_of_two_runs_writing_one_stage_directory_one_writes_and_the_other_is_ref
     assert first_event["ok"] and first_event["state"] == "COMPLETED", f"{first_event}\n{first_log}"
     assert not second_event["ok"] and second_event["state"] == "FAILED", second_event
     refusal = f"{out} is being written by job {first_submitted.job_id} on host"
-    assert refusal in second_event["log_tail"] and "a second writer would corrupt it" in second_event["log_tail"]
+    assert (
+        refusal in second_event["log_tail"] and "a second writer would corrupt it" in second_event["log_tail"]
+    )
     assert ": done, " not in second_event["log_tail"]  # it wrote no shard
     assert jobs_of(second) == [second_submitted.job_id]
     assert jobs_of(first) == [first_submitted.job_id]

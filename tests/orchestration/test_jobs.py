@@ -45,6 +45,22 @@ def no_injection(*dirs: Path) -> None:
         assert not (d / "pwned").exists(), f"a path was executed by a shell: {d / 'pwned'} exists"
 
 
+def ingest_job(
+    inputs: list[Path], out: Path, log_dir: Path, ranks: int = 2, sbatch_args: tuple[str, ...] = ()
+) -> StageJob:
+    """The ingest stage of ``inputs`` into ``out`` (no config) as a job on ``ranks`` ranks, its logs in
+    ``log_dir``."""
+    return StageJob(
+        stage="ingest",
+        inputs=tuple(map(str, inputs)),
+        out=str(out),
+        config=None,
+        log_dir=str(log_dir),
+        ranks=ranks,
+        sbatch_args=sbatch_args,
+    )
+
+
 @pytest.fixture(scope="module")
 def ingest_alone(tmp_path_factory, small_inputs) -> Path:
     """The ingest stage of the small inputs, run directly under mpiexec (what the jobs must equal)."""
@@ -59,9 +75,25 @@ def ingest_alone(tmp_path_factory, small_inputs) -> Path:
 def test_a_person_submits_a_stage_by_hand_with_sbatch(services, small_inputs, ingest_alone, tmp_path):
     out = tmp_path / "out dir; $(touch pwned)" / "ingest"
     out.parent.mkdir()
-    proc = subprocess.run(["sbatch", "--wait", "--parsable", "-n", "2", f"--output={out.parent}/ingest-%j.log",
-                           "sbatch/ingest.sbatch", "--in", *map(str, small_inputs), "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            "sbatch",
+            "--wait",
+            "--parsable",
+            "-n",
+            "2",
+            f"--output={out.parent}/ingest-%j.log",
+            "sbatch/ingest.sbatch",
+            "--in",
+            *map(str, small_inputs),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     log = next(out.parent.glob("ingest-*.log")).read_text()
     assert proc.returncode == 0, f"sbatch --wait failed: {proc.stderr}\n{log[-3000:]}"
     assert "2 tasks" in log and "[ingest r1/2]" in log  # two real MPI ranks through srun/PMI-2
@@ -91,12 +123,14 @@ def test_a_job_submitted_over_ssh_runs_the_stage(services, small_inputs, ingest_
     monkeypatch.setenv("AIRFLOW_CONN_SLURM_LOGIN", ssh_connection())
     backend = SSHBackend("slurm_login")
     out = tmp_path / "b 'x' $(touch pwned)"
-    job = StageJob(stage="ingest", inputs=tuple(map(str, small_inputs)), out=str(out / "ingest"), config=None,
-                   log_dir=str(out / "logs %j"), ranks=2, sbatch_args=("--oversubscribe",))
+    job = ingest_job(small_inputs, out / "ingest", out / "logs %j", sbatch_args=("--oversubscribe",))
     sub = backend.submit(job)
     st = wait_done(backend, sub)
     assert st.ok, f"{st.describe()}\n{backend.tail(sub.log_path)}"
-    assert Path(sub.log_path).parent.name == "logs %j" and "stage ingest: SLURM job" in Path(sub.log_path).read_text()
+    assert (
+        Path(sub.log_path).parent.name == "logs %j"
+        and "stage ingest: SLURM job" in Path(sub.log_path).read_text()
+    )
     assert manifest_digest(out / "ingest") == manifest_digest(ingest_alone)
     # what the state lookup reads last, once SLURM has forgotten the job
     assert Path(sub.exit_path).read_text() == f"job={sub.job_id} exit=0\n"
@@ -106,8 +140,7 @@ def test_a_job_submitted_over_ssh_runs_the_stage(services, small_inputs, ingest_
 @pytest.mark.cluster
 def test_a_job_cancelled_before_it_runs_reports_cancelled(services, small_inputs, tmp_path):
     backend = LocalBackend()
-    job = StageJob(stage="ingest", inputs=tuple(map(str, small_inputs)), out=str(tmp_path / "ingest"), config=None,
-                   log_dir=str(tmp_path / "logs"), ranks=2, sbatch_args=("--begin=now+600",))
+    job = ingest_job(small_inputs, tmp_path / "ingest", tmp_path / "logs", sbatch_args=("--begin=now+600",))
     sub = backend.submit(job)
     assert backend.status(sub).state == "PENDING"
     backend.cancel(sub)
@@ -118,8 +151,7 @@ def test_a_job_cancelled_before_it_runs_reports_cancelled(services, small_inputs
 def test_the_mpiexec_backend_runs_the_same_job_script_without_slurm(small_inputs, ingest_alone, tmp_path):
     backend = MpiexecBackend()
     out = tmp_path / "m; $(touch pwned)"
-    job = StageJob(stage="ingest", inputs=tuple(map(str, small_inputs)), out=str(out / "ingest"), config=None,
-                   log_dir=str(out / "logs"), ranks=2)
+    job = ingest_job(small_inputs, out / "ingest", out / "logs")
     sub = backend.submit(job)
     st = wait_done(backend, sub)
     log = Path(sub.log_path).read_text()
@@ -128,14 +160,13 @@ def test_the_mpiexec_backend_runs_the_same_job_script_without_slurm(small_inputs
     assert manifest_digest(out / "ingest") == manifest_digest(ingest_alone)
     no_injection(tmp_path, out)
 
-    failing = StageJob(stage="ingest", inputs=(str(tmp_path / "missing.warc.gz"),), out=str(out / "bad"),
-                       config=None, log_dir=str(out / "logs"), ranks=1)
+    failing = ingest_job([tmp_path / "missing.warc.gz"], out / "bad", out / "logs", ranks=1)
     sub = backend.submit(failing)
     st = wait_done(backend, sub)
     assert st.state == "FAILED" and "missing.warc.gz" in backend.tail(sub.log_path)
 
 
-SLOW_TOY = '''import sys
+SLOW_TOY = """import sys
 from runtime.runner import main
 from tests.support.toy_stage import ToyStage
 
@@ -147,7 +178,7 @@ class SlowToy(ToyStage):
 STAGE = SlowToy
 if __name__ == "__main__":
     sys.exit(main(STAGE))
-'''
+"""
 
 
 def slow_toy_job(tmp_path: Path, max_requeues: int = 3) -> StageJob:
@@ -158,13 +189,24 @@ def slow_toy_job(tmp_path: Path, max_requeues: int = 3) -> StageJob:
     inputs = tmp_path / "in"
     inputs.mkdir()
     for f in range(6):
-        (inputs / f"part-{f}.jsonl").write_text("".join(
-            json.dumps({"url": f"https://x.example/{f}/{i}", "text": f"doc {f}-{i}"}) + "\n" for i in range(8)))
+        (inputs / f"part-{f}.jsonl").write_text(
+            "".join(
+                json.dumps({"url": f"https://x.example/{f}/{i}", "text": f"doc {f}-{i}"}) + "\n"
+                for i in range(8)
+            )
+        )
     config = tmp_path / "slow.toml"
     config.write_text("[slow_toy]\nsleep_per_doc = 0.25\n")
-    return StageJob(stage="slow_toy", inputs=tuple(str(p) for p in sorted(inputs.iterdir())),
-                    out=str(tmp_path / "out"), config=str(config), log_dir=str(tmp_path / "logs"), ranks=2,
-                    env=(("PYTHONPATH", f"{extra}:{ROOT}"),), max_requeues=max_requeues)
+    return StageJob(
+        stage="slow_toy",
+        inputs=tuple(str(p) for p in sorted(inputs.iterdir())),
+        out=str(tmp_path / "out"),
+        config=str(config),
+        log_dir=str(tmp_path / "logs"),
+        ranks=2,
+        env=(("PYTHONPATH", f"{extra}:{ROOT}"),),
+        max_requeues=max_requeues,
+    )
 
 
 def preempt_after_first_shard(sub: Submitted, until: str, deadline: float) -> None:
@@ -190,7 +232,9 @@ def test_sigusr1_stops_at_a_shard_boundary_and_the_requeued_job_resumes(services
     # SLURM holds a requeued job for ~2 minutes before it is eligible again; once the first run's
     # steps are gone, make it eligible now
     while time.monotonic() < deadline:
-        steps = subprocess.run(["squeue", "-h", "-s", "-j", sub.job_id], capture_output=True, text=True).stdout
+        steps = subprocess.run(
+            ["squeue", "-h", "-s", "-j", sub.job_id], capture_output=True, text=True
+        ).stdout
         if backend.status(sub).state == "PENDING" and not steps.strip():
             break
         time.sleep(0.5)
@@ -217,5 +261,7 @@ def test_a_job_that_used_up_its_requeues_ends_instead_of_requeueing(services, tm
     preempt_after_first_shard(sub, "exit status", time.monotonic() + 120)
     st = wait_done(backend, sub)
     text = Path(sub.log_path).read_text()
-    assert st.state == "FAILED" and "requeued 0 times already (CORPUS_MAX_REQUEUES=0): not again" in text, text
+    assert st.state == "FAILED" and "requeued 0 times already (CORPUS_MAX_REQUEUES=0): not again" in text, (
+        text
+    )
     assert "(run 2," not in text and Path(sub.exit_path).read_text() == f"job={sub.job_id} exit=75\n"

@@ -11,22 +11,20 @@ from pathlib import Path
 import pytest
 from openlineage.client.serde import Serde
 
-from corpus.model import ShardRef, StageManifest
+from corpus.model import StageManifest
 from corpus.model.manifest import read_stage_manifest
 from corpus.model.stages import PIPELINE
 from orchestration import operators
 from orchestration.lineage import SNAPSHOT_FACET, STAGE_FACET, VERSION_FACET, dataset, job_lineage
 from orchestration.operators import SnapshotOperator, StageJobOperator, VersionJobOperator, read_manifests
 from tests.orchestration.conftest import lineage_events, snapshot_id
+from tests.test_manifest import stage_manifest as made_up_manifest
 
 DAG = "build_snapshot"
 
 
 def stage_manifest(stage: str, config: dict) -> dict:
-    return StageManifest(stage=stage, stage_version="1", config=config, config_hash="sha256:c",
-                         inputs=(ShardRef("in/a.jsonl.zst", "a" * 64, 10),),
-                         outputs=(ShardRef("shards/a.jsonl.zst", "b" * 64, 9),), side_outputs=(),
-                         shard_counts={}, totals={"in": 10, "out": 9}, run_info={"ranks": 2}).to_dict()
+    return made_up_manifest(stage=stage, config=config, run_info={"ranks": 2}).to_dict()
 
 
 def emitted(ds) -> dict:
@@ -56,10 +54,23 @@ def test_a_snapshot_directory_carries_its_snapshot_id():
 
 
 def build_dict(out: str) -> dict:
-    return {"stages": list(PIPELINE), "inputs": ["/src/a.warc.gz", "/src/b"], "out": out,
-            "build_config": f"{out}/build-config.json", "ranks": 2, "ranks_per_stage": {}, "root": "/repo",
-            "python": "/repo/.venv/bin/python", "partition": "", "time_limit": "01:00:00", "sbatch_args": [],
-            "env": {}, "max_requeues": 1, "backend": "mpiexec", "conn_id": ""}
+    return {
+        "stages": list(PIPELINE),
+        "inputs": ["/src/a.warc.gz", "/src/b"],
+        "out": out,
+        "build_config": f"{out}/build-config.json",
+        "ranks": 2,
+        "ranks_per_stage": {},
+        "root": "/repo",
+        "python": "/repo/.venv/bin/python",
+        "partition": "",
+        "time_limit": "01:00:00",
+        "sbatch_args": [],
+        "env": {},
+        "max_requeues": 1,
+        "backend": "mpiexec",
+        "conn_id": "",
+    }
 
 
 def names(datasets) -> list[str]:
@@ -165,12 +176,17 @@ def check_the_chain(out: Path, events_file: Path, sources: list[Path], reference
     candidates, snapshot = (d["facets"][SNAPSHOT_FACET] for d in e["outputs"])
     assert snapshot["snapshot_id"] == snapshot_id(out) == reference
     assert snapshot["format"] == "corpus-version/1"
-    assert candidates["snapshot_id"] == json.loads((out / "candidates" / "manifest.json").read_text())["snapshot_id"]
+    assert (
+        candidates["snapshot_id"]
+        == json.loads((out / "candidates" / "manifest.json").read_text())["snapshot_id"]
+    )
     assert snapshot["base_snapshot_id"] == candidates["snapshot_id"]
 
 
 @pytest.mark.slow
-def test_the_embedded_dag_reports_lineage_from_the_inputs_to_the_snapshot(demo_build, small_inputs, reference):
+def test_the_embedded_dag_reports_lineage_from_the_inputs_to_the_snapshot(
+    demo_build, small_inputs, reference
+):
     assert demo_build.proc.returncode == 0, demo_build.proc.stderr[-3000:]
     check_the_chain(demo_build.out.resolve(), lineage_events(demo_build.out), small_inputs, reference)
 

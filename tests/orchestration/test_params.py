@@ -38,10 +38,16 @@ def trigger(params: dict, conf: dict) -> dict:
     return merged.validate()
 
 
-GOOD = {"inputs": ["/data/crawl-0.warc.gz", "/data/in put;$(x)"], "out": "/builds/b1", "backend": "ssh",
-        "ranks_per_stage": {"minhash_dedup": 8}, "sbatch_args": ["--oversubscribe", "--qos=high"],
-        "job_env": {"OMP_NUM_THREADS": "4"}, "time_limit": "1-00:00:00",
-        "config": {"policy": {"min_quality": 0.2}, "memory_budget_mb": 512, "alarms": {}}}
+GOOD = {
+    "inputs": ["/data/crawl-0.warc.gz", "/data/in put;$(x)"],
+    "out": "/builds/b1",
+    "backend": "ssh",
+    "ranks_per_stage": {"minhash_dedup": 8},
+    "sbatch_args": ["--oversubscribe", "--qos=high"],
+    "job_env": {"OMP_NUM_THREADS": "4"},
+    "time_limit": "1-00:00:00",
+    "config": {"policy": {"min_quality": 0.2}, "memory_budget_mb": 512, "alarms": {}},
+}
 
 
 def test_a_run_within_the_bounds_is_accepted(build_dag):
@@ -51,29 +57,32 @@ def test_a_run_within_the_bounds_is_accepted(build_dag):
     check_run_conf(GOOD, build_dag.PARAMS)
 
 
-@pytest.mark.parametrize("param,value", [
-    ("job_env", {"LD_PRELOAD": "/tmp/evil.so"}),
-    ("job_env", {"BASH_ENV": "/tmp/evil.sh"}),
-    ("job_env", {"PYTHONPATH": "/tmp/evil"}),
-    ("job_env", {"CORPUS_PYTHON": "/bin/sh"}),
-    ("sbatch_args", ["--chdir=/"]),
-    ("sbatch_args", ["--output=/etc/cron.d/x"]),
-    ("sbatch_args", ["-D", "/"]),
-    ("sbatch_args", ["--oversubscribe", "/tmp/evil.sbatch"]),
-    ("out", "relative/build"),
-    ("out", "-n"),
-    ("inputs", ["-rf"]),
-    ("inputs", ["data/in"]),
-    ("config_file", "cfg.toml"),
-    ("ranks_per_stage", {"ingest": 0}),
-    ("ranks_per_stage", {"ingest": "4"}),
-    ("ranks_per_stage", {"no_such_stage": 4}),
-    ("config", {"no_such_stage": {"x": 1}}),
-    ("config", {"policy": 0.2}),
-    ("config", {"memory_budget_mb": "lots"}),
-    ("partition", "gpu"),
-    ("time_limit", "--wrap=id"),
-])
+@pytest.mark.parametrize(
+    "param,value",
+    [
+        ("job_env", {"LD_PRELOAD": "/tmp/evil.so"}),
+        ("job_env", {"BASH_ENV": "/tmp/evil.sh"}),
+        ("job_env", {"PYTHONPATH": "/tmp/evil"}),
+        ("job_env", {"CORPUS_PYTHON": "/bin/sh"}),
+        ("sbatch_args", ["--chdir=/"]),
+        ("sbatch_args", ["--output=/etc/cron.d/x"]),
+        ("sbatch_args", ["-D", "/"]),
+        ("sbatch_args", ["--oversubscribe", "/tmp/evil.sbatch"]),
+        ("out", "relative/build"),
+        ("out", "-n"),
+        ("inputs", ["-rf"]),
+        ("inputs", ["data/in"]),
+        ("config_file", "cfg.toml"),
+        ("ranks_per_stage", {"ingest": 0}),
+        ("ranks_per_stage", {"ingest": "4"}),
+        ("ranks_per_stage", {"no_such_stage": 4}),
+        ("config", {"no_such_stage": {"x": 1}}),
+        ("config", {"policy": 0.2}),
+        ("config", {"memory_budget_mb": "lots"}),
+        ("partition", "gpu"),
+        ("time_limit", "--wrap=id"),
+    ],
+)
 def test_a_param_that_is_not_data_is_refused_at_trigger_naming_it(build_dag, param, value):
     with pytest.raises(ParamValidationError, match=f"Invalid input for param {param}:"):
         trigger(build_dag.PARAMS, {**GOOD, param: value})
@@ -81,7 +90,9 @@ def test_a_param_that_is_not_data_is_refused_at_trigger_naming_it(build_dag, par
 
 @pytest.mark.parametrize("param", ["python", "cluster_root", "ssh_conn_id"])
 def test_what_runs_is_not_a_per_run_param(build_dag, param):
-    with pytest.raises(ValueError, match=f"Param '{param}' is not a per-run Param: it is deployment configuration"):
+    with pytest.raises(
+        ValueError, match=f"Param '{param}' is not a per-run Param: it is deployment configuration"
+    ):
         check_run_conf({**GOOD, param: "/bin/sh"}, build_dag.PARAMS)
     with pytest.raises(ValueError, match="Param 'no_such' is unknown"):
         check_run_conf({"no_such": 1}, build_dag.PARAMS)
@@ -105,13 +116,16 @@ def test_prepare_holds_the_run_to_the_deployment_it_runs_under(build_dag, monkey
     assert (built["python"], built["root"], built["partition"]) == ("/opt/py/bin/python", "/srv/c", "gpu")
 
 
-@pytest.mark.parametrize("raw,match", [
-    ({"job_env_keys": ["LD_PRELOAD"]}, "may not allow 'LD_PRELOAD'"),
-    ({"sbatch_options": ["--chdir"]}, "may not allow '--chdir'"),
-    ({"sbatch_options": ["-D"]}, "may not allow '-D'"),
-    ({"python": "venv/bin/python"}, "python must be an absolute path"),
-    ({"pyhton": "/x"}, "unknown keys"),
-])
+@pytest.mark.parametrize(
+    "raw,match",
+    [
+        ({"job_env_keys": ["LD_PRELOAD"]}, "may not allow 'LD_PRELOAD'"),
+        ({"sbatch_options": ["--chdir"]}, "may not allow '--chdir'"),
+        ({"sbatch_options": ["-D"]}, "may not allow '-D'"),
+        ({"python": "venv/bin/python"}, "python must be an absolute path"),
+        ({"pyhton": "/x"}, "unknown keys"),
+    ],
+)
 def test_a_deployment_cannot_allow_what_loads_code_or_overrides_the_submitter(raw, match):
     with pytest.raises(DeploymentError, match=match):
         Deployment.from_mapping(raw)
@@ -130,8 +144,15 @@ def test_contamination_check_params_are_data_too():
 
 def test_an_unknown_config_key_fails_prepare_before_any_job(small_inputs, tmp_path, capsys):
     out = tmp_path / "build"
-    rc = buildsteps.main(["prepare", f"--out={out}", "--overrides=" + json.dumps({"policy": {"min_qualty": 0.2}}),
-                          "--input", str(small_inputs[0])])
+    rc = buildsteps.main(
+        [
+            "prepare",
+            f"--out={out}",
+            "--overrides=" + json.dumps({"policy": {"min_qualty": 0.2}}),
+            "--input",
+            str(small_inputs[0]),
+        ]
+    )
     assert rc == 2
     assert "[policy] unknown config keys: min_qualty" in capsys.readouterr().err
     assert not out.exists()
@@ -139,9 +160,19 @@ def test_an_unknown_config_key_fails_prepare_before_any_job(small_inputs, tmp_pa
 
 def test_a_real_run_naming_python_fails_in_prepare(airflow_env, small_inputs, tmp_path):
     """One real `airflow dags test`: the refusal happens in the prepare task of a real run."""
-    conf = {"backend": "mpiexec", "inputs": [str(small_inputs[0])], "out": str(tmp_path / "b"), "python": "/bin/sh"}
-    proc = subprocess.run([AIRFLOW, "dags", "test", "build_snapshot", "-c", json.dumps(conf)], env=airflow_env,
-                          capture_output=True, text=True, timeout=600)
+    conf = {
+        "backend": "mpiexec",
+        "inputs": [str(small_inputs[0])],
+        "out": str(tmp_path / "b"),
+        "python": "/bin/sh",
+    }
+    proc = subprocess.run(
+        [AIRFLOW, "dags", "test", "build_snapshot", "-c", json.dumps(conf)],
+        env=airflow_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "Param 'python' is not a per-run Param" in text, text[-3000:]

@@ -16,14 +16,27 @@ pytestmark = pytest.mark.cluster
 
 
 def stage_job(tmp_path, run_id: str, try_number: int) -> StageJob:
-    return StageJob(stage="ingest", inputs=(str(tmp_path / "in"),), out=str(tmp_path / "b" / "stages" / "ingest"),
-                    config=None, log_dir=str(tmp_path / "b" / "logs"), ranks=1, sbatch_args=("--begin=now+600",),
-                    comment=job_comment("build_snapshot", run_id, "ingest", try_number))
+    return StageJob(
+        stage="ingest",
+        inputs=(str(tmp_path / "in"),),
+        out=str(tmp_path / "b" / "stages" / "ingest"),
+        config=None,
+        log_dir=str(tmp_path / "b" / "logs"),
+        ranks=1,
+        sbatch_args=("--begin=now+600",),
+        comment=job_comment("build_snapshot", run_id, "ingest", try_number),
+    )
 
 
 def queued_with(owner: str) -> list[str]:
-    out = subprocess.run(["squeue", "--me", "-h", "-o", "%i|%k"], capture_output=True, text=True, check=True).stdout
-    return [line.split("|", 1)[0] for line in out.splitlines() if line.split("|", 1)[1].startswith(owner + " try=")]
+    out = subprocess.run(
+        ["squeue", "--me", "-h", "-o", "%i|%k"], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        line.split("|", 1)[0]
+        for line in out.splitlines()
+        if line.split("|", 1)[1].startswith(owner + " try=")
+    ]
 
 
 def test_a_retry_re_attaches_and_a_stuck_job_is_replaced(services, tmp_path):
@@ -58,8 +71,9 @@ class ImpatientBackend(LocalBackend):
         return super().run(argv, env, 2 if argv[0] == "sbatch" else timeout)
 
 
-def test_an_sbatch_accepted_after_the_clients_timeout_is_re_attached_not_submitted_again(services, tmp_path,
-                                                                                         monkeypatch):
+def test_an_sbatch_accepted_after_the_clients_timeout_is_re_attached_not_submitted_again(
+    services, tmp_path, monkeypatch
+):
     """sbatch answers after the client gave up: the try fails, yet SLURM has the job; the retry finds it."""
     real = subprocess.run(["which", "sbatch"], capture_output=True, text=True, check=True).stdout.strip()
     slow = tmp_path / "bin" / "sbatch"

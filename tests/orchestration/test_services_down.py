@@ -27,9 +27,13 @@ def test_services_down_cancels_the_projects_jobs_and_leaves_the_users_other_jobs
     other = subprocess.run([*submit, f"--job-name=not {prefix}x"], capture_output=True, text=True, check=True)
     ours_id, other_id = ours.stdout.strip(), other.stdout.strip()
     try:
-        down = subprocess.run(["bash", str(ROOT / "scripts" / "services_down.sh"), "--jobs-only"],
-                              capture_output=True, text=True, env={**os.environ, "CORPUS_JOB_PREFIX": prefix},
-                              timeout=60)
+        down = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "services_down.sh"), "--jobs-only"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "CORPUS_JOB_PREFIX": prefix},
+            timeout=60,
+        )
         assert down.returncode == 0, down.stderr
         assert f"cancelled this project's jobs: {ours_id}" in down.stdout
         deadline = time.monotonic() + 20

@@ -41,11 +41,17 @@ class Api:
 
     def __init__(self, base: str) -> None:
         self.base = base
-        self.token = self.call("POST", "/auth/token", {"username": "admin", "password": PASSWORD})["access_token"]
+        self.token = self.call("POST", "/auth/token", {"username": "admin", "password": PASSWORD})[
+            "access_token"
+        ]
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
-        req = urllib.request.Request(self.base + path, method=method, data=json.dumps(body).encode() if body else None,
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        req = urllib.request.Request(
+            self.base + path,
+            method=method,
+            data=json.dumps(body).encode() if body else None,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
         if getattr(self, "token", None):
             req.add_header("Authorization", f"Bearer {self.token}")
         with urllib.request.urlopen(req, timeout=60) as r:
@@ -61,11 +67,16 @@ class Api:
         raise AssertionError(f"run {run_id} still not finished after {timeout}s")
 
     def failed_tasks(self, run_id: str) -> list[str]:
-        tis = self.call("GET", f"/api/v2/dags/build_snapshot/dagRuns/{run_id}/taskInstances")["task_instances"]
+        tis = self.call("GET", f"/api/v2/dags/build_snapshot/dagRuns/{run_id}/taskInstances")[
+            "task_instances"
+        ]
         return [f"{t['task_id']}: {t['state']}" for t in tis if t["state"] not in ("success",)]
 
     def snapshot_id(self, run_id: str) -> str:
-        x = self.call("GET", f"/api/v2/dags/build_snapshot/dagRuns/{run_id}/taskInstances/snapshot/xcomEntries/snapshot_id")
+        x = self.call(
+            "GET",
+            f"/api/v2/dags/build_snapshot/dagRuns/{run_id}/taskInstances/snapshot/xcomEntries/snapshot_id",
+        )
         return x["value"] if isinstance(x["value"], str) else json.dumps(x["value"])
 
 
@@ -89,18 +100,32 @@ def standalone(services, ssh_build, small_inputs, tmp_path_factory):
     port = free_port()
     env = {
         **os.environ,
-        "CORPUS_AIRFLOW_HOME": str(home / "airflow"), "CORPUS_AIRFLOW_PORT": str(port), "CORPUS_AIRFLOW_DB": db,
-        "CORPUS_AIRFLOW_PASSWORD": PASSWORD, "CORPUS_RETRY_DELAY_S": "2",
+        "CORPUS_AIRFLOW_HOME": str(home / "airflow"),
+        "CORPUS_AIRFLOW_PORT": str(port),
+        "CORPUS_AIRFLOW_DB": db,
+        "CORPUS_AIRFLOW_PASSWORD": PASSWORD,
+        "CORPUS_RETRY_DELAY_S": "2",
         # this site lets a run defer its jobs' start (the mark-failed test holds a job queued with it)
         "CORPUS_DEPLOYMENT": json.dumps({"sbatch_options": [*DEFAULT_SBATCH_OPTIONS, "--begin"]}),
         # what a run triggered from the UI form gets without editing it
-        "CORPUS_DAG_DEFAULTS": json.dumps({"backend": "ssh", "inputs": [str(p) for p in small_inputs],
-                                           "out": str(ui_build), "poll_interval": POLL,
-                                           "sbatch_args": ["--oversubscribe"]}),
+        "CORPUS_DAG_DEFAULTS": json.dumps(
+            {
+                "backend": "ssh",
+                "inputs": [str(p) for p in small_inputs],
+                "out": str(ui_build),
+                "poll_interval": POLL,
+                "sbatch_args": ["--oversubscribe"],
+            }
+        ),
     }
     log = open(home / "standalone.log", "w")
-    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "airflow_standalone.sh")], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(ROOT / "scripts" / "airflow_standalone.sh")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -109,14 +134,18 @@ def standalone(services, ssh_build, small_inputs, tmp_path_factory):
             try:
                 with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=10) as r:
                     health = json.loads(r.read())
-                if all(health.get(c, {}).get("status") == "healthy"
-                       for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
+                if all(
+                    health.get(c, {}).get("status") == "healthy"
+                    for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+                ):
                     break
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(2)
         else:
-            raise AssertionError(f"standalone never became healthy ({health}):\n{(home / 'standalone.log').read_text()[-3000:]}")
+            raise AssertionError(
+                f"standalone never became healthy ({health}):\n{(home / 'standalone.log').read_text()[-3000:]}"
+            )
         api = Api(base)
         while time.monotonic() < deadline:
             try:
@@ -155,19 +184,37 @@ def test_a_run_triggered_through_the_rest_api_and_one_from_the_ui_both_build_the
     base = standalone["base"]
     # a Param of the wrong type is refused before anything runs
     with pytest.raises(urllib.error.HTTPError) as e:
-        api.call("POST", "/api/v2/dags/build_snapshot/dagRuns",
-                 {"logical_date": None, "dag_run_id": "bad-ranks", "conf": {"ranks": "many"}})
+        api.call(
+            "POST",
+            "/api/v2/dags/build_snapshot/dagRuns",
+            {"logical_date": None, "dag_run_id": "bad-ranks", "conf": {"ranks": "many"}},
+        )
     assert e.value.code == 400
     rest_out = copy_of(ssh_build, standalone["home"] / "rest build")
     rest_run = "rest-api-test"
-    conf = {"backend": "local", "inputs": [str(p) for p in small_inputs], "out": str(rest_out), "poll_interval": POLL,
-            "sbatch_args": ["--oversubscribe"]}
-    api.call("POST", "/api/v2/dags/build_snapshot/dagRuns", {"logical_date": None, "dag_run_id": rest_run, "conf": conf})
+    conf = {
+        "backend": "local",
+        "inputs": [str(p) for p in small_inputs],
+        "out": str(rest_out),
+        "poll_interval": POLL,
+        "sbatch_args": ["--oversubscribe"],
+    }
+    api.call(
+        "POST",
+        "/api/v2/dags/build_snapshot/dagRuns",
+        {"logical_date": None, "dag_run_id": rest_run, "conf": conf},
+    )
     before = {r["dag_run_id"] for r in api.call("GET", "/api/v2/dags/build_snapshot/dagRuns")["dag_runs"]}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                                          "--disable-background-networking"])
+        browser = p.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(base + "/")
         page.get_by_role("textbox").first.fill("admin")
@@ -187,7 +234,9 @@ def test_a_run_triggered_through_the_rest_api_and_one_from_the_ui_both_build_the
         deadline = time.monotonic() + 60
         new = set()
         while not new and time.monotonic() < deadline:
-            new = {r["dag_run_id"] for r in api.call("GET", "/api/v2/dags/build_snapshot/dagRuns")["dag_runs"]} - before
+            new = {
+                r["dag_run_id"] for r in api.call("GET", "/api/v2/dags/build_snapshot/dagRuns")["dag_runs"]
+            } - before
             time.sleep(1)
         assert len(new) == 1, "the UI's Trigger button started no run"
         ui_run = new.pop()
@@ -204,7 +253,11 @@ def test_a_run_triggered_through_the_rest_api_and_one_from_the_ui_both_build_the
 def slurm_jobs_of(run_id: str) -> list[str]:
     """Ids of the queued or running jobs whose comment names the DAG run (job_comment)."""
     out = subprocess.run(["squeue", "-h", "-o", "%i|%k"], capture_output=True, text=True, check=True).stdout
-    return [i for i, _, comment in (line.partition("|") for line in out.splitlines()) if f" run={run_id} " in comment]
+    return [
+        i
+        for i, _, comment in (line.partition("|") for line in out.splitlines())
+        if f" run={run_id} " in comment
+    ]
 
 
 def test_marking_a_waiting_task_failed_through_the_rest_api_cancels_its_job(standalone, small_inputs):
@@ -212,9 +265,18 @@ def test_marking_a_waiting_task_failed_through_the_rest_api_cancels_its_job(stan
     frees the allocation, or a later retry would run beside it (the trigger's on_kill cancels it)."""
     api: Api = standalone["api"]
     run_id = "mark-failed-test"
-    conf = {"backend": "local", "inputs": [str(p) for p in small_inputs], "out": str(standalone["home"] / "marked"),
-            "poll_interval": POLL, "sbatch_args": ["--oversubscribe", "--begin=now+3600"]}
-    api.call("POST", "/api/v2/dags/build_snapshot/dagRuns", {"logical_date": None, "dag_run_id": run_id, "conf": conf})
+    conf = {
+        "backend": "local",
+        "inputs": [str(p) for p in small_inputs],
+        "out": str(standalone["home"] / "marked"),
+        "poll_interval": POLL,
+        "sbatch_args": ["--oversubscribe", "--begin=now+3600"],
+    }
+    api.call(
+        "POST",
+        "/api/v2/dags/build_snapshot/dagRuns",
+        {"logical_date": None, "dag_run_id": run_id, "conf": conf},
+    )
     ti = f"/api/v2/dags/build_snapshot/dagRuns/{run_id}/taskInstances/{PIPELINE[0]}.submit"
     deadline = time.monotonic() + 300
     state, jobs = None, []
@@ -225,7 +287,8 @@ def test_marking_a_waiting_task_failed_through_the_rest_api_cancels_its_job(stan
         state, jobs = got["state"], slurm_jobs_of(run_id)
         running = bool((got.get("trigger") or {}).get("triggerer_id"))
     assert state == "deferred" and len(jobs) == 1 and running, (
-        f"the first stage never waited on one queued job in a triggerer: {state}, {jobs}, {running}")
+        f"the first stage never waited on one queued job in a triggerer: {state}, {jobs}, {running}"
+    )
     time.sleep(POLL + 2)  # past the trigger's first poll: it is running, not just assigned
     api.call("PATCH", ti, {"new_state": "failed"})
     deadline = time.monotonic() + 300  # the triggerer cancels the trigger, whose cleanup scancels the job

@@ -32,7 +32,7 @@ HOSTILE = [
     "$(touch /tmp/corpus-pwned)",
     "`touch /tmp/corpus-pwned`",
     "a;touch /tmp/corpus-pwned;b",
-    "it's \"quoted\"",
+    'it\'s "quoted"',
     "100%j done",
     "new\nline",
     "-n",
@@ -41,8 +41,15 @@ HOSTILE = [
 
 
 def job(**kw) -> StageJob:
-    base = dict(stage="ingest", inputs=("/data/in",), out="/builds/b1/stages/ingest", config="/builds/b1/build-config.json",
-                log_dir="/builds/b1/logs", ranks=4, root="/srv/corpus")
+    base = dict(
+        stage="ingest",
+        inputs=("/data/in",),
+        out="/builds/b1/stages/ingest",
+        config="/builds/b1/build-config.json",
+        log_dir="/builds/b1/logs",
+        ranks=4,
+        root="/srv/corpus",
+    )
     return StageJob(**{**base, **kw})
 
 
@@ -52,9 +59,16 @@ def test_the_remote_shell_gets_every_word_back_literally(tmp_path):
     cmd = remote_command(argv, env={"CORPUS_ROOT": "/srv/a b;$(x)"})
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=tmp_path, check=True).stdout
     assert out.split("\0")[:-1] == HOSTILE
-    env_out = subprocess.run(["bash", "-c", remote_command(["sh", "-c", 'printf %s "$CORPUS_ROOT"'],
-                                                           env={"CORPUS_ROOT": "/srv/a b;$(x)"})],
-                             capture_output=True, text=True, check=True).stdout
+    env_out = subprocess.run(
+        [
+            "bash",
+            "-c",
+            remote_command(["sh", "-c", 'printf %s "$CORPUS_ROOT"'], env={"CORPUS_ROOT": "/srv/a b;$(x)"}),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert env_out == "/srv/a b;$(x)"
     assert not (tmp_path / "corpus-pwned").exists()
 
@@ -66,14 +80,19 @@ def test_the_local_backend_runs_without_a_shell():
 
 def test_sbatch_line_passes_stage_arguments_as_separate_words():
     inputs = tuple("/" + h for h in HOSTILE)
-    j = job(inputs=inputs, out="/b/o u;t", sbatch_args=("--oversubscribe",), partition="debug",
-            time_limit="01:00:00")
+    j = job(
+        inputs=inputs,
+        out="/b/o u;t",
+        sbatch_args=("--oversubscribe",),
+        partition="debug",
+        time_limit="01:00:00",
+    )
     argv = j.sbatch_argv()
     assert argv[:2] == ["sbatch", "--parsable"]
     assert "--ntasks=4" in argv and "--partition=debug" in argv and "--time=01:00:00" in argv
     assert "--oversubscribe" in argv
     script = argv.index("/srv/corpus/sbatch/ingest.sbatch")
-    assert argv[script + 1:] == ["--in", *inputs, "--out=/b/o u;t", "--config=/builds/b1/build-config.json"]
+    assert argv[script + 1 :] == ["--in", *inputs, "--out=/b/o u;t", "--config=/builds/b1/build-config.json"]
 
 
 def test_the_submitters_own_options_and_environment_win_over_the_extra_ones():
@@ -86,8 +105,17 @@ def test_the_submitters_own_options_and_environment_win_over_the_extra_ones():
     assert j.job_env()["CORPUS_PYTHON"] == "/srv/corpus/.venv/bin/python"
 
 
-@pytest.mark.parametrize("field,value", [("inputs", ("rel/in",)), ("inputs", ("-n",)), ("out", "build"),
-                                         ("config", "cfg.json"), ("root", "."), ("log_dir", "logs")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("inputs", ("rel/in",)),
+        ("inputs", ("-n",)),
+        ("out", "build"),
+        ("config", "cfg.json"),
+        ("root", "."),
+        ("log_dir", "logs"),
+    ],
+)
 def test_a_relative_path_or_an_option_as_a_path_is_refused(field, value):
     name = "input" if field == "inputs" else field
     with pytest.raises(SubmitError, match=f"{name} must be an absolute path"):
@@ -120,8 +148,11 @@ def test_every_planned_stage_has_a_job_script_that_runs_it():
 
 
 def test_the_job_script_refuses_a_bad_stage_name():
-    r = subprocess.run(["bash", str(ROOT / "sbatch" / "stage.sbatch"), "x;id", "--in", "a", "--out", "b"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["bash", str(ROOT / "sbatch" / "stage.sbatch"), "x;id", "--in", "a", "--out", "b"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "usage" in r.stderr
 
 
@@ -132,9 +163,11 @@ def test_job_ids_from_sbatch_parsable():
         parse_job_id("sbatch: error: Batch job submission failed\n")
 
 
-SCONTROL = ("JobId=17 JobName=corpus-ingest UserId=root(0) GroupId=root(0) Priority=1 JobState=CANCELLED "
-            "Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:15 RunTime=00:00:03 "
-            "StdOut=/b/logs/ingest-17.log\n")
+SCONTROL = (
+    "JobId=17 JobName=corpus-ingest UserId=root(0) GroupId=root(0) Priority=1 JobState=CANCELLED "
+    "Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:15 RunTime=00:00:03 "
+    "StdOut=/b/logs/ingest-17.log\n"
+)
 
 
 def test_scontrol_states():
@@ -158,11 +191,13 @@ def test_sacct_states_with_and_without_slurmdbd():
 
 def test_state_falls_back_from_scontrol_to_sacct_to_sacct_c():
     gone = Result(1, "", "slurm_load_jobs error: Invalid job id specified")
-    run, calls = scripted({
-        "scontrol show": gone,
-        "sacct -X": Result(1, "", "Slurm accounting storage is disabled"),
-        "sacct -c": Result(0, "9|FAILED|3:0\n", ""),
-    })
+    run, calls = scripted(
+        {
+            "scontrol show": gone,
+            "sacct -X": Result(1, "", "Slurm accounting storage is disabled"),
+            "sacct -c": Result(0, "9|FAILED|3:0\n", ""),
+        }
+    )
     st = _drive(_slurm_status_steps("9"), run)
     assert (st.state, st.exit_code, st.source) == ("FAILED", "3:0", "sacct -c")
     assert calls == ["scontrol show", "sacct -X", "sacct -c"]
@@ -185,23 +220,45 @@ def manifest(stage: str, shards: dict[str, dict], inputs: list[str], outputs: li
             filtered.update(cell["filtered"])
             quarantined.update(cell["quarantined"])
     return {
-        "stage": stage, "stage_version": "1", "config": {}, "config_hash": "h",
+        "stage": stage,
+        "stage_version": "1",
+        "config": {},
+        "config_hash": "h",
         "inputs": [{"path": f"i/{d}", "sha256": d, "records": -1} for d in inputs],
         "outputs": [{"path": f"shards/{d}", "sha256": d, "records": 1} for d in outputs],
-        "side_outputs": [], "shard_counts": shards,
-        "totals": {"in": totals["in"], "out": totals["out"], "bytes_in": 0, "bytes_out": 0, "filtered_bytes": 0,
-                   "filtered": dict(filtered), "quarantined": dict(quarantined)},
+        "side_outputs": [],
+        "shard_counts": shards,
+        "totals": {
+            "in": totals["in"],
+            "out": totals["out"],
+            "bytes_in": 0,
+            "bytes_out": 0,
+            "filtered_bytes": 0,
+            "filtered": dict(filtered),
+            "quarantined": dict(quarantined),
+        },
     }
 
 
 def cell(n_in, n_out, filtered=None, quarantined=None):
-    return {"web|en": {"in": n_in, "out": n_out, "bytes_in": 0, "bytes_out": 0, "filtered_bytes": 0,
-                       "filtered": filtered or {}, "quarantined": quarantined or {}}}
+    return {
+        "web|en": {
+            "in": n_in,
+            "out": n_out,
+            "bytes_in": 0,
+            "bytes_out": 0,
+            "filtered_bytes": 0,
+            "filtered": filtered or {},
+            "quarantined": quarantined or {},
+        }
+    }
 
 
 def test_verify_passes_a_reconciled_stage_built_on_its_predecessor():
     first = manifest("ingest", {"a": cell(10, 8, {"short": 2}), "b": cell(5, 5)}, ["r1", "r2"], ["A", "B"])
-    second = manifest("extract", {"a": cell(8, 7, quarantined={"bad_html": 1}), "b": cell(5, 5)}, ["B", "A"], ["C", "D"])
+    second = manifest(
+        "extract", {"a": cell(8, 7, quarantined={"bad_html": 1}), "b": cell(5, 5)}, ["B", "A"], ["C", "D"]
+    )
     r = verify_stage("extract", second, first)
     assert r["manifest_digest"].startswith("sha256:") and r["totals"]["in"] == 13 and r["shards"] == 2
     assert verify_stage("ingest", first, None)["totals"]["out"] == 13

@@ -28,19 +28,30 @@ def last_id(text: str) -> str:
 
 def test_build_version_makes_the_version_the_cli_makes(airflow_env, snapshot, tmp_path):
     selection = "min_scores = { quality = 0.2 }"
-    conf = {"build": str(snapshot), "selection_toml": selection, "out": str(tmp_path / "v"), "backend": "mpiexec",
-            "poll_interval": 1}
+    conf = {
+        "build": str(snapshot),
+        "selection_toml": selection,
+        "out": str(tmp_path / "v"),
+        "backend": "mpiexec",
+        "poll_interval": 1,
+    }
     proc = dags_test(airflow_env, conf, tmp_path / "dag.log", dag="build_version")
     assert proc.returncode == 0, failure_lines(proc.stdout + proc.stderr)
     made = json.loads((tmp_path / "v" / "manifest.json").read_text())["snapshot_id"]
     cli = run_corpus("version", str(snapshot), "--select-inline", selection, "--out", str(tmp_path / "cli"))
     assert made == last_id(cli.stdout)
-    assert {"snapshot_id": made, "build": str(snapshot), "version": str(tmp_path / "v")} in version_events(airflow_env)
+    assert {"snapshot_id": made, "build": str(snapshot), "version": str(tmp_path / "v")} in version_events(
+        airflow_env
+    )
 
 
 def test_build_version_refuses_a_bad_selection_in_prepare(airflow_env, snapshot, tmp_path):
-    conf = {"build": str(snapshot), "selection_toml": "min_qualty = 0.2", "out": str(tmp_path / "v"),
-            "backend": "mpiexec"}
+    conf = {
+        "build": str(snapshot),
+        "selection_toml": "min_qualty = 0.2",
+        "out": str(tmp_path / "v"),
+        "backend": "mpiexec",
+    }
     proc = dags_test(airflow_env, conf, tmp_path / "dag.log", dag="build_version")
     assert proc.returncode != 0 and "unknown key(s) min_qualty" in proc.stdout + proc.stderr
     assert not (tmp_path / "v").exists()
@@ -50,8 +61,13 @@ def test_refresh_optouts_makes_a_version_only_when_the_list_changed(airflow_env,
     (tmp_path / "optout.txt").write_text("a.example.org\n")
     (tmp_path / "sel.toml").write_text('exclude_hosts_file = "optout.txt"\n')
     versions = tmp_path / "versions"
-    conf = {"build": str(snapshot), "selection": str(tmp_path / "sel.toml"), "versions_root": str(versions),
-            "backend": "mpiexec", "poll_interval": 1}
+    conf = {
+        "build": str(snapshot),
+        "selection": str(tmp_path / "sel.toml"),
+        "versions_root": str(versions),
+        "backend": "mpiexec",
+        "poll_interval": 1,
+    }
 
     def run(tag: str) -> str:
         proc = dags_test(airflow_env, conf, tmp_path / f"{tag}.log", dag="refresh_optouts")

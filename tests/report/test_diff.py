@@ -68,14 +68,10 @@ def test_removed_documents_are_named_by_doc_id_and_really_gone(builds):
     docs = d["documents"]
     assert docs["removed"] > 0 and docs["removed_sample"]
     kept_in_strict = {
-        r["doc_id"]
-        for p in (builds.strict / "stages/policy/shards").glob("*.zst")
-        for r in iter_records(p)
+        r["doc_id"] for p in (builds.strict / "stages/policy/shards").glob("*.zst") for r in iter_records(p)
     }
     kept_in_base = {
-        r["doc_id"]
-        for p in (builds.base / "stages/policy/shards").glob("*.zst")
-        for r in iter_records(p)
+        r["doc_id"] for p in (builds.base / "stages/policy/shards").glob("*.zst") for r in iter_records(p)
     }
     assert docs["removed"] == len(kept_in_base - kept_in_strict)
     assert docs["added"] == len(kept_in_strict - kept_in_base)

@@ -11,10 +11,15 @@ from corpus.report.representatives import representative_lengths
 # (cluster, tokens, selected, dup_of): A's representative is twice its median; B's is within 1.2x;
 # C has no selected member and D two (no single representative); E is a cluster of one
 ROWS = [
-    ("A", 100, False, "a1"), ("A", 100, False, "a1"), ("A", 200, True, ""),
-    ("B", 100, False, "b1"), ("B", 110, True, ""),
-    ("C", 300, False, "c1"), ("C", 900, False, ""),
-    ("D", 100, True, ""), ("D", 900, True, "d1"),
+    ("A", 100, False, "a1"),
+    ("A", 100, False, "a1"),
+    ("A", 200, True, ""),
+    ("B", 100, False, "b1"),
+    ("B", 110, True, ""),
+    ("C", 300, False, "c1"),
+    ("C", 900, False, ""),
+    ("D", 100, True, ""),
+    ("D", 900, True, "d1"),
     ("E", 900, True, ""),
     ("", 5000, True, ""),
 ]
@@ -40,7 +45,12 @@ def test_a_representative_much_longer_than_its_cluster_is_counted_and_sampled():
     r = representative_lengths(table(with_selection=True))
     assert (r["clusters"], r["longer"]) == (2, 1)  # A and B have one selected member; only A is long
     [a] = r["sample"]
-    assert (a["cluster_id"], a["size"], a["median_tokens"], a["representative_tokens"]) == ("A", 3, 100.0, 200)
+    assert (a["cluster_id"], a["size"], a["median_tokens"], a["representative_tokens"]) == (
+        "A",
+        3,
+        100.0,
+        200,
+    )
     assert a["url"] == "https://x.example/2"
 
 

@@ -35,7 +35,7 @@ from runtime.build import stage_versions, write_build_config
 from runtime.runner import InputShard, Stage, StageContext, main, raw_input_shard
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IngestConfig:
     lang_field: str = "lang"  # where language ID's answer is read from; a wrong field breaks LID
 
@@ -78,7 +78,7 @@ class ToyIngest(Stage):
             yield Kept(doc), len(line)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     min_quality: float = 0.3
     languages: tuple[str, ...] = ("en", "de", "fr")
@@ -97,7 +97,7 @@ class ToyPolicy(Stage):
         return Kept(doc)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DedupConfig:
     alarm_cluster_size: int = 10  # the stage flags a cluster larger than this, as minhash_dedup does
 

@@ -19,7 +19,7 @@ from corpus.model import Document, ShardRef, StageManifest
 from corpus.model.digest import json_digest, sha256_hex
 from corpus.model.layout import SNAPSHOT_DIR, STAGES_DIR
 from corpus.model.manifest import read_stage_manifest
-from corpus.snapshot import assemble
+from corpus.snapshot.assembly import assemble
 from runtime.build import stage_versions
 from tests.conftest import SHARED_DATA, run_mpi
 

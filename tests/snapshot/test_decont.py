@@ -208,7 +208,10 @@ def test_an_eval_file_changed_in_place_changes_the_stage_config(tmp_path):
     shutil.copy(EVALS / "gsm8k.jsonl", tmp_path / "gsm8k.jsonl")
     before = stage_config(DecontaminateConfig, {"eval_dir": str(tmp_path)}, "decontaminate")
     assert before.eval_registry_hash == EvalRegistry.load(tmp_path).digest
-    assert (before.eval_dir, before.registry) == (tmp_path.name, tmp_path)  # recorded by name, read from where found
+    assert (before.eval_dir, before.registry) == (
+        tmp_path.name,
+        tmp_path,
+    )  # recorded by name, read from where found
     with open(tmp_path / "gsm8k.jsonl", "a") as f:
         f.write(json.dumps({"id": "new", "text": "a question published later with its answer"}) + "\n")
     after = stage_config(DecontaminateConfig, {"eval_dir": str(tmp_path)}, "decontaminate")

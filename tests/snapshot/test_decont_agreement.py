@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from corpus.decont.ngrams import normalize_words
-from corpus.model import Document
-from corpus.snapshot import Snapshot
+from corpus.snapshot.lookup import Snapshot
 from tests.conftest import run_corpus
+from tests.documents import with_new_text
 from tests.snapshot.conftest import EVALS, make_stage_dir, perl_docs, run_snapshot_stages, split, write_config
 from tests.snapshot.test_decont import plant, record
 
@@ -59,15 +59,7 @@ def snap(tmp_path_factory) -> Snapshot:
     docs = perl_docs()
     for i, text in plants()[0].items():
         d = docs[i]
-        docs[i] = Document.create(
-            text=plant(d.text, text),
-            source=d.source,
-            source_tier=d.source_tier,
-            url=d.url,
-            crawl_date=d.crawl_date,
-            raw_digest=d.raw_digest,
-            lang=d.lang,
-        )
+        docs[i] = with_new_text(d, plant(d.text, text))
     build = root / "build"
     make_stage_dir(build / "stages" / "minhash_dedup", split(docs, 3))
     cfg = write_config(

@@ -18,10 +18,10 @@ from corpus.model import SnapshotManifest, StageManifest
 from corpus.model.config import config_hash, stage_config
 from corpus.model.digest import canonical_json
 from corpus.signals.quality import DEFAULT_MODEL as DEFAULT_QUALITY_MODEL
-from corpus.snapshot import assemble
-from hpc_jobs.write_shards.stage import (
+from corpus.snapshot.assembly import assemble
+from hpc_jobs.write_shards.config import WriteShardsConfig
+from hpc_jobs.write_shards.validation import (
     ShardStatsAccumulator,
-    WriteShardsConfig,
     entropy_millibits,
     shard_stats,
     validation_failures,
@@ -84,7 +84,10 @@ def test_the_same_content_from_another_directory_a_relative_path_or_a_link_has_t
         assert ma.digest == mb.digest, ma.stage
     assert snap_a.snapshot_id == snap_b.snapshot_id
     digested = [m.digested_part() for m in manifests_b]
-    for text in (canonical_json(snap_b.digested_part()).decode(), *(canonical_json(d).decode() for d in digested)):
+    for text in (
+        canonical_json(snap_b.digested_part()).decode(),
+        *(canonical_json(d).decode() for d in digested),
+    ):
         assert str(tmp_path) not in text and "link/" not in text and "elsewhere" not in text
     assert (Path("build") / "snapshot" / "tokenizer" / OLMO.name).read_bytes() == OLMO.read_bytes()
     # the shard metadata: no float but the top token's share (one division of integers)
@@ -115,7 +118,9 @@ def test_a_stage_config_names_a_file_by_content_never_by_path(stage, key, source
     os.symlink(tmp_path / "one", tmp_path / "link")
     monkeypatch.chdir(tmp_path)
     spellings = [str(source), str(copy), f"one/two/{source.name}", f"link/two/{source.name}"]
-    hashes = {config_hash(stage_cls(stage_config(stage_cls.Config, {key: s}, stage)).config) for s in spellings}
+    hashes = {
+        config_hash(stage_cls(stage_config(stage_cls.Config, {key: s}, stage)).config) for s in spellings
+    }
     assert len(hashes) == 1
 
 

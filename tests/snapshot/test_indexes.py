@@ -17,19 +17,14 @@ from corpus.formats.doc_index import (
     part_of_doc_id,
     parts_of_doc_ids,
 )
-from corpus.formats.megatron import block_digests
+from corpus.formats.megatron import BlockHasher, block_digests
 from corpus.formats.partitions import map_records, part_of_hashes, prefix_bits
 from corpus.text.tokenizer import PinnedTokenizer
-from hpc_jobs.write_shards.stage import (
-    CENSUS_RECORD,
-    DOC_INDEX_ROW,
-    SHARD_ROW,
-    BlockHasher,
-    ShardStatsAccumulator,
-    _in_shard_order,
-    shard_stats,
-)
-from mpi_kernels.shuffle import sort_rows
+from hpc_jobs.write_shards.census import CENSUS_RECORD
+from hpc_jobs.write_shards.doc_index import DOC_INDEX_ROW
+from hpc_jobs.write_shards.shard_writer import SHARD_ROW, _in_shard_order
+from hpc_jobs.write_shards.validation import ShardStatsAccumulator, shard_stats
+from mpi_kernels.row_order import sort_rows
 from tests.snapshot.conftest import OLMO, perl_docs
 
 DOC_IDS = sorted(d.doc_id for d in perl_docs(n=40))
@@ -204,4 +199,3 @@ def test_block_digests_computed_while_writing_are_the_files(tmp_path):
             h.update(chunk)
         (tmp_path / "f.bin").write_bytes(data)
         assert h.block_digests() == block_digests(tmp_path / "f.bin", block)
-

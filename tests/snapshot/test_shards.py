@@ -7,16 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from hpc_jobs.write_shards.stage import (
-    ShardPlan,
-    WriteShards,
-    WriteShardsConfig,
-    histogram_bits,
-    shard_runs,
-    shard_stats,
-    shuffle_key,
-    validation_failures,
-)
+from hpc_jobs.write_shards.census import shuffle_key
+from hpc_jobs.write_shards.config import WriteShardsConfig
+from hpc_jobs.write_shards.cuts import ShardPlan, histogram_bits, shard_runs
+from hpc_jobs.write_shards.stage import WriteShards
+from hpc_jobs.write_shards.validation import shard_stats, validation_failures
 from runtime.runner import StageError
 
 
@@ -100,7 +95,13 @@ def test_validation_names_every_number_that_fails():
     failures = validation_failures(bad, index_tokens=11, cfg=cfg)
     assert len(failures) == 4
     assert "token count 10 != 11" in failures[0] and "token 7 repeats 5000 times" in failures[1]
-    good = {"tokens": 10, "max_repeat_run": 3, "entropy_millibits": 9000, "top_token": 5, "top_token_share": 0.05}
+    good = {
+        "tokens": 10,
+        "max_repeat_run": 3,
+        "entropy_millibits": 9000,
+        "top_token": 5,
+        "top_token_share": 0.05,
+    }
     assert validation_failures(good, index_tokens=10, cfg=cfg) == []
 
 

@@ -17,12 +17,14 @@ import pytest
 from corpus.formats.docshard import iter_records
 from corpus.model import Document
 from corpus.select.selection import Selection
-from corpus.snapshot import Snapshot, validate_snapshot
+from corpus.snapshot.lookup import Snapshot
+from corpus.snapshot.validate import validate_snapshot
 from corpus.text.tokenizer import PinnedTokenizer
-from corpus.version import plan_version
-from hpc_jobs.write_shards.stage import shuffle_key
+from corpus.version.plan import plan_version
+from hpc_jobs.write_shards.census import shuffle_key
 from tests.conftest import run_corpus, run_mpi
 from tests.dedup.stage_io import output_digests
+from tests.documents import with_new_text
 from tests.snapshot.conftest import (
     CL100K,
     EVALS,
@@ -49,17 +51,7 @@ def corpus_docs() -> list[Document]:
     docs = perl_docs()
     for i, (bench, item_id) in {**PLANTED, **{k: ("humaneval", v) for k, v in LATER.items()}}.items():
         d = docs[i]
-        docs[i] = Document.create(
-            text=plant(d.text, item(bench, item_id)),
-            source=d.source,
-            source_tier=d.source_tier,
-            url=d.url,
-            crawl_date=d.crawl_date,
-            raw_digest=d.raw_digest,
-            lang=d.lang,
-            license_hint=d.license_hint,
-            dup_cluster_id=d.dup_cluster_id,
-        )
+        docs[i] = with_new_text(d, plant(d.text, item(bench, item_id)), "license_hint", "dup_cluster_id")
     return docs
 
 
@@ -189,7 +181,9 @@ def test_planted_contamination_is_reported_stored_and_excluded_by_a_version(buil
         doc_ids = json.loads((snap.dir / s.files["meta"]).read_text())["doc_ids"]
         stored |= set(doc_ids)
         excluded |= {d for d, kept in zip(doc_ids, planned.bits[name], strict=True) if not kept}
-    assert len(stored) == 60 and excluded == set(flagged), "flagged documents are candidates a version excludes"
+    assert len(stored) == 60 and excluded == set(flagged), (
+        "flagged documents are candidates a version excludes"
+    )
     assert snap.manifest.extra["artifacts"]["contamination_report"]["path"] == "decont/report.json"
     versions = snap.manifest.stage_versions
     assert versions["decontaminate"]["eval_registry_hash"].startswith("sha256:")
@@ -351,10 +345,18 @@ def test_a_later_benchmark_is_checked_against_the_retained_index(snap, root, tmp
     listing = snap.manifest.extra["artifacts"]["doc_gram_index"]
     assert copied["index_rows"] == listing["rows"] == sum(p["rows"] for p in listing["parts"])
     assert (listing["rule"], listing["n"], listing["min_run"], listing["min_item_words"]) == (
-        "passage-8gram-set-run/1", 8, 15, 8
+        "passage-8gram-set-run/1",
+        8,
+        15,
+        8,
     )
-    assert all(p["path"].startswith("decont/8gram_docs/g") and p["path"].endswith(".dgr") for p in listing["parts"])
-    assert not (snap.dir / "decont" / "13grams").exists() and "ngram_index" not in snap.manifest.extra["artifacts"]
+    assert all(
+        p["path"].startswith("decont/8gram_docs/g") and p["path"].endswith(".dgr") for p in listing["parts"]
+    )
+    assert (
+        not (snap.dir / "decont" / "13grams").exists()
+        and "ngram_index" not in snap.manifest.extra["artifacts"]
+    )
 
 
 @pytest.mark.parametrize("ranks", [1, pytest.param(4, marks=pytest.mark.slow)])
@@ -393,17 +395,27 @@ def test_the_trace_of_the_loaders_view_is_what_the_loader_reads(snap, append_eos
     rng = np.random.default_rng(7)
     for rank, world, step in ((0, 1, 0), (1, 2, 3), (2, 3, 5)):
         loader = SnapshotLoader(
-            snap.dir, None, seed=11, seq_len=seq_len, batch_size=batch, dp_rank=rank, dp_world=world, append_eos=eos
+            snap.dir,
+            None,
+            seed=11,
+            seq_len=seq_len,
+            batch_size=batch,
+            dp_rank=rank,
+            dp_world=world,
+            append_eos=eos,
         )
         loader.seek(step)
         tokens = loader.next_batch().tokens.numpy()
-        traced = loader_at(snap.dir, step, rank, world, seed=11, seq_len=seq_len, batch_size=batch,
-                           append_eos=eos).traced_batch()
+        traced = loader_at(
+            snap.dir, step, rank, world, seed=11, seq_len=seq_len, batch_size=batch, append_eos=eos
+        ).traced_batch()
         for p in rng.integers(seq_len * batch, size=10):
             src = traced.source(int(p))
             out = describe_source(snap, src)
             expected = (
-                snap.manifest.tokenizer["eos_id"] if src.appended_eos else snap.trace(src.shard, out["offset"])["token_id"]
+                snap.manifest.tokenizer["eos_id"]
+                if src.appended_eos
+                else snap.trace(src.shard, out["offset"])["token_id"]
             )
             assert tokens.reshape(-1)[p] == expected
 

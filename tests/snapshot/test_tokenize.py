@@ -334,20 +334,13 @@ def test_the_stage_writes_the_bytes_hf_ids_would_give(tmp_path, proof_texts):
     """Shards of real documents through the tokenize stage on 2 ranks, 7 documents a batch (so the
     .bin is streamed in many appends): every .bin/.idx equals write_indexed_shard of HF's ids."""
     from corpus.formats.megatron import write_indexed_shard
-    from corpus.model import Document
+    from tests.documents import make_doc
     from tests.snapshot.conftest import make_stage_dir, split, write_config
 
     texts = [t for label, ts in sorted(proof_texts.items()) for t in ts[:1] if label.startswith("web-")]
     texts += proof_texts["edge"] + proof_texts["code"][::3] + proof_texts["perl-doc"][:3]
     docs = [
-        Document.create(
-            text=t,
-            source="mixed",
-            source_tier="web",
-            url=f"https://x.example/{i}",
-            crawl_date="2026-03-01",
-            raw_digest=f"{i:064x}",
-        )
+        make_doc(t, source="mixed", url=f"https://x.example/{i}", raw_digest=f"{i:064x}")
         for i, t in enumerate(texts)
         if t
     ]
@@ -373,4 +366,6 @@ def test_the_stage_writes_the_bytes_hf_ids_would_give(tmp_path, proof_texts):
         for ref_file in ref:
             assert (tmp_path / "out" / "tokens" / ref_file.name).read_bytes() == ref_file.read_bytes()
     run_info = json.loads((tmp_path / "out" / "manifest.json").read_text())["run_info"]
-    assert (run_info["encoder"], run_info["fast_path_refused"]) == ("tiktoken", None), "the manifest says which path ran"
+    assert (run_info["encoder"], run_info["fast_path_refused"]) == ("tiktoken", None), (
+        "the manifest says which path ran"
+    )

@@ -68,8 +68,15 @@ def test_source_code_keeps_its_text_exactly_as_read_and_prose_is_cleaned():
     stage = ExtractStage(ExtractConfig())
     out = {}
     for tier in ("code", "web"):
-        d = Document.create(text=text, source="s", source_tier=tier, url="u", crawl_date="", raw_digest="0" * 64,
-                            content_type="text/plain")
+        d = Document.create(
+            text=text,
+            source="s",
+            source_tier=tier,
+            url="u",
+            crawl_date="",
+            raw_digest="0" * 64,
+            content_type="text/plain",
+        )
         outcome = stage.process_doc(d, None)
         assert isinstance(outcome, Kept)
         out[tier] = outcome.doc.text

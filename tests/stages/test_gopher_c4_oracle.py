@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pytest
 
-from corpus.signals import heuristics
+from corpus.signals import heuristics, words
 from corpus.signals.heuristics import heuristic_signals
 from corpus.text.extract import extract_text, normalize_text, strip_invisible
 from corpus.text.warc import decode_page
@@ -153,8 +153,8 @@ def test_c4_line_rules_equal_datatroves_c4_filter_set_as_published(documents, da
 
 
 def test_the_symbol_set_is_datatroves(datatrove):
-    assert set(heuristics.PUNCTUATION) == datatrove[3].PUNCTUATION_SET
-    assert heuristics.GOPHER_STOP_WORDS == set(datatrove[1].STOP_WORDS)
+    assert set(words.PUNCTUATION) == datatrove[3].PUNCTUATION_SET
+    assert words.GOPHER_STOP_WORDS == set(datatrove[1].STOP_WORDS)
 
 
 def test_letters_alone_match_no_affix_rule():

@@ -17,9 +17,9 @@ from corpus.decont.holdout import (
     in_holdout,
     normalize_url,
 )
-from corpus.select.policy import HOLDOUT_CHECKS, PolicyConfig, decide, decide_rows, missing_values
+from corpus.select.policy import HOLDOUT_CHECKS, PolicyConfig, decide
 from tests.stages.chain import docs, manifest, reconciles, run_stage
-from tests.stages.test_policy import GOOD_WEB, random_subjects
+from tests.stages.test_policy import GOOD_WEB, random_subjects, row_reasons
 from tests.stages.warc_fixtures import real_pages, warc_bytes
 
 SAME = [
@@ -33,7 +33,10 @@ SAME = [
     ("https://docs.example.org/a/", "https://docs.example.org/a"),
     ("https://docs.example.org", "https://docs.example.org/"),
     ("https://docs.example.org/?", "https://docs.example.org/"),
-    ("https://docs.example.org/a?utm_source=x&utm_medium=y&gclid=1&fbclid=2&FBCLID=3", "https://docs.example.org/a"),
+    (
+        "https://docs.example.org/a?utm_source=x&utm_medium=y&gclid=1&fbclid=2&FBCLID=3",
+        "https://docs.example.org/a",
+    ),
     ("https://docs.example.org/a?b=2&a=1&utm_campaign=z#t", "https://docs.example.org/a?a=1&b=2"),
     ("https://docs.example.org/a?q=a+b", "https://docs.example.org/a?q=a+b"),
     ("https://docs.example.org/a?q=a%20b", "https://docs.example.org/a?q=a+b"),
@@ -65,9 +68,15 @@ def test_a_copy_of_a_held_out_page_fails_the_policy_first_in_every_tier():
     cfg = PolicyConfig()
     assert {c.score for c in HOLDOUT_CHECKS} == {EXACT_SCORE, NEAR_SCORE}
     for tier in ("web", "curated", "code"):
-        for score, reason in ((EXACT_SCORE, "holdout_exact_duplicate"), (NEAR_SCORE, "holdout_near_duplicate")):
+        for score, reason in (
+            (EXACT_SCORE, "holdout_exact_duplicate"),
+            (NEAR_SCORE, "holdout_near_duplicate"),
+        ):
             subject = SimpleNamespace(
-                lang="en", lang_confidence=0.1, source_tier=tier, scores={**GOOD_WEB, "quality": 0.0, score: 0.9}
+                lang="en",
+                lang_confidence=0.1,
+                source_tier=tier,
+                scores={**GOOD_WEB, "quality": 0.0, score: 0.9},
             )
             assert decide(subject, cfg)[0] == reason, "before lang_confidence and quality"
     # decide_rows names the same reasons as decide on rows that carry holdout scores at times
@@ -77,15 +86,8 @@ def test_a_copy_of_a_held_out_page_fails_the_policy_first_in_every_tier():
         r = rng.random()
         if r < 0.2:
             d.scores[str(rng.choice([EXACT_SCORE, NEAR_SCORE]))] = float(rng.choice([0.0, 0.7, 1.0, np.nan]))
-    names, first = decide_rows(
-        np.array([d.lang or "und" for d in subjects], dtype=object),
-        np.array([d.lang_confidence for d in subjects], dtype=np.float64),
-        np.array([d.source_tier for d in subjects], dtype=object),
-        {k: np.array([d.scores.get(k, m) for d in subjects], dtype=np.float64) for k, m in missing_values(cfg).items()},
-        cfg,
-    )
     want = [decide(d, cfg)[0] for d in subjects]
-    assert [names[i] if i >= 0 else None for i in first] == want
+    assert row_reasons(subjects, cfg) == want
     assert {"holdout_exact_duplicate", "holdout_near_duplicate"} <= set(want)
 
 
@@ -121,9 +123,14 @@ def test_a_held_out_page_copied_to_another_url_never_reaches_training(tmp_path, 
     cfg = tmp_path / "c.toml"
     cfg.write_text(f"[ingest]\nholdout_modulus = {MODULUS}\n")
     b = tmp_path / "b"
-    run_corpus("build", "--input", str(tmp_path / "in"), "--out", str(b), "--ranks", "2", "--config", str(cfg))
+    run_corpus(
+        "build", "--input", str(tmp_path / "in"), "--out", str(b), "--ranks", "2", "--config", str(cfg)
+    )
     stages = b / "stages"
-    assert all(reconciles(manifest(stages / s)["totals"]) for s in ("ingest", "extract", "exact_dedup", "minhash_dedup"))
+    assert all(
+        reconciles(manifest(stages / s)["totals"])
+        for s in ("ingest", "extract", "exact_dedup", "minhash_dedup")
+    )
     for stage, before in (("exact_dedup", "extract"), ("minhash_dedup", "line_dedup")):  # the same on 1 rank
         run_stage(stage, 1, [stages / before], tmp_path / "one" / stage, b / "build-config.json")
         # (inside a build minhash_dedup's global phase has one step more, its band index records)
@@ -150,18 +157,35 @@ def test_a_held_out_page_copied_to_another_url_never_reaches_training(tmp_path, 
     assert exact[EXACT_SCORE] == 1.0 and exact[NEAR_SCORE] > 0.95
     assert edited[EXACT_SCORE] is None and 0.65 <= edited[NEAR_SCORE] < 1.0
     view = open_build(b)
-    selected = {r["url"]: bool(s) for r, s in zip(pq.read_table(view.version.live_shards[0].metadata).to_pylist(),
-                                                  view.version.selected(view.version.live_shards[0]), strict=True)}
+    selected = {
+        r["url"]: bool(s)
+        for r, s in zip(
+            pq.read_table(view.version.live_shards[0].metadata).to_pylist(),
+            view.version.selected(view.version.live_shards[0]),
+            strict=True,
+        )
+    }
     assert len(view.version.live_shards) == 1 and selected == {exact_url: False, edited_url: False}
-    assert view.version.manifest["policy_reasons"] == {"holdout_exact_duplicate": 1, "holdout_near_duplicate": 1}
+    assert view.version.manifest["policy_reasons"] == {
+        "holdout_exact_duplicate": 1,
+        "holdout_near_duplicate": 1,
+    }
     # ...which only the tags decide: without them each copy passes the default policy
     for r in (exact, edited):
         untagged = {k: v for k, v in r.items() if v is not None and k not in (EXACT_SCORE, NEAR_SCORE)}
-        subject = SimpleNamespace(lang=r["lang"], lang_confidence=r["lang_confidence"], source_tier=r["tier"],
-                                  scores={k: v for k, v in untagged.items() if isinstance(v, float)})
+        subject = SimpleNamespace(
+            lang=r["lang"],
+            lang_confidence=r["lang_confidence"],
+            source_tier=r["tier"],
+            scores={k: v for k, v in untagged.items() if isinstance(v, float)},
+        )
         assert decide(subject, PolicyConfig())[0] is None
 
     # counted on the data card
     card = holdout(view)
     assert (card["held_out"], card["stored"], card["carving_version"]) == (1, 1, "2")
-    assert {k: card["copies"][k] for k in ("exact", "near", "selected")} == {"exact": 1, "near": 1, "selected": 0}
+    assert {k: card["copies"][k] for k in ("exact", "near", "selected")} == {
+        "exact": 1,
+        "near": 1,
+        "selected": 0,
+    }

@@ -18,7 +18,9 @@ import zstandard
 from corpus.text.content_encoding import content_encodings, decode_body
 from corpus.text.sources import DECLARATION_FILE, declared_source, read_declaration
 from corpus.text.warc import BadRecord, RawRecord, iter_warc
-from hpc_jobs.ingest.stage import IngestConfig, IngestStage, _Item
+from hpc_jobs.ingest.config import IngestConfig
+from hpc_jobs.ingest.items import Item as _Item
+from hpc_jobs.ingest.stage import IngestStage
 from runtime.runner import StageError
 from tests.conftest import run_corpus
 from tests.stages.chain import docs, manifest, run_stage
@@ -124,7 +126,9 @@ def test_a_record_too_large_is_digested_over_all_its_bytes(tmp_path, shared_data
     assert got.raw_digest == hashlib.sha256(big).hexdigest()
 
 
-def test_the_tier_of_a_jsonl_file_no_source_declares_is_web_curated_when_configured_or_the_file_refused(tmp_path):
+def test_the_tier_of_a_jsonl_file_no_source_declares_is_web_curated_when_configured_or_the_file_refused(
+    tmp_path,
+):
     """Web by default (trust is declared, never inferred from a file format), curated or refused when a
     deployment says so: ``undeclared_files``."""
     (tmp_path / "in").mkdir()
@@ -158,8 +162,10 @@ def test_data_declares_its_own_sources_in_a_corpus_sources_file_and_the_build_co
         '[[sources]]\nmatch = "books/*.jsonl.gz"\nname = "press"\ntier = "books"\nlicense = "CC-BY-4.0"\n'
     )
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[ingest]\nundeclared_files = "refuse"\n[[ingest.sources]]\nmatch = "*/notes.jsonl.gz"\n'
-                   'name = "notes"\ntier = "web"\n')
+    cfg.write_text(
+        '[ingest]\nundeclared_files = "refuse"\n[[ingest.sources]]\nmatch = "*/notes.jsonl.gz"\n'
+        'name = "notes"\ntier = "web"\n'
+    )
     run_stage("ingest", 1, [data / "books"], tmp_path / "out", cfg)
     got = {d.text.split(",")[0]: (d.source, d.source_tier, d.license_hint) for d in docs(tmp_path / "out")}
     assert got == {"A manual": ("press", "books", "CC-BY-4.0"), "Notes": ("notes", "web", "")}
@@ -167,9 +173,11 @@ def test_data_declares_its_own_sources_in_a_corpus_sources_file_and_the_build_co
 
 def test_a_declaration_file_that_is_not_sources_tables_is_refused_naming_it(tmp_path):
     bad = tmp_path / DECLARATION_FILE
-    for text, problem in (('[ingest]\nx = 1\n', "holds [[sources]] tables only"),
-                          ('[[sources]]\nmatch = "*"\n', "needs 'match'"),
-                          ("[[sources]\n", "not a readable TOML file")):
+    for text, problem in (
+        ("[ingest]\nx = 1\n", "holds [[sources]] tables only"),
+        ('[[sources]]\nmatch = "*"\n', "needs 'match'"),
+        ("[[sources]\n", "not a readable TOML file"),
+    ):
         bad.write_text(text)
         read_declaration.cache_clear()
         with pytest.raises(ValueError, match=re.escape(problem)) as e:
@@ -195,7 +203,9 @@ def test_a_record_read_but_never_accounted_fails_the_shard(tmp_path):
         list(stage.process_shard(shard, ctx))
 
 
-def test_a_build_whose_only_input_is_a_truncated_archive_ends_with_one_line_naming_it_and_why(tmp_path, shared_data):
+def test_a_build_whose_only_input_is_a_truncated_archive_ends_with_one_line_naming_it_and_why(
+    tmp_path, shared_data
+):
     """A repository archive cut short is quarantined (truncated_archive); when it was the only input, no
     document is left and the build says so in one line instead of making an empty snapshot."""
     cut = tmp_path / "requests-2.32.3.tar.gz"

@@ -176,7 +176,9 @@ def test_an_unknown_tier_is_a_one_line_config_error(tmp_path):
 def test_real_odd_files_from_warc_tools_are_read_or_quarantined(tmp_path, shared_data):
     (tmp_path / "in").mkdir()
     for p in sorted((shared_data / "warc-edge").iterdir()):
-        shutil.copyfile(p, tmp_path / "in" / p.name.removesuffix(".bad"))  # example-bad.warc.gz.bad: a corrupt gzip
+        shutil.copyfile(
+            p, tmp_path / "in" / p.name.removesuffix(".bad")
+        )  # example-bad.warc.gz.bad: a corrupt gzip
     run_stage("ingest", 2, [tmp_path / "in"], tmp_path / "out")
     m = manifest(tmp_path / "out")
     t = m["totals"]
@@ -196,7 +198,10 @@ def test_of_one_url_and_payload_the_earliest_fetch_is_kept_whoever_read_it():
     tie_later_file = fetch("2026-03-01", "c" * 64, 0)
     tie_later_position = fetch("2026-03-01", "b" * 64, 9)
     later = fetch("2026-06-01", "a" * 64, 0)
-    for order in ([later, tie_later_file, first, tie_later_position], [first, later, tie_later_position, tie_later_file]):
+    for order in (
+        [later, tie_later_file, first, tie_later_position],
+        [first, later, tie_later_position, tie_later_file],
+    ):
         assert sorted(later_fetches(order)) == sorted(
             [(tie_later_position, "2026-03-01"), (tie_later_file, "2026-03-01"), (later, "2026-03-01")]
         )

@@ -74,7 +74,7 @@ def datatrove_tokenizer():
 
 def non_symbol(tokens: list[str]) -> int:
     """Gopher's word count: the tokens with a character that is not punctuation."""
-    return sum(bool(t.strip(heuristics.PUNCTUATION)) for t in tokens)
+    return sum(bool(t.strip(words.PUNCTUATION)) for t in tokens)
 
 
 def test_japanese_pages_are_cut_by_sudachi_mode_a_as_datatrove_cuts_them(pages, datatrove_tokenizer):
@@ -200,8 +200,8 @@ def test_stop_word_lists_are_gophers_for_english_and_spacys_words_for_the_rest()
     from spacy.lang.vi.stop_words import STOP_WORDS as vi
     from spacy.lang.zh.stop_words import STOP_WORDS as zh
 
-    assert words.stop_words("en") == words.stop_words(None) == heuristics.GOPHER_STOP_WORDS
-    assert len(heuristics.GOPHER_STOP_WORDS) == 8
+    assert words.stop_words("en") == words.stop_words(None) == words.GOPHER_STOP_WORDS
+    assert len(words.GOPHER_STOP_WORDS) == 8
     for lang in words.SPACY_STOP_WORD_LANGUAGES:
         assert len(words.stop_words(lang)) > 50, lang
     assert "的" in words.stop_words("zh") and "，" in zh and "，" not in words.stop_words("zh"), (
@@ -235,9 +235,9 @@ def test_english_values_are_the_same_with_the_language_given_or_not(shared_data)
 
 
 def test_zwnj_and_zwj_survive_extraction_annotation_and_tokenization(shared_data):
-    from corpus.model import Document
     from corpus.text.tokenizer import PinnedTokenizer
     from hpc_jobs.annotate.stage import annotate_document
+    from tests.documents import make_doc
 
     with tarfile.open(shared_data / "code" / "mkdocs-1.6.1.tar.gz") as tar:
         po = tar.extractfile("mkdocs-1.6.1/mkdocs/themes/mkdocs/locales/fa/LC_MESSAGES/messages.po").read()
@@ -255,14 +255,7 @@ def test_zwnj_and_zwj_survive_extraction_annotation_and_tokenization(shared_data
     text = extracted(html)
     assert "می\u200cتوانید" in text and family in text and devanagari in text
 
-    doc = Document.create(
-        text=text,
-        source="s",
-        source_tier="web",
-        url="https://fa.example/",
-        crawl_date="2026-03-01",
-        raw_digest="0" * 64,
-    )
+    doc = make_doc(text, url="https://fa.example/")
     annotated = annotate_document(doc, lambda _: 0.5)
     assert annotated.text == text
     assert (

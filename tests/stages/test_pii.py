@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from corpus.model import Document
+from bench.bench_pii import PERL_DOC_ADDRESSES
 from corpus.signals.pii import (
     CODE_SAFE_KINDS,
     KINDS,
@@ -21,18 +21,11 @@ from corpus.signals.pii import (
 )
 from corpus.text.extract import extract_text
 from hpc_jobs.annotate.stage import AnnotateConfig, AnnotateStage, annotate_document
+from tests.documents import make_doc
 from tests.stages.warc_fixtures import real_pages
 
-#: the public IPv4 addresses quoted in the Perl manuals: an Apache access log (perlfaq) and
-#: "an address like 207.171.7.72" (real addresses, in an address context)
-PERL_DOC_ADDRESSES = {
-    "151.56.71.198",
-    "217.113.68.60",
-    "195.24.196.99",
-    "80.247.140.134",
-    "196.201.92.41",
-    "207.171.7.72",
-}
+#: one IP address and one e-mail address
+SERVER_AND_MAIL = "Server at 81.2.69.160, mail a@mailhost.org."
 
 
 @pytest.fixture(scope="module")
@@ -188,14 +181,7 @@ def test_curated_and_code_tiers_are_scanned_with_the_code_safe_kinds_by_default(
 
 
 def test_the_document_records_each_replacement_and_its_counts():
-    doc = Document.create(
-        text="Server at 81.2.69.160, mail a@mailhost.org.",
-        source="s",
-        source_tier="web",
-        url="u",
-        crawl_date="2026-03-01",
-        raw_digest="0",
-    )
+    doc = make_doc(SERVER_AND_MAIL, raw_digest="0")
     out = annotate_document(doc, lambda t: 0.5)
     assert out.text == "Server at <IP_ADDRESS>, mail <EMAIL>." and out.derived_from == doc.doc_id
     assert json.loads(out.annotation("annotate", "pii_spans").value) == [[10, 21, "ip"], [28, 42, "email"]]
@@ -203,14 +189,7 @@ def test_the_document_records_each_replacement_and_its_counts():
 
 
 def test_kinds_not_scanned_get_no_count_rather_than_a_zero():
-    doc = Document.create(
-        text="Server at 81.2.69.160, mail a@mailhost.org.",
-        source="s",
-        source_tier="curated",
-        url="u",
-        crawl_date="2026-03-01",
-        raw_digest="0",
-    )
+    doc = make_doc(SERVER_AND_MAIL, tier="curated", raw_digest="0")
     out = annotate_document(doc, lambda t: 0.5, CODE_SAFE_KINDS)
     assert out.text == "Server at 81.2.69.160, mail <EMAIL>."
     assert out.scores["pii_email"] == 1.0 and "pii_ip" not in out.scores and "pii_phone" not in out.scores

@@ -14,7 +14,7 @@ from corpus.model import Document
 from corpus.model.errors import UserError
 from corpus.select.policy import PolicyConfig, decide, decide_rows, missing_values
 from corpus.select.selection import parse_inline
-from corpus.version import select_rows
+from corpus.version.query import select_rows
 
 GOOD_WEB = {
     "word_count": 400,
@@ -104,21 +104,28 @@ def test_the_stop_word_check_applies_to_each_language_with_a_list_and_is_off_for
         assert decide(doc(lang=lang, stop_word_count=1), cfg)[0] == "gopher_stop_words", lang
         assert decide(doc(lang=lang, stop_word_count=2), cfg)[0] is None, lang
     for lang in ("ko", "th", "bg"):  # Korean's list is off by default; Thai and Bulgarian have none
-        unscored = dataclasses.replace(doc(lang=lang), scores={k: v for k, v in GOOD_WEB.items() if k != "stop_word_count"})
+        unscored = dataclasses.replace(
+            doc(lang=lang), scores={k: v for k, v in GOOD_WEB.items() if k != "stop_word_count"}
+        )
         assert decide(unscored, cfg)[0] is None, lang
-    assert decide(doc(lang="ko", stop_word_count=1), PolicyConfig(stop_word_languages=["ko"]))[0] == "gopher_stop_words"
+    assert (
+        decide(doc(lang="ko", stop_word_count=1), PolicyConfig(stop_word_languages=["ko"]))[0]
+        == "gopher_stop_words"
+    )
     with pytest.raises(UserError, match=r"stop_word_languages \['th'\] have no stop-word list"):
         parse_inline('[policy]\nstop_word_languages = ["en", "th"]\n')
 
 
 def test_a_document_the_quality_model_does_not_score_is_judged_as_the_policy_says():
-    unscored = dataclasses.replace(doc(lang="sv"), scores={k: v for k, v in GOOD_WEB.items() if k != "quality"})
+    unscored = dataclasses.replace(
+        doc(lang="sv"), scores={k: v for k, v in GOOD_WEB.items() if k != "quality"}
+    )
     assert decide(unscored, PolicyConfig())[0] is None, "kept by default, on every other check"
     reason, notes = decide(unscored, PolicyConfig(unscored_quality="drop"))
     assert reason == "quality" and notes[0].value is None, "no made-up value in the record"
-    assert decide(dataclasses.replace(unscored, scores={**unscored.scores, "word_count": 3}), PolicyConfig())[0] == (
-        "gopher_word_count"
-    )
+    assert decide(dataclasses.replace(unscored, scores={**unscored.scores, "word_count": 3}), PolicyConfig())[
+        0
+    ] == ("gopher_word_count")
     with pytest.raises(UserError, match="unscored_quality must be one of keep, drop"):
         parse_inline('[policy]\nunscored_quality = "ignore"\n')
 
@@ -162,7 +169,9 @@ def test_a_selections_policy_judges_each_metadata_row_as_decide_judges_its_docum
     records = [row_record(i, d) for i, d in enumerate(CASES)]
     con = duckdb.connect()
     con.register("stored", metadata_table(records, "web-00000", [10] * len(records)))
-    got = select_rows(con, parse_inline("include_contaminated = true\n" + policy_toml), {"web-00000": len(CASES)})
+    got = select_rows(
+        con, parse_inline("include_contaminated = true\n" + policy_toml), {"web-00000": len(CASES)}
+    )
     want = [decide(d, cfg)[0] is None for d in CASES]
     assert got["web-00000"].tolist() == want
     assert 2 <= sum(want) < len(CASES), "the cases exercise both verdicts"
@@ -171,7 +180,10 @@ def test_a_selections_policy_judges_each_metadata_row_as_decide_judges_its_docum
 def random_subjects(rng: np.random.Generator, n: int) -> list[Document]:
     """Rows around every threshold: each score near its limits, missing, NaN or infinite at times,
     in languages with and without spaces and script checks, in web and trusted tiers."""
-    near = {k: [0.0, v, v * 0.5, v * 2, 0.3, 0.8, 1.0, 2.5, 3.0, 10.0, 10.5, 50, 99_999, 100_001] for k, v in GOOD_WEB.items()}
+    near = {
+        k: [0.0, v, v * 0.5, v * 2, 0.3, 0.8, 1.0, 2.5, 3.0, 10.0, 10.5, 50, 99_999, 100_001]
+        for k, v in GOOD_WEB.items()
+    }
     docs = []
     for _ in range(n):
         scores = {}
@@ -184,34 +196,52 @@ def random_subjects(rng: np.random.Generator, n: int) -> list[Document]:
             else:  # the good value half the time, so that rows reach the later checks too
                 scores[k] = float(GOOD_WEB[k]) if r < 0.55 else float(rng.choice(values))
         lang = str(rng.choice(["en", "de", "fr", "bg", "ja", "th", "und", "km", "ko", ""]))
-        d = doc(tier=str(rng.choice(["web", "curated", "code", "books", ""])), lang=lang or None,
-                conf=float(rng.choice([0.0, 0.3, 0.5, 0.9, 0.95, 1.0, float("nan")])))
+        d = doc(
+            tier=str(rng.choice(["web", "curated", "code", "books", ""])),
+            lang=lang or None,
+            conf=float(rng.choice([0.0, 0.3, 0.5, 0.9, 0.95, 1.0, float("nan")])),
+        )
         docs.append(dataclasses.replace(d, scores=scores))
     return docs
+
+
+def row_reasons(subjects: list[Document], cfg: PolicyConfig) -> list[str | None]:
+    """What decide_rows (the columnar policy) names for each subject, from its columns; None: kept."""
+    names, first = decide_rows(
+        np.array([d.lang or "und" for d in subjects], dtype=object),
+        np.array([d.lang_confidence for d in subjects], dtype=np.float64),
+        np.array([d.source_tier for d in subjects], dtype=object),
+        {
+            k: np.array([d.scores.get(k, m) for d in subjects], dtype=np.float64)
+            for k, m in missing_values(cfg).items()
+        },
+        cfg,
+    )
+    return [names[i] if i >= 0 else None for i in first]
 
 
 @pytest.mark.parametrize(
     "cfg",
     [
         PolicyConfig(),
-        PolicyConfig(min_quality=0.3, languages=["en", "de", "bg", "und"], lang_confidence={"de": 0.95, "und": 0.0},
-                     drop_curly_brace=True, drop_lorem_ipsum=False, exempt_tiers=["curated"],
-                     unscored_quality="drop", language_exempt_tiers=["code", "books"],
-                     stop_word_languages=["en", "ko"]),
+        PolicyConfig(
+            min_quality=0.3,
+            languages=["en", "de", "bg", "und"],
+            lang_confidence={"de": 0.95, "und": 0.0},
+            drop_curly_brace=True,
+            drop_lorem_ipsum=False,
+            exempt_tiers=["curated"],
+            unscored_quality="drop",
+            language_exempt_tiers=["code", "books"],
+            stop_word_languages=["en", "ko"],
+        ),
     ],
 )
 def test_the_columnar_policy_names_the_reason_decide_names_for_every_row(cfg):
     """decide_rows is what the version step runs; decide is the rule written for one document."""
     subjects = random_subjects(np.random.default_rng(12), 5_000)
-    names, first = decide_rows(
-        np.array([d.lang or "und" for d in subjects], dtype=object),
-        np.array([d.lang_confidence for d in subjects], dtype=np.float64),
-        np.array([d.source_tier for d in subjects], dtype=object),
-        {k: np.array([d.scores.get(k, m) for d in subjects], dtype=np.float64) for k, m in missing_values(cfg).items()},
-        cfg,
-    )
     want = [decide(d, cfg)[0] for d in subjects]
-    assert [names[i] if i >= 0 else None for i in first] == want
+    assert row_reasons(subjects, cfg) == want
     assert len(set(want)) > 10 and want.count(None) > 50, "the rows reach many reasons and both verdicts"
 
 

@@ -78,7 +78,11 @@ def test_training_is_reproducible_and_the_model_separates_the_classes(extracted,
     model = QualityModel(path)
     texts = list(docs(extracted / "b" / "extract"))
     curated = [model.score(d.text) for d in texts if d.source_tier == "curated"]
-    low = [model.score(d.text) for d in texts if d.source_tier == "web" and is_low_quality_web(d.text, d.lang or None)]
+    low = [
+        model.score(d.text)
+        for d in texts
+        if d.source_tier == "web" and is_low_quality_web(d.text, d.lang or None)
+    ]
     assert statistics.mean(curated) > 0.6 > 0.4 > statistics.mean(low)
 
 
@@ -253,7 +257,6 @@ def test_split_groups_keep_translations_and_architectures_together():
     ]
     assert len({split_group(u) for u in same}) == 1 and len({split_group(u) for u in faq}) == 1
     assert split_group(same[0]) != split_group(same[0].replace("apb", "apc"))
-
 
 
 def test_the_tier_recipe_judges_a_page_by_its_own_languages_words(shared_data):

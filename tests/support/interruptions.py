@@ -20,8 +20,17 @@ def last_run(out: Path) -> dict:
 
 
 def assert_resumes_after_interruption(
-    stage: str, step: str, sig: str, rank: int, in_dir: Path, out: Path, uninterrupted: dict, monkeypatch,
-    ranks: int = 2, config: Path | None = None, after_parts: int = 1,
+    stage: str,
+    step: str,
+    sig: str,
+    rank: int,
+    in_dir: Path,
+    out: Path,
+    uninterrupted: dict,
+    monkeypatch,
+    ranks: int = 2,
+    config: Path | None = None,
+    after_parts: int = 1,
 ) -> None:
     """Interrupt ``stage`` after ``after_parts`` completed parts of ``step`` on ``rank`` (``sig``: KILL or
     USR1), rerun it, and check what the rerun redid and what it wrote."""

@@ -17,7 +17,7 @@ from corpus.model.digest import sha256_hex
 from runtime.runner import InputShard, Stage, StageContext, main, raw_input_shard
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ToyConfig:
     drop_word: str = "spam"
     sleep_per_doc: float = 0.0
@@ -38,11 +38,27 @@ class ToyStage(Stage):
             try:
                 rec = json.loads(line)
             except ValueError:
-                yield Quarantined(QuarantineRecord(stage=self.name, reason="bad_json", raw_digest=sha256_hex(line),
-                                                   source=shard.name, input_name=shard.name)), len(line)
+                yield (
+                    Quarantined(
+                        QuarantineRecord(
+                            stage=self.name,
+                            reason="bad_json",
+                            raw_digest=sha256_hex(line),
+                            source=shard.name,
+                            input_name=shard.name,
+                        )
+                    ),
+                    len(line),
+                )
                 continue
-            doc = Document.create(text=rec["text"].strip(), source="toy", source_tier="web", url=rec["url"],
-                                  crawl_date="2026-01-01", raw_digest=sha256_hex(line))
+            doc = Document.create(
+                text=rec["text"].strip(),
+                source="toy",
+                source_tier="web",
+                url=rec["url"],
+                crawl_date="2026-01-01",
+                raw_digest=sha256_hex(line),
+            )
             if self.config.drop_word in doc.text:
                 yield Filtered(doc, "contains_drop_word"), len(line)
             else:

@@ -26,7 +26,8 @@ from corpus.formats.metadata import metadata_table, write_metadata
 from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import file_sha256
 from corpus.select.selection import parse_inline, parse_selection, selection_sql
-from corpus.version import build_age, connect, evaluate, open_version, select_rows
+from corpus.version.open import build_age, open_version
+from corpus.version.query import connect, evaluate, select_rows
 
 #: the scores of a page the default quality policy's Gopher rules pass
 PROSE = {"word_count": 300, "mean_word_length": 5.0, "alpha_word_fraction": 0.95, "stop_word_count": 12}
@@ -63,7 +64,7 @@ def did(n: int) -> str:
 
 def write_candidates(root: Path, build: str, shards: dict[str, list[dict]], base: str | None = None) -> Path:
     """``root/build/candidates``: a manifest listing the base candidates' shards first (through the
-    relative ``base`` link, as :func:`corpus.snapshot.inherit_base` does), then ``shards``, each with
+    relative ``base`` link, as :func:`corpus.snapshot.inherit.inherit_base` does), then ``shards``, each with
     its metadata table and ``.meta.json``."""
     cand = root / build / "candidates"
     (cand / "metadata").mkdir(parents=True)

@@ -13,7 +13,8 @@ import pytest
 from corpus.formats.metadata import metadata_table
 from corpus.model.errors import UserError
 from corpus.select.selection import check_columns, parse_inline, parse_selection
-from corpus.version import ShardRef, assign_buckets
+from corpus.version.buckets import assign_buckets
+from corpus.version.open import StoredShard
 from tests.versions.test_selection import record
 
 
@@ -97,7 +98,10 @@ def test_a_selection_without_buckets_has_the_canonical_form_it_had_before_bucket
         (buckets_toml(("hq", "tokens >= " + "9" * 400)), r"bucket hq: expected an integer within 64 bits"),
         (buckets_toml(("hq", "tokens >= " + "9" * 5000)), r"bucket hq: expected an integer within 64 bits"),
         (buckets_toml(("hq", "tokens >= 9223372036854775808")), r"expected an integer within 64 bits"),
-        (buckets_toml(("hq", "quality >= \u0669\u0660")), r"bucket hq: unexpected '\u0669\u0660' at character 11"),
+        (
+            buckets_toml(("hq", "quality >= \u0669\u0660")),
+            r"bucket hq: unexpected '\u0669\u0660' at character 11",
+        ),
         (
             buckets_toml(("hq", "lang IN (" + ", ".join(["'en'"] * 20_000) + ")")),
             r"bucket hq: the predicate has 120,008 characters, at most 65,536",
@@ -122,7 +126,7 @@ def assign(records: list[dict], tokens: list[int], toml: str, selected: list[boo
     """The buckets of a one-shard table (every document selected unless ``selected`` says otherwise)."""
     con = duckdb.connect()
     con.register("stored", metadata_table(records, "web-00000", tokens))
-    shard = ShardRef("web-00000", "web", len(records), sum(tokens), "", Path("-"), Path("-"))
+    shard = StoredShard("web-00000", "web", len(records), sum(tokens), "", Path("-"), Path("-"))
     bits = np.array(selected if selected is not None else [True] * len(records))
     buckets, match = assign_buckets(con, parse_inline(toml).buckets, (shard,), {shard.name: bits})
     return buckets, buckets.of_doc[shard.name].tolist(), match[shard.name].tolist()

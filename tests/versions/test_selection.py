@@ -11,7 +11,7 @@ import pytest
 from corpus.formats.metadata import metadata_table
 from corpus.model.errors import UserError
 from corpus.select.selection import load_selection, parse_inline, parse_selection
-from corpus.version import select_rows
+from corpus.version.query import select_rows
 
 
 def record(i: int, **kw) -> dict:
@@ -223,15 +223,15 @@ def test_the_canonical_form_ignores_spelling_and_order():
 
 
 def test_an_exact_copys_origin_keeps_the_stored_document_when_the_keepers_origin_is_excluded():
-    from corpus.model import Document
     from corpus.select.provenance import copy_record
+    from tests.documents import make_doc
 
     recs = [record(i, url=f"https://keeper{i}.example.org/p", crawl_date="2026-05-01") for i in range(4)]
     for r in recs[:2]:  # exact dedup kept these for their copies (then a later stage changed their text)
-        r["annotations"] = [{"stage": "exact_dedup", "name": "keeper_id", "value": f"kept-{r['doc_id']}",
-                             "verdict": "info"}]
-    copy = Document.create(text="t", source="mirror", source_tier="web", url="https://mirror.example.net/p",
-                           crawl_date="2026-01-15", raw_digest="0" * 64)
+        r["annotations"] = [
+            {"stage": "exact_dedup", "name": "keeper_id", "value": f"kept-{r['doc_id']}", "verdict": "info"}
+        ]
+    copy = make_doc("t", source="mirror", url="https://mirror.example.net/p", crawl_date="2026-01-15")
     copies = pa.Table.from_pylist([copy_record(copy, f"kept-{r['doc_id']}") for r in recs[:2]])
     table = metadata_table(recs, "web-00000", [10] * len(recs))
 
@@ -239,13 +239,23 @@ def test_an_exact_copys_origin_keeps_the_stored_document_when_the_keepers_origin
         con = duckdb.connect()
         con.register("stored", table)
         con.register("copy_rows", copies)  # as connect() reads copies/: crawl_date a DATE
-        con.execute("CREATE VIEW copies AS SELECT * REPLACE (CAST(crawl_date AS DATE) AS crawl_date) FROM copy_rows")
+        con.execute(
+            "CREATE VIEW copies AS SELECT * REPLACE (CAST(crawl_date AS DATE) AS crawl_date) FROM copy_rows"
+        )
         return select_rows(con, parse_inline(selection_toml), {"web-00000": len(recs)})["web-00000"].tolist()
 
     assert run_with_copies('exclude_hosts = ["keeper0.example.org", "keeper2.example.org"]') == [
-        True, True, False, True]
+        True,
+        True,
+        False,
+        True,
+    ]
     assert run_with_copies('exclude_hosts = ["keeper0.example.org", "mirror.example.net"]') == [
-        False, True, True, True]
+        False,
+        True,
+        True,
+        True,
+    ]
     # a cutoff before the keeper's date: the earlier copy vouches for documents 0 and 1
     assert run_with_copies('crawl_date_max = "2026-02-01"') == [True, True, False, False]
     # every rule must hold for one origin: the copy is early enough but its source is excluded

@@ -1,0 +1,248 @@
+"""Opening a version: its manifest checked against its id and its build, its shards and its bitmaps.
+
+A version directory holds ``manifest.json`` (``corpus-version/1``) and one bitmap per shard (bit i,
+little-endian within each byte: document i selected). It points at its build's snapshot and refuses to
+open when a shard there no longer has the digests it was selected from; a build's own snapshot is the
+version that selects everything. What the loader reads: numpy only, never DuckDB nor pyarrow (a test
+checks the loader's import closure). See docs/versions.md ("Versions").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from corpus.model import SnapshotManifest
+from corpus.model.digest import json_digest, sha256_hex
+from corpus.model.errors import UserError
+from corpus.model.layout import BASE_CANDIDATES, MANIFEST, SNAPSHOT_DIR
+
+VERSION_FORMAT = "corpus-version/1"
+SELECTION_DIR = "selection"
+BITS_SUFFIX = ".bits"
+
+
+def pack_bits(selected: np.ndarray) -> bytes:
+    return np.packbits(np.asarray(selected, dtype=bool), bitorder="little").tobytes()
+
+
+def unpack_bits(data: bytes, n: int) -> np.ndarray:
+    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), count=n, bitorder="little")
+    if bits.shape[0] != n:
+        raise ValueError(f"bitmap holds {len(data) * 8} bits, the shard has {n} documents")
+    return bits.astype(bool)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(
+            f"{path.parent} is neither a build, a snapshot nor a version (no {path.name})"
+        ) from None
+    except ValueError as e:
+        raise UserError(f"{path}: not JSON: {e}") from None
+
+
+@dataclass(frozen=True)
+class StoredShard:
+    """One shard as a table reader needs it."""
+
+    name: str
+    bucket: str
+    docs: int
+    tokens: int
+    sha256: str
+    metadata: Path
+    meta: Path
+    #: how many builds back the shard was stored (:func:`build_age`; 0: the build's own shard)
+    age: int = 0
+
+    @property
+    def metadata_sha256(self) -> str:
+        """From the shard's ``.meta.json`` (written by write_shards, vouched for by the manifest)."""
+        return json.loads(self.meta.read_text())["metadata_sha256"]
+
+
+@dataclass(frozen=True)
+class Version:
+    """An opened build snapshot or version: the base snapshot, its shards, and the selection bits
+    (``None`` for the base itself, which selects everything)."""
+
+    base_dir: Path
+    base: SnapshotManifest
+    shards: tuple[StoredShard, ...]
+    manifest: dict[str, Any] | None = None
+    dir: Path | None = None
+
+    @property
+    def snapshot_id(self) -> str:
+        return self.manifest["snapshot_id"] if self.manifest else self.base.snapshot_id
+
+    @property
+    def tombstones(self) -> dict[str, dict[str, Any]]:
+        """Shards physically deleted since the build, by name: their files may be gone."""
+        return {t["name"]: t for t in (self.manifest or {}).get("tombstones", [])}
+
+    @property
+    def live_shards(self) -> tuple[StoredShard, ...]:
+        """The shards whose files are still there (not tombstoned)."""
+        return tuple(s for s in self.shards if s.name not in self.tombstones)
+
+    @property
+    def bucket_names(self) -> tuple[str, ...]:
+        """The buckets by predicate the version defines, in order; none: the build's physical buckets."""
+        return tuple(b["name"] for b in (self.manifest or {}).get("buckets", []))
+
+    def _entry(self, name: str) -> dict[str, Any]:
+        return next(s for s in self.manifest["shards"] if s["name"] == name)
+
+    def _bitmap(self, shard: StoredShard, entry: dict[str, Any], what: str) -> np.ndarray:
+        data = (self.dir / entry["bitmap"]).read_bytes()
+        if sha256_hex(data) != entry["bitmap_sha256"]:
+            raise UserError(f"version {self.dir}: bitmap of {what} does not match its digest")
+        return unpack_bits(data, shard.docs)
+
+    def selected(self, shard: StoredShard) -> np.ndarray:
+        if self.manifest is None:
+            return np.ones(shard.docs, dtype=bool)
+        if shard.name in self.tombstones:
+            return np.zeros(shard.docs, dtype=bool)
+        return self._bitmap(shard, self._entry(shard.name), f"shard {shard.name}")
+
+    def bucket_selected(self, shard: StoredShard, bucket: str) -> np.ndarray:
+        """The selected documents of ``shard`` in predicate bucket ``bucket`` (one bool per document)."""
+        if shard.name in self.tombstones:
+            return np.zeros(shard.docs, dtype=bool)
+        entry = self._entry(shard.name)["buckets"][bucket]
+        return self._bitmap(shard, entry, f"shard {shard.name} bucket {bucket}")
+
+    def bucket_counts(self) -> Iterator[tuple[StoredShard, str, int, int]]:
+        """(shard, bucket, docs, tokens) of every (shard, predicate bucket) pair, shard-major, buckets in
+        the order defined (empty pairs included), as the manifest records them."""
+        by_name = {s["name"]: s for s in self.manifest["shards"]}
+        for s in self.shards:
+            for b in self.bucket_names:
+                c = by_name[s.name]["buckets"][b]
+                yield s, b, c["docs"], c["tokens"]
+
+    def selected_counts(self) -> Iterator[tuple[StoredShard, int, int]]:
+        """(shard, selected docs, selected tokens) as the manifest records them."""
+        if self.manifest is None:
+            for s in self.shards:
+                yield s, s.docs, s.tokens
+            return
+        by_name = {s["name"]: s for s in self.manifest["shards"]}
+        for s in self.shards:
+            yield s, by_name[s.name]["selected_docs"], by_name[s.name]["selected_tokens"]
+
+
+def build_age(path: str) -> int:
+    """How many builds back a shard of a candidates (or snapshot) manifest was stored: the number of
+    leading ``base/`` components of its listed path (a delta's candidates list its base's shards through
+    their ``base`` link, a base's base's through ``base/base/``: :func:`corpus.snapshot.inherit.inherit_base`).
+    0 for the build's own shards, so every shard of a full build. A fact of the manifest (its relative
+    paths, which its id digests), never of where the builds lie."""
+    parts = PurePosixPath(path).parts
+    age = 0
+    while age < len(parts) - 1 and parts[age] == BASE_CANDIDATES:
+        age += 1
+    return age
+
+
+def _shard_refs(snap_dir: Path, m: SnapshotManifest) -> tuple[StoredShard, ...]:
+    refs = []
+    for s in m.shards:
+        name = Path(s.path).name.removesuffix(".bin")
+        if "metadata" not in s.files:
+            raise UserError(
+                f"snapshot {m.snapshot_id} has no metadata table (shard {name}): it was built before "
+                f"write_shards wrote one; rebuild it to query or select from it"
+            )
+        refs.append(
+            StoredShard(
+                name,
+                s.bucket,
+                s.docs,
+                s.tokens,
+                s.sha256,
+                snap_dir / s.files["metadata"],
+                snap_dir / s.files["meta"],
+                build_age(s.path),
+            )
+        )
+    return tuple(refs)
+
+
+def is_version(ref: Path) -> bool:
+    """Whether ``ref`` is a version directory (or its manifest), as ``corpus version`` writes them, or
+    a build directory (whose ``snapshot/`` is its default version)."""
+    ref = Path(ref)
+    paths = [ref] if ref.name == MANIFEST else [ref / MANIFEST, ref / SNAPSHOT_DIR / MANIFEST]
+    for path in paths:
+        if path.is_file():
+            try:
+                return json.loads(path.read_text()).get("format") == VERSION_FORMAT
+            except (OSError, ValueError, AttributeError):
+                return False
+    return False
+
+
+def open_version(ref: Path) -> Version:
+    """A build directory (its ``snapshot/``), a snapshot directory or a version directory."""
+    ref = Path(ref)
+    for candidate in (ref / MANIFEST, ref / SNAPSHOT_DIR / MANIFEST):
+        if candidate.is_file():
+            data = _read_json(candidate)
+            break
+    else:
+        raise UserError(f"{ref} is neither a build, a snapshot nor a version (no {MANIFEST})")
+    if data.get("format") == VERSION_FORMAT:
+        vdir = candidate.parent
+        digested = {k: v for k, v in data.items() if k not in ("snapshot_id", "run_info")}
+        if json_digest(digested) != data.get("snapshot_id"):
+            raise UserError(f"version {vdir}: manifest does not match its id {data.get('snapshot_id')}")
+        base_dir = Path(data["run_info"]["base"])
+        if not base_dir.is_absolute():
+            base_dir = (vdir / base_dir).resolve()
+        if not (base_dir / MANIFEST).is_file():
+            raise UserError(f"version {vdir}: its build's snapshot is not at {base_dir} (moved or deleted)")
+        base = _open_base(base_dir)
+        refs = _shard_refs(base_dir, base)
+        _check_shards(vdir, data, refs)
+        if base.snapshot_id != data["base_snapshot_id"]:
+            raise UserError(
+                f"version {vdir}: its build at {base_dir} has changed (snapshot {base.snapshot_id}, "
+                f"the version was made from {data['base_snapshot_id']})"
+            )
+        return Version(base_dir, base, refs, data, vdir)
+    base = _open_base(candidate.parent)
+    return Version(candidate.parent, base, _shard_refs(candidate.parent, base))
+
+
+def _open_base(snap_dir: Path) -> SnapshotManifest:
+    try:
+        return SnapshotManifest.from_dict(_read_json(snap_dir / MANIFEST))
+    except (KeyError, ValueError) as e:
+        raise UserError(f"{snap_dir / MANIFEST}: {e}") from None
+
+
+def _check_shards(vdir: Path, data: dict[str, Any], refs: tuple[StoredShard, ...]) -> None:
+    """Refuse a version whose build's shards are not the ones it selected from (moved or changed)."""
+    have = {r.name: r for r in refs}
+    gone = {t["name"] for t in data.get("tombstones", [])}
+    for s in data["shards"]:
+        if s["name"] in gone:
+            continue
+        r = have.get(s["name"])
+        if r is None:
+            raise UserError(f"version {vdir}: shard {s['name']} is not in its build any more")
+        if (r.sha256, r.metadata_sha256) != (s["sha256"], s["metadata_sha256"]):
+            raise UserError(f"version {vdir}: shard {s['name']} of its build has changed (digests differ)")
+        if not r.metadata.is_file():
+            raise UserError(f"version {vdir}: shard {s['name']}'s metadata {r.metadata} is missing")

@@ -1,0 +1,41 @@
+"""The ingest stage's configuration (``[ingest]``): docs/ingest-and-filters.md, "ingest"."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from corpus.code.rules import build_rules
+from corpus.text.sources import UNDECLARED_CHOICES, parse_source_tables
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestConfig:
+    sources: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # [[ingest.sources]] match/name/tier/license/date
+    holdout_modulus: int = 1000  # hash(normalized url) % modulus == 0 -> eval holdout; 0 disables
+    holdout_tiers: list[str] = field(default_factory=lambda: ["web", "known_good_web"])
+    collapse_recrawls: bool = True
+    max_record_bytes: int = 64 << 20  # WARC records declared larger are quarantined (digested, never held)
+    max_decoded_bytes: int = 2_000_000  # a Content-Encoded page decoding to more is quarantined
+    #: a JSONL/text file neither [[ingest.sources]] nor a corpus-sources.toml declares: tier "web" (the
+    #: default: trust is declared, never inferred from a format), "curated", or "refuse"
+    undeclared_files: str = "web"
+    # -- code repositories (corpus.code, docs/code.md) --
+    #: the team's file rules (tables: reason, path, min_bytes, header, line statistics), checked first
+    code_rules: list[dict[str, Any]] = field(default_factory=list)
+    code_builtin_rules: bool = True  # then corpus.code.rules.BUILTIN_RULES
+    max_file_bytes: int = 1_000_000  # a repository file over this is rejected as too_large, never read
+    max_doc_tokens: int = 32_768  # a repository's document holds whole files up to this estimate
+    bytes_per_token: float = 3.0  # the estimate: UTF-8 bytes / this (GPT-NeoX on the shared code: 3.1-3.5)
+
+    def __post_init__(self) -> None:
+        parse_source_tables(self.sources)  # a ValueError here is reported as a config error
+        build_rules(self.code_rules, self.code_builtin_rules)
+        if self.max_file_bytes <= 0 or self.max_doc_tokens <= 0 or self.bytes_per_token <= 0:
+            raise ValueError("max_file_bytes, max_doc_tokens and bytes_per_token must be positive")
+        if self.max_decoded_bytes <= 0:
+            raise ValueError("max_decoded_bytes must be positive")
+        if self.undeclared_files not in UNDECLARED_CHOICES:
+            raise ValueError(f"undeclared_files must be one of {', '.join(UNDECLARED_CHOICES)}")
