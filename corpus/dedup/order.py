@@ -27,14 +27,17 @@ def exact_keeper_key(doc: Document) -> tuple[int, str, str]:
     return (source_rank(doc.source_tier), crawl_date_of(doc), doc.doc_id)
 
 
+def representative_fields(
+    tier: str, quality: float, crawl_date: str, doc_id: str
+) -> tuple[int, float, str, str]:
+    """Near duplicates: most trusted tier, then highest quality score, then earliest crawl date, then
+    doc_id; from the fields alone, so a table row (``corpus.formats.metadata``) has the same key."""
+    return (source_rank(tier), -float(quality), crawl_date[:10] if crawl_date else UNDATED, doc_id)
+
+
 def representative_key(doc: Document) -> tuple[int, float, str, str]:
-    """Near duplicates: most trusted tier, then highest quality score, then earliest crawl date, then doc_id."""
-    return (
-        source_rank(doc.source_tier),
-        -float(doc.scores.get("quality", 0.0)),
-        crawl_date_of(doc),
-        doc.doc_id,
-    )
+    """:func:`representative_fields` of a document."""
+    return representative_fields(doc.source_tier, doc.scores.get("quality", 0.0), doc.crawl_date, doc.doc_id)
 
 
 def doc_id_bytes(doc_id: str) -> bytes:
@@ -66,7 +69,12 @@ def _sortable_float(x: float) -> bytes:
 
 def encode_representative_key(doc: Document) -> bytes:
     """``representative_key`` as 1 + 8 + 10 + 16 bytes; byte order = key order."""
-    rank, neg_quality, date, doc_id = representative_key(doc)
+    return encode_representative(representative_key(doc))
+
+
+def encode_representative(key: tuple[int, float, str, str]) -> bytes:
+    """A representative key (:func:`representative_fields`) as 1 + 8 + 10 + 16 bytes; byte order = key order."""
+    rank, neg_quality, date, doc_id = key
     return (
         bytes([rank])
         + _sortable_float(neg_quality)

@@ -19,8 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from corpus.decont.report import ITEM_PREFIX, RUN_PREFIX
-from corpus.dedup.order import encode_representative_key
-from corpus.model import Document
+from corpus.dedup.order import encode_representative, representative_fields
 from corpus.model.tiers import source_rank
 from corpus.select.licences import licence_class
 from corpus.select.provenance import crawl_day, host_of
@@ -115,16 +114,11 @@ def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) ->
     copies, keeper_id = _copies(notes)
     repo_cluster, repo_size, repo_rank = _repo_cluster(notes)
     date = record.get("crawl_date") or ""
-    doc = Document(
-        doc_id=record["doc_id"],
-        source=record.get("source", ""),
-        source_tier=record.get("source_tier", ""),
-        url="",
-        crawl_date=date,
-        raw_digest="",
-        text_digest="",
-        text="",
-        scores=record.get("scores") or {},
+    representative = representative_fields(
+        record.get("source_tier", ""),
+        (record.get("scores") or {}).get("quality", 0.0),
+        date,
+        record["doc_id"],
     )
     return {
         "doc_id": record["doc_id"],
@@ -146,7 +140,7 @@ def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) ->
         "dup_of": record.get("dup_of", ""),
         # minhash_dedup's representative order (tier, quality descending, date, doc_id) as hex of its
         # byte encoding, whose text order is the key order: the smallest key of a cluster is its pick
-        "representative_key": encode_representative_key(doc).hex(),
+        "representative_key": encode_representative(representative).hex(),
         "repo_cluster_id": repo_cluster,
         "repo_cluster_size": repo_size,
         "repo_rank": repo_rank,
