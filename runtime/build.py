@@ -41,6 +41,7 @@ from corpus.model import ShardRef, SnapshotManifest, StageManifest
 from corpus.model.config import ConfigError, check_build_config, load_config_file
 from corpus.model.digest import file_sha256
 from corpus.model.errors import UserError
+from corpus.model.facts import DedupFacts, StageFacts
 from corpus.model.layout import (
     CANDIDATES_DIR,
     INDEX_RECORDS,
@@ -56,7 +57,7 @@ from corpus.model.layout import (
 from corpus.model.manifest import read_stage_manifest, require_stage_manifest
 from corpus.model.stages import PIPELINE, check_stage_name
 from corpus.select.selection import Selection, parse_policy
-from corpus.text.normalize import CHAR_NGRAM, NORMALIZATION_VERSION
+from corpus.text.normalize import CHAR_NGRAM
 
 
 def mpiexec_path() -> str:
@@ -107,7 +108,7 @@ def band_index_params(minhash: StageManifest) -> dict[str, Any]:
         seed=c["seed"],
         ngram=c["ngram"],
         char_ngram=CHAR_NGRAM,
-        normalization_version=minhash.extra.get("normalization_version", NORMALIZATION_VERSION),
+        normalization_version=DedupFacts.of(minhash).normalization_version,
     )
 
 
@@ -376,7 +377,7 @@ def check_documents_left(m: StageManifest, inputs: list[Path]) -> None:
     if t.docs_out:
         return
     dropped = sorted((t.filtered + t.quarantined).items())
-    skipped = sorted(m.extra.get("skipped_records", {}).items())
+    skipped = sorted((StageFacts.of(m).skipped_records or {}).items())
     why = [f"{m.stage} read {t.docs_in} document(s)"]
     why += [f"dropped {', '.join(f'{r} {n}' for r, n in dropped)}"] if dropped else []
     why += [f"skipped records {', '.join(f'{r} {n}' for r, n in skipped)}"] if skipped else []

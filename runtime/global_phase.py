@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from corpus.formats.docshard import atomic_write_json, iter_docs
+from corpus.formats.docshard import RecordsFile, atomic_write_json, iter_docs
 from corpus.model import Document
 from corpus.model.config import config_hash
 from corpus.model.digest import canonical_json, file_sha256, json_digest
@@ -104,6 +104,7 @@ class PartWriter:
         self.step_dir = step_dir
         self.name = name
         self._files: dict[str, _HashingWriter] = {}
+        self._records: list[RecordsFile] = []
 
     def open(self, suffix: str) -> _HashingWriter:
         """A binary file of this part, hashed while written; it appears under its name on commit."""
@@ -112,6 +113,13 @@ class PartWriter:
         w = _HashingWriter(self.step_dir / f"{self.name}{suffix}")
         self._files[suffix] = w
         return w
+
+    def open_records(self, path: Path) -> RecordsFile:
+        """A side output of this part outside the step directory (a stage's ``index_records``): closed
+        before the part's marker, so a completed part always has it, and removed if the part fails."""
+        records = RecordsFile(path)
+        self._records.append(records)
+        return records
 
     def write_bytes(self, suffix: str, data: bytes) -> None:
         self.open(suffix).write(data)
@@ -126,6 +134,8 @@ class PartWriter:
             files[f"{self.name}{suffix}"] = "sha256:" + w.sha.hexdigest()
         for w in self._files.values():
             os.replace(w.tmp, w.final)
+        for records in self._records:
+            records.close()
         marker = {"key": key_digest, "files": files, "facts": facts}
         atomic_write_json(self.step_dir / f"{self.name}{_MARKER}", marker)
         return Part(step, self.name, files, facts, self.step_dir)
@@ -134,6 +144,8 @@ class PartWriter:
         for w in self._files.values():
             w.file.close()
             w.tmp.unlink(missing_ok=True)
+        for records in self._records:
+            records.abort()
 
 
 def global_phase_key(stage: Any, inputs: Iterable[Unit], **extra: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from corpus.formats.dedup_index import BaseGenerations, IndexMismatch, IndexMixed
+from corpus.decont.holdout import HoldoutFile, HoldoutMissing, build_holdout
 from corpus.formats.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs, read_sidecar
 from corpus.model import (
     Document,
@@ -53,7 +53,6 @@ from corpus.model.digest import canonical_json, file_sha256
 from corpus.model.layout import (
     DOC_OUTPUT_KINDS,
     FILTERED,
-    INDEX_RECORDS,
     QUARANTINE,
     SHARDS,
     STATS,
@@ -65,6 +64,7 @@ from corpus.model.manifest import NotCompleted, read_stage_manifest, require_sta
 from corpus.model.stages import PIPELINE
 from runtime.output_lock import LockHeld, Writer, acquire, release
 from runtime.preemption import PREEMPTED_EXIT, Preempted, any_rank_stopped, install_handlers, stop_requested
+from runtime.side_output import SideOutput
 
 log = logging.getLogger("corpus.stage")
 
@@ -78,18 +78,6 @@ class StageError(RuntimeError):
     def __init__(self, message: str, every_rank: bool = False) -> None:
         super().__init__(message)
         self.every_rank = every_rank
-
-
-def base_generations(stage_directory: Path, kind: str, params: dict[str, Any]) -> BaseGenerations | None:
-    """The base's generations of the build's ``kind`` index, as a stage probes them (None: no build or
-    no index of that kind); other key parameters or a compacted fork end the job on every rank, in one
-    line."""
-    try:
-        return BaseGenerations.of_stage(stage_directory, kind, params)
-    except IndexMismatch as e:
-        raise StageError(f"{e} (a changed dedup parameter means a full rebuild)", every_rank=True) from None
-    except IndexMixed as e:
-        raise StageError(str(e), every_rank=True) from None
 
 
 @dataclass(frozen=True)
@@ -133,6 +121,8 @@ class StageContext:
         self._log = _RankLog(stage_name, self.rank, self.size)
 
         self.work_dir = work_dir(out_dir)
+        #: the side outputs of the shard being processed, by kind (:class:`SideOutput`, set by the runner)
+        self.sides: dict[str, Any] = {}
 
     def say(self, msg: str) -> None:
         """A progress line on stderr: ``HH:MM:SS [stage rRANK/SIZE] msg``."""
@@ -141,6 +131,11 @@ class StageContext:
     def artifact_path(self, kind: str, name: str) -> Path:
         """Where a stage-specific per-shard artifact goes (listed in the manifest's side outputs)."""
         return self.out_dir / kind / name
+
+    def side(self, kind: str) -> Any:
+        """The writer of the shard being processed's ``kind`` side output (a :class:`SideOutput` of
+        the stage)."""
+        return self.sides[kind]
 
 
 def is_value_config(config: type) -> bool:
@@ -165,6 +160,8 @@ class Stage:
     Config: ClassVar[type]
     #: extra side-output directories this stage writes (listed and digested in the manifest)
     artifact_kinds: ClassVar[tuple[str, ...]] = ()
+    #: the per-shard side outputs the runner opens, aborts and closes for this stage
+    side_outputs: ClassVar[tuple[SideOutput, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A stage's Config is a frozen, keyword-only dataclass: a config is a value (hashed into the
@@ -302,6 +299,10 @@ class StageRun:
         t0 = time.monotonic()
         n = 0
         writers = {k: ShardWriter(out / k / f"{shard.name}{SUFFIX}", key) for k in DOC_OUTPUT_KINDS}
+        sides = self.ctx.sides = {
+            s.kind: s.open(self.ctx.artifact_path(s.kind, f"{shard.name}{s.suffix}"))
+            for s in self.stage.side_outputs
+        }
         try:
             for outcome, bytes_in in self.stage.process_shard(shard, self.ctx):
                 check_record_fits(bytes_in, self.ctx.memory_budget_mb, f"a document of shard {shard.name}")
@@ -323,11 +324,12 @@ class StageRun:
                 n += 1
                 self.log.tick(shard.name, n, t0)
         except BaseException:
-            for w in writers.values():
+            for w in [*writers.values(), *sides.values()]:
                 w.abort()
             raise
-        for w in writers.values():
+        for w in [*writers.values(), *sides.values()]:
             w.close()
+        self.ctx.sides = {}
         total = counts.total()
         if not total.reconciles():
             raise StageError(f"{self.stage.name}/{shard.name}: counts do not reconcile: {total.to_dict()}")
@@ -524,14 +526,14 @@ def remove_stale_artifacts(
             p.unlink()
 
 
-def remove_stale_index_records(ctx: StageContext, parts: list[str]) -> None:
-    """On rank 0: drop the ``index_records`` of parts the phase no longer has (another base, other inputs,
-    or none: the stage is not inside a build); a part of this layout keeps its file, which its redo
-    replaces."""
-    d = ctx.out_dir / INDEX_RECORDS
-    for f in sorted(d.iterdir()) if ctx.rank == 0 and d.is_dir() else []:
-        if f.name.split(".")[0] not in parts:
-            f.unlink()
+def eval_holdout(ctx: StageContext) -> list[HoldoutFile]:
+    """The build's stored eval holdout, for a stage that tags the candidates copying it (exact_dedup,
+    minhash_dedup): found where the build layout puts it (:func:`corpus.decont.holdout.build_holdout`);
+    a build whose holdout is not complete ends the job on every rank, in one line."""
+    try:
+        return sorted(build_holdout(ctx.in_paths[0]), key=lambda f: f.name)
+    except HoldoutMissing as e:
+        raise StageError(str(e), every_rank=True) from None
 
 
 #: one record (a document, with its decoded and encoded copies) may take at most this share of the budget

@@ -128,6 +128,26 @@ def test_counts_reconcile_and_nothing_is_lost(tmp_path):
     assert {r["reason"] for r in filtered} == {"contains_drop_word"} and len(filtered) == 12
 
 
+def test_a_side_output_lands_with_its_shard_and_a_failed_shard_leaves_none_of_it(tmp_path):
+    """The runner opens a stage's side outputs before a shard, aborts them when it fails and closes
+    them with its documents: after a failure only the shards that finished have theirs (no temporary
+    file left); the rerun completes them, each listed in the manifest with its records."""
+    inputs = make_inputs(tmp_path / "in", files=3, docs=10)
+    out = tmp_path / "out"
+    failing = write_config(tmp_path / "fail.toml", fail_on="doc 1-4 ")
+    assert run_toy(1, inputs, out, failing, check=False).returncode != 0
+    done = sorted(p.stem for p in (out / "stats").glob("*.json"))
+    assert len(done) < 3 and not [d for d in done if d.startswith("part-1-")], "part-1 failed"
+    landed = sorted(p.name for p in (out / "dropped").iterdir())
+    assert landed == sorted(f"{d}.jsonl.zst{x}" for d in done for x in ("", ".json"))
+    run_toy(1, inputs, out)
+    m = manifest(out)
+    dropped = [s for s in m["side_outputs"] if s["path"].startswith("dropped/")]
+    assert len(dropped) == 3 and not [p for p in (out / "dropped").iterdir() if p.name.startswith(".")]
+    assert sum(s["records"] for s in dropped) == m["totals"]["filtered"]["contains_drop_word"] == 6
+    assert all(d.url for s in dropped for d in iter_docs(out / s["path"]))
+
+
 def test_killed_rank_then_rerun_equals_uninterrupted_run(tmp_path):
     out = tmp_path / "killed"
     inputs, clean, cfg, job = run_clean_then_start_slow(tmp_path, 3, files=6, sleep_per_doc=0.05, out=out)

@@ -19,6 +19,7 @@ import numpy as np
 
 from corpus.dedup.records import DOC_ID_BYTES, REP_KEY_BYTES, SHARD_TAG_BYTES
 from corpus.model import Document
+from corpus.model.annotations import REPO_FILES
 from corpus.model.tiers import source_rank
 from corpus.text.normalize import line_key
 
@@ -100,7 +101,7 @@ def document_files(doc: Document) -> list[tuple[str, str]]:
     # (licence detection, language rules: ~0.1 CPU s of imports) is no part of a dedup rank's start-up
     from corpus.code.repository import FILE_HEADER
 
-    note = doc.annotation("ingest", "repo_files")
+    note = REPO_FILES.of(doc)
     if note is None:
         return [("", doc.text)]
     paths = [f[0] for f in json.loads(note.value)]

@@ -18,6 +18,7 @@ from functools import lru_cache
 from corpus.code.repo_dedup import document_files
 from corpus.code.rules import BUILTIN_RULES, build_rules, judge
 from corpus.model import Document
+from corpus.model.annotations import REPO_FILES
 
 #: language (``corpus.code.language``'s names) -> (line comment prefixes, block comment (open, close) pairs)
 COMMENT_SYNTAX: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = {
@@ -134,6 +135,6 @@ def code_signals(files: list[tuple[str, str, str]]) -> dict[str, float]:
 def document_code_signals(doc: Document) -> dict[str, float]:
     """The ``code_*`` signals of a code document (its files as ingest listed them in ``repo_files``; a
     document without them is one file of no known language)."""
-    note = doc.annotation("ingest", "repo_files")
+    note = REPO_FILES.of(doc)
     langs = {p: lang for p, lang, _ in json.loads(note.value)} if note is not None else {}
     return code_signals([(path, langs.get(path, ""), text) for path, text in document_files(doc)])

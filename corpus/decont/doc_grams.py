@@ -89,6 +89,11 @@ class RowsFile:
         os.replace(self._tmp, self.path)
         atomic_write_json(sidecar_path(self.path), {"sha256": self._sha.hexdigest(), "records": self.records})
 
+    def abort(self) -> None:
+        """A failed shard: the temporary file goes, nothing is renamed."""
+        self._f.close()
+        self._tmp.unlink(missing_ok=True)
+
 
 def read_rows(path: Path, batch: int) -> Iterable[np.ndarray]:
     """A rows file in batches of at most ``batch`` records."""

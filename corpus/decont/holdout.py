@@ -4,10 +4,10 @@ Carved before anything else looks at the data, as a pure function of the normali
 (:func:`normalize_url`, ``stable_hash64``), so every build and every rank carves out the same pages
 and the spellings of one address are held out together; a URL already in normal form keeps its
 verdict across holdout versions. ``extract`` stores the held-out pages extracted and scrubbed (with
-:data:`EXACT_KEY`); ``exact_dedup`` and ``minhash_dedup`` tag the candidates that copy one
-(:data:`EXACT_SCORE`, :data:`NEAR_SCORE`), which the policy's first checks exclude.
-:func:`holdout_files` finds the extracted holdout from any later stage's directory. See
-docs/ingest-and-filters.md ("Eval holdout").
+their exact key, ``HOLDOUT_EXACT_KEY``); ``exact_dedup`` and ``minhash_dedup`` tag the candidates that
+copy one (:data:`EXACT_SCORE`, :data:`NEAR_SCORE`), which the policy's first checks exclude.
+:func:`build_holdout` finds it where the build layout puts it. See docs/ingest-and-filters.md
+("Eval holdout").
 """
 
 from __future__ import annotations
@@ -17,22 +17,22 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from corpus.formats.docshard import SUFFIX
+from corpus.model.annotations import EXTRACT, HOLDOUT_EXACT, HOLDOUT_NEAR
 from corpus.model.digest import stable_hash64
+from corpus.model.layout import build_dir_of_stage, stage_dir
 from corpus.model.manifest import read_stage_manifest
 
 HOLDOUT_SALT = "corpus-eval-holdout/1"
 #: the carving rule: 1 hashed the raw URL, 2 hashes :func:`normalize_url`'s form (same salt)
 HOLDOUT_VERSION = "2"
 #: the stage whose ``holdout/`` artifact is the stored eval holdout (extracted, scrubbed)
-HOLDOUT_STAGE = "extract"
+HOLDOUT_STAGE = EXTRACT
 HOLDOUT_KIND = "holdout"
-#: the annotation (stage ``extract``) of a held-out document that carries its exact-dedup key,
-#: ``"<KEY_VERSION>:<hex>"`` of the extracted text before the PII scrub (what exact_dedup keys on)
-EXACT_KEY = "exact_key"
 #: the scores of a candidate that copies a held-out page: exact (1.0, exact_dedup) and near (the
-#: estimated Jaccard similarity to the closest held-out page, minhash_dedup)
-EXACT_SCORE = "holdout_exact"
-NEAR_SCORE = "holdout_near"
+#: estimated Jaccard similarity to the closest held-out page, minhash_dedup); each also the name of
+#: the annotation that stage writes
+EXACT_SCORE = HOLDOUT_EXACT.name
+NEAR_SCORE = HOLDOUT_NEAR.name
 
 #: query parameters that track a click, not name a page (compared lower-cased); ``utm_*`` too
 TRACKING_PARAMS = frozenset(
@@ -110,25 +110,28 @@ class HoldoutFile:
     records: int
 
 
-def holdout_files(stage_dir: Path) -> list[HoldoutFile]:
-    """The extracted holdout a stage reading ``stage_dir`` compares its candidates with: the
-    ``holdout/`` files of the :data:`HOLDOUT_STAGE` stage, found by following each completed stage's
-    manifest back to the stage its inputs came from (stage directories are siblings, as the runner
-    records them). Empty when the chain does not reach that stage (raw inputs, a test's hand-made stage)."""
-    d, seen = Path(stage_dir), set()
-    while d not in seen:
-        seen.add(d)
-        m = read_stage_manifest(d)
-        if m is None:
-            return []
-        if m.stage == HOLDOUT_STAGE:
-            return [
-                HoldoutFile(Path(ref.path).name[: -len(SUFFIX)], d / ref.path, ref.sha256, ref.records)
-                for ref in m.side_outputs
-                if ref.path.startswith(HOLDOUT_KIND + "/") and ref.path.endswith(SUFFIX)
-            ]
-        previous = {Path(ref.path).parts[0] for ref in m.inputs if len(Path(ref.path).parts) > 1}
-        if len(previous) != 1:
-            return []
-        d = d.parent / previous.pop()
-    return []
+class HoldoutMissing(ValueError):
+    """A build's stage reads candidates, but the build's stored eval holdout is not complete."""
+
+
+def build_holdout(input_dir: Path) -> list[HoldoutFile]:
+    """The stored eval holdout a stage reading ``input_dir`` compares its candidates with: the
+    ``holdout/`` files of the :data:`HOLDOUT_STAGE` stage of the build ``input_dir`` belongs to
+    (``<build>/stages/extract``: where the build layout puts it). Empty for inputs outside a build (a
+    stage run on shards made by hand); :class:`HoldoutMissing` when the build's extract stage is not
+    complete, so a holdout is never passed over silently."""
+    build = build_dir_of_stage(input_dir)
+    if build is None:
+        return []
+    d = stage_dir(build, HOLDOUT_STAGE)
+    m = read_stage_manifest(d)
+    if m is None:
+        raise HoldoutMissing(
+            f"{input_dir} is a stage of build {build}, whose eval holdout ({d}) is not complete: "
+            f"run the build's {HOLDOUT_STAGE} stage first"
+        )
+    return [
+        HoldoutFile(Path(ref.path).name[: -len(SUFFIX)], d / ref.path, ref.sha256, ref.records)
+        for ref in m.side_outputs
+        if ref.path.startswith(HOLDOUT_KIND + "/") and ref.path.endswith(SUFFIX)
+    ]

@@ -14,14 +14,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from corpus.model import Document
+from corpus.model.annotations import CONTAMINATED_ITEM, CONTAMINATED_ITEMS, CONTAMINATED_RUN
 
-STAGE = "decontaminate"
 #: decontaminate's per-shard artifact of the documents it flagged
 FLAGGED = "flagged"
-#: per benchmark: the longest run (verdict fail), the item of that run, every contaminated item
-RUN_PREFIX = "contaminated:"
-ITEM_PREFIX = "contaminated_item:"
-ITEMS_PREFIX = "contaminated_items:"
 REPORT_FORMAT = "corpus-contamination-report/2"
 
 
@@ -35,10 +31,10 @@ def matches_of(doc: Document) -> dict[str, tuple[int, str, list[str]]]:
     annotations of a flagged doc (an annotation of version 4 names one item only)."""
     out: dict[str, tuple[int, str, list[str]]] = {}
     for a in doc.annotations:
-        if a.stage == STAGE and a.name.startswith(RUN_PREFIX):
-            bench = a.name[len(RUN_PREFIX) :]
-            item = doc.annotation(STAGE, ITEM_PREFIX + bench)
-            every = doc.annotation(STAGE, ITEMS_PREFIX + bench)
+        bench = CONTAMINATED_RUN.key_of(a)
+        if bench is not None:
+            item = CONTAMINATED_ITEM.of(doc, bench)
+            every = CONTAMINATED_ITEMS.of(doc, bench)
             best = str(item.value) if item else ""
             items = json.loads(str(every.value)) if every else ([best] if best else [])
             out[bench] = (int(a.value), best, items)

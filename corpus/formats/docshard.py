@@ -79,6 +79,12 @@ class RecordsFile:
         os.replace(self.tmp, self.path)
         atomic_write_json(sidecar_path(self.path), {"records": self.records, "sha256": self.sha.hexdigest()})
 
+    def abort(self) -> None:
+        """A failed part: the temporary file goes (the file in place, an earlier run's, is replaced by the
+        part's redo)."""
+        self.file.close()
+        self.tmp.unlink(missing_ok=True)
+
 
 class _HashingFile(io.RawIOBase):
     """Counts and hashes the compressed bytes as they are written, so the file is read only once."""

@@ -18,8 +18,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from corpus.decont.report import ITEM_PREFIX, RUN_PREFIX
 from corpus.dedup.order import encode_representative, representative_fields
+from corpus.model.annotations import (
+    CONTAMINATED_ITEM,
+    CONTAMINATED_RUN,
+    DECONTAMINATE,
+    EXACT_COPIES,
+    EXACT_DEDUP,
+    EXACT_KEEPER_ID,
+    MINHASH_DEDUP,
+    REPO_CLUSTER,
+    REPO_CLUSTER_SIZE,
+    REPO_RANK,
+)
 from corpus.model.tiers import source_rank
 from corpus.select.licences import licence_class
 from corpus.select.provenance import crawl_day, host_of
@@ -64,18 +75,20 @@ METADATA_SUFFIX = ".parquet"
 ROW_GROUP = 1024
 
 
+def _of_stage(annotations: Iterable[dict[str, Any]], stage: str) -> list[tuple[str, Any]]:
+    """(name, value) of each annotation of ``stage``, in order (one cheap pass: this runs per row)."""
+    return [(a.get("name", ""), a.get("value")) for a in annotations if a.get("stage") == stage]
+
+
 def _contamination(annotations: Iterable[dict[str, Any]]) -> tuple[str | None, int | None, str | None]:
     """The longest contamination run a document carries: (benchmark, run length, item id)."""
+    notes = _of_stage(annotations, DECONTAMINATE)
+    run_prefix, item_prefix = CONTAMINATED_RUN.prefix, CONTAMINATED_ITEM.prefix
+    items = {name[len(item_prefix) :]: str(v) for name, v in notes if name.startswith(item_prefix)}
     best: tuple[str | None, int | None, str | None] = (None, None, None)
-    items: dict[str, str] = {}
-    for a in annotations:
-        name = a.get("name", "")
-        if name.startswith(ITEM_PREFIX):
-            items[name[len(ITEM_PREFIX) :]] = str(a.get("value"))
-    for a in annotations:
-        name = a.get("name", "")
-        if name.startswith(RUN_PREFIX):
-            bench, run = name[len(RUN_PREFIX) :], int(a.get("value") or 0)
+    for name, value in notes:
+        if name.startswith(run_prefix):
+            bench, run = name[len(run_prefix) :], int(value or 0)
             if best[1] is None or (run, bench) > (best[1], best[0] or ""):
                 best = (bench, run, items.get(bench))
     return best
@@ -85,26 +98,19 @@ def _copies(annotations: Iterable[dict[str, Any]]) -> tuple[int, str | None]:
     """How many exact copies the document stands for (exact_dedup's ``copies``; 1 when it had none) and
     the doc_id it had when exact dedup kept it (``keeper_id``: what its copies' records point at; a
     later stage that changes the text gives the document a new doc_id)."""
-    n, keeper = 1, None
-    for a in annotations:
-        if a.get("stage") == "exact_dedup" and a.get("name") == "copies":
-            n = int(a.get("value") or 1)
-        elif a.get("stage") == "exact_dedup" and a.get("name") == "keeper_id":
-            keeper = str(a.get("value"))
-    return n, keeper
+    latest = dict(_of_stage(annotations, EXACT_DEDUP))
+    keeper = str(latest[EXACT_KEEPER_ID.name]) if EXACT_KEEPER_ID.name in latest else None
+    return int(latest.get(EXACT_COPIES.name) or 1), keeper
 
 
 def _repo_cluster(annotations: Iterable[dict[str, Any]]) -> tuple[str | None, int | None, int | None]:
     """A code document's repository cluster (minhash_dedup's ``repo_cluster``, ``repo_cluster_size``,
     ``repo_rank``: 0 is the representative repository), or nulls for a document in none."""
-    found: dict[str, Any] = {}
-    wanted = ("repo_cluster", "repo_cluster_size", "repo_rank")
-    for a in annotations:
-        if a.get("stage") == "minhash_dedup" and a.get("name") in wanted:
-            found[a["name"]] = a.get("value")
-    if "repo_cluster" not in found:
+    latest = dict(_of_stage(annotations, MINHASH_DEDUP))
+    if REPO_CLUSTER.name not in latest:
         return None, None, None
-    return str(found["repo_cluster"]), int(found["repo_cluster_size"]), int(found["repo_rank"])
+    cluster, size, rank = (latest[n.name] for n in (REPO_CLUSTER, REPO_CLUSTER_SIZE, REPO_RANK))
+    return str(cluster), int(size), int(rank)
 
 
 def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) -> dict[str, Any]:

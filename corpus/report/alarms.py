@@ -24,6 +24,7 @@ from typing import Any
 
 from corpus.model.config import ConfigError, stage_config
 from corpus.model.digest import json_digest
+from corpus.model.facts import SnapshotFacts
 from corpus.model.layout import base_build_of
 from corpus.report.build_view import BuildView, open_build
 from corpus.report.skipped import skipped_records
@@ -142,9 +143,8 @@ def own_shards(view: BuildView) -> tuple[StoredShard, ...]:
     """The version's live shards the build stored itself: an incremental build's candidates list the
     base's shards first (``extra.base.shards`` of them), by reference."""
     assert view.version is not None and view.snapshot is not None
-    inherited = {
-        s.name for s in view.version.shards[: int(view.snapshot.extra.get("base", {}).get("shards", 0))]
-    }
+    base = SnapshotFacts.of(view.snapshot).base
+    inherited = {s.name for s in view.version.shards[: base.shards if base is not None else 0]}
     return tuple(s for s in view.version.live_shards if s.name not in inherited)
 
 

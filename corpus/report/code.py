@@ -16,6 +16,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from corpus.model.facts import CodeFilesFacts
 from corpus.report.build_view import BuildView
 from corpus.report.repo_clusters import repository_clusters
 from corpus.report.widgets import html_table, note, number
@@ -27,16 +28,16 @@ BUCKET = "code"
 def code_section(view: BuildView) -> dict[str, Any] | None:
     """The section's numbers; None when ingest read no repository."""
     ingest = view.stage("ingest")
-    files = ingest.extra.get("code_files") if ingest is not None else None
-    if not files or not files.get("repositories"):
+    files = CodeFilesFacts.of(ingest) if ingest is not None else None
+    if files is None:
         return None
     section: dict[str, Any] = {
-        "repositories": files["repositories"],
-        "quarantined_repositories": files["quarantined_repositories"],
-        "kept": files["kept"],
-        "rejected": files["rejected"],
-        "licence_classes": files.get("licence_classes", {}),
-        "licences": files.get("licences", []),
+        "repositories": files.repositories,
+        "quarantined_repositories": files.quarantined_repositories,
+        "kept": files.kept,
+        "rejected": files.rejected,
+        "licence_classes": files.licence_classes,
+        "licences": files.licences,
         "bucket": None,
         "by_class": None,
         "repo_clusters": None,

@@ -16,6 +16,7 @@ from typing import Any
 
 from corpus.formats.docshard import ShardCorrupt
 from corpus.model import GroupCounts, StageManifest
+from corpus.model.facts import SnapshotFacts, StageFacts
 from corpus.report import alarms
 from corpus.report.build_view import BuildView
 from corpus.report.code import code_section
@@ -212,12 +213,12 @@ def holdout(view: BuildView) -> dict[str, Any] | None:
 def contamination(view: BuildView) -> dict[str, Any] | None:
     """The snapshot's per-benchmark contamination report, else what the decontaminate stage recorded."""
     if view.snapshot is not None and view.snapshot_dir is not None:
-        art = view.snapshot.extra.get("artifacts", {}).get("contamination_report")
-        if art and (view.snapshot_dir / art["path"]).is_file():
-            report = json.loads((view.snapshot_dir / art["path"]).read_text())
+        art = SnapshotFacts.of(view.snapshot).contamination_report
+        if art is not None and (view.snapshot_dir / art.path).is_file():
+            report = json.loads((view.snapshot_dir / art.path).read_text())
             flagged = report.pop("flagged_docs", [])
             return {
-                "source": f"snapshot {art['path']}",
+                "source": f"snapshot {art.path}",
                 "report": report,
                 "flagged_docs": len(flagged),
                 "flagged_sample": flagged[:10],
@@ -381,7 +382,7 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
         card["alarms"] = None
     # alarms a stage raised about its own output (e.g. minhash_dedup: a cluster far too large)
     card["stage_alarms"] = {
-        m.stage: [str(a) for a in m.extra["alarms"]] for m in view.stages if m.extra.get("alarms")
+        m.stage: list(facts.alarms) for m in view.stages if (facts := StageFacts.of(m)).alarms
     }
     card["absent"] = absent
     return card

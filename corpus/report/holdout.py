@@ -15,6 +15,7 @@ import duckdb
 
 from corpus.decont.holdout import EXACT_SCORE, NEAR_SCORE
 from corpus.model import StageManifest
+from corpus.model.facts import HoldoutFacts
 
 #: tagged candidates listed on the card, chosen by a hash of the doc_id
 SAMPLE = 5
@@ -49,11 +50,12 @@ def holdout_copies(con: duckdb.DuckDBPyConnection, sample: int = SAMPLE) -> dict
 def holdout_counts(ingest: StageManifest | None, extract: StageManifest | None) -> dict[str, Any] | None:
     """Pages held out (ingest) and stored extracted and scrubbed (extract), pages extraction dropped by
     reason, and the carving rule's version; None when ingest did not record a holdout."""
-    if ingest is None or "holdout_docs" not in ingest.extra:
+    facts = HoldoutFacts.of(ingest, extract)
+    if facts is None:
         return None
     return {
-        "held_out": ingest.extra["holdout_docs"],
-        "carving_version": ingest.extra.get("holdout_version", "1"),
-        "stored": extract.extra.get("holdout_docs") if extract is not None else None,
-        "dropped": extract.extra.get("holdout_dropped", {}) if extract is not None else {},
+        "held_out": facts.held_out,
+        "carving_version": facts.carving_version,
+        "stored": facts.stored,
+        "dropped": facts.dropped,
     }

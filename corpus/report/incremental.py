@@ -24,6 +24,7 @@ import pyarrow as pa
 from corpus.formats import dedup_files, dedup_keys
 from corpus.formats import dedup_index as pi
 from corpus.formats.docshard import iter_records
+from corpus.model.facts import DedupFacts, SnapshotFacts
 from corpus.model.layout import base_build_of, dedup_base_path, dedup_index_dir
 from corpus.model.tiers import source_rank
 from corpus.report.alarms import own_shards
@@ -169,7 +170,7 @@ def incremental_section(view: BuildView) -> dict[str, Any] | None:
     section: dict[str, Any] = {
         "base": str(base_dir.resolve()),
         "base_label": label,
-        "base_docs": view.snapshot.extra.get("base", {}).get("docs") if view.snapshot else None,
+        "base_docs": base.docs if view.snapshot and (base := SnapshotFacts.of(view.snapshot).base) else None,
         "by_source": None,
         "base_duplicates_recorded": None,
         "near_by_source": None,
@@ -190,11 +191,11 @@ def incremental_section(view: BuildView) -> dict[str, Any] | None:
         of_base = {c["doc_id"] for c in copies()} - mine
         docs_in = {source: c.docs_in for source, c in m.yield_counts().by(0).items()}
         section["by_source"] = cross_crawl_duplicates(copies(), mine, base_tiers(view, of_base), docs_in)
-        section["base_duplicates_recorded"] = m.extra.get("index", {}).get("base_duplicates")
+        section["base_duplicates_recorded"] = DedupFacts.of(m).base_duplicates
     m = view.stage("minhash_dedup")
     if m is not None:
         linked = stored_near_copies(view)
-        recorded = m.extra.get("index", {}).get("base_linked_docs")
+        recorded = DedupFacts.of(m).base_linked_docs
         section["base_linked_docs_recorded"] = recorded
         if linked is not None:
             docs_in = {source: c.docs_in for source, c in m.yield_counts().by(0).items()}
@@ -203,7 +204,7 @@ def incremental_section(view: BuildView) -> dict[str, Any] | None:
                 section["near_copies_agree"] = sum(linked.values()) == recorded
     ingest = view.stage("ingest")
     if ingest is not None:
-        section["recrawls_of_base"] = ingest.extra.get("index", {}).get("base_duplicates")
+        section["recrawls_of_base"] = DedupFacts.of(ingest).base_duplicates
     labels = set(json.loads(dedup_base_path(view.build_dir).read_text())["labels"])
     for kind in sorted(dedup_keys.KINDS):
         section["index"][kind] = index_size(dedup_index_dir(view.build_dir, kind), labels)

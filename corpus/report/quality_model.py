@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 import matplotlib
 
+from corpus.model.facts import quality_model_hash
 from corpus.report import plots
 from corpus.report.widgets import html_table, img, mono, note, number
 from corpus.signals.quality import CLASSES, DEFAULT_MODEL, card_path
@@ -92,9 +93,9 @@ def quality_model(view) -> tuple[dict[str, Any] | None, str]:
     """The card's ``quality_model`` section of a :class:`corpus.report.build_view.BuildView` (None,
     with the reason, when no annotate stage recorded a model)."""
     m = view.stage("annotate")
-    if m is None or "quality_model_hash" not in m.extra:
+    recorded = quality_model_hash(m) if m is not None else None
+    if m is None or recorded is None:
         return None, "no annotate stage recorded a quality model"
-    recorded = m.extra["quality_model_hash"]
     configured = (view.build_config.get("annotate") or {}).get("quality_model", "") or ""
     card, where = model_card(recorded, configured, view.build_dir)
     section: dict[str, Any] = {

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from corpus.model import StageManifest
+from corpus.model.facts import StageFacts
 
 
 def skipped_records(m: StageManifest) -> dict[str, Any] | None:
     """``{"records_read", "documents", "skipped", "by_reason": {reason: {"records", "share"}}}`` for a
     stage that tallies skipped records (``extra.skipped_records``), else None; shares in percent of
     the records read (documents + skipped)."""
-    tally = m.extra.get("skipped_records")
+    tally = StageFacts.of(m).skipped_records
     if tally is None:
         return None
     documents = m.yield_counts().total().docs_in

@@ -20,9 +20,8 @@ from typing import Protocol
 import numpy as np
 
 from corpus.model import Annotation
+from corpus.model.annotations import HOLDOUT_EXACT, HOLDOUT_NEAR, POLICY, POLICY_DECISION, AnnotationName
 from corpus.signals.words import STOP_WORD_LANGUAGES
-
-STAGE = "policy"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,11 +153,11 @@ class Check:
 INF = float("inf")
 #: the scope of the checks judged first, on every document whatever its tier or language
 EVERY = "all"
-#: a copy of an eval-holdout page, exact or near (scores of corpus.decont.holdout.EXACT_SCORE and
-#: NEAR_SCORE; a document without them passes): never trained on, whatever the rest of the policy
+#: a copy of an eval-holdout page, exact or near (the scores named as the annotations HOLDOUT_EXACT
+#: and HOLDOUT_NEAR; a document without them passes): never trained on, whatever the rest of the policy
 HOLDOUT_CHECKS: tuple[Check, ...] = (
-    Check("holdout_exact_duplicate", "holdout_exact", -INF, 0.0, EVERY),
-    Check("holdout_near_duplicate", "holdout_near", -INF, 0.0, EVERY),
+    Check("holdout_exact_duplicate", HOLDOUT_EXACT.name, -INF, 0.0, EVERY),
+    Check("holdout_near_duplicate", HOLDOUT_NEAR.name, -INF, 0.0, EVERY),
 )
 
 
@@ -252,9 +251,9 @@ def decide(doc: PolicySubject, cfg: PolicyConfig) -> tuple[str | None, list[Anno
         need = cfg.lang_confidence.get(lang, cfg.min_lang_confidence)
         results.append(("lang_confidence", doc.lang_confidence, doc.lang_confidence >= need))
     judge([c for c in cfg.checks if c.scope != EVERY])
-    failed = [Annotation(STAGE, name, value, "fail") for name, value, ok in results if not ok]
+    failed = [AnnotationName(POLICY, name).note(value, "fail") for name, value, ok in results if not ok]
     reason = failed[0].name if failed else None
-    decision = Annotation(STAGE, "decision", reason or "keep", "fail" if reason else "pass")
+    decision = POLICY_DECISION.note(reason or "keep", "fail" if reason else "pass")
     return reason, [*failed, decision]
 
 

@@ -125,7 +125,7 @@ def assemble(
     doc_index = ws_facts.doc_index
     doc_parts = _link_parts(ws, doc_index, snap, DOC_INDEX_DIR)
     own_tokens = sum(s.tokens for s in shards)  # what decontaminate scanned: this build's documents
-    inherited = inherit_base(build_dir, snap, ws_manifest, tok_info.to_dict())
+    inherited = inherit_base(build_dir, snap, ws_facts.base, tok_info.to_dict())
     if inherited is not None:
         shards = inherited.shards + shards
 
@@ -213,7 +213,7 @@ def assemble(
         },
     }
     if inherited is not None:
-        extra["base"] = inherited.base
+        extra["base"] = inherited.base.to_dict()
         extra["artifacts"][BASE_DOC_INDEX] = {
             "parts": [{**p, "index": k} for k, (parts, _) in enumerate(inherited.doc_indexes) for p in parts],
             "prefix_bits": [bits for _, bits in inherited.doc_indexes],

@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from corpus.model import SnapshotManifest, SnapshotShard, StageManifest
+from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.errors import UserError
+from corpus.model.facts import BaseCandidates, MissingFacts, ShardNumbering, SnapshotFacts
 from corpus.model.layout import BASE_CANDIDATES, MANIFEST, base_build_of, candidates_dir
-from corpus.snapshot.layout import BASE_DOC_INDEX
 
 
 @dataclass(frozen=True)
@@ -26,19 +26,19 @@ class Inherited:
     ``base`` link: the shards (the base's first), the exact copies' provenance files, the
     doc_id indexes (oldest first, each as (parts, prefix bits)) and ``extra.base``."""
 
-    base: dict[str, Any]
+    base: BaseCandidates
     shards: list[SnapshotShard]
     copies: list[dict[str, Any]]
     doc_indexes: list[tuple[list[dict[str, Any]], int]]
 
 
 def inherit_base(
-    build_dir: Path, snap: Path, write_shards: StageManifest, tokenizer: dict[str, Any]
+    build_dir: Path, snap: Path, numbered: ShardNumbering | None, tokenizer: dict[str, Any]
 ) -> Inherited | None:
     """The base candidates of a build made with ``--base`` (found through the build layout), or None;
     links ``snap/base`` to them (relative). Refused in one line when write_shards did not number its
-    shards after these very candidates (its doc_id index would point at other shards) or when the base
-    was tokenized otherwise (one shard list holds one tokenizer's ids)."""
+    shards (``numbered``) after these very candidates (its doc_id index would point at other shards) or
+    when the base was tokenized otherwise (one shard list holds one tokenizer's ids)."""
     found = base_build_of(build_dir)
     if found is None:
         return None
@@ -48,8 +48,11 @@ def inherit_base(
         m = SnapshotManifest.from_dict(json.loads((base_cand / MANIFEST).read_text()))
     except FileNotFoundError:
         raise UserError(f"the build's base {base_dir} has no candidates (moved or deleted?)") from None
-    numbered = write_shards.extra.get("base", {})
-    if m.snapshot_id != label or numbered.get("label") != label or numbered.get("shards") != len(m.shards):
+    if (
+        m.snapshot_id != label
+        or numbered is None
+        or (numbered.label, numbered.shards) != (label, len(m.shards))
+    ):
         raise UserError(
             f"write_shards of {build_dir} did not number its shards after the base candidates {label} "
             f"(found {m.snapshot_id} at {base_cand}): rerun the build from write_shards"
@@ -65,29 +68,23 @@ def inherit_base(
     def moved(path: str) -> str:
         return f"{BASE_CANDIDATES}/{path}"
 
-    def moved_parts(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{**p, "path": moved(p["path"])} for p in parts]
-
-    artifacts = m.extra.get("artifacts", {})
-    earlier = artifacts.get(BASE_DOC_INDEX)
-    doc_indexes = []
-    if earlier is not None:
-        for k, bits in enumerate(earlier["prefix_bits"]):
-            parts = [
-                {q: v for q, v in p.items() if q != "index"} for p in earlier["parts"] if p["index"] == k
-            ]
-            doc_indexes.append((moved_parts(parts), bits))
-    doc_indexes.append((moved_parts(artifacts["doc_index"]["parts"]), artifacts["doc_index"]["prefix_bits"]))
+    facts = SnapshotFacts.of(m)
+    try:
+        base = BaseCandidates.of(m)
+        doc_indexes = [
+            (
+                [{**ref.to_dict(), "path": moved(ref.path), "docs": n} for ref, n in index.parts],
+                index.prefix_bits,
+            )
+            for index in facts.doc_indexes()
+        ]
+    except MissingFacts as e:
+        raise UserError(f"the build's base {base_dir}: {e}") from None
     return Inherited(
-        base={
-            "snapshot_id": label,
-            "shards": len(m.shards),
-            "docs": m.extra["docs"],
-            "tokens": m.extra["tokens"],
-        },
+        base=base,
         shards=[
             replace(s, path=moved(s.path), files={r: moved(f) for r, f in s.files.items()}) for s in m.shards
         ],
-        copies=moved_parts(artifacts.get("copies", {}).get("parts", [])),
+        copies=[{**c.to_dict(), "path": moved(c.path)} for c in facts.copies],
         doc_indexes=doc_indexes,
     )

@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from corpus.decont.doc_grams import DOC_GRAM_INDEX, DocGramIndex
+from corpus.decont.doc_grams import DocGramIndex
 from corpus.formats.doc_index import PartitionedDocIndex
 from corpus.formats.megatron import read_index
 from corpus.model import SnapshotManifest
 from corpus.model.errors import UserError
+from corpus.model.facts import PartitionedIndex, SnapshotFacts
 from corpus.model.layout import MANIFEST
-from corpus.snapshot.layout import BASE_DOC_INDEX, REPORT
+from corpus.snapshot.layout import REPORT
 from corpus.version.open import is_version, open_version
 
 SNAPSHOTS_ENV = "CORPUS_SNAPSHOTS"
@@ -169,25 +170,22 @@ class Snapshot:
 
     def doc_index(self) -> PartitionedDocIndex:
         """The doc_id index of the documents this build stored (a delta's new ones only)."""
-        art = self.manifest.extra["artifacts"]["doc_index"]
-        return PartitionedDocIndex([self.dir / p["path"] for p in art["parts"]], art["prefix_bits"])
+        return self._opened(SnapshotFacts.of(self.manifest).doc_indexes()[-1])
 
     def doc_indexes(self) -> list[PartitionedDocIndex]:
         """Every doc_id index the shard list is addressed by: the inherited ones (oldest first), then
         this build's. Their shard numbers are places in this manifest's shard list."""
-        earlier = self.manifest.extra["artifacts"].get(BASE_DOC_INDEX)
-        indexes = [
-            PartitionedDocIndex([self.dir / p["path"] for p in earlier["parts"] if p["index"] == k], bits)
-            for k, bits in enumerate(earlier["prefix_bits"] if earlier else [])
-        ]
-        return [*indexes, self.doc_index()]
+        return [self._opened(index) for index in SnapshotFacts.of(self.manifest).doc_indexes()]
+
+    def _opened(self, index: PartitionedIndex) -> PartitionedDocIndex:
+        return PartitionedDocIndex([self.dir / ref.path for ref, _ in index.parts], index.prefix_bits)
 
     def doc_gram_index(self) -> tuple[DocGramIndex, dict[str, Any]]:
         """The per-document 8-gram index the build kept (its memory-mapped parts: a check reads the pages
         its binary searches touch) and its listing: ``rule``, ``n``, ``min_run``, ``min_item_words`` (what a
         check after the build applies), ``rows``, ``prefix_bits``, ``parts``. Read from this directory
         only, so a snapshot copied away from its build is checked the same."""
-        art = self.manifest.extra.get("artifacts", {}).get(DOC_GRAM_INDEX)
+        art = SnapshotFacts.of(self.manifest).doc_gram_index
         if art is None:
             version = self.manifest.stage_versions.get("decontaminate", {}).get("version", "?")
             raise UserError(

@@ -19,6 +19,7 @@ from corpus.formats.doc_index import DOC_INDEX_RECORD
 from corpus.formats.megatron import IndexedShard
 from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import file_sha256
+from corpus.model.facts import SnapshotFacts
 from corpus.snapshot.layout import BASE_DOC_INDEX
 from corpus.snapshot.lookup import Snapshot
 
@@ -41,7 +42,7 @@ _RECORD_PARTS = {
 def _artifact_files(m: SnapshotManifest) -> list[tuple[str, str, str, int | None]]:
     """(artifact name, path, sha256, size it must have or None) of every artifact file."""
     files = []
-    for name, art in sorted(m.extra.get("artifacts", {}).items()):
+    for name, art in sorted(SnapshotFacts.of(m).artifacts.items()):
         if "parts" in art:
             itemsize, count = _RECORD_PARTS.get(name, (None, ""))
             for part in art["parts"]:
@@ -116,7 +117,7 @@ def snapshot_problems(
         if size is not None and p.stat().st_size != size:
             problems.append(f"artifact {name} ({rel}): {p.stat().st_size} bytes, the manifest says {size}")
         to_hash.append((p, sha, f"artifact {name} ({rel}): sha256 does not match the manifest"))
-    if "contamination_report" not in m.extra.get("artifacts", {}):
+    if SnapshotFacts.of(m).contamination_report is None:
         problems.append("the snapshot has no contamination report")
     tok = directory / m.tokenizer.get("path", "")
     if not tok.is_file():

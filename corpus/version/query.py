@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from corpus.model.errors import UserError
+from corpus.model.facts import SnapshotFacts
 from corpus.select.policy import PolicyConfig, decide_rows, missing_values
 from corpus.select.provenance import COPY_COLUMNS
 from corpus.select.selection import Selection, check_columns, selection_sql
@@ -33,10 +34,7 @@ def connect(version: Version) -> duckdb.DuckDBPyConnection:
         raise UserError(f"snapshot {version.snapshot_id} has no shards")
     con.read_parquet(files, union_by_name=True).create_view("stored")
     _create_shard_ages(con, {s.name: s.age for s in version.shards})
-    copies = [
-        str(version.base_dir / p["path"])
-        for p in version.base.extra.get("artifacts", {}).get("copies", {}).get("parts", [])
-    ]
+    copies = [str(version.base_dir / c.path) for c in SnapshotFacts.of(version.base).copies]
     if copies:
         con.read_json(copies, format="newline_delimited", columns=COPY_COLUMNS).create_view("copies")
     if version.manifest is None:

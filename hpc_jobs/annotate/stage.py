@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from corpus.code.signals import document_code_signals
-from corpus.model import Annotation, Document, Kept, Outcome
+from corpus.model import Document, Kept, Outcome
+from corpus.model.annotations import LANG, PII, PII_SPANS, QUALITY
 from corpus.model.digest import json_digest
 from corpus.model.tiers import check_tier
 from corpus.signals.heuristics import heuristic_signals, tokenizer_id
@@ -137,13 +138,13 @@ def annotate_document(
         scores["quality"] = quality
     pii = {kind: n for kind, n in scrubbed.counts().items() if kind in pii_kinds}  # unscanned: no value
     scores.update({f"pii_{kind}": float(n) for kind, n in pii.items()})
-    notes = [Annotation("annotate", "lang", guess.lang, "info")]
+    notes = [LANG.note(guess.lang)]
     if quality is not None:
-        notes.append(Annotation("annotate", "quality", quality, "info"))
-    notes += [Annotation("annotate", f"pii_{kind}", n, "info") for kind, n in sorted(pii.items()) if n]
+        notes.append(QUALITY.note(quality))
+    notes += [PII.note(kind, n) for kind, n in sorted(pii.items()) if n]
     if scrubbed.spans:
         spans = [[s.start, s.end, s.kind] for s in scrubbed.spans]
-        notes.append(Annotation("annotate", "pii_spans", json.dumps(spans, separators=(",", ":")), "info"))
+        notes.append(PII_SPANS.note(json.dumps(spans, separators=(",", ":"))))
     return doc.with_text(
         text, lang=guess.lang, lang_confidence=guess.confidence, scores=dict(sorted(scores.items()))
     ).annotate(*notes)

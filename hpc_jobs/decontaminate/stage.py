@@ -35,17 +35,19 @@ from corpus.decont.doc_grams import (
 from corpus.decont.matcher import EvalIndex, best_per_benchmark
 from corpus.decont.ngrams import SCHEME, Grams, normalize_words, word_hashes
 from corpus.decont.registry import EvalRegistry, RegistryError, registry_digest
-from corpus.decont.report import FLAGGED, ITEM_PREFIX, ITEMS_PREFIX, RUN_PREFIX, encode_items
+from corpus.decont.report import FLAGGED, encode_items
 from corpus.decont.rule import DEFAULT_MIN_ITEM_WORDS, DEFAULT_MIN_RUN, RULE, doc_gram_set
-from corpus.formats.docshard import SUFFIX, ShardWriter, iter_docs, read_sidecar
+from corpus.formats.docshard import SUFFIX, iter_docs, read_sidecar
 from corpus.formats.partitions import part_of_hashes, prefix_bits
-from corpus.model import Annotation, Kept, Outcome
+from corpus.model import Kept, Outcome
+from corpus.model.annotations import CONTAMINATED_ITEM, CONTAMINATED_ITEMS, CONTAMINATED_RUN
 from corpus.model.digest import json_digest
 from corpus.model.facts import DecontaminationFacts, FileRef, PartitionedIndex
 from corpus.model.layout import link_file
 from corpus.text.tokenizer import resolve_asset
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
 from runtime.runner import InputShard, Stage, StageContext, StageError, remove_stale_artifacts
+from runtime.side_output import SideOutput
 
 DOC_GRAMS_STEP = "doc_grams"
 #: what version 5 kept besides, the corpus-wide 13-gram index: removed from a stage directory it reruns in
@@ -89,12 +91,11 @@ class Decontaminate(Stage):
     version = "6"  # what each version changed: docs/snapshot.md, "Stage versions"
     Config = DecontaminateConfig
     artifact_kinds = (FLAGGED, DOC_GRAMS)
+    side_outputs = (SideOutput(FLAGGED), SideOutput(DOC_GRAMS, DOC_GRAMS_SUFFIX, RowsFile))
 
     def __init__(self, config: DecontaminateConfig) -> None:
         super().__init__(config)
         self.index: EvalIndex | None = None
-        self._doc_grams: dict[str, RowsFile] = {}
-        self._flagged: dict[str, ShardWriter] = {}
         self._phase: GlobalPhase | None = None
         if config.doc_gram_part_rows < 1:
             raise StageError(
@@ -125,10 +126,7 @@ class Decontaminate(Stage):
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
         index = self._load()
-        flagged = self._flagged[shard.name] = ShardWriter(ctx.artifact_path(FLAGGED, f"{shard.name}{SUFFIX}"))
-        rows = self._doc_grams[shard.name] = RowsFile(
-            ctx.artifact_path(DOC_GRAMS, f"{shard.name}{DOC_GRAMS_SUFFIX}")
-        )
+        flagged, rows = ctx.side(FLAGGED), ctx.side(DOC_GRAMS)
         for doc in iter_docs(shard.path):
             nbytes = len(doc.text.encode("utf-8"))
             # what the rule reads of the document, and all the index keeps
@@ -139,18 +137,12 @@ class Decontaminate(Stage):
                 notes = []
                 for best in best_per_benchmark(matches):
                     items = [m.item_id for m in matches if m.benchmark == best.benchmark]
-                    notes.append(Annotation(self.name, RUN_PREFIX + best.benchmark, best.run, "fail"))
-                    notes.append(Annotation(self.name, ITEM_PREFIX + best.benchmark, best.item_id, "info"))
-                    notes.append(
-                        Annotation(self.name, ITEMS_PREFIX + best.benchmark, encode_items(items), "info")
-                    )
+                    notes.append(CONTAMINATED_RUN.note(best.benchmark, best.run, "fail"))
+                    notes.append(CONTAMINATED_ITEM.note(best.benchmark, best.item_id))
+                    notes.append(CONTAMINATED_ITEMS.note(best.benchmark, encode_items(items)))
                 doc = doc.annotate(*notes)
                 flagged.write_doc(doc)
             yield Kept(doc), nbytes
-
-    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
-        self._doc_grams.pop(shard.name).close()
-        self._flagged.pop(shard.name).close()
 
     # -- the per-document index: a global phase over the shards' records -------------------------------
     def conclude(self, ctx: StageContext, inputs: list[InputShard]) -> str:

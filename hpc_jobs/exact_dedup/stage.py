@@ -21,18 +21,26 @@ from itertools import chain, groupby
 from operator import itemgetter
 from typing import Any
 
-from corpus.decont.holdout import EXACT_KEY, EXACT_SCORE, HOLDOUT_STAGE, HoldoutFile, holdout_files
+from corpus.decont.holdout import EXACT_SCORE, HoldoutFile
 from corpus.dedup.exact_copy import ExactCopy
 from corpus.dedup.order import doc_id_bytes
 from corpus.formats.dedup_index import BaseGenerations
 from corpus.formats.dedup_keys import doc_ids, exact_key_params
-from corpus.formats.docshard import SUFFIX, RecordsFile, ShardWriter, iter_docs
-from corpus.model import Annotation, Document, Filtered, Kept, Outcome
+from corpus.formats.docshard import SUFFIX, iter_docs
+from corpus.model import Document, Filtered, Kept, Outcome
+from corpus.model.annotations import (
+    EXACT_COPIES,
+    EXACT_DUP_OF,
+    EXACT_KEEPER_ID,
+    HOLDOUT_EXACT,
+    HOLDOUT_EXACT_KEY,
+)
 from corpus.model.digest import canonical_json
 from corpus.model.layout import INDEX_RECORDS
 from corpus.select.provenance import copy_record
 from corpus.text.normalize import KEY_VERSION, text_key
 from mpi_kernels.shuffle_bytes import stable_key_hash
+from runtime.against_base import AgainstBase, IndexFacts, first_records, with_base_values
 from runtime.global_phase import (
     GlobalPhase,
     PartWriter,
@@ -46,10 +54,10 @@ from runtime.runner import (
     Stage,
     StageContext,
     StageError,
-    base_generations,
+    eval_holdout,
     remove_stale_artifacts,
-    remove_stale_index_records,
 )
+from runtime.side_output import SideOutput
 
 HOLDOUT_KEYS = "holdout_keys"
 HELD_KEYS_FILE = ".keys"
@@ -57,45 +65,19 @@ GROUPS = "groups"
 DECISIONS = "decisions"
 #: the per-shard provenance of the copies the stage did not store (corpus.select.provenance)
 COPIES = "copies"
-#: a part's records inside a build (``index_records/PART.exact.rec``): the (key, keeper) records of the
-#: groups it decided, for the build's own index generation (EXACT_RECORD rows in key order, a sidecar)
-INDEX_RECORDS_SUFFIX = ".exact.rec"
-#: keys of a part probed against the base at once (with their copies, at most this many records held)
-PROBE_BATCH = 1 << 16
 
 
 def with_base_keepers(
     base: BaseGenerations, p: int, groups: Iterable[tuple[bytes, Iterator[tuple[bytes, bytes]]]]
 ) -> Iterator[tuple[bytes, Iterator[bytes], str | None]]:
-    """Each (key, its payloads, the base keeper's doc_id or None) of part ``p``'s sorted groups. Groups are
-    read ahead until :data:`PROBE_BATCH` records are held, then their keys are probed at once; a group
-    larger than that is probed as soon as the batch is full and the rest of its copies streamed, so a
-    text with millions of copies still costs a batch, not its copies."""
-    held: list[tuple[bytes, list[bytes], Iterator[tuple[bytes, bytes]] | None]] = []
-    n = 0
-
-    def flush() -> Iterator[tuple[bytes, Iterator[bytes], str | None]]:
-        found = base.index.probe_partition(p, [key for key, _, _ in held])
-        keepers = doc_ids(found.values)
-        for i, (key, payloads, rest) in enumerate(held):
-            tail = (pl for _, pl in rest) if rest is not None else ()
-            yield key, chain(payloads, tail), keepers[i] if found.found[i] else None
-
-    for key, group in groups:
-        payloads: list[bytes] = []
-        rest = None
-        for _, payload in group:
-            payloads.append(payload)
-            n += 1
-            if n >= PROBE_BATCH:
-                rest = group  # streamed after the probe, before the next group is read
-                break
-        held.append((key, payloads, rest))
-        if n >= PROBE_BATCH:
-            yield from flush()
-            held, n = [], 0
-    if held:
-        yield from flush()
+    """Each (key, its payloads, the base keeper's doc_id or None) of part ``p``'s sorted groups, probed
+    a batch at a time (:func:`runtime.against_base.with_base_values`); a group larger than a batch has
+    the rest of its copies streamed after the probe."""
+    decided = with_base_values(
+        base, p, first_records(groups), key=itemgetter(0), size=lambda g: len(g[1]), decode=doc_ids
+    )
+    for (key, first, rest), keeper in decided:
+        yield key, chain(first, rest), keeper
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,26 +91,17 @@ class ExactDedupStage(Stage):
     version = "7"
     Config = ExactDedupConfig
     artifact_kinds = (COPIES, INDEX_RECORDS)
+    side_outputs = (SideOutput(COPIES),)
 
     def __init__(self, config: ExactDedupConfig) -> None:
         super().__init__(config)
-        self._copies: dict[str, ShardWriter] = {}
         self._held: list[HoldoutFile] = []
-        self._base: BaseGenerations | None = None
+        self._index: AgainstBase | None = None
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         held = sorted([f.name, f.sha256] for f in self._held)
-        base = self._base
-        index = (
-            {"index": {"partitions": base.partitions, "base": base.digest}} if base and base.probed else {}
-        )
+        index = self._index.phase_key()
         return global_phase_key(self, inputs, normalization=KEY_VERSION, holdout=held, **index)
-
-    def _groups(self, inputs: list[InputShard]) -> list[str]:
-        """The parts of the exchange: one per input shard, or with a base one per index partition."""
-        if self._base is None or not self._base.probed:
-            return [f"g{i:05d}" for i in range(len(inputs))]  # fixed by the data
-        return [f"p{p:05d}" for p in range(self._base.partitions)]  # fixed by the index
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """Three steps: ``holdout_keys`` (each held-out page's key to the part that owns it),
@@ -136,15 +109,15 @@ class ExactDedupStage(Stage):
         whether a held-out page shares the key, and writes their verdicts) and ``decisions`` (each
         verdict to its shard's table)."""
         remove_stale_artifacts(ctx, inputs, COPIES, (SUFFIX, SUFFIX + ".json"))
-        self._held = holdout_files(ctx.in_paths[0])
-        base = self._base = base_generations(ctx.out_dir, "exact", exact_key_params())
-        groups = self._groups(inputs)
-        remove_stale_index_records(ctx, groups)
+        self._held = eval_holdout(ctx)
+        against = self._index = AgainstBase.open(ctx, "exact", exact_key_params())
+        groups = against.parts(len(inputs))
+        against.remove_stale_records(ctx, groups)
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()
-        probed = base is not None and base.probed
-        part_of = base.part_of if probed else (lambda key: stable_key_hash(key) % len(groups))
+        probed = against.probed
+        part_of = against.base.part_of if probed else (lambda key: stable_key_hash(key) % len(groups))
 
         def send_held(f: HoldoutFile) -> Iterator[tuple[int, bytes, bytes]]:
             for doc in iter_docs(f.path):
@@ -173,14 +146,10 @@ class ExactDedupStage(Stage):
             held = self._held_keys(phase, groups[g])
             tagged = 0
             index: Counter = Counter()
-            own = (
-                RecordsFile(ctx.out_dir / INDEX_RECORDS / f"{groups[g]}{INDEX_RECORDS_SUFFIX}")
-                if base
-                else None
-            )
+            own = against.records(writer)
             grouped = groupby(records, key=itemgetter(0))
             if probed:
-                decided = with_base_keepers(base, g, grouped)
+                decided = with_base_keepers(against.base, g, grouped)
             else:
                 decided = ((key, (p for _, p in group), None) for key, group in grouped)
 
@@ -212,11 +181,9 @@ class ExactDedupStage(Stage):
                         yield keeper.shard, str(keeper.ordinal), verdict
 
             write_verdicts(writer, verdicts())
-            if own is not None:
-                own.close()  # before the part's marker: a completed part always has its records
             facts: dict[str, Any] = {"groups_by_size": dict(sizes), "holdout_exact": tagged}
             if probed:
-                facts |= {k: index[k] for k in INDEX_FACTS}
+                facts |= IndexFacts(**index).to_dict()
             return facts
 
         phase.exchange(GROUPS, groups, inputs, send, reduce)
@@ -234,30 +201,25 @@ class ExactDedupStage(Stage):
         return frozenset(data[i : i + 16] for i in range(0, len(data), 16))
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        copies = self._copies[shard.name] = ShardWriter(ctx.artifact_path(COPIES, f"{shard.name}{SUFFIX}"))
+        copies = ctx.side(COPIES)
         for doc, nbytes, verdict in decided_docs(self._phase.root, DECISIONS, shard):
             if verdict is None:
                 yield Kept(doc), nbytes
             elif "dup_of" in verdict:
-                dup = doc.annotate(
-                    Annotation(self.name, "dup_of", verdict["dup_of"], "fail"), dup_of=verdict["dup_of"]
-                )
+                dup = doc.annotate(EXACT_DUP_OF.note(verdict["dup_of"], "fail"), dup_of=verdict["dup_of"])
                 copies.write_line(canonical_json(copy_record(doc, verdict["dup_of"])))
                 yield Filtered(dup, "exact_duplicate"), nbytes
             else:
                 notes = []
                 if "copies" in verdict:
                     notes += [
-                        Annotation(self.name, "copies", verdict["copies"], "pass"),
-                        Annotation(self.name, "keeper_id", doc.doc_id, "info"),  # what copies/ points at
+                        EXACT_COPIES.note(verdict["copies"], "pass"),
+                        EXACT_KEEPER_ID.note(doc.doc_id),  # what copies/ points at
                     ]
                 if verdict.get("holdout") == "exact":
-                    notes.append(Annotation(self.name, EXACT_SCORE, 1.0, "fail"))
+                    notes.append(HOLDOUT_EXACT.note(1.0, "fail"))
                     doc = doc.annotate(scores={**doc.scores, EXACT_SCORE: 1.0})
                 yield Kept(doc.annotate(*notes)), nbytes
-
-    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
-        self._copies.pop(shard.name).close()
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         facts = self._phase.facts
@@ -267,14 +229,12 @@ class ExactDedupStage(Stage):
             "holdout_docs": sum(f.records for f in self._held),
             "holdout_exact": facts["holdout_exact"],
         }
-        if self._base is not None and self._base.probed:
-            extra["index"] = self._base.describe() | {k: facts[k] for k in INDEX_FACTS}
-        return extra
+        return extra | self._index.manifest_index(IndexFacts.of(facts).to_dict())
 
 
 def held_out_key(doc: Document, f: HoldoutFile) -> bytes:
     """The exact key extract stored with a held-out page (of the text before its PII scrub)."""
-    note = doc.annotation(HOLDOUT_STAGE, EXACT_KEY)
+    note = HOLDOUT_EXACT_KEY.of(doc)
     version, _, key = str(note.value if note is not None else "").partition(":")
     if version != KEY_VERSION or len(key) != 32:
         raise StageError(
@@ -282,11 +242,6 @@ def held_out_key(doc: Document, f: HoldoutFile) -> bytes:
             f"(found {note.value if note is not None else 'none'!r}): rerun the extract stage"
         )
     return bytes.fromhex(key)
-
-
-#: what a part reports about the index inside a build: keys the base held, this build's copies of them
-#: (each a duplicate of the base's keeper) and the records of this build's own generation
-INDEX_FACTS = ("base_keys", "base_duplicates", "index_records")
 
 
 def _merge_facts(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
@@ -298,7 +253,7 @@ def _merge_facts(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "holdout_exact": sum(f.get("holdout_exact", 0) for f in per_rank),
     }
     if per_rank and "index_records" in per_rank[0]:
-        merged |= {k: sum(f[k] for f in per_rank) for k in INDEX_FACTS}
+        merged |= IndexFacts.summed(per_rank).to_dict()
     return merged
 
 

@@ -17,9 +17,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from corpus.decont.holdout import EXACT_KEY, HOLDOUT_KIND
-from corpus.formats.docshard import SUFFIX, ShardWriter, iter_docs, read_sidecar
+from corpus.decont.holdout import HOLDOUT_KIND
+from corpus.formats.docshard import SUFFIX, iter_docs, read_sidecar
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
+from corpus.model.annotations import (
+    HOLDOUT_EXACT_KEY,
+    HOLDOUT_PII,
+    INVISIBLE_CHARS_REMOVED,
+    TRUNCATED_HTML_BYTES,
+    UTF8_REPAIRED_CHARS,
+)
 from corpus.model.digest import json_digest
 from corpus.model.manifest import read_stage_manifest
 from corpus.model.tiers import check_tier
@@ -34,6 +41,7 @@ from corpus.text.extract import (
 )
 from corpus.text.normalize import KEY_VERSION, text_key
 from runtime.runner import InputShard, Stage, StageContext, remove_stale_artifacts
+from runtime.side_output import SideOutput
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,12 +84,12 @@ class ExtractStage(Stage):
     version = "5+key" + KEY_VERSION
     Config = ExtractConfig
     artifact_kinds = (HOLDOUT_KIND,)
+    side_outputs = (SideOutput(HOLDOUT_KIND),)
 
     def __init__(self, config: ExtractConfig) -> None:
         super().__init__(config)
         self._worker: ExtractWorker | None = None
         self._held_out: dict[str, tuple[Path, str]] = {}
-        self._holdout: ShardWriter | None = None
 
     def worker(self) -> ExtractWorker:
         if self._worker is None:
@@ -104,19 +112,14 @@ class ExtractStage(Stage):
         return json_digest(sorted([n, sha] for n, (_, sha) in self._held_out.items()))
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        self._holdout = ShardWriter(ctx.artifact_path(HOLDOUT_KIND, f"{shard.name}{SUFFIX}"))
-        try:
-            for doc in iter_docs(shard.path):
-                yield self.process_doc(doc, ctx), len(doc.text.encode("utf-8"))
-            self._extract_holdout(shard.name, ctx)
-        except BaseException:
-            self._holdout.abort()
-            raise
+        for doc in iter_docs(shard.path):
+            yield self.process_doc(doc, ctx), len(doc.text.encode("utf-8"))
+        self._extract_holdout(shard.name, ctx)
 
     def _extract_holdout(self, name: str, ctx: StageContext) -> None:
         """The shard's held-out pages, extracted as the corpus is, scrubbed, to ``holdout/NAME``; the
         pages that give no document are counted by reason in the file's sidecar."""
-        assert self._holdout is not None
+        holdout = ctx.side(HOLDOUT_KIND)
         dropped: Counter = Counter()
         held_out = 0
         if name in self._held_out:
@@ -124,10 +127,10 @@ class ExtractStage(Stage):
                 held_out += 1
                 outcome = self.process_doc(doc, ctx)
                 if isinstance(outcome, Kept):
-                    self._holdout.write_doc(self.scrubbed(outcome.doc, doc))
+                    holdout.write_doc(self.scrubbed(outcome.doc, doc))
                 else:
                     dropped[outcome.reason if isinstance(outcome, Filtered) else outcome.record.reason] += 1
-        self._holdout.sidecar_extra.update({"held_out": held_out, "dropped": dict(sorted(dropped.items()))})
+        holdout.sidecar_extra.update({"held_out": held_out, "dropped": dict(sorted(dropped.items()))})
 
     def scrubbed(self, doc: Document, html: Document) -> Document:
         """A held-out page's extracted ``doc`` as the holdout stores it: PII scrubbed, ``derived_from``
@@ -137,13 +140,9 @@ class ExtractStage(Stage):
         counts = {kind: n for kind, n in s.counts().items() if n}
         out = replace(doc.with_text(s.text), derived_from=html.doc_id)
         return out.annotate(
-            Annotation(self.name, EXACT_KEY, key, "info"),
-            *(Annotation(self.name, f"pii_{kind}", n, "info") for kind, n in sorted(counts.items())),
+            HOLDOUT_EXACT_KEY.note(key),
+            *(HOLDOUT_PII.note(kind, n) for kind, n in sorted(counts.items())),
         )
-
-    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
-        assert self._holdout is not None
-        self._holdout.close()
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         kept = held_out = 0
@@ -183,7 +182,7 @@ class ExtractStage(Stage):
         if doc.content_type == "text/html":
             html, original_bytes = cap_html(doc.text, self.config.max_html_bytes)
             if original_bytes:
-                notes.append(Annotation(self.name, "truncated_html_bytes", original_bytes, "info"))
+                notes.append(TRUNCATED_HTML_BYTES.note(original_bytes))
             result = self.worker().run(html)
             if result.status != "ok":
                 return self.quarantine(doc, _WORKER_REASONS[result.status], result.detail)
@@ -192,7 +191,7 @@ class ExtractStage(Stage):
             text = doc.text
         text, invisible = strip_invisible(text)
         if invisible:
-            notes.append(Annotation(self.name, "invisible_chars_removed", invisible, "info"))
+            notes.append(INVISIBLE_CHARS_REMOVED.note(invisible))
         repaired = repair_replacement_chars(text, self.config.max_replacement_ratio)
         if repaired is None:
             return self.quarantine(
@@ -203,7 +202,7 @@ class ExtractStage(Stage):
             )
         text, replaced = repaired
         if replaced:
-            notes.append(Annotation(self.name, "utf8_repaired_chars", replaced, "info"))
+            notes.append(UTF8_REPAIRED_CHARS.note(replaced))
         text = normalize_text(text)
         if not text.strip():
             return Filtered(doc.annotate(*notes), "no_text_extracted")

@@ -17,16 +17,22 @@ from typing import Any
 from corpus.code.archive import ArchiveError, archive_stem, directory_digest, repository_kind
 from corpus.code.repository import read_repository
 from corpus.code.rules import Rule
-from corpus.model import Annotation, Document, QuarantineRecord
+from corpus.model import Document, QuarantineRecord
+from corpus.model.annotations import (
+    CHARSET_CORRECTED,
+    CHARSET_DETECTED,
+    INGEST,  # the stage's name, which its annotations and quarantine records carry
+    REPO_FILES,
+    REPO_LICENCE,
+    REPO_PART,
+    UNDECODABLE_BYTES,
+)
 from corpus.model.digest import canonical_json, sha256_hex
 from corpus.text.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
 from corpus.text.sources import REPOSITORY, SourceSpec
 from corpus.text.warc import BadRecord, RawRecord, SkippedRecord, decode_page, iter_warc
 from hpc_jobs.ingest.config import IngestConfig
 from runtime.runner import InputShard
-
-#: the stage's name, which its annotations and quarantine records carry
-INGEST = "ingest"
 
 
 @dataclass(frozen=True)
@@ -156,11 +162,9 @@ def repository_items(
                 content_type="text/plain",
                 license_hint=licence.expression,
             ).annotate(
-                Annotation(
-                    INGEST, "repo_files", canonical_json([list(f) for f in rd.files]).decode(), "info"
-                ),
-                Annotation(INGEST, "repo_part", f"{rd.part}/{rd.parts}", "info"),
-                Annotation(INGEST, "repo_licence", how.decode(), "info"),
+                REPO_FILES.note(canonical_json([list(f) for f in rd.files]).decode()),
+                REPO_PART.note(f"{rd.part}/{rd.parts}"),
+                REPO_LICENCE.note(how.decode()),
             )
             yield Item(k, len(data), doc=doc)
     finally:
@@ -181,11 +185,11 @@ def web_doc(rec: RawRecord, spec: SourceSpec) -> Document:
     )
     notes = []
     if page.corrected:  # the declaration contradicted the bytes: say which one was believed
-        notes.append(Annotation(INGEST, "charset_corrected", f"{page.declared}->{page.encoding}", "info"))
+        notes.append(CHARSET_CORRECTED.note(f"{page.declared}->{page.encoding}"))
     elif not page.declared and page.encoding != "utf-8":  # a detector's guess, worth auditing
-        notes.append(Annotation(INGEST, "charset_detected", page.encoding, "info"))
+        notes.append(CHARSET_DETECTED.note(page.encoding))
     if page.undecodable:
-        notes.append(Annotation(INGEST, "undecodable_bytes", page.undecodable, "info"))
+        notes.append(UNDECODABLE_BYTES.note(page.undecodable))
     return doc.annotate(*notes)
 
 
@@ -200,7 +204,7 @@ def curated_doc(rec: CuratedRecord, spec: SourceSpec) -> Document:
         license_hint=rec.license or spec.license,
     )
     if rec.replaced:
-        doc = doc.annotate(Annotation(INGEST, "undecodable_bytes", rec.replaced, "info"))
+        doc = doc.annotate(UNDECODABLE_BYTES.note(rec.replaced))
     return doc
 
 

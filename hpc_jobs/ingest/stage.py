@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from corpus.code.rules import Rule, build_rules
-from corpus.decont.holdout import HOLDOUT_VERSION, in_holdout
-from corpus.formats.dedup_index import BaseGenerations
+from corpus.decont.holdout import HOLDOUT_KIND, HOLDOUT_VERSION, in_holdout
 from corpus.formats.dedup_keys import recrawl_key_params
 from corpus.formats.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar
-from corpus.model import Annotation, Filtered, Kept, Outcome, Quarantined
+from corpus.model import Filtered, Kept, Outcome, Quarantined
+from corpus.model.annotations import RECRAWL_OF_DATE
 from corpus.model.layout import INDEX_RECORDS
 from corpus.text.sources import (
     DECLARATION_FILE,
@@ -39,23 +39,21 @@ from hpc_jobs.ingest.items import INGEST, Item, read_items, repository_dir_shard
 from hpc_jobs.ingest.recrawl import (
     DECISIONS,
     GROUPS,
-    INDEX_FACTS,
     KEYS,
     READER_VERSION,
     collapse,
-    group_names,
     write_keys,
 )
+from runtime.against_base import AgainstBase, IndexFacts
 from runtime.global_phase import GlobalPhase, decisions_of, global_phase_key
 from runtime.runner import (
     InputShard,
     Stage,
     StageContext,
     StageError,
-    base_generations,
     raw_input_shard,
-    remove_stale_index_records,
 )
+from runtime.side_output import SideOutput
 
 
 class IngestStage(Stage):
@@ -63,6 +61,7 @@ class IngestStage(Stage):
     version = "9"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
     Config = IngestConfig
     artifact_kinds = (*PER_INPUT_ARTIFACTS, INDEX_RECORDS)
+    side_outputs = (SideOutput(HOLDOUT_KIND),)
 
     def __init__(self, config: IngestConfig) -> None:
         super().__init__(config)
@@ -70,9 +69,8 @@ class IngestStage(Stage):
         self.rules: list[Rule] = build_rules(config.code_rules, config.code_builtin_rules)
         self._skipped: Counter = Counter()
         self._files: dict[str, Any] | None = None
-        self._holdout: ShardWriter | None = None
         self._formats: dict[Path, str] = {}
-        self._base: BaseGenerations | None = None
+        self._index: AgainstBase | None = None
 
     # -- inputs ------------------------------------------------------------------------------------
     def list_inputs(self, ctx: StageContext) -> list[InputShard]:
@@ -122,17 +120,15 @@ class IngestStage(Stage):
         """The recrawl collapse (:mod:`hpc_jobs.ingest.recrawl`): ``keys`` (map) -> ``groups``
         (exchange; against the base build's recrawl index when there is one) -> ``decisions``. Returns
         the phase's digest, part of every shard's checkpoint key."""
-        base = self._base = base_generations(ctx.out_dir, "recrawl", recrawl_key_params())
-        probed = base is not None and base.probed
-        groups = group_names(base, inputs)
+        against = self._index = AgainstBase.open(ctx, "recrawl", recrawl_key_params())
+        groups = against.parts(len(inputs))
         if ctx.rank == 0:
             remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, PER_INPUT_ARTIFACTS)
-        remove_stale_index_records(ctx, groups)
+        against.remove_stale_records(ctx, groups)
         # what each input was declared as (config or corpus-sources.toml): a changed declaration file
         # changes the documents, so it redoes the stage as a changed config does
         sources = sorted([s.name, asdict(self.spec(s.path))] for s in inputs)
-        index = {"index": {"partitions": base.index.partitions, "base": base.digest}} if probed else {}
-        key = global_phase_key(self, inputs, reader=READER_VERSION, sources=sources, **index)
+        key = global_phase_key(self, inputs, reader=READER_VERSION, sources=sources, **against.phase_key())
         phase = self._phase = GlobalPhase(ctx, key)  # (a barrier: after the removals)
         if phase.complete:
             return phase.reused()
@@ -143,7 +139,7 @@ class IngestStage(Stage):
             lambda shard, w: write_keys(shard, w, self.items(shard) if self._collapses(shard) else ()),
         )
         # 2. groups and decisions
-        facts = collapse(ctx, phase, inputs, groups, base)
+        facts = collapse(ctx, phase, inputs, groups, against)
         return phase.finish({GROUPS: groups, DECISIONS: [s.name for s in inputs]}, facts)
 
     def _collapses(self, shard: InputShard) -> bool:
@@ -154,36 +150,30 @@ class IngestStage(Stage):
         dups = decisions_of(self._phase.root, DECISIONS, shard.name)
         self._skipped = Counter()
         self._files = None
-        self._holdout = ShardWriter(ctx.artifact_path("holdout", f"{shard.name}{SUFFIX}"))
+        holdout = ctx.side(HOLDOUT_KIND)
         read = 0
-        try:
-            for it in self.items(shard):
-                if it.index != read:  # the readers number the records they read from 0: one went missing
-                    raise StageError(f"{self.name}/{shard.name}: record {read} was read but never accounted")
-                read += 1
-                if it.skipped:
-                    self._skipped[it.skipped] += 1
-                else:
-                    yield self.outcome(it, dups), it.bytes_in
-        except BaseException:
-            self._holdout.abort()
-            raise
+        for it in self.items(shard):
+            if it.index != read:  # the readers number the records they read from 0: one went missing
+                raise StageError(f"{self.name}/{shard.name}: record {read} was read but never accounted")
+            read += 1
+            if it.skipped:
+                self._skipped[it.skipped] += 1
+            else:
+                yield self.outcome(it, dups, holdout), it.bytes_in
 
-    def outcome(self, it: Item, dups: dict[str, str]) -> Outcome:
+    def outcome(self, it: Item, dups: dict[str, str], holdout: ShardWriter) -> Outcome:
         """What becomes of one record that is not skipped."""
         if it.bad is not None:
             return Quarantined(it.bad)
         if str(it.index) in dups:
-            doc = it.doc.annotate(Annotation(self.name, "recrawl_of_date", dups[str(it.index)], "fail"))
+            doc = it.doc.annotate(RECRAWL_OF_DATE.note(dups[str(it.index)], "fail"))
             return Filtered(doc, "recrawl_duplicate")
         if in_holdout(it.doc.url, it.doc.source_tier, self.config.holdout_modulus, self.config.holdout_tiers):
-            self._holdout.write_doc(it.doc)
+            holdout.write_doc(it.doc)
             return Filtered(it.doc, "eval_holdout")
         return Kept(it.doc)
 
     def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
-        assert self._holdout is not None
-        self._holdout.close()
         atomic_write_json(
             ctx.artifact_path("skipped", f"{shard.name}.json"), dict(sorted(self._skipped.items()))
         )
@@ -199,7 +189,7 @@ class IngestStage(Stage):
         code = CodeFiles()
         for s in inputs:
             skipped.update(json.loads(ctx.artifact_path("skipped", f"{s.name}.json").read_text()))
-            holdout += read_sidecar(ctx.artifact_path("holdout", f"{s.name}{SUFFIX}"))["records"]
+            holdout += read_sidecar(ctx.artifact_path(HOLDOUT_KIND, f"{s.name}{SUFFIX}"))["records"]
             files = ctx.artifact_path("rejected_files", f"{s.name}.json")
             if files.is_file():
                 code.add(json.loads(files.read_text()))
@@ -210,11 +200,7 @@ class IngestStage(Stage):
             "holdout_version": HOLDOUT_VERSION,
             "recrawl_duplicates": self._phase.facts["duplicates"],
             "sources": {s.name: spec_dict(self.spec(s.path)) for s in inputs},
-        } | (
-            {"index": self._base.describe() | {k: self._phase.facts[k] for k in INDEX_FACTS}}
-            if self._base is not None and self._base.probed
-            else {}
-        )
+        } | self._index.manifest_index(IndexFacts.of(self._phase.facts).to_dict())
 
 
 STAGE = IngestStage

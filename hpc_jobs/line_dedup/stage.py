@@ -25,10 +25,12 @@ import pyarrow as pa
 
 from corpus.formats.docshard import iter_docs
 from corpus.formats.metadata import write_metadata
-from corpus.model import Annotation, Document, Filtered, Kept, Outcome
+from corpus.model import Document, Filtered, Kept, Outcome
+from corpus.model.annotations import BYTES_REMOVED, LINES_REMOVED
 from corpus.text.normalize import KEY_VERSION, line_key
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
 from runtime.runner import InputShard, Stage, StageContext, assign, remove_stale_artifacts
+from runtime.side_output import SideOutput
 
 LINES = "lines"
 REMOVED = "removed_lines"  # artifact: per input shard, the lines removed and how many documents lost each
@@ -99,7 +101,8 @@ class RemovedLines:
     """One shard's removed lines: per key, the documents that lost it and its text as first seen.
     Bounded by the shard's distinct lines, written as the shard's ``removed_lines`` artifact."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self._lines: dict[bytes, list] = {}
 
     def add(self, removed: list[tuple[bytes, str]]) -> None:
@@ -114,7 +117,9 @@ class RemovedLines:
             else:
                 seen[0] += 1
 
-    def write(self, path: Path) -> None:
+    def close(self) -> None:
+        """The table written, in place under its name (the shard is done)."""
+        path = self.path
         keys = sorted(self._lines)
         table = pa.Table.from_arrays(
             [
@@ -128,6 +133,9 @@ class RemovedLines:
         tmp = path.with_name(f".{path.name}.tmp")
         write_metadata(table, tmp)
         tmp.replace(path)
+
+    def abort(self) -> None:
+        """A failed shard: nothing was written (the lines were only held)."""
 
 
 class FrequentLines:
@@ -161,11 +169,11 @@ class LineDedupStage(Stage):
     version = "4"
     Config = LineDedupConfig
     artifact_kinds = (REMOVED,)
+    side_outputs = (SideOutput(REMOVED, ".parquet", RemovedLines),)
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self._frequent: FrequentLines | None = None
-        self._removed = RemovedLines()
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         return global_phase_key(self, inputs, normalization=KEY_VERSION)
@@ -213,13 +221,6 @@ class LineDedupStage(Stage):
             ctx.say(f"{facts['distinct_lines']} distinct lines, {facts['frequent_lines']} frequent")
         return phase.finish({LINES: names}, ctx.comm.bcast(facts, root=0))
 
-    def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        self._removed = RemovedLines()
-        yield from super().process_shard(shard, ctx)
-
-    def finish_shard(self, shard: InputShard, ctx: StageContext) -> None:
-        self._removed.write(ctx.artifact_path(REMOVED, f"{shard.name}.parquet"))
-
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
         assert self._frequent is not None
         if doc.source_tier in self.config.exempt_tiers:
@@ -227,11 +228,11 @@ class LineDedupStage(Stage):
         text, removed = remove_lines(doc.text, self._frequent)
         if not removed:
             return Kept(doc)
-        self._removed.add(removed)
+        ctx.side(REMOVED).add(removed)
         lost = len(doc.text.encode("utf-8")) - len(text.encode("utf-8"))
         notes = (
-            Annotation(self.name, "lines_removed", len(removed)),
-            Annotation(self.name, "bytes_removed", lost),
+            LINES_REMOVED.note(len(removed)),
+            BYTES_REMOVED.note(lost),
         )
         if not text.strip():
             return Filtered(doc.annotate(*notes), "all_lines_frequent")

@@ -14,8 +14,6 @@ import numpy as np
 
 from corpus.dedup.records import BAND_KEY_BYTES, BAND_ROW, BAND_VALUE_ROUTE
 from corpus.formats.dedup_keys import BAND_RECORD
-from corpus.formats.docshard import RecordsFile
-from corpus.model.layout import INDEX_RECORDS
 from hpc_jobs.minhash_dedup.base_links import BASE_KEYS
 from hpc_jobs.minhash_dedup.phase import (
     BAND_RECORDS,
@@ -30,9 +28,6 @@ from hpc_jobs.minhash_dedup.phase import (
 from runtime.global_phase import PartWriter, decisions_of
 from runtime.runner import InputShard
 
-#: a build's own band index records (BAND_RECORD rows, a key once, in key order, with a sidecar)
-INDEX_RECORDS_SUFFIX = ".band.rec"
-
 
 def band_records(run: Run) -> None:
     """Step ``band_records``: every band key of every document, with the document's cluster id (its
@@ -41,7 +36,6 @@ def band_records(run: Run) -> None:
     cluster id of the documents sharing it) as the artifact ``index_records/PART.band.rec``. A later
     build probing the key finds the cluster, and its document joins it."""
     phase, groups = run.phase, run.text.groups
-    out_dir = phase.ctx.out_dir
 
     def send(shard: InputShard) -> Iterator[np.ndarray]:
         part = phase.part(SIGNATURES, shard.name)
@@ -61,7 +55,7 @@ def band_records(run: Run) -> None:
         found = np.empty(0, f"V{BAND_KEY_BYTES}")
         if run.probed:
             found = np.fromfile(phase.part(BUCKETS, groups[g]).path(BASE_KEYS), dtype=found.dtype)
-        own = RecordsFile(out_dir / INDEX_RECORDS / f"{groups[g]}{INDEX_RECORDS_SUFFIX}")
+        own = run.index.records(writer)
         last = None  # the previous batch's last key: its records are written
         for batch in batches:  # sorted by (key, value): a key's first row has its smallest value
             key = np.ascontiguousarray(batch["key"]).view(f"V{BAND_KEY_BYTES}").reshape(-1)
@@ -73,7 +67,6 @@ def band_records(run: Run) -> None:
             rows = np.empty(int(first.sum()), dtype=BAND_RECORD)
             rows["key"], rows["value"] = key[first], batch["value"][first]
             own.write_rows(rows)
-        own.close()  # before the part's marker: a completed part always has its records
         return {"index_records": own.records}
 
     phase.exchange_rows(

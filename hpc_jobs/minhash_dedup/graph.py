@@ -34,6 +34,7 @@ from corpus.dedup.records import (
 )
 from corpus.dedup.verify import verified_roots
 from corpus.model import Annotation
+from corpus.model.annotations import DUP_CLUSTER_SIZE
 from hpc_jobs.minhash_dedup.base_links import (
     BASE_KEYS,
     BASE_NODE_TAG,
@@ -83,7 +84,7 @@ def write_buckets(run: Run, graph: Graph, unit: Any, writer: PartWriter) -> dict
     edges, facts = bucket_star_edges(rows, run.config.bucket_cap)
     facts = {graph.facts + k: v for k, v in facts.items()}
     if graph.text and run.probed:  # edges to the base clusters the keys name
-        edges_to_base, found = base_edges(run.band_base, g, rows)
+        edges_to_base, found = base_edges(run.index.base, g, rows)
         edges = concat([edges, edges_to_base], EDGE)
         writer.open(BASE_KEYS).write(found.tobytes())
         facts["base_keys"] = len(found)
@@ -428,7 +429,10 @@ class MemberSignatures:
 
 def cluster_member(stage: str, verdict: dict[str, Any]) -> tuple[Annotation, dict[str, Any]]:
     """What a member of a text cluster gets from its verdict: an annotation of its cluster's size
-    (failed by every member but the representative) and its cluster's document fields."""
+    (failed by every member but the representative) and its cluster's document fields. ``stage`` is
+    the caller's name, which must be the one :data:`DUP_CLUSTER_SIZE` is written by."""
+    if stage != DUP_CLUSTER_SIZE.stage:
+        raise ValueError(f"stage {stage!r} does not write {DUP_CLUSTER_SIZE}")
     size, dup = verdict["size"], verdict["dup_of"]
-    annotation = Annotation(stage, "dup_cluster_size", size, "fail" if dup else "pass")
+    annotation = DUP_CLUSTER_SIZE.note(size, "fail" if dup else "pass")
     return annotation, {"dup_cluster_id": verdict["cluster"], "dup_cluster_size": size, "dup_of": dup}

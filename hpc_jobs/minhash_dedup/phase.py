@@ -17,8 +17,8 @@ import numpy as np
 from corpus.decont.holdout import HoldoutFile
 from corpus.dedup.candidates import concat
 from corpus.dedup.records import BAND_ROW, shard_numbers
-from corpus.formats.dedup_index import BaseGenerations
 from mpi_kernels.minhash import MinHasher
+from runtime.against_base import AgainstBase
 from runtime.global_phase import GlobalPhase
 from runtime.runner import InputShard
 
@@ -112,15 +112,14 @@ class Run:
     inputs: list[InputShard]  # sorted by name
     held: list[HoldoutFile]  # the eval holdout's files, sorted by name
     held_parts: SignatureParts
-    band_base: BaseGenerations | None  # the base's band index (None: no base)
-    records: bool  # inside a build that keeps indexes: the band index records are written
+    index: AgainstBase  # the build's band index: records written, and the base probed
     text: Graph
     repo: Graph
 
     @property
     def probed(self) -> bool:
         """Whether the run probes a base's band index (a build against a base that has band records)."""
-        return self.band_base is not None and self.band_base.probed
+        return self.index.probed
 
     @property
     def shards(self) -> list[str]:

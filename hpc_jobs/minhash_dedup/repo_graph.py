@@ -27,7 +27,8 @@ from corpus.code.repo_dedup import (
 )
 from corpus.dedup.candidates import part_of_hash
 from corpus.dedup.records import DOC_ID_BYTES, REP_KEY_BYTES, shard_tags, unrouted
-from corpus.model import Annotation, Document
+from corpus.model import Document
+from corpus.model.annotations import REPO_CLUSTER, REPO_CLUSTER_SIZE, REPO_DUP_OF, REPO_RANK
 from corpus.model.digest import canonical_json
 from hpc_jobs.minhash_dedup.phase import (
     REPO_DECISIONS,
@@ -156,15 +157,18 @@ def annotate_repository(doc: Document, stage: str, verdict: dict[str, Any]) -> D
     cluster's representative order, 0 = the representative), ``repo_dup_of`` (the representative's id;
     only on other members), and the scores ``repo_similarity`` (estimated Jaccard of line sets with
     the representative) and ``repo_file_share`` (exact Jaccard of their file hashes). Every member
-    stays a candidate: a version keeps, per cluster, the best-ranked selected repository."""
+    stays a candidate: a version keeps, per cluster, the best-ranked selected repository. ``stage`` is
+    the caller's name, which must be the one these annotations are written by."""
+    if stage != REPO_CLUSTER.stage:
+        raise ValueError(f"stage {stage!r} does not write {REPO_CLUSTER}")
     dup = verdict["dup_of"]
     notes = [
-        Annotation(stage, "repo_cluster", verdict["cluster"], "info"),
-        Annotation(stage, "repo_cluster_size", verdict["size"], "fail" if dup else "pass"),
-        Annotation(stage, "repo_rank", verdict["rank"], "info"),
+        REPO_CLUSTER.note(verdict["cluster"]),
+        REPO_CLUSTER_SIZE.note(verdict["size"], "fail" if dup else "pass"),
+        REPO_RANK.note(verdict["rank"]),
     ]
     if dup:
-        notes.append(Annotation(stage, "repo_dup_of", dup, "info"))
+        notes.append(REPO_DUP_OF.note(dup))
     scores = {
         **doc.scores,
         "repo_file_share": verdict["file_share"],

@@ -108,7 +108,7 @@ def write_signatures(
     passing = (np.array(cells, dtype=np.str_), np.array(text_bytes, dtype=np.int64))
     for suffix, array in zip(PASS_FILES, passing, strict=True):
         np.save(writer.open(suffix), array, allow_pickle=False)
-    part_of = partial(base_partition_of, run.band_base) if run.probed else None
+    part_of = partial(base_partition_of, run.index.base) if run.probed else None
     rows = band_rows(hasher, arrays[0], arrays[2], tag or shard.name, groups, part_of)
     write_band_rows(writer, rows, groups)
     code_docs = code.count if code is not None else 0

@@ -19,15 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from corpus.decont.holdout import NEAR_SCORE, HoldoutFile, holdout_files
+from corpus.decont.holdout import NEAR_SCORE, HoldoutFile
 from corpus.dedup.candidates import part_names
 from corpus.dedup.records import shard_tags
-from corpus.formats.dedup_files import CURRENT
-from corpus.formats.dedup_index import BaseGenerations
 from corpus.formats.dedup_keys import band_key_params
 from corpus.formats.docshard import iter_lines
-from corpus.model import Annotation, Document, Kept, Outcome, Passed, annotated_line
-from corpus.model.layout import INDEX_RECORDS, build_dir_of_stage, dedup_base_path, dedup_index_dir
+from corpus.model import Document, Kept, Outcome, Passed, annotated_line
+from corpus.model.annotations import HOLDOUT_NEAR
+from corpus.model.layout import INDEX_RECORDS
 from corpus.text.normalize import CHAR_NGRAM, NORMALIZATION_VERSION
 from hpc_jobs.minhash_dedup.band_records import band_records
 from hpc_jobs.minhash_dedup.base_links import BASE_NODE_NAME, BASE_NODE_TAG
@@ -63,8 +62,9 @@ from hpc_jobs.minhash_dedup.phase import (
 from hpc_jobs.minhash_dedup.repo_graph import annotate_repository, repo_docs, repositories, repository_files
 from hpc_jobs.minhash_dedup.signatures import holdout_signatures, signatures
 from mpi_kernels.minhash import MinHasher, MinHashParams
+from runtime.against_base import AgainstBase
 from runtime.global_phase import GlobalPhase, decisions_of, global_phase_key
-from runtime.runner import InputShard, Stage, StageContext, base_generations, remove_stale_index_records
+from runtime.runner import InputShard, Stage, StageContext, eval_holdout
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +121,7 @@ def phase_steps(run: Run) -> list[Step]:
         HELD_SIGNATURES: bool(held),
         HOLDOUT: bool(held),
         BASE_LINKS: run.probed,
-        BAND_RECORDS: run.records,
+        BAND_RECORDS: run.index.keeps_index,
     }
     steps = [
         Step(SIGNATURES, shards, signatures),
@@ -160,15 +160,8 @@ class MinhashDedupStage(Stage):
         self._held: list[HoldoutFile] = []
         #: what the steps report per rank (what distributed verification held: counted, not digested)
         self._run_info: dict[str, Any] = {}
-        #: the base's band index (None: no build, or a build without a base band index yet)
-        self._band_base: BaseGenerations | None = None
-        #: whether the run is inside a build that keeps indexes (then it writes index_records/)
-        self._records = False
-
-    @property
-    def _probed(self) -> bool:
-        """Whether the run probes a base's band index (a build against a base that has band records)."""
-        return self._band_base is not None and self._band_base.probed
+        #: the build's band index (records written inside a build that keeps indexes; a base probed)
+        self._index: AgainstBase | None = None
 
     def band_params(self) -> dict[str, Any]:
         """What defines this run's band keys (the band index refuses a base made with others)."""
@@ -184,38 +177,15 @@ class MinhashDedupStage(Stage):
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         held = sorted([f.name, f.sha256] for f in self._held)
-        more: dict[str, Any] = {"records": True} if self._records else {}
-        if self._probed:
-            more["index"] = {"partitions": self._band_base.partitions, "base": self._band_base.digest}
+        more: dict[str, Any] = {"records": True} if self._index.keeps_index else {}
+        more |= self._index.phase_key()
         return global_phase_key(self, inputs, normalization=NORMALIZATION_VERSION, holdout=held, **more)
 
-    def _groups(self, inputs: list[InputShard]) -> list[str]:
-        """The bucket parts: fixed by the data (one per input shard), never by the rank count; against a
-        base, the band index's partitions, so that bucket part ``p`` probes index partition ``p`` only."""
-        if self._probed:
-            return [f"p{p:05d}" for p in range(self._band_base.partitions)]
-        return part_names("g", len(inputs))
-
-    def _open_band_index(self, ctx: StageContext) -> None:
-        """The build's band index, as the base left it: probed when it has the base's generations (a base
-        of other band parameters ends the job in one line); a build that keeps indexes writes its own
-        records whether or not it has a base."""
-        build = build_dir_of_stage(ctx.out_dir)
-        self._records = build is not None and (dedup_index_dir(build, "exact") / CURRENT).exists()
-        if build is None or not dedup_base_path(build).exists():
-            return  # no base: the build's own band index (an earlier run's, of other parameters) is not read
-        self._band_base = base_generations(ctx.out_dir, "band", self.band_params())
-        if self._band_base is not None and not self._probed:
-            ctx.say(
-                "the base's band index holds no generation (a base built before builds kept band records): "
-                "near-duplicates of base documents are not found"
-            )
-
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
-        self._held = sorted(holdout_files(ctx.in_paths[0]), key=lambda f: f.name)
-        self._open_band_index(ctx)
-        groups = self._groups(inputs)
-        remove_stale_index_records(ctx, groups if self._records else [])
+        self._held = eval_holdout(ctx)
+        against = self._index = AgainstBase.open(ctx, "band", self.band_params())
+        groups = against.parts(len(inputs))
+        against.remove_stale_records(ctx, groups)
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()
@@ -253,7 +223,7 @@ class MinhashDedupStage(Stage):
         )  # fmt: skip
         held = SignatureParts(phase, [f.name for f in self._held], HELD_SIGNATURES)
         return Run(
-            phase, self.config, MinHasher(self.params), inputs, self._held, held, self._band_base, self._records,
+            phase, self.config, MinHasher(self.params), inputs, self._held, held, self._index,
             text, repo,
         )  # fmt: skip
 
@@ -286,7 +256,7 @@ class MinhashDedupStage(Stage):
             if i in near:
                 similarity = near[i] / self.config.num_perm
                 doc = doc.annotate(
-                    Annotation(self.name, NEAR_SCORE, similarity, "fail"),
+                    HOLDOUT_NEAR.note(similarity, "fail"),
                     scores={**doc.scores, NEAR_SCORE: similarity},
                 )
             if r is not None:
@@ -335,7 +305,7 @@ class MinhashDedupStage(Stage):
             "repo_clusters": sum(repo_sizes.values()),
             "repo_cluster_size_histogram": size_histogram(repo_sizes),
             "alarms": alarms,
-            **({"index": self._band_base.describe() | facts["index"]} if self._probed else {}),
+            **self._index.manifest_index(facts["index"]),
         }
 
 

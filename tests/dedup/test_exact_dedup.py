@@ -128,3 +128,20 @@ def test_ascii_fast_path_of_normalization_equals_the_regex_rule(shared_data):
     texts = [t for t in perl_sections(shared_data) if t.isascii()][:500]
     texts += ["".join(map(chr, range(128))) * 3, "A\x1cB\x1fc_d  e-f\t\n"]
     assert [normalize_text(t) for t in texts] == [by_regex(t) for t in texts]
+
+
+@pytest.mark.parametrize("stage", ["exact_dedup", "minhash_dedup"])
+def test_a_stage_of_a_build_whose_eval_holdout_is_missing_stops_in_one_line(stage, tmp_path, shared_data):
+    """The eval holdout is handed over by the build layout (``<build>/stages/extract``): a dedup stage
+    reading a build's stage while the build has no complete extract stage stops, naming it, rather
+    than tagging nothing."""
+    sections = perl_sections(shared_data)[:6]
+    build = tmp_path / "b"
+    in_dir = write_stage_dir(
+        build / "stages" / "line_dedup", [make_doc(t, i) for i, t in enumerate(sections)]
+    )
+    proc = run_stage(stage, 2, in_dir, build / "stages" / stage, check=False)
+    assert proc.returncode != 0
+    (line,) = [x for x in proc.stderr.splitlines() if "eval holdout" in x]
+    assert str(build / "stages" / "extract") in line and "run the build's extract stage first" in line
+    assert not (build / "stages" / stage / "manifest.json").exists()

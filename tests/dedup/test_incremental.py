@@ -38,6 +38,7 @@ from hpc_jobs.minhash_dedup.base_links import base_edges, base_partition_of
 from hpc_jobs.minhash_dedup.signatures import band_rows
 from loader import SnapshotLoader
 from mpi_kernels.minhash import MinHasher, MinHashParams, is_empty
+from runtime import against_base
 from tests.conftest import ROOT, run_corpus
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, run_stage
 
@@ -227,7 +228,7 @@ def test_a_bloom_false_positive_never_changes_a_recrawl_decision(base, monkeypat
     by_part: dict[int, list[list[RecordKey]]] = {}
     for k in fetched + absent:
         by_part.setdefault(int(index.partition_of([recrawl_key(k.url, k.raw_digest)])[0]), []).append([k])
-    monkeypatch.setattr(ingest, "PROBE_BATCH", 3)
+    monkeypatch.setattr(against_base, "PROBE_BATCH", 3)
     lookups = []
     search = dedup_probe._search
     monkeypatch.setattr(dedup_probe, "_search", lambda keys, q: lookups.append(len(q)) or search(keys, q))
@@ -236,7 +237,14 @@ def test_a_bloom_false_positive_never_changes_a_recrawl_decision(base, monkeypat
         return {
             g[0]: date
             for p, gs in sorted(by_part.items())
-            for g, date in ingest.with_base_dates(index, p, gs)
+            for g, date in against_base.with_base_values(
+                pi.BaseGenerations(index, "sha256:test"),
+                p,
+                gs,
+                key=ingest.fetches_key,
+                size=len,
+                decode=dedup_keys.dates,
+            )
         }
 
     real = decisions()
@@ -529,7 +537,7 @@ def test_the_base_is_byte_identical_after_every_build_against_it(base):
 
 
 def test_the_probe_batches_groups_and_streams_a_group_larger_than_a_batch(tmp_path, monkeypatch):
-    monkeypatch.setattr(exact_dedup, "PROBE_BATCH", 3)
+    monkeypatch.setattr(against_base, "PROBE_BATCH", 3)
     keys = sorted(bytes([k]) * 16 for k in (1, 2, 3, 4))
     index = pi.PersistentIndex.create(tmp_path / "i", "exact", dedup_keys.exact_key_params(), 1)
     index = index.add_generation("base", [dedup_keys.records("exact", [keys[1]], ["ab" * 16])])

@@ -11,12 +11,12 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from corpus.decont.holdout import (
-    EXACT_KEY,
     EXACT_SCORE,
     NEAR_SCORE,
     in_holdout,
     normalize_url,
 )
+from corpus.model.annotations import HOLDOUT_EXACT_KEY
 from corpus.select.policy import HOLDOUT_CHECKS, PolicyConfig, decide
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 from tests.stages.test_policy import GOOD_WEB, random_subjects, row_reasons
@@ -145,7 +145,7 @@ def test_a_held_out_page_copied_to_another_url_never_reaches_training(tmp_path, 
     assert held.url == url and held.raw_digest == hashlib.sha256(page).hexdigest() == raw.raw_digest
     assert held.derived_from == raw.doc_id and held.content_type == "text/plain"
     assert "<EMAIL>" in held.text and EMAIL.decode() not in held.text and "<div" not in held.text
-    assert held.annotation("extract", EXACT_KEY) is not None
+    assert HOLDOUT_EXACT_KEY.of(held) is not None
 
     # both copies are candidates, tagged; the default version selects neither
     rows = {

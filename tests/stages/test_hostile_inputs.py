@@ -198,7 +198,7 @@ def test_a_record_read_but_never_accounted_fails_the_shard(tmp_path):
     (tmp_path / "decisions").mkdir()
     (tmp_path / "decisions" / "s.decisions.json").write_text("{}")
     shard = SimpleNamespace(name="s", path=tmp_path / "s.warc")
-    ctx = SimpleNamespace(artifact_path=lambda kind, name: tmp_path / kind / name)
+    ctx = SimpleNamespace(side=lambda kind: None)
     with pytest.raises(StageError, match="record 1 was read but never accounted"):
         list(stage.process_shard(shard, ctx))
 
