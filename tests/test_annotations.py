@@ -106,15 +106,14 @@ def test_a_family_names_its_members_by_key(a):
 
 def test_the_minhash_writers_write_their_stage_names():
     from hpc_jobs.minhash_dedup.graph import cluster_member
+    from hpc_jobs.minhash_dedup.phase import ClusterVerdict
     from hpc_jobs.minhash_dedup.repo_graph import annotate_repository
 
-    note, _ = cluster_member("minhash_dedup", {"size": 3, "dup_of": "abc", "cluster": "c"})
+    note, _ = cluster_member(ClusterVerdict("c", 3, "abc"))
     assert note == Annotation("minhash_dedup", "dup_cluster_size", 3, "fail")
-    with pytest.raises(ValueError):
-        cluster_member("line_dedup", {"size": 3, "dup_of": "", "cluster": "c"})
     doc = Document.create(text="x", source="s", source_tier="code", url="", crawl_date="", raw_digest="")
-    verdict = {"dup_of": "r0", "cluster": "r0", "size": 2, "rank": 1, "file_share": 0.5, "similarity": 0.9}
-    out = annotate_repository(doc, "minhash_dedup", verdict)
+    verdict = ClusterVerdict("r0", 2, "r0", rank=1, similarity=0.9, file_share=0.5)
+    out = annotate_repository(doc, verdict)
     assert [a.to_dict() for a in out.annotations] == [
         {"stage": "minhash_dedup", "name": "repo_cluster", "value": "r0", "verdict": "info"},
         {"stage": "minhash_dedup", "name": "repo_cluster_size", "value": 2, "verdict": "fail"},

@@ -80,6 +80,53 @@ def with_base_keepers(
         yield key, chain(first, rest), keeper
 
 
+@dataclass(frozen=True)
+class ExactVerdict:
+    """What the groups step decided about one document, as its shard's decision table stores it: a
+    copy of the keeper ``dup_of`` (a doc_id), or a keeper of ``copies`` copies (itself included) and of
+    a held-out page's text or not (``holdout``). A document alone in its group gets none."""
+
+    dup_of: str | None = None
+    copies: int = 1
+    holdout: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        if self.dup_of is not None:
+            return {"dup_of": self.dup_of}
+        return ({"copies": self.copies} if self.copies > 1 else {}) | (
+            {"holdout": "exact"} if self.holdout else {}
+        )
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ExactVerdict:
+        return cls(d.get("dup_of"), d.get("copies", 1), d.get("holdout") == "exact")
+
+
+@dataclass(frozen=True)
+class GroupsFacts:
+    """What a groups part reports, and the phase sums into the manifest: groups by their number of
+    copies (``"1"`` .. ``"9"``, ``"10+"``), keepers of a held-out page's text, and with a probed base
+    the index's facts."""
+
+    groups_by_size: dict[str, int]
+    holdout_exact: int
+    index: IndexFacts | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        facts = {"groups_by_size": self.groups_by_size, "holdout_exact": self.holdout_exact}
+        return facts | (self.index.to_dict() if self.index is not None else {})
+
+    @classmethod
+    def merged(cls, parts: list[dict[str, Any]]) -> GroupsFacts:
+        """Every part's facts summed (sizes in the order 1, 2, .., 9, 10+)."""
+        total: Counter = Counter()
+        for f in parts:
+            total.update(f["groups_by_size"])
+        by_size = dict(sorted(total.items(), key=lambda kv: (len(kv[0]), kv[0])))
+        index = IndexFacts.summed(parts) if parts and "index_records" in parts[0] else None
+        return cls(by_size, sum(f.get("holdout_exact", 0) for f in parts), index)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExactDedupConfig:
     """Exact dedup has no settings of its own (its memory budget is the build's ``memory_budget_mb``)."""
@@ -162,7 +209,7 @@ class ExactDedupStage(Stage):
                         index["base_keys"] += 1
                         for c in copies:
                             index["base_duplicates"] += 1
-                            yield c.shard, str(c.ordinal), {"dup_of": base_keeper}
+                            yield c.shard, str(c.ordinal), ExactVerdict(dup_of=base_keeper).to_json()
                         continue
                     keeper = next(copies)
                     if own is not None:
@@ -171,25 +218,22 @@ class ExactDedupStage(Stage):
                     n = 1
                     for c in copies:
                         n += 1
-                        yield c.shard, str(c.ordinal), {"dup_of": keeper.doc_id}
+                        yield c.shard, str(c.ordinal), ExactVerdict(dup_of=keeper.doc_id).to_json()
                     sizes[str(n) if n < 10 else "10+"] += 1
-                    verdict: dict[str, Any] = {"copies": n} if n > 1 else {}
-                    if key in held:
-                        verdict["holdout"] = "exact"
-                        tagged += 1
+                    tagged += key in held
+                    verdict = ExactVerdict(copies=n, holdout=key in held).to_json()
                     if verdict:
                         yield keeper.shard, str(keeper.ordinal), verdict
 
             write_verdicts(writer, verdicts())
-            facts: dict[str, Any] = {"groups_by_size": dict(sizes), "holdout_exact": tagged}
-            if probed:
-                facts |= IndexFacts(**index).to_dict()
-            return facts
+            return GroupsFacts(dict(sizes), tagged, IndexFacts(**index) if probed else None).to_dict()
 
         phase.exchange(GROUPS, groups, inputs, send, reduce)
         shards = [s.name for s in inputs]
         route_verdicts(phase, DECISIONS, GROUPS, groups, shards)
-        facts = _merge_facts([p.facts for p in phase.parts(GROUPS, groups)]) if ctx.rank == 0 else None
+        facts = None
+        if ctx.rank == 0:
+            facts = GroupsFacts.merged([p.facts for p in phase.parts(GROUPS, groups)]).to_dict()
         steps = {GROUPS: groups, DECISIONS: shards} | ({HOLDOUT_KEYS: groups} if self._held else {})
         return phase.finish(steps, ctx.comm.bcast(facts, root=0))
 
@@ -202,21 +246,23 @@ class ExactDedupStage(Stage):
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
         copies = ctx.side(COPIES)
-        for doc, nbytes, verdict in decided_docs(self._phase.root, DECISIONS, shard):
-            if verdict is None:
+        for doc, nbytes, decided in decided_docs(self._phase.root, DECISIONS, shard):
+            if decided is None:
                 yield Kept(doc), nbytes
-            elif "dup_of" in verdict:
-                dup = doc.annotate(EXACT_DUP_OF.note(verdict["dup_of"], "fail"), dup_of=verdict["dup_of"])
-                copies.write_line(canonical_json(copy_record(doc, verdict["dup_of"])))
+                continue
+            verdict = ExactVerdict.from_json(decided)
+            if verdict.dup_of is not None:
+                dup = doc.annotate(EXACT_DUP_OF.note(verdict.dup_of, "fail"), dup_of=verdict.dup_of)
+                copies.write_line(canonical_json(copy_record(doc, verdict.dup_of)))
                 yield Filtered(dup, "exact_duplicate"), nbytes
             else:
                 notes = []
-                if "copies" in verdict:
+                if verdict.copies > 1:
                     notes += [
-                        EXACT_COPIES.note(verdict["copies"], "pass"),
+                        EXACT_COPIES.note(verdict.copies, "pass"),
                         EXACT_KEEPER_ID.note(doc.doc_id),  # what copies/ points at
                     ]
-                if verdict.get("holdout") == "exact":
+                if verdict.holdout:
                     notes.append(HOLDOUT_EXACT.note(1.0, "fail"))
                     doc = doc.annotate(scores={**doc.scores, EXACT_SCORE: 1.0})
                 yield Kept(doc.annotate(*notes)), nbytes
@@ -242,19 +288,6 @@ def held_out_key(doc: Document, f: HoldoutFile) -> bytes:
             f"(found {note.value if note is not None else 'none'!r}): rerun the extract stage"
         )
     return bytes.fromhex(key)
-
-
-def _merge_facts(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    total: Counter = Counter()
-    for f in per_rank:
-        total.update(f["groups_by_size"])
-    merged = {
-        "groups_by_size": dict(sorted(total.items(), key=lambda kv: (len(kv[0]), kv[0]))),
-        "holdout_exact": sum(f.get("holdout_exact", 0) for f in per_rank),
-    }
-    if per_rank and "index_records" in per_rank[0]:
-        merged |= IndexFacts.summed(per_rank).to_dict()
-    return merged
 
 
 STAGE = ExactDedupStage

@@ -51,6 +51,17 @@ class GroupVerdict:
     kept: RecordKey | None
 
 
+@dataclass(frozen=True)
+class PartFacts:
+    """A groups part's counts: the repeats it dropped, and with a probed base the index's facts."""
+
+    duplicates: int
+    index: IndexFacts | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"duplicates": self.duplicates} | (self.index.to_dict() if self.index is not None else {})
+
+
 def write_keys(shard: InputShard, writer: PartWriter, items: Iterable[Item]) -> dict[str, Any]:
     """One input file's keys part: (url, raw digest, date, input digest, position) of each document."""
     f = writer.open(KEYS_FILE)
@@ -144,8 +155,7 @@ def decide_part(
     )
     tally: Counter = Counter()
     write_verdicts(writer, verdict_lines(decided, names_of_sha, against.records(writer), tally))
-    facts = {"duplicates": tally["duplicates"]}
-    return facts | (IndexFacts.of(tally).to_dict() if against.probed else {})
+    return PartFacts(tally["duplicates"], IndexFacts.of(tally) if against.probed else None).to_dict()
 
 
 def fetches_key(fetches: list[RecordKey]) -> bytes:

@@ -22,6 +22,7 @@ from hpc_jobs.minhash_dedup.phase import (
     DECISIONS,
     SIG_FILES,
     SIGNATURES,
+    ClusterVerdict,
     Run,
     among,
 )
@@ -44,7 +45,8 @@ def band_records(run: Run) -> None:
             return
         clusters = np.array(np.load(part.path(SIG_FILES[0]), allow_pickle=False))  # (n, 16) doc_ids
         for ordinal, verdict in decisions_of(phase.root, DECISIONS, shard.name).items():
-            clusters[int(ordinal)] = np.frombuffer(bytes.fromhex(verdict["cluster"]), np.uint8)
+            cluster = ClusterVerdict.from_json(verdict).cluster
+            clusters[int(ordinal)] = np.frombuffer(bytes.fromhex(cluster), np.uint8)
         rows = np.empty(len(bands), dtype=BAND_VALUE_ROUTE)
         rows["part"], rows["key"] = bands["part"], bands["key"]
         ordinals = bands["node"]["ordinal"].astype(np.int64)

@@ -35,6 +35,7 @@ from hpc_jobs.minhash_dedup.phase import (
     COMPONENTS,
     GIANT_CLUSTERS,
     LABEL_ROWS,
+    ClusterVerdict,
     Graph,
     Run,
     among,
@@ -192,7 +193,7 @@ def giant_clusters(run: Run, graph: Graph) -> dict[str, Any]:
                     yield (
                         shards[p],
                         str(ordinal),
-                        {"cluster": clusters[i].hex(), "size": size[i], "dup_of": dup},
+                        ClusterVerdict(clusters[i].hex(), size[i], dup).to_json(),
                     )
 
         write_verdicts(writer, verdicts())

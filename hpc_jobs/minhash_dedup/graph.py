@@ -52,6 +52,7 @@ from hpc_jobs.minhash_dedup.phase import (
     GIANT_CLUSTERS,
     HELD_SIGNATURES,
     LABEL_ROWS,
+    ClusterVerdict,
     Graph,
     Run,
     SignatureParts,
@@ -315,13 +316,12 @@ def component_verdicts(
     ordinals = keys["ordinal"][out].tolist()
     for c, (lo, hi) in enumerate(zip(heads.tolist(), [*cut.tolist(), len(out)], strict=True)):
         rep_id = doc_ids[best[c]].tobytes().hex()
-        dup = {"cluster": doc_ids[smallest[c]].tobytes().hex(), "size": hi - lo, "dup_of": rep_id}
-        kept = {**dup, "dup_of": ""}
+        cluster = doc_ids[smallest[c]].tobytes().hex()
         for i in range(lo, hi):
-            verdict = kept if out[i] == best[c] else dup
-            if graph.ranked:  # members of a cluster come in member-record order: i - lo is the rank
-                verdict = {**verdict, "rank": i - lo}
-            yield names[i], str(ordinals[i]), verdict
+            dup_of = "" if out[i] == best[c] else rep_id
+            # members of a cluster come in member-record order: i - lo is the rank
+            verdict = ClusterVerdict(cluster, hi - lo, dup_of, i - lo if graph.ranked else None)
+            yield names[i], str(ordinals[i]), verdict.to_json()
 
 
 def cluster_roots(
@@ -359,7 +359,7 @@ def joined_verdicts(graph: Graph, rows: np.ndarray, joined: np.ndarray) -> Verdi
     size = joined["size"][at].tolist()
     names = [graph.tags[t] for t in row_bytes(rows["shard_tag"])]
     for i, ordinal in enumerate(rows["ordinal"].tolist()):
-        yield names[i], str(ordinal), {"cluster": cluster[i], "size": size[i], "dup_of": cluster[i]}
+        yield names[i], str(ordinal), ClusterVerdict(cluster[i], size[i], cluster[i]).to_json()
 
 
 def first_of_runs(runs: np.ndarray, raw: np.ndarray, heads: np.ndarray) -> np.ndarray:
@@ -427,12 +427,9 @@ class MemberSignatures:
         return out
 
 
-def cluster_member(stage: str, verdict: dict[str, Any]) -> tuple[Annotation, dict[str, Any]]:
+def cluster_member(verdict: ClusterVerdict) -> tuple[Annotation, dict[str, Any]]:
     """What a member of a text cluster gets from its verdict: an annotation of its cluster's size
-    (failed by every member but the representative) and its cluster's document fields. ``stage`` is
-    the caller's name, which must be the one :data:`DUP_CLUSTER_SIZE` is written by."""
-    if stage != DUP_CLUSTER_SIZE.stage:
-        raise ValueError(f"stage {stage!r} does not write {DUP_CLUSTER_SIZE}")
-    size, dup = verdict["size"], verdict["dup_of"]
-    annotation = DUP_CLUSTER_SIZE.note(size, "fail" if dup else "pass")
-    return annotation, {"dup_cluster_id": verdict["cluster"], "dup_cluster_size": size, "dup_of": dup}
+    (failed by every member but the representative) and its cluster's document fields."""
+    annotation = DUP_CLUSTER_SIZE.note(verdict.size, "fail" if verdict.dup_of else "pass")
+    fields = {"dup_cluster_id": verdict.cluster, "dup_cluster_size": verdict.size, "dup_of": verdict.dup_of}
+    return annotation, fields

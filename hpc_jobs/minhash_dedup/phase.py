@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,32 @@ BANDS = ".bands"
 BAND_OFFSETS = ".band_offsets.npy"
 EDGES = ".edges"
 LABEL_ROWS = ".labels"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterVerdict:
+    """A member of a cluster, as its shard's decision table stores it: the cluster's id (its smallest
+    doc_id, or the base cluster's it joined), its size, the representative it duplicates (``""``: it is
+    the representative) and, for a repository cluster, its rank in the representative order and its
+    similarity and file share with the representative."""
+
+    cluster: str
+    size: int
+    dup_of: str
+    rank: int | None = None
+    similarity: float | None = None
+    file_share: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"cluster": self.cluster, "size": self.size, "dup_of": self.dup_of}
+        more = {"rank": self.rank, "similarity": self.similarity, "file_share": self.file_share}
+        return d | {k: v for k, v in more.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ClusterVerdict:
+        return cls(
+            d["cluster"], d["size"], d["dup_of"], d.get("rank"), d.get("similarity"), d.get("file_share")
+        )
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from hpc_jobs.minhash_dedup.phase import (
     REPOS,
     SIG_FILES,
     SIGNATURES,
+    ClusterVerdict,
     Run,
     group_units,
     load_signatures,
@@ -133,13 +135,13 @@ def repo_docs(run: Run) -> None:
         ids, _, _ = load_signatures(phase, unit.name, REPOS)
         starts = np.searchsorted(members["repo"], np.arange(len(ids) + 1))
         for key in sorted(decisions, key=int):
-            v, r = decisions[key], int(key)
+            v, r = ClusterVerdict.from_json(decisions[key]), int(key)
             sig, files = repository(phase, graph.names, ids[r].tobytes())
             rep_sig, rep_files = (sig, files)
-            if v["dup_of"]:
-                rep_sig, rep_files = repository(phase, graph.names, bytes.fromhex(v["dup_of"]))
+            if v.dup_of:
+                rep_sig, rep_files = repository(phase, graph.names, bytes.fromhex(v.dup_of))
             similarity, share = estimated_similarity(sig, rep_sig), exact_jaccard(files, rep_files)
-            verdict = canonical_json({**v, "similarity": similarity, "file_share": share})
+            verdict = canonical_json(replace(v, similarity=similarity, file_share=share).to_json())
             for m in members[starts[r] : starts[r + 1]]:
                 yield shard_no(tags[m["shard_tag"].tobytes()]), str(int(m["ordinal"])).encode(), verdict
 
@@ -151,28 +153,25 @@ def repo_docs(run: Run) -> None:
     phase.exchange(REPO_DOCS, shards, senders, send, reduce)
 
 
-def annotate_repository(doc: Document, stage: str, verdict: dict[str, Any]) -> Document:
+def annotate_repository(doc: Document, verdict: ClusterVerdict) -> Document:
     """A code document with its repository's cluster: ``repo_cluster`` (the smallest repository id of
     the cluster), ``repo_cluster_size`` (repositories), ``repo_rank`` (its repository's place in the
     cluster's representative order, 0 = the representative), ``repo_dup_of`` (the representative's id;
     only on other members), and the scores ``repo_similarity`` (estimated Jaccard of line sets with
     the representative) and ``repo_file_share`` (exact Jaccard of their file hashes). Every member
-    stays a candidate: a version keeps, per cluster, the best-ranked selected repository. ``stage`` is
-    the caller's name, which must be the one these annotations are written by."""
-    if stage != REPO_CLUSTER.stage:
-        raise ValueError(f"stage {stage!r} does not write {REPO_CLUSTER}")
-    dup = verdict["dup_of"]
+    stays a candidate: a version keeps, per cluster, the best-ranked selected repository."""
+    dup = verdict.dup_of
     notes = [
-        REPO_CLUSTER.note(verdict["cluster"]),
-        REPO_CLUSTER_SIZE.note(verdict["size"], "fail" if dup else "pass"),
-        REPO_RANK.note(verdict["rank"]),
+        REPO_CLUSTER.note(verdict.cluster),
+        REPO_CLUSTER_SIZE.note(verdict.size, "fail" if dup else "pass"),
+        REPO_RANK.note(verdict.rank),
     ]
     if dup:
         notes.append(REPO_DUP_OF.note(dup))
     scores = {
         **doc.scores,
-        "repo_file_share": verdict["file_share"],
-        "repo_similarity": verdict["similarity"],
+        "repo_file_share": verdict.file_share,
+        "repo_similarity": verdict.similarity,
     }
     return doc.annotate(*notes, scores=dict(sorted(scores.items())))
 

@@ -54,6 +54,7 @@ from hpc_jobs.minhash_dedup.phase import (
     REPO_LABELS,
     REPOS,
     SIGNATURES,
+    ClusterVerdict,
     Graph,
     Run,
     SignatureParts,
@@ -246,7 +247,7 @@ class MinhashDedupStage(Stage):
             if r is None and i not in near:
                 out = line
                 if v is not None:
-                    annotation, fields = cluster_member(self.name, v)
+                    annotation, fields = cluster_member(ClusterVerdict.from_json(v))
                     out = annotated_line(line, annotation, **fields)
                 if out is not None:
                     source, lang = cells[i].rsplit("\t", 1)
@@ -260,11 +261,11 @@ class MinhashDedupStage(Stage):
                     scores={**doc.scores, NEAR_SCORE: similarity},
                 )
             if r is not None:
-                doc = annotate_repository(doc, self.name, r)
+                doc = annotate_repository(doc, ClusterVerdict.from_json(r))
             if v is None:
                 yield Kept(doc), nbytes
                 continue
-            annotation, fields = cluster_member(self.name, v)
+            annotation, fields = cluster_member(ClusterVerdict.from_json(v))
             yield Kept(doc.annotate(annotation, **fields)), nbytes
 
     def run_info(self, ctx: StageContext) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import random
 from corpus.formats.docshard import iter_lines
 from corpus.model import Annotation, Document
 from hpc_jobs.minhash_dedup.graph import cluster_member
+from hpc_jobs.minhash_dedup.phase import ClusterVerdict
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import manifest, run_stage
 
@@ -36,11 +37,7 @@ def test_every_line_is_what_parsing_and_annotating_the_input_would_write(shared_
                 assert line_out == line_in
                 continue
             members += 1
-            verdict = {
-                "cluster": doc_out.dup_cluster_id,
-                "size": doc_out.dup_cluster_size,
-                "dup_of": doc_out.dup_of,
-            }
-            annotation, fields = cluster_member("minhash_dedup", verdict)
+            verdict = ClusterVerdict(doc_out.dup_cluster_id, doc_out.dup_cluster_size, doc_out.dup_of)
+            annotation, fields = cluster_member(verdict)
             assert line_out == doc_in.annotate(annotation, **fields).to_json_bytes()
     assert members >= 40
