@@ -99,12 +99,12 @@ class AgainstBase:
         """Whether the stage probes a base (a build against a base whose index has generations)."""
         return self.base is not None and self.base.probed
 
-    def parts(self, units: int) -> list[str]:
+    def parts(self, count: int) -> list[str]:
         """The exchange's parts: the index's partitions when a base is probed (fixed by the index), else
-        one per input unit (fixed by the data), never by the rank count."""
+        ``count`` (sized by the data: ``runtime.global_phase.part_count``), never by the rank count."""
         if self.probed:
             return [f"p{p:05d}" for p in range(self.base.partitions)]
-        return [f"g{i:05d}" for i in range(units)]
+        return [f"g{i:05d}" for i in range(count)]
 
     def phase_key(self) -> dict[str, Any]:
         """What the global phase's key gains from the base: its partitions and its generations' digest."""
@@ -115,7 +115,8 @@ class AgainstBase:
     def remove_stale_records(self, ctx: StageContext, parts: list[str]) -> None:
         """On rank 0: drop the ``index_records`` of parts the phase no longer has (another base, other
         inputs, or none: the stage no longer writes records); a part of this layout keeps its file, which
-        its redo replaces. Before the phase opens (its first barrier)."""
+        its redo replaces. Called before a barrier that precedes the exchange (the phase's opening, or
+        an explicit one)."""
         keep = set(parts) if self.keeps_index else set()
         d = self.out_dir / INDEX_RECORDS
         for f in sorted(d.iterdir()) if ctx.rank == 0 and d.is_dir() else []:

@@ -148,6 +148,18 @@ class PartWriter:
             records.abort()
 
 
+#: records an exchange part is sized for by default (a stage's ``part_rows``): the parts of an exchange
+#: are a function of the data's size, never of the input-shard or rank count (docs/scale.md)
+PART_ROWS = 1 << 18
+
+
+def part_count(rows: int, part_rows: int) -> int:
+    """How many parts an exchange of about ``rows`` records has: one per ``part_rows``, at least one."""
+    if part_rows < 1:
+        raise ValueError(f"part_rows must be positive, got {part_rows}")
+    return max(1, -(-rows // part_rows))
+
+
 def global_phase_key(stage: Any, inputs: Iterable[Unit], **extra: Any) -> dict[str, Any]:
     """What a stage's global phase depends on: code version, config and every input shard's digest."""
     return {

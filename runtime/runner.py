@@ -62,6 +62,7 @@ from corpus.model.layout import (
 )
 from corpus.model.manifest import NotCompleted, read_stage_manifest, require_stage_manifest
 from corpus.model.stages import PIPELINE
+from runtime import file_opens
 from runtime.output_lock import LockHeld, Writer, acquire, release
 from runtime.preemption import PREEMPTED_EXIT, Preempted, any_rank_stopped, install_handlers, stop_requested
 from runtime.side_output import SideOutput
@@ -266,6 +267,7 @@ class StageRun:
     """One run of one stage on this rank."""
 
     def __init__(self, stage: Stage, ctx: StageContext) -> None:
+        self.opened: list[int | None] | None = None  # files each rank opened (runtime.file_opens)
         self.stage = stage
         self.ctx = ctx
         self.cfg_hash = config_hash(stage.config)
@@ -416,6 +418,7 @@ class StageRun:
         )
         done = comm.gather(done_by_me, root=0)
         peaks = comm.gather(peak_rss_mb(), root=0)
+        self.opened = comm.gather(file_opens.opened(), root=0)
         comm.Barrier()
         manifest = None
         if ctx.rank == 0:
@@ -485,6 +488,7 @@ class StageRun:
                 "processed_by_rank": {str(r): sorted(names) for r, names in enumerate(done)},
                 # each rank's peak resident memory (VmHWM) when it finished, against memory_budget_mb
                 "peak_rss_mb_by_rank": {str(r): mb for r, mb in enumerate(peaks)},
+                **file_opens.by_rank(self.opened),
                 **self.stage.run_info(self.ctx),
                 "host": socket.gethostname(),
                 "slurm_job_id": os.environ.get("SLURM_JOB_ID", ""),
@@ -666,6 +670,7 @@ def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
 
     comm = MPI.COMM_WORLD
     install_handlers()
+    file_opens.install()
     # everything start-up made (modules, classes, functions: ~100 K objects) lives as long as the rank;
     # frozen, the cyclic collector stops scanning it in every full collection of the run (~0.05 CPU s
     # each); nothing the stage allocates is kept any longer

@@ -43,13 +43,23 @@ def stage_input(dedup_input):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(stage_input, tmp_path_factory):
+def small_parts(tmp_path_factory) -> Path:
+    """Exchanges of a few records a part, so each step has parts on every rank to interrupt."""
+    cfg = tmp_path_factory.mktemp("config") / "small-parts.toml"
+    cfg.write_text(
+        "".join(f"[{stage}]\npart_rows = 4\n" for stage in ("ingest", "exact_dedup", "line_dedup"))
+    )
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(stage_input, small_parts, tmp_path_factory):
     runs = {}
 
     def get(stage: str) -> dict:
         if stage not in runs:
             out = tmp_path_factory.mktemp(f"{stage}-whole") / "out"
-            run_stage(stage, 2, stage_input(stage), out)
+            run_stage(stage, 2, stage_input(stage), out, small_parts)
             runs[stage] = output_digests(out)
         return runs[stage]
 
@@ -58,10 +68,18 @@ def uninterrupted(stage_input, tmp_path_factory):
 
 @pytest.mark.parametrize(("stage", "step", "sig", "rank"), INTERRUPTIONS)
 def test_an_interrupted_global_phase_resumes_from_its_completed_parts(
-    stage, step, sig, rank, stage_input, uninterrupted, tmp_path, monkeypatch
+    stage, step, sig, rank, stage_input, uninterrupted, small_parts, tmp_path, monkeypatch
 ):
     assert_resumes_after_interruption(
-        stage, step, sig, rank, stage_input(stage), tmp_path / "out", uninterrupted(stage), monkeypatch
+        stage,
+        step,
+        sig,
+        rank,
+        stage_input(stage),
+        tmp_path / "out",
+        uninterrupted(stage),
+        monkeypatch,
+        config=small_parts,
     )
 
 

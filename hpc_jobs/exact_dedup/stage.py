@@ -42,10 +42,12 @@ from corpus.text.normalize import KEY_VERSION, text_key
 from mpi_kernels.shuffle_bytes import stable_key_hash
 from runtime.against_base import AgainstBase, IndexFacts, first_records, with_base_values
 from runtime.global_phase import (
+    PART_ROWS,
     GlobalPhase,
     PartWriter,
     decided_docs,
     global_phase_key,
+    part_count,
     route_verdicts,
     write_verdicts,
 )
@@ -129,7 +131,15 @@ class GroupsFacts:
 
 @dataclass(frozen=True, kw_only=True)
 class ExactDedupConfig:
-    """Exact dedup has no settings of its own (its memory budget is the build's ``memory_budget_mb``)."""
+    """Exact dedup's memory budget is the build's ``memory_budget_mb``."""
+
+    #: documents a groups part is sized for: the parts are a function of the corpus's size, never of
+    #: how many input shards it came in
+    part_rows: int = PART_ROWS
+
+    def __post_init__(self) -> None:
+        if self.part_rows < 1:
+            raise ValueError("part_rows must be at least 1")
 
 
 class ExactDedupStage(Stage):
@@ -158,7 +168,7 @@ class ExactDedupStage(Stage):
         remove_stale_artifacts(ctx, inputs, COPIES, (SUFFIX, SUFFIX + ".json"))
         self._held = eval_holdout(ctx)
         against = self._index = AgainstBase.open(ctx, "exact", exact_key_params())
-        groups = against.parts(len(inputs))
+        groups = against.parts(part_count(sum(max(s.records, 0) for s in inputs), self.config.part_rows))
         against.remove_stale_records(ctx, groups)
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)
         if phase.complete:

@@ -7,6 +7,7 @@ from typing import Any
 
 from corpus.code.rules import build_rules
 from corpus.text.sources import UNDECLARED_CHOICES, parse_source_tables
+from runtime.global_phase import PART_ROWS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,6 +23,9 @@ class IngestConfig:
     #: a JSONL/text file neither [[ingest.sources]] nor a corpus-sources.toml declares: tier "web" (the
     #: default: trust is declared, never inferred from a format), "curated", or "refuse"
     undeclared_files: str = "web"
+    #: fetches a groups part of the recrawl collapse is sized for: the parts are a function of the
+    #: crawl's size, never of how many files it came in
+    part_rows: int = PART_ROWS
     # -- code repositories (corpus.code, docs/code.md) --
     #: the team's file rules (tables: reason, path, min_bytes, header, line statistics), checked first
     code_rules: list[dict[str, Any]] = field(default_factory=list)
@@ -37,5 +41,7 @@ class IngestConfig:
             raise ValueError("max_file_bytes, max_doc_tokens and bytes_per_token must be positive")
         if self.max_decoded_bytes <= 0:
             raise ValueError("max_decoded_bytes must be positive")
+        if self.part_rows < 1:
+            raise ValueError("part_rows must be at least 1")
         if self.undeclared_files not in UNDECLARED_CHOICES:
             raise ValueError(f"undeclared_files must be one of {', '.join(UNDECLARED_CHOICES)}")

@@ -45,7 +45,7 @@ from hpc_jobs.ingest.recrawl import (
     write_keys,
 )
 from runtime.against_base import AgainstBase, IndexFacts
-from runtime.global_phase import GlobalPhase, decisions_of, global_phase_key
+from runtime.global_phase import GlobalPhase, decisions_of, global_phase_key, part_count
 from runtime.runner import (
     InputShard,
     Stage,
@@ -118,18 +118,17 @@ class IngestStage(Stage):
     # -- the global phase: recrawl collapse ----------------------------------------------------------
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """The recrawl collapse (:mod:`hpc_jobs.ingest.recrawl`): ``keys`` (map) -> ``groups``
-        (exchange; against the base build's recrawl index when there is one) -> ``decisions``. Returns
+        (exchange; against the base build's recrawl index when there is one, else its parts sized by
+        the fetches found, ``part_rows``) -> ``decisions``. Returns
         the phase's digest, part of every shard's checkpoint key."""
         against = self._index = AgainstBase.open(ctx, "recrawl", recrawl_key_params())
-        groups = against.parts(len(inputs))
         if ctx.rank == 0:
             remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, PER_INPUT_ARTIFACTS)
-        against.remove_stale_records(ctx, groups)
         # what each input was declared as (config or corpus-sources.toml): a changed declaration file
         # changes the documents, so it redoes the stage as a changed config does
         sources = sorted([s.name, asdict(self.spec(s.path))] for s in inputs)
         key = global_phase_key(self, inputs, reader=READER_VERSION, sources=sources, **against.phase_key())
-        phase = self._phase = GlobalPhase(ctx, key)  # (a barrier: after the removals)
+        phase = self._phase = GlobalPhase(ctx, key)  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()
         # 1. keys: each input file's fetches (a repository is never a recrawl)
@@ -138,9 +137,14 @@ class IngestStage(Stage):
             inputs,
             lambda shard, w: write_keys(shard, w, self.items(shard) if self._collapses(shard) else ()),
         )
-        # 2. groups and decisions
+        # 2. groups and decisions, the groups sized by the fetches the keys step found
+        names = [s.name for s in inputs]
+        fetches = sum(p.facts["records"] for p in phase.parts(KEYS, names)) if ctx.rank == 0 else None
+        groups = against.parts(part_count(ctx.comm.bcast(fetches, root=0), self.config.part_rows))
+        against.remove_stale_records(ctx, groups)
+        ctx.comm.Barrier()  # every rank's records are written after the stale ones went
         facts = collapse(ctx, phase, inputs, groups, against)
-        return phase.finish({GROUPS: groups, DECISIONS: [s.name for s in inputs]}, facts)
+        return phase.finish({GROUPS: groups, DECISIONS: names}, facts)
 
     def _collapses(self, shard: InputShard) -> bool:
         return self.config.collapse_recrawls and self._format(shard.path) != REPOSITORY

@@ -28,7 +28,7 @@ from corpus.formats.metadata import write_metadata
 from corpus.model import Document, Filtered, Kept, Outcome
 from corpus.model.annotations import BYTES_REMOVED, LINES_REMOVED
 from corpus.text.normalize import KEY_VERSION, line_key
-from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
+from runtime.global_phase import PART_ROWS, GlobalPhase, PartWriter, global_phase_key, part_count
 from runtime.runner import InputShard, Stage, StageContext, assign, remove_stale_artifacts
 from runtime.side_output import SideOutput
 
@@ -58,8 +58,13 @@ class LineDedupConfig:
     max_docs_per_line: int = 10
     #: tiers whose documents neither count nor lose lines
     exempt_tiers: tuple[str, ...] = ("code", "curated")
+    #: documents a lines part is sized for: the parts are a function of the corpus's size, never of how
+    #: many input shards it came in
+    part_rows: int = PART_ROWS
 
     def __post_init__(self) -> None:
+        if self.part_rows < 1:
+            raise ValueError("part_rows must be at least 1")
         if not 1 <= self.max_docs_per_line < _COUNT_MAX:
             raise ValueError(f"max_docs_per_line must be at least 1 and below {_COUNT_MAX}")
         if not 0 <= self.max_docs_fraction < 1:
@@ -180,13 +185,13 @@ class LineDedupStage(Stage):
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))
-        parts = max(1, len(inputs))
+        docs = sum(max(s.records, 0) for s in inputs)
+        parts = part_count(docs, self.config.part_rows)
         self._frequent = FrequentLines(phase.step_dir(LINES), parts)
         remove_stale_artifacts(ctx, inputs, REMOVED, (".parquet",))
         if phase.complete:
             return phase.reused()
         capacity = max(1024, ctx.memory_budget_bytes // (8 * _COMBINE_ENTRY_BYTES))
-        docs = sum(max(s.records, 0) for s in inputs)
         limit = self.config.limit(docs)
         cap = limit + 1
         exempt = self.config.exempt_tiers

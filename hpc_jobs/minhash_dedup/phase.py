@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from corpus.dedup.records import BAND_ROW, shard_numbers
 from mpi_kernels.minhash import MinHasher
 from runtime.against_base import AgainstBase
 from runtime.global_phase import GlobalPhase
-from runtime.runner import InputShard
+from runtime.runner import InputShard, assign
 
 if TYPE_CHECKING:
     from hpc_jobs.minhash_dedup.stage import MinhashDedupConfig
@@ -146,6 +147,14 @@ class Run:
     def probed(self) -> bool:
         """Whether the run probes a base's band index (a build against a base that has band records)."""
         return self.index.probed
+
+    @cached_property
+    def has_code(self) -> bool:
+        """Whether the signatures found a code document (collective: each rank reads the markers of the
+        signature parts it owns, O(shards / ranks)); without one the repository graph costs nothing."""
+        mine = assign(self.inputs, self.phase.ctx.rank, self.phase.ctx.size)
+        code = sum(self.phase.part(SIGNATURES, s.name).facts.get("code_docs", 0) for s in mine)
+        return self.phase.comm.allreduce(code) > 0
 
     @property
     def shards(self) -> list[str]:

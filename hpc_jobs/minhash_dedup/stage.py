@@ -64,7 +64,7 @@ from hpc_jobs.minhash_dedup.repo_graph import annotate_repository, repo_docs, re
 from hpc_jobs.minhash_dedup.signatures import holdout_signatures, signatures
 from mpi_kernels.minhash import MinHasher, MinHashParams
 from runtime.against_base import AgainstBase
-from runtime.global_phase import GlobalPhase, decisions_of, global_phase_key
+from runtime.global_phase import PART_ROWS, GlobalPhase, decisions_of, global_phase_key, part_count
 from runtime.runner import InputShard, Stage, StageContext, eval_holdout
 
 
@@ -91,8 +91,13 @@ class MinhashDedupConfig:
     alarm_cluster_size: int = 10_000
     alarm_clustered_fraction: float = 0.5
     batch_docs: int = 1024
+    #: band rows a bucket part is sized for (and documents a repository part): the parts are a
+    #: function of the corpus's size, never of how many input shards it came in
+    part_rows: int = PART_ROWS
 
     def __post_init__(self) -> None:
+        if self.part_rows < 1:
+            raise ValueError("part_rows must be at least 1")
         MinHashParams(self.num_perm, self.bands, self.rows, self.ngram, self.seed)
         if not 0.0 < self.verify_threshold <= 1.0:
             raise ValueError("verify_threshold must be in (0, 1]")
@@ -105,17 +110,25 @@ class MinhashDedupConfig:
 @dataclass(frozen=True)
 class Step:
     """A step of the phase: its name, its parts, and what runs it (None: the step before it writes its
-    parts too); ``facts``: whether its parts' facts go into the manifest (a decision table's do not)."""
+    parts too); ``facts``: whether its parts' facts go into the manifest (a decision table's do not);
+    ``wanted``: whether this run has the step, asked (collectively) when the phase reaches it."""
 
     name: str
     parts: list[str]
     run: Callable[[Run], dict[str, Any] | None] | None = None
     facts: bool = True
+    wanted: Callable[[Run], bool] | None = None
+
+
+def has_code(run: Run) -> bool:
+    """Whether the repository graph's steps run: the signatures found a code document."""
+    return run.has_code
 
 
 def phase_steps(run: Run) -> list[Step]:
     """Every step of this run, in running order: run in this order, their parts' facts merged, and
-    every part digested when the phase finishes. A step this run does not have is not listed."""
+    every part digested when the phase finishes. A step this run does not have is not listed; the
+    repository graph's are ``wanted`` only when the signatures found a code document."""
     text, repo, held = run.text, run.repo, run.held_names
     shards, groups = text.names, text.groups
     optional = {
@@ -138,13 +151,18 @@ def phase_steps(run: Run) -> list[Step]:
         Step(DECISIONS, shards, partial(decisions, graph=text), facts=False),
         Step(BAND_RECORDS, groups, band_records),
         # the repository graph
-        Step(REPOS, repo.names, repositories),
-        Step(REPO_FILES, repo.names, repository_files),
-        Step(REPO_BUCKETS, repo.groups, partial(buckets, graph=repo)),
-        Step(REPO_LABELS, repo.names, partial(labels, graph=repo)),
-        Step(REPO_CLUSTERS, repo.groups, partial(clusters, graph=repo, units=group_units(repo.names))),
-        Step(REPO_DECISIONS, repo.names, partial(decisions, graph=repo), facts=False),
-        Step(REPO_DOCS, shards, repo_docs),
+        Step(REPOS, repo.names, repositories, wanted=has_code),
+        Step(REPO_FILES, repo.names, repository_files, wanted=has_code),
+        Step(REPO_BUCKETS, repo.groups, partial(buckets, graph=repo), wanted=has_code),
+        Step(REPO_LABELS, repo.names, partial(labels, graph=repo), wanted=has_code),
+        Step(
+            REPO_CLUSTERS,
+            repo.groups,
+            partial(clusters, graph=repo, units=group_units(repo.names)),
+            wanted=has_code,
+        ),
+        Step(REPO_DECISIONS, repo.names, partial(decisions, graph=repo), facts=False, wanted=has_code),
+        Step(REPO_DOCS, shards, repo_docs, wanted=has_code),
     ]
     return [s for s in steps if optional.get(s.name, True)]
 
@@ -185,14 +203,20 @@ class MinhashDedupStage(Stage):
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         self._held = eval_holdout(ctx)
         against = self._index = AgainstBase.open(ctx, "band", self.band_params())
-        groups = against.parts(len(inputs))
+        docs = sum(max(s.records, 0) for s in inputs)
+        groups = against.parts(part_count(docs * self.config.bands, self.config.part_rows))
         against.remove_stale_records(ctx, groups)
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()
-        run = self._run(phase, sorted(inputs, key=lambda s: s.name), groups)
-        steps = phase_steps(run)
-        for step in steps:
+        run = self._run(
+            phase, sorted(inputs, key=lambda s: s.name), groups, part_count(docs, self.config.part_rows)
+        )
+        steps = []
+        for step in phase_steps(run):
+            if step.wanted is not None and not step.wanted(run):
+                continue
+            steps.append(step)
             if step.run is not None:
                 self._run_info |= step.run(run) or {}
         facts = None
@@ -200,12 +224,12 @@ class MinhashDedupStage(Stage):
             facts = merge_facts([p.facts for s in steps if s.facts for p in phase.parts(s.name, s.parts)])
         return phase.finish({s.name: s.parts for s in steps}, ctx.comm.bcast(facts, root=0))
 
-    def _run(self, phase: GlobalPhase, inputs: list[InputShard], groups: list[str]) -> Run:
+    def _run(self, phase: GlobalPhase, inputs: list[InputShard], groups: list[str], repo_parts: int) -> Run:
         """The run's context: its graphs (the repository graph's parts are fixed by the data alone)."""
         shards = [s.name for s in inputs]
         tags = shard_tags([*shards, BASE_NODE_NAME])  # (refuses a shard whose tag is the base's)
         del tags[BASE_NODE_TAG]
-        repos, repo_groups = part_names("r", len(inputs)), part_names("g", len(inputs))
+        repos, repo_groups = part_names("r", repo_parts), part_names("g", repo_parts)
         text = Graph(
             SIGNATURES,
             BUCKETS,
@@ -235,7 +259,11 @@ class MinhashDedupStage(Stage):
         ``annotated_line``: neither parses its text); the others are parsed and annotated."""
         near = near_holdout(self._phase.root, self._held, shard.name)
         decisions = decisions_of(self._phase.root, DECISIONS, shard.name)
-        repo_decisions = decisions_of(self._phase.root, REPO_DOCS, shard.name)
+        repo_decisions = (
+            decisions_of(self._phase.root, REPO_DOCS, shard.name)
+            if self._phase.facts["counts"]["code_docs"]
+            else {}
+        )
         part = self._phase.part(SIGNATURES, shard.name)
         if part is None:
             raise FileNotFoundError(f"signatures of {shard.name} are not complete")
