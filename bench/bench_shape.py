@@ -60,9 +60,11 @@ def _children_cpu() -> tuple[float, float]:
     return r.ru_utime + r.ru_stime, r.ru_stime
 
 
-def run_build(in_dir: Path, build: Path, ranks: int, config: dict, log: Path) -> tuple[list[StageCost], str]:
-    """Every stage alone on ``ranks`` ranks, then the snapshot; the costs and the snapshot id ("" when a
-    stage failed)."""
+def run_build(
+    in_dir: Path, build: Path, ranks: int, config: dict, log: Path, code: Path = ROOT
+) -> tuple[list[StageCost], str]:
+    """Every stage alone on ``ranks`` ranks (the stages of the checkout ``code``), then the snapshot; the
+    costs and the snapshot id ("" when a stage failed)."""
     from corpus.model.layout import manifest_path, stage_dir, work_dir
     from corpus.model.stages import PIPELINE
     from runtime.build import write_build_config
@@ -72,7 +74,7 @@ def run_build(in_dir: Path, build: Path, ranks: int, config: dict, log: Path) ->
     user_cfg = build.parent / f"{build.name}-config.json"
     user_cfg.write_text(json.dumps(config, indent=1))
     cfg_path = write_build_config(build, user_cfg, None)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), ENV: "1"}
+    env = {**os.environ, "PYTHONPATH": str(code), ENV: "1"}
     costs, prev = [], [in_dir]
     with open(log, "a") as logf:
         for name in PIPELINE:
@@ -81,7 +83,7 @@ def run_build(in_dir: Path, build: Path, ranks: int, config: dict, log: Path) ->
             cmd += ["--ranks", str(ranks), "--config", str(cfg_path)]
             cpu0, sys0 = _children_cpu()
             t0 = time.perf_counter()
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
+            proc = subprocess.run(cmd, cwd=code, env=env, stdout=logf, stderr=subprocess.STDOUT)
             cpu1, sys1 = _children_cpu()
             cost = StageCost(name, proc.returncode == 0, cpu1 - cpu0, sys1 - sys0, time.perf_counter() - t0)
             costs.append(cost)
@@ -96,8 +98,8 @@ def run_build(in_dir: Path, build: Path, ranks: int, config: dict, log: Path) ->
                 flush=True,
             )
             prev = [out]
-        snap = run_assembly(build, logf)
-    return costs, snap.snapshot_id if snap.ok else ""
+        snap = run_assembly(build, logf) if code == ROOT else None
+    return costs, snap.snapshot_id if snap is not None and snap.ok else ""
 
 
 def format_table(
@@ -145,6 +147,31 @@ def format_table(
     return "\n".join(lines)
 
 
+def format_baseline(
+    results: dict[tuple[int, int], tuple[list[StageCost], str]],
+    baseline: dict[tuple[int, int], tuple[list[StageCost], str]],
+    files: dict[int, int],
+) -> str:
+    """Per stage: CPU s of this checkout and of the baseline, at each S, on the same ranks."""
+    keys = sorted(baseline)
+    head = " | ".join(f"S={files[s]:,} P={p}: this / baseline CPU s" for s, p in keys)
+    lines = [f"| stage | {head} |", "|---|" + "---:|" * len(keys)]
+    stages = [c.stage for c in results[keys[0]][0]]
+    for i, stage in enumerate(stages):
+        cells = []
+        for k in keys:
+            a, b = results[k][0], baseline[k][0]
+            ok = i < len(a) and i < len(b) and a[i].ok and b[i].ok
+            cells.append(f"{a[i].cpu_s:.1f} / {b[i].cpu_s:.1f}" if ok else "failed")
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    totals = [
+        f"{sum(c.cpu_s for c in results[k][0]):.0f} / {sum(c.cpu_s for c in baseline[k][0]):.0f}"
+        for k in keys
+    ]
+    lines.append("| all stages | " + " | ".join(totals) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=12_000, help="documents in the corpus")
@@ -156,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-mb", type=int, default=256, help="the build's memory_budget_mb")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/bench_shape"), help="work directory")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout (e.g. a git worktree of an earlier commit): its stages are built on the "
+        "fewest ranks at every S too, as the plain baseline of the same run",
+    )
     args = ap.parse_args(argv)
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
@@ -163,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     docs, _ = generate(load_pool(work, mix), args.n, args.seed, mix)
     config = build_config(args.budget_mb, args.seed)
     results: dict[tuple[int, int], tuple[list[StageCost], str]] = {}
+    baseline: dict[tuple[int, int], tuple[list[StageCost], str]] = {}
     files: dict[int, int] = {}
     for s in args.shards:
         in_dir = work / f"in-{s}"
@@ -174,8 +209,18 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(build, ignore_errors=True)
             results[(s, p)] = run_build(in_dir, build, p, config, work / "log.txt")
             shutil.rmtree(build, ignore_errors=True)
+        if args.baseline is not None:
+            p = min(args.ranks)
+            print(f"S={files[s]:,} input files, P={p} ranks, baseline {args.baseline}:", flush=True)
+            build = work / f"baseline-{s}-{p}"
+            shutil.rmtree(build, ignore_errors=True)
+            baseline[(s, p)] = run_build(in_dir, build, p, config, work / "log.txt", args.baseline)
+            shutil.rmtree(build, ignore_errors=True)
     print()
     print(format_table(args.n, results, files))
+    if baseline:
+        print()
+        print(format_baseline(results, baseline, files))
     return 0 if all(snapshot for _, snapshot in results.values()) else 1
 
 

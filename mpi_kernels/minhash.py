@@ -16,7 +16,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numba
 import numpy as np
@@ -94,24 +94,43 @@ _BAND_SEED_1 = np.uint64(0x9E3779B97F4A7C15)
 _BAND_SEED_2 = np.uint64(0xD1B54A32D192ED03)
 
 
-@dataclass(frozen=True)
-class MinHashParams:
+@dataclass(frozen=True, kw_only=True)
+class BandParams:
+    """What a signature and its band keys depend on besides the shingles' normalization: the
+    permutations (``num_perm``, ``seed``), the banding (``bands`` x ``rows``) and the word n-gram. A
+    stage's config embeds them by inheriting them (``MinhashDedupConfig``), so they are written once."""
+
     num_perm: int = 112
     bands: int = 14
     rows: int = 8
     ngram: int = 5
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.bands * self.rows > self.num_perm:
+            raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+        if min(self.num_perm, self.bands, self.rows, self.ngram) < 1:
+            raise ValueError("num_perm, bands, rows and ngram must be positive")
+        if self.bands >= 1 << 16:
+            raise ValueError("at most 65535 bands")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinHashParams(BandParams):
     #: n of the character n-grams of unspaced documents; the stage keeps the normalization version's
     #: (``normalize.CHAR_NGRAM``), other values are for measurements
     char_ngram: int = CHAR_NGRAM
 
     def __post_init__(self) -> None:
-        if self.bands * self.rows > self.num_perm:
-            raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
-        if min(self.num_perm, self.bands, self.rows, self.ngram, self.char_ngram) < 1:
-            raise ValueError("num_perm, bands, rows, ngram and char_ngram must be positive")
-        if self.bands >= 1 << 16:
-            raise ValueError("at most 65535 bands")
+        super().__post_init__()
+        if self.char_ngram < 1:
+            raise ValueError("char_ngram must be positive")
+
+    @classmethod
+    def of(cls, bands: BandParams) -> MinHashParams:
+        """The kernel's parameters of a config that embeds :class:`BandParams` (``char_ngram``: the
+        normalization version's)."""
+        return cls(**{f.name: getattr(bands, f.name) for f in fields(BandParams)})
 
 
 def permutation_coefficients(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

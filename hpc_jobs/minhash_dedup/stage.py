@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
@@ -27,7 +27,7 @@ from corpus.formats.docshard import iter_lines
 from corpus.model import Document, Kept, Outcome, Passed, annotated_line
 from corpus.model.annotations import HOLDOUT_NEAR
 from corpus.model.layout import INDEX_RECORDS
-from corpus.text.normalize import CHAR_NGRAM, NORMALIZATION_VERSION
+from corpus.text.normalize import NORMALIZATION_VERSION
 from hpc_jobs.minhash_dedup.band_records import band_records
 from hpc_jobs.minhash_dedup.base_links import BASE_NODE_NAME, BASE_NODE_TAG
 from hpc_jobs.minhash_dedup.components import giant_clusters, giant_components
@@ -62,20 +62,17 @@ from hpc_jobs.minhash_dedup.phase import (
 )
 from hpc_jobs.minhash_dedup.repo_graph import annotate_repository, repo_docs, repositories, repository_files
 from hpc_jobs.minhash_dedup.signatures import holdout_signatures, signatures
-from mpi_kernels.minhash import MinHasher, MinHashParams
+from mpi_kernels.minhash import BandParams, MinHasher, MinHashParams
 from runtime.against_base import AgainstBase
 from runtime.global_phase import PART_ROWS, GlobalPhase, decisions_of, global_phase_key, part_count
 from runtime.runner import InputShard, Stage, StageContext, eval_holdout
 
 
 @dataclass(frozen=True, kw_only=True)
-class MinhashDedupConfig:
-    num_perm: int = 112
-    bands: int = 14
-    rows: int = 8
-    ngram: int = 5
-    #: seeds the permutation coefficients; changing it changes every signature
-    seed: int = 0
+class MinhashDedupConfig(BandParams):
+    """The kernel's ``num_perm``, ``bands``, ``rows``, ``ngram`` and ``seed`` (which seeds the
+    permutations: changing it changes every signature), and the stage's own settings."""
+
     #: buckets with more members are split by a secondary hash into sub-buckets of about this size
     bucket_cap: int = 10_000
     #: components with more members are clustered again from pairs verified by estimated Jaccard;
@@ -96,9 +93,9 @@ class MinhashDedupConfig:
     part_rows: int = PART_ROWS
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.part_rows < 1:
             raise ValueError("part_rows must be at least 1")
-        MinHashParams(self.num_perm, self.bands, self.rows, self.ngram, self.seed)
         if not 0.0 < self.verify_threshold <= 1.0:
             raise ValueError("verify_threshold must be in (0, 1]")
         if self.bucket_cap < 2:
@@ -184,15 +181,11 @@ class MinhashDedupStage(Stage):
 
     def band_params(self) -> dict[str, Any]:
         """What defines this run's band keys (the band index refuses a base made with others)."""
-        c = self.config
-        return band_key_params(
-            num_perm=c.num_perm, bands=c.bands, rows=c.rows, seed=c.seed, ngram=c.ngram, char_ngram=CHAR_NGRAM
-        )
+        return band_key_params(**asdict(self.params))
 
     @property
     def params(self) -> MinHashParams:
-        c = self.config
-        return MinHashParams(c.num_perm, c.bands, c.rows, c.ngram, c.seed)
+        return MinHashParams.of(self.config)
 
     def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
         held = sorted([f.name, f.sha256] for f in self._held)

@@ -300,7 +300,7 @@ def test_the_same_build_on_one_and_two_ranks(crawl, base, delta, tmp_path):
 def band_keys_of(texts: list[str]) -> list[set[bytes]]:
     """Each text's band keys, made by the MinHash kernel with minhash_dedup's default parameters."""
     c = minhash_dedup.MinhashDedupConfig()
-    hasher = MinHasher(MinHashParams(c.num_perm, c.bands, c.rows, c.ngram, c.seed))
+    hasher = MinHasher(MinHashParams.of(c))
     sigs = hasher.signatures(texts)
     keys = hasher.band_keys(sigs)
     return [
