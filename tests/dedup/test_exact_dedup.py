@@ -145,3 +145,22 @@ def test_a_stage_of_a_build_whose_eval_holdout_is_missing_stops_in_one_line(stag
     (line,) = [x for x in proc.stderr.splitlines() if "eval holdout" in x]
     assert str(build / "stages" / "extract") in line and "run the build's extract stage first" in line
     assert not (build / "stages" / stage / "manifest.json").exists()
+
+
+def test_the_parts_of_an_exchange_follow_the_corpus_size_never_its_file_count(tmp_path, shared_data):
+    """The same 40 documents in 2 or in 8 files: exact_dedup's groups and minhash_dedup's bucket parts
+    are ceil(rows / part_rows) either way (40 / 16 documents; 40 x 14 / 200 band rows), and without a
+    code document minhash_dedup never starts its repository graph."""
+    from tests.support.interruptions import completed_parts
+
+    docs = [make_doc(t, i) for i, t in enumerate(perl_sections(shared_data)[:40])]
+    cfg = tmp_path / "parts.toml"
+    cfg.write_text("[exact_dedup]\npart_rows = 16\n[minhash_dedup]\npart_rows = 200\n")
+    for files in (2, 8):
+        in_dir = write_stage_dir(tmp_path / f"in-{files}", docs, shards=files)
+        for stage, step in (("exact_dedup", "groups"), ("minhash_dedup", "buckets")):
+            out = tmp_path / f"{stage}-{files}"
+            run_stage(stage, 2, in_dir, out, cfg)
+            assert completed_parts(out, step) == 3, (stage, files)
+        phase = tmp_path / f"minhash_dedup-{files}" / "work" / "phase"
+        assert (phase / "labels").is_dir() and not (phase / "repos").exists()
