@@ -472,11 +472,13 @@ def selection_sql(
             share = "CASE " + " ".join("WHEN lang = ? THEN ?" for _ in langs) + " ELSE ? END"
             share_params = [x for lang in langs for x in (lang, t.by_lang[lang])] + [t.keep]
         col = _ident(t.score)
-        # rank within the language among the rows still passing, best first, ties by doc_id; a row
-        # is kept while its rank is within round(share * n) of its language
+        # rank within the language among the rows still passing, best first, ties by doc_id, then by
+        # place (two stored documents can share a doc_id: texts line_dedup made identical); a row is
+        # kept while its rank is within round(share * n) of its language
         sql.append(
             f", top{i} AS (SELECT * EXCLUDE (passes), passes AND {col} IS NOT NULL AND "
-            f"row_number() OVER (PARTITION BY lang, passes AND {col} IS NOT NULL ORDER BY {col} DESC, doc_id) "
+            f"row_number() OVER (PARTITION BY lang, passes AND {col} IS NOT NULL "
+            f'ORDER BY {col} DESC, doc_id, shard, "index") '
             f"<= round(({share}) * count(*) OVER (PARTITION BY lang, passes AND {col} IS NOT NULL)) "
             f"AS passes FROM {prev})"
         )
@@ -495,12 +497,14 @@ def selection_sql(
             order, order_params = age_order_sql(s)
             order += ", "
         # text: one document per group (a cluster, or an unclustered document alone), the oldest
-        # build's first unless its source prefers the newest, then the lowest representative_key;
+        # build's first unless its source prefers the newest, then the lowest representative_key, then
+        # the first by place (a total order: two stored documents can share a doc_id, and so a key);
         # code: every document of the best-ranked selected repository of its repository cluster (rank
         # ties only within one repository, so dense_rank keeps it whole)
         sql.append(
             f", picked AS (SELECT *, passes AND "
-            f"row_number() OVER (PARTITION BY {GROUP_SQL}, passes ORDER BY {order}representative_key) = 1 "
+            f"row_number() OVER (PARTITION BY {GROUP_SQL}, passes "
+            f'ORDER BY {order}representative_key, shard, "index") = 1 '
             f"AND (repo_cluster_id IS NULL OR "
             f"dense_rank() OVER (PARTITION BY repo_cluster_id, passes ORDER BY repo_rank) = 1) "
             f"AS selected FROM {prev})"

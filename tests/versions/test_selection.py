@@ -260,3 +260,19 @@ def test_an_exact_copys_origin_keeps_the_stored_document_when_the_keepers_origin
     assert run_with_copies('crawl_date_max = "2026-02-01"') == [True, True, False, False]
     # every rule must hold for one origin: the copy is early enough but its source is excluded
     assert run_with_copies('crawl_date_max = "2026-02-01"\nexclude_sources = ["mirror"]') == [False] * 4
+
+
+def test_two_stored_documents_sharing_a_doc_id_are_told_apart_by_place_on_every_run():
+    """line_dedup can make two texts identical after exact_dedup ran, so two stored documents of one
+    cluster can share a doc_id and so a representative key: the representative is then the first by
+    (shard, index), whatever order DuckDB reads the rows in (it read them in another order on each run
+    of a 12,000-document build before the query said so)."""
+    twin = {"doc_id": "ab" * 16, "dup_cluster_id": "ab" * 16, "dup_cluster_size": 2}
+    first = metadata_table([record(1, **twin)], "web-00000", [10])
+    second = metadata_table([record(2), record(1, **twin)], "web-00001", [10, 10])
+    con = duckdb.connect()
+    con.register("stored", pa.concat_tables([second, first]))  # the later place is read first
+    docs = {"web-00000": 1, "web-00001": 2}
+    for _ in range(5):
+        bits = select_rows(con, parse_inline('near_duplicates = "representative"'), docs)
+        assert bits["web-00000"].tolist() == [True] and bits["web-00001"].tolist() == [True, False]
