@@ -32,6 +32,7 @@ from corpus.formats.docshard import RecordsFile, atomic_write_json, iter_docs
 from corpus.model import Document
 from corpus.model.config import config_hash
 from corpus.model.digest import canonical_json, file_sha256, json_digest
+from mpi_kernels.barrier import sleeping_barrier
 from mpi_kernels.shuffle import ShuffleStats
 from mpi_kernels.shuffle_array import shuffle_array
 from mpi_kernels.shuffle_bytes import shuffle_by_key
@@ -432,6 +433,7 @@ class GlobalPhase:
         return writer.commit(step, self.key_digest, facts)
 
     def _end_step(self, step: str, done_before: int, done_now: int, t0: float) -> None:
+        sleeping_barrier(self.comm)  # the ranks' shares of a step are uneven: an early rank sleeps
         before = self.comm.allreduce(done_before)
         now = self.comm.allreduce(done_now)
         self.progress[step] = {"parts_done_before": before, "parts_done_now": now}

@@ -14,6 +14,8 @@ import os
 import signal
 from typing import Any
 
+from mpi_kernels.barrier import sleeping_barrier
+
 #: exit status of a stage that stopped on request with every finished shard or part checkpointed
 PREEMPTED_EXIT = 75
 FAULT_ENV = "CORPUS_FAULT"
@@ -40,9 +42,11 @@ def stop_requested() -> bool:
 
 
 def any_rank_stopped(comm: Any) -> bool:
-    """Collective: did any rank get a stop request? (Every rank must call it at the same point.)"""
+    """Collective: did any rank get a stop request? (Every rank must call it at the same point: after
+    uneven work, so the ranks first meet in a barrier an early rank sleeps in, not spins.)"""
     from mpi4py import MPI
 
+    sleeping_barrier(comm)
     return bool(comm.allreduce(int(_stop), op=MPI.MAX))
 
 

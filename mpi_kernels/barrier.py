@@ -1,0 +1,26 @@
+"""A barrier a rank waits at asleep, not spinning: MPICH's blocking collectives poll, so a rank that
+finishes its share early burns a core in system time until the slowest arrives.
+
+Where the ranks meet after uneven work (the runner after its shards, a global phase after each step), a
+rank tests a non-blocking barrier and sleeps between tests, backing off to :data:`MAX_SLEEP_S`: the
+collective that follows finds every rank there and returns at once. docs/scale.md "Shape".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+#: the first and the longest sleep between two tests of the barrier (a late rank's arrival is seen
+#: within this, a few times a stage, against the seconds to hours a rank may wait)
+FIRST_SLEEP_S = 0.001
+MAX_SLEEP_S = 0.01
+
+
+def sleeping_barrier(comm: Any) -> None:
+    """Collective: return when every rank of ``comm`` has called it, sleeping while waiting."""
+    request = comm.Ibarrier()
+    delay = FIRST_SLEEP_S
+    while not request.Test():
+        time.sleep(delay)
+        delay = min(2 * delay, MAX_SLEEP_S)
