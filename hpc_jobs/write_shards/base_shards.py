@@ -7,26 +7,21 @@ docs/snapshot.md, "write_shards", and docs/incremental.md.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from corpus.model.facts import ShardNumbering
 from corpus.model.layout import base_build_of, build_dir_of_stage, candidates_dir, manifest_path
 from runtime.runner import StageError
 
 
-@dataclass(frozen=True)
-class BaseShards:
+class BaseShards(ShardNumbering):
     """The shards a build's candidates inherit from its base (``corpus build --base``): the delta's
     candidates list the base's shards first, then its own, and a shard's name is written into every
     row of its metadata table (the version step joins the selection bits on it) while the doc_id index
     addresses shards by their place in that list. So a delta's shards are numbered, per bucket, after
     the highest number of that bucket in the base's candidates (``next_number``), and its doc_id index
-    counts its shards after the base's ``shards``; ``label`` is the base candidates' id."""
-
-    label: str
-    shards: int
-    next_number: dict[str, int]
+    counts its shards after the base's ``shards``; ``label`` is the base candidates' id. Handed on to
+    the snapshot as what it is, the manifest's :class:`ShardNumbering`."""
 
     @classmethod
     def of_build(cls, stage_directory: Path) -> BaseShards | None:
@@ -55,6 +50,3 @@ class BaseShards:
             bucket, number = Path(shard["path"]).name.removesuffix(".bin").rsplit("-", 1)
             after[bucket] = max(after.get(bucket, 0), int(number) + 1)
         return cls(label, len(candidates["shards"]), dict(sorted(after.items())))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "shards": self.shards, "next_number": self.next_number}

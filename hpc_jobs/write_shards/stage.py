@@ -173,7 +173,7 @@ class WriteShards(Stage):
             ref = FileRef(f"{LINEAGE}/{DOC_INDEX_DIR}/{file}", p.files[file].removeprefix("sha256:"))
             index_parts.append((ref, p.facts["docs"]))
         handed_on = WriteShardsFacts(
-            token_shards, PartitionedIndex("docs", bits, facts["docs"], tuple(index_parts))
+            token_shards, PartitionedIndex("docs", bits, facts["docs"], tuple(index_parts)), self._base
         )
         return {
             **handed_on.to_extra(),
@@ -181,7 +181,6 @@ class WriteShards(Stage):
             "buckets": facts["buckets"],
             "seed": self.config.seed,
             "shuffle_key": "blake2b64('shuffle', doc_id, seed)",
-            **({"base": self._base.to_dict()} if self._base is not None else {}),
         }
 
 
