@@ -6,15 +6,19 @@ it is the same whatever the rank count and however the edges were spread over th
 rows ``(u, v)`` (:func:`pair_dtype`) and every step works on whole arrays, never holding more than one
 batch of one node's neighbours. Local contraction, then large-star / small-star rounds (Kiveris et al.,
 SoCC 2014) over ``shuffle_array`` until the edges are stars centred on their minimum; the labels are held
-by each node's owner rank (:func:`owner_of`). The algorithm step by step: docs/dedup.md (*Connected
-components*).
+by each node's owner rank (:func:`owner_of`). With a :class:`RoundCheckpoint` every completed round is
+kept on disk, so a killed run resumes from the last round all ranks finished, on any rank count. The
+algorithm step by step: docs/dedup.md (*Connected components*).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -50,11 +54,82 @@ def owner_of(nodes: np.ndarray) -> np.ndarray:
 
 class Components:
     """(node, label) rows (:func:`pair_dtype`: ``u`` the node, ``v`` its label) for the nodes this rank
-    owns, sorted by node; ``rounds`` exchanges were needed."""
+    owns, sorted by node; ``rounds`` exchanges were needed, the first ``resumed_after`` of them (the
+    contraction is round 0) by an earlier run whose checkpoint this one resumed (-1: none)."""
 
-    def __init__(self, labels: np.ndarray, rounds: int) -> None:
+    def __init__(self, labels: np.ndarray, rounds: int, resumed_after: int = -1) -> None:
         self.labels = labels
         self.rounds = rounds
+        self.resumed_after = resumed_after
+
+
+class RoundCheckpoint:
+    """Where :func:`connected_components` keeps its completed rounds: the union-find rounds are the long
+    pole of a dedup phase (both seeds say so), and a kill during them must not throw them all away.
+
+    Round R's state is the edges each rank wrote after it (``edges-R.K.bin``, K the rank) and the nodes
+    each rank saw only in self-loops (``alone.K.bin``, written once, after the contraction: round 0).
+    Rank 0 commits a round in ``round.json`` (the round and its files) once every rank's files are
+    written and synced; a round not committed is redone. The edges are a set, whichever rank holds
+    them (the next round's shuffle routes them to their owners), so a rerun on any number of ranks takes
+    the committed files in shares. The caller owns the directory: it must hold one graph's rounds
+    (start it empty for another graph) and :meth:`clear` it when the labels are safe.
+    ``after_round(R)`` is called on every rank after round R is committed (fault injection)."""
+
+    COMMIT = "round.json"
+
+    def __init__(self, directory: Path, after_round: Callable[[int], None] | None = None) -> None:
+        self.directory = Path(directory)
+        self.after_round = after_round
+
+    def committed(self, comm: Any) -> dict[str, Any] | None:
+        """Collective: the last committed round (``{"round", "edges", "alone"}``), or None."""
+        state = None
+        if comm.rank == 0:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            commit = self.directory / self.COMMIT
+            state = json.loads(commit.read_text()) if commit.exists() else None
+        return comm.bcast(state, root=0)
+
+    def alone_file(self, rank: int) -> Path:
+        return self.directory / f"alone.{rank}.bin"
+
+    def commit(self, comm: Any, rnd: int) -> None:
+        """Collective, after every rank synced its round ``rnd`` files: record the round, then remove
+        the files no committed round names (the round before it, a larger earlier run's leftovers)."""
+        if comm.rank == 0:
+            state = {
+                "round": rnd,
+                "edges": [_edge_file(self.directory, rnd, k).name for k in range(comm.size)],
+                "alone": [self.alone_file(k).name for k in range(comm.size)],
+            }
+            prior = self.directory / self.COMMIT
+            alone = json.loads(prior.read_text())["alone"] if rnd and prior.exists() else state["alone"]
+            state["alone"] = alone  # the contraction's files, whichever run wrote them
+            tmp = self.directory / f".{self.COMMIT}.tmp"
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, prior)
+            keep = set(state["edges"]) | set(alone) | {self.COMMIT}
+            for f in self.directory.iterdir():
+                if f.name not in keep:
+                    f.unlink(missing_ok=True)
+        comm.Barrier()
+        if self.after_round is not None:
+            self.after_round(rnd)
+
+    def clear(self, comm: Any) -> None:
+        """Collective: the rounds are no longer needed."""
+        comm.Barrier()
+        if comm.rank == 0:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _synced(path: Path, batches: Iterable[bytes]) -> None:
+    with open(path, "wb") as out:
+        for data in batches:
+            out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def connected_components(
@@ -64,29 +139,50 @@ def connected_components(
     width: int,
     memory_budget_bytes: int = 256 << 20,
     spill_dir: Path | None = None,
+    checkpoint: RoundCheckpoint | None = None,
 ) -> Components:
     """Collective: label every node of every edge (on any rank) with the minimum node of its component.
 
     Each rank passes its share of the edges as batches of :func:`pair_dtype` rows (``width``-byte nodes);
     each rank gets back (node, label) rows for the nodes it owns (:func:`owner_of`), sorted by node.
-    A self-loop adds its node. The rounds' edges are spilled under ``spill_dir``, removed at the end."""
+    A self-loop adds its node. The rounds' edges are spilled under ``spill_dir``, removed at the end;
+    with a ``checkpoint`` they are kept there instead, and a committed round is resumed (``edges`` is
+    then not read)."""
     from mpi4py import MPI
 
     dtype = pair_dtype(width)
     base = Path(spill_dir) if spill_dir is not None else Path(tempfile.gettempdir())
     base.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="components-", dir=base))
+    rounds_dir = checkpoint.directory if checkpoint is not None else work
     try:
-        # each batch is contracted on its own and its stars spilled: a rank holds one batch of edges
-        alone_in: list[np.ndarray] = []
-        with open(work / "edges-0.bin", "wb") as out:
-            for batch in edges:
-                stars, loops = local_components([batch], width)
-                out.write(stars.tobytes())
-                alone_in.append(loops)
-        alone = np.unique(np.concatenate([np.empty(0, dtype=f"V{width}"), *alone_in]))
-        current = _read_rows(work / "edges-0.bin", dtype)
-        for rounds in range(1, MAX_ROUNDS + 1):
+        state = checkpoint.committed(comm) if checkpoint is not None else None
+        if state is None:
+            # each batch is contracted on its own and its stars spilled: a rank holds one batch of edges
+            alone_in: list[np.ndarray] = []
+
+            def contracted() -> Iterator[bytes]:
+                for batch in edges:
+                    stars, loops = local_components([batch], width)
+                    alone_in.append(loops)
+                    yield stars.tobytes()
+
+            edge_files = [_edge_file(rounds_dir, 0, comm.rank)]
+            _synced(edge_files[0], contracted())
+            alone = np.unique(np.concatenate([np.empty(0, dtype=f"V{width}"), *alone_in]))
+            resumed_after = -1
+            if checkpoint is not None:
+                _synced(checkpoint.alone_file(comm.rank), [alone.tobytes()])
+                checkpoint.commit(comm, 0)
+        else:  # the committed round's files, in shares over this run's ranks
+            resumed_after = state["round"]
+            edge_files = [rounds_dir / f for f in state["edges"][comm.rank :: comm.size]]
+            mine = [
+                np.fromfile(rounds_dir / f, dtype=f"V{width}") for f in state["alone"][comm.rank :: comm.size]
+            ]
+            alone = np.unique(np.concatenate([np.empty(0, dtype=f"V{width}"), *mine]))
+        current = chain.from_iterable(_read_rows(f, dtype) for f in edge_files)
+        for rounds in range(max(resumed_after, 0) + 1, MAX_ROUNDS + 1):
             received = shuffle_array(
                 comm,
                 _both_directions(current, dtype),
@@ -96,18 +192,31 @@ def connected_components(
                 memory_budget_bytes=memory_budget_bytes,
                 spill_dir=work,
             )
-            edge_file, label_file = work / f"edges-{rounds}.bin", work / f"labels-{rounds}.bin"
+            edge_file, label_file = _edge_file(rounds_dir, rounds, comm.rank), work / f"labels-{rounds}.bin"
             with open(edge_file, "wb") as out, open(label_file, "wb") as labels:
                 stars = _star_round(received, width, rounds % 2 == 1, out, labels)
-            (work / f"edges-{rounds - 1}.bin").unlink(missing_ok=True)
+                out.flush()
+                os.fsync(out.fileno())
             (work / f"labels-{rounds - 1}.bin").unlink(missing_ok=True)
-            if not comm.allreduce(0 if stars else 1, op=MPI.SUM):
+            converged = not comm.allreduce(0 if stars else 1, op=MPI.SUM)
+            if checkpoint is not None:
+                checkpoint.commit(comm, rounds)
+            else:
+                for f in edge_files:
+                    f.unlink(missing_ok=True)
+            if converged:
                 found = np.fromfile(label_file, dtype=dtype)
-                return Components(_with_alone(comm, found, alone, dtype, memory_budget_bytes, work), rounds)
+                labelled = _with_alone(comm, found, alone, dtype, memory_budget_bytes, work)
+                return Components(labelled, rounds, resumed_after)
+            edge_files = [edge_file]
             current = _read_rows(edge_file, dtype)
         raise RuntimeError(f"connected components did not converge in {MAX_ROUNDS} rounds")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _edge_file(directory: Path, rnd: int, rank: int) -> Path:
+    return directory / f"edges-{rnd}.{rank}.bin"
 
 
 def local_components(edges: Iterable[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:

@@ -63,8 +63,9 @@ from hpc_jobs.minhash_dedup.phase import (
     row_bytes,
 )
 from hpc_jobs.minhash_dedup.spill import SpilledRows
-from mpi_kernels.union_find import connected_components, pair_dtype
+from mpi_kernels.union_find import RoundCheckpoint, connected_components, pair_dtype
 from runtime.global_phase import SPILL_DIR, PartWriter, route_verdicts, write_verdicts
+from runtime.preemption import after_part
 from runtime.runner import assign
 
 Verdicts = Iterator[tuple[str, str, dict[str, Any]]]
@@ -101,8 +102,10 @@ def write_buckets(run: Run, graph: Graph, unit: Any, writer: PartWriter) -> dict
 # -- 3. components -> labels ---------------------------------------------------------------------------
 def labels(run: Run, graph: Graph) -> None:
     """Connected components of every candidate edge, then each document's label to its shard's
-    part. Components are recomputed only while some label part is missing (they are rounds of
-    shuffles, not parts; a rerun recomputes them, deterministically)."""
+    part. Components are computed only while some label part is missing; their rounds are
+    checkpointed (``<step>.rounds/`` in the phase directory, until the labels are written), so a rerun
+    resumes from the last round every rank finished, on any rank count, and finds the same labels.
+    The rounds a run resumed and computed are in ``progress.json`` as step ``<step>.rounds``."""
     phase, groups = run.phase, graph.groups
     ctx, comm, shards = phase.ctx, phase.comm, graph.names
     linking = graph.text and run.probed
@@ -112,6 +115,10 @@ def labels(run: Run, graph: Graph) -> None:
         todo = any(phase.part(graph.labels, s) is None for s in shards)
         todo = todo or (linking and any(phase.part(BASE_LINKS, g) is None for g in groups))
     found = np.empty(0, dtype=pair_dtype(NODE.itemsize))
+    rounds_step = f"{graph.labels}.rounds"
+    rounds = RoundCheckpoint(
+        phase.root / rounds_step, lambda r: after_part(f"{phase.stage}/{rounds_step}", r, ctx.rank)
+    )
     # 2. connected components of every bucket part's edges
     if comm.bcast(todo, root=0):
         edge_parts = phase.parts(graph.buckets, groups) if ctx.rank == 0 else None
@@ -126,11 +133,18 @@ def labels(run: Run, graph: Graph) -> None:
             width=NODE.itemsize,
             memory_budget_bytes=ctx.memory_budget_bytes,
             spill_dir=Path(ctx.work_dir) / SPILL_DIR,
+            checkpoint=rounds,
         )
         # the round count depends on the rank count, so it is logged, not digested
+        resumed = components.resumed_after
         ctx.say(
             f"{len(components.labels)} clustered documents here; components in {components.rounds} rounds"
+            + (f", resumed after round {resumed}" if resumed >= 0 else "")
         )
+        phase.progress[rounds_step] = {
+            "rounds_done_before": resumed + 1,  # the contraction is round 0
+            "rounds_done_now": components.rounds - resumed,
+        }
         found = components.labels
     # 3. the base clusters' nodes go to the links, every other node to its shard's part
     nodes = np.ascontiguousarray(found["u"]).view(NODE)
@@ -158,6 +172,7 @@ def labels(run: Run, graph: Graph) -> None:
     )
     if linking:
         send_base_links(phase, groups, links)
+    rounds.clear(comm)
 
 
 # -- 4. clusters ---------------------------------------------------------------------------------------

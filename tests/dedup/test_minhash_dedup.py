@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from runtime.preemption import FAULT_ENV
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
 from tests.support.interruptions import assert_resumes_after_interruption, last_run
@@ -178,3 +179,23 @@ def test_an_interrupted_global_phase_resumes_from_its_completed_parts(
         output_digests(two_rank_run),
         monkeypatch,
     )
+
+
+def test_a_kill_during_the_component_rounds_resumes_them_with_the_same_labels(
+    corpus, two_rank_run, tmp_path, monkeypatch
+):
+    """kill -9 of rank 1 once round 1 of the union-find rounds is committed: the rerun resumes after
+    it (the contraction and round 1 are not redone) and writes the bytes of an uninterrupted run."""
+    out = tmp_path / "out"
+    monkeypatch.setenv(FAULT_ENV, "minhash_dedup/labels.rounds:1:KILL:1")
+    killed = run_stage("minhash_dedup", 2, corpus[0], out, check=False)
+    assert killed.returncode != 0 and not (out / "manifest.json").exists()
+    rounds = out / "work" / "phase" / "labels.rounds"
+    assert json.loads((rounds / "round.json").read_text())["round"] == 1
+    monkeypatch.delenv(FAULT_ENV)
+    again = run_stage("minhash_dedup", 2, corpus[0], out)
+    assert "resumed after round 1" in again.stderr
+    assert last_run(out)["labels.rounds"]["rounds_done_before"] == 2  # rounds 0 (contraction) and 1
+    assert last_run(out)["buckets"]["parts_done_now"] == 0
+    assert output_digests(out) == output_digests(two_rank_run)
+    assert not rounds.exists(), "the rounds are removed once the labels are written"

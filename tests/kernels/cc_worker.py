@@ -1,16 +1,20 @@
-"""Run connected_components on this rank's share of a fixed random graph; write the labels as JSON."""
+"""Run connected_components on this rank's share of a fixed random graph; write the labels as JSON.
+With ``--checkpoint DIR`` the rounds are kept there; ``--kill-after-round R`` makes rank 1 kill itself
+(SIGKILL) once round R is committed."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import signal
 from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
-from mpi_kernels.union_find import connected_components, pair_dtype
+from mpi_kernels.union_find import RoundCheckpoint, connected_components, pair_dtype
 
 WIDTH = 9
 
@@ -41,13 +45,26 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=3000)
     ap.add_argument("--budget", type=int, default=256 << 20)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--checkpoint", type=Path)
+    ap.add_argument("--kill-after-round", type=int, default=-1)
     a = ap.parse_args()
     comm = MPI.COMM_WORLD
+
+    def after_round(r: int) -> None:
+        if r == a.kill_after_round and comm.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    checkpoint = RoundCheckpoint(a.checkpoint, after_round) if a.checkpoint else None
     mine = graph(a.seed, a.nodes)[comm.rank :: comm.size]
     rows = np.frombuffer(b"".join(u + v for u, v in mine), dtype=pair_dtype(WIDTH))
     batches = [rows[i : i + 97] for i in range(0, len(rows), 97)]  # several batches per rank
     comps = connected_components(
-        comm, batches, width=WIDTH, memory_budget_bytes=a.budget, spill_dir=a.out / "spill"
+        comm,
+        batches,
+        width=WIDTH,
+        memory_budget_bytes=a.budget,
+        spill_dir=a.out / "spill",
+        checkpoint=checkpoint,
     )
     labels = comps.labels
     res = {
@@ -55,6 +72,7 @@ def main() -> None:
             (u.tobytes().hex(), lab.tobytes().hex()) for u, lab in zip(labels["u"], labels["v"], strict=True)
         ],
         "rounds": comps.rounds,
+        "resumed_after": comps.resumed_after,
     }
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"rank{comm.rank}.json").write_text(json.dumps(res))
