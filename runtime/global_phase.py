@@ -1,14 +1,14 @@
 """Global phases: the one shape every stage's collective work takes, checkpointed in parts.
 
-A stage whose outputs depend on the whole corpus does that work in ``Stage.prepare`` as a
-:class:`GlobalPhase`: named steps, each writing *parts* (files under ``work/phase/<step>/``) and marking
-each part done (``<part>.done.json``: the phase key's digest, its files' sha256, its facts). A
-:meth:`~GlobalPhase.map` step makes one part per unit of work; an :meth:`~GlobalPhase.exchange` step
-shuffles records to the owner of their part, which reduces its parts in order. The number of parts is
-fixed by the data, never by the rank count, so every part's bytes are the same on any number of ranks;
-a rerun never redoes nor re-sends a completed part. A stop request ends a step collectively
-(:class:`~runtime.preemption.Preempted`); a killed rank loses only the part it was writing; facts are
-deterministic (they are digested). docs/scale.md (*The runtime: global phases in parts*).
+A stage's whole-corpus work runs in ``Stage.prepare`` as a :class:`GlobalPhase`: named steps, each
+writing *parts* (files under ``work/phase/<step>/``) marked done (``<part>.done.json``: the key's
+digest, its files' sha256, its facts). A :meth:`~GlobalPhase.map` step makes a part per unit of work; an
+:meth:`~GlobalPhase.exchange` step shuffles records to their part's owner, which reduces its parts in
+order. Parts are fixed by the data, never the rank count, so their bytes are the same on any number of
+ranks; a rerun never redoes a completed part. A stop ends a step collectively; a killed rank loses only
+the part it was writing. At a step's end each rank lists its parts in its step index
+(``index.<rank>.json``): a rank that needs every part reads one file per rank, not a marker per part.
+docs/scale.md (*The runtime: global phases in parts*).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ KEY_FILE = "key.json"
 COMPLETE = "complete.json"
 PROGRESS = "progress.json"
 _MARKER = ".done.json"
+_INDEX = "index.{rank}.json"
 _PART_PREFIX = struct.Struct(">I")
 
 
@@ -185,9 +186,13 @@ class GlobalPhase:
         #: per step: parts completed by this run and parts found completed by an earlier run (all ranks)
         self.progress: dict[str, dict[str, int]] = {}
         self._complete: dict[str, Any] | None = None
+        run = None
         if ctx.rank == 0:
             self._complete = self._open()
-        self._complete = self.comm.bcast(self._complete, root=0)
+            run = os.urandom(8).hex()  # tells this run's step indexes from an earlier run's (not digested)
+        self._complete, self._run = self.comm.bcast((self._complete, run), root=0)
+        #: the last step index read (step, parts by name): every part of one step, not of the phase
+        self._indexed: tuple[str, dict[str, Part]] | None = None
         self.comm.Barrier()
 
     def _open(self) -> dict[str, Any] | None:
@@ -223,7 +228,14 @@ class GlobalPhase:
         return self.root / step
 
     def part(self, step: str, name: str) -> Part | None:
-        """The completed part, or None (a marker of another key counts as not done)."""
+        """The completed part, or None (a marker of another key counts as not done). From the step's
+        index when this run finished the step, else from the part's marker."""
+        indexed = self._step_index(step)
+        if indexed is not None and name in indexed:
+            return indexed[name]
+        return self._marked_part(step, name)
+
+    def _marked_part(self, step: str, name: str) -> Part | None:
         d = self.step_dir(step)
         marker = d / f"{name}{_MARKER}"
         if not marker.exists():
@@ -234,8 +246,42 @@ class GlobalPhase:
         return Part(step, name, m["files"], m["facts"], d)
 
     def forget(self, step: str, name: str) -> None:
-        """Make a completed part count as not done (its step will redo it)."""
+        """Make a completed part count as not done (its step will redo it): its marker goes, and so
+        does this rank's index of the step, which the step rewrites at its end."""
         (self.step_dir(step) / f"{name}{_MARKER}").unlink(missing_ok=True)
+        (self.step_dir(step) / _INDEX.format(rank=self.ctx.rank)).unlink(missing_ok=True)
+        self._indexed = None
+
+    def _step_index(self, step: str) -> dict[str, Part] | None:
+        """Every part of ``step`` from the ranks' step indexes, when this run finished the step (one
+        file per rank, kept in memory for the last step asked about); else None."""
+        if self._indexed is not None and self._indexed[0] == step:
+            return self._indexed[1]
+        d = self.step_dir(step)
+        found: dict[str, Part] = {}
+        for rank in range(self.ctx.size):
+            f = d / _INDEX.format(rank=rank)
+            m = json.loads(f.read_bytes()) if f.exists() else None
+            if m is None or (m["key"], m["run"], m["ranks"]) != (self.key_digest, self._run, self.ctx.size):
+                return None
+            found.update((n, Part(step, n, p["files"], p["facts"], d)) for n, p in m["parts"].items())
+        self._indexed = (step, found)
+        return found
+
+    def _write_step_index(self, step: str, owned: list[Part]) -> None:
+        """This rank's parts of ``step`` (those it owns in this run, done now or earlier), read back by
+        :meth:`_step_index` once every rank has written its own."""
+        if self._indexed is not None and self._indexed[0] == step:
+            self._indexed = None
+        index = {
+            "key": self.key_digest,
+            "run": self._run,
+            "ranks": self.ctx.size,
+            "parts": {
+                p.name: {"files": p.files, "facts": p.facts} for p in sorted(owned, key=lambda p: p.name)
+            },
+        }
+        atomic_write_json(self.step_dir(step) / _INDEX.format(rank=self.ctx.rank), index)
 
     def verified_part(self, step: str, name: str) -> Part | None:
         """The completed part if its files still have the digests its writer recorded; a damaged part is
@@ -267,17 +313,20 @@ class GlobalPhase:
         d = self.step_dir(step)
         d.mkdir(parents=True, exist_ok=True)
         done_before = done_now = 0
+        owned: list[Part] = []
         t0 = time.monotonic()
         for unit in assign(list(units), self.ctx.rank, self.ctx.size):
             if stop_requested():
                 break
-            if self.part(step, unit.name) is not None:
+            earlier = self._marked_part(step, unit.name)
+            if earlier is not None:
+                owned.append(earlier)
                 done_before += 1
                 continue
-            self._run_part(step, d, unit.name, lambda w, u=unit: fn(u, w))
+            owned.append(self._run_part(step, d, unit.name, lambda w, u=unit: fn(u, w)))
             done_now += 1
             after_part(f"{self.stage}/{step}", done_now, self.ctx.rank)
-        self._end_step(step, done_before, done_now, t0)
+        self._end_step(step, owned, done_before, done_now, t0)
 
     def exchange(
         self,
@@ -380,13 +429,14 @@ class GlobalPhase:
         d.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         # each rank checks the markers of the parts it owns; together they know what is left
-        mine = [
-            i
+        earlier = {
+            i: self._marked_part(step, part_names[i])
             for i in range(self.ctx.rank, len(part_names), self.ctx.size)
-            if self.part(step, part_names[i]) is None
-        ]
-        todo = sorted(i for owned in self.comm.allgather(mine) for i in owned)
-        done_before = len(range(self.ctx.rank, len(part_names), self.ctx.size)) - len(mine)
+        }
+        owned = [p for p in earlier.values() if p is not None]
+        mine = [i for i, p in earlier.items() if p is None]
+        todo = sorted(i for left in self.comm.allgather(mine) for i in left)
+        done_before = len(owned)
         done_now = 0
         stats = None
         if todo:
@@ -404,8 +454,13 @@ class GlobalPhase:
                     records_of_part = (
                         pending[1] if pending is not None and pending[0] == part_no else iter(())
                     )
-                    self._run_part(
-                        step, d, part_names[part_no], lambda w, p=part_no, r=records_of_part: reduce(p, r, w)
+                    owned.append(
+                        self._run_part(
+                            step,
+                            d,
+                            part_names[part_no],
+                            lambda w, p=part_no, r=records_of_part: reduce(p, r, w),
+                        )
                     )
                     if pending is not None and pending[0] == part_no:
                         for _ in pending[1]:  # what reduce left unread belongs to this part
@@ -420,7 +475,7 @@ class GlobalPhase:
                 f"step {step}: received {stats.records} records, {stats.bytes_received / 1e6:.2f} MB "
                 f"in {stats.rounds} rounds, {stats.spilled_runs} spilled runs"
             )
-        self._end_step(step, done_before, done_now, t0)
+        self._end_step(step, owned, done_before, done_now, t0)
         return stats
 
     def _run_part(self, step: str, d: Path, name: str, fn: Callable[[PartWriter], dict[str, Any]]) -> Part:
@@ -432,8 +487,13 @@ class GlobalPhase:
             raise
         return writer.commit(step, self.key_digest, facts)
 
-    def _end_step(self, step: str, done_before: int, done_now: int, t0: float) -> None:
+    def _end_step(self, step: str, owned: list[Part], done_before: int, done_now: int, t0: float) -> None:
+        self._write_step_index(step, owned)
         sleeping_barrier(self.comm)  # the ranks' shares of a step are uneven: an early rank sleeps
+        if self.ctx.rank == 0:  # an earlier run's indexes of ranks this run does not have
+            for f in self.step_dir(step).glob(_INDEX.format(rank="*")):
+                if int(f.name.split(".")[1]) >= self.ctx.size:
+                    f.unlink(missing_ok=True)
         before = self.comm.allreduce(done_before)
         now = self.comm.allreduce(done_now)
         self.progress[step] = {"parts_done_before": before, "parts_done_now": now}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import json
 import logging
 import os
 import re
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from corpus.decont.holdout import HoldoutFile, HoldoutMissing, build_holdout
-from corpus.formats.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs, read_sidecar
+from corpus.formats.docshard import SUFFIX, ShardWriter, atomic_write_json, iter_docs
 from corpus.model import (
     Document,
     Filtered,
@@ -63,6 +62,7 @@ from corpus.model.layout import (
 from corpus.model.manifest import NotCompleted, read_stage_manifest, require_stage_manifest
 from corpus.model.stages import PIPELINE
 from runtime import file_opens
+from runtime.manifest_parts import ShardRecord, artifact_refs, read_shard_record
 from runtime.output_lock import LockHeld, Writer, acquire, release
 from runtime.preemption import PREEMPTED_EXIT, Preempted, any_rank_stopped, install_handlers, stop_requested
 from runtime.side_output import SideOutput
@@ -285,15 +285,10 @@ class StageRun:
         return stats_path(self.ctx.out_dir, name)
 
     def shard_done(self, shard: InputShard, key: dict[str, str]) -> bool:
-        p = self.stats_path(shard.name)
-        if not p.exists():
-            return False
-        stats = json.loads(p.read_text())
-        if stats.get("key") != key:
-            return False
-        return all(
-            read_sidecar(self.ctx.out_dir / k / f"{shard.name}{SUFFIX}") is not None for k in DOC_OUTPUT_KINDS
-        )
+        return self.shard_record(shard, key) is not None
+
+    def shard_record(self, shard: InputShard, key: dict[str, str]) -> ShardRecord | None:
+        return read_shard_record(self.ctx.out_dir, shard.name, key)
 
     def run_shard(self, shard: InputShard, key: dict[str, str]) -> None:
         out = self.ctx.out_dir
@@ -413,16 +408,19 @@ class StageRun:
             raise Preempted("stopped at a shard boundary on request (SIGUSR1/SIGTERM); rerun to resume")
         comm.Barrier()  # every shard is written before a conclusion reads them
         conclude_digest = comm.bcast(stage.conclude(ctx, inputs), root=0)
-        digests = _gather_dicts(
-            comm, _hash_share(_artifact_files(ctx.out_dir, stage.artifact_kinds), ctx.rank, ctx.size)
-        )
+        # each rank reads what the manifest needs of its own shards and artifacts: rank 0 opens
+        # O(shards / ranks) files here, not every shard's stats and sidecars
+        records = comm.gather([self.shard_record(s, self.checkpoint_key(s, prepare_digest)) for s in mine], 0)
+        artifacts = comm.gather(artifact_refs(ctx.out_dir, stage.artifact_kinds, ctx.rank, ctx.size), 0)
         done = comm.gather(done_by_me, root=0)
         peaks = comm.gather(peak_rss_mb(), root=0)
         self.opened = comm.gather(file_opens.opened(), root=0)
         comm.Barrier()
         manifest = None
         if ctx.rank == 0:
-            manifest = self.write_manifest(inputs, prepare_digest, conclude_digest, done, peaks, digests)
+            found = {r.name: r for share in records for r in share if r is not None}
+            refs = [ref for _, ref in sorted(r for share in artifacts for r in share)]
+            manifest = self.write_manifest(inputs, found, prepare_digest, conclude_digest, done, peaks, refs)
         manifest = comm.bcast(manifest, root=0)
         return manifest
 
@@ -436,12 +434,15 @@ class StageRun:
     def write_manifest(
         self,
         inputs: list[InputShard],
+        records: dict[str, ShardRecord],
         prepare_digest: str,
         conclude_digest: str,
         done: list[list[str]],
         peaks: list[float],
-        artifact_digests: dict[str, str],
+        artifacts: list[ShardRef],
     ) -> StageManifest:
+        """Rank 0: the stage manifest from the ranks' :class:`ShardRecord` of every input and the
+        stage's artifact files."""
         out = self.ctx.out_dir
         inputs = sorted(inputs, key=lambda s: s.name)
         expected = {s.name for s in inputs}
@@ -449,19 +450,17 @@ class StageRun:
         outputs, sides = [], []
         total = YieldCounts()
         for s in inputs:
-            key = self.checkpoint_key(s, prepare_digest)
-            if not self.shard_done(s, key):
+            record = records.get(s.name)
+            if record is None:
                 raise StageError(f"{self.stage.name}: shard {s.name} is missing after every rank finished")
-            stats = json.loads(self.stats_path(s.name).read_text())
-            shard_counts[s.name] = stats["counts"]
-            total.merge(YieldCounts.from_dict(stats["counts"]))
-            for kind, dest in ((SHARDS, outputs), (FILTERED, sides), (QUARANTINE, sides)):
-                rel = f"{kind}/{s.name}{SUFFIX}"
-                sc = read_sidecar(out / rel)
-                dest.append(ShardRef(path=rel, sha256=sc["sha256"], records=sc["records"]))
-        for rel, _, sidecar in _artifact_files(out, self.stage.artifact_kinds):
-            sha = sidecar["sha256"] if sidecar and "sha256" in sidecar else artifact_digests[rel]
-            sides.append(ShardRef(path=rel, sha256=sha, records=sidecar["records"] if sidecar else -1))
+            shard_counts[s.name] = record.counts
+            total.merge(YieldCounts.from_dict(record.counts))
+            shard, filtered, quarantine = (
+                record.outputs[DOC_OUTPUT_KINDS.index(k)] for k in (SHARDS, FILTERED, QUARANTINE)
+            )
+            outputs.append(shard)
+            sides += [filtered, quarantine]
+        sides += artifacts
         self._remove_stale(expected)
         t = total.total()
         if not t.reconciles():
@@ -576,34 +575,6 @@ def _input_ref(shard: InputShard, stages_root: Path) -> ShardRef:
     if path.is_relative_to(root):
         return ShardRef(path=str(path.relative_to(root)), sha256=shard.sha256, records=shard.records)
     return ShardRef(path=shard.path.name, sha256=shard.sha256, records=shard.records)
-
-
-def _artifact_files(out: Path, kinds: tuple[str, ...]) -> list[tuple[str, Path, dict | None]]:
-    """Every finished file of the stage-specific artifact directories, as (path in the stage, path,
-    its sidecar or None); sidecars are folded into their file."""
-    found = []
-    for kind in kinds:
-        d = out / kind
-        files = (
-            sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith(".")) if d.is_dir() else []
-        )
-        names = {p.name for p in files}
-        for p in files:
-            if not (p.name.endswith(".json") and p.name[: -len(".json")] in names):
-                found.append((f"{kind}/{p.name}", p, read_sidecar(p)))
-    return found
-
-
-def _hash_share(files: list[tuple[str, Path, dict | None]], rank: int, size: int) -> dict[str, str]:
-    """This rank's share of the artifacts whose writer recorded no digest, hashed here: the ranks hash
-    in parallel instead of rank 0 reading every file alone."""
-    unhashed = [(rel, p) for rel, p, sidecar in files if not (sidecar and "sha256" in sidecar)]
-    return {rel: file_sha256(p) for rel, p in unhashed[rank::size]}
-
-
-def _gather_dicts(comm: Any, mine: dict[str, str]) -> dict[str, str]:
-    parts = comm.gather(mine, root=0)
-    return {k: v for part in parts or [] for k, v in part.items()}
 
 
 def parse_args(argv: list[str] | None, stage_name: str) -> argparse.Namespace:

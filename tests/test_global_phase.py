@@ -229,3 +229,18 @@ def test_an_exchange_of_fixed_width_rows_gives_each_part_its_rows_sorted(tmp_pat
     )
     assert sorted(got) == [0, 1, 2, 3] and got[3] == []
     assert got[1] == sorted(k for k in list(range(10)) + list(range(100, 110)) if k % 3 == 1)
+
+
+def test_a_finished_step_is_read_from_its_step_index_and_only_in_the_run_that_wrote_it(tmp_path):
+    """A rank that needs every part of a step (senders, the phase digest) reads the ranks' step indexes
+    (one file per rank), not a marker per part; another run trusts only the markers."""
+    units = [_unit(n) for n in ("a", "b", "c")]
+    phase = GlobalPhase(_ctx(tmp_path), {"stage": "toy"})
+    phase.map("m", units, lambda u, w: w.write_bytes(".bin", u.name.encode()) or {"u": u.name})
+    step = tmp_path / "phase" / "m"
+    assert sorted(p.name for p in step.glob("index.*.json")) == ["index.0.json"]
+    for marker in step.glob("*.done.json"):
+        marker.unlink()  # the markers are not read again in this run
+    assert [p.facts["u"] for p in phase.parts("m", ["a", "b", "c"])] == ["a", "b", "c"]
+    with pytest.raises(FileNotFoundError):
+        GlobalPhase(_ctx(tmp_path), {"stage": "toy"}).parts("m", ["a", "b", "c"])
