@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from corpus.code.archive import NoCommonRoot, iter_members
 from corpus.code.language import language_of
@@ -110,6 +111,16 @@ class KeptFile:
     length: int
 
 
+class RejectedFile(NamedTuple):
+    """A row of the ``rejected_files`` artifact: the file, why, and what its rule found (the verdict's
+    ``detail``)."""
+
+    path: str
+    reason: str
+    bytes: int
+    detail: str
+
+
 @dataclass(frozen=True)
 class RepoDocument:
     text: str
@@ -123,7 +134,7 @@ class Repository:
     """What reading one repository gave: every file's fate, and the documents to make."""
 
     name: str
-    rejected: list[tuple[str, str, int]] = field(default_factory=list)  # (path, reason, bytes)
+    rejected: list[RejectedFile] = field(default_factory=list)
     kept: list[KeptFile] = field(default_factory=list)
     plan: list[list[int]] = field(default_factory=list)  # indices into kept, per document
     spool: tempfile.SpooledTemporaryFile | None = None
@@ -131,7 +142,7 @@ class Repository:
 
     @property
     def rejected_counts(self) -> Counter:
-        return Counter(reason for _, reason, _ in self.rejected)
+        return Counter(f.reason for f in self.rejected)
 
     def documents(self) -> Iterator[RepoDocument]:
         parts = len(self.plan)
@@ -153,10 +164,10 @@ class Repository:
     def file_summary(self) -> dict:
         """Counts for the stage's ``rejected_files`` artifact and manifest."""
         by_reason: dict[str, dict[str, int]] = {}
-        for _, reason, n in self.rejected:
-            r = by_reason.setdefault(reason, {"files": 0, "bytes": 0})
+        for f in self.rejected:
+            r = by_reason.setdefault(f.reason, {"files": 0, "bytes": 0})
             r["files"] += 1
-            r["bytes"] += n
+            r["bytes"] += f.bytes
         return {
             "kept": {"files": len(self.kept), "bytes": sum(f.bytes for f in self.kept)},
             "rejected": dict(sorted(by_reason.items())),
@@ -218,38 +229,39 @@ def _read(
     strip_top: bool,
 ) -> Repository:
     repo = Repository(name=name, spool=tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES))
-    fates: list[tuple[str, str, int, KeptFile | None]] = []  # in archive order
+    fates: list[RejectedFile | KeptFile] = []  # in archive order
     last: dict[str, int] = {}
     licences = LicenceScanner()
     try:
         for m in iter_members(path, kind, strip_top):
             shown = m.path or m.raw_name
             if not m.path:
-                fates.append((shown, "unsafe_path", m.size, None))
+                fates.append(RejectedFile(shown, "unsafe_path", m.size, ""))
                 continue
             if m.kind != "file":
-                fates.append((shown, "link" if m.kind == "link" else "special_file", m.size, None))
+                fates.append(RejectedFile(shown, "link" if m.kind == "link" else "special_file", m.size, ""))
                 continue
             read = _ReadOnce(m.read)
-            reason, text = judge(m.path, m.size, read, rules, max_file_bytes)
-            licences.see(m.path, m.size, text, read, kept=not reason)
-            if reason:
-                fates.append((m.path, reason, m.size, None))
+            verdict = judge(m.path, m.size, read, rules, max_file_bytes)
+            licences.see(m.path, m.size, verdict.text, read, kept=not verdict.reason)
+            if verdict.reason:
+                fates.append(RejectedFile(m.path, verdict.reason, m.size, verdict.detail))
             else:
-                data = text.encode("utf-8")
+                data = verdict.text.encode("utf-8")
                 offset = repo.spool.seek(0, 2)
                 repo.spool.write(data)
-                kf = KeptFile(m.path, language_of(m.path, text), len(data), offset, len(data))
-                fates.append((m.path, "", len(data), kf))
+                fates.append(
+                    KeptFile(m.path, language_of(m.path, verdict.text), len(data), offset, len(data))
+                )
             if m.path in last:  # a later entry of the same path replaces the earlier one, as on extraction
-                p, _, n, _ = fates[last[m.path]]
-                fates[last[m.path]] = (p, "duplicate_path", n, None)
+                earlier = fates[last[m.path]]
+                fates[last[m.path]] = RejectedFile(earlier.path, "duplicate_path", earlier.bytes, "")
             last[m.path] = len(fates) - 1
     except BaseException:  # a damaged archive (ArchiveError), a second pass (NoCommonRoot), anything
         repo.close()
         raise
-    repo.kept = sorted((kf for _, _, _, kf in fates if kf is not None), key=lambda f: order_key(f.path))
-    repo.rejected = sorted((p, r, n) for p, r, n, kf in fates if kf is None)
+    repo.kept = sorted((f for f in fates if isinstance(f, KeptFile)), key=lambda f: order_key(f.path))
+    repo.rejected = sorted(f for f in fates if isinstance(f, RejectedFile))
     repo.plan = plan_documents(repo.kept, max_doc_tokens, bytes_per_token)
     repo.licence = licences.result()
     return repo

@@ -16,7 +16,7 @@ import re
 from functools import lru_cache
 
 from corpus.code.repo_dedup import document_files
-from corpus.code.rules import BUILTIN_RULES, build_rules, judge
+from corpus.code.rules import BUILTIN_RULES, build_rules, judge, text_shape
 from corpus.model import Document
 from corpus.model.annotations import REPO_FILES
 
@@ -63,8 +63,8 @@ def _generated_rules() -> list:
 def is_generated(path: str, text: str) -> bool:
     """Whether a ``generated`` rule of ``corpus.code.rules`` matches the file (by name or header)."""
     data = text.encode("utf-8")
-    reason, _ = judge(path, len(data), lambda: data, _generated_rules(), max_file_bytes=len(data) + 1)
-    return reason == "generated"
+    verdict = judge(path, len(data), lambda: data, _generated_rules(), max_file_bytes=len(data) + 1)
+    return verdict.reason == "generated"
 
 
 def is_data_line(stripped: str) -> bool:
@@ -106,14 +106,13 @@ def code_signals(files: list[tuple[str, str, str]]) -> dict[str, float]:
     chars = alnum = lines = longest = total_len = 0
     nonblank = data = commented = comment_base = generated = 0
     for path, lang, text in files:
-        body = text[:-1] if text.endswith("\n") else text
-        file_lines = body.split("\n")
-        chars += len(body)
-        alnum += sum(c.isalnum() for c in body)
-        lines += len(file_lines)
-        total_len += sum(len(ln) for ln in file_lines)
-        longest = max(longest, max(len(ln) for ln in file_lines))
-        stripped = [s for ln in file_lines if (s := ln.strip())]
+        shape = text_shape(text)
+        chars += shape.chars
+        alnum += shape.alnum
+        lines += shape.lines
+        total_len += shape.line_chars
+        longest = max(longest, shape.longest_line)
+        stripped = [s for ln in text.split("\n") if (s := ln.strip())]
         nonblank += len(stripped)
         data += sum(is_data_line(s) for s in stripped)
         if lang in COMMENT_SYNTAX:
