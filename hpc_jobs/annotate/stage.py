@@ -54,7 +54,7 @@ class AnnotateConfig:
 
 class AnnotateStage(Stage):
     name = "annotate"
-    version = "6"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
+    version = "7"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
     Config = AnnotateConfig
 
     def __init__(self, config: AnnotateConfig) -> None:
