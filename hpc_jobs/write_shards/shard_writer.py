@@ -2,10 +2,12 @@
 
 An exchange step, one part per output token shard. A document travels as a fixed-width
 :data:`SHARD_ROW` (where its tokens and lineage line are), never as its bytes; each sender first spools
-its input shard's lineage lines under ``work/lineage_spool/``. The owner streams the part in row order,
-reading each document by location (:class:`DocumentReader`): ``.bin`` (hashed whole and per block),
-``.idx``, ``.jsonl`` + ``.offsets.npy``, ``.doc_ids``, the metadata table and ``.meta.json`` with the
-validation numbers, holding one document and one 4 MiB block at a time. docs/snapshot.md, "write_shards".
+its input shard's lineage lines under ``work/lineage_spool/``. The owner first copies the part's
+documents in input order (:func:`stage_part`: each input file opened once, read front to back), then
+streams the part in row order from that copy: ``.bin`` (hashed whole and per block), ``.idx``,
+``.jsonl`` + ``.offsets.npy``, ``.doc_ids``, the metadata table and ``.meta.json`` with the validation
+numbers, holding the part's rows, one document and one 4 MiB block at a time. docs/snapshot.md,
+"write_shards".
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ SHARD_FILES = {
 #: where each sender spools its input shards' lineage lines for the shards step (under the work dir)
 LINEAGE_SPOOL = "lineage_spool"
 _SPOOL_SUFFIX = ".jsonl"
-_OPEN_FILES = 64  # files a shard's writer keeps open to read documents by location
+_OPEN_FILES = 64  # files a reader keeps open (staging reads one input shard at a time)
+_STAGED = (".tokens-staged", ".lineage-staged")  # a part's copy of its documents, in its step directory
 _ROWS_AT_ONCE = 1024  # rows turned into Python objects at a time while a shard is written
 _STATS_BATCH = 1 << 16  # tokens counted at once by the validation statistics (~40 bytes each, transient)
 
@@ -262,20 +265,26 @@ def write_shard(
     stats = ShardStatsAccumulator(tok.eos_id)
     pending: list[np.ndarray] = []  # tokens not yet counted: counted in batches of _STATS_BATCH (exact)
     pending_tokens = 0
-    for doc_id, shard, tokens_at, n, line in _in_shard_order(batches, reader):
-        data = reader.tokens(shard, tokens_at, n * itemsize)
-        bin_file.write(data)
-        lineage.write(line)
-        table.add(json.loads(line), n)
-        doc_ids_file.write(doc_id)
-        offsets.append(offsets[-1] + len(line))
-        lengths.append(n)
-        doc_ids.append(doc_id.decode())
-        pending.append(np.frombuffer(data, dtype=dtype))
-        pending_tokens += n
-        if pending_tokens >= _STATS_BATCH:
-            stats.add(np.concatenate(pending))
-            pending, pending_tokens = [], 0
+    rows, staged = stage_part(batches, reader, itemsize, writer.step_dir, name)
+    try:
+        for doc_id, shard, tokens_at, n, line in _in_shard_order(iter([rows]), staged):
+            data = staged.tokens(shard, tokens_at, n * itemsize)
+            bin_file.write(data)
+            lineage.write(line)
+            table.add(json.loads(line), n)
+            doc_ids_file.write(doc_id)
+            offsets.append(offsets[-1] + len(line))
+            lengths.append(n)
+            doc_ids.append(doc_id.decode())
+            pending.append(np.frombuffer(data, dtype=dtype))
+            pending_tokens += n
+            if pending_tokens >= _STATS_BATCH:
+                stats.add(np.concatenate(pending))
+                pending, pending_tokens = [], 0
+    finally:
+        staged.close()
+        for suffix in _STAGED:
+            (writer.step_dir / f".{name}{suffix}").unlink(missing_ok=True)
     if pending:
         stats.add(np.concatenate(pending))
     idx = index_bytes(np.frombuffer(lengths, dtype=np.int32), dtype)
@@ -305,6 +314,37 @@ def write_shard(
     }
     writer.write_bytes(".meta.json", (json.dumps(meta, sort_keys=True, indent=1) + "\n").encode())
     return {"bucket": bucket, "docs": len(doc_ids), "tokens": written, "validation": meta["validation"]}
+
+
+def stage_part(
+    batches: Iterator[np.ndarray], reader: DocumentReader, itemsize: int, directory: Path, name: str
+) -> tuple[np.ndarray, DocumentReader]:
+    """Copy a part's documents (its rows, as they arrive) into two files of its own, in the order of
+    their input shards and offsets, each document at its row's place: (the rows pointing into the
+    copy, a reader of it). A token shard draws its documents from every input shard in shuffled order;
+    read in that order, a rank would open and close input files at nearly every document (10⁵ input
+    shards against a cache of 64) and read each file back and forth. Staged, each input file is
+    opened once per part and read front to back, and the part is then streamed from its copy."""
+    rows = np.concatenate([np.empty(0, dtype=SHARD_ROW), *batches])
+    token_bytes = rows["tokens"].astype(np.int64) * itemsize
+    line_bytes = rows["lineage_bytes"].astype(np.int64)
+    staged = rows.copy()
+    staged["shard"] = 0
+    staged["tokens_at"] = np.cumsum(token_bytes) - token_bytes
+    staged["lineage_at"] = np.cumsum(line_bytes) - line_bytes
+    paths = [directory / f".{name}{suffix}" for suffix in _STAGED]
+    order = np.lexsort((rows["tokens_at"], rows["shard"]))  # an input shard's documents front to back
+    columns = ("shard", "tokens_at", "lineage_at")
+    where = zip(*(rows[c][order].tolist() for c in columns), strict=True)
+    to = zip(*(staged[c][order].tolist() for c in ("tokens_at", "lineage_at")), strict=True)
+    sizes = zip(token_bytes[order].tolist(), line_bytes[order].tolist(), strict=True)
+    with open(paths[0], "wb") as tokens, open(paths[1], "wb") as lines:
+        for (shard, tokens_at, lineage_at), (tokens_to, lineage_to), (n, m) in zip(
+            where, to, sizes, strict=True
+        ):
+            os.pwrite(tokens.fileno(), reader.tokens(shard, tokens_at, n), tokens_to)
+            os.pwrite(lines.fileno(), reader.lineage(shard, lineage_at, m), lineage_to)
+    return staged, DocumentReader([paths[0]], [paths[1]])
 
 
 def _in_shard_order(

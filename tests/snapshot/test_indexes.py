@@ -22,7 +22,7 @@ from corpus.formats.partitions import map_records, part_of_hashes, prefix_bits
 from corpus.text.tokenizer import PinnedTokenizer
 from hpc_jobs.write_shards.census import CENSUS_RECORD
 from hpc_jobs.write_shards.doc_index import DOC_INDEX_ROW
-from hpc_jobs.write_shards.shard_writer import SHARD_ROW, _in_shard_order
+from hpc_jobs.write_shards.shard_writer import SHARD_ROW, _in_shard_order, stage_part
 from hpc_jobs.write_shards.validation import ShardStatsAccumulator, shard_stats
 from mpi_kernels.row_order import sort_rows
 from tests.snapshot.conftest import OLMO, perl_docs
@@ -199,3 +199,50 @@ def test_block_digests_computed_while_writing_are_the_files(tmp_path):
             h.update(chunk)
         (tmp_path / "f.bin").write_bytes(data)
         assert h.block_digests() == block_digests(tmp_path / "f.bin", block)
+
+
+class _Inputs:
+    """Input shards' tokens and lineage lines by location; records the order they are read in."""
+
+    def __init__(self, tokens: list[bytes], lines: list[bytes]) -> None:
+        self.data, self.reads = (tokens, lines), []
+
+    def tokens(self, shard: int, at: int, nbytes: int) -> bytes:
+        self.reads.append(("tokens", shard, at))
+        return self.data[0][shard][at : at + nbytes]
+
+    def lineage(self, shard: int, at: int, nbytes: int) -> bytes:
+        self.reads.append(("lineage", shard, at))
+        return self.data[1][shard][at : at + nbytes]
+
+
+def test_a_part_is_staged_reading_each_input_front_to_back_and_streams_the_same_documents(tmp_path):
+    """A token shard's documents come from every input shard in shuffled order: staging reads them in
+    (input shard, offset) order, and the part streamed from the copy holds the same bytes in row order."""
+    rnd = np.random.default_rng(3)
+    docs = [(s, i) for s in range(3) for i in range(5)]  # document i of input shard s
+    token_of = {d: bytes(rnd.integers(0, 256, 4 * (1 + d[1] % 3), dtype=np.uint8)) for d in docs}
+    line_of = {d: f'{{"doc": "{d[0]}-{d[1]}"}}\n'.encode() for d in docs}
+    tokens = [b"".join(token_of[(s, i)] for i in range(5)) for s in range(3)]
+    lines = [b"".join(line_of[(s, i)] for i in range(5)) for s in range(3)]
+    arrival = [docs[k] for k in rnd.permutation(len(docs))]
+    rows = np.zeros(len(arrival), dtype=SHARD_ROW)
+    rows["key"] = np.arange(len(arrival))
+    rows["doc_id"] = [f"{s}-{i}".ljust(16, "x").encode() for s, i in arrival]
+    rows["shard"] = [s for s, _ in arrival]
+    rows["tokens"] = [len(token_of[d]) // 2 for d in arrival]  # 2-byte tokens
+    rows["tokens_at"] = [sum(len(token_of[(s, j)]) for j in range(i)) for s, i in arrival]
+    rows["lineage_bytes"] = [len(line_of[d]) for d in arrival]
+    rows["lineage_at"] = [sum(len(line_of[(s, j)]) for j in range(i)) for s, i in arrival]
+    inputs = _Inputs(tokens, lines)
+    staged_rows, staged = stage_part(iter([rows[:7], rows[7:]]), inputs, 2, tmp_path, "part-0")
+    try:
+        read = [(shard, at) for kind, shard, at in inputs.reads if kind == "tokens"]
+        assert read == sorted(read), "each input shard is read once, front to back"
+        streamed = [
+            (staged.tokens(shard, at, n * 2), line)
+            for _, shard, at, n, line in _in_shard_order(iter([staged_rows]), staged)
+        ]
+    finally:
+        staged.close()
+    assert streamed == [(token_of[d], line_of[d]) for d in arrival]
