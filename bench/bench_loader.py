@@ -39,7 +39,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from corpus.formats.megatron import BLOCK_SIZE, block_digests, write_indexed_shard  # noqa: E402
+from corpus.formats.megatron import (  # noqa: E402
+    BLOCK_SIZE,
+    block_digests,
+    block_file_bytes,
+    write_indexed_shard,
+)
 from corpus.model import SnapshotManifest, SnapshotShard  # noqa: E402
 from corpus.model.digest import file_sha256  # noqa: E402
 from loader import SnapshotLoader  # noqa: E402
@@ -61,6 +66,8 @@ def write_bench_snapshot(
             flat = rng.integers(1, 50_000, size=int(lengths.sum()), dtype=np.uint16)
             docs = np.split(flat, np.cumsum(lengths)[:-1])
             bin_path, idx_path = write_indexed_shard(root / bucket / f"{bucket}-{n:04d}", docs, "uint16")
+            blocks = bin_path.with_suffix(".blocks")
+            blocks.write_bytes(block_file_bytes(block_digests(bin_path, BLOCK_SIZE)))
             shards.append(
                 SnapshotShard(
                     str(bin_path.relative_to(root)),
@@ -68,13 +75,13 @@ def write_bench_snapshot(
                     bucket,
                     len(docs),
                     int(flat.shape[0]),
-                    {"idx": str(idx_path.relative_to(root))},
+                    {"idx": str(idx_path.relative_to(root)), "blocks": str(blocks.relative_to(root))},
                     BLOCK_SIZE,
-                    tuple(block_digests(bin_path, BLOCK_SIZE)),
+                    blocks_sha256=file_sha256(blocks),
                 )
             )
     for name, with_blocks in (("manifest.json", True), ("manifest-legacy.json", False)):
-        listed = shards if with_blocks else [replace(s, block_size=0, block_sha256=()) for s in shards]
+        listed = shards if with_blocks else [replace(s, block_size=0, blocks_sha256="") for s in shards]
         manifest = SnapshotManifest(
             tuple(listed),
             {"bench": {"version": "1"}},

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from corpus.formats.megatron import BLOCK_DIGEST_BYTES, read_block_file
 from corpus.model import SnapshotManifest
 from corpus.model.digest import file_sha256, stable_hash64
 from corpus.model.errors import UserError
@@ -91,6 +92,7 @@ class ShardStore:
         self._substitute: dict[int, int] = {}
         self._index_ok: set[str] = set()  # shard files whose index (and whole file, if no blocks) verified
         self._verified: dict[str, np.ndarray] = {}  # shard file -> bool per block: hashed and matched
+        self._digests: dict[str, np.ndarray] = {}  # shard file -> (blocks, 32) sha256, read on first open
         self.bytes_hashed = 0  # .bin bytes this process hashed (block and whole-file checks)
         self.opens = 0  # shard opens (first opens and reopens after eviction)
         self._check_budget()
@@ -162,12 +164,16 @@ class ShardStore:
             )
         if shard.path in self._index_ok:
             return ""
-        if shard.block_sha256:
+        if shard.block_sha256 or shard.blocks_sha256:
+            try:
+                digests = self._block_digests(i)
+            except (OSError, ValueError) as e:
+                return f"block digests: {e}"
             n_blocks = -(-opened.bin_size // shard.block_size) if shard.block_size > 0 else -1
-            if n_blocks != len(shard.block_sha256):
+            if n_blocks != len(digests):
                 return (
                     f".bin of {opened.bin_size} bytes has {n_blocks} blocks of {shard.block_size}, "
-                    f"the manifest {len(shard.block_sha256)}"
+                    f"the manifest {len(digests)} digests"
                 )
         else:  # a snapshot written before block digests: the whole file, once
             self.bytes_hashed += opened.bin_size
@@ -213,21 +219,35 @@ class ShardStore:
 
     # --- verification -------------------------------------------------------------------------------
 
+    def _block_digests(self, i: int) -> np.ndarray:
+        """Shard ``i``'s block digests as (blocks, 32) bytes: its ``.blocks`` file, checked against the
+        manifest's digest of it (read once per process: a rank reads the digests of the shards it
+        reads), or the manifest's own list in a snapshot written before the file."""
+        shard = self.manifest.shards[i]
+        if shard.path not in self._digests:
+            if shard.blocks_sha256:
+                digests = read_block_file(self.root / shard.files["blocks"], shard.blocks_sha256)
+            else:
+                digests = np.frombuffer(b"".join(bytes.fromhex(h) for h in shard.block_sha256), np.uint8)
+            self._digests[shard.path] = digests.reshape(-1, BLOCK_DIGEST_BYTES)
+        return self._digests[shard.path]
+
     def _verify_blocks(self, i: int, opened: OpenShard, lo: int, hi: int) -> None:
         """Hash the blocks of the .bin holding tokens ``[lo, hi)`` that this process has not hashed yet."""
         shard = self.manifest.shards[i]
-        if not shard.block_sha256 or hi <= lo:
+        if not (shard.block_sha256 or shard.blocks_sha256) or hi <= lo:
             return  # no block digests: the whole file was verified on first open
         size = shard.block_size
+        digests = self._block_digests(i)
         done = self._verified.get(shard.path)
         if done is None:
-            done = self._verified[shard.path] = np.zeros(len(shard.block_sha256), dtype=bool)
+            done = self._verified[shard.path] = np.zeros(len(digests), dtype=bool)
         for b in range(lo * opened.itemsize // size, (hi * opened.itemsize - 1) // size + 1):
             if done[b]:
                 continue
             block = opened.raw[b * size : (b + 1) * size]
             self.bytes_hashed += block.shape[0]
-            if hashlib.sha256(block).hexdigest() != shard.block_sha256[b]:
+            if hashlib.sha256(block).digest() != digests[b].tobytes():
                 self._mark_corrupt(i, f"block {b} sha256 mismatch")
                 raise _Corrupt(i)
             done[b] = True

@@ -144,6 +144,28 @@ class BlockHasher:
         return self.blocks + ([self.block.hexdigest()] if self.in_block else [])
 
 
+#: a block's digest in a ``.blocks`` file: the raw sha256
+BLOCK_DIGEST_BYTES = 32
+
+
+def block_file_bytes(digests: list[str]) -> bytes:
+    """A shard's block digests as its ``.blocks`` file: the raw sha256 of block b at ``32 * b``. The
+    snapshot manifest names the file by one digest instead of listing 256 digests per GiB of tokens, so
+    a loader rank reads the digests of the shards it reads, not of every shard in the snapshot."""
+    return b"".join(bytes.fromhex(d) for d in digests)
+
+
+def read_block_file(path: Path, sha256: str) -> np.ndarray:
+    """A ``.blocks`` file as (blocks, 32) bytes, after checking it against the manifest's ``sha256``
+    (ValueError when it does not match)."""
+    data = Path(path).read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256.removeprefix("sha256:"):
+        raise ValueError(f"{path}: block digests do not match the manifest's sha256")
+    if len(data) % BLOCK_DIGEST_BYTES:
+        raise ValueError(f"{path}: {len(data)} bytes is not a whole number of block digests")
+    return np.frombuffer(data, dtype=np.uint8).reshape(-1, BLOCK_DIGEST_BYTES)
+
+
 def block_digests(bin_path: Path, block_size: int = BLOCK_SIZE) -> list[str]:
     """Hex sha256 of each ``block_size``-byte block of a file, the last block possibly short.
 

@@ -104,21 +104,28 @@ class SnapshotShard:
     docs: int
     tokens: int
     files: dict[str, str] = field(default_factory=dict)  # role -> relative path of companion files
-    # sha256 of each ``block_size``-byte block of the .bin, so a reader verifies only what it reads.
-    # Empty (block_size 0) in a snapshot without block digests: readers check the whole file.
+    # the sha256 of each ``block_size``-byte block of the .bin, so a reader verifies only what it reads:
+    # in the shard's ``.blocks`` file (``files["blocks"]``, whose sha256 is ``blocks_sha256``), or listed
+    # here (``block_sha256``) in a snapshot written before the file. Neither (block_size 0) in a
+    # snapshot without block digests: readers check the whole file.
     block_size: int = 0
     block_sha256: tuple[str, ...] = ()
+    blocks_sha256: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "block_sha256", tuple(self.block_sha256))  # JSON gives a list
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        if not self.block_size and not self.block_sha256:
-            # a shard without block digests serializes without those keys, so such snapshots keep their id
-            del d["block_size"], d["block_sha256"]
+        # keys a shard does not use are left out, so snapshots of each earlier form keep their id
+        if not self.blocks_sha256:
+            del d["blocks_sha256"]
+        if not self.block_sha256:
+            del d["block_sha256"]
         else:
             d["block_sha256"] = list(self.block_sha256)
+        if not self.block_size and not self.block_sha256 and not self.blocks_sha256:
+            del d["block_size"]
         return d
 
 

@@ -37,6 +37,7 @@ _SHARD_FILES = {
     ".bin": (None, "shards"),
     ".idx": ("idx", "shards"),
     ".meta.json": ("meta", "shards"),
+    ".blocks": ("blocks", "shards"),
     ".jsonl": ("lineage", "lineage"),
     ".offsets.npy": ("lineage_offsets", "lineage"),
     ".parquet": ("metadata", "metadata"),
@@ -45,6 +46,7 @@ _SHARD_FILES = {
 _META_DIGESTS = {
     ".bin": "sha256",
     ".idx": "idx_sha256",
+    ".blocks": "blocks_sha256",
     ".jsonl": "lineage_sha256",
     ".offsets.npy": "lineage_offsets_sha256",
     ".parquet": "metadata_sha256",
@@ -86,8 +88,8 @@ def _link_shards(ws: Path, ws_facts: WriteShardsFacts, snap: Path) -> list[Snaps
                 docs=meta["docs"],
                 tokens=meta["tokens"],
                 files=files,
-                block_size=meta.get("block_size", 0),
-                block_sha256=tuple(meta.get("block_sha256", ())),
+                block_size=meta["block_size"],
+                blocks_sha256=meta["blocks_sha256"],
             )
         )
     return shards

@@ -85,6 +85,13 @@ def _shard_problems(
             to_hash.append(
                 (p, meta[key], f"{s.files[role]}: missing or its sha256 does not match {s.files['meta']}")
             )
+    if s.blocks_sha256:  # the block digests the loader verifies reads with
+        p = directory / s.files["blocks"]
+        why = f"{s.files['blocks']}: missing or its sha256 does not match the manifest"
+        if not p.is_file():
+            problems.append(why)
+        else:
+            to_hash.append((p, s.blocks_sha256, why))
     try:
         shard = IndexedShard(bin_path.with_suffix(""))
     except ValueError as e:

@@ -29,7 +29,7 @@ import numpy as np
 
 from corpus.formats.doc_index import DOC_ID_CHARS
 from corpus.formats.docshard import iter_docs
-from corpus.formats.megatron import BLOCK_SIZE, BlockHasher, index_bytes, read_index
+from corpus.formats.megatron import BLOCK_SIZE, BlockHasher, block_file_bytes, index_bytes, read_index
 from corpus.formats.metadata import METADATA_SUFFIX, MetadataWriter
 from corpus.formats.partitions import npy_bytes
 from corpus.model import Document
@@ -66,6 +66,7 @@ SHARD_FILES = {
     ".bin": MEGATRON,
     ".idx": MEGATRON,
     ".meta.json": MEGATRON,
+    ".blocks": MEGATRON,
     ".jsonl": LINEAGE,
     ".offsets.npy": LINEAGE,
     METADATA_SUFFIX: METADATA,
@@ -293,6 +294,8 @@ def write_shard(
     writer.write_bytes(".offsets.npy", offsets_npy)
     metadata = writer.open(METADATA_SUFFIX)
     table.finish(metadata)
+    blocks = block_file_bytes(bin_hash.block_digests())
+    writer.write_bytes(".blocks", blocks)
     numbers = stats.result()
     written = int(sum(lengths))
     failures = validation_failures(numbers, written, config)
@@ -305,6 +308,7 @@ def write_shard(
         "sha256": bin_out.hexdigest(),
         "block_size": BLOCK_SIZE,  # the loader verifies what it reads, block by block
         "block_sha256": bin_hash.block_digests(),
+        "blocks_sha256": sha256_hex(blocks),
         "idx_sha256": sha256_hex(idx),
         "lineage_sha256": lineage.hexdigest(),
         "lineage_offsets_sha256": sha256_hex(offsets_npy),

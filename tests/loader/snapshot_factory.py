@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.formats.megatron import BLOCK_SIZE, block_digests, write_indexed_shard
+from corpus.formats.megatron import BLOCK_SIZE, block_digests, block_file_bytes, write_indexed_shard
 from corpus.formats.metadata import metadata_table, write_metadata
 from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import file_sha256
@@ -81,12 +81,14 @@ def write_snapshot(
     tokenizer: dict | None = None,
     block_size: int = BLOCK_SIZE,
     lineage: bool = False,
+    inline_block_digests: bool = False,
 ) -> SnapshotManifest:
     """Write ``buckets`` (bucket -> shards -> documents) under ``root`` and its manifest.json.
 
-    Shards carry block digests of ``block_size`` bytes, as write_shards records them; ``block_size=0``
-    writes a manifest as snapshots did before block digests (whole-file sha256 only). ``lineage``: also
-    the lineage files ``corpus trace`` reads.
+    Shards carry block digests of ``block_size`` bytes in a ``.blocks`` file, as write_shards writes
+    them (``inline_block_digests``: listed in the manifest, as snapshots did before the file);
+    ``block_size=0`` writes a manifest as snapshots did before block digests (whole-file sha256 only).
+    ``lineage``: also the lineage files ``corpus trace`` reads.
     """
     root.mkdir(parents=True, exist_ok=True)
     shards = []
@@ -105,6 +107,11 @@ def write_snapshot(
             meta.write_text(
                 json.dumps({"metadata_sha256": file_sha256(root / "metadata" / f"{name}.parquet")})
             )
+            digests = block_digests(bin_path, block_size) if block_size else []
+            blocks: dict[str, str] = {}
+            if block_size and not inline_block_digests:
+                prefix.with_suffix(".blocks").write_bytes(block_file_bytes(digests))
+                blocks = {"blocks": str(prefix.with_suffix(".blocks").relative_to(root))}
             shards.append(
                 SnapshotShard(
                     path=str(bin_path.relative_to(root)),
@@ -117,9 +124,11 @@ def write_snapshot(
                         "meta": str(meta.relative_to(root)),
                         "metadata": f"metadata/{name}.parquet",
                         **(write_lineage(root, name, records) if lineage else {}),
+                        **blocks,
                     },
                     block_size=block_size,
-                    block_sha256=tuple(block_digests(bin_path, block_size)) if block_size else (),
+                    block_sha256=tuple(digests) if inline_block_digests else (),
+                    blocks_sha256=file_sha256(root / blocks["blocks"]) if blocks else "",
                 )
             )
     manifest = SnapshotManifest(
@@ -142,10 +151,11 @@ def write_id_snapshot(
     block_size: int = BLOCK_SIZE,
     tokenizer: dict | None = None,
     lineage: bool = False,
+    inline_block_digests: bool = False,
 ) -> SnapshotManifest:
     """Shards whose tokens are the distinct ids 1, 2, 3, ... (documents of random length); ``tokenizer``:
     more facts for the manifest's tokenizer (a ``sha256`` for a recipe to be pinned to); ``lineage``: write
-    lineage files too."""
+    lineage files too; ``inline_block_digests``: as :func:`write_snapshot`."""
     rng = np.random.default_rng(seed)
     next_id = 1
     buckets: dict[str, list[list[np.ndarray]]] = {}
@@ -158,7 +168,16 @@ def write_id_snapshot(
                 docs.append(np.arange(next_id, next_id + n, dtype=np.int32))
                 next_id += n
             buckets[bucket].append(docs)
-    return write_snapshot(root, buckets, "int32", EOS, tokenizer, block_size=block_size, lineage=lineage)
+    return write_snapshot(
+        root,
+        buckets,
+        "int32",
+        EOS,
+        tokenizer,
+        block_size=block_size,
+        lineage=lineage,
+        inline_block_digests=inline_block_digests,
+    )
 
 
 def write_lineage_snapshot(root: Path) -> Path:

@@ -91,6 +91,28 @@ def test_a_bad_block_is_found_by_its_reader_and_nothing_of_it_is_delivered(tmp_p
     )  # a replay reads the same
 
 
+def test_block_digests_are_read_from_the_shards_a_rank_reads_and_a_tampered_list_skips_its_shard(tmp_path):
+    """The manifest names each shard's .blocks file by one digest (its size does not grow with the
+    shard's bytes); a rank reads the digests of the shards it opens, and a .blocks file that does not
+    match the manifest makes its shard corrupt, like a bad block."""
+    good = tmp_path / "good"
+    manifest = write_id_snapshot(good, {"web": 4}, docs_per_shard=(10, 12), block_size=64)
+    listed = json.loads((good / "manifest.json").read_text())["shards"][0]
+    assert "block_sha256" not in listed and len(listed["blocks_sha256"]) == 64
+    inline = tmp_path / "inline"
+    write_id_snapshot(inline, {"web": 4}, docs_per_shard=(10, 12), block_size=64, inline_block_digests=True)
+    assert "block_sha256" in json.loads((inline / "manifest.json").read_text())["shards"][0]
+    assert drain([make(good, 0, 1)]) == drain([make(inline, 0, 1)])  # both forms verify the same reads
+    root = tmp_path / "bad"
+    shutil.copytree(good, root)
+    blocks = root / manifest.shards[2].files["blocks"]
+    blocks.write_bytes(bytes(32) + blocks.read_bytes()[32:])  # block 0's digest zeroed
+    ld = make(root, 0, 1, max_skip_fraction=0.5)
+    got = drain([ld])
+    assert ld.store.skipped == {2}
+    assert not set(np.fromfile(good / manifest.shards[2].path, dtype=np.int32).tolist()) & set(got)
+
+
 def test_a_snapshot_without_block_digests_still_loads_and_is_checked_whole(tmp_path):
     root = tmp_path / "old"
     manifest = write_id_snapshot(root, {"web": 3}, block_size=0)
