@@ -1,9 +1,10 @@
 """A barrier a rank waits at asleep, not spinning: MPICH's blocking collectives poll, so a rank that
 finishes its share early burns a core in system time until the slowest arrives.
 
-Where the ranks meet after uneven work (the runner after its shards, a global phase after each step), a
-rank tests a non-blocking barrier and sleeps between tests, backing off to :data:`MAX_SLEEP_S`: the
-collective that follows finds every rank there and returns at once. docs/scale.md "Shape".
+Where the ranks meet after uneven work (the runner after its shards, a global phase after each step, an
+exchange's rounds), a rank tests a non-blocking barrier (or the round's first all-to-all) and sleeps
+between tests, backing off to :data:`MAX_SLEEP_S`: the collective that follows finds every rank there
+and returns at once. docs/scale.md "Shape".
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ MAX_SLEEP_S = 0.01
 
 def sleeping_barrier(comm: Any) -> None:
     """Collective: return when every rank of ``comm`` has called it, sleeping while waiting."""
-    request = comm.Ibarrier()
+    wait_asleep(comm.Ibarrier())
+
+
+def wait_asleep(request: Any) -> None:
+    """Complete a non-blocking MPI request, sleeping between tests (a collective of small messages,
+    whose completion waits on the other ranks' arrival, not on a transfer to drive)."""
     delay = FIRST_SLEEP_S
     while not request.Test():
         time.sleep(delay)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from mpi_kernels.barrier import wait_asleep
 from mpi_kernels.shuffle_rounds import RecordTooLargeError, grant_round, too_large_error
 
 # the states a rank announces in each round's first Alltoall
@@ -206,12 +207,15 @@ def _release_free_memory() -> None:
 
 
 def _alltoall(comm: Any, send: np.ndarray) -> np.ndarray:
-    """Row i of ``send`` goes to rank i; row i of the result came from rank i."""
+    """Row i of ``send`` goes to rank i; row i of the result came from rank i. A rank that arrives
+    before the others (its share of a round's reading or sorting was smaller) waits asleep, not
+    polling (:func:`~mpi_kernels.barrier.wait_asleep`); once it has every rank's row, every rank is in
+    the round, so the round's Alltoallv that follows moves bytes instead of waiting."""
     send = np.ascontiguousarray(send, dtype=np.int64)
     if comm.Get_size() == 1:
         return send.copy()
     recv = np.empty_like(send)
-    comm.Alltoall(send, recv)
+    wait_asleep(comm.Ialltoall(send, recv))
     return recv
 
 

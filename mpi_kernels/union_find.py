@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from corpus.dedup.verify import min_roots
+from mpi_kernels.barrier import sleeping_barrier
 from mpi_kernels.shuffle_array import shuffle_array
 
 MAX_ROUNDS = 200
@@ -198,6 +199,7 @@ def connected_components(
                 out.flush()
                 os.fsync(out.fileno())
             (work / f"labels-{rounds - 1}.bin").unlink(missing_ok=True)
+            sleeping_barrier(comm)  # the owners' rounds are uneven: an early rank sleeps
             converged = not comm.allreduce(0 if stars else 1, op=MPI.SUM)
             if checkpoint is not None:
                 checkpoint.commit(comm, rounds)
