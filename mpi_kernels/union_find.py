@@ -125,12 +125,18 @@ class RoundCheckpoint:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _synced(path: Path, batches: Iterable[bytes]) -> None:
+def _written(path: Path, batches: Iterable[bytes], sync: bool) -> None:
     with open(path, "wb") as out:
         for data in batches:
             out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
+        if sync:
+            _sync(out)
+
+
+def _sync(out: BinaryIO) -> None:
+    """A checkpointed round's file reaches the disk before its round is committed."""
+    out.flush()
+    os.fsync(out.fileno())
 
 
 def connected_components(
@@ -169,11 +175,11 @@ def connected_components(
                     yield stars.tobytes()
 
             edge_files = [_edge_file(rounds_dir, 0, comm.rank)]
-            _synced(edge_files[0], contracted())
+            _written(edge_files[0], contracted(), sync=checkpoint is not None)
             alone = np.unique(np.concatenate([np.empty(0, dtype=f"V{width}"), *alone_in]))
             resumed_after = -1
             if checkpoint is not None:
-                _synced(checkpoint.alone_file(comm.rank), [alone.tobytes()])
+                _written(checkpoint.alone_file(comm.rank), [alone.tobytes()], sync=True)
                 checkpoint.commit(comm, 0)
         else:  # the committed round's files, in shares over this run's ranks
             resumed_after = state["round"]
@@ -196,8 +202,8 @@ def connected_components(
             edge_file, label_file = _edge_file(rounds_dir, rounds, comm.rank), work / f"labels-{rounds}.bin"
             with open(edge_file, "wb") as out, open(label_file, "wb") as labels:
                 stars = _star_round(received, width, rounds % 2 == 1, out, labels)
-                out.flush()
-                os.fsync(out.fileno())
+                if checkpoint is not None:
+                    _sync(out)
             (work / f"labels-{rounds - 1}.bin").unlink(missing_ok=True)
             sleeping_barrier(comm)  # the owners' rounds are uneven: an early rank sleeps
             converged = not comm.allreduce(0 if stars else 1, op=MPI.SUM)

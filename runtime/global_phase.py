@@ -191,8 +191,9 @@ class GlobalPhase:
             self._complete = self._open()
             run = os.urandom(8).hex()  # tells this run's step indexes from an earlier run's (not digested)
         self._complete, self._run = self.comm.bcast((self._complete, run), root=0)
-        #: the last step index read (step, parts by name): every part of one step, not of the phase
-        self._indexed: tuple[str, dict[str, Part]] | None = None
+        #: the last step index asked about (step, parts by name, or None: this run has not finished the
+        #: step): every part of one step, not of the phase
+        self._indexed: tuple[str, dict[str, Part] | None] | None = None
         self.comm.Barrier()
 
     def _open(self) -> dict[str, Any] | None:
@@ -254,9 +255,14 @@ class GlobalPhase:
 
     def _step_index(self, step: str) -> dict[str, Part] | None:
         """Every part of ``step`` from the ranks' step indexes, when this run finished the step (one
-        file per rank, kept in memory for the last step asked about); else None."""
+        file per rank), else None; the answer is kept for the last step asked about (a step asked
+        about part by part, before it ends, costs one look, not one per part)."""
         if self._indexed is not None and self._indexed[0] == step:
             return self._indexed[1]
+        self._indexed = (step, self._read_step_index(step))
+        return self._indexed[1]
+
+    def _read_step_index(self, step: str) -> dict[str, Part] | None:
         d = self.step_dir(step)
         found: dict[str, Part] = {}
         for rank in range(self.ctx.size):
@@ -265,7 +271,6 @@ class GlobalPhase:
             if m is None or (m["key"], m["run"], m["ranks"]) != (self.key_digest, self._run, self.ctx.size):
                 return None
             found.update((n, Part(step, n, p["files"], p["facts"], d)) for n, p in m["parts"].items())
-        self._indexed = (step, found)
         return found
 
     def _write_step_index(self, step: str, owned: list[Part]) -> None:

@@ -284,9 +284,6 @@ class StageRun:
     def stats_path(self, name: str) -> Path:
         return stats_path(self.ctx.out_dir, name)
 
-    def shard_done(self, shard: InputShard, key: dict[str, str]) -> bool:
-        return self.shard_record(shard, key) is not None
-
     def shard_record(self, shard: InputShard, key: dict[str, str]) -> ShardRecord | None:
         return read_shard_record(self.ctx.out_dir, shard.name, key)
 
@@ -394,23 +391,27 @@ class StageRun:
         mine = assign(inputs, ctx.rank, ctx.size)
         done_by_me = []
         skipped = 0
+        # what the manifest needs of each of this rank's shards, read once here: rank 0 opens
+        # O(shards / ranks) files for the manifest, not every shard's stats and sidecars
+        mine_records: list[ShardRecord | None] = []
         for shard in mine:
             if stop_requested():  # SIGUSR1/SIGTERM (pre-emption): stop at this shard boundary
                 break
             key = self.checkpoint_key(shard, prepare_digest)
-            if self.shard_done(shard, key):
+            record = self.shard_record(shard, key)
+            if record is None:
+                self.run_shard(shard, key)
+                done_by_me.append(shard.name)
+                record = self.shard_record(shard, key)
+            else:
                 skipped += 1
-                continue
-            self.run_shard(shard, key)
-            done_by_me.append(shard.name)
+            mine_records.append(record)
         self.log.say(f"{len(done_by_me)} shards processed, {skipped} already done")
         if any_rank_stopped(comm):
             raise Preempted("stopped at a shard boundary on request (SIGUSR1/SIGTERM); rerun to resume")
         comm.Barrier()  # every shard is written before a conclusion reads them
         conclude_digest = comm.bcast(stage.conclude(ctx, inputs), root=0)
-        # each rank reads what the manifest needs of its own shards and artifacts: rank 0 opens
-        # O(shards / ranks) files here, not every shard's stats and sidecars
-        records = comm.gather([self.shard_record(s, self.checkpoint_key(s, prepare_digest)) for s in mine], 0)
+        records = comm.gather(mine_records, root=0)
         artifacts = comm.gather(artifact_refs(ctx.out_dir, stage.artifact_kinds, ctx.rank, ctx.size), 0)
         done = comm.gather(done_by_me, root=0)
         peaks = comm.gather(peak_rss_mb(), root=0)
@@ -455,9 +456,7 @@ class StageRun:
                 raise StageError(f"{self.stage.name}: shard {s.name} is missing after every rank finished")
             shard_counts[s.name] = record.counts
             total.merge(YieldCounts.from_dict(record.counts))
-            shard, filtered, quarantine = (
-                record.outputs[DOC_OUTPUT_KINDS.index(k)] for k in (SHARDS, FILTERED, QUARANTINE)
-            )
+            shard, filtered, quarantine = record.outputs  # DOC_OUTPUT_KINDS' order
             outputs.append(shard)
             sides += [filtered, quarantine]
         sides += artifacts

@@ -307,8 +307,7 @@ def write_shard(
         "token_dtype": dtype,
         "sha256": bin_out.hexdigest(),
         "block_size": BLOCK_SIZE,  # the loader verifies what it reads, block by block
-        "block_sha256": bin_hash.block_digests(),
-        "blocks_sha256": sha256_hex(blocks),
+        "blocks_sha256": sha256_hex(blocks),  # the block digests themselves: the .blocks file
         "idx_sha256": sha256_hex(idx),
         "lineage_sha256": lineage.hexdigest(),
         "lineage_offsets_sha256": sha256_hex(offsets_npy),
@@ -338,14 +337,16 @@ def stage_part(
     staged["lineage_at"] = np.cumsum(line_bytes) - line_bytes
     paths = [directory / f".{name}{suffix}" for suffix in _STAGED]
     order = np.lexsort((rows["tokens_at"], rows["shard"]))  # an input shard's documents front to back
-    columns = ("shard", "tokens_at", "lineage_at")
-    where = zip(*(rows[c][order].tolist() for c in columns), strict=True)
-    to = zip(*(staged[c][order].tolist() for c in ("tokens_at", "lineage_at")), strict=True)
-    sizes = zip(token_bytes[order].tolist(), line_bytes[order].tolist(), strict=True)
+    src, dst = rows[order], staged[order]
+    copies = zip(
+        *(src[c].tolist() for c in ("shard", "tokens_at", "lineage_at")),
+        *(dst[c].tolist() for c in ("tokens_at", "lineage_at")),
+        token_bytes[order].tolist(),
+        line_bytes[order].tolist(),
+        strict=True,
+    )
     with open(paths[0], "wb") as tokens, open(paths[1], "wb") as lines:
-        for (shard, tokens_at, lineage_at), (tokens_to, lineage_to), (n, m) in zip(
-            where, to, sizes, strict=True
-        ):
+        for shard, tokens_at, lineage_at, tokens_to, lineage_to, n, m in copies:
             os.pwrite(tokens.fileno(), reader.tokens(shard, tokens_at, n), tokens_to)
             os.pwrite(lines.fileno(), reader.lineage(shard, lineage_at, m), lineage_to)
     return staged, DocumentReader([paths[0]], [paths[1]])
