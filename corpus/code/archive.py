@@ -4,8 +4,10 @@ Archives are recognised by their bytes, not their names (:func:`sniff`); a membe
 disk, so a path with ``..`` or a link cannot reach outside anything. An archive's top folder is the
 repository root when every member lies under one (``requests-2.31.0/``, npm's ``package/``). A
 damaged archive raises :class:`ArchiveError` with its quarantine reason (``truncated_archive``,
-``malformed_archive``). Known limit: an uncompressed tar cut exactly at a member boundary reads as a
-shorter, whole archive. See docs/code.md ("Damaged archives").
+``malformed_archive``), and one over a bound (:class:`ArchiveLimits`, tar extended headers, a zip's
+central directory) with ``archive_too_large``, ``too_many_members`` or ``header_too_large``. Known
+limit: an uncompressed tar cut exactly at a member boundary reads as a shorter, whole archive. See
+docs/code.md ("Damaged archives") and docs/ingest-and-filters.md ("ingest").
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import gzip
 import hashlib
 import lzma
 import os
+import re
 import stat
+import struct
 import tarfile
 import zipfile
 import zlib
@@ -26,13 +30,154 @@ from pathlib import Path
 #: names that say "repository archive" (content decides first; the name serves a file too damaged to sniff)
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 _HEAD = 4096
+#: a tar's pax or GNU long-name header is read only up to this size, at most this many in a row,
+#: and a pax header's digit runs up to this length (Python 3.11's pax parser is quadratic in them)
+MAX_TAR_HEADER = 64 << 10
+MAX_TAR_HEADER_CHAIN = 8
+MAX_PAX_DIGITS = 256
+#: a zip's central directory is read only up to this size (it is held whole, with a record per member)
+MAX_CENTRAL_DIRECTORY = 64 << 20
+#: decompressed bytes past which an archive's ratio to its stored size is checked
+RATIO_FLOOR = 64 << 20
+_DIGITS = re.compile(rb"[0-9]+")
+_TAR_EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME)
+_TAR_EXTENDED += (tarfile.GNUTYPE_LONGLINK,)
+
+
+def display_name(name: str) -> str:
+    """A name as text that can always be written: bytes that are not UTF-8 (a name read with
+    ``surrogateescape``) shown as ``\\xNN``."""
+    try:
+        raw = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def is_utf8_name(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class ArchiveError(Exception):
     def __init__(self, reason: str, detail: str) -> None:
+        detail = display_name(detail)
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail[:300]
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """What one repository may cost: decompressed bytes (a tar: its whole stream; a zip or a directory:
+    the members read), entries, and decompressed bytes per stored byte once past :data:`RATIO_FLOOR`."""
+
+    max_bytes: int = 1 << 30
+    max_members: int = 100_000
+    max_ratio: int = 100
+
+
+class _Budget:
+    """An archive's spending against its :class:`ArchiveLimits` (``stored``: its size on disk, None
+    for a directory)."""
+
+    def __init__(self, limits: ArchiveLimits, stored: int | None) -> None:
+        self.limits = limits
+        self.stored = stored
+        self.bytes = 0
+        self.members = 0
+
+    def spend(self, n: int) -> None:
+        self.bytes += n
+        lim = self.limits
+        if self.bytes > lim.max_bytes:
+            raise ArchiveError(
+                "archive_too_large", f"more than max_archive_bytes {lim.max_bytes} decompressed"
+            )
+        if self.stored is not None and self.bytes > max(RATIO_FLOOR, lim.max_ratio * self.stored):
+            raise ArchiveError(
+                "archive_too_large",
+                f"{self.bytes} bytes decompressed from {self.stored} stored: more than max_archive_ratio "
+                f"{lim.max_ratio}",
+            )
+
+    def member(self) -> None:
+        self.members += 1
+        if self.members > self.limits.max_members:
+            raise ArchiveError("too_many_members", f"more than max_archive_members {self.limits.max_members}")
+
+
+class _CountedStream:
+    """A decompressed stream whose every byte read is spent from a :class:`_Budget`."""
+
+    def __init__(self, stream, budget: _Budget) -> None:
+        self.stream = stream
+        self.budget = budget
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n)
+        self.budget.spend(len(data))
+        return data
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A tar header whose pax / GNU long-name extension is refused over :data:`MAX_TAR_HEADER`
+    before tarfile reads it, and a pax one with a digit run over :data:`MAX_PAX_DIGITS` or a GNU
+    sparse map before tarfile parses it."""
+
+    def _proc_member(self, tarfile):
+        if self.type not in _TAR_EXTENDED:
+            return super()._proc_member(tarfile)
+        if self.size > MAX_TAR_HEADER:
+            raise ArchiveError(
+                "header_too_large", f"a {self.size}-byte tar extended header > {MAX_TAR_HEADER}"
+            )
+        depth = getattr(tarfile, "_extended_depth", 0)
+        if depth >= MAX_TAR_HEADER_CHAIN:
+            raise ArchiveError(
+                "header_too_large", f"more than {MAX_TAR_HEADER_CHAIN} tar extended headers in a row"
+            )
+        tarfile._extended_depth = depth + 1
+        try:
+            return super()._proc_member(tarfile)
+        finally:
+            tarfile._extended_depth = depth
+
+    def _proc_pax(self, tarfile):
+        stream = tarfile.fileobj
+        buf = stream.read(self._block(self.size))
+        longest = max((len(m) for m in _DIGITS.findall(buf)), default=0)
+        if longest > MAX_PAX_DIGITS or b"GNU.sparse" in buf:
+            why = f"a run of {longest} digits" if longest > MAX_PAX_DIGITS else "a GNU sparse map"
+            raise ArchiveError("header_too_large", f"a tar pax header with {why}")
+        tarfile.fileobj = _Replay(buf, stream)
+        try:
+            return super()._proc_pax(tarfile)
+        finally:
+            tarfile.fileobj = stream
+
+
+class _Replay:
+    """A stream that gives back bytes already read from it before reading on."""
+
+    def __init__(self, head: bytes, stream) -> None:
+        self.head = head
+        self.stream = stream
+
+    def read(self, n: int) -> bytes:
+        if self.head:
+            data, self.head = self.head[:n], self.head[n:]
+            return data if len(data) == n else data + self.stream.read(n - len(data))
+        return self.stream.read(n)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 @dataclass(frozen=True)
@@ -44,6 +189,16 @@ class Member:
     kind: str  # "file", "link" (symbolic or hard), "special" (device, fifo, ...)
     size: int
     read: Callable[[], bytes]
+
+    def _replace_read(self, budget: _Budget) -> Member:
+        """The member with its bytes spent from ``budget`` as they are read."""
+
+        def read() -> bytes:
+            data = self.read()
+            budget.spend(len(data))
+            return data
+
+        return Member(self.path, self.raw_name, self.kind, self.size, read)
 
 
 def has_archive_suffix(path: Path) -> bool:
@@ -163,21 +318,40 @@ def _under(path: str, root: str) -> str:
 # --- members ---------------------------------------------------------------------------------------
 
 
-def iter_members(path: Path, kind: str, strip_top: bool = True) -> Iterator[Member]:
+def iter_members(
+    path: Path, kind: str, strip_top: bool = True, limits: ArchiveLimits | None = None
+) -> Iterator[Member]:
     """Every file entry of the repository at ``path`` (``kind``: "tar", "zip" or "dir"), folders left
-    out, in the archive's own order (a directory: sorted walk). Raises ArchiveError.
+    out, in the archive's own order (a directory: sorted walk), within ``limits``. Raises ArchiveError.
 
     A tar is read in one streaming pass whose top folder is proposed by its first entry; in the rare
     tar where a later entry lies elsewhere, :class:`NoCommonRoot` is raised and the caller reads it
     again with ``strip_top=False``."""
+    limits = limits or ArchiveLimits()
     if kind == "dir":
-        yield from _dir_members(path)
+        budget = _Budget(limits, None)
+        members = _dir_members(path)
     elif kind == "zip":
-        yield from _zip_members(path)
+        budget = _Budget(limits, _stored_size(path))
+        members = _zip_members(path, limits.max_members)
     elif kind == "tar":
-        yield from _tar_pass(path, None if strip_top else "")
+        budget = _Budget(limits, _stored_size(path))
+        members = _tar_pass(path, None if strip_top else "", budget)
     else:
         raise ArchiveError("malformed_archive", f"not a tar or zip archive ({_describe_head(path)})")
+    if kind == "tar":  # the stream spends its bytes, every entry (folders too) its count
+        yield from members
+        return
+    for m in members:
+        budget.member()
+        yield m._replace_read(budget)
+
+
+def _stored_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _describe_head(path: Path) -> str:
@@ -212,11 +386,11 @@ class NoCommonRoot(Exception):
     ``strip_top=False`` (what was read so far is void)."""
 
 
-def _tar_pass(path: Path, root: str | None) -> Iterator[Member]:
-    stream = _open_stream(path)
+def _tar_pass(path: Path, root: str | None, budget: _Budget) -> Iterator[Member]:
+    stream = _CountedStream(_open_stream(path), budget)
     try:
         try:
-            tar = tarfile.open(fileobj=stream, mode="r|")
+            tar = tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo)
         except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as e:
             raise _tar_error(e) from None
         tentative = root
@@ -227,6 +401,8 @@ def _tar_pass(path: Path, root: str | None) -> Iterator[Member]:
                 raise _tar_error(e) from None
             if info is None:
                 break
+            del tar.members[:]  # a streamed tar's entries are not looked up again: held one at a time
+            budget.member()
             name = clean_path(info.name)
             if tentative is None:  # the first entry proposes the top folder
                 tentative = name.split("/", 1)[0] if (info.isdir() or "/" in name) else ""
@@ -262,10 +438,11 @@ def _tar_pass(path: Path, root: str | None) -> Iterator[Member]:
         stream.close()
 
 
-def _zip_members(path: Path) -> Iterator[Member]:
+def _zip_members(path: Path, max_members: int) -> Iterator[Member]:
+    _check_central_directory(path, max_members)
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, struct.error) as e:
         raise ArchiveError(_zip_reason(path), f"{type(e).__name__}: {e}") from None
     with zf:
         infos = zf.infolist()
@@ -285,11 +462,61 @@ def _zip_members(path: Path) -> Iterator[Member]:
             def read(info: zipfile.ZipInfo = info) -> bytes:
                 try:
                     return zf.read(info)
-                except (zipfile.BadZipFile, OSError, EOFError, zlib.error, RuntimeError, ValueError) as e:
+                except _ZIP_READ_ERRORS as e:
                     reason = "truncated_archive" if isinstance(e, EOFError) else "malformed_archive"
                     raise ArchiveError(reason, f"{info.filename}: {type(e).__name__}: {e}") from None
 
             yield Member(_under(name, root) if name else "", info.filename, kind, info.file_size, read)
+
+
+#: what reading a zip member raises on damaged bytes (LZMA and bzip2 members included)
+_ZIP_READ_ERRORS = (
+    zipfile.BadZipFile,
+    OSError,
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+    RuntimeError,
+    ValueError,
+    NotImplementedError,
+    struct.error,
+)
+
+
+def _check_central_directory(path: Path, max_members: int) -> None:
+    """Refuse a zip whose central directory (which zipfile reads whole, a record per entry) is over
+    :data:`MAX_CENTRAL_DIRECTORY` or holds more than ``max_members`` entries, before zipfile reads it."""
+    try:
+        with open(path, "rb") as fp:
+            end = zipfile._EndRecData(fp)
+            if not end:
+                return  # not a zip zipfile can read: it says why
+            size = end[zipfile._ECD_SIZE]
+            if size > MAX_CENTRAL_DIRECTORY:
+                raise ArchiveError(
+                    "header_too_large", f"a {size}-byte zip central directory > {MAX_CENTRAL_DIRECTORY}"
+                )
+            start = end[zipfile._ECD_LOCATION] - size  # where zipfile looks (data may precede the zip)
+            if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
+                start -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+            if start < 0:
+                return
+            fp.seek(start)
+            entries = _count_entries(fp.read(size), max_members)
+    except (OSError, struct.error, ValueError):
+        return  # zipfile says what is wrong with it
+    if entries > max_members:
+        raise ArchiveError("too_many_members", f"more than max_archive_members {max_members} zip entries")
+
+
+def _count_entries(cd: bytes, limit: int) -> int:
+    """Central-directory records in ``cd`` as zipfile walks them, up to ``limit`` + 1."""
+    n = pos = 0
+    while pos + 46 <= len(cd) and cd[pos : pos + 4] == b"PK\x01\x02" and n <= limit:
+        name, extra, comment = struct.unpack_from("<HHH", cd, pos + 28)
+        pos += 46 + name + extra + comment
+        n += 1
+    return n
 
 
 def _zip_reason(path: Path) -> str:
@@ -346,9 +573,13 @@ def directory_digest(root: Path) -> str:
     def walk(d: Path, rel: str) -> None:
         for e in sorted(os.scandir(d), key=lambda e: e.name):
             p = f"{rel}{e.name}"
-            if e.is_symlink():
+            if e.is_symlink():  # a target that is not UTF-8 is hashed as its bytes
                 h.update(
-                    b"L" + p.encode("utf-8", "surrogateescape") + b"\0" + os.readlink(e.path).encode() + b"\0"
+                    b"L"
+                    + p.encode("utf-8", "surrogateescape")
+                    + b"\0"
+                    + os.fsencode(os.readlink(e.path))
+                    + b"\0"
                 )
             elif e.is_dir(follow_symlinks=False):
                 walk(Path(e.path), p + "/")

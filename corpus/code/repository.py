@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from corpus.code.archive import NoCommonRoot, iter_members
+from corpus.code.archive import ArchiveLimits, NoCommonRoot, display_name, is_utf8_name, iter_members
 from corpus.code.language import language_of
 from corpus.code.licence_detect import LicenceScanner, RepositoryLicence
 from corpus.code.rules import Rule, judge
@@ -207,15 +207,16 @@ def read_repository(
     max_file_bytes: int,
     max_doc_tokens: int,
     bytes_per_token: float,
+    limits: ArchiveLimits | None = None,
 ) -> Repository:
     """Read and judge every file of the repository at ``path`` (``kind``: "tar", "zip", "dir") and plan
-    its documents. Raises :class:`corpus.code.archive.ArchiveError` for a damaged archive."""
+    its documents. Raises :class:`corpus.code.archive.ArchiveError` for a damaged archive or one over
+    ``limits``. A file whose name is not UTF-8 is rejected as ``non_utf8_name`` (shown escaped)."""
+    sizes = (max_file_bytes, max_doc_tokens, bytes_per_token, limits or ArchiveLimits())
     try:
-        return _read(path, kind, name, rules, max_file_bytes, max_doc_tokens, bytes_per_token, strip_top=True)
+        return _read(path, kind, name, rules, *sizes, strip_top=True)
     except NoCommonRoot:
-        return _read(
-            path, kind, name, rules, max_file_bytes, max_doc_tokens, bytes_per_token, strip_top=False
-        )
+        return _read(path, kind, name, rules, *sizes, strip_top=False)
 
 
 def _read(
@@ -226,6 +227,7 @@ def _read(
     max_file_bytes: int,
     max_doc_tokens: int,
     bytes_per_token: float,
+    limits: ArchiveLimits,
     strip_top: bool,
 ) -> Repository:
     repo = Repository(name=name, spool=tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES))
@@ -233,8 +235,11 @@ def _read(
     last: dict[str, int] = {}
     licences = LicenceScanner()
     try:
-        for m in iter_members(path, kind, strip_top):
-            shown = m.path or m.raw_name
+        for m in iter_members(path, kind, strip_top, limits):
+            shown = display_name(m.path or m.raw_name)
+            if not is_utf8_name(m.raw_name):
+                fates.append(RejectedFile(shown, "non_utf8_name", m.size, ""))
+                continue
             if not m.path:
                 fates.append(RejectedFile(shown, "unsafe_path", m.size, ""))
                 continue

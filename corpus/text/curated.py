@@ -1,4 +1,10 @@
-"""Curated sources: JSONL (one ``{"text", "url"?, "id"?, "license"?, "date"?}`` per line) and plain text files."""
+"""Curated sources: JSONL (one ``{"text", "url"?, "id"?, "license"?, "date"?}`` per line) and plain text files.
+
+A line (or a text file) is read to at most the ingest's ``max_record_bytes``: a longer one is
+quarantined as ``record_too_large`` and the file goes on. A field of the wrong type (a licence object,
+a date list, NaN) or a date that is not an ISO 8601 day is refused by name (``invalid_<field>``),
+never turned into its ``str()``. See docs/ingest-and-filters.md ("ingest").
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,18 @@ import hashlib
 import io
 import json
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
+from corpus.text.dates import record_day
+
 _SURROGATES = re.compile("[\ud800-\udfff]")
+_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -50,48 +61,120 @@ def _clean(text: str) -> tuple[str, int]:
     return fixed, n
 
 
-def iter_jsonl(path: Path, url_prefix: str) -> Iterator[CuratedRecord | CuratedError]:
-    """Every line of a JSONL file; a line that is not a JSON object with a string ``text`` is an error."""
+def iter_jsonl(
+    path: Path, url_prefix: str, max_line_bytes: int = 64 << 20
+) -> Iterator[CuratedRecord | CuratedError]:
+    """Every line of a JSONL file; a line that is not a JSON object with a string ``text`` and optional
+    fields of their types is an error, and so is a line over ``max_line_bytes`` (never held whole)."""
     index = -1
     try:
         with _open(path) as f:
-            for index, line in enumerate(io.BufferedReader(f)):
-                line = line.rstrip(b"\r\n")
-                digest = hashlib.sha256(line).hexdigest()
-                if not line.strip():
-                    yield CuratedError(index, "empty_line", "blank line", digest)
-                    continue
-                try:
-                    rec = json.loads(line)
-                except (UnicodeDecodeError, ValueError) as e:
-                    yield CuratedError(index, "bad_json", str(e)[:200], digest)
-                    continue
-                if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-                    yield CuratedError(index, "missing_text", "record has no string 'text' field", digest)
-                    continue
-                text, replaced = _clean(rec["text"])
-                ident = rec.get("id", index)
-                url = str(rec.get("url") or f"{url_prefix}#{ident}")
-                yield CuratedRecord(
-                    index=index,
-                    text=text,
-                    url=_clean(url)[0],
-                    license=str(rec.get("license") or ""),
-                    date=str(rec.get("date") or rec.get("crawl_date") or "")[:10],
-                    raw_digest=digest,
-                    replaced=replaced,
-                )
-    except (OSError, EOFError, zstandard.ZstdError) as e:
+            for index, (line, digest) in enumerate(_bounded_lines(io.BufferedReader(f), max_line_bytes)):
+                if line is None:
+                    detail = f"line longer than max_record_bytes {max_line_bytes}"
+                    yield CuratedError(index, "record_too_large", detail, digest)
+                else:
+                    yield _record(index, line, digest, url_prefix)
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
         # a corrupt compressed file: what was read so far stands, the rest is one error
         yield CuratedError(index + 1, "unreadable_file", f"{type(e).__name__}: {e}"[:300], "")
 
 
-def read_text_file(path: Path, url: str) -> CuratedRecord | CuratedError:
-    """A plain-text file is one document (UTF-8; undecodable bytes become U+FFFD and are counted)."""
+def _bounded_lines(f: io.BufferedReader, cap: int) -> Iterator[tuple[bytes | None, str]]:
+    """(line without its line end, sha256 of it); a line over ``cap`` bytes is (None, its sha256),
+    read block by block and hashed, never held."""
+    while line := f.readline(cap + 2):
+        if line.endswith(b"\n") or len(line) < cap + 2:  # the whole line (or the file's last)
+            line = line.rstrip(b"\r\n")
+            if len(line) <= cap:
+                yield line, hashlib.sha256(line).hexdigest()
+                continue
+            yield None, hashlib.sha256(line).hexdigest()
+            continue
+        h = hashlib.sha256()
+        tail = b""  # line-end bytes held back: only the line's last ones are left out of the digest
+        while line:
+            data = tail + line
+            kept = data.rstrip(b"\r\n")
+            h.update(kept)
+            tail = data[len(kept) :]
+            if line.endswith(b"\n"):
+                break
+            line = f.readline(_BLOCK)
+        yield None, h.hexdigest()
+
+
+def _record(index: int, line: bytes, digest: str, url_prefix: str) -> CuratedRecord | CuratedError:
+    if not line.strip():
+        return CuratedError(index, "empty_line", "blank line", digest)
+    try:
+        rec = json.loads(line)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        return CuratedError(index, "bad_json", f"{type(e).__name__}: {e}"[:200], digest)
+    if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+        return CuratedError(index, "missing_text", "record has no string 'text' field", digest)
+    fields = _fields(rec)
+    if isinstance(fields, tuple):
+        return CuratedError(index, fields[0], fields[1], digest)
+    text, replaced = _clean(rec["text"])
+    url = fields["url"] or f"{url_prefix}#{fields['id'] if fields['id'] is not None else index}"
+    return CuratedRecord(
+        index=index,
+        text=text,
+        url=_clean(url)[0],
+        license=fields["license"],
+        date=fields["date"],
+        raw_digest=digest,
+        replaced=replaced,
+    )
+
+
+def _fields(rec: dict) -> dict[str, Any] | tuple[str, str]:
+    """The optional fields of a record, or (reason, detail) for the first of the wrong type: each a
+    string (``id``: or an integer); absent, null and "" mean not given. ``date`` (else ``crawl_date``)
+    must be an ISO 8601 day or timestamp."""
+    date_key = "date" if rec.get("date") not in (None, "") else "crawl_date"
+    got: dict[str, Any] = {}
+    for key in ("id", "url", "license", date_key):
+        value = rec.get(key)
+        if (
+            value is not None
+            and value != ""
+            and not (isinstance(value, str) or (key == "id" and type(value) is int))
+        ):
+            return (
+                f"invalid_{key.removeprefix('crawl_')}",
+                f"field {key!r} is {_json_type(value)}, not a string",
+            )
+        got[key] = value if value != "" else None
+    day = record_day(got[date_key]) if got[date_key] is not None else ""
+    if day is None:
+        return "invalid_date", f"field {date_key!r} is {got[date_key][:40]!r}, not an ISO 8601 date"
+    return {"id": got["id"], "url": got["url"] or "", "license": got["license"] or "", "date": day}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a number" if value == value and abs(value) != float("inf") else f"the number {value}"
+    return {dict: "an object", list: "an array", int: "a number"}.get(type(value), type(value).__name__)
+
+
+def read_text_file(path: Path, url: str, max_bytes: int = 64 << 20) -> CuratedRecord | CuratedError:
+    """A plain-text file is one document (UTF-8; undecodable bytes become U+FFFD and are counted); one
+    over ``max_bytes`` is ``record_too_large``, hashed as it streams past."""
     try:
         with _open(path) as f:
-            raw = f.read()
-    except (OSError, EOFError) as e:
+            raw = f.read(max_bytes + 1)
+            if len(raw) > max_bytes:
+                h = hashlib.sha256(raw)
+                del raw
+                while block := f.read(_BLOCK):
+                    h.update(block)
+                detail = f"more than max_record_bytes {max_bytes} bytes"
+                return CuratedError(0, "record_too_large", detail, h.hexdigest())
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
         return CuratedError(0, "unreadable_file", f"{type(e).__name__}: {e}"[:300], "")
     text = raw.decode("utf-8", errors="replace")
     replaced = text.count("\ufffd") - raw.decode("utf-8", errors="ignore").count("\ufffd")

@@ -4,9 +4,10 @@
 record, or an unparseable span after which the reader resynchronises at the next record boundary, is
 a :class:`BadRecord` (with the sha256 of its bytes), never a silently shortened page; records that are
 not documents come out as :class:`SkippedRecord` to be counted; a page's ``Content-Encoding`` is
-undone as a capped stream (:mod:`corpus.text.content_encoding`); :func:`decode_page` decodes in the
-WHATWG order and corrects a declared charset the bytes contradict. Every item carries ``index``, its
-position in the file, stable across readers and ranks. See docs/ingest-and-filters.md ("ingest").
+undone as a capped stream (:mod:`corpus.text.content_encoding`); warcio's header lines are read
+through a bound (:class:`_BoundedLines`), so a gzip of zeros is one ``header_too_large`` span, not
+gigabytes of one line; :func:`decode_page` decodes in the WHATWG order. Every item carries ``index``,
+its position in the file, stable across readers and ranks. See docs/ingest-and-filters.md ("ingest").
 """
 
 from __future__ import annotations
@@ -26,11 +27,64 @@ from warcio.bufferedreaders import ChunkedDataReader
 from warcio.exceptions import ArchiveLoadFailed
 
 from corpus.text.content_encoding import DecodedBody, decode_body
+from corpus.text.dates import record_day
 
 _SCAN_BLOCK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 _WARC_LINE = re.compile(rb"(?:^|\r?\n)(WARC/1\.[01]\r?\n)")
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
+#: the longest header line (WARC, ARC or HTTP) read, and the most header and blank-line bytes read
+#: between two record bodies: warcio reads a line whole, however long (docs/ingest-and-filters.md)
+MAX_HEADER_LINE = 64 << 10
+MAX_HEADER_BLOCK = 1 << 20
+
+
+#: what warcio raises on bytes it cannot parse (a record without a target URI, a header it cannot split:
+#: AttributeError, TypeError), besides our own bounds (ValueError)
+_WARCIO_ERRORS = (
+    ArchiveLoadFailed,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+    LookupError,
+    AttributeError,
+    TypeError,
+)
+
+
+class HeaderTooLarge(ValueError):
+    """A header line or header block over its cap: the span is quarantined as ``header_too_large``."""
+
+
+class RecordWithoutLength(ValueError):
+    """A record without a Content-Length: warcio would read to the end of the stream as its body."""
+
+
+class _BoundedLines:
+    """warcio's reader with every ``readline`` bounded by :data:`MAX_HEADER_LINE` and the lines read
+    since the last body read (headers, blank lines) by :data:`MAX_HEADER_BLOCK`."""
+
+    def __init__(self, reader) -> None:
+        self._reader = reader
+        self.header_bytes = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._reader, name)
+
+    def readline(self, length: int | None = None) -> bytes:
+        bound = MAX_HEADER_LINE + 1 if length is None else min(length, MAX_HEADER_LINE + 1)
+        line = self._reader.readline(bound)
+        if len(line) > MAX_HEADER_LINE:
+            raise HeaderTooLarge(f"a header line longer than {MAX_HEADER_LINE} bytes")
+        self.header_bytes += len(line)
+        if self.header_bytes > MAX_HEADER_BLOCK:
+            raise HeaderTooLarge(f"more than {MAX_HEADER_BLOCK} bytes of headers and blank lines in a row")
+        return line
+
+    def read(self, length: int | None = None) -> bytes:
+        self.header_bytes = 0
+        return self._reader.read(length)
 
 
 @dataclass(frozen=True)
@@ -84,29 +138,53 @@ def iter_warc(
         index = 0
         bad_since: int | None = None  # start offset of an unreadable span not reported yet
         bad_error = ""
+        bad_reason = ""
         while start is not None:
             f.seek(start)
             it = ArchiveIterator(f, arc2warc=True, ensure_http_headers=False)
+            it.reader = lines = _BoundedLines(it.reader)
             resume_at: int | None = None
             try:
                 for rec in it:
+                    _check_length(rec)
                     if bad_since is not None:  # the span before this record was unreadable
-                        yield _bad_span(path, index, bad_since, it.offset, bad_error)
+                        yield _bad_span(path, index, bad_since, it.offset, bad_reason, bad_error)
                         index += 1
                         bad_since = None
                     yield _classify(rec, index, max_record_bytes, max_decoded_bytes)
+                    lines.header_bytes = 0
                     index += 1
-            except (ArchiveLoadFailed, zlib.error, EOFError, OSError, ValueError, IndexError, KeyError) as e:
+            except _WARCIO_ERRORS as e:
                 failed_at = it.offset if it.offset >= start else start
                 if bad_since is None:
-                    bad_since, bad_error = (
-                        failed_at,
-                        f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}",
-                    )
+                    bad_since, bad_reason, bad_error = failed_at, _span_reason(e), _first_line(e)
                 resume_at = _next_boundary(f, failed_at + 1, gz)
+            finally:  # the iterator and its generator refer to each other: free its buffers now
+                it.the_iter.close()
+                it.close()
             start = resume_at
         if bad_since is not None:
-            yield _bad_span(path, index, bad_since, path.stat().st_size, bad_error)
+            yield _bad_span(path, index, bad_since, path.stat().st_size, bad_reason, bad_error)
+
+
+def _check_length(rec) -> None:
+    """Refuse a record whose length is not stated: its bytes are an unreadable span (read as they are
+    stored, to the next record boundary), never decompressed to the end of the stream."""
+    length = rec.rec_headers.get_header("Content-Length")
+    stated = (length or "").strip()
+    if not (stated.isascii() and stated.isdigit()):
+        raise RecordWithoutLength(
+            f"a {rec.rec_type or 'record'} without a Content-Length: {str(length)[:40]!r}"
+        )
+
+
+def _span_reason(e: BaseException) -> str:
+    return "header_too_large" if isinstance(e, HeaderTooLarge) else "malformed_warc"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}"
 
 
 def _classify(rec, index: int, max_record_bytes: int, max_decoded_bytes: int) -> WarcItem:
@@ -114,16 +192,16 @@ def _classify(rec, index: int, max_record_bytes: int, max_decoded_bytes: int) ->
     if rec_type not in ("response", "resource"):
         return SkippedRecord(index, rec_type)
     url = rec.rec_headers.get_header("WARC-Target-URI") or ""
-    date = (rec.rec_headers.get_header("WARC-Date") or "")[:10]
+    warc_date = rec.rec_headers.get_header("WARC-Date") or ""
+    date = record_day(warc_date) if warc_date else ""
     declared = int(rec.rec_headers.get_header("Content-Length") or 0)
-    if declared > max_record_bytes:
-        return BadRecord(
-            index,
-            "record_too_large",
-            f"{declared} bytes > max_record_bytes {max_record_bytes}",
-            _stream_digest(rec.raw_stream),
-            url,
+    if declared > max_record_bytes or date is None:
+        reason, detail = (
+            ("record_too_large", f"{declared} bytes > max_record_bytes {max_record_bytes}")
+            if declared > max_record_bytes
+            else ("invalid_date", f"WARC-Date {warc_date[:40]!r} is not an ISO 8601 date")
         )
+        return BadRecord(index, reason, detail, _stream_digest(rec.raw_stream), url)
     http = rec.http_headers
     status = http.get_statuscode() if http is not None and rec_type == "response" else "200"
     ctype = (
@@ -225,7 +303,7 @@ def _next_boundary(f: BinaryIO, pos: int, gz: bool) -> int | None:
         base += len(block)
 
 
-def _bad_span(path: Path, index: int, begin: int, end: int, error: str) -> BadRecord:
+def _bad_span(path: Path, index: int, begin: int, end: int, reason: str, error: str) -> BadRecord:
     """The unreadable bytes [begin, end) as one record (read through a second handle, so the
     iterator's buffered position on the first is left alone)."""
     h = hashlib.sha256()
@@ -238,7 +316,7 @@ def _bad_span(path: Path, index: int, begin: int, end: int, error: str) -> BadRe
                 break
             h.update(chunk)
             left -= len(chunk)
-    return BadRecord(index, "malformed_warc", f"unreadable bytes {begin}..{end}: {error}", h.hexdigest())
+    return BadRecord(index, reason, f"unreadable bytes {begin}..{end}: {error}", h.hexdigest())
 
 
 # --- decoding a page: the WHATWG encoding sniffing order, with the declaration checked against the bytes

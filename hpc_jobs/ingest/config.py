@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from corpus.code.archive import ArchiveLimits
 from corpus.code.rules import build_rules
 from corpus.text.sources import UNDECLARED_CHOICES, parse_source_tables
 from runtime.global_phase import PART_ROWS
@@ -18,7 +19,8 @@ class IngestConfig:
     holdout_modulus: int = 1000  # hash(normalized url) % modulus == 0 -> eval holdout; 0 disables
     holdout_tiers: list[str] = field(default_factory=lambda: ["web", "known_good_web"])
     collapse_recrawls: bool = True
-    max_record_bytes: int = 64 << 20  # WARC records declared larger are quarantined (digested, never held)
+    #: WARC records declared larger, JSONL lines and text files longer are quarantined (digested, never held)
+    max_record_bytes: int = 64 << 20
     max_decoded_bytes: int = 2_000_000  # a Content-Encoded page decoding to more is quarantined
     #: a JSONL/text file neither [[ingest.sources]] nor a corpus-sources.toml declares: tier "web" (the
     #: default: trust is declared, never inferred from a format), "curated", or "refuse"
@@ -33,15 +35,25 @@ class IngestConfig:
     max_file_bytes: int = 1_000_000  # a repository file over this is rejected as too_large, never read
     max_doc_tokens: int = 32_768  # a repository's document holds whole files up to this estimate
     bytes_per_token: float = 3.0  # the estimate: UTF-8 bytes / this (GPT-NeoX on the shared code: 3.1-3.5)
+    #: a repository over any of these is quarantined: decompressed bytes (a tar: its whole stream),
+    #: entries, and decompressed bytes per stored byte past 64 MiB (corpus.code.archive.ArchiveLimits)
+    max_archive_bytes: int = 1 << 30
+    max_archive_members: int = 100_000
+    max_archive_ratio: int = 100
 
     def __post_init__(self) -> None:
         parse_source_tables(self.sources)  # a ValueError here is reported as a config error
         build_rules(self.code_rules, self.code_builtin_rules)
         if self.max_file_bytes <= 0 or self.max_doc_tokens <= 0 or self.bytes_per_token <= 0:
             raise ValueError("max_file_bytes, max_doc_tokens and bytes_per_token must be positive")
-        if self.max_decoded_bytes <= 0:
-            raise ValueError("max_decoded_bytes must be positive")
+        if min(self.max_decoded_bytes, self.max_record_bytes) <= 0:
+            raise ValueError("max_decoded_bytes and max_record_bytes must be positive")
+        if min(self.max_archive_bytes, self.max_archive_members, self.max_archive_ratio) <= 0:
+            raise ValueError("max_archive_bytes, max_archive_members and max_archive_ratio must be positive")
         if self.part_rows < 1:
             raise ValueError("part_rows must be at least 1")
         if self.undeclared_files not in UNDECLARED_CHOICES:
             raise ValueError(f"undeclared_files must be one of {', '.join(UNDECLARED_CHOICES)}")
+
+    def archive_limits(self) -> ArchiveLimits:
+        return ArchiveLimits(self.max_archive_bytes, self.max_archive_members, self.max_archive_ratio)

@@ -92,10 +92,11 @@ def read_items(
             else:
                 yield Item(it.index, len(it.payload), doc=web_doc(it, spec))
         return
+    prefix = f"curated://{spec.name}/{path.name}"
     records = (
-        iter_jsonl(path, f"curated://{spec.name}/{path.name}")
+        iter_jsonl(path, prefix, config.max_record_bytes)
         if fmt == "jsonl"
-        else [read_text_file(path, f"curated://{spec.name}/{path.name}")]
+        else [read_text_file(path, prefix, config.max_record_bytes)]
     )
     for rec in records:
         if isinstance(rec, CuratedError):
@@ -130,6 +131,7 @@ def repository_items(
             max_file_bytes=config.max_file_bytes,
             max_doc_tokens=config.max_doc_tokens,
             bytes_per_token=config.bytes_per_token,
+            limits=config.archive_limits(),
         )
     except ArchiveError as e:
         files = {"repository": name, "quarantined": e.reason, "kept": {"files": 0, "bytes": 0}}
