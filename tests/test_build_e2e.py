@@ -89,6 +89,22 @@ def test_the_card_measures_each_clusters_representative_against_the_clusters_med
     assert {s["cluster_id"] for s in r["sample"]} <= longer
 
 
+def test_the_card_shows_the_extract_gate_and_each_page_it_kept_from_the_second_pass(two_rank_build, tmp_path):
+    out, _ = two_rank_build
+    run_corpus("report", str(out), "--html", str(tmp_path / "card.html"))
+    gate = json.loads((tmp_path / "card.json").read_text())["gate"]
+    assert (gate["extractor"], gate["gate"]) == ("two_pass", "words >= 20")
+    extract = json.loads((out / "stages" / "extract" / "manifest.json").read_text())
+    filtered = {r: n for r, n in extract["totals"]["filtered"].items() if r.startswith("gate_")}
+    assert filtered, "the sample has pages of fewer than 20 words"
+    by_reason: dict[str, int] = {}
+    for _source, _lang, reason, n in gate["rows"]:
+        by_reason[reason] = by_reason.get(reason, 0) + n
+    assert by_reason == filtered
+    assert {"en", "ja"} <= {lang for _, lang, _, _ in gate["rows"]}  # each page in its first-pass language
+    assert "gate: words &gt;= 20" in (tmp_path / "card.html").read_text()
+
+
 def test_the_default_version_is_the_configs_policy_one_representative_per_cluster_and_no_contamination(
     two_rank_build, tmp_path
 ):

@@ -99,6 +99,8 @@ HOLDOUT_PII = AnnotationPrefix(EXTRACT, "pii_")
 TRUNCATED_HTML_BYTES = AnnotationName(EXTRACT, "truncated_html_bytes")
 INVISIBLE_CHARS_REMOVED = AnnotationName(EXTRACT, "invisible_chars_removed")
 UTF8_REPAIRED_CHARS = AnnotationName(EXTRACT, "utf8_repaired_chars")
+#: on a page the two-pass gate filtered: the clause it failed and its first-pass value, ``"words >= 20: 7"``
+GATE_FAILED = AnnotationName(EXTRACT, "gate_failed")
 
 # written by exact_dedup (hpc_jobs/exact_dedup/stage.py)
 EXACT_DUP_OF = AnnotationName(EXACT_DEDUP, "dup_of")  # verdict fail: the keeper's doc_id
@@ -152,6 +154,7 @@ WRITTEN_BY: dict[str, tuple[AnnotationName | AnnotationPrefix, ...]] = {
         TRUNCATED_HTML_BYTES,
         INVISIBLE_CHARS_REMOVED,
         UTF8_REPAIRED_CHARS,
+        GATE_FAILED,
     ),
     EXACT_DEDUP: (EXACT_DUP_OF, EXACT_COPIES, EXACT_KEEPER_ID, HOLDOUT_EXACT),
     ANNOTATE: (LANG, QUALITY, PII, PII_SPANS),

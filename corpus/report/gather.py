@@ -21,6 +21,7 @@ from corpus.report import alarms
 from corpus.report.build_view import BuildView
 from corpus.report.code import code_section
 from corpus.report.counts import stage_counts
+from corpus.report.gate import gate_section
 from corpus.report.holdout import holdout_copies, holdout_counts
 from corpus.report.incremental import incremental_section
 from corpus.report.quality_model import quality_model
@@ -300,6 +301,7 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     card["funnel"] = funnel(view.stages)
     card["filtered"] = {m.stage: dict(sorted(m.yield_counts().total().filtered.items())) for m in view.stages}
     card["skipped"] = {m.stage: s for m in view.stages if (s := skipped_records(m)) is not None}
+    card["gate"] = gate_section(view.stages)
 
     card["tokens"] = tokens(view)
     if card["tokens"] is None:

@@ -484,6 +484,23 @@ def _keyed_table(name: str, value: Any) -> str:
     return f"<h3>{escape(name)}</h3><pre>{escape(json.dumps(value, indent=1, sort_keys=True))[:8000]}</pre>"
 
 
+def _gate(gate: dict[str, Any] | None) -> str:
+    """The extract gate as it ran, and the pages it kept from the second pass by source and language."""
+    if gate is None:
+        return ""
+    out = ["<h3>The extract gate (pages never extracted, by their first-pass language)</h3>"]
+    if not gate["gate"]:
+        return out[0] + note(f"extractor {gate['extractor']}: no gate, every page was extracted")
+    out.append(note(f"extractor {gate['extractor']}, gate: {gate['gate']}"))
+    rows = [[escape(s), escape(lang), escape(r), number(n)] for s, lang, r, n in gate["rows"]]
+    out.append(
+        html_table(["source", "language", "reason", "documents"], rows, left=3)
+        if rows
+        else note("the gate passed every page")
+    )
+    return "".join(out)
+
+
 def _reasons(card: dict[str, Any]) -> str:
     out = ["<h2>Filter and quarantine reasons</h2>"]
     rows = [
@@ -497,6 +514,7 @@ def _reasons(card: dict[str, Any]) -> str:
         if rows
         else note("no document was filtered")
     )
+    out.append(_gate(card.get("gate")))
     srows = [
         [escape(stage), escape(r), number(x["records"]), percent(x["share"])]
         for stage, s in card.get("skipped", {}).items()

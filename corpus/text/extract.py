@@ -1,7 +1,8 @@
 """HTML to text, one document at a time, in a worker that can be killed.
 
-trafilatura keeps headings, lists and tables as plain-text lines. Around it, per document, never per
-shard: a size cap before parsing (``cap_html``); a time and a memory limit (``ExtractWorker``: a parse
+``PageExtractor`` is a page's path (``EXTRACTORS``: trafilatura, resiliparse's first pass, or both
+with a gate between them). trafilatura keeps headings, lists and tables as plain-text lines. Around
+it, per document, never per shard: a size cap before parsing (``cap_html``); a time and a memory limit (``ExtractWorker``: a parse
 that passes either costs its document and the worker, never the rank); UTF-8 repair
 (``repair_replacement_chars``); invisible text stripped (``strip_invisible``). trafilatura's own
 duplicate cache is off: it would make a page's text depend on which pages the same process parsed
@@ -18,6 +19,10 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from corpus.select.buckets import Clause
+from corpus.select.gate import Gate
+from corpus.text.first_pass import LANGUAGE_SIGNALS, first_pass, with_language
 
 #: the trafilatura options of every extraction (the benchmark's bare loop uses the same)
 TRAFILATURA_OPTIONS: dict[str, Any] = {
@@ -74,6 +79,42 @@ def _trafilatura():
 def extract_text(html: str) -> str:
     """The main text of a page ("" when trafilatura finds none)."""
     return _trafilatura().extract(html, **TRAFILATURA_OPTIONS) or ""
+
+
+#: the extract stage's paths (``extractor``): trafilatura on every page; resiliparse's first pass only;
+#: the first pass on every page and trafilatura on the pages the gate passes
+EXTRACTORS = ("trafilatura", "resiliparse", "two_pass")
+
+
+@dataclass(frozen=True)
+class PageText:
+    """A page's text, its first-pass signals (None on the trafilatura path; the language only where the
+    gate read it or the page failed) and the gate clause it failed (None: it passed, or was not
+    gated); a failed page has no text."""
+
+    text: str
+    signals: dict[str, str | float] | None = None
+    gate_failure: Clause | None = None
+
+
+@dataclass(frozen=True)
+class PageExtractor:
+    """One page's extraction on the path ``extractor``, gated by ``gate`` when the page is gated: what
+    the extract worker runs (a picklable callable of ``(html, gated)``)."""
+
+    extractor: str
+    gate: Gate
+
+    def __call__(self, arg: tuple[str, bool]) -> PageText:
+        html, gated = arg
+        if self.extractor == "trafilatura":
+            return PageText(extract_text(html))
+        first = first_pass(html, language=gated and self.gate.reads(LANGUAGE_SIGNALS))
+        failed = self.gate.failure(first.signals) if gated else None
+        if failed is not None:  # counted in its language: identified now if the gate did not need it
+            return PageText("", with_language(first).signals, failed)
+        text = first.text if self.extractor == "resiliparse" else extract_text(html)
+        return PageText(text, first.signals)
 
 
 def cap_html(html: str, max_bytes: int) -> tuple[str, int]:

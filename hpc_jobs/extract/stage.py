@@ -1,6 +1,7 @@
 """Stage ``extract``: HTML documents -> text documents; plain text passes through cleaned.
 
-Every document is handled on its own and the shard always goes on: an oversized page is truncated,
+Two-pass by default: resiliparse's cheap first pass on every page, trafilatura only where the
+``gate`` passes (the others filtered as ``gate_<signal>``). Every document is handled on its own and the shard always goes on: an oversized page is truncated,
 a parse over ``time_limit_s`` or ``memory_limit_mb``, a crash or a mostly undecodable page is
 quarantined, a page with no main text filtered (``no_text_extracted``). Documents of ``verbatim_tiers``
 (``code``) keep their text as read. A kept text replaces its HTML (``Document.with_text``: new doc_id,
@@ -21,6 +22,7 @@ from corpus.decont.holdout import HOLDOUT_KIND
 from corpus.formats.docshard import SUFFIX, iter_docs, read_sidecar
 from corpus.model import Annotation, Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from corpus.model.annotations import (
+    GATE_FAILED,
     HOLDOUT_EXACT_KEY,
     HOLDOUT_PII,
     INVISIBLE_CHARS_REMOVED,
@@ -28,20 +30,31 @@ from corpus.model.annotations import (
     UTF8_REPAIRED_CHARS,
 )
 from corpus.model.digest import json_digest
+from corpus.model.errors import UserError
 from corpus.model.manifest import read_stage_manifest
 from corpus.model.tiers import check_tier
+from corpus.select.gate import gate_reason, parse_gate
 from corpus.signals.pii import KINDS, scrub_pii
 from corpus.text.extract import (
+    EXTRACTORS,
     ExtractWorker,
+    PageExtractor,
+    PageText,
     cap_html,
-    extract_text,
     normalize_text,
     repair_replacement_chars,
     strip_invisible,
 )
 from corpus.text.normalize import KEY_VERSION, text_key
-from runtime.runner import InputShard, Stage, StageContext, remove_stale_artifacts
+from runtime.runner import InputShard, Stage, StageContext, StageError, remove_stale_artifacts
 from runtime.side_output import SideOutput
+
+#: the extraction path of a config that names none, and why: docs/ingest-and-filters.md ("extract")
+DEFAULT_EXTRACTOR = "two_pass"
+#: the gate of a first-pass path that names none: calibrated on the shared crawls to pass every page
+#: the default version selects there, with a margin below the policy's own thresholds (min_words 50,
+#: min_lang_confidence 0.5): docs/ingest-and-filters.md ("extract")
+DEFAULT_GATE = "words >= 20"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,8 +67,22 @@ class ExtractConfig:
     holdout_pii_kinds: list[str] = field(default_factory=lambda: list(KINDS))
     #: tiers whose text is kept exactly as read (no invisible-character stripping, no whitespace folding)
     verbatim_tiers: list[str] = field(default_factory=lambda: ["code"])
+    #: the path (corpus.text.extract.EXTRACTORS): "two_pass" reads every page with resiliparse's cheap
+    #: first pass and spends trafilatura only on the pages the gate passes (docs/ingest-and-filters.md)
+    extractor: str = DEFAULT_EXTRACTOR
+    #: which pages get the second pass: a predicate over first-pass signals (corpus.select.gate); left
+    #: out: DEFAULT_GATE on the two first-pass paths, none on "trafilatura" (which has no first pass)
+    gate: str | None = None
+    #: the tiers the gate judges; a page of another tier always gets the second pass
+    gate_tiers: list[str] = field(default_factory=lambda: ["web"])
 
     def __post_init__(self) -> None:
+        if self.extractor not in EXTRACTORS:
+            raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, not {self.extractor!r}")
+        if self.extractor == "trafilatura" and self.gate:
+            raise ValueError('a gate needs a first pass: extractor "two_pass" or "resiliparse"')
+        for tier in self.gate_tiers:
+            check_tier(tier)
         unknown = sorted(set(self.holdout_pii_kinds) - set(KINDS))
         if unknown:
             raise ValueError(
@@ -81,20 +108,31 @@ _WORKER_REASONS = {
 class ExtractStage(Stage):
     name = "extract"
     # with the exact key's version: a new key redoes the holdout (docs/ingest-and-filters.md, "Stage versions")
-    version = "5+key" + KEY_VERSION
+    version = "6+key" + KEY_VERSION
     Config = ExtractConfig
     artifact_kinds = (HOLDOUT_KIND,)
     side_outputs = (SideOutput(HOLDOUT_KIND),)
 
     def __init__(self, config: ExtractConfig) -> None:
-        super().__init__(config)
+        # the gate as judged, in canonical spelling: the config (and its hash) records it, not a default
+        gate = (
+            "" if config.extractor == "trafilatura" else DEFAULT_GATE if config.gate is None else config.gate
+        )
+        try:
+            self.gate = parse_gate(gate)
+        except UserError as e:
+            raise StageError(str(e)) from None
+        super().__init__(replace(config, gate=self.gate.text))
         self._worker: ExtractWorker | None = None
         self._held_out: dict[str, tuple[Path, str]] = {}
 
     def worker(self) -> ExtractWorker:
         if self._worker is None:
             self._worker = ExtractWorker(
-                extract_text, self.config.time_limit_s, memory_limit_mb=self.config.memory_limit_mb
+                PageExtractor(self.config.extractor, self.gate),
+                self.config.time_limit_s,
+                warmup=("<p>x</p>", True),
+                memory_limit_mb=self.config.memory_limit_mb,
             )
         return self._worker
 
@@ -183,10 +221,13 @@ class ExtractStage(Stage):
             html, original_bytes = cap_html(doc.text, self.config.max_html_bytes)
             if original_bytes:
                 notes.append(TRUNCATED_HTML_BYTES.note(original_bytes))
-            result = self.worker().run(html)
+            result = self.worker().run((html, doc.source_tier in self.config.gate_tiers))
             if result.status != "ok":
                 return self.quarantine(doc, _WORKER_REASONS[result.status], result.detail)
-            text = result.value
+            page: PageText = result.value
+            if page.gate_failure is not None:
+                return gated_out(doc.annotate(*notes), page)
+            text = page.text
         else:
             text = doc.text
         text, invisible = strip_invisible(text)
@@ -207,6 +248,19 @@ class ExtractStage(Stage):
         if not text.strip():
             return Filtered(doc.annotate(*notes), "no_text_extracted")
         return Kept(doc.with_text(text, content_type="text/plain").annotate(*notes))
+
+
+def gated_out(doc: Document, page: PageText) -> Filtered:
+    """A page the gate did not pass, filtered with the gate's reason, in its first-pass language (so it
+    is counted per source and language), with the clause it failed and its value."""
+    clause, signals = page.gate_failure, page.signals
+    lang, confidence = signals["lang"], signals["lang_confidence"]
+    value = signals.get(clause.column)
+    shown = value if isinstance(value, str) else f"{value:g}"
+    out = replace(doc, lang=lang, lang_confidence=confidence).annotate(
+        GATE_FAILED.note(f"{clause.text}: {shown}", verdict="fail")
+    )
+    return Filtered(out, gate_reason(clause))
 
 
 STAGE = ExtractStage
