@@ -89,6 +89,8 @@ class InputShard:
     path: Path
     sha256: str
     records: int = -1  # -1 where unknown (raw files)
+    #: the bytes [start, end) of ``path`` this unit reads (a large file cut at record boundaries), or None
+    span: tuple[int, int] | None = None
 
     def ref(self, root: Path | None = None) -> ShardRef:
         path = str(self.path.relative_to(root)) if root else str(self.path)

@@ -125,16 +125,22 @@ WarcItem = RawRecord | BadRecord | SkippedRecord
 
 
 def iter_warc(
-    path: Path, max_record_bytes: int = 64 << 20, max_decoded_bytes: int = 64 << 20
+    path: Path,
+    max_record_bytes: int = 64 << 20,
+    max_decoded_bytes: int = 64 << 20,
+    span: tuple[int, int] | None = None,
 ) -> Iterator[WarcItem]:
-    """Every record of a WARC/ARC file (gzipped or not) as a RawRecord, BadRecord or SkippedRecord.
+    """Every record of a WARC/ARC file (gzipped or not) as a RawRecord, BadRecord or SkippedRecord;
+    with ``span``, the records that start in its bytes [start, end) (a unit of a file cut at record
+    boundaries, :mod:`corpus.text.warc_units`), numbered from 0.
 
     An HTML body with a Content-Encoding is decoded to at most ``max_decoded_bytes``
     (:mod:`corpus.text.content_encoding`); a record declaring more than ``max_record_bytes`` is
     digested as it streams past, never held."""
+    first, end = span or (0, path.stat().st_size)
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
-        start: int | None = 0
+        start: int | None = first
         index = 0
         bad_since: int | None = None  # start offset of an unreadable span not reported yet
         bad_error = ""
@@ -146,6 +152,8 @@ def iter_warc(
             resume_at: int | None = None
             try:
                 for rec in it:
+                    if it.offset >= end:  # the next unit's first record
+                        break
                     _check_length(rec)
                     if bad_since is not None:  # the span before this record was unreadable
                         yield _bad_span(path, index, bad_since, it.offset, bad_reason, bad_error)
@@ -156,15 +164,19 @@ def iter_warc(
                     index += 1
             except _WARCIO_ERRORS as e:
                 failed_at = it.offset if it.offset >= start else start
+                if span is not None and failed_at >= end:  # the next unit's first record: its own
+                    break
                 if bad_since is None:
                     bad_since, bad_reason, bad_error = failed_at, _span_reason(e), _first_line(e)
-                resume_at = _next_boundary(f, failed_at + 1, gz)
+                resume_at = next_boundary(f, failed_at + 1, gz)
+                if resume_at is not None and resume_at >= end:  # the unreadable bytes end the unit
+                    resume_at = None
             finally:  # the iterator and its generator refer to each other: free its buffers now
                 it.the_iter.close()
                 it.close()
             start = resume_at
         if bad_since is not None:
-            yield _bad_span(path, index, bad_since, path.stat().st_size, bad_reason, bad_error)
+            yield _bad_span(path, index, bad_since, end, bad_reason, bad_error)
 
 
 def _check_length(rec) -> None:
@@ -281,7 +293,7 @@ def _looks_like_html(payload: bytes) -> bool:
     return head.startswith((b"<!doctype html", b"<html")) or b"<html" in head
 
 
-def _next_boundary(f: BinaryIO, pos: int, gz: bool) -> int | None:
+def next_boundary(f: BinaryIO, pos: int, gz: bool) -> int | None:
     """The offset of the next place a record may start at or after ``pos``, or None at the end."""
     f.seek(pos)
     carry = b""

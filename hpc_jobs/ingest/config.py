@@ -22,6 +22,9 @@ class IngestConfig:
     #: WARC records declared larger, JSONL lines and text files longer are quarantined (digested, never held)
     max_record_bytes: int = 64 << 20
     max_decoded_bytes: int = 2_000_000  # a Content-Encoded page decoding to more is quarantined
+    #: a gzipped WARC larger than this is cut into units of about this size at record boundaries
+    #: (corpus.text.warc_units), dealt to every rank like files; 0: a file is one unit
+    unit_bytes: int = 64 << 20
     #: a JSONL/text file neither [[ingest.sources]] nor a corpus-sources.toml declares: tier "web" (the
     #: default: trust is declared, never inferred from a format), "curated", or "refuse"
     undeclared_files: str = "web"

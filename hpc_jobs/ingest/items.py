@@ -75,7 +75,7 @@ def read_items(
         yield from repository_items(shard, spec, config, rules, on_files)
         return
     if fmt == "warc":
-        for it in iter_warc(path, config.max_record_bytes, config.max_decoded_bytes):
+        for it in iter_warc(path, config.max_record_bytes, config.max_decoded_bytes, shard.span):
             if isinstance(it, SkippedRecord):
                 yield Item(it.index, 0, skipped=it.kind)
             elif isinstance(it, BadRecord):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from corpus.text.sources import (
     resolve_format,
     source_for,
 )
+from corpus.text.warc_units import warc_units
 from hpc_jobs.ingest.artifacts import PER_INPUT_ARTIFACTS, CodeFiles, remove_stale_artifacts, spec_dict
 from hpc_jobs.ingest.config import IngestConfig
 from hpc_jobs.ingest.items import INGEST, Item, read_items, repository_dir_shard
@@ -95,7 +96,18 @@ class IngestStage(Stage):
                     f"no [[ingest.sources]] table and no {DECLARATION_FILE} matches {', '.join(undeclared)} "
                     '(undeclared_files = "refuse"): declare their source and tier'
                 )
-        return [repository_dir_shard(p) if p.is_dir() else raw_input_shard(p) for p in files]
+        return [unit for p in files for unit in self._units(p)]
+
+    def _units(self, path: Path) -> list[InputShard]:
+        """An input as units of work: a repository directory or a file, or a large gzipped WARC's
+        pieces (``unit_bytes``, cut at record boundaries), each named by the file and its number."""
+        if path.is_dir():
+            return [repository_dir_shard(path)]
+        whole = raw_input_shard(path)
+        spans = warc_units(path, self.config.unit_bytes) if self._format(path) == "warc" else []
+        if len(spans) <= 1:
+            return [whole]
+        return [replace(whole, name=f"{whole.name}-u{k:05d}", span=span) for k, span in enumerate(spans)]
 
     def _format(self, path: Path) -> str:
         """The reader of an input (corpus.text.sources.resolve_format), looked at once per path."""
