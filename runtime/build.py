@@ -7,8 +7,9 @@ docs/versions.md). Each stage reads the previous one's directory; stages are nam
 (``python -m hpc_jobs.<name>``), so the library stays below them. A build keeps persistent dedup
 indexes (exact, recrawl, band) under ``dedup_index/``: created empty, or forked from ``--base`` (then
 only inputs the base has not ingested are processed, and the candidates list the base's shards first);
-the build commits its records as its own generations as its very last step, the exact index last, so an
-exact index names a build only once everything of it exists (docs/incremental.md).
+it commits its records as its own generations (the exact index last: an exact index names a build only
+once all of it exists), then its commit record (runtime.build_commit). The whole build holds the
+directory's lock; a rerun of a complete build writes nothing (docs/incremental.md, docs/snapshot.md).
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ from corpus.model.layout import (
     CANDIDATES_DIR,
     INDEX_RECORDS,
     STAGES_DIR,
+    beside,
     build_config_path,
     candidates_dir,
     dedup_base_path,
     dedup_index_dir,
+    install_dir,
     manifest_path,
     snapshot_dir,
     stage_dir,
@@ -58,6 +61,7 @@ from corpus.model.manifest import read_stage_manifest, require_stage_manifest
 from corpus.model.stages import PIPELINE, check_stage_name
 from corpus.select.selection import Selection, parse_policy
 from corpus.text.normalize import CHAR_NGRAM
+from runtime.build_commit import build_commit, build_lock, committed_as, record_commit, say
 
 
 def mpiexec_path() -> str:
@@ -184,7 +188,13 @@ def write_build_config(out: Path, config_file: Path | None, seed: int | None) ->
         cfg["seed"] = seed
     cfg.setdefault("seed", 0)
     path = build_config_path(out)
-    atomic_write_json(path, cfg)
+    with build_lock(out):
+        try:
+            same = json.loads(path.read_text()) == cfg
+        except (OSError, ValueError):
+            same = False
+        if not same:  # a rerun with the same config rewrites nothing
+            atomic_write_json(path, cfg)
     return path
 
 
@@ -221,19 +231,19 @@ def build(
     found = BaseBuild.open(base) if base is not None else None
     if found is not None:
         inputs = found.new_inputs(inputs)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg_path = write_build_config(out, config_file, seed)
-    start_indexes(out, found, settings)
-    manifests = []
-    prev: list[Path] = [p.resolve() for p in inputs]
-    for name in PIPELINE:
-        directory = stage_dir(out, name)
-        manifests.append(launch_stage(name, prev, directory, ranks, cfg_path))
-        check_documents_left(manifests[-1], inputs)
-        if name == "minhash_dedup":
-            check_band_index(out, manifests[-1], settings, found)
-        prev = [directory]
-    return finish_build(out, manifests, ranks)
+    with build_lock(out):  # every stage and the finish, under one lock
+        cfg_path = write_build_config(out, config_file, seed)
+        start_indexes(out, found, settings)
+        manifests = []
+        prev: list[Path] = [p.resolve() for p in inputs]
+        for name in PIPELINE:
+            directory = stage_dir(out, name)
+            manifests.append(launch_stage(name, prev, directory, ranks, cfg_path))
+            check_documents_left(manifests[-1], inputs)
+            if name == "minhash_dedup":
+                check_band_index(out, manifests[-1], settings, found)
+            prev = [directory]
+        return finish_build(out, manifests, ranks)
 
 
 @dataclass(frozen=True)
@@ -303,7 +313,12 @@ def start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) ->
     generations hard-linked, recorded in ``dedup_index/base.json`` with the labels they hold), or new
     empty ones. The band index is forked here too; without a base it is created once minhash_dedup has
     run (its parameters are the stage's). A base made before builds kept a recrawl index gives this build
-    an empty one (said on stderr): its fetches answer no recrawl probe."""
+    an empty one (said on stderr): its fetches answer no recrawl probe. Under the build's lock."""
+    with build_lock(out):
+        _start_indexes(out, base, settings)
+
+
+def _start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) -> None:
     record_path = dedup_base_path(out)
     recorded = json.loads(record_path.read_text()) if record_path.exists() else None
     if base is None:
@@ -396,34 +411,73 @@ def stage_versions(manifests: list[StageManifest]) -> dict[str, dict[str, str]]:
 
 def assemble_candidates(out: Path, manifests: list[StageManifest], seed: int) -> SnapshotManifest:
     """Lay out ``out/candidates`` (Megatron shards, lineage, metadata, contamination report,
-    per-document 8-gram index, tokenizer) from the finished stages and write its manifest; see :mod:`corpus.snapshot`."""
+    per-document 8-gram index, tokenizer) from the finished stages and write its manifest; see
+    :mod:`corpus.snapshot`. Assembled beside, then renamed in whole; candidates with the same manifest
+    bytes already there are left untouched (a reader loses no file)."""
     from corpus.snapshot.assembly import assemble
 
-    candidates = assemble(out, manifests, seed, stage_versions(manifests), CANDIDATES_DIR)
-    atomic_write_json(manifest_path(candidates_dir(out)), candidates.to_dict())
+    new = beside(candidates_dir(out))
+    try:
+        candidates = assemble(out, manifests, seed, stage_versions(manifests), new.name)
+        atomic_write_json(manifest_path(new), candidates.to_dict())
+        install_dir(new, candidates_dir(out))
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
     return candidates
 
 
 def finish_build(out: Path, manifests: list[StageManifest], ranks: int | None = None) -> str:
-    """After the last stage: the candidates, then the default version in ``out/snapshot`` (the
-    config's selection, :func:`default_selection`), then the index commit on ``ranks`` ranks (default:
-    as many as the stages ran on, :func:`stage_ranks`); returns the default version's id. A default
-    version may keep no document of a bucket (a tiny build's strict policy): the loader names the empty
-    bucket when a mixture asks for it."""
+    """After the last stage, under the build's lock: the candidates, then the default version in
+    ``out/snapshot`` (the config's selection, :func:`default_selection`), each written beside and
+    renamed in, then the index commit on ``ranks`` ranks (default: as many as the stages ran on,
+    :func:`stage_ranks`), then the commit record; returns the default version's id. A build whose
+    record says it was finished from these very stages and config is complete: nothing is written. A
+    default version may keep no document of a bucket (a tiny build's strict policy): the loader names
+    the empty bucket when a mixture asks for it."""
     from corpus.version.plan import plan_version  # DuckDB and pyarrow: not in every rank's runner
     from corpus.version.write import write_version
 
-    cfg = json.loads(build_config_path(out).read_text())
-    candidates = assemble_candidates(out, manifests, int(cfg["seed"]))
-    planned = plan_version(candidates_dir(out), default_selection(cfg))
-    shutil.rmtree(snapshot_dir(out), ignore_errors=True)
-    write_version(
-        planned.version, planned.manifest, planned.bits, snapshot_dir(out), planned.version.base_dir
-    )
-    if (dedup_index_dir(out, "exact") / CURRENT).exists():  # a build the pipeline made keeps its indexes
-        by_stage = {m.stage: m for m in manifests}
-        commit_indexes(out, by_stage, candidates.snapshot_id, ranks or stage_ranks(manifests))
-    return planned.manifest["snapshot_id"]
+    with build_lock(out):
+        done = committed_as(out, manifests)
+        if done is not None:
+            say(f"{out} is complete already (commit {done['sequence']}): nothing written")
+            return done["snapshot_id"]
+        cfg = json.loads(build_config_path(out).read_text())
+        candidates = assemble_candidates(out, manifests, int(cfg["seed"]))
+        planned = plan_version(candidates_dir(out), default_selection(cfg))
+        write_version(
+            planned.version,
+            planned.manifest,
+            planned.bits,
+            snapshot_dir(out),
+            planned.version.base_dir,
+            replace=True,
+        )
+        if (dedup_index_dir(out, "exact") / CURRENT).exists():  # a build the pipeline made keeps its indexes
+            by_stage = {m.stage: m for m in manifests}
+            commit_indexes(out, by_stage, candidates.snapshot_id, ranks or stage_ranks(manifests))
+        record_commit(out, manifests, planned.manifest["snapshot_id"])
+        return planned.manifest["snapshot_id"]
+
+
+def latest_build(root: Path, out: Path | None = None) -> Path:
+    """The latest complete build directly under ``root`` (other than ``out``): the greatest commit
+    sequence number (``committed.json``; never a file's mtime, which a copy or a rerun changes), ties
+    broken by the greater directory name; a complete build without a record (finished before builds kept
+    one) comes before every recorded one. Complete means what ``corpus build --base`` accepts
+    (:class:`BaseBuild`); an incomplete or foreign directory is passed over."""
+    found = []
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        if d.is_dir() and (out is None or d.resolve() != out.resolve()):
+            try:
+                BaseBuild.open(d)
+            except UserError:
+                continue
+            record = build_commit(d)
+            found.append((record["sequence"] if record else 0, d.name, d))
+    if not found:
+        raise UserError(f"no complete build under {root} to build against: give the base explicitly")
+    return max(found)[2]
 
 
 def stage_ranks(manifests: list[StageManifest]) -> int:

@@ -15,14 +15,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "version",
         help="select documents of a build into a new version (reads only the metadata table)",
-        description="Writes per-shard selection bitmaps and a manifest into DIR; the last line of "
-        "standard output is 'snapshot_id sha256:...'. Nothing of the build is changed or deleted.",
+        description="Writes per-shard selection bitmaps and a manifest into DIR (written beside it, then "
+        "renamed in whole); the last line of standard output is 'snapshot_id sha256:...'. Nothing of the "
+        "build is changed or deleted: DIR must be new or empty and outside any build, snapshot or "
+        "version (a build's own versions go in BUILD/versions/NAME); a DIR already holding this very "
+        "version is left as it is.",
     )
     p.add_argument("build", type=Path, metavar="BUILD", help="build, snapshot or version directory")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--select", type=Path, metavar="SELECTION.toml", help="the selection file")
     src.add_argument("--select-inline", metavar="TOML", help="the selection as TOML text")
-    p.add_argument("--out", type=Path, metavar="DIR", help="the version directory to write")
+    p.add_argument("--out", type=Path, metavar="DIR", help="the version directory to write (new or empty)")
     p.add_argument(
         "--dry-run",
         action="store_true",

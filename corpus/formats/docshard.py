@@ -19,6 +19,7 @@ from typing import Any
 import zstandard
 
 from corpus.model import Document
+from corpus.model.layout import fsync_dir
 
 SUFFIX = ".jsonl.zst"
 ZSTD_LEVEL = 3
@@ -34,6 +35,9 @@ def sidecar_path(path: Path) -> Path:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """``data`` under a temporary name, fsynced, renamed to ``path``, the directory fsynced: a kill or a
+    crash leaves the old file or the new one (and, after a crash, the name as renamed). A file renamed
+    into the same directory just before (a shard before its sidecar) is made durable with it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     with open(tmp, "wb") as f:
@@ -41,6 +45,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def atomic_write_json(path: Path, value: Any) -> None:
@@ -75,8 +80,10 @@ class RecordsFile:
         self.records += len(rows)
 
     def close(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
         self.file.close()
-        os.replace(self.tmp, self.path)
+        os.replace(self.tmp, self.path)  # made durable with its sidecar (the same directory)
         atomic_write_json(sidecar_path(self.path), {"records": self.records, "sha256": self.sha.hexdigest()})
 
     def abort(self) -> None:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from corpus.model.layout import fsync_dir
+
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
 #: the ``.idx`` header, packed (34 bytes), little-endian
@@ -116,6 +118,7 @@ def write_indexed_shard(prefix: Path, documents: list[np.ndarray], dtype: str) -
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    fsync_dir(prefix.parent)  # the two renames survive a crash
     return bin_path, idx_path
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -24,6 +25,12 @@ BASE_CANDIDATES = "base"
 DEDUP_INDEX_DIR = "dedup_index"
 #: which base build the indexes were forked from, and the labels its index held then
 DEDUP_BASE = "base.json"
+#: the build's commit record, written last: its sequence among builds (what orders the latest base), the
+#: stage manifests and config it was finished from and its manifests' digests (a rerun that finds them
+#: unchanged writes nothing)
+COMMITTED = "committed.json"
+#: the one place inside a build where a version may be written (``<build>/versions/<name>``)
+VERSIONS_DIR = "versions"
 
 # inside a stage directory
 SHARDS = "shards"
@@ -90,6 +97,10 @@ def build_dir_of_stage(stage_directory: Path) -> Path | None:
     return parent.parent if parent.name == STAGES_DIR else None
 
 
+def committed_path(build_dir: Path) -> Path:
+    return Path(build_dir) / COMMITTED
+
+
 def manifest_path(directory: Path) -> Path:
     """The manifest of a stage directory or of a snapshot directory."""
     return Path(directory) / MANIFEST
@@ -122,3 +133,38 @@ def link_file(src: Path, dst: Path) -> None:
     except OSError:
         shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the names in directory ``path`` durable (a rename is not, until its directory is fsynced)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def beside(final: Path, what: str = "tmp") -> Path:
+    """A new name beside ``final`` for a directory written whole, then renamed in (``.NAME.tmp.PID.RANDOM``:
+    a lock's sweep removes one of a process that is gone, runtime.output_lock)."""
+    final = Path(final)
+    return final.with_name(f".{final.name}.{what}.{os.getpid()}.{secrets.token_hex(4)}")
+
+
+def install_dir(new: Path, final: Path) -> bool:
+    """Put directory ``new`` (written beside ``final``) in ``final``'s place, unless ``final`` already has
+    the same ``manifest.json`` bytes (then ``final`` is left untouched; the caller removes ``new``); whether
+    it did. An older ``final`` is renamed aside and removed once ``new`` is in, so a reader of ``final``
+    finds the old directory or the new one, whole. The caller holds the build's lock."""
+    final = Path(final)
+    old = manifest_path(final)
+    if old.is_file() and old.read_bytes() == manifest_path(new).read_bytes():
+        return False
+    aside = beside(final, "old") if final.exists() else None
+    if aside is not None:
+        os.rename(final, aside)
+    os.rename(new, final)
+    fsync_dir(final.parent)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+    return True

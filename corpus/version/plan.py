@@ -6,6 +6,7 @@ docs/versions.md ("Versions", the ``--dry-run`` table).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +17,13 @@ import numpy as np
 import pyarrow as pa
 
 from corpus.model.errors import UserError
+from corpus.model.layout import manifest_path
 from corpus.select.buckets import BucketDef
 from corpus.select.selection import Selection
 from corpus.version.buckets import UNBUCKETED, VersionBuckets, assign_buckets
 from corpus.version.open import Version, open_version
 from corpus.version.query import bits_table, connect, select_rows
-from corpus.version.write import version_manifest, write_version
+from corpus.version.write import refuse_version_out, version_manifest, write_version
 
 GROUPS = ("bucket", "source", "lang")
 #: the kept table's group of a selection's buckets by predicate
@@ -123,7 +125,12 @@ def plan_version(build: Path, selection: Selection) -> Planned:
 
 
 def make_version(build: Path, selection: Selection, out: Path) -> Planned:
-    """Write the version (refused, before anything is written, when it empties a bucket)."""
+    """Write the version into ``out``, a new or empty directory outside any build but under its
+    ``versions/`` (refused, before anything is written, otherwise or when it empties a bucket). An
+    ``out`` that already holds this very version (a retried job) is left as it is."""
+    out = Path(out)
+    same = _version_id(out)
+    refuse_version_out(out, holding_a_version=same is not None)
     planned = plan_version(build, selection)
     if planned.empty_buckets:
         whose = "the selection defines" if planned.buckets is not None else "the build has"
@@ -131,15 +138,30 @@ def make_version(build: Path, selection: Selection, out: Path) -> Planned:
             f"the selection keeps no document of bucket(s) {', '.join(planned.empty_buckets)}, which {whose}; "
             f"nothing written (check it with --dry-run)"
         )
+    if same is not None:
+        if same != planned.manifest["snapshot_id"]:
+            raise UserError(f"--out {out} is not empty (it holds version {same}): use a new directory")
+        return planned
     write_version(
         planned.version,
         planned.manifest,
         planned.bits,
-        Path(out),
+        out,
         planned.version.base_dir,
         buckets=planned.buckets,
     )
     return planned
+
+
+def _version_id(out: Path) -> str | None:
+    """The id of the version ``out`` holds (a directory of its own, its manifest a version's), or None."""
+    try:
+        m = json.loads(manifest_path(out).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict) or "selection_sha256" not in m or not isinstance(m.get("snapshot_id"), str):
+        return None
+    return m["snapshot_id"]
 
 
 def buckets_text(manifest: dict[str, Any]) -> str:

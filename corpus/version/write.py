@@ -6,7 +6,9 @@ the same build has the same id wherever the directories are. See docs/versions.m
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,16 @@ import numpy as np
 
 from corpus.formats.docshard import atomic_write_bytes
 from corpus.model.digest import canonical_json, json_digest, sha256_hex
-from corpus.model.layout import MANIFEST
+from corpus.model.errors import UserError
+from corpus.model.layout import (
+    BUILD_CONFIG,
+    MANIFEST,
+    STAGES_DIR,
+    VERSIONS_DIR,
+    beside,
+    fsync_dir,
+    install_dir,
+)
 from corpus.select.selection import Selection
 from corpus.version.buckets import VersionBuckets, recorded_buckets
 from corpus.version.open import BITS_SUFFIX, SELECTION_DIR, VERSION_FORMAT, StoredShard, Version, pack_bits
@@ -110,20 +121,69 @@ def write_version(
     base_dir: Path,
     run_info: dict[str, Any] | None = None,
     buckets: VersionBuckets | None = None,
-) -> None:
-    """Bitmaps first (a shard's, then its buckets'), the manifest last (its presence means complete);
-    nothing of the build is touched. ``run_info`` (not covered by the id) records where the build lives
-    and facts such as dates. ``buckets``: as for :func:`version_manifest`."""
+    replace: bool = False,
+) -> bool:
+    """Bitmaps first (a shard's, then its buckets'), the manifest last (its presence means complete), all
+    in a directory beside ``out`` renamed to ``out`` whole; nothing of the build is touched. ``out`` must
+    be new or empty (:class:`UserError` otherwise) unless ``replace`` (a build's default version, under
+    the build's lock): then an ``out`` with the same manifest bytes is left untouched, another one
+    replaced. Whether ``out`` was written. ``run_info`` (not covered by the id) records where the build
+    lives and facts such as dates. ``buckets``: as for :func:`version_manifest`."""
     if "buckets" in manifest and buckets is None:
         buckets = recorded_buckets(version)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SELECTION_DIR).mkdir(exist_ok=True)
-    gone = {t["name"] for t in manifest["tombstones"]}
-    for s in manifest["shards"]:
-        atomic_write_bytes(out / s["bitmap"], pack_bits(_bits_for(s["name"], s["docs"], bits, gone)))
-        for k, b in enumerate(buckets.defs if "buckets" in s else ()):
-            atomic_write_bytes(
-                out / s["buckets"][b.name]["bitmap"], pack_bits(buckets.pair(s["name"], s["docs"], k, gone))
-            )
-    run_info = {**(run_info or {}), "base": os.path.relpath(base_dir.resolve(), out.resolve())}
-    atomic_write_bytes(out / MANIFEST, canonical_json({**manifest, "run_info": run_info}) + b"\n")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new = beside(out)
+    try:
+        (new / SELECTION_DIR).mkdir(parents=True)
+        gone = {t["name"] for t in manifest["tombstones"]}
+        for s in manifest["shards"]:
+            _write_durably(new / s["bitmap"], pack_bits(_bits_for(s["name"], s["docs"], bits, gone)))
+            for k, b in enumerate(buckets.defs if "buckets" in s else ()):
+                pair = buckets.pair(s["name"], s["docs"], k, gone)
+                _write_durably(new / s["buckets"][b.name]["bitmap"], pack_bits(pair))
+        fsync_dir(new / SELECTION_DIR)
+        # the same path from ``out`` as from ``new``: they are siblings
+        run_info = {**(run_info or {}), "base": os.path.relpath(base_dir.resolve(), out.resolve())}
+        atomic_write_bytes(new / MANIFEST, canonical_json({**manifest, "run_info": run_info}) + b"\n")
+        if replace:
+            return install_dir(new, out)
+        try:
+            os.rename(new, out)  # onto a missing or empty directory only
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise
+            raise UserError(f"{out} is not empty: a version is written into a new directory") from None
+        fsync_dir(out.parent)
+        return True
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """A file of a directory no reader sees yet (renamed in whole once complete): written and fsynced."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def refuse_version_out(out: Path, holding_a_version: bool = False) -> None:
+    """A version is written into a new (or empty) directory of its own: refused, in one line, inside a
+    build (but under its ``versions/``) and inside a snapshot, version or stage directory, where it would
+    replace or mix with what is there (``--out BUILD/candidates`` would replace the build's manifest).
+    ``holding_a_version``: ``out`` holds a version (the caller checks it is the same one)."""
+    target = Path(out).resolve()
+    if not holding_a_version and target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UserError(f"--out {out} is not empty: a version is written into a new directory")
+    for d in target.parents:
+        if (d / BUILD_CONFIG).is_file() or (d / STAGES_DIR).is_dir():
+            rel = target.relative_to(d).parts
+            if rel[0] != VERSIONS_DIR or len(rel) != 2:
+                raise UserError(
+                    f"--out {out} is inside build {d}: a version of a build goes in a directory of its own "
+                    f"(or in {d / VERSIONS_DIR}/NAME)"
+                )
+            return
+        if (d / MANIFEST).is_file():
+            raise UserError(f"--out {out} is inside {d}, which holds a manifest: use a directory of its own")
