@@ -25,7 +25,7 @@ from typing import Any
 from corpus.model import GroupCounts, StageManifest, YieldCounts
 from corpus.model.config import ConfigError, check_build_config, load_config_file, stage_config
 from corpus.model.errors import UserError
-from corpus.model.layout import candidates_dir, dedup_base_path, manifest_path, snapshot_dir
+from corpus.model.layout import dedup_base_path, manifest_path, snapshot_dir
 from corpus.report.alarms import YieldAlarmError, alarm_config, enforce
 from corpus.report.build_view import open_build
 from corpus.report.counts import funnel_table
@@ -97,24 +97,6 @@ def check_stage_tables(cfg: dict[str, Any]) -> None:
     alarm_config(cfg)
 
 
-def latest_base(root: Path, out: Path) -> Path:
-    """The latest complete build directly under ``root`` (other than ``out``): the one whose candidates
-    manifest was written last (its mtime: a build writes it once, in its last step, just before its index
-    names it), ties broken by the greater directory name. Complete means what ``corpus build --base``
-    accepts (:class:`runtime.build.BaseBuild`); an incomplete or foreign directory is passed over."""
-    found = []
-    for d in sorted(root.iterdir()) if root.is_dir() else []:
-        if d.is_dir() and d.resolve() != out.resolve():
-            try:
-                pipeline.BaseBuild.open(d)
-            except UserError:
-                continue
-            found.append((manifest_path(candidates_dir(d)).stat().st_mtime_ns, d.name, d))
-    if not found:
-        raise UserError(f"no complete build under {root} to build against: give the base explicitly")
-    return max(found)[2]
-
-
 def prepare(
     out: Path,
     config_file: Path | None,
@@ -145,14 +127,15 @@ def prepare(
             cfg[key] = value
     check_stage_tables(cfg)
     out.mkdir(parents=True, exist_ok=True)
-    if not overrides:
-        written = pipeline.write_build_config(out, config_file, seed)
-    else:
-        with tempfile.TemporaryDirectory(dir=out) as tmp:
-            merged = Path(tmp) / "config.json"
-            merged.write_text(json.dumps(cfg))
-            written = pipeline.write_build_config(out, merged, seed)
-    pipeline.start_indexes(out, found, settings)
+    with pipeline.build_lock(out):  # one block: the config and the indexes of one writer
+        if not overrides:
+            written = pipeline.write_build_config(out, config_file, seed)
+        else:
+            with tempfile.TemporaryDirectory(dir=out) as tmp:
+                merged = Path(tmp) / "config.json"
+                merged.write_text(json.dumps(cfg))
+                written = pipeline.write_build_config(out, merged, seed)
+        pipeline.start_indexes(out, found, settings)
     return written, inputs
 
 
@@ -237,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.step == "prepare":
-            base = latest_base(args.latest_base, args.out) if args.latest_base else args.base
+            base = pipeline.latest_build(args.latest_base, args.out) if args.latest_base else args.base
             cfg, inputs = prepare(
                 args.out, args.config, args.seed, json.loads(args.overrides), args.input, base
             )

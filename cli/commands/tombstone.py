@@ -15,7 +15,7 @@ from pathlib import Path
 from corpus.model.errors import UserError
 from corpus.select.selection import parse_selection
 from corpus.version.open import open_version
-from corpus.version.write import version_manifest, write_version
+from corpus.version.write import refuse_version_out, version_manifest, write_version
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_version_out(args.out)  # never into a build, a snapshot, a version or a stage
     version = open_version(args.version)
     if version.manifest is None:
         raise UserError(
