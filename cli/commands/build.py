@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from corpus.model.config import load_config_file
 from corpus.model.layout import candidates_dir, manifest_path, snapshot_dir
-from runtime.build import build
+from orchestration.buildsteps import check_stage_tables
+from runtime.build import DEDUP_INDEX, build
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # every stage's table, the policy and the alarms checked now, once, before any stage runs (the
+    # index settings, [dedup_index], are the build's own: runtime.build checks them)
+    cfg = load_config_file(args.config)
+    cfg.pop(DEDUP_INDEX, None)
+    check_stage_tables(cfg)
     snapshot_id = build(args.input, args.out, args.ranks, args.config, args.seed, base=args.base)
     print(f"candidates manifest {manifest_path(candidates_dir(args.out))}")
     print(f"snapshot manifest {manifest_path(snapshot_dir(args.out))}")

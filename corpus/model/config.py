@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from corpus.model.config_types import type_problem, unknown_key_hint
 from corpus.model.digest import json_digest
 
 
@@ -81,14 +82,18 @@ def load_config_file(path: str | Path | None) -> dict[str, Any]:
 
 
 def stage_config(config_cls: type, table: dict[str, Any] | None, stage: str) -> Any:
-    """Build the stage's config dataclass from its TOML table, refusing unknown keys."""
+    """Build the stage's config dataclass from its TOML table, refusing unknown keys (naming the nearest
+    known one) and values of the wrong type (:mod:`corpus.model.config_types`)."""
     table = {k: v for k, v in (table or {}).items() if k != MEMORY_BUDGET}  # a runtime setting, not hashed
     names = {f.name for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(table) - names)
     if unknown:
         raise ConfigError(
-            f"[{stage}] unknown config keys: {', '.join(unknown)} (known: {', '.join(sorted(names))})"
+            f"[{stage}] unknown config keys: {', '.join(unknown)}{unknown_key_hint(unknown[0], names)} "
+            f"(known: {', '.join(sorted(names))})"
         )
+    if (problem := type_problem(stage, config_cls, table)) is not None:
+        raise ConfigError(problem)
     try:
         return config_cls(**table)
     except (TypeError, ValueError) as e:
