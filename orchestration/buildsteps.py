@@ -84,13 +84,18 @@ def verify_stage(
     return {"stage": stage, "manifest_digest": m.digest, "totals": totals.to_dict(), "shards": len(m.outputs)}
 
 
+def stage_config_class(name: str) -> type:
+    """The config dataclass of stage ``name`` (its module imported by name, as its job imports it)."""
+    return importlib.import_module(f"hpc_jobs.{name}.stage").STAGE.Config
+
+
 def check_stage_tables(cfg: dict[str, Any]) -> None:
     """Build every stage's config from its table now, as its job will (an unknown key or a bad value
     fails here, in ``prepare``, not hours later when that stage's job starts), and the alarms' config."""
     check_build_config(cfg, pipeline.PIPELINE)
     for name in pipeline.PIPELINE:
         if isinstance(cfg.get(name), dict):
-            stage_config(importlib.import_module(f"hpc_jobs.{name}.stage").STAGE.Config, cfg[name], name)
+            stage_config(stage_config_class(name), cfg[name], name)
         elif name in cfg:
             raise ConfigError(f"[{name}] must be a table, got {cfg[name]!r}")
     pipeline.default_selection(cfg)  # [policy]: the default version's quality policy

@@ -4,7 +4,7 @@ one line naming the table, the key, the value and the type it must have."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import json
 import subprocess
 import sys
 
@@ -14,11 +14,12 @@ from corpus.model.config import ConfigError, stage_config
 from corpus.model.config_types import type_problem
 from corpus.model.stages import PIPELINE
 from corpus.select.policy import PolicyConfig
+from orchestration.buildsteps import stage_config_class
 from tests.conftest import ROOT, SAMPLE, run_corpus
 
 
 def stage_cls(name: str) -> type:
-    return importlib.import_module(f"hpc_jobs.{name}.stage").STAGE.Config
+    return stage_config_class(name)
 
 
 @pytest.mark.parametrize("name", PIPELINE)
@@ -70,5 +71,18 @@ def test_corpus_build_refuses_a_bad_last_stage_table_before_any_stage_runs(tmp_p
 
 
 def test_the_config_reference_is_what_the_dataclasses_say():
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "config_reference.py"), "--check"], cwd=ROOT)
-    assert proc.returncode == 0, "docs/config.md is out of date: run python tools/config_reference.py"
+    proc = subprocess.run([sys.executable, "-m", "orchestration.config_reference", "--check"], cwd=ROOT)
+    assert proc.returncode == 0, "docs/config.md is out of date: run python -m orchestration.config_reference"
+
+
+def test_corpus_config_validates_a_file_explains_a_key_and_prints_defaults_that_validate(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[policy]\nmin_words = "fifty"\n')
+    proc = run_corpus("config", "validate", str(bad), check=False)
+    assert proc.returncode == 2 and "[policy] min_words = 'fifty': expected an integer" in proc.stderr
+    explained = run_corpus("config", "explain", "extract.gate").stdout
+    assert explained.startswith("[extract] gate: str | None, default null") and "first-pass" in explained
+    defaults = tmp_path / "defaults.json"
+    defaults.write_text(run_corpus("config", "defaults").stdout)
+    assert json.loads(defaults.read_text())["minhash_dedup"]["num_perm"] == 112
+    assert run_corpus("config", "validate", str(defaults)).stdout.strip() == f"{defaults}: ok"
