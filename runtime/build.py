@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,14 +237,27 @@ def build(
         start_indexes(out, found, settings)
         manifests = []
         prev: list[Path] = [p.resolve() for p in inputs]
-        for name in PIPELINE:
+        started = time.monotonic()
+        for n, name in enumerate(PIPELINE, 1):
             directory = stage_dir(out, name)
+            say(f"stage {n}/{len(PIPELINE)} {name} on {ranks} rank(s)")
             manifests.append(launch_stage(name, prev, directory, ranks, cfg_path))
+            say(stage_done_line(n, manifests[-1], time.monotonic() - started))
             check_documents_left(manifests[-1], inputs)
             if name == "minhash_dedup":
                 check_band_index(out, manifests[-1], settings, found)
             prev = [directory]
         return finish_build(out, manifests, ranks)
+
+
+def stage_done_line(n: int, m: StageManifest, elapsed_s: float) -> str:
+    """A finished stage in the build's log: its documents in and out, and the build's time so far."""
+    t = m.totals
+    dropped = sum(t["filtered"].values()) + sum(t["quarantined"].values())
+    return (
+        f"stage {n}/{len(PIPELINE)} {m.stage} done: {t['in']:,} documents in, {t['out']:,} out, "
+        f"{dropped:,} filtered or quarantined; {elapsed_s:,.0f} s since the first stage"
+    )
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,19 @@ def build(out, ranks, *extra, inputs=None):
 @pytest.fixture(scope="module")
 def two_rank_build(tmp_path_factory):
     out = tmp_path_factory.mktemp("build") / "b2"
-    snapshot_id, _ = build(out, 2)
+    snapshot_id, proc = build(out, 2)
+    (out.parent / "build.log").write_text(proc.stderr)
     return out, snapshot_id
+
+
+def test_the_build_log_says_each_stage_n_of_9_and_what_it_kept(two_rank_build):
+    out, _ = two_rank_build
+    log = (out.parent / "build.log").read_text().splitlines()
+    started = [ln for ln in log if re.fullmatch(r"corpus build: stage \d/9 \w+ on 2 rank\(s\)", ln)]
+    done = [ln for ln in log if re.match(r"corpus build: stage \d/9 \w+ done: [\d,]+ documents in", ln)]
+    assert len(started) == len(done) == 9
+    ingest = json.loads((out / "stages" / "ingest" / "manifest.json").read_text())["totals"]
+    assert f"stage 1/9 ingest done: {ingest['in']:,} documents in, {ingest['out']:,} out" in done[0]
 
 
 def test_same_snapshot_id_on_any_rank_count_and_input_location(two_rank_build, tmp_path):
