@@ -25,6 +25,7 @@ from corpus.dedup.recrawl import RecordKey, recrawl_key
 from corpus.formats import dedup_index as pi
 from corpus.formats import dedup_keys, dedup_probe
 from corpus.formats.bloom import BloomFilter
+from corpus.model.layout import committed_path
 from corpus.snapshot.lookup import Snapshot
 from corpus.snapshot.validate import validate_snapshot
 from corpus.text.normalize import text_key
@@ -430,8 +431,8 @@ def test_without_a_base_exact_dedup_in_a_build_is_the_stage_alone_plus_its_index
 def test_a_kill_during_the_index_commit_then_a_rerun_gives_the_uninterrupted_result(
     crawl, base, delta, tmp_path, nth, killed
 ):
-    """The delta build as it stands before its last step (its stages complete, its indexes as forked),
-    killed at ``generation-renamed`` (the generation complete but not pointed at) of the recrawl index's
+    """The delta build as it stands before its last step (its stages complete, its indexes as forked,
+    no commit record), killed at ``generation-renamed`` (the generation complete but not pointed at) of the recrawl index's
     commit or of the exact index's (the recrawl index's done), then run again."""
     _, _, delta_warc, config = crawl
     out = tmp_path / "killed"
@@ -439,6 +440,7 @@ def test_a_kill_during_the_index_commit_then_a_rerun_gives_the_uninterrupted_res
     for kind in COMMITTED:
         shutil.rmtree(out / "dedup_index" / kind)
         pi.PersistentIndex.open(base[0] / "dedup_index" / kind).fork(out / "dedup_index" / kind)
+    committed_path(out).unlink()
     args = ["build", "--input", str(delta_warc), "--out", str(out), "--ranks", "2", "--config", str(config)]
     args += ["--base", str(base[0])]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
