@@ -218,6 +218,13 @@ class Stage:
         """Stage-specific facts digested into the manifest (rank 0 only, after every shard is done)."""
         return {}
 
+    def input_facts(self, inputs: list[InputShard]) -> dict[str, Any]:
+        """What the output depends on besides the inputs' bytes and the config, read where the data
+        lies (ingest: each input's declared source, which a ``corpus-sources.toml`` beside it may
+        change). Kept in the manifest's ``extra`` and compared on a rerun: a changed fact redoes the
+        stage as a changed config does, so the result never depends on the directory's history."""
+        return {}
+
 
 def raw_input_shard(path: Path) -> InputShard:
     """A raw input file as a unit of work, named by its stem and content digest (stable anywhere)."""
@@ -432,6 +439,7 @@ class StageRun:
             m.stage_version == self.stage.version
             and m.config_hash == self.cfg_hash
             and [i.sha256 for i in m.inputs] == [s.sha256 for s in sorted(inputs, key=lambda s: s.name)]
+            and all(m.extra.get(k) == v for k, v in self.stage.input_facts(inputs).items())
         )
 
     def write_manifest(
@@ -466,7 +474,7 @@ class StageRun:
         t = total.total()
         if not t.reconciles():
             raise StageError(f"{self.stage.name}: stage totals do not reconcile: {t.to_dict()}")
-        extra = self.stage.manifest_extra(self.ctx, inputs)
+        extra = self.stage.manifest_extra(self.ctx, inputs) | self.stage.input_facts(inputs)
         if prepare_digest:
             extra = {**extra, "prepare_digest": prepare_digest}
         if conclude_digest:

@@ -6,6 +6,7 @@ docs/ingest-and-filters.md, "ingest".
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ class CodeFiles:
 
 
 def spec_dict(spec: SourceSpec) -> dict[str, str]:
-    return {"source": spec.name, "tier": spec.tier, "license": spec.license}
+    return {"source": spec.name} | {k: v for k, v in asdict(spec).items() if k != "name"}
 
 
 def remove_stale_artifacts(out: Path, names: set[str], kinds: tuple[str, ...]) -> None:

@@ -215,8 +215,11 @@ class IngestStage(Stage):
             "holdout_docs": holdout,
             "holdout_version": HOLDOUT_VERSION,
             "recrawl_duplicates": self._phase.facts["duplicates"],
-            "sources": {s.name: spec_dict(self.spec(s.path)) for s in inputs},
         } | self._index.manifest_index(IndexFacts.of(self._phase.facts).to_dict())
+
+    def input_facts(self, inputs: list[InputShard]) -> dict[str, Any]:
+        """Each input's declared source, tier, licence, date, kind and URL (``sources``)."""
+        return {"sources": {s.name: spec_dict(self.spec(s.path)) for s in inputs}}
 
 
 STAGE = IngestStage

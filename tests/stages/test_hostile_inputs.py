@@ -140,7 +140,7 @@ def test_the_tier_of_a_jsonl_file_no_source_declares_is_web_curated_when_configu
         (doc,) = docs(tmp_path / choice)
         assert (doc.source, doc.source_tier) == ("notes", choice)
         assert list(manifest(tmp_path / choice)["extra"]["sources"].values()) == [
-            {"source": "notes", "tier": choice, "license": ""}
+            {"source": "notes", "tier": choice, "license": "", "date": "", "kind": "auto", "url": ""}
         ]
     cfg = tmp_path / "refuse.toml"
     cfg.write_text('[ingest]\nundeclared_files = "refuse"\n')
@@ -169,6 +169,24 @@ def test_data_declares_its_own_sources_in_a_corpus_sources_file_and_the_build_co
     run_stage("ingest", 1, [data / "books"], tmp_path / "out", cfg)
     got = {d.text.split(",")[0]: (d.source, d.source_tier, d.license_hint) for d in docs(tmp_path / "out")}
     assert got == {"A manual": ("press", "books", "CC-BY-4.0"), "Notes": ("notes", "web", "")}
+
+
+def test_a_changed_declaration_file_redoes_ingest_as_a_fresh_directory_would(tmp_path):
+    """The declaration is data the stage's output depends on: rerun after it changed, ingest is
+    redone (not "complete already") and its manifest is the one a fresh directory gets."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl_gz(data / "manuals.jsonl.gz", [{"text": "A manual, declared by its producer."}])
+    declaration = data / DECLARATION_FILE
+    declaration.write_text('[[sources]]\nmatch = "manuals.jsonl.gz"\nname = "press"\ntier = "books"\n')
+    run_stage("ingest", 1, [data], tmp_path / "out")
+    declaration.write_text('[[sources]]\nmatch = "manuals.jsonl.gz"\nname = "press"\ntier = "curated"\n')
+    rerun = run_stage("ingest", 1, [data], tmp_path / "out").stderr
+    assert "complete already" not in rerun
+    assert [d.source_tier for d in docs(tmp_path / "out")] == ["curated"]
+    run_stage("ingest", 1, [data], tmp_path / "fresh")
+    rerun_m, fresh_m = manifest(tmp_path / "out"), manifest(tmp_path / "fresh")
+    assert rerun_m.pop("run_info") and fresh_m.pop("run_info") and rerun_m == fresh_m
 
 
 def test_a_declaration_file_that_is_not_sources_tables_is_refused_naming_it(tmp_path):
