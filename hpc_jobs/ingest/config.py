@@ -28,6 +28,9 @@ class IngestConfig:
     #: a JSONL/text file neither [[ingest.sources]] nor a corpus-sources.toml declares: tier "web" (the
     #: default: trust is declared, never inferred from a format), "curated", or "refuse"
     undeclared_files: str = "web"
+    #: wall-clock seconds one input (a file, a unit of a large WARC, a repository) may take to read;
+    #: the rest of an input that takes longer is quarantined as input_timeout (runtime.input_deadline); 0: none
+    max_input_seconds: float = 1800.0
     #: fetches a groups part of the recrawl collapse is sized for: the parts are a function of the
     #: crawl's size, never of how many files it came in
     part_rows: int = PART_ROWS
@@ -53,6 +56,8 @@ class IngestConfig:
             raise ValueError("max_decoded_bytes and max_record_bytes must be positive")
         if min(self.max_archive_bytes, self.max_archive_members, self.max_archive_ratio) <= 0:
             raise ValueError("max_archive_bytes, max_archive_members and max_archive_ratio must be positive")
+        if self.max_input_seconds < 0:
+            raise ValueError("max_input_seconds must be 0 (no bound) or positive")
         if self.part_rows < 1:
             raise ValueError("part_rows must be at least 1")
         if self.undeclared_files not in UNDECLARED_CHOICES:

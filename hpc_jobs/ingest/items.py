@@ -32,6 +32,7 @@ from corpus.text.curated import CuratedError, CuratedRecord, iter_jsonl, read_te
 from corpus.text.sources import REPOSITORY, SourceSpec
 from corpus.text.warc import BadRecord, RawRecord, SkippedRecord, decode_page, iter_warc
 from hpc_jobs.ingest.config import IngestConfig
+from runtime.input_deadline import InputDeadline, InputTimeout
 from runtime.runner import InputShard
 
 
@@ -69,7 +70,34 @@ def read_items(
     on_files: Callable[[dict[str, Any]], None],
 ) -> Iterator[Item]:
     """An input's records in order; a repository's files' fates go to ``on_files`` (the
-    ``rejected_files`` artifact)."""
+    ``rejected_files`` artifact). Reading stops at ``max_input_seconds``: the rest of the input is
+    then one quarantined record (``input_timeout``), numbered after the last record read."""
+    items = format_items(shard, spec, fmt, config, rules, on_files)
+    if not config.max_input_seconds:
+        yield from items
+        return
+    read = 0
+    with InputDeadline(config.max_input_seconds) as deadline:
+        try:
+            for it in deadline.each(items):
+                read = it.index + 1
+                yield it
+        except InputTimeout as e:
+            detail = f"{e}: records from {read} on not read (a parser stalled, or the input never ended)"
+            yield Item(
+                read, 0, bad=quarantine_record(spec, shard.path, "input_timeout", detail, shard.sha256)
+            )
+
+
+def format_items(
+    shard: InputShard,
+    spec: SourceSpec,
+    fmt: str,
+    config: IngestConfig,
+    rules: list[Rule],
+    on_files: Callable[[dict[str, Any]], None],
+) -> Iterator[Item]:
+    """The records of an input as its format's reader reads them."""
     path = shard.path
     if fmt == REPOSITORY:
         yield from repository_items(shard, spec, config, rules, on_files)

@@ -113,6 +113,21 @@ def test_a_bad_date_is_quarantined_the_same_outside_a_build(hostile, tmp_path):
     }
 
 
+def test_an_input_that_outlasts_its_deadline_is_quarantined_from_where_reading_stopped(shared_data, tmp_path):
+    """A real crawl file read under a 1 ms bound (``max_input_seconds``): what was read before the
+    bound is kept, the rest of the file is one ``input_timeout`` record, and the stage ends well."""
+    config = tmp_path / "c.toml"
+    config.write_text("[ingest]\nmax_input_seconds = 0.001\n")
+    crawl = shared_data / "warc" / "crawl-2026-03-part0.warc.gz"
+    proc, _ = ingest([crawl], tmp_path / "ingest", config, ranks=1)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    totals = manifest(tmp_path / "ingest")["totals"]
+    assert reconciles(totals) and totals["quarantined"] == {"input_timeout": 1}
+    (record,) = docs(tmp_path / "ingest", "quarantine")
+    assert record["input_name"] == crawl.name and "not read" in record["detail"]
+    assert record["raw_digest"] == hashlib.sha256(crawl.read_bytes()).hexdigest()
+
+
 # --- the readers, in process ----------------------------------------------------------------------
 
 
