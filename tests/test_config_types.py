@@ -10,11 +10,13 @@ import sys
 
 import pytest
 
-from corpus.model.config import ConfigError, stage_config
+from corpus.model.config import ConfigError, check_build_config, config_hash, load_config_file, stage_config
 from corpus.model.config_types import type_problem
 from corpus.model.stages import PIPELINE
 from corpus.select.policy import PolicyConfig
+from corpus.select.selection import parse_policy
 from orchestration.buildsteps import stage_config_class
+from orchestration.config_reference import keys as config_keys
 from tests.conftest import ROOT, SAMPLE, run_corpus
 
 
@@ -72,7 +74,23 @@ def test_corpus_build_refuses_a_bad_last_stage_table_before_any_stage_runs(tmp_p
 
 def test_the_config_reference_is_what_the_dataclasses_say():
     proc = subprocess.run([sys.executable, "-m", "orchestration.config_reference", "--check"], cwd=ROOT)
-    assert proc.returncode == 0, "docs/config.md is out of date: run python -m orchestration.config_reference"
+    assert proc.returncode == 0, (
+        "docs/config.md or examples/build.toml is out of date: run python -m orchestration.config_reference"
+    )
+
+
+def test_the_annotated_example_sets_every_key_and_builds_what_no_config_builds():
+    """examples/build.toml names every key the reference does and, as it stands, hashes every stage's
+    config as an empty file does (the same snapshot id), its default version the same."""
+    example = load_config_file(ROOT / "examples" / "build.toml")
+    check_build_config(example, PIPELINE)
+    commented = (ROOT / "examples" / "build.toml").read_text()
+    for key in config_keys():
+        assert key.name in example.get(key.table, {}) or f"# {key.name} = " in commented, key
+    for name in PIPELINE:
+        cls = stage_cls(name)
+        assert config_hash(stage_config(cls, example.get(name), name)) == config_hash(cls()), name
+    assert parse_policy(example["policy"]) == parse_policy({})
 
 
 def test_corpus_config_validates_a_file_explains_a_key_and_prints_defaults_that_validate(tmp_path):
