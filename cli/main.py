@@ -5,24 +5,56 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import pkgutil
 import sys
+import traceback
 from collections.abc import Sequence
 
 import cli.commands
 from corpus.model.config import ConfigError
 from corpus.model.errors import UserError
 
+DESCRIPTION = """\
+Turn web crawls, code and curated text into deduplicated, decontaminated, versioned training
+tokens, and inspect what was built."""
+
+EPILOG = """\
+first steps:
+  corpus build --input sample --out /tmp/build       # every stage, on this machine
+  corpus report /tmp/build --html /tmp/card.html     # the data card
+  corpus version /tmp/build --select SEL.toml --out /tmp/build/versions/v1   # a selection, in seconds
+  corpus config defaults | validate FILE | explain TABLE.KEY
+
+`corpus COMMAND --help` for a command's flags; README.md and docs/ for the rest."""
+
+#: (command, flag) spellings still accepted, with a note naming the one to use
+DEPRECATED_FLAGS = {("stage", "--in"): "--input"}
+
 
 def command_names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(cli.commands.__path__) if not m.name.startswith("_"))
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("corpus-pipeline")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser with every subcommand, or with ``only`` that one: a command imports just its own
     module, so ``corpus version`` does not pay for the torch, Airflow-facing and report imports of
     the others (a tenth of a second of the version step's half second)."""
-    ap = argparse.ArgumentParser(prog="corpus", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="corpus",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--version", action="version", version=f"corpus-pipeline {package_version()}")
+    ap.add_argument("--debug", action="store_true", help="print the traceback of an error, not one line")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in [only] if only else command_names():
         importlib.import_module(f"cli.commands.{name}").register(sub)
@@ -31,17 +63,36 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    module = argv[0].replace("-", "_") if argv else None
+    words = [a for a in argv if a != "--debug"]
+    module = words[0].replace("-", "_") if words else None
     named = module if module in command_names() else None
     args = build_parser(named).parse_args(argv)
+    for word in words[1:]:
+        use = DEPRECATED_FLAGS.get((args.command, word.split("=", 1)[0]))
+        if use:
+            print(
+                f"corpus {args.command}: note: {word.split('=', 1)[0]} is deprecated, say {use}",
+                file=sys.stderr,
+            )
     try:
         return int(args.func(args) or 0)
     except (UserError, ConfigError) as e:
+        if args.debug:
+            traceback.print_exc()
         print(f"corpus {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"corpus {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug, or a failure the command did not foresee: one line unless --debug
+        if args.debug:
+            raise
+        print(
+            f"corpus {args.command}: error: {type(e).__name__}: {e} (corpus --debug {args.command} ... "
+            "prints the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

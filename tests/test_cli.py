@@ -1,6 +1,59 @@
-"""The command line: bad arguments and bad input give a one-line error and a non-zero exit."""
+"""The command line: bad arguments and bad input give a one-line error and a non-zero exit; every
+flag says what it is, one spelling per flag (an old one still works, with a note); --debug shows the
+traceback a one-line error stands for."""
 
+import argparse
+
+from cli.main import build_parser
 from tests.conftest import run_corpus
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def test_every_flag_of_every_command_says_what_it_is():
+    silent = [
+        f"{name} {a.option_strings or a.dest}"
+        for name, p in subcommands().items()
+        for a in p._actions
+        if not isinstance(a, argparse._HelpAction) and not (a.help or "").strip()
+    ]
+    assert silent == []
+
+
+def test_one_spelling_per_flag_across_commands():
+    """Inputs are --input, a snapshot to open --snapshot: never --in, never a positional snapshot,
+    except as a spelling marked deprecated."""
+    for name, p in subcommands().items():
+        for a in p._actions:
+            deprecated = "deprecated" in (a.help or "")
+            assert "--in" not in a.option_strings or deprecated, name
+            assert a.option_strings or a.dest != "snapshot" or deprecated, name
+
+
+def test_a_deprecated_spelling_still_works_and_says_which_to_use(tmp_path):
+    proc = run_corpus(
+        "stage", "no_such_stage", "--in", str(tmp_path), "--out", str(tmp_path / "o"), check=False
+    )
+    assert "corpus stage: note: --in is deprecated, say --input" in proc.stderr
+    assert "unknown stage 'no_such_stage'" in error_line(proc)
+
+
+def test_corpus_help_is_for_users_and_version_prints_the_package_s():
+    text = run_corpus("--help").stdout
+    assert text.splitlines()[2].startswith("Turn web crawls") and "corpus build --input" in text
+    assert run_corpus("--version").stdout.startswith("corpus-pipeline ")
+
+
+def test_debug_shows_the_traceback_behind_a_one_line_error(tmp_path):
+    args = ("report", str(tmp_path), "--json")
+    plain = run_corpus(*args, check=False)
+    assert "Traceback" not in plain.stderr and plain.returncode == 2
+    debug = run_corpus("--debug", *args, check=False)
+    assert "Traceback (most recent call last)" in debug.stderr and debug.returncode == 2
+    assert error_line(debug) == error_line(plain)
 
 
 def error_line(proc):
@@ -11,7 +64,7 @@ def error_line(proc):
 
 def test_unknown_stage_names_the_stages_that_exist(tmp_path):
     proc = run_corpus(
-        "stage", "no_such_stage", "--in", str(tmp_path), "--out", str(tmp_path / "o"), check=False
+        "stage", "no_such_stage", "--input", str(tmp_path), "--out", str(tmp_path / "o"), check=False
     )
     assert proc.returncode == 2
     assert "unknown stage 'no_such_stage'" in error_line(proc)

@@ -22,7 +22,7 @@ from runtime.build import DEDUP_INDEX, IndexSettings
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="print the defaults, check a config file, explain a key")
-    what = p.add_subparsers(dest="what", required=True, metavar="WHAT")
+    what = p.add_subparsers(dest="what", required=True, metavar="WHAT", help="defaults, validate or explain")
     what.add_parser("defaults", help="every table with every key at its default, as JSON")
     v = what.add_parser("validate", help="check a config file as corpus build does before its first stage")
     v.add_argument("file", type=Path, metavar="FILE", help="a TOML or JSON build config")

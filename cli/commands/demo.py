@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("build/demo"), metavar="DIR", help="build directory")
     p.add_argument("--ranks", type=int, default=2, metavar="N", help="MPI ranks per stage (default 2)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE", help="build config (TOML)")
-    p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="the build's seed (default 0)")
     p.set_defaults(func=run)
 
 

@@ -1,4 +1,4 @@
-"""``corpus mixture-audit SNAPSHOT``: replay the loader's sampler with no I/O; realized vs target weights.
+"""``corpus mixture-audit --snapshot DIR``: replay the loader's sampler with no I/O; realized vs target weights.
 
 The sampler is a pure function of the manifest's shard sizes, the mixture, the seed, the epoch caps
 and the topology, so every rank's bucket choices and cursor moves for any number of steps can be
@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from corpus.model.errors import UserError
 
+#: what ``--chunk-tokens`` is, in every replay of the sampler
+CHUNK_TOKENS_HELP = "tokens the loader reads from a bucket at a time (its chunk_tokens, default 2^20)"
 #: ``--append-eos`` as the loader's argument (None: as the manifest says)
 APPEND_EOS = {"auto": None, "yes": True, "no": False}
 
@@ -24,22 +27,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         "mixture-audit", help="replay the loader's mixture sampler (no reads) and report weights"
     )
     p.add_argument(
-        "snapshot",
+        "--snapshot",
         type=Path,
+        metavar="DIR",
         help="snapshot or version directory (holds manifest.json), or a snapshot's manifest itself",
+    )
+    p.add_argument(
+        "old_snapshot", nargs="?", type=Path, metavar="SNAPSHOT", help="deprecated: say --snapshot DIR"
     )
     p.add_argument(
         "--mixture",
         default=None,
         help='weights as JSON ({"web": 0.7, "code": 0.3}) or a JSON file; default: by token count',
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the loader's seed (default 0)")
     p.add_argument("--world", type=int, default=8, help="data-parallel ranks")
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--seq-len", type=int, default=2048)
+    p.add_argument("--steps", type=int, default=1000, help="steps to replay (default 1000)")
+    p.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (default 2048)")
     p.add_argument("--batch-size", type=int, default=8, help="sequences per rank per step")
     p.add_argument("--run-len", type=int, default=8, help="steps a rank stays on one bucket")
-    p.add_argument("--chunk-tokens", type=int, default=1 << 20)
+    p.add_argument("--chunk-tokens", type=int, default=1 << 20, help=CHUNK_TOKENS_HELP)
     p.add_argument("--epoch-caps", default=None, help='JSON {"bucket": epochs} or one int for all buckets')
     add_replay_output_arguments(p)
     p.set_defaults(func=run)
@@ -354,8 +361,16 @@ def format_table(report: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.old_snapshot is not None:
+        print(
+            "corpus mixture-audit: note: SNAPSHOT as a positional is deprecated, say --snapshot",
+            file=sys.stderr,
+        )
+    snapshot = args.snapshot or args.old_snapshot
+    if snapshot is None or (args.snapshot and args.old_snapshot):
+        raise UserError("say which snapshot, once: --snapshot DIR")
     report = audit(
-        args.snapshot,
+        snapshot,
         _json_arg(args.mixture, "mixture"),
         args.seed,
         args.world,

@@ -18,7 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from cli.commands.mixture_audit import APPEND_EOS, Replay, add_replay_output_arguments, capacities
+from cli.commands.mixture_audit import (
+    APPEND_EOS,
+    CHUNK_TOKENS_HELP,
+    Replay,
+    add_replay_output_arguments,
+    capacities,
+)
 from corpus.model.errors import UserError
 from corpus.select.recipe import Recipe, load_recipe
 
@@ -42,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--run-len", type=int, default=8, help="steps a rank stays on one bucket, for phases without one"
     )
-    p.add_argument("--chunk-tokens", type=int, default=1 << 20)
+    p.add_argument("--chunk-tokens", type=int, default=1 << 20, help=CHUNK_TOKENS_HELP)
     add_replay_output_arguments(p)
     p.set_defaults(func=run)
 

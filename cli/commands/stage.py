@@ -12,17 +12,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stage", help="run one stage under mpiexec")
     p.add_argument("name", metavar="NAME", help="the stage (see `corpus report` for the order)")
     p.add_argument(
-        "--in",
+        "--input",
+        "--in",  # deprecated: the stage programs' own spelling (python -m hpc_jobs.NAME --in)
         dest="inputs",
         nargs="+",
         required=True,
         type=Path,
-        metavar="DIR",
-        help="the previous stage's directory (raw input files for the first stage)",
+        metavar="PATH",
+        help="the previous stage's directory (raw input files for the first stage); --in is deprecated",
     )
-    p.add_argument("--out", required=True, type=Path, metavar="DIR")
-    p.add_argument("--ranks", type=int, default=1, metavar="N")
-    p.add_argument("--config", type=Path, default=None, metavar="FILE")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="the stage's directory")
+    p.add_argument("--ranks", type=int, default=1, metavar="N", help="MPI ranks (default 1)")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE", help="build config (TOML)")
     p.set_defaults(func=run)
 
 

@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--offset", type=int, metavar="T", help="token offset in the shard")
     p.add_argument("--doc-id", metavar="ID", help="where a document is in the snapshot, and its lineage")
     loader = p.add_argument_group("the loader's view (defaults: the record's settings, else the loader's)")
-    loader.add_argument("--step", type=int, metavar="N")
-    loader.add_argument("--rank", type=int, metavar="R")
+    loader.add_argument("--step", type=int, metavar="N", help="the training step the token was read at")
+    loader.add_argument("--rank", type=int, metavar="R", help="the data-parallel rank that read it")
     loader.add_argument(
         "--world", type=int, default=1, metavar="W", help="data-parallel ranks at step N (default 1)"
     )
@@ -49,11 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help='bucket weights: "natural", JSON {"web": 0.7, …} or web=0.7,curated=0.3',
     )
     loader.add_argument("--epoch-caps", type=json.loads, metavar="JSON", help='{"bucket": epochs} or an int')
-    loader.add_argument("--seed", type=int, metavar="S")
-    loader.add_argument("--seq-len", type=int)
-    loader.add_argument("--batch-size", type=int)
-    loader.add_argument("--run-len", type=int)
-    loader.add_argument("--chunk-tokens", type=int)
+    loader.add_argument("--seed", type=int, metavar="S", help="the loader's seed")
+    loader.add_argument("--seq-len", type=int, help="tokens per sequence")
+    loader.add_argument("--batch-size", type=int, help="sequences per rank per step")
+    loader.add_argument("--run-len", type=int, help="steps a rank stays on one bucket")
+    loader.add_argument("--chunk-tokens", type=int, help="tokens the loader reads from a bucket at a time")
     loader.add_argument(
         "--append-eos",
         choices=("auto", "yes", "no"),

@@ -32,10 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help='completed stage directories, document shards (*.jsonl.zst) or JSONL files with "text"',
     )
     p.add_argument("--out", required=True, type=Path, metavar="FILE", help="where to write tokenizer.json")
-    p.add_argument("--vocab-size", type=int, default=32000, metavar="N")
+    p.add_argument("--vocab-size", type=int, default=32000, metavar="N", help="tokens in the vocabulary")
     p.add_argument("--sample-docs", type=int, default=100_000, metavar="N", help="documents to train on")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="which sample")
-    p.add_argument("--eos-token", default=DEFAULT_EOS, metavar="TOKEN")
+    p.add_argument("--eos-token", default=DEFAULT_EOS, metavar="TOKEN", help="the end-of-document token")
     p.set_defaults(func=run)
 
 

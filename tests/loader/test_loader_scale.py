@@ -202,12 +202,13 @@ def test_a_two_chunk_bucket_at_half_weight_on_8_ranks_delivers_half(tmp_path):
     root = tmp_path / "rare"
     small_bucket_snapshot(root)
     audit = flags(mixture={"rare": 0.5, "web": 0.5}, **AUDIT_2000_STEPS_ON_8, chunk_tokens=1024, json=True)
-    report = json.loads(corpus_cli("mixture-audit", root, *audit).stdout)
+    report = json.loads(corpus_cli("mixture-audit", "--snapshot", root, *audit).stdout)
     rare = next(r for r in report["buckets"] if r["bucket"] == "rare")
     assert rare["cut"] and rare["chunks_per_epoch"] >= 8
     assert abs(rare["realized"] - 0.5) <= 0.02, rare  # uncut, 2 of 8 ranks would read it: 0.125
     table = corpus_cli(
         "mixture-audit",
+        "--snapshot",
         root,
         *flags(mixture={"rare": 0.5, "web": 0.5}, world=8, steps=50, seq_len=16, chunk_tokens=1024),
     ).stdout

@@ -29,7 +29,7 @@ SEQUENCES = dict(mixture=MIXTURE, seq_len=16, batch_size=2, chunk_tokens=24)
 
 def test_realized_weights_are_within_tolerance_of_the_target(id_snapshot):
     audit = flags(mixture=MIXTURE, **AUDIT_2000_STEPS_ON_8, chunk_tokens=24, json=True)
-    proc = corpus_cli("mixture-audit", id_snapshot, *audit)
+    proc = corpus_cli("mixture-audit", "--snapshot", id_snapshot, *audit)
     report = json.loads(proc.stdout)
     assert report["steps_delivered"] == 2000
     assert {r["bucket"]: r["target"] for r in report["buckets"]} == MIXTURE
@@ -60,7 +60,7 @@ def test_epoch_caps_show_up_as_exhausted_buckets(id_snapshot):
 
 
 def test_an_unknown_bucket_is_a_one_line_error(id_snapshot):
-    proc = corpus_cli("mixture-audit", id_snapshot, "--mixture", '{"nope": 1}', check=False)
+    proc = corpus_cli("mixture-audit", "--snapshot", id_snapshot, "--mixture", '{"nope": 1}', check=False)
     assert proc.returncode == 2
     assert "nope" in proc.stderr and proc.stderr.count("\n") == 1
 

@@ -178,7 +178,7 @@ def manifest_digest(stage_dir: Path) -> dict:
 def undisturbed(crawl_part, tmp_path_factory) -> dict:
     """The ingest stage of the crawl part run directly under mpiexec: what every faulted job must equal."""
     out = tmp_path_factory.mktemp("undisturbed") / "ingest"
-    run_corpus("stage", "ingest", "--in", str(crawl_part), "--out", str(out), "--ranks", "1")
+    run_corpus("stage", "ingest", "--input", str(crawl_part), "--out", str(out), "--ranks", "1")
     return manifest_digest(out)
 
 

@@ -67,7 +67,7 @@ def ingest_alone(tmp_path_factory, small_inputs) -> Path:
     from tests.conftest import run_corpus
 
     out = tmp_path_factory.mktemp("ingest-ref") / "ingest"
-    run_corpus("stage", "ingest", "--in", *map(str, small_inputs), "--out", str(out), "--ranks", "2")
+    run_corpus("stage", "ingest", "--input", *map(str, small_inputs), "--out", str(out), "--ranks", "2")
     return out
 
 
