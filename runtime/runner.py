@@ -92,6 +92,13 @@ class InputShard:
     #: the bytes [start, end) of ``path`` this unit reads (a large file cut at record boundaries), or None
     span: tuple[int, int] | None = None
 
+    @property
+    def content_id(self) -> str:
+        """What the unit reads: the file's sha256, and the span where it is a piece of a file (the units
+        of one file differ; identical files, or one span of identical files, share it). The start is
+        zero-padded, so ids order as the units lie in the file."""
+        return self.sha256 if self.span is None else f"{self.sha256}:{self.span[0]:016d}-{self.span[1]:016d}"
+
     def ref(self, root: Path | None = None) -> ShardRef:
         path = str(self.path.relative_to(root)) if root else str(self.path)
         return ShardRef(path=path, sha256=self.sha256, records=self.records)

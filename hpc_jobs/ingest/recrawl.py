@@ -63,13 +63,13 @@ class PartFacts:
 
 
 def write_keys(shard: InputShard, writer: PartWriter, items: Iterable[Item]) -> dict[str, Any]:
-    """One input file's keys part: (url, raw digest, date, input digest, position) of each document."""
+    """One input's keys part: (url, raw digest, date, input content id, position) of each document."""
     f = writer.open(KEYS_FILE)
     n = 0
     for it in items:
         if it.doc is not None:
             f.write(
-                canonical_json([it.doc.url, it.doc.raw_digest, it.doc.crawl_date, shard.sha256, it.index])
+                canonical_json([it.doc.url, it.doc.raw_digest, it.doc.crawl_date, shard.content_id, it.index])
                 + b"\n"
             )
             n += 1
@@ -81,10 +81,11 @@ def collapse(
 ) -> dict[str, Any]:
     """Collective: the groups and decisions steps, after the keys step; returns the phase's facts."""
     names = [s.name for s in inputs]
-    # 1. identical files share one digest and so one set of verdicts
+    # 1. identical files share one digest and so one set of verdicts (a unit of a large file is
+    #    identified by its span too: the units of one file share its digest, not their records)
     names_of_sha: dict[str, list[str]] = {}
     for s in inputs:
-        names_of_sha.setdefault(s.sha256, []).append(s.name)
+        names_of_sha.setdefault(s.content_id, []).append(s.name)
     # 2. every key to the part of its (url, raw digest), which decides its groups (inside a build, also
     #    writing the records of the fetches it keeps)
     index = against.base.index if against.probed else None

@@ -13,6 +13,8 @@ from corpus.text.warc_units import warc_units
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 
 UNIT = 1 << 20
+#: a first crawl and the recrawl of the same sites (the second fetches many pages unchanged)
+RECRAWLED = ("crawl-2026-03-part0.warc.gz", "crawl-2026-06.warc.gz")
 
 
 @pytest.fixture(scope="module")
@@ -67,17 +69,21 @@ def test_a_damaged_record_at_a_unit_s_start_is_reported_once_by_that_unit(crawl,
     assert [x for x in items(damaged, units[1]) if x[0] == BadRecord.__name__] == []
 
 
-def test_a_one_file_crawl_is_ingested_on_every_rank_with_the_bytes_of_one_rank(crawl, tmp_path):
+def test_a_one_file_crawl_is_ingested_on_every_rank_with_the_bytes_of_one_rank(shared_data, tmp_path):
+    """A crawl and its recrawl in one file (gzip members concatenate): its units collapse the same
+    recrawls as the file read whole, each repeat in the unit that holds it."""
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / crawl.name).symlink_to(crawl)
+    crawl = tmp_path / "in" / "crawls.warc.gz"
+    crawl.write_bytes(b"".join((shared_data / "warc" / n).read_bytes() for n in RECRAWLED))
     cfg = tmp_path / "units.toml"
     cfg.write_text(f"[ingest]\nunit_bytes = {UNIT}\n")
-    run_stage("ingest", 1, [tmp_path / "in"], tmp_path / "whole")  # the default: a 5 MB file is one unit
+    run_stage("ingest", 1, [tmp_path / "in"], tmp_path / "whole")  # the default: a 12 MB file is one unit
     run_stage("ingest", 1, [tmp_path / "in"], tmp_path / "one", cfg)
     run_stage("ingest", 2, [tmp_path / "in"], tmp_path / "two", cfg)
     one, two, whole = manifest(tmp_path / "one"), manifest(tmp_path / "two"), manifest(tmp_path / "whole")
     assert len(whole["outputs"]) == 1 and len(one["outputs"]) == len(warc_units(crawl, UNIT))
     assert [o["sha256"] for o in one["outputs"]] == [o["sha256"] for o in two["outputs"]]
     assert one["totals"] == two["totals"] == whole["totals"] and reconciles(one["totals"])
+    assert whole["totals"]["filtered"]["recrawl_duplicate"] == whole["extra"]["recrawl_duplicates"] > 0
     assert all(two["run_info"]["processed_by_rank"][r] for r in ("0", "1"))
     assert [d.doc_id for d in docs(tmp_path / "one")] == [d.doc_id for d in docs(tmp_path / "whole")]
