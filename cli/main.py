@@ -7,6 +7,7 @@ import argparse
 import importlib
 import importlib.metadata
 import pkgutil
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -62,6 +63,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # `corpus query … | head`: the command ends quietly when its reader does, as cat and grep do
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     argv = list(sys.argv[1:] if argv is None else argv)
     words = [a for a in argv if a != "--debug"]
     module = words[0].replace("-", "_") if words else None

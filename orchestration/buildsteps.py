@@ -25,7 +25,7 @@ from typing import Any
 from corpus.model import GroupCounts, StageManifest, YieldCounts
 from corpus.model.config import ConfigError, check_build_config, load_config_file, stage_config
 from corpus.model.errors import UserError
-from corpus.model.layout import dedup_base_path, manifest_path, snapshot_dir
+from corpus.model.layout import build_config_path, dedup_base_path, manifest_path, snapshot_dir
 from corpus.report.alarms import YieldAlarmError, alarm_config, enforce
 from corpus.report.build_view import open_build
 from corpus.report.counts import funnel_table
@@ -184,6 +184,11 @@ def finalize(out: Path, stages: list[str], config_file: Path | None = None) -> d
     have = [m.stage for m in manifests]
     if have != stages:
         raise UserError(f"{out}: completed stages are {have}, expected {stages}")
+    if not build_config_path(out).is_file():  # the stages were run by hand without a prepare
+        raise UserError(
+            f"{out} has no {build_config_path(out).name}: a build starts with "
+            "`python -m orchestration.buildsteps prepare --out OUT --input …` (docs/guide/slurm.md)"
+        )
     check_band_index(out, manifests, config_file)
     snapshot_id = pipeline.finish_build(out, manifests)
     manifest = manifest_path(snapshot_dir(out))

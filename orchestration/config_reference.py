@@ -116,6 +116,28 @@ def keys() -> list[Key]:
     return out
 
 
+def top_level_keys() -> list[Key]:
+    """The keys outside every table: the build's seed, and the memory budget a stage table may override."""
+    from corpus.model.config import DEFAULT_MEMORY_BUDGET_MB, MEMORY_BUDGET
+
+    return [
+        Key(
+            "",
+            "seed",
+            "int",
+            "0",
+            "the build's seed, handed to every stage whose config has one: part of the snapshot id",
+        ),
+        Key(
+            "",
+            MEMORY_BUDGET,
+            "int",
+            str(DEFAULT_MEMORY_BUDGET_MB),
+            "MB one rank of a stage may hold (a stage table's own value wins): a runtime setting, in no hash",
+        ),
+    ]
+
+
 def defaults() -> dict[str, dict[str, Any]]:
     """Every table with every key at its declared default: a complete config file that changes nothing."""
     return {table: {f.name: _value(f) for f in _settable(cls)} for table, cls in tables()}

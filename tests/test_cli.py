@@ -3,9 +3,13 @@ flag says what it is, one spelling per flag (an old one still works, with a note
 traceback a one-line error stands for."""
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
 
 from cli.main import build_parser
-from tests.conftest import run_corpus
+from tests.conftest import ROOT, run_corpus
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -117,3 +121,24 @@ def test_a_selection_that_is_not_toml_is_named(tmp_path):
     sel.write_text("min_scores = {")
     proc = run_corpus("version", str(tmp_path), "--select", str(sel), "--dry-run", check=False)
     assert proc.returncode == 2 and f"selection {sel}: not TOML" in error_line(proc)
+
+
+def test_config_explain_knows_the_keys_outside_every_table():
+    assert run_corpus("config", "explain", "seed").stdout.startswith("(top level) seed: int, default 0")
+    assert "memory_budget_mb: int" in run_corpus("config", "explain", "memory_budget_mb").stdout
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """``corpus config defaults | head -1``: the command ends as cat and grep end (SIGPIPE), with no
+    error line. The pipe's reader is gone before the command has imported anything."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "config", "defaults"],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    os.close(read_end)
+    os.close(write_end)
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (-signal.SIGPIPE, b"")

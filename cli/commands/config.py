@@ -16,7 +16,7 @@ from pathlib import Path
 from corpus.model.config import load_config_file
 from corpus.model.errors import UserError
 from orchestration.buildsteps import check_stage_tables
-from orchestration.config_reference import defaults, keys
+from orchestration.config_reference import defaults, keys, top_level_keys
 from runtime.build import DEDUP_INDEX, IndexSettings
 
 
@@ -41,11 +41,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.file}: ok")
     else:
         table, _, name = args.key.partition(".")
-        found = [k for k in keys() if k.table == table and name in ("", k.name)]
+        found = [k for k in top_level_keys() if not name and k.name == table]
+        found = found or [k for k in keys() if k.table == table and name in ("", k.name)]
         if not found:
             raise UserError(f"no config key {args.key}: see corpus config defaults, or docs/config.md")
         for k in found:
-            print(
-                f"[{k.table}] {k.name}: {k.type}, default {k.default}" + (f"\n    {k.note}" if k.note else "")
-            )
+            where = f"[{k.table}] " if k.table else "(top level) "
+            print(f"{where}{k.name}: {k.type}, default {k.default}" + (f"\n    {k.note}" if k.note else ""))
     return 0
