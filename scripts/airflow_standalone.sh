@@ -63,6 +63,6 @@ Airflow standalone for corpus-pipeline
   login:           admin / $PASSWORD
   metadata DB:     $db_note
   AIRFLOW_HOME:    $AIRFLOW_HOME
-  DAGs:            $ROOT/dags (build_snapshot, contamination_check)
+  DAGs:            $ROOT/dags (build_snapshot, build_version, contamination_check, ingest_crawl, refresh_optouts)
 MSG
 exec "$VENV_BIN/airflow" standalone

@@ -136,6 +136,6 @@ fi
 wait_port "$PG_PORT"
 say "postgres up (127.0.0.1:$PG_PORT, user postgres, trust auth on loopback)"
 
-say "all up after $(( $(date +%s) - t0 ))s; env for the tests:"
-echo "CORPUS_SSH_KEY=$STATE/ssh/id_ed25519"
-echo "CORPUS_PG_URL=postgresql+psycopg2://postgres@127.0.0.1:$PG_PORT/postgres"
+say "all up after $(( $(date +%s) - t0 ))s (the tests find them under CORPUS_SERVICES_DIR=$STATE):"
+echo "  ssh key:    $STATE/ssh/id_ed25519 (root@127.0.0.1)"
+echo "  postgres:   postgresql+psycopg2://postgres@127.0.0.1:$PG_PORT/postgres"

@@ -28,6 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("b", type=Path, metavar="B", help="the other build or snapshot")
     p.add_argument("--json", action="store_true", help="print the differences as JSON")
     p.add_argument(
+        "--root",
+        type=Path,
+        metavar="DIR",
+        help="where snapshots named by id live (default $CORPUS_SNAPSHOTS)",
+    )
+    p.add_argument(
         "--sample",
         type=int,
         default=SAMPLE,
@@ -42,6 +48,6 @@ def run(args: argparse.Namespace) -> int:
         d = diff_versions(open_version(args.a), open_version(args.b))
         print(json.dumps(d, indent=1) if args.json else diff_text(d))
         return 0 if d["identical"] else 1
-    d = diff_builds(open_build(args.a), open_build(args.b), sample=args.sample)
+    d = diff_builds(open_build(args.a, args.root), open_build(args.b, args.root), sample=args.sample)
     print(json.dumps(d, indent=1) if args.json else summary_text(d))
     return 0 if d["identical"] else 1

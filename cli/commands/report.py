@@ -23,7 +23,16 @@ from corpus.report.counts import funnel_table, stage_counts
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="the data card of a build or snapshot (HTML + JSON), or its counts")
     p.add_argument(
-        "dir", type=Path, metavar="DIR", help="build directory, snapshot directory or snapshot manifest"
+        "dir",
+        type=Path,
+        metavar="DIR",
+        help="build directory, snapshot directory or snapshot manifest, or a snapshot id (with --root)",
+    )
+    p.add_argument(
+        "--root",
+        type=Path,
+        metavar="DIR",
+        help="where snapshots named by id live (default $CORPUS_SNAPSHOTS)",
     )
     p.add_argument(
         "--json",
@@ -65,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    view = open_build(args.dir)
+    view = open_build(args.dir, args.root)
     if args.json:
         if not view.stages:
             raise UserError(

@@ -104,12 +104,13 @@ def _looks_like_id(ref: str) -> bool:
     return len(hexpart) >= 8 and all(c in "0123456789abcdef" for c in hexpart.lower())
 
 
-def open_build(path: Path) -> BuildView:
-    """Read a build directory, a snapshot directory or a snapshot manifest."""
+def open_build(path: Path, root: Path | None = None) -> BuildView:
+    """Read a build directory, a snapshot directory or a snapshot manifest, or a snapshot by its id
+    under ``root`` (default ``$CORPUS_SNAPSHOTS``)."""
     path = Path(path)
     if not path.exists():
         if _looks_like_id(str(path)):
-            path = resolve_snapshot(str(path))  # needs $CORPUS_SNAPSHOTS, says so if unset
+            path = resolve_snapshot(str(path), root)  # needs a root, says so if there is none
         else:
             raise UserError(f"not found: {path}")
     if path.is_file():

@@ -95,3 +95,17 @@ def test_diff_takes_snapshot_ids_under_the_snapshots_root(builds, monkeypatch):
     monkeypatch.setenv("CORPUS_SNAPSHOTS", str(builds.strict.parent))
     rc, d = diff_json(builds.base, sid[:20])
     assert rc == 1 and d["b"]["snapshot_id"] == sid and d["config"][0]["key"] == "policy.min_quality"
+
+
+def test_diff_and_report_take_the_snapshots_root_as_a_flag_too(builds, monkeypatch):
+    """``--root DIR`` where ``$CORPUS_SNAPSHOTS`` is not set: what the error without either says to do."""
+    sid = json.loads((builds.strict / "snapshot" / "manifest.json").read_text())["snapshot_id"]
+    monkeypatch.delenv("CORPUS_SNAPSHOTS", raising=False)
+    unset = run_corpus("report", sid[:20], "--json", check=False)
+    assert unset.returncode == 2 and "--root DIR" in unset.stderr
+    report = json.loads(run_corpus("report", sid[:20], "--json", "--root", str(builds.strict.parent)).stdout)
+    assert report and report == json.loads(run_corpus("report", str(builds.strict), "--json").stdout)
+    proc = run_corpus(
+        "diff", str(builds.base), sid[:20], "--json", "--root", str(builds.strict.parent), check=False
+    )
+    assert proc.returncode == 1 and json.loads(proc.stdout)["b"]["snapshot_id"] == sid
