@@ -52,10 +52,16 @@ def perl_texts(data: Path, n: int) -> list[str]:
 
 
 def load_baseline(rev: str):
-    """corpus/filters/heuristics.py (its path before the re-layout) at git revision ``rev``, as a module."""
-    src = subprocess.run(
-        ["git", "show", f"{rev}:corpus/filters/heuristics.py"], cwd=ROOT, check=True, capture_output=True
-    ).stdout
+    """corpus/signals/heuristics.py (corpus/filters/ before the re-layout) at git revision ``rev``, as a
+    module."""
+    for where in ("signals", "filters"):
+        shown = subprocess.run(
+            ["git", "show", f"{rev}:corpus/{where}/heuristics.py"], cwd=ROOT, capture_output=True
+        )
+        if shown.returncode == 0:
+            break
+    shown.check_returncode()
+    src = shown.stdout
     path = Path(tempfile.mkdtemp()) / "heuristics_baseline.py"
     path.write_bytes(src)
     spec = importlib.util.spec_from_file_location("heuristics_baseline", path)

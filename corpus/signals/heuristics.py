@@ -428,8 +428,7 @@ def _dup_ngram_chars(joined: str, prefix: np.ndarray, weight: np.ndarray, off: n
     candidates = np.flatnonzero(np.bincount(bucket, minlength=1 << bits)[bucket] > 1)
     if not len(candidates):
         return 0
-    _, inverse, counts = np.unique(h[candidates], return_inverse=True, return_counts=True)
-    candidates = candidates[counts[inverse.ravel()] > 1]
+    candidates = candidates[_repeated(h[candidates])]
     if not len(candidates):
         return 0
     starts_ = a[candidates].tolist()
@@ -459,6 +458,19 @@ def _dup_ngram_chars(joined: str, prefix: np.ndarray, weight: np.ndarray, off: n
     return total
 
 
+def _repeated(values: np.ndarray) -> np.ndarray:
+    """Whether each value occurs more than once in ``values`` (one sort, no counting)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    equal = ordered[1:] == ordered[:-1]
+    repeated = np.zeros(len(values), dtype=bool)
+    repeated[1:] = equal
+    repeated[:-1] |= equal
+    out = np.empty_like(repeated)
+    out[order] = repeated
+    return out
+
+
 def _visited(pos: int, starts: list[int], ends: list[int]) -> bool:
     """Whether the scan visited ``pos``, given the ranges it skipped so far."""
     k = bisect_right(starts, pos) - 1
@@ -467,7 +479,8 @@ def _visited(pos: int, starts: list[int], ends: list[int]) -> bool:
 
 def _ngram_signals(ws: list[str], n_chars: int) -> dict[str, float]:
     lens = np.fromiter(map(len, ws), dtype=np.int64, count=len(ws))
-    index = {w: i for i, w in enumerate(dict.fromkeys(ws))}  # word -> an id, dense in the document
+    # word -> an id, dense in the document (fewer ids than words: zip stops at the words)
+    index = dict(zip(dict.fromkeys(ws), range(len(ws)), strict=False))
     ids = np.fromiter(map(index.__getitem__, ws), dtype=np.uint64, count=len(ws))
     out = {f"top_{n}gram_char_fraction": _top_ngram_chars(ws, ids, lens, n) / n_chars for n in TOP_NGRAMS}
     joined = "".join(ws)
@@ -478,16 +491,15 @@ def _ngram_signals(ws: list[str], n_chars: int) -> dict[str, float]:
     np.cumsum(codes * inv_powers[: len(codes)], dtype=np.uint64, out=prefix[1:])
     off = np.zeros(len(ws) + 1, dtype=np.int64)
     np.cumsum(lens, out=off[1:])
-    weight = powers
     for n in DUP_NGRAMS:
-        out[f"dup_{n}gram_char_fraction"] = _dup_ngram_chars(joined, prefix, weight, off, n) / n_chars
+        out[f"dup_{n}gram_char_fraction"] = _dup_ngram_chars(joined, prefix, powers, off, n) / n_chars
     return out
 
 
 # --- C4 --------------------------------------------------------------------------------------------
 
 
-def _c4_lines(lines: list[str]) -> tuple[int, float, float, float]:
+def _c4_lines(lines: list[str], phrases: bool) -> tuple[int, float, float, float]:
     """C4's line rules (TFDS ``clean_page``) over the lines of a document: the non-blank lines it removes,
     their share of the characters of the non-blank lines (both stripped), and whether it drops the page
     for "lorem ipsum" or for "{".
@@ -496,19 +508,21 @@ def _c4_lines(lines: list[str]) -> tuple[int, float, float, float]:
     [citation needed]) cut out; no end mark (. ? ! ") or an ellipsis end -> removed; fewer than 5 words
     -> removed; "lorem ipsum" -> the page is dropped; "javascript" -> removed; "{" -> the page is dropped;
     a cookie / terms-of-use phrase -> removed. Blank lines (removed by C4 too) are not counted. The page
-    rules are judged as if the other page rule were off (C4 stops at the first)."""
+    rules are judged as if the other page rule were off (C4 stops at the first).
+
+    ``lines`` are the stripped non-blank lines; ``phrases``: whether the lower-cased document holds
+    "lorem ipsum", "javascript" or a policy phrase (if not, only a line whose citations are cut out
+    can, so the others are not lower-cased)."""
     removed = removed_chars = total_chars = 0
     lorem = brace = False
     for line in lines:
-        line = line.strip()
-        if not line:
-            continue
         total_chars += len(line)
         if len(line) > C4_MAX_WORD_LENGTH and any(len(w) > C4_MAX_WORD_LENGTH for w in line.split()):
             removed += 1
             removed_chars += len(line)
             continue
-        cut = C4_CITATION.sub("", line) if "[" in line else line
+        cited = "[" in line
+        cut = C4_CITATION.sub("", line) if cited else line
         if not cut.endswith(C4_END_MARKS) or cut.endswith(C4_ELLIPSIS):
             removed += 1
             removed_chars += len(line)
@@ -516,6 +530,9 @@ def _c4_lines(lines: list[str]) -> tuple[int, float, float, float]:
         if len(cut.split()) < C4_MIN_WORDS_PER_LINE:
             removed += 1
             removed_chars += len(line)
+            continue
+        if not (phrases or cited):
+            brace = brace or "{" in cut
             continue
         lower = cut.lower()
         lorem = lorem or "lorem ipsum" in lower
@@ -575,22 +592,28 @@ def heuristic_signals(text: str, lang: str | None = None) -> dict[str, float]:
         ws = list(chain.from_iterable(map(itemgetter(0), rows)))
     else:  # one row per word: each is a token of its own
         ws = segmented
-        rows = [_row((w,)) for w in ws]
+        distinct = {w: _row((w,)) for w in dict.fromkeys(ws)}
+        rows = list(map(distinct.__getitem__, ws))
     n_tok = len(ws)
     n_wd = sum(map(itemgetter(2), rows))
     n_chars = len(text)
     lines = text.splitlines()
     n_lines = len(lines)
-    nonblank = [ln.strip() for ln in lines]
-    nonblank = [ln for ln in nonblank if ln]
+    nonblank = list(filter(None, map(str.strip, lines)))
     n_nonblank = len(nonblank) or 1
-    lower_lines = [ln.lower() for ln in nonblank]
+    # the stripped lines, each between newlines (none holds a line break: splitlines cut there), so a
+    # line's first and last characters are counted with str.count; lower-casing is per character (but
+    # a final sigma, which no ASCII phrase holds), so a phrase is in the lower-cased whole iff in a line
+    joined = "\n" + "\n".join(nonblank) + "\n"
+    lower = joined.lower()
+    js = "javascript" in lower
+    policy = any(p in lower for p in C4_POLICY_SUBSTRINGS)
 
     paragraphs = _PARAGRAPH_SPLIT.split(text.strip())
     dup_paras, dup_para_chars = _duplicates(paragraphs)
     rep_lines = _LINE_SPLIT.split(text)
     dup_lines, dup_line_chars = _duplicates(rep_lines)
-    c4_removed, c4_removed_frac, lorem, brace = _c4_lines(lines)
+    c4_removed, c4_removed_frac, lorem, brace = _c4_lines(nonblank, js or policy or "lorem ipsum" in lower)
 
     signals = {
         # Gopher quality (GopherQualityFilter): words are the tokens that are not only punctuation
@@ -598,8 +621,9 @@ def heuristic_signals(text: str, lang: str | None = None) -> dict[str, float]:
         "mean_word_length": sum(map(itemgetter(3), rows)) / n_wd if n_wd else 0.0,
         "hash_word_ratio": text.count("#") / n_tok if n_tok else 0.0,
         "ellipsis_word_ratio": (text.count("...") + text.count("…")) / n_tok if n_tok else 0.0,
-        "bullet_line_fraction": sum(ln.lstrip().startswith(GOPHER_BULLETS) for ln in lines) / n_lines,
-        "ellipsis_line_fraction": sum(ln.rstrip().endswith(GOPHER_ELLIPSES) for ln in lines) / n_lines,
+        # (a blank line neither starts with a bullet nor ends with an ellipsis)
+        "bullet_line_fraction": sum(joined.count("\n" + b) for b in GOPHER_BULLETS) / n_lines,
+        "ellipsis_line_fraction": sum(joined.count(e + "\n") for e in GOPHER_ELLIPSES) / n_lines,
         "alpha_word_fraction": sum(map(itemgetter(4), rows)) / n_tok if n_tok else 0.0,
         **({"stop_word_count": float(len(stops.intersection(ws)))} if stops is not None else {}),
         # Gopher repetition (GopherRepetitionFilter)
@@ -613,11 +637,15 @@ def heuristic_signals(text: str, lang: str | None = None) -> dict[str, float]:
         "c4_removed_char_fraction": c4_removed_frac,
         "lorem_ipsum": lorem,
         "curly_brace": brace,
-        "javascript_line_fraction": sum("javascript" in ln for ln in lower_lines) / n_nonblank,
-        "policy_line_fraction": sum(any(p in ln for p in C4_POLICY_SUBSTRINGS) for ln in lower_lines)
-        / n_nonblank,
-        # this project's
-        "terminal_punct_line_fraction": sum(ln.endswith(TERMINAL_PUNCT) for ln in nonblank) / n_nonblank,
+        "javascript_line_fraction": sum("javascript" in ln.lower() for ln in nonblank) / n_nonblank
+        if js
+        else 0.0,
+        "policy_line_fraction": sum(any(p in ln.lower() for p in C4_POLICY_SUBSTRINGS) for ln in nonblank)
+        / n_nonblank
+        if policy
+        else 0.0,
+        # this project's (each mark one character: a line ends with one at most)
+        "terminal_punct_line_fraction": sum(joined.count(p + "\n") for p in TERMINAL_PUNCT) / n_nonblank,
         "char_count": float(n_chars),
     }
     return signals

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.resources
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -124,9 +125,9 @@ def script_fraction(text: str, lang: str) -> float:
     """Share of the letters of ``text`` that are in a script ``lang`` is written in (1.0 with no letters)."""
     scripts = expected_scripts(lang)
     letters = matching = 0
-    for ch in text[:MAX_CHARS]:
+    for ch, n in Counter(text[:MAX_CHARS]).items():  # each distinct character once
         if ch.isalpha():
-            letters += 1
+            letters += n
             if _script(ch) in scripts:
-                matching += 1
+                matching += n
     return round(matching / letters, 6) if letters else 1.0

@@ -62,7 +62,7 @@ _FILE_EXTENSIONS = frozenset(
 
 
 def _emails(text: str):
-    for m in _EMAIL.finditer(text):
+    for m in _scan(_EMAIL, text):
         if m.group(1).lower() not in _FILE_EXTENSIONS:
             yield m.start(), m.end()
 
@@ -92,13 +92,13 @@ def _country_code_ok(digits: str) -> bool:
 
 
 def _phones(text: str):
-    for m in _INTERNATIONAL.finditer(text):
+    for m in _scan(_INTERNATIONAL, text):
         digits = re.sub(r"\D", "", m.group(0))
         if 8 <= len(digits) <= 15 and _country_code_ok(digits) and m.group(0).count("(") <= 1:
             yield m.start(), m.end()
-    for m in _NANP.finditer(text):
+    for m in _scan(_NANP, text):
         yield m.start(), m.end()
-    for m in _NATIONAL.finditer(text):
+    for m in _scan(_NATIONAL, text):
         if 9 <= sum(c.isdigit() for c in m.group(1)) <= 12:
             yield m.start(1), m.end(1)
 
@@ -140,10 +140,10 @@ def _public(address: str) -> bool:
 
 
 def _ips(text: str):
-    for m in _IPV4.finditer(text):
+    for m in _scan(_IPV4, text):
         if _public(m.group(0)) and _ipv4_in_context(text, m.start(), m.end()):
             yield m.start(), m.end()
-    for m in _IPV6.finditer(text):
+    for m in _scan(_IPV6, text):
         written = [g for g in m.group(0).split(":") if g]
         if len(written) >= 3 and _public(m.group(0)):
             yield m.start(), m.end()
@@ -184,7 +184,7 @@ def is_card_number(digits: str) -> bool:
 
 
 def _cards(text: str):
-    for m in _CARD.finditer(text):
+    for m in _scan(_CARD, text):
         s = m.group(0)
         if (s.isdigit() or _CARD_GROUPS.match(s)) and is_card_number(re.sub(r"\D", "", s)):
             yield m.start(), m.end()
@@ -217,7 +217,7 @@ def iban_ok(iban: str) -> bool:
 
 
 def _ibans(text: str):
-    for m in _IBAN.finditer(text):
+    for m in _scan(_IBAN, text):
         if iban_ok(m.group(0).replace(" ", "")):
             yield m.start(), m.end()
 
@@ -243,12 +243,36 @@ def ssn_ok(area: str, group: str, serial: str) -> bool:
 
 
 def _ssns(text: str):
-    for m in _SSN.finditer(text):
+    for m in _scan(_SSN, text):
         if ssn_ok(*m.groups()):
             yield m.start(), m.end()
-    for m in _SSN_SPACED.finditer(text):
+    for m in _scan(_SSN_SPACED, text):
         if ssn_ok(*m.groups()):
             yield m.start(1), m.end(3)
+
+
+#: what every match of a pattern contains, tested first (each pattern starts with a lookbehind, so the
+#: regex engine tries it at every position; these start with a literal or a class, which it skips to):
+#: a text without every one of them is not scanned, and the spans found are the same
+_GATES: dict[re.Pattern, tuple[re.Pattern, ...]] = {
+    _EMAIL: (re.compile("@"),),
+    _INTERNATIONAL: (re.compile(r"\+\d"),),
+    # [2-9]\d\d[-. ]\d{4} and [2-9]\d\d([-.])[2-9]\d\d\1\d{4}
+    _NANP: (re.compile(r"\d\d\d[-. ]\d\d\d\d"),),
+    # the number's first group's last digit, then [ ./-]\d{2,4}; a keyword, as the pattern spells it
+    _NATIONAL: (re.compile(r"\d[ ./-]\d\d"), re.compile(r"(?i:tel|phone|fax|mobil|cell|call)")),
+    _IPV4: (re.compile(r"\.\d{1,3}\.\d{1,3}\.\d"),),  # after the first octet
+    _IPV6: (re.compile(r"[23][0-9A-Fa-f]{3}:"),),
+    _CARD: (re.compile(r"\d\d\d\d[ -]?\d\d"),),
+    _IBAN: (re.compile(r"[A-Z][A-Z]\d\d"),),
+    _SSN: (re.compile(r"-\d\d-\d\d\d\d"),),  # after the area
+    _SSN_SPACED: (re.compile(r" \d\d \d\d\d\d"),),
+}
+
+
+def _scan(pattern: re.Pattern, text: str):
+    """``pattern.finditer(text)``, or nothing where the text lacks what every match contains."""
+    return pattern.finditer(text) if all(g.search(text) for g in _GATES[pattern]) else ()
 
 
 _FINDERS = {

@@ -170,3 +170,23 @@ def test_ingest_extract_and_annotate_give_identical_outputs_on_1_and_3_ranks(tmp
         ), f"{stage} differs between 1 and 3 ranks"
         assert reconciles(one["totals"])
     assert manifest(tmp_path / "r3" / "annotate")["run_info"]["ranks"] == 3
+
+
+def test_script_fraction_counts_each_letter_as_a_loop_over_the_characters_does(shared_data):
+    """script_fraction counts distinct characters (a Counter); the same floats as one character at a
+    time, on real pages of every part (~13 languages) under their own language and under others."""
+    from corpus.signals.langid import MAX_CHARS, _script, expected_scripts
+
+    def reference(text: str, lang: str) -> float:
+        chars = [ch for ch in text[:MAX_CHARS] if ch.isalpha()]
+        matching = sum(_script(ch) in expected_scripts(lang) for ch in chars)
+        return round(matching / len(chars), 6) if chars else 1.0
+
+    texts = [
+        extract_text(p.decode("utf-8", "replace"))
+        for part in range(4)
+        for _, p in real_pages(shared_data, 10, part=part)
+    ]
+    for text in [*texts, "Привет hello", "", "123"]:
+        for lang in (identify_language(text).lang, "en", "ru", "ja"):
+            assert script_fraction(text, lang) == reference(text, lang)

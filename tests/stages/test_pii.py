@@ -193,3 +193,34 @@ def test_kinds_not_scanned_get_no_count_rather_than_a_zero():
     out = annotate_document(doc, lambda t: 0.5, CODE_SAFE_KINDS)
     assert out.text == "Server at 81.2.69.160, mail <EMAIL>."
     assert out.scores["pii_email"] == 1.0 and "pii_ip" not in out.scores and "pii_phone" not in out.scores
+
+
+def test_the_gates_skip_only_texts_no_pattern_matches(shared_data, perl_doc, monkeypatch):
+    """Each pattern is run only on a text holding its gate (pii._GATES): on real pages, the Perl
+    manuals and those texts with every kind and its look-alikes planted, every match holds its gate,
+    and the spans found are those of every pattern run on every text."""
+    import random
+
+    from bench.bench_pii import plant
+    from corpus.signals import pii
+
+    pages = [
+        extract_text(p.decode("utf-8"))
+        for part in (0, 1, 2)
+        for _, p in real_pages(shared_data, 20, part=part)
+    ]
+    planted = [t for t, _ in plant(pages, random.Random(0), 40)] + [
+        t for t, _ in plant(pages, random.Random(1), 40, neutral=True)
+    ]
+    spaced = ["SSN 123 45 6789", "Social Security No. 512 34 1234.", "ss# 219 09 9998 and tel. 030 1234 5678"]
+    texts = pages + perl_doc[:40] + planted + spaced
+    matched = set()
+    for text in texts:
+        for pattern, gates in pii._GATES.items():
+            for m in pattern.finditer(text):
+                matched.add(pattern.pattern)
+                assert all(g.search(m.group(0)) for g in gates), (pattern.pattern, m.group(0))
+    assert len(matched) == len(pii._GATES), "every pattern matched somewhere"
+    gated = [find_pii(t) for t in texts]
+    monkeypatch.setattr(pii, "_scan", lambda pattern, text: pattern.finditer(text))
+    assert [find_pii(t) for t in texts] == gated
