@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -21,9 +20,10 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from corpus.select.selection import parse_inline
 from orchestration.assets import VERSIONS, emit_version
-from orchestration.deployment import Deployment, check_run_conf, path_schema
+from orchestration.deployment import Deployment, check_run_conf, hosts_roots_env, path_schema
 from orchestration.jobparams import job_params, resolve_job_params
 from orchestration.operators import VersionJobOperator
+from orchestration.rundir import run_dir_name
 from orchestration.submit import backend_for
 
 DEPLOYMENT = Deployment.from_env()
@@ -71,10 +71,14 @@ def resolve_step(p: dict[str, Any], run_id: str, deployment: Deployment) -> dict
             "give exactly one of the Params 'selection' (a file) and 'selection_toml' (the TOML)"
         )
     if p["selection_toml"].strip():
-        parse_inline(p["selection_toml"])  # a malformed selection fails here, naming the key
-    out = p["out"] or f"{p['build'].rstrip('/')}/versions/{re.sub(r'[^A-Za-z0-9._-]+', '_', run_id)}"
+        # a malformed selection fails here, naming the key; its opt-out list file is on the cluster:
+        # the job reads it, under the deployment's hosts_roots
+        parse_inline(p["selection_toml"], read_files=False)
+    out = p["out"] or f"{p['build'].rstrip('/')}/versions/{run_dir_name(run_id)}"
+    job = resolve_job_params(p, deployment)
     return {
-        **resolve_job_params(p, deployment),
+        **job,
+        "env": {**job["env"], **hosts_roots_env(deployment)},
         "build": p["build"],
         "selection": p["selection"],
         "selection_toml": p["selection_toml"],

@@ -19,7 +19,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
-from orchestration.deployment import Deployment, check_run_conf, path_schema
+from orchestration.deployment import Deployment, check_run_conf, hosts_roots_env, path_schema
 from orchestration.jobparams import job_params, resolve_job_params
 from orchestration.operators import VersionJobOperator
 from orchestration.submit import SubmitError, backend_for
@@ -93,6 +93,7 @@ def refresh_optouts() -> None:
                 f"Params {missing} are needed (trigger with them, or set CORPUS_OPTOUT_DEFAULTS)"
             )
         step = resolve_job_params(p, DEPLOYMENT)
+        step["env"] = {**step["env"], **hosts_roots_env(DEPLOYMENT)}
         backend = backend_for(step["backend"], step["conn_id"])
         argv = [
             step["python"],

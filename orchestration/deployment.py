@@ -3,9 +3,10 @@
 Whoever deploys the DAGs decides what runs on the cluster: the repository there, its interpreter, the
 SSH connection, which partitions, environment keys and sbatch options a run may ask for
 (``CORPUS_DEPLOYMENT``, a JSON object; every key optional). Whoever triggers a run only chooses data
-within those bounds. Some keys and options are never allowed, whatever the deployment says
-(:data:`FORBIDDEN_ENV`, :data:`FORBIDDEN_SBATCH_OPTIONS`): they choose code or override what the
-submitter sets itself. The keys and their defaults: docs/orchestration.md ("Deployment configuration").
+within those bounds, and the deployment only chooses within allow-lists (:data:`ALLOWED_JOB_ENV_KEYS`,
+:data:`ALLOWED_SBATCH_OPTIONS`), by exact name: a deny-list always missed one more key that loads code,
+and sbatch reads a prefix as the option it abbreviates. The keys and their defaults:
+docs/orchestration.md ("Deployment configuration").
 """
 
 from __future__ import annotations
@@ -17,10 +18,64 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from corpus.select.hosts import ROOTS_ENV as HOSTS_ROOTS_ENV
 from orchestration.submit import PROJECT_ROOT
 
 ENV_VAR = "CORPUS_DEPLOYMENT"
 
+#: the environment keys a deployment may let a run set (``job_env_keys``), by exact name: thread counts
+#: and allocator arenas, read as numbers or flags. Everything else is refused, whatever its name: a
+#: deny-list let through what loads code or data by path (``GCONV_PATH``, ``OPENSSL_CONF``, ``LOCPATH``,
+#: ``UCX_MODULE_DIR``, ``MPIR_CVAR_*``, ``PERL5OPT``, ``NODE_OPTIONS``, ``HOSTALIASES``, ``MALLOC_CONF``)
+ALLOWED_JOB_ENV_KEYS = frozenset(
+    {
+        "OMP_NUM_THREADS",
+        "OMP_PROC_BIND",
+        "OMP_PLACES",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "BLIS_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "NUMEXPR_MAX_THREADS",
+        "RAYON_NUM_THREADS",
+        "TOKENIZERS_PARALLELISM",
+        "MALLOC_ARENA_MAX",
+    }
+)
+#: the sbatch options a deployment may let a run add (``sbatch_options``), by full long name: how big,
+#: how long to wait and whose allocation, never what runs, where it writes or in which container. sbatch
+#: takes any unambiguous prefix of an option (``--out`` is ``--output``), so nothing but these names is
+#: accepted: not an abbreviation, not ``--container*``, ``--burst-buffer``, ``--output``, ``--chdir``, ``--wrap``
+ALLOWED_SBATCH_OPTIONS = frozenset(
+    {
+        "--account",
+        "--begin",
+        "--constraint",
+        "--cores-per-socket",
+        "--cpus-per-gpu",
+        "--cpus-per-task",
+        "--exclude",
+        "--exclusive",
+        "--gpus",
+        "--gpus-per-node",
+        "--gpus-per-task",
+        "--gres",
+        "--hint",
+        "--mem",
+        "--mem-per-cpu",
+        "--mem-per-gpu",
+        "--nice",
+        "--nodelist",
+        "--nodes",
+        "--ntasks-per-node",
+        "--oversubscribe",
+        "--qos",
+        "--reservation",
+        "--sockets-per-node",
+        "--threads-per-core",
+        "--tmp",
+    }
+)
 DEFAULT_JOB_ENV_KEYS = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -45,48 +100,13 @@ DEFAULT_SBATCH_OPTIONS = (
     "--nice",
 )
 
-#: environment keys that load code or reconfigure the job's shell, MPI launcher or the project itself
-FORBIDDEN_ENV = re.compile(
-    r"LD_\w*|PYTHON\w*|BASH_ENV|ENV|BASH_FUNC_\S*|BASHOPTS|SHELLOPTS|PS4|IFS|PATH|"
-    r"GLIBC_TUNABLES|CORPUS_\w*|SLURM_\w*|SBATCH_\w*|SRUN_\w*|HYDRA_\w*|MPIEXEC_\w*|"
-    r"OMPI_\w*|PMIX?_\w*|I_MPI_\w*|FI_PROVIDER_PATH"
-)
-#: sbatch options the submitter sets itself, or that change what or where the job runs
-FORBIDDEN_SBATCH_OPTIONS = frozenset(
-    {
-        "--output",
-        "--error",
-        "--input",
-        "--chdir",
-        "--wrap",
-        "--export",
-        "--export-file",
-        "--job-name",
-        "--comment",
-        "--parsable",
-        "--ntasks",
-        "--partition",
-        "--time",
-        "--open-mode",
-        "--uid",
-        "--gid",
-        "--get-user-env",
-        "--propagate",
-        "--requeue",
-        "--no-requeue",
-        "--signal",
-        "--wait",
-        "--array",
-        "--container",
-        "--wckey",
-    }
-)
-
 #: an absolute path: starts with "/" (so never with "-"), one line, no NUL. ``$(?!\n)``: Python's ``$`` (what
 #: jsonschema uses) also matches before a final newline, which would let "/x\n" through
 ABSOLUTE_PATH = r"^/[^\n\r\x00]*$(?!\n)"
 #: a SLURM time limit: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
-TIME_LIMIT = r"^([0-9]+|[0-9]+:[0-9]{2}|[0-9]+:[0-9]{2}:[0-9]{2}|[0-9]+-[0-9]{1,2}(:[0-9]{2}){0,2})$"
+TIME_LIMIT = r"^([0-9]+|[0-9]+:[0-9]{2}|[0-9]+:[0-9]{2}:[0-9]{2}|[0-9]+-[0-9]{1,2}(:[0-9]{2}){0,2})$(?!\n)"
+#: one line of text, no NUL (a value of the job's environment, of an sbatch option)
+ONE_LINE = r"[^\n\r\x00]*$(?!\n)"
 NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 
 
@@ -102,27 +122,44 @@ class Deployment:
     partitions: tuple[str, ...] = ()
     job_env_keys: tuple[str, ...] = DEFAULT_JOB_ENV_KEYS
     sbatch_options: tuple[str, ...] = DEFAULT_SBATCH_OPTIONS
+    #: directories an opt-out list file (``exclude_hosts_file``) of a version run may lie under, besides
+    #: its selection file's own directory (the version job's ``CORPUS_HOSTS_ROOTS``)
+    hosts_roots: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Every deployment is checked, however it was made: a key or option outside the allow-lists,
+        a relative path, a bad partition name is a :class:`DeploymentError` naming it."""
+        for key in ("cluster_root", "python"):
+            value = getattr(self, key)
+            if (value or key == "cluster_root") and not re.fullmatch(ABSOLUTE_PATH, value):
+                raise DeploymentError(f"{ENV_VAR}: {key} must be an absolute path, got {value!r}")
+        for root in self.hosts_roots:
+            if not re.fullmatch(ABSOLUTE_PATH, root) or os.pathsep in root:
+                raise DeploymentError(f"{ENV_VAR}: hosts_roots must be absolute paths, got {root!r}")
+        for p in self.partitions:
+            if not re.fullmatch(NAME, p):
+                raise DeploymentError(f"{ENV_VAR}: bad partition name {p!r}")
+        for k in self.job_env_keys:
+            if k not in ALLOWED_JOB_ENV_KEYS:
+                raise DeploymentError(
+                    f"{ENV_VAR}: job_env_keys may not allow {k!r} (only {', '.join(sorted(ALLOWED_JOB_ENV_KEYS))})"
+                )
+        for o in self.sbatch_options:
+            if o not in ALLOWED_SBATCH_OPTIONS:
+                raise DeploymentError(
+                    f"{ENV_VAR}: sbatch_options may not allow {o!r} (only these, by full name: "
+                    f"{', '.join(sorted(ALLOWED_SBATCH_OPTIONS))})"
+                )
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> Deployment:
         known = set(cls.__dataclass_fields__)
         if unknown := sorted(set(raw) - known):
             raise DeploymentError(f"{ENV_VAR}: unknown keys {unknown} (known: {sorted(known)})")
-        d = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
-        for key in ("cluster_root", "python"):
-            value = getattr(d, key)
-            if (value or key == "cluster_root") and not re.fullmatch(ABSOLUTE_PATH, value):
-                raise DeploymentError(f"{ENV_VAR}: {key} must be an absolute path, got {value!r}")
-        for p in d.partitions:
-            if not re.fullmatch(NAME, p):
-                raise DeploymentError(f"{ENV_VAR}: bad partition name {p!r}")
-        for k in d.job_env_keys:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) or FORBIDDEN_ENV.fullmatch(k):
-                raise DeploymentError(f"{ENV_VAR}: job_env_keys may not allow {k!r}")
-        for o in d.sbatch_options:
-            if not re.fullmatch(r"--[a-z][a-z-]*", o) or o in FORBIDDEN_SBATCH_OPTIONS:
-                raise DeploymentError(f"{ENV_VAR}: sbatch_options may not allow {o!r}")
-        return d
+        for key in ("partitions", "job_env_keys", "sbatch_options", "hosts_roots"):
+            if key in raw and not isinstance(raw[key], list):  # a string would be read letter by letter
+                raise DeploymentError(f"{ENV_VAR}: {key} must be a list, got {raw[key]!r}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Deployment:
@@ -148,14 +185,17 @@ class Deployment:
         return {
             "type": "object",
             "propertyNames": {"enum": list(self.job_env_keys)},
-            "additionalProperties": {"type": ["string", "integer"], "pattern": r"^[^\n\r\x00]*$"},
+            "additionalProperties": {"type": ["string", "integer"], "pattern": f"^{ONE_LINE}"},
         }
 
     def sbatch_args_schema(self) -> dict[str, Any]:
         """Each item one allowed long option, ``--opt`` or ``--opt=value`` (never a separate value word,
         never a short option: either could smuggle in another option or the job script)."""
         names = "|".join(re.escape(o[2:]) for o in self.sbatch_options) or "(?!)"
-        return {"type": "array", "items": {"type": "string", "pattern": rf"^--({names})(=[^\n\r\x00]*)?$"}}
+        return {
+            "type": "array",
+            "items": {"type": "string", "pattern": rf"^--({names})(={ONE_LINE}|$(?!\n))"},
+        }
 
 
 def path_schema(nullable: bool = False) -> dict[str, Any]:
@@ -163,6 +203,13 @@ def path_schema(nullable: bool = False) -> dict[str, Any]:
     if nullable:
         return {"type": ["null", "string"], "pattern": rf"^$(?!\n)|{ABSOLUTE_PATH}"}
     return {"type": "string", "pattern": ABSOLUTE_PATH}
+
+
+def hosts_roots_env(deployment: Deployment) -> dict[str, str]:
+    """The version job's environment naming where an opt-out list file may lie (besides its selection
+    file's directory): the deployment's ``hosts_roots``, set always, so a DAG run reads what the deployment
+    says and not whatever the cluster's login environment holds (corpus/select/hosts.py)."""
+    return {HOSTS_ROOTS_ENV: os.pathsep.join(deployment.hosts_roots)}
 
 
 def check_run_conf(conf: Mapping[str, Any], params: Mapping[str, Any]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from orchestration.buildsteps import NothingLeft, verify_stage
 from orchestration.deployment import Deployment, check_run_conf, path_schema
 from orchestration.jobparams import job_params, resolve_job_params
 from orchestration.operators import SnapshotOperator, StageJobOperator, buildstep
+from orchestration.rundir import run_dir_name
 from orchestration.submit import PROJECT_ROOT, SubmitError, backend_for
 
 
@@ -123,7 +123,7 @@ def resolve_build(p: dict[str, Any], run_id: str, deployment: Deployment) -> dic
     return {
         **resolve_job_params(p, deployment),
         "stages": list(PIPELINE),
-        "out": p["out"] or str(build_root() / re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)),
+        "out": p["out"] or str(build_root() / run_dir_name(run_id)),
         "ranks": p["ranks"],
         "ranks_per_stage": p["ranks_per_stage"],
         "seed": p["seed"],

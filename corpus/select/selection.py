@@ -22,6 +22,7 @@ from corpus.model.config import ConfigError, config_to_dict, stage_config
 from corpus.model.digest import canonical_json, sha256_hex
 from corpus.model.errors import UserError
 from corpus.select.buckets import BucketDef, check_bucket_columns, parse_buckets
+from corpus.select.hosts import allowed_roots, check_hosts, hosts_file_path, read_hosts_file
 from corpus.select.licences import ALL_CLASSES
 from corpus.select.policy import PolicyConfig
 
@@ -185,17 +186,13 @@ def _share(where: str, key: str, value: Any) -> float:
     return float(value)
 
 
-def read_hosts_file(path: Path) -> tuple[str, ...]:
-    """An opt-out list: one host a line; blank lines and ``#`` comments are ignored."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise UserError(f"exclude_hosts_file {path}: {e.strerror or e}") from None
-    return tuple(h for line in lines if (h := line.split("#", 1)[0].strip().lower().rstrip(".")))
-
-
-def parse_selection(data: dict[str, Any], where: str = "<inline>", base_dir: Path | None = None) -> Selection:
-    """A :class:`Selection` from a TOML table; every mistake is a one-line error naming the key."""
+def parse_selection(
+    data: dict[str, Any], where: str = "<inline>", base_dir: Path | None = None, read_files: bool = True
+) -> Selection:
+    """A :class:`Selection` from a TOML table; every mistake is a one-line error naming the key.
+    ``base_dir``: the selection file's directory (an inline selection has none); ``read_files=False``
+    checks everything but the opt-out list file's contents (where that file is not at hand: a DAG's
+    ``prepare`` runs on an Airflow worker, the file is on the cluster)."""
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise _err(where, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
@@ -242,17 +239,12 @@ def parse_selection(data: dict[str, Any], where: str = "<inline>", base_dir: Pat
         kw["crawl_date_max_by_source"] = {
             str(k): _date(where, f"crawl_date_max_by_source.{k}", v) for k, v in table.items()
         }
-    hosts = [
-        h.strip().lower().rstrip(".") for h in _strings(where, "exclude_hosts", data.get("exclude_hosts", []))
-    ]
+    hosts = check_hosts(where, _strings(where, "exclude_hosts", data.get("exclude_hosts", [])))
     if "exclude_hosts_file" in data:
-        if not isinstance(data["exclude_hosts_file"], str):
-            raise _err(where, "exclude_hosts_file must be a path")
-        path = Path(data["exclude_hosts_file"])
-        if not path.is_absolute() and base_dir is not None:
-            path = base_dir / path
-        hosts += read_hosts_file(path)
-    kw["exclude_hosts"] = tuple(h for h in hosts if h)
+        path = hosts_file_path(where, data["exclude_hosts_file"], base_dir)
+        if read_files:
+            hosts += read_hosts_file(path, allowed_roots(base_dir))
+    kw["exclude_hosts"] = hosts
     if "exclude_sources" in data:
         kw["exclude_sources"] = _strings(where, "exclude_sources", data["exclude_sources"])
     if "allowed_licence_classes" in data:
@@ -323,13 +315,14 @@ def load_selection(path: Path) -> Selection:
     return parse_selection(data, str(path), Path(path).parent)
 
 
-def parse_inline(text: str) -> Selection:
-    """A selection given as TOML text (a DAG Param) rather than a file."""
+def parse_inline(text: str, read_files: bool = True) -> Selection:
+    """A selection given as TOML text (a DAG Param) rather than a file (``read_files``: as for
+    :func:`parse_selection`)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"selection <inline>: not TOML: {e}") from None
-    return parse_selection(data)
+    return parse_selection(data, read_files=read_files)
 
 
 def _ident(name: str) -> str:

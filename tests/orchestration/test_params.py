@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import re
 import subprocess
 
 import pytest
@@ -177,3 +178,49 @@ def test_a_real_run_naming_python_fails_in_prepare(airflow_env, small_inputs, tm
     assert proc.returncode != 0
     assert "Param 'python' is not a per-run Param" in text, text[-3000:]
     assert not (tmp_path / "b").exists()
+
+
+#: a run each DAG accepts, to which one value at a time is changed
+ACCEPTED = {
+    "build_snapshot": GOOD,
+    "ingest_crawl": {k: v for k, v in GOOD.items() if k != "inputs"},
+    "build_version": {"build": "/b/b1", "selection_toml": "near_duplicates = 'all'"},
+    "refresh_optouts": {"build": "/b/b1"},
+}
+
+
+@pytest.mark.parametrize("dag", sorted(ACCEPTED))
+@pytest.mark.parametrize(
+    "param,good,bad",
+    [
+        ("time_limit", "04:00:00", "04:00:00\n"),
+        ("queue_wait", "1-00:00:00", "1-00:00:00\n"),
+        ("job_env", {"OMP_NUM_THREADS": "4"}, {"OMP_NUM_THREADS": "4\n"}),
+        ("sbatch_args", ["--qos=high"], ["--qos=high\n"]),
+        ("sbatch_args", ["--oversubscribe"], ["--oversubscribe\n"]),
+    ],
+)
+def test_a_trailing_newline_is_refused_by_every_schema_that_let_it_through(dag, param, good, bad):
+    """Airflow checks a pattern with Python's re.search, whose ``$`` also matches before a final newline."""
+    module = load_dag_module(dag)
+    trigger(module.PARAMS, {**ACCEPTED[dag], param: good})
+    with pytest.raises(ParamValidationError, match=f"Invalid input for param {param}:"):
+        trigger(module.PARAMS, {**ACCEPTED[dag], param: bad})
+
+
+def patterns(schema) -> list[str]:
+    if isinstance(schema, dict):
+        found = [schema["pattern"]] if isinstance(schema.get("pattern"), str) else []
+        return found + [p for v in schema.values() for p in patterns(v)]
+    if isinstance(schema, list):
+        return [p for v in schema for p in patterns(v)]
+    return []
+
+
+@pytest.mark.parametrize("dag", [*sorted(ACCEPTED), "contamination_check"])
+def test_every_end_anchor_of_every_param_pattern_refuses_a_final_newline(dag):
+    """So a pattern added later with a bare ``$`` fails here, before a run can use it."""
+    module = load_dag_module(dag)
+    found = [p for param in module.PARAMS.values() for p in patterns(param.schema)]
+    assert found
+    assert [p for p in found if re.search(r"\$(?!\(\?!\\n\))", p)] == []

@@ -4,14 +4,20 @@ that becomes a new version only when it changed (real `airflow dags test`, mpiex
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_corpus
+from orchestration.deployment import Deployment
+from orchestration.operators import version_job
+from tests.conftest import ROOT, run_corpus
 from tests.loader.snapshot_factory import write_id_snapshot
 from tests.orchestration.conftest import dags_test, failure_lines
 from tests.orchestration.test_ingest_crawl import version_events
+from tests.orchestration.test_params import load_dag_module, trigger
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +91,32 @@ def test_refresh_optouts_makes_a_version_only_when_the_list_changed(airflow_env,
     assert len(now) == 2
     newest = json.loads((versions / (set(now) - set(first)).pop() / "manifest.json").read_text())
     assert newest["selection"]["exclude_hosts"] == ["a.example.org", "c.example.net"]
+
+
+def test_a_version_run_reads_an_opt_out_list_only_under_the_deployments_roots(snapshot, tmp_path):
+    """The inline selection a run is triggered with names the list; prepare reads nothing on the worker,
+    the version job (run here as the submitter runs it, with the job's environment) reads the list only
+    under the deployment's hosts_roots, whatever the environment it was submitted from says."""
+    module = load_dag_module("build_version")
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / "optout.txt").write_text("A.example.org\n")
+    deployment = Deployment(hosts_roots=(str(lists),))
+
+    def run_job(named: str, out: str) -> subprocess.CompletedProcess:
+        conf = {"build": str(snapshot), "selection_toml": f'exclude_hosts_file = "{named}"', "out": out}
+        step = module.resolve_step(trigger(module.PARAMS, conf), "r", deployment)
+        job = version_job(step)
+        env = {**os.environ, "CORPUS_HOSTS_ROOTS": "/etc", **job.job_env()}
+        argv = [sys.executable, "-m", "hpc_jobs.version", *job.stage_args()]
+        return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    good = run_job(str(lists / "optout.txt"), str(tmp_path / "v"))
+    assert good.returncode == 0, good.stderr
+    manifest = json.loads((tmp_path / "v" / "manifest.json").read_text())
+    assert manifest["selection"]["exclude_hosts"] == ["a.example.org"]
+    for named in ("/etc/passwd", "/etc/hostname"):
+        bad = run_job(named, str(tmp_path / "w"))
+        assert bad.returncode == 2
+        assert f"exclude_hosts_file {named}: outside the allowed roots ({lists})" in bad.stderr
+        assert not (tmp_path / "w").exists()

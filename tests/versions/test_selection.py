@@ -211,8 +211,11 @@ def test_a_selection_naming_an_unknown_column_lists_the_known_ones():
 
 
 def test_values_are_parameters_never_sql():
+    """Spliced into the SQL, the language would read ``lang IN ('de') OR TRUE`` and keep the English
+    document (a host is checked as a hostname before it gets this far: tests/versions/test_optout_lists.py)."""
     recs = [record(0, url="https://x.org/a")]
-    assert run(recs, 'exclude_hosts = ["x.org\') OR TRUE --"]').tolist() == [True]
+    assert run(recs, 'langs = ["de\') OR TRUE --"]').tolist() == [False]
+    assert run(recs, "exclude_sources = [\"web', 'x\"]").tolist() == [True]  # spliced: NOT IN ('web', 'x')
 
 
 def test_the_canonical_form_ignores_spelling_and_order():
