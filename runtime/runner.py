@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import hashlib
 import logging
 import os
 import re
@@ -48,7 +49,8 @@ from corpus.model.config import (
     stage_config,
     stage_memory_budget_mb,
 )
-from corpus.model.digest import canonical_json, file_sha256
+from corpus.model.digest import canonical_json
+from corpus.model.errors import UserError
 from corpus.model.layout import (
     DOC_OUTPUT_KINDS,
     FILTERED,
@@ -61,10 +63,12 @@ from corpus.model.layout import (
 )
 from corpus.model.manifest import NotCompleted, read_stage_manifest, require_stage_manifest
 from corpus.model.stages import PIPELINE
+from corpus.text.inputs import display_name, open_regular
 from runtime import file_opens
 from runtime.manifest_parts import ShardRecord, artifact_refs, read_shard_record
 from runtime.output_lock import LockHeld, Writer, acquire, release
 from runtime.preemption import PREEMPTED_EXIT, Preempted, any_rank_stopped, install_handlers, stop_requested
+from runtime.progress import RankLog, RankProgress, Reporter, interval_s, progress_dir, unit_weight
 from runtime.side_output import SideOutput
 
 log = logging.getLogger("corpus.stage")
@@ -91,6 +95,9 @@ class InputShard:
     records: int = -1  # -1 where unknown (raw files)
     #: the bytes [start, end) of ``path`` this unit reads (a large file cut at record boundaries), or None
     span: tuple[int, int] | None = None
+    #: a raw input's input root (a path given to ``--in``; the input itself when named directly), which
+    #: its declarations and globs are relative to (corpus.text.inputs); None for a previous stage's shard
+    root: Path | None = None
 
     @property
     def content_id(self) -> str:
@@ -128,7 +135,7 @@ class StageContext:
         self.memory_budget_mb = memory_budget_mb
         self.memory_budget_bytes = memory_budget_mb << 20
         self.stage_name = stage_name
-        self._log = _RankLog(stage_name, self.rank, self.size)
+        self._log = RankLog(stage_name, self.rank, self.size)
 
         self.work_dir = work_dir(out_dir)
         #: the side outputs of the shard being processed, by kind (:class:`SideOutput`, set by the runner)
@@ -234,8 +241,11 @@ class Stage:
 
 
 def raw_input_shard(path: Path) -> InputShard:
-    """A raw input file as a unit of work, named by its stem and content digest (stable anywhere)."""
-    sha = file_sha256(path)
+    """A raw input file as a unit of work, named by its stem and content digest (stable anywhere; a
+    name that is not UTF-8 loses those bytes in the stem, never in the digest). Read only if it is a
+    regular file when opened (corpus.text.inputs.open_regular): a FIFO is refused, never waited on."""
+    with open_regular(path) as f:
+        sha = hashlib.file_digest(f, "sha256").hexdigest()
     stem = re.sub(r"[^A-Za-z0-9_-]+", "-", path.name.split(".")[0]).strip("-") or "input"
     return InputShard(name=f"{stem}-{sha[:12]}", path=path, sha256=sha)
 
@@ -262,23 +272,6 @@ def assign(inputs: list[InputShard], rank: int, size: int) -> list[InputShard]:
     return ordered[rank::size]
 
 
-class _RankLog:
-    """Per-rank progress lines on stderr: which shard, how far, how fast."""
-
-    def __init__(self, stage: str, rank: int, size: int) -> None:
-        self.prefix = f"[{stage} r{rank}/{size}]"
-        self.last = time.monotonic()
-
-    def say(self, msg: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {self.prefix} {msg}", file=sys.stderr, flush=True)
-
-    def tick(self, shard: str, n: int, t0: float) -> None:
-        now = time.monotonic()
-        if now - self.last >= 10:
-            self.last = now
-            self.say(f"{shard}: {n} docs, {n / max(now - t0, 1e-9):.0f} docs/s")
-
-
 class StageRun:
     """One run of one stage on this rank."""
 
@@ -287,7 +280,7 @@ class StageRun:
         self.stage = stage
         self.ctx = ctx
         self.cfg_hash = config_hash(stage.config)
-        self.log = _RankLog(stage.name, ctx.rank, ctx.size)
+        self.log = RankLog(stage.name, ctx.rank, ctx.size)
 
     def checkpoint_key(self, shard: InputShard, prepare_digest: str) -> dict[str, str]:
         return {
@@ -405,6 +398,8 @@ class StageRun:
         prepare_digest = comm.bcast(prepare_digest, root=0)
 
         mine = assign(inputs, ctx.rank, ctx.size)
+        board = RankProgress(progress_dir(ctx.out_dir), ctx.rank)
+        reporter = Reporter.on_rank0(ctx, inputs, self.log.say, interval_s())
         done_by_me = []
         skipped = 0
         # what the manifest needs of each of this rank's shards, read once here: rank 0 opens
@@ -415,17 +410,20 @@ class StageRun:
                 break
             key = self.checkpoint_key(shard, prepare_digest)
             record = self.shard_record(shard, key)
+            done_before = record is not None
             if record is None:
                 self.run_shard(shard, key)
                 done_by_me.append(shard.name)
                 record = self.shard_record(shard, key)
             else:
                 skipped += 1
+            board.done(unit_weight(shard.path, shard.span), skipped=done_before)
             mine_records.append(record)
         self.log.say(f"{len(done_by_me)} shards processed, {skipped} already done")
         if any_rank_stopped(comm):
             raise Preempted("stopped at a shard boundary on request (SIGUSR1/SIGTERM); rerun to resume")
         comm.Barrier()  # every shard is written before a conclusion reads them
+        reporter.stop()
         conclude_digest = comm.bcast(stage.conclude(ctx, inputs), root=0)
         records = comm.gather(mine_records, root=0)
         artifacts = comm.gather(artifact_refs(ctx.out_dir, stage.artifact_kinds, ctx.rank, ctx.size), 0)
@@ -582,15 +580,17 @@ def peak_rss_mb() -> float:
 
 
 def _input_ref(shard: InputShard, stages_root: Path) -> ShardRef:
-    """A previous stage's shard by its path in the build; a raw input by its file name only, so the
-    manifest (and the snapshot id) never depends on where the inputs or the build directory live."""
+    """A previous stage's shard by its path in the build; a raw input by its file name only (its display
+    form where it is not UTF-8), so the manifest (and the snapshot id) never depends on where the inputs
+    or the build directory live."""
     path, root = (
         shard.path.resolve(),
         stages_root.resolve(),
     )  # one spelling: a link or `..` is not another place
     if path.is_relative_to(root):
-        return ShardRef(path=str(path.relative_to(root)), sha256=shard.sha256, records=shard.records)
-    return ShardRef(path=shard.path.name, sha256=shard.sha256, records=shard.records)
+        shown = display_name(str(path.relative_to(root)))
+        return ShardRef(path=shown, sha256=shard.sha256, records=shard.records)
+    return ShardRef(path=display_name(shard.path.name), sha256=shard.sha256, records=shard.records)
 
 
 def parse_args(argv: list[str] | None, stage_name: str) -> argparse.Namespace:
@@ -667,7 +667,7 @@ def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
     except Preempted as e:
         print(f"{stage_cls.name}: {e}", file=sys.stderr, flush=True)
         return PREEMPTED_EXIT
-    except (StageError, ConfigError, FileNotFoundError) as e:
+    except (StageError, ConfigError, UserError, FileNotFoundError) as e:
         if getattr(e, "every_rank", False):
             if comm.Get_rank() == 0:
                 print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from corpus.text.inputs import InputRefused, open_regular
+
 #: names that say "repository archive" (content decides first; the name serves a file too damaged to sniff)
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 _HEAD = 4096
@@ -243,13 +245,14 @@ def is_tar_header(block: bytes) -> bool:
 
 def sniff(path: Path) -> str:
     """What a file's bytes are: ``"tar"`` (plain or gzip/bzip2/xz-wrapped), ``"zip"``, ``"warc"`` (a
-    WARC/ARC head, gzip-wrapped or not), ``"gzip"`` (another gzip stream) or ``""``."""
+    WARC/ARC head, gzip-wrapped or not), ``"gzip"`` (another gzip stream) or ``""`` (also for what is
+    not a regular file when opened: a FIFO is never waited on)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(64 << 10)
             if head.startswith(b"BZh"):  # bzip2 gives nothing before its first whole block (<= 900 kB)
                 head += f.read(1 << 20)
-    except OSError:
+    except (OSError, InputRefused):
         return ""
     if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
         return "zip"

@@ -2,12 +2,13 @@
 
 A build config declares sources as ``[[ingest.sources]]`` tables (``match``, ``name``, ``tier``,
 ``license``, ``date``, ``kind``, ``url``); the first matching table wins. The data may also declare
-itself where it lies, in a :data:`DECLARATION_FILE` (``[[sources]]`` tables, globs relative to its
-directory; the nearest one above an input is read); the build config's tables come first: the
-operator's word wins over the data's. Undeclared: WARC/ARC is ``web``, a repository archive ``code``,
-a JSONL or text file ``<file stem>`` in the tier ``[ingest] undeclared_files`` names (or refused):
-trust is declared, never inferred from a file format. See docs/ingest-and-filters.md ("Inputs, sources
-and tiers").
+itself where it lies, in a :data:`DECLARATION_FILE` (``[[sources]]`` tables), searched from the input's
+directory up to its input root and never above it (:mod:`corpus.text.inputs`); the build config's
+tables come first: the operator's word wins over the data's. A glob sees the path relative to the input
+root (or to the declaration) or the name, never how the root was spelled. Undeclared: WARC/ARC is
+``web``, a repository archive ``code``, a JSONL or text file ``<file stem>`` in the tier ``[ingest]
+undeclared_files`` names (or refused): trust is declared, never inferred from a file format. See
+docs/ingest-and-filters.md ("Inputs, sources and tiers").
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from corpus.code.archive import ARCHIVE_SUFFIXES, archive_stem, sniff
+from corpus.model.errors import UserError
 from corpus.model.tiers import check_tier
+from corpus.text.inputs import InputPath, Listing, display_name, list_roots
 
 WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
@@ -33,6 +38,12 @@ DECLARATION_FILE = "corpus-sources.toml"
 #: what a source table's ``kind`` may say: read by format (``auto``), or as a code repository
 SOURCE_KINDS = ("auto", "repository")
 REPOSITORY = "repository"
+#: a glob's leading ``*/`` (or ``**/``, ``./``): any directories, none included
+_ANY_DIRS = re.compile(r"^(?:\*+/|\./)+")
+
+
+class DeclarationError(UserError, ValueError):
+    """A :data:`DECLARATION_FILE` that cannot be read as ``[[sources]]`` tables; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -59,13 +70,13 @@ def input_format(path: Path) -> str:
     return ""
 
 
-def resolve_format(path: Path, declared: list[tuple[str, SourceSpec]]) -> str:
+def resolve_format(path: Path, declared: list[tuple[str, SourceSpec]], root: Path | None = None) -> str:
     """How an input is read: a declared repository (file or directory) is one; a WARC, JSONL or text
     name wins (a ``.warc.gz`` stays a WARC); else the bytes decide (a tar -- plain or gzip/bzip2/xz --
     or a zip is a repository, a WARC/ARC head a WARC, as is another gzip stream unless its name says
     repository archive); else a repository archive's name (a file too damaged to sniff, to be
-    quarantined). "" when nothing says."""
-    spec = declared_source(path, declared)
+    quarantined). "" when nothing says. ``root``: the input root it was found under (None: named)."""
+    spec = declared_source(path, declared, root)
     if spec is not None and spec.kind == REPOSITORY:
         return REPOSITORY
     if path.is_dir():
@@ -114,93 +125,113 @@ def parse_source_tables(tables: list[dict[str, Any]]) -> list[tuple[str, SourceS
     return out
 
 
-def _matching(whole: str, name: str, declared: list[tuple[str, SourceSpec]]) -> SourceSpec | None:
+def glob_matches(path: str, pattern: str) -> bool:
+    """Whether a relative POSIX path (or a bare name) matches a source glob: ``fnmatch``, whose ``*``
+    crosses ``/``, and a leading ``*/`` also matches no directory at all, so ``*/x.jsonl`` takes ``x.jsonl``
+    at the input root as it takes ``a/x.jsonl`` (a trailing ``/`` is ignored)."""
+    pattern = pattern.rstrip("/")
+    return fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(path, _ANY_DIRS.sub("", pattern))
+
+
+def _matching(rel: str, name: str, declared: list[tuple[str, SourceSpec]]) -> SourceSpec | None:
     for pattern, spec in declared:
-        if fnmatch.fnmatch(whole, pattern.rstrip("/")) or fnmatch.fnmatch(name, pattern.rstrip("/")):
+        if glob_matches(rel, pattern) or glob_matches(name, pattern):
             return spec
     return None
 
 
 @functools.lru_cache(maxsize=256)
 def read_declaration(path: Path) -> list[tuple[str, SourceSpec]]:
-    """The ``[[sources]]`` tables of a :data:`DECLARATION_FILE`; a ValueError names the file and problem."""
+    """The ``[[sources]]`` tables of a :data:`DECLARATION_FILE`; a :class:`DeclarationError` (one line)
+    names the file and the problem."""
+    shown = display_name(str(path))
     try:
         tables = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ValueError(f"{path}: not a readable TOML file ({e})") from e
+        raise DeclarationError(f"{shown}: not a readable TOML file ({_one_line(e)})") from e
     unknown = sorted(set(tables) - {"sources"})
     if unknown or not isinstance(tables.get("sources", []), list):
-        raise ValueError(f"{path}: holds [[sources]] tables only (found {', '.join(unknown) or 'sources'})")
+        found = ", ".join(unknown) or "sources"
+        raise DeclarationError(f"{shown}: holds [[sources]] tables only (found {found})")
     try:
         return parse_source_tables(tables.get("sources", []))
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+    except (ValueError, TypeError) as e:
+        raise DeclarationError(f"{shown}: {_one_line(e)}") from e
 
 
-def nearest_declaration(path: Path) -> Path | None:
-    """The :data:`DECLARATION_FILE` of the input's directory or of the nearest ancestor that has one."""
-    for d in path.absolute().parents:
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def declaration_dirs(path: Path, root: Path | None = None) -> list[Path]:
+    """Where the declarations of an input are looked for, nearest first: its directory and each one
+    above it up to its input ``root``, never above the root; named directly (``root`` None or the path),
+    a file's own directory, and none for a directory (its own declaration speaks for what is in it)."""
+    if root is None or path == root:
+        return [] if path.is_dir() else [path.parent]
+    return [root / d for d in path.relative_to(root).parents]
+
+
+def nearest_declaration(path: Path, root: Path | None = None) -> Path | None:
+    """The first :data:`DECLARATION_FILE` of :func:`declaration_dirs` that is a regular file (a link
+    in that name is not followed)."""
+    for d in declaration_dirs(path, root):
         candidate = d / DECLARATION_FILE
-        if candidate.is_file():
-            return candidate
+        try:
+            if stat.S_ISREG(os.lstat(candidate).st_mode):
+                return candidate
+        except OSError:
+            continue
     return None
 
 
-def declared_source(path: Path, declared: list[tuple[str, SourceSpec]]) -> SourceSpec | None:
-    """The first build-config table whose glob matches the path or the file name, else the first table
-    of the nearest :data:`DECLARATION_FILE` whose glob matches the path relative to it or the file
-    name; None if none does."""
-    spec = _matching(str(path).rstrip("/"), path.name, declared)
+def declared_source(
+    path: Path, declared: list[tuple[str, SourceSpec]], root: Path | None = None
+) -> SourceSpec | None:
+    """The first build-config table whose glob matches the path relative to its input ``root`` (the
+    name when named directly) or the file name, else the first table of the nearest
+    :data:`DECLARATION_FILE` whose glob matches the path relative to it or the file name; None if none
+    does. However the root was spelled, the answer is the same."""
+    where = InputPath(path, path if root is None else root)
+    spec = _matching(where.rel, path.name, declared)
     if spec is not None:
         return spec
-    declaration = nearest_declaration(path)
+    declaration = nearest_declaration(path, root)
     if declaration is None:
         return None
-    relative = path.absolute().relative_to(declaration.parent).as_posix()
+    relative = path.relative_to(declaration.parent).as_posix()
     return _matching(relative, path.name, read_declaration(declaration))
 
 
 def source_for(
-    path: Path, declared: list[tuple[str, SourceSpec]], fmt: str, undeclared_tier: str = "web"
+    path: Path,
+    declared: list[tuple[str, SourceSpec]],
+    fmt: str,
+    undeclared_tier: str = "web",
+    root: Path | None = None,
 ) -> SourceSpec:
     """The declared source, else the default: ``web`` for a WARC/ARC file, ``code`` (tier ``code``) for
-    a repository, ``<file stem>`` in ``undeclared_tier`` for a JSONL or text file
+    a repository, ``<file stem>`` (its display form) in ``undeclared_tier`` for a JSONL or text file
     (``[ingest] undeclared_files = "refuse"`` refuses those earlier)."""
-    spec = declared_source(path, declared)
+    spec = declared_source(path, declared, root)
     if spec is not None:
         return spec
     if fmt == "warc":
         return SourceSpec(name="web", tier="web")
     if fmt == REPOSITORY:
         return SourceSpec(name="code", tier="code")
-    return SourceSpec(name=file_stem(path), tier=undeclared_tier)
+    return SourceSpec(name=display_name(file_stem(path)), tier=undeclared_tier)
 
 
-def expand_inputs(paths: list[Path], declared: list[tuple[str, SourceSpec]] | None = None) -> list[Path]:
-    """Files named directly, a directory declared as a repository as itself, and under any other named
-    directory every file whose name is a readable format (repository archives included) and every
-    subdirectory declared as a repository (read whole, not searched further); sorted."""
+def expand_inputs(paths: list[Path], declared: list[tuple[str, SourceSpec]] | None = None) -> Listing:
+    """The inputs under the input roots ``paths`` (:func:`corpus.text.inputs.list_roots`): files named
+    directly, a directory declared as a repository as itself, and under any other root every regular
+    file whose name is a readable format (repository archives included) and every subdirectory declared
+    as a repository (read whole, not searched further); links and special files skipped, counted."""
     declared = declared or []
 
-    def is_repo_dir(d: Path) -> bool:
-        spec = declared_source(d, declared)
+    def is_repo_dir(ip: InputPath) -> bool:
+        spec = declared_source(ip.path, declared, ip.root)
         return spec is not None and spec.kind == REPOSITORY
 
-    files: list[Path] = []
-    for p in paths:
-        if p.is_dir() and is_repo_dir(p):
-            files.append(p)
-        elif p.is_dir():
-            for root, dirs, names in os.walk(p):
-                here = Path(root)
-                dirs.sort()
-                for d in list(dirs):
-                    if is_repo_dir(here / d):
-                        files.append(here / d)
-                        dirs.remove(d)
-                files.extend(here / n for n in names if (here / n).is_file() and input_format(here / n))
-        elif p.exists():
-            files.append(p)
-        else:
-            raise FileNotFoundError(f"input not found: {p}")
-    return sorted(set(files))
+    return list_roots(paths, is_repo_dir, lambda ip: bool(input_format(ip.path)))

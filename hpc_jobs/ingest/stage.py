@@ -22,7 +22,9 @@ from corpus.formats.dedup_keys import recrawl_key_params
 from corpus.formats.docshard import SUFFIX, ShardWriter, atomic_write_json, read_sidecar
 from corpus.model import Filtered, Kept, Outcome, Quarantined
 from corpus.model.annotations import RECRAWL_OF_DATE
+from corpus.model.errors import UserError
 from corpus.model.layout import INDEX_RECORDS
+from corpus.text.inputs import InputPath, display_name, open_regular
 from corpus.text.sources import (
     DECLARATION_FILE,
     REPOSITORY,
@@ -45,6 +47,7 @@ from hpc_jobs.ingest.recrawl import (
     collapse,
     write_keys,
 )
+from hpc_jobs.ingest.shown import shown_files, shown_item
 from runtime.against_base import AgainstBase, IndexFacts
 from runtime.global_phase import GlobalPhase, decisions_of, global_phase_key, part_count
 from runtime.runner import (
@@ -71,61 +74,85 @@ class IngestStage(Stage):
         self._skipped: Counter = Counter()
         self._files: dict[str, Any] | None = None
         self._formats: dict[Path, str] = {}
+        self._skipped_inputs: dict[str, int] = {}
         self._index: AgainstBase | None = None
 
     # -- inputs ------------------------------------------------------------------------------------
     def list_inputs(self, ctx: StageContext) -> list[InputShard]:
-        files = expand_inputs(ctx.in_paths, self.declared)
-        unknown = [str(p) for p in files if not self._format(p)]
+        """The units of the input roots (corpus.text.inputs: links, FIFOs, sockets and devices under a
+        root are skipped and counted, ``run_info.skipped_inputs``); a bad declaration or an input that
+        is no file or directory is one line."""
+        try:
+            listing = expand_inputs(ctx.in_paths, self.declared)
+            units = self._checked_units(listing.inputs, ctx)
+        except UserError as e:
+            raise StageError(str(e)) from None
+        self._skipped_inputs = dict(sorted(listing.skipped.items()))
+        if self._skipped_inputs:
+            said = ", ".join(f"{reason} {n}" for reason, n in self._skipped_inputs.items())
+            ctx.say(f"skipped under the input roots (not followed, not read): {said}")
+        return units
+
+    def _checked_units(self, files: list[InputPath], ctx: StageContext) -> list[InputShard]:
+        unknown = [display_name(str(p.path)) for p in files if not self._format(p)]
         if unknown:
             raise StageError(
                 f"unrecognised input (not WARC/ARC, JSONL, .txt or a tar/zip repository): {', '.join(unknown)}"
             )
         if not files:
-            raise StageError(
-                f"no WARC, JSONL, text or repository files under {', '.join(map(str, ctx.in_paths))}"
-            )
+            roots = ", ".join(display_name(str(p)) for p in ctx.in_paths)
+            raise StageError(f"no WARC, JSONL, text or repository files under {roots}")
         if self.config.undeclared_files == "refuse":
             undeclared = [
-                str(p)
+                display_name(str(p.path))
                 for p in files
-                if self._format(p) != "warc" and declared_source(p, self.declared) is None
+                if self._format(p) != "warc" and declared_source(p.path, self.declared, p.root) is None
             ]
             if undeclared:
                 raise StageError(
                     f"no [[ingest.sources]] table and no {DECLARATION_FILE} matches {', '.join(undeclared)} "
                     '(undeclared_files = "refuse"): declare their source and tier'
                 )
-        return [unit for p in files for unit in self._units(p)]
+        return [unit for ip in files for unit in self._units(ip)]
 
-    def _units(self, path: Path) -> list[InputShard]:
+    def _units(self, ip: InputPath) -> list[InputShard]:
         """An input as units of work: a repository directory or a file, or a large gzipped WARC's
         pieces (``unit_bytes``, cut at record boundaries), each named by the file and its number."""
+        path = ip.path
         if path.is_dir():
-            return [repository_dir_shard(path)]
-        whole = raw_input_shard(path)
-        spans = warc_units(path, self.config.unit_bytes) if self._format(path) == "warc" else []
+            return [replace(repository_dir_shard(path), root=ip.root)]
+        whole = replace(raw_input_shard(path), root=ip.root)
+        spans = warc_units(path, self.config.unit_bytes) if self._format(ip) == "warc" else []
         if len(spans) <= 1:
             return [whole]
         return [replace(whole, name=f"{whole.name}-u{k:05d}", span=span) for k, span in enumerate(spans)]
 
-    def _format(self, path: Path) -> str:
+    def _format(self, unit: InputPath | InputShard) -> str:
         """The reader of an input (corpus.text.sources.resolve_format), looked at once per path."""
-        if path not in self._formats:
-            self._formats[path] = resolve_format(path, self.declared)
-        return self._formats[path]
+        if unit.path not in self._formats:
+            self._formats[unit.path] = resolve_format(unit.path, self.declared, unit.root)
+        return self._formats[unit.path]
 
-    def spec(self, path: Path) -> SourceSpec:
-        return source_for(path, self.declared, self._format(path), self.config.undeclared_files)
+    def spec(self, shard: InputShard) -> SourceSpec:
+        fmt = self._format(shard)
+        return source_for(shard.path, self.declared, fmt, self.config.undeclared_files, shard.root)
 
     # -- reading one file --------------------------------------------------------------------------
     def items(self, shard: InputShard) -> Iterator[Item]:
-        fmt = self._format(shard.path)
-        return read_items(shard, self.spec(shard.path), fmt, self.config, self.rules, self._set_files)
+        """The records of a unit, read by :mod:`.items`. A file must still be a regular file (one put
+        in its place since it was listed is refused, not waited on); where its name is not UTF-8 what
+        is recorded of it carries the name's display form (:mod:`.shown`)."""
+        if not shard.path.is_dir():
+            open_regular(shard.path).close()
+        fmt = self._format(shard)
+        items = read_items(shard, self.spec(shard), fmt, self.config, self.rules, self._set_files)
+        if display_name(str(shard.path)) == str(shard.path):
+            return items
+        return (shown_item(it) for it in items)
 
     def _set_files(self, files: dict[str, Any]) -> None:
         """The fates of the files of the repository being read, for its ``rejected_files`` artifact."""
-        self._files = files
+        self._files = shown_files(files)
 
     # -- the global phase: recrawl collapse ----------------------------------------------------------
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
@@ -138,7 +165,7 @@ class IngestStage(Stage):
             remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, PER_INPUT_ARTIFACTS)
         # what each input was declared as (config or corpus-sources.toml): a changed declaration file
         # changes the documents, so it redoes the stage as a changed config does
-        sources = sorted([s.name, asdict(self.spec(s.path))] for s in inputs)
+        sources = sorted([s.name, asdict(self.spec(s))] for s in inputs)
         key = global_phase_key(self, inputs, reader=READER_VERSION, sources=sources, **against.phase_key())
         phase = self._phase = GlobalPhase(ctx, key)  # (a barrier: after the removal)
         if phase.complete:
@@ -159,7 +186,7 @@ class IngestStage(Stage):
         return phase.finish({GROUPS: groups, DECISIONS: names}, facts)
 
     def _collapses(self, shard: InputShard) -> bool:
-        return self.config.collapse_recrawls and self._format(shard.path) != REPOSITORY
+        return self.config.collapse_recrawls and self._format(shard) != REPOSITORY
 
     # -- the map phase -----------------------------------------------------------------------------
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
@@ -217,9 +244,14 @@ class IngestStage(Stage):
             "recrawl_duplicates": self._phase.facts["duplicates"],
         } | self._index.manifest_index(IndexFacts.of(self._phase.facts).to_dict())
 
+    def run_info(self, ctx: StageContext) -> dict[str, Any]:
+        """What the listing skipped under the input roots (links and special files, never read), by
+        reason: what this run saw, not what the documents are (so not digested)."""
+        return {"skipped_inputs": self._skipped_inputs}
+
     def input_facts(self, inputs: list[InputShard]) -> dict[str, Any]:
         """Each input's declared source, tier, licence, date, kind and URL (``sources``)."""
-        return {"sources": {s.name: spec_dict(self.spec(s.path)) for s in inputs}}
+        return {"sources": {s.name: spec_dict(self.spec(s)) for s in inputs}}
 
 
 STAGE = IngestStage

@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import tarfile
 import zipfile
 from pathlib import Path
@@ -105,15 +106,15 @@ def odd_tar(path: Path) -> None:
 
 def make_inputs(d: Path) -> Path:
     d.mkdir(parents=True)
-    for name in REAL:
-        os.symlink(CODE / name, d / name)
+    for name in REAL:  # copies: a symbolic link under an input root is skipped, never followed
+        shutil.copyfile(CODE / name, d / name)
     click = (CODE / "click-8.1.7.tar.gz").read_bytes()
     (d / "click-cut.tar.gz").write_bytes(click[: len(click) * 6 // 10])  # a download cut short
     (d / "not-a-repo.tgz").write_bytes(b"<html>404 Not Found</html>\n" * 40)
     zip_repo(d / "ziprepo-1.0.zip")
     odd_tar(d / "odd.tar.gz")
     build_tiny_repo(d / "tinyrepo")
-    os.symlink(sorted((SAMPLE / "web").glob("*.warc.gz"))[0], d / "crawl.warc.gz")  # stays a WARC
+    shutil.copyfile(sorted((SAMPLE / "web").glob("*.warc.gz"))[0], d / "crawl.warc.gz")  # stays a WARC
     return d
 
 

@@ -151,9 +151,9 @@ def test_the_tier_of_a_jsonl_file_no_source_declares_is_web_curated_when_configu
 
 
 def test_data_declares_its_own_sources_in_a_corpus_sources_file_and_the_build_config_wins(tmp_path):
-    """A ``corpus-sources.toml`` beside the data (globs relative to it) declares the files in and below
-    its directory; a build-config table for the same file wins; a refusing deployment accepts a file
-    so declared."""
+    """A ``corpus-sources.toml`` in the input root (globs relative to it) declares the files in and
+    below its directory; a build-config table for the same file wins; a refusing deployment accepts a
+    file so declared. (One above the root is never read: tests/stages/test_input_trust.py.)"""
     data = tmp_path / "data"
     (data / "books").mkdir(parents=True)
     write_jsonl_gz(data / "books" / "manuals.jsonl.gz", [{"text": "A manual, declared by its producer."}])
@@ -166,7 +166,7 @@ def test_data_declares_its_own_sources_in_a_corpus_sources_file_and_the_build_co
         '[ingest]\nundeclared_files = "refuse"\n[[ingest.sources]]\nmatch = "*/notes.jsonl.gz"\n'
         'name = "notes"\ntier = "web"\n'
     )
-    run_stage("ingest", 1, [data / "books"], tmp_path / "out", cfg)
+    run_stage("ingest", 1, [data], tmp_path / "out", cfg)
     got = {d.text.split(",")[0]: (d.source, d.source_tier, d.license_hint) for d in docs(tmp_path / "out")}
     assert got == {"A manual": ("press", "books", "CC-BY-4.0"), "Notes": ("notes", "web", "")}
 
