@@ -295,14 +295,17 @@ def _classes(where: str, key: str, value: Any) -> tuple[str, ...]:
     return classes
 
 
-def parse_policy(table: Any, where: str = "build config") -> PolicyConfig:
-    """The ``policy`` table (a selection's, or the build config's ``[policy]``) as a PolicyConfig."""
+def parse_policy(table: Any, where: str | None = None) -> PolicyConfig:
+    """The ``policy`` table (a selection's, or with ``where`` None the build config's ``[policy]``,
+    whose errors name the table alone) as a PolicyConfig."""
     if not isinstance(table, dict):
-        raise _err(where, "policy must be a table of PolicyConfig keys")
+        if where:
+            raise _err(where, "policy must be a table of PolicyConfig keys")
+        raise UserError("[policy] must be a table of PolicyConfig keys")
     try:
         return stage_config(PolicyConfig, table, "policy")
     except ConfigError as e:
-        raise _err(where, str(e)) from None
+        raise (_err(where, str(e)) if where else UserError(str(e))) from None
 
 
 def load_selection(path: Path) -> Selection:
