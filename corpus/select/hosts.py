@@ -14,12 +14,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import stat
 import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
 from corpus.model.errors import UserError
+from corpus.text.inputs import InputRefused, open_regular
 
 #: the environment variable naming the directories (``os.pathsep``-separated, absolute) an opt-out list
 #: file may lie under, besides the selection file's own directory
@@ -71,13 +71,18 @@ def _why(entry: str) -> str:
 
 def check_hosts(where: str, entries: Iterable[str]) -> tuple[str, ...]:
     """Inline ``exclude_hosts``, normalized; an empty entry is skipped, a bad one refused by its index."""
+    return _hosts((entry, f"selection {where}: exclude_hosts[{i}]") for i, entry in enumerate(entries))
+
+
+def _hosts(entries: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """Each (entry, where it stands) normalized; a blank one skipped, a bad one refused naming where."""
     out = []
-    for i, entry in enumerate(entries):
+    for entry, where in entries:
         if not entry.strip():
             continue
         host = normalize_host(entry)
         if host is None:
-            raise UserError(f"selection {where}: exclude_hosts[{i}]: {_why(entry)}")
+            raise UserError(f"{where}: {_why(entry)}")
         out.append(host)
     return tuple(out)
 
@@ -120,28 +125,18 @@ def read_hosts_file(path: Path, roots: list[Path]) -> tuple[str, ...]:
             f"the selection file or under a directory named in {ROOTS_ENV}"
         )
     try:
-        # no symlink at the last step (it was resolved), no blocking open of a FIFO
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open_regular(
+            real, follow=False
+        ) as f:  # no link at the last step (it was resolved), no FIFO wait
+            data = f.read()
+    except InputRefused:
+        raise UserError(f"exclude_hosts_file {path}: not a regular file") from None
     except OSError as e:
         raise UserError(f"exclude_hosts_file {path}: {e.strerror or e}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UserError(f"exclude_hosts_file {path}: not a regular file")
-        with open(fd, "rb", closefd=False) as f:
-            data = f.read()
-    finally:
-        os.close(fd)
     try:
         lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError as e:
         raise UserError(f"exclude_hosts_file {path}: not UTF-8 (byte {e.start})") from None
-    hosts = []
-    for number, line in enumerate(lines, 1):
-        entry = line.split("#", 1)[0]
-        if not entry.strip():
-            continue
-        host = normalize_host(entry)
-        if host is None:
-            raise UserError(f"exclude_hosts_file {path} line {number}: {_why(entry)}")
-        hosts.append(host)
-    return tuple(hosts)
+    return _hosts(
+        (line.split("#", 1)[0], f"exclude_hosts_file {path} line {n}") for n, line in enumerate(lines, 1)
+    )

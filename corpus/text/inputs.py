@@ -66,11 +66,12 @@ def _kind(mode: int) -> str:
     return "device"  # character or block device (or a node type this system does not name)
 
 
-def open_regular(path: Path) -> BinaryIO:
+def open_regular(path: Path, follow: bool = True) -> BinaryIO:
     """``path`` opened for reading if it is a regular file when opened; else :class:`InputRefused`.
     Opened non-blocking, so a FIFO put in a file's place after it was listed is refused at once
-    instead of waiting for a writer."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    instead of waiting for a writer; ``follow=False`` refuses a link at the last step too (OSError)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
     try:
         kind = _kind(os.fstat(fd).st_mode)
         if kind != "file":
