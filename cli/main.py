@@ -26,6 +26,8 @@ first steps:
   corpus report /tmp/build --html /tmp/card.html     # the data card
   corpus version /tmp/build --select SEL.toml --out /tmp/build/versions/v1   # a selection, in seconds
   corpus config defaults | validate FILE | explain TABLE.KEY
+  corpus submit --input /data/crawl --out /scratch/b1   # the same build as SLURM jobs
+  corpus status /scratch/b1                           # where a build is, step by step
 
 `corpus COMMAND --help` for a command's flags; README.md and docs/ for the rest."""
 

@@ -160,6 +160,9 @@ def is_transient(exc: BaseException) -> bool:
 
 #: the version step (hpc_jobs/version/, sbatch/version.sbatch) runs as a job like the stages
 VERSION_STEP = "version"
+#: a build's last step (orchestration/buildsteps.py) as a job, sbatch/finalize.sbatch: the end of the chain
+#: ``corpus submit`` queues (orchestration/chain.py)
+FINALIZE_STEP = "finalize"
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,7 @@ class StageJob:
     max_requeues: int = 3  # how often the job may requeue itself after SIGUSR1 (sbatch/stage.sbatch)
     comment: str = ""  # who submitted it (job_comment): a retry finds the job of an earlier try by it
     extra_args: tuple[str, ...] = ()  # more arguments of the step, each --name=value (the version step)
+    after: str = ""  # the job id this one starts after, once it has COMPLETED (``corpus submit``'s chain)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.stage):
@@ -199,6 +203,8 @@ class StageJob:
                     raise SubmitError(f"{what} must be an absolute path, got {path!r}")
         if self.ranks < 1:
             raise SubmitError(f"ranks must be at least 1, got {self.ranks}")
+        if self.after and not re.fullmatch(r"[0-9]+", self.after):
+            raise SubmitError(f"a job id is digits, got {self.after!r}")
         for arg in self.extra_args:  # one argv element each, in = form: a value is never read as an option
             if not re.fullmatch(r"--[a-z][a-z-]*=.*", arg, flags=re.DOTALL):
                 raise SubmitError(f"extra argument {arg!r} is not --name=value")
@@ -213,7 +219,7 @@ class StageJob:
     def script_argv(self) -> list[str]:
         """A planned stage's (or the version step's) own job script (what a person submits); any other
         stage through the generic ``sbatch/stage.sbatch STAGE``."""
-        if self.stage in (*PIPELINE, VERSION_STEP):
+        if self.stage in (*PIPELINE, VERSION_STEP, FINALIZE_STEP):
             return [f"{self.root}/sbatch/{self.stage}.sbatch"]
         return [f"{self.root}/sbatch/stage.sbatch", self.stage]
 
@@ -222,8 +228,8 @@ class StageJob:
         return self.python or f"{self.root}/.venv/bin/python"
 
     def stage_args(self) -> list[str]:
-        """The arguments of ``python -m hpc_jobs.<stage>`` (and of the job script)."""
-        args = ["--in", *self.inputs, f"--out={self.out}"]
+        """The arguments of ``python -m hpc_jobs.<stage>`` or of finalize (and of the job script)."""
+        args = [*(["--in", *self.inputs] if self.inputs else []), f"--out={self.out}"]
         if self.config:
             args.append(f"--config={self.config}")
         return [*args, *self.extra_args]
@@ -265,6 +271,8 @@ class StageJob:
             argv.append(f"--time={self.time_limit}")
         if self.comment:
             argv.append(f"--comment={self.comment}")
+        if self.after:  # a failed job cancels the rest of the chain, never leaves it pending forever
+            argv += [f"--dependency=afterok:{self.after}", "--kill-on-invalid-dep=yes"]
         argv += [*self.script_argv(), *self.stage_args()]
         return argv
 

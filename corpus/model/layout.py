@@ -31,6 +31,10 @@ DEDUP_BASE = "base.json"
 COMMITTED = "committed.json"
 #: the one place inside a build where a version may be written (``<build>/versions/<name>``)
 VERSIONS_DIR = "versions"
+#: the jobs ``corpus submit`` queued for a build, in order (what ``corpus status`` asks SLURM about), and
+#: the directory of their logs and exit records
+SUBMITTED = "submitted.json"
+JOB_LOGS = "logs"
 
 # inside a stage directory
 SHARDS = "shards"
@@ -104,6 +108,10 @@ def committed_path(build_dir: Path) -> Path:
 def manifest_path(directory: Path) -> Path:
     """The manifest of a stage directory or of a snapshot directory."""
     return Path(directory) / MANIFEST
+
+
+def submitted_path(build_dir: Path) -> Path:
+    return Path(build_dir) / SUBMITTED
 
 
 def build_config_path(build_dir: Path) -> Path:
