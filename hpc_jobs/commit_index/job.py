@@ -24,6 +24,7 @@ from corpus.formats.dedup_keys import KINDS, owned_partitions
 from corpus.model.errors import UserError
 from corpus.model.layout import dedup_index_dir
 from runtime.build import COMMIT_JOB, write_commit_partitions, write_compaction_partitions
+from runtime.orphan import die_with_launcher
 from runtime.runner import fail_job, peak_rss_mb
 
 
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from mpi4py import MPI
 
+    die_with_launcher()  # never left spinning in the gather when the launcher is killed
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
