@@ -19,6 +19,7 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Generator
@@ -127,35 +128,35 @@ def is_transient(exc: BaseException) -> bool:
     ConnectionLost and ChannelOpenError and paramiko's SSHException are not OSError subclasses, so a
     plain ``except OSError`` misses them; a refused key or host key is final, though, since it does not
     heal by waiting."""
-    import asyncssh
-    import paramiko
-
     if isinstance(exc, TransientSubmitError):
         return True
-    if isinstance(
-        exc,
-        (
-            asyncssh.PermissionDenied,
-            asyncssh.HostKeyNotVerifiable,
-            asyncssh.IllegalUserName,
-            asyncssh.ProtocolNotSupported,
-            asyncssh.KeyExchangeFailed,
-            paramiko.AuthenticationException,
-            paramiko.BadHostKeyException,
+    # the SSH libraries' errors exist only where they were imported (the ssh backend, with the [airflow]
+    # extra): a runtime-only install never imports them for this
+    asyncssh, paramiko = sys.modules.get("asyncssh"), sys.modules.get("paramiko")
+    final = [
+        *(
+            (
+                asyncssh.PermissionDenied,
+                asyncssh.HostKeyNotVerifiable,
+                asyncssh.IllegalUserName,
+                asyncssh.ProtocolNotSupported,
+                asyncssh.KeyExchangeFailed,
+            )
+            if asyncssh
+            else ()
         ),
-    ):
+        *((paramiko.AuthenticationException, paramiko.BadHostKeyException) if paramiko else ()),
+    ]
+    if isinstance(exc, tuple(final)):
         return False
-    return isinstance(
-        exc,
-        (
-            OSError,
-            TimeoutError,
-            EOFError,
-            asyncssh.DisconnectError,
-            asyncssh.ChannelOpenError,
-            paramiko.SSHException,
-        ),
-    )
+    transient = [
+        OSError,
+        TimeoutError,
+        EOFError,
+        *((asyncssh.DisconnectError, asyncssh.ChannelOpenError) if asyncssh else ()),
+        *((paramiko.SSHException,) if paramiko else ()),
+    ]
+    return isinstance(exc, tuple(transient))
 
 
 #: the version step (hpc_jobs/version/, sbatch/version.sbatch) runs as a job like the stages
