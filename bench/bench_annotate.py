@@ -1,6 +1,7 @@
 """Benchmark: the annotate stage's CPU-s per GB of extracted text, per component, old code and new.
 
     python bench/bench_annotate.py [--data ../shared/data] [--every 5 --take 3] [--baseline HEAD] [--repeat 2]
+    python bench/bench_annotate.py --gate "lang = 'en' AND words >= 50"     (no gate against this gate)
 
 The text is real: the pages of the shared first crawl, extracted as the extract stage does (cached in
 ``--cache`` by bench_scale.extracted_pages), 3 of every 5 (~2,000 documents, ~18 MB). The signal
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_scale import WEB_WARCS, extracted_pages  # noqa: E402
+from corpus.model.annotations import SIGNALS_SKIPPED  # noqa: E402
+from corpus.select.gate import parse_gate  # noqa: E402
 from corpus.signals import heuristics, langid, pii  # noqa: E402
 from corpus.text.extract import normalize_text, strip_invisible  # noqa: E402
 from hpc_jobs.annotate import stage  # noqa: E402
@@ -52,8 +55,9 @@ def baseline_module(rev: str, name: str):
     return mod
 
 
-def timed_pass(docs, modules: dict, quality) -> tuple[dict[str, float], list]:
-    """annotate_document over ``docs`` with the functions of ``modules``: CPU s per component, outputs."""
+def timed_pass(docs, modules: dict, quality, gate=None) -> tuple[dict[str, float], list]:
+    """annotate_document over ``docs`` with the functions of ``modules`` (and an ``[annotate] gate``): CPU
+    s per component, outputs."""
     spent = dict.fromkeys([c[0] for c in COMPONENTS] + ["quality", "total"], 0.0)
     clock = time.process_time
 
@@ -73,7 +77,7 @@ def timed_pass(docs, modules: dict, quality) -> tuple[dict[str, float], list]:
     modules["heuristics"].clear_span_cache()
     try:
         t = clock()
-        out = [stage.annotate_document(d, score) for d in docs]
+        out = [stage.annotate_document(d, score, gate=gate) for d in docs]
         spent["total"] = clock() - t
     finally:
         for g, f in saved.items():
@@ -90,6 +94,11 @@ def main() -> None:
     ap.add_argument("--take", type=int, default=3, help="documents taken of every --every")
     ap.add_argument("--baseline", default="HEAD")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument(
+        "--gate",
+        default=None,
+        help="compare the current code without and with this [annotate] gate, instead of --baseline and now",
+    )
     args = ap.parse_args()
 
     from corpus.signals.quality import load_quality_model, resolve_model_path
@@ -105,20 +114,33 @@ def main() -> None:
 
     quality = load_quality_model(str(resolve_model_path("")))
     new = {"heuristics": heuristics, "pii": pii, "langid": langid}
-    old = {name: baseline_module(args.baseline, name) for name in new}
+    if args.gate is None:
+        old, gates, header = (
+            {name: baseline_module(args.baseline, name) for name in new},
+            (None, None),
+            args.baseline,
+        )
+    else:
+        old, gates, header = new, (None, parse_gate(args.gate, "--gate")), "no gate"
     for modules in (old, new):  # warm-up: models, tokenizer, segmenters
         timed_pass(docs[:: max(1, len(docs) // 200)], modules, quality)
     best: dict[str, dict[str, float]] = {"old": {}, "new": {}}
     outputs = {}
     for _ in range(args.repeat):
-        for name, modules in (("old", old), ("new", new)):
-            spent, outputs[name] = timed_pass(docs, modules, quality)
+        for name, modules, gate in (("old", old, gates[0]), ("new", new, gates[1])):
+            spent, outputs[name] = timed_pass(docs, modules, quality, gate)
             if not best[name] or spent["total"] < best[name]["total"]:
                 best[name] = spent
-    differ = [i for i, (a, b) in enumerate(zip(outputs["old"], outputs["new"], strict=True)) if a != b]
-    print(f"documents that differ between old and new: {len(differ)} {differ[:5]}")
+    skipped = [SIGNALS_SKIPPED.name in d.scores for d in outputs["new"]]
+    differ = [
+        i
+        for i, (a, b, s) in enumerate(zip(outputs["old"], outputs["new"], skipped, strict=True))
+        if a != b and not s
+    ]
+    print(f"documents the gate did not pass: {sum(skipped)} of {len(docs)}")
+    print(f"documents that differ (but for the gate's): {len(differ)} {differ[:5]}")
 
-    print(f"\n| component | {args.baseline} CPU-s/GB | now CPU-s/GB | old / new |")
+    print(f"\n| component | {header} CPU-s/GB | now CPU-s/GB | old / new |")
     print("|---|---:|---:|---:|")
     for label in best["new"]:
         o, n = best["old"][label] / gb, best["new"][label] / gb

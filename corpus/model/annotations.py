@@ -115,6 +115,9 @@ QUALITY = AnnotationName(ANNOTATE, "quality")
 #: PII replaced, per kind: ``pii_<kind>`` (a kind of corpus.signals.pii.KINDS, never "spans")
 PII = AnnotationPrefix(ANNOTATE, "pii_")
 PII_SPANS = AnnotationName(ANNOTATE, "pii_spans")  # ``[[start, end, kind], ...]`` before the scrub
+#: the ``[annotate] gate`` clause a document did not pass, so its costly signals were not computed (the
+#: Gopher/C4 signals, script_fraction, quality); also the name of its score (1.0), which the policy rejects
+SIGNALS_SKIPPED = AnnotationName(ANNOTATE, "signals_skipped")
 
 # written by line_dedup (hpc_jobs/line_dedup/stage.py)
 LINES_REMOVED = AnnotationName(LINE_DEDUP, "lines_removed")
@@ -157,7 +160,7 @@ WRITTEN_BY: dict[str, tuple[AnnotationName | AnnotationPrefix, ...]] = {
         GATE_FAILED,
     ),
     EXACT_DEDUP: (EXACT_DUP_OF, EXACT_COPIES, EXACT_KEEPER_ID, HOLDOUT_EXACT),
-    ANNOTATE: (LANG, QUALITY, PII, PII_SPANS),
+    ANNOTATE: (LANG, QUALITY, PII, PII_SPANS, SIGNALS_SKIPPED),
     LINE_DEDUP: (LINES_REMOVED, BYTES_REMOVED),
     MINHASH_DEDUP: (HOLDOUT_NEAR, DUP_CLUSTER_SIZE, REPO_CLUSTER, REPO_CLUSTER_SIZE, REPO_RANK, REPO_DUP_OF),
     DECONTAMINATE: (CONTAMINATED_RUN, CONTAMINATED_ITEM, CONTAMINATED_ITEMS),

@@ -27,6 +27,16 @@ SIGNALS: dict[str, type] = {
     "lines": float,  # non-empty lines of the first-pass text
 }
 
+
+def text_counts(text: str) -> dict[str, str | float]:
+    """The count signals of a text (``words``, ``chars``, ``lines``), as every gate reads them."""
+    return {
+        "words": float(len(text.split())),
+        "chars": float(len(text)),
+        "lines": float(sum(1 for line in text.splitlines() if line.strip())),
+    }
+
+
 _OPS = {
     "=": operator.eq,
     "!=": operator.ne,
@@ -60,26 +70,22 @@ class Gate:
         return None
 
 
-def parse_gate(text: str) -> Gate:
-    """``text`` as a gate ("" passes everything); a mistake is one line naming the gate."""
+def parse_gate(text: str, where: str = "[extract] gate") -> Gate:
+    """``text`` as a gate ("" passes everything); a mistake is one line naming the gate (``where``)."""
     if not text.strip():
         return Gate()
-    clauses = parse_predicate(text, "[extract] gate")
+    clauses = parse_predicate(text, where)
     for c in clauses:
         kind = SIGNALS.get(c.column)
         if kind is None:
             raise UserError(
-                f"[extract] gate names unknown signal {c.column}; first-pass signals: {', '.join(SIGNALS)}"
+                f"{where} names unknown signal {c.column}; first-pass signals: {', '.join(SIGNALS)}"
             )
         values = c.value if isinstance(c.value, tuple) else (c.value,)
         if any(isinstance(v, Quantile) for v in values):
-            raise UserError(
-                f"[extract] gate: {c.text}: a page cannot compare with a percentile of the corpus"
-            )
+            raise UserError(f"{where}: {c.text}: a page cannot compare with a percentile of the corpus")
         if any(isinstance(v, str) != (kind is str) for v in values):
-            raise UserError(
-                f"[extract] gate: {c.text}: {c.column} is a {'string' if kind is str else 'number'}"
-            )
+            raise UserError(f"{where}: {c.text}: {c.column} is a {'string' if kind is str else 'number'}")
     return Gate(clauses)
 
 

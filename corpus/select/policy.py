@@ -20,7 +20,14 @@ from typing import Protocol
 import numpy as np
 
 from corpus.model import Annotation
-from corpus.model.annotations import HOLDOUT_EXACT, HOLDOUT_NEAR, POLICY, POLICY_DECISION, AnnotationName
+from corpus.model.annotations import (
+    HOLDOUT_EXACT,
+    HOLDOUT_NEAR,
+    POLICY,
+    POLICY_DECISION,
+    SIGNALS_SKIPPED,
+    AnnotationName,
+)
 from corpus.signals.words import STOP_WORD_LANGUAGES
 
 
@@ -114,9 +121,9 @@ class PolicyConfig:
 
     @cached_property
     def checks(self) -> tuple[Check, ...]:
-        """Every check on a score, in the order judged: :data:`HOLDOUT_CHECKS` (before the language
-        list and confidence), then the rest (after them)."""
-        return HOLDOUT_CHECKS + _score_checks(self)
+        """Every check on a score, in the order judged: :data:`HOLDOUT_CHECKS` and :data:`SKIPPED_CHECK`
+        (before the language list and confidence), then the rest (after them)."""
+        return (*HOLDOUT_CHECKS, SKIPPED_CHECK, *_score_checks(self))
 
 
 #: what ``unscored_quality`` may say, and the value a missing quality score then counts as
@@ -159,6 +166,9 @@ HOLDOUT_CHECKS: tuple[Check, ...] = (
     Check("holdout_exact_duplicate", HOLDOUT_EXACT.name, -INF, 0.0, EVERY),
     Check("holdout_near_duplicate", HOLDOUT_NEAR.name, -INF, 0.0, EVERY),
 )
+#: a document the ``[annotate] gate`` did not pass has no Gopher/C4 signals and no quality score: the
+#: policy cannot judge it, so it never keeps it, in any tier (a version that reads none of those may)
+SKIPPED_CHECK = Check("signals_skipped", SIGNALS_SKIPPED.name, -INF, 0.0, EVERY)
 
 
 def _at_most(name: str, score: str, limit: float, scope: str = "web") -> Check:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corpus.select.gate import text_counts
 from corpus.signals.langid import identify_language
 
 
@@ -39,11 +40,7 @@ def first_pass(html: str, language: bool = True) -> FirstPass:
     """The page's first pass; its language only when ``language`` (a gate that reads none needs the
     language of the pages it rejects only: :func:`with_language`)."""
     text = resiliparse_text(html)
-    signals: dict[str, str | float] = {
-        "words": float(len(text.split())),
-        "chars": float(len(text)),
-        "lines": float(sum(1 for line in text.splitlines() if line.strip())),
-    }
+    signals = text_counts(text)
     return with_language(FirstPass(text, signals)) if language else FirstPass(text, signals)
 
 

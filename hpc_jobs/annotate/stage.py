@@ -17,9 +17,10 @@ from typing import Any
 
 from corpus.code.signals import document_code_signals
 from corpus.model import Document, Kept, Outcome
-from corpus.model.annotations import LANG, PII, PII_SPANS, QUALITY
+from corpus.model.annotations import LANG, PII, PII_SPANS, QUALITY, SIGNALS_SKIPPED
 from corpus.model.digest import json_digest
 from corpus.model.tiers import check_tier
+from corpus.select.gate import Gate, parse_gate, text_counts
 from corpus.signals.heuristics import heuristic_signals, tokenizer_id
 from corpus.signals.langid import identify_language, lid_model_hash, script_fraction
 from corpus.signals.pii import CODE_SAFE_KINDS, KINDS, scrub_pii
@@ -42,19 +43,27 @@ class AnnotateConfig:
     # so only the kinds a checksum or an unambiguous shape identifies are scrubbed there
     code_safe_tiers: list[str] = field(default_factory=lambda: ["curated", "code"])
     code_safe_pii_kinds: list[str] = field(default_factory=lambda: list(CODE_SAFE_KINDS))
+    #: which documents get the costly signals (the Gopher/C4 signals, script_fraction, the quality score):
+    #: a predicate over the cheap ones (corpus.select.gate: lang, lang_confidence, words, chars, lines),
+    #: "" = every document. One it does not pass keeps its language and PII scrub and gets
+    #: signals_skipped, which the policy rejects (docs/ingest-and-filters.md, "annotate")
+    gate: str = ""
+    #: the tiers the gate judges; a document of another tier always gets every signal
+    gate_tiers: list[str] = field(default_factory=lambda: ["web"])
 
     def __post_init__(self) -> None:
         for kinds in (self.pii_kinds, self.code_safe_pii_kinds):
             unknown = sorted(set(kinds) - set(KINDS))
             if unknown:
                 raise ValueError(f"unknown PII kinds {unknown}; known: {list(KINDS)}")
-        for tier in self.code_safe_tiers:
+        for tier in (*self.code_safe_tiers, *self.gate_tiers):
             check_tier(tier)
+        parse_gate(self.gate, "[annotate] gate")  # a mistake is one line before any document is read
 
 
 class AnnotateStage(Stage):
     name = "annotate"
-    version = "7"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
+    version = "8"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
     Config = AnnotateConfig
 
     def __init__(self, config: AnnotateConfig) -> None:
@@ -71,11 +80,13 @@ class AnnotateStage(Stage):
             pinned = getattr(config, key)
             if pinned and pinned != actual:
                 raise StageError(f"[annotate] {key} = {pinned} but this installation has {actual}")
+        self.gate = parse_gate(config.gate, "[annotate] gate")
         super().__init__(
             # the model by its file name and content hash, never by the path it was given as: the same
-            # model from another directory is the same config (and snapshot id)
+            # model from another directory is the same config (and snapshot id); the gate as judged
             replace(
                 config,
+                gate=self.gate.text,
                 quality_model=path.name if config.quality_model else "",
                 quality_model_hash=self.quality.hash,
                 lid_model_hash=lid_model_hash(),
@@ -93,9 +104,10 @@ class AnnotateStage(Stage):
         )
 
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
+        gate = self.gate if doc.source_tier in self.config.gate_tiers else None
         return Kept(
             annotate_document(
-                doc, self.quality.score, self.pii_kinds(doc.source_tier), self.quality.languages
+                doc, self.quality.score, self.pii_kinds(doc.source_tier), self.quality.languages, gate
             )
         )
 
@@ -119,26 +131,35 @@ def annotate_document(
     quality_score,
     pii_kinds: tuple[str, ...] = KINDS,
     quality_languages: frozenset[str] | None = None,
+    gate: Gate | None = None,
 ) -> Document:
     """The document with PII of ``pii_kinds`` scrubbed and every signal stored (a pure function of
     text and models). Each replacement is kept as ``[start, end, kind]`` of the text before the scrub
-    (the ``derived_from`` document's), so it can be audited and reversed."""
+    (the ``derived_from`` document's), so it can be audited and reversed. Cheapest first: the scrub
+    and the language always; the costly signals only when ``gate`` passes the cheap ones."""
     code = doc.source_tier == CODE_TIER
     scrubbed = scrub_pii(doc.text, pii_kinds)
     text = scrubbed.text
     guess = identify_language(text)
     scores = dict(doc.scores)
-    scores.update(document_code_signals(doc) if code else heuristic_signals(text, guess.lang))
-    scores["script_fraction"] = script_fraction(text, guess.lang)
-    # the quality model scores the languages it was trained for (None: every language); any other
-    # document gets no score at all, never a made-up one (a null in the metadata table); code none
-    scored = not code and (quality_languages is None or guess.lang in quality_languages)
-    quality = quality_score(text) if scored else None
+    skipped = gate.failure(cheap_signals(text, guess)) if gate and gate.clauses else None
+    quality = None
+    if skipped is not None:
+        scores[SIGNALS_SKIPPED.name] = 1.0
+    else:
+        scores.update(document_code_signals(doc) if code else heuristic_signals(text, guess.lang))
+        scores["script_fraction"] = script_fraction(text, guess.lang)
+        # the quality model scores the languages it was trained for (None: every language); any other
+        # document gets no score at all, never a made-up one (a null in the metadata table); code none
+        scored = not code and (quality_languages is None or guess.lang in quality_languages)
+        quality = quality_score(text) if scored else None
     if quality is not None:
         scores["quality"] = quality
     pii = {kind: n for kind, n in scrubbed.counts().items() if kind in pii_kinds}  # unscanned: no value
     scores.update({f"pii_{kind}": float(n) for kind, n in pii.items()})
     notes = [LANG.note(guess.lang)]
+    if skipped is not None:
+        notes.append(SIGNALS_SKIPPED.note(skipped.text))
     if quality is not None:
         notes.append(QUALITY.note(quality))
     notes += [PII.note(kind, n) for kind, n in sorted(pii.items()) if n]
@@ -148,6 +169,11 @@ def annotate_document(
     return doc.with_text(
         text, lang=guess.lang, lang_confidence=guess.confidence, scores=dict(sorted(scores.items()))
     ).annotate(*notes)
+
+
+def cheap_signals(text: str, guess: Any) -> dict[str, str | float]:
+    """What the gate may read: the language and the counts, as the first pass has them."""
+    return {"lang": guess.lang, "lang_confidence": guess.confidence, **text_counts(text)}
 
 
 STAGE = AnnotateStage
