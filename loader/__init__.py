@@ -5,7 +5,8 @@ consumption record (:mod:`loader.state`), sequence packing (:mod:`loader.sequenc
 (:mod:`loader.faults`) and a recipe's phase clock (:mod:`loader.phases`); :mod:`loader.world` is the only
 place that reads the launcher's environment. :mod:`loader.counter` checks the realized mixture online;
 :mod:`loader.trace` positions a loader at a step of a run so that it names the source of every token
-of that step's batch (:mod:`loader.provenance`), for ``corpus trace``.
+of that step's batch (:mod:`loader.provenance`), for ``corpus trace``. :mod:`loader.prefetch` reads the
+next steps in a background thread; :mod:`loader.metrics` says what reading cost.
 """
 
 from loader.counter import MixtureCounter, MixtureDrift

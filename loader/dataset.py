@@ -14,10 +14,12 @@ the same data, and only the replicas are data-parallel ranks.
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,9 @@ from loader.faults import (
     DEFAULT_MEMORY_BUDGET_MB,
     ShardStore,
 )
+from loader.metrics import metrics_line
 from loader.phases import PhaseClock, PhaseSpan
+from loader.prefetch import DEFAULT_PREFETCH_STEPS, Segments, StepReader, planned_steps, prefetch_depth
 from loader.provenance import TracedBatch
 from loader.sampler import SAMPLER_VERSION
 from loader.sequences import Batch, assemble_sequence, make_batch
@@ -52,6 +56,10 @@ from loader.world import World
 
 class ResumeRefused(UserError):
     """A checkpoint that cannot be resumed exactly with this loader, and no override was given."""
+
+
+def _log_line(rank: int, world: int, msg: str) -> None:
+    print(f"[loader rank {rank}/{world}] {msg}", file=sys.stderr, flush=True)
 
 
 def _recipe_name(recipe_id: str | None, recipe_hash: str | None) -> str:
@@ -143,9 +151,11 @@ class SnapshotLoader(IterableDataset):
         memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
         io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS,
         recipe: Recipe | None = None,
+        prefetch_steps: int = DEFAULT_PREFETCH_STEPS,
     ) -> None:
         """``recipe`` (what :meth:`from_recipe` passes): the mixture, seed, sequence length and epoch caps are
-        the recipe's, phase by phase, and ``run_len`` is the default of phases that state none."""
+        the recipe's, phase by phase, and ``run_len`` is the default of phases that state none.
+        ``prefetch_steps``: steps a background thread reads ahead (0: read each step when it is asked for)."""
         super().__init__()
         if recipe is not None and (mixture is not None or epoch_caps is not None):
             raise ValueError("a recipe sets the mixture and epoch caps: pass neither with it")
@@ -212,12 +222,17 @@ class SnapshotLoader(IterableDataset):
             self.eos_id,
             self.append_eos,
             max_skip_fraction,
-            log=self._log,
+            log=partial(_log_line, self.rank, self.world),  # not self: the prefetch thread holds the store
             memory_budget_bytes=int(memory_budget_mb) << 20,
             io_retry_delays=io_retry_delays,
             selection=self.version.selected if self.version is not None else None,
         )
         self.cursor = RankCursor(self.layout, Plan.fresh(self.world), self.rank)
+        seq_max = max(p.seq_len for p in recipe.phases) if recipe is not None else self.seq_len
+        self.prefetch_depth = prefetch_depth(
+            int(prefetch_steps), int(memory_budget_mb) << 20, self.batch_size * seq_max * 8
+        )
+        self.reader = StepReader(self.store, self.prefetch_depth)
         self.switches: list[dict[str, Any]] = []  # (step, from, to) of every move between versions
         self.recipe_changes: list[dict[str, Any]] = []  # (step, from, to) of every accepted change of recipe
         self.recipe, self.default_run_len = recipe, self.run_len
@@ -320,6 +335,35 @@ class SnapshotLoader(IterableDataset):
     def traced_batch(self) -> TracedBatch | None:
         """:meth:`next_batch` with the plan and the sourced parts it was read from (what ``corpus trace``
         asks: the step delivery takes, not a replica of it); None when this rank reads nothing."""
+        if self.prefetch_depth and not self.reader.running and not self.finished:
+            self._start_prefetch()
+        planned = self._plan_step()
+        if planned is None or planned[2] is None:
+            return None
+        step, span, plans = planned
+        sourced = self.reader.parts(step, tuple(sp.segments for sp in plans))
+        rows = [
+            assemble_sequence(
+                [(p.tokens, p.doc_starts) for p in parts], self._seq_len_of(span), sp.pad, self.eos_id
+            )
+            for sp, parts in zip(plans, sourced, strict=True)
+        ]
+        batch = make_batch(
+            rows,
+            tuple(sp.bucket for sp in plans),
+            step,
+            self._seq_len_of(span),
+            span.name if span is not None else None,
+        )
+        return TracedBatch(batch, tuple(plans), sourced, self.rank, self.world, self.store)
+
+    def _seq_len_of(self, span: PhaseSpan | None) -> int:
+        """The sequence length of a step in ``span`` (the loader's own without a recipe)."""
+        return span.phase.seq_len if span is not None else self.seq_len
+
+    def _plan_step(self) -> tuple[int, PhaseSpan | None, list | None] | None:
+        """Advance the cursor (and the phase) by one step: (step, its phase, its sequences' plans); None when
+        the rank is finished; plans None for a recipe step with nothing to read (the step still counts)."""
         span = self.span
         if self.recipe is not None and span is None:
             return None
@@ -332,33 +376,54 @@ class SnapshotLoader(IterableDataset):
             self.batch_size,
             run_origin=span.run_origin if span is not None else 0,
         )
-        if plans is None:
-            if span is not None:
-                self.cursor.step += 1
-                self._sync_phase()
+        if plans is None and span is None:
             return None
-        rows, sourced = [], []
-        for sp in plans:
-            parts = tuple(part for shard, a, b in sp.segments for part in self.store.read(shard, a, b))
-            sourced.append(parts)
-            rows.append(
-                assemble_sequence(
-                    [(p.tokens, p.doc_starts) for p in parts], self.seq_len, sp.pad, self.eos_id
-                )
-            )
-        batch = make_batch(
-            rows,
-            tuple(sp.bucket for sp in plans),
-            step,
-            self.seq_len,
-            span.name if span is not None else None,
-        )
+        if plans is None:
+            self.cursor.step += 1
         if span is not None:
             self._sync_phase()
-        return TracedBatch(batch, tuple(plans), tuple(sourced), self.rank, self.world, self.store)
+        return step, span, plans
+
+    def _planned_segments(self) -> tuple[int, Segments | None] | None:
+        planned = self._plan_step()
+        if planned is None:
+            return None
+        step, _, plans = planned
+        return step, tuple(sp.segments for sp in plans) if plans is not None else None
+
+    # --- prefetch and metrics -----------------------------------------------------------------------
+
+    def _start_prefetch(self) -> None:
+        """A reader thread planning on a copy of this loader's cursor and phase, from the next step on."""
+        twin = copy.copy(self)
+        twin.cursor, twin.reader, twin.dp_group = self.cursor.copy(), None, None
+        self.reader.start(self, planned_steps(twin._planned_segments))
+
+    def metrics(self) -> dict[str, Any]:
+        """Read latency p50/p99, bytes read, shard cache hits and opens, the consumer's wait per step and the
+        prefetch stalls (docs/loader.md, "Metrics"): wall-clock figures, not part of any checkpoint."""
+        store = self.store
+        return {
+            "step": self.step,
+            "prefetch_steps": self.prefetch_depth,
+            **self.reader.metrics.snapshot(),
+            "bytes_read": store.bytes_read,
+            "shard_cache_hits": store.cache_hits,
+            "shard_opens": store.opens,
+            "bytes_hashed": store.bytes_hashed,
+        }
+
+    def metrics_line(self) -> str:
+        """:meth:`metrics` as one training-log line (what a training script prints every K steps)."""
+        return metrics_line(self.rank, self.world, self.step, self.metrics())
+
+    def close(self) -> None:
+        """Stop the prefetch thread (it also stops when the loader is collected)."""
+        self.reader.stop()
 
     def seek(self, step: int) -> None:
         """Jump forward to ``step`` without reading anything (as if the steps before had been consumed)."""
+        self.reader.stop()
         if self.recipe is None:
             self.cursor.seek(step, self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size)
             return
@@ -414,8 +479,10 @@ class SnapshotLoader(IterableDataset):
         }
 
     def local_state(self) -> dict[str, Any]:
-        """This rank's part of the record (what ``state_dict`` all-gathers)."""
-        return self.cursor.local_state(self.store.skipped)
+        """This rank's part of the record (what ``state_dict`` all-gathers): the delivered position, and the
+        shards found corrupt by the steps delivered so far (not by those the prefetch read ahead)."""
+        with self.store.lock:
+            return self.cursor.local_state(self.store.skipped - self.reader.ahead())
 
     def global_record(self, local_states: list[Mapping[str, Any]]) -> dict[str, Any]:
         """The record of every rank's local state, as saved (:meth:`LoaderRecord.to_dict`)."""
@@ -464,6 +531,7 @@ class SnapshotLoader(IterableDataset):
         shard this version tombstones is refused unless ``allow_tombstoned``; a record of another recipe
         (or of a run without one, for a loader with one, and the reverse) unless ``allow_recipe_mismatch``,
         which is then noted in the record (``recipe_changes``). ``record``: as saved (:meth:`global_record`)."""
+        self.reader.stop()
         try:
             rec = LoaderRecord.from_dict(record)
         except ValueError as e:

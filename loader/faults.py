@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -95,6 +96,12 @@ class ShardStore:
         self._digests: dict[str, np.ndarray] = {}  # shard file -> (blocks, 32) sha256, read on first open
         self.bytes_hashed = 0  # .bin bytes this process hashed (block and whole-file checks)
         self.opens = 0  # shard opens (first opens and reopens after eviction)
+        self.cache_hits = 0  # reads of a shard already open
+        self.bytes_read = 0  # .bin bytes the reads covered (an appended EOS counts as one token)
+        # held by every read: the prefetch thread (loader.prefetch) and the consumer share the store
+        self.lock = threading.RLock()
+        # called with (shard, start, end) before every read: where a test or benchmark injects latency
+        self.before_read: Callable[[int, int, int], None] | None = None
         self._check_budget()
 
     def paths(self, i: int) -> tuple[Path, Path]:
@@ -119,6 +126,7 @@ class ShardStore:
             return None
         if i in self._open:
             self._open.move_to_end(i)
+            self.cache_hits += 1
             return self._open[i]
         opened = self._open_with_retries(i)
         reason = self._format_problem(i, opened)
@@ -253,6 +261,7 @@ class ShardStore:
             done[b] = True
 
     def _checked_read(self, i: int, opened: OpenShard, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        self.bytes_read += (end - start) * opened.itemsize
         return opened.read(start, end, check=lambda lo, hi: self._verify_blocks(i, opened, lo, hi))
 
     # --- substitution and reading -------------------------------------------------------------------
@@ -290,6 +299,12 @@ class ShardStore:
         Every block the parts come from is verified first; a block that fails makes its shard corrupt
         and the read starts again from the next substitute, so nothing unverified is returned.
         """
+        with self.lock:
+            if self.before_read is not None:
+                self.before_read(i, start, end)
+            return self._read(i, start, end)
+
+    def _read(self, i: int, start: int, end: int) -> list[SourcedPart]:
         while True:
             j, shard = self._source(i)
             try:
@@ -309,7 +324,8 @@ class ShardStore:
 
     def document_at(self, j: int, pos: int) -> tuple[int, int, bool]:
         """:meth:`loader.sequences.OpenShard.document_at` of shard ``j`` (a shard a part was read from)."""
-        opened = self._get(j)
+        with self.lock:
+            opened = self._get(j)
         if opened is None:
             raise ValueError(f"shard {self.manifest.shards[j].path} was found corrupt after it was read")
         return opened.document_at(pos)

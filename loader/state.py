@@ -13,6 +13,7 @@ Everything here is pure arithmetic on the manifest's shard sizes: no file is ope
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable, Mapping
@@ -180,6 +181,12 @@ class RankCursor:
         self.queues = {b: RankQueue(layout, plan, b, rank) for b in sorted(layout.buckets)}
         self.cursors = {b: tuple(cursors[b]) if cursors and b in cursors else (0, 0) for b in self.queues}
         self.active = {b for b in self.queues if self.queues[b].piece(self.cursors[b][0]) is not None}
+
+    def copy(self) -> RankCursor:
+        """An independent cursor at the same place (the queues are immutable and shared)."""
+        twin = copy.copy(self)
+        twin.cursors, twin.active = dict(self.cursors), set(self.active)
+        return twin
 
     def take(self, bucket: str, n: int, collect: bool = True) -> tuple[list[tuple[int, int, int]], int]:
         """Advance ``bucket``'s cursor by up to ``n`` stream positions; the ranges read and how many."""

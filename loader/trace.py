@@ -21,6 +21,7 @@ from typing import Any
 from corpus.model.errors import UserError
 from corpus.select.recipe import Recipe
 from loader.dataset import SnapshotLoader
+from loader.prefetch import DEFAULT_PREFETCH_STEPS
 from loader.provenance import TokenSource, TracedBatch
 
 
@@ -66,6 +67,7 @@ def loader_at(
         run_len=run_len if run_len is not None else int(rec.get("run_len", 8)),
         chunk_tokens=chunk_tokens if chunk_tokens is not None else int(rec.get("chunk_tokens", 1 << 20)),
         append_eos=append_eos if append_eos is not None else rec.get("append_eos"),
+        prefetch_steps=DEFAULT_PREFETCH_STEPS if replay else 0,  # a trace reads one step
     )
     batch_size = batch_size if batch_size is not None else int(rec.get("batch_size", 1))
     if recipe is not None:

@@ -170,8 +170,9 @@ def test_open_shards_and_file_handles_stay_bounded_by_the_memory_budget(tmp_path
     peak_open = peak_fds = 0
     while (b := small.next_batch()) is not None:
         delivered.update(b.tokens[b.loss_mask].tolist())
-        peak_open = max(peak_open, small.store.open_shards)
-        peak_fds = max(peak_fds, len(os.listdir("/proc/self/fd")) - fds)
+        with small.store.lock:  # between two reads (the prefetch thread reads a whole step under it)
+            peak_open = max(peak_open, small.store.open_shards)
+            peak_fds = max(peak_fds, len(os.listdir("/proc/self/fd")) - fds)
     assert peak_open == 2 and peak_fds <= 2 * 2
     assert small.store.opens >= 60  # every shard was opened, two at a time at most...
     assert delivered == drain([make(root, 0, 1, chunk_tokens=8)])  # ...and the data is the same
