@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         if step == args.save_at or (args.save_at is None and step % args.save_every == 0):
             saved = save_checkpoint(args.ckpt, step, model, optimizer, loader, counter=counter)
             log(f"checkpoint at step {step} -> {saved}")
+            print(loader.metrics_line(), flush=True)  # read latency, bytes, stalls: the data card's table
             if args.stop_after_save:
                 break
     if dump:
@@ -281,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.dump_tokens / f"mixture-{args.tag}-rank{world.rank}.jsonl").write_text(
             "".join(f"{x}\n" for x in mixture_log)
         )
+    print(loader.metrics_line(), flush=True)
     log(f"done at step {step} in {time.perf_counter() - t0:.1f}s")
     dist.destroy_process_group()
     return 0

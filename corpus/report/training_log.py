@@ -21,6 +21,8 @@ from corpus.report.plots import PALETTE, plt, to_data_uri
 
 _REPORT = re.compile(r"mixture at step (\d+), phase (\S+): realized (\{.*?\}) target (\{.*?\})\s*$")
 _STEP = re.compile(r"\[rank (\d+)/\d+\] step (\d+) phase (\S+) loss \S+ tokens (\{.*?\})\s*$")
+#: the loader's own line (loader.metrics.metrics_line): read latency, bytes read, cache hits, stalls
+_METRICS = re.compile(r"\[rank (\d+)/\d+\] loader metrics at step (\d+): (\{.*\})\s*$")
 
 
 def _phase(name: str | None) -> str:
@@ -33,6 +35,7 @@ def parse_training_log(paths: Iterable[str | Path]) -> dict[str, Any]:
     # (file, rank, step) -> phase and tokens, so a step of a rank counts once; every step / every tenth
     dumped: dict[tuple[str, int, int], dict[str, Any]] = {}
     steps: dict[tuple[str, int, int], dict[str, Any]] = {}
+    loader: dict[tuple[str, int], dict[str, Any]] = {}  # (file, rank) -> its latest metrics line
     names = []
     for path in paths:
         path = Path(path)
@@ -49,6 +52,10 @@ def parse_training_log(paths: Iterable[str | Path]) -> dict[str, Any]:
                         "target": json.loads(m[4]),
                     }
                 )
+            elif m := _METRICS.search(line):
+                key = (str(path), int(m[1]))
+                if int(m[2]) >= loader.get(key, {}).get("step", -1):
+                    loader[key] = {**json.loads(m[3]), "rank": int(m[1]), "step": int(m[2])}
             elif m := _STEP.search(line):
                 steps[(str(path), int(m[1]), int(m[2]))] = {"phase": _phase(m[3]), "tokens": json.loads(m[4])}
             elif line.startswith("{") and '"tokens"' in line:
@@ -57,7 +64,7 @@ def parse_training_log(paths: Iterable[str | Path]) -> dict[str, Any]:
                     "phase": _phase(rec.get("phase")),
                     "tokens": rec["tokens"],
                 }
-    if not reports and not steps and not dumped:
+    if not reports and not steps and not dumped and not loader:
         raise UserError(
             f"--training-log {', '.join(names)}: no mixture reports or step lines of examples/train.py"
         )
@@ -69,6 +76,7 @@ def parse_training_log(paths: Iterable[str | Path]) -> dict[str, Any]:
         "reports": sorted(reports, key=lambda r: r["step"]),
         "steps": listed(steps),
         "dumped": listed(dumped),
+        "loader": [loader[k] for k in sorted(loader)],
     }
 
 
@@ -122,7 +130,12 @@ def training_log_section(paths: Iterable[str | Path]) -> dict[str, Any]:
     """The card's ``training_log`` entry: the files, the per-phase table and the counter's reports."""
     paths = [str(p) for p in paths]
     log = parse_training_log(paths)
-    return {"files": paths, "phases": realized_vs_target(log), "reports": log["reports"]}
+    return {
+        "files": paths,
+        "phases": realized_vs_target(log),
+        "reports": log["reports"],
+        "loader": log["loader"],
+    }
 
 
 def share_plot(reports: list[dict[str, Any]]) -> str:
@@ -193,4 +206,24 @@ def training_log_html(card: dict[str, Any]) -> str:
             "<table><tr><th>bucket</th><th>target</th><th>realized</th><th>diff</th>"
             f"<th>tokens in logged steps</th></tr>{rows}</table>"
         )
-    return "".join(out)
+    return "".join(out) + loader_html(section.get("loader", []))
+
+
+def loader_html(ranks: list[dict[str, Any]]) -> str:
+    """Each rank's last loader metrics line: what reading cost it (docs/loader.md, "Metrics")."""
+    if not ranks:
+        return ""
+    rows = "".join(
+        f"<tr><td>{r['rank']}</td><td>{r['step']}</td>"
+        f"<td>{r['read_latency_ms']['p50']:.2f} / {r['read_latency_ms']['p99']:.2f}</td>"
+        f"<td>{r['step_wait_ms']['p50']:.2f} / {r['step_wait_ms']['p99']:.2f}</td>"
+        f"<td>{r['reads']:,}</td><td>{r['bytes_read'] / 1e6:,.1f}</td><td>{r['shard_cache_hits']:,}</td>"
+        f"<td>{r['prefetch_stalls']:,} ({r['prefetch_stall_s']:.2f} s)</td></tr>"
+        for r in ranks
+    )
+    return (
+        "<h2>Loader reads per rank (last report)</h2>"
+        "<table><tr><th>rank</th><th>step</th><th>read latency p50 / p99 ms</th>"
+        "<th>step data wait p50 / p99 ms</th><th>reads</th><th>MB read</th><th>shard cache hits</th>"
+        f"<th>prefetch stalls</th></tr>{rows}</table>"
+    )

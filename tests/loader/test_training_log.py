@@ -104,6 +104,20 @@ def test_the_card_shows_each_phases_realized_share_against_its_target(
             assert row["diff"] == pytest.approx(row["realized"] - row["target"])
     html = (tmp_path / "card.html").read_text()
     assert "realized vs target per phase" in html and 'alt="realized share per bucket over steps"' in html
+    # what reading cost the rank: its last loader metrics line, the one train.py prints as it ends
+    (loader,) = card["loader"]
+    last = max(r["step"] for r in json_lines(dump / "steps-run-rank0.jsonl"))
+    assert (
+        loader["rank"] == 0
+        and loader["step"] == last + 1
+        and loader["reads"] > 0
+        and loader["bytes_read"] > 0
+    )
+    assert loader["steps"] == last + 1 and "Loader reads per rank" in html
+
+
+def json_lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def test_without_counter_reports_the_logged_steps_give_the_realized_share(trained):
