@@ -16,8 +16,9 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+from corpus.model.json_schema import Problem, Schema, first_problem, path_text
 from corpus.select.hosts import ROOTS_ENV as HOSTS_ROOTS_ENV
 from orchestration.submit import PROJECT_ROOT
 
@@ -109,6 +110,11 @@ TIME_LIMIT = r"^([0-9]+|[0-9]+:[0-9]{2}|[0-9]+:[0-9]{2}:[0-9]{2}|[0-9]+-[0-9]{1,
 ONE_LINE = r"[^\n\r\x00]*$(?!\n)"
 NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 
+AbsolutePath = Annotated[str, Schema(pattern=ABSOLUTE_PATH)]
+Names = Annotated[tuple[Annotated[str, Schema(pattern=NAME)], ...], "a list"]
+EnvKeys = Annotated[tuple[Annotated[str, Schema(enum=sorted(ALLOWED_JOB_ENV_KEYS))], ...], "a list"]
+Options = Annotated[tuple[Annotated[str, Schema(enum=sorted(ALLOWED_SBATCH_OPTIONS))], ...], "a list"]
+
 
 class DeploymentError(ValueError):
     """The deployment configuration itself is wrong (not a run's Params)."""
@@ -116,15 +122,18 @@ class DeploymentError(ValueError):
 
 @dataclass(frozen=True)
 class Deployment:
-    cluster_root: str = str(PROJECT_ROOT)
-    python: str = ""
+    """The deployment, and its JSON object as written (``corpus config schema deployment``)."""
+
+    cluster_root: AbsolutePath = str(PROJECT_ROOT)
+    #: the interpreter on the cluster; empty: the cluster root's .venv/bin/python
+    python: Annotated[str, Schema(pattern=rf"^$(?!\n)|{ABSOLUTE_PATH}")] = ""
     ssh_conn_id: str = "slurm_login"
-    partitions: tuple[str, ...] = ()
-    job_env_keys: tuple[str, ...] = DEFAULT_JOB_ENV_KEYS
-    sbatch_options: tuple[str, ...] = DEFAULT_SBATCH_OPTIONS
+    partitions: Names = ()
+    job_env_keys: EnvKeys = DEFAULT_JOB_ENV_KEYS
+    sbatch_options: Options = DEFAULT_SBATCH_OPTIONS
     #: directories an opt-out list file (``exclude_hosts_file``) of a version run may lie under, besides
     #: its selection file's own directory (the version job's ``CORPUS_HOSTS_ROOTS``)
-    hosts_roots: tuple[str, ...] = ()
+    hosts_roots: Annotated[tuple[AbsolutePath, ...], "a list"] = ()
 
     def __post_init__(self) -> None:
         """Every deployment is checked, however it was made: a key or option outside the allow-lists,
@@ -153,12 +162,10 @@ class Deployment:
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> Deployment:
-        known = set(cls.__dataclass_fields__)
-        if unknown := sorted(set(raw) - known):
-            raise DeploymentError(f"{ENV_VAR}: unknown keys {unknown} (known: {sorted(known)})")
-        for key in ("partitions", "job_env_keys", "sbatch_options", "hosts_roots"):
-            if key in raw and not isinstance(raw[key], list):  # a string would be read letter by letter
-                raise DeploymentError(f"{ENV_VAR}: {key} must be a list, got {raw[key]!r}")
+        """Unknown keys (naming the nearest known one) and values of the wrong type (a string for a list
+        would be read letter by letter) are refused in one line before the allow-lists are looked at."""
+        if (problem := first_problem(cls, raw)) is not None:
+            raise DeploymentError(_problem_text(problem))
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
 
     @classmethod
@@ -196,6 +203,12 @@ class Deployment:
             "type": "array",
             "items": {"type": "string", "pattern": rf"^--({names})(={ONE_LINE}|$(?!\n))"},
         }
+
+
+def _problem_text(p: Problem) -> str:
+    if p.unknown:
+        return f"{ENV_VAR}: unknown keys {list(p.unknown)}{p.hint} (known: {sorted(p.known)})"
+    return f"{ENV_VAR}: {path_text(p.path)} must be {p.expected}, got {p.value!r}"
 
 
 def path_schema(nullable: bool = False) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from typing import Any
 from airflow.sdk import Param, TaskGroup, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from corpus.model.config import MEMORY_BUDGET, MIN_MEMORY_BUDGET_MB
 from corpus.model.stages import PIPELINE
 from orchestration.buildsteps import NothingLeft, verify_stage
+from orchestration.config_schema import override_schema
 from orchestration.deployment import Deployment, check_run_conf, path_schema
 from orchestration.jobparams import job_params, resolve_job_params
 from orchestration.operators import SnapshotOperator, StageJobOperator, buildstep
@@ -78,19 +78,12 @@ def build_params(deployment: Deployment, sources: dict[str, Param]) -> dict[str,
         "config": build_param(
             "config",
             {},
-            type="object",
-            additionalProperties=False,
-            properties={
-                **{stage: {"type": "object"} for stage in PIPELINE},
-                "alarms": {"type": "object"},
-                "policy": {"type": "object"},
-                MEMORY_BUDGET: {"type": "integer", "minimum": MIN_MEMORY_BUDGET_MB},
-                "seed": {"type": "integer", "minimum": 0},
-            },
+            **override_schema(),
             title="Config overrides",
-            description="per-stage tables and [policy] (the default version's quality policy) merged over "
-            'the config file, e.g. {"policy": {"min_quality": 0.2}}; each is checked against '
-            "its config before any job runs",
+            description="per-stage tables, [policy] (the default version's quality policy), [alarms], "
+            'seed and memory_budget_mb merged over the config file, e.g. {"policy": {"min_quality": 0.2}}; '
+            "a misspelled key or a wrong type is refused here, each table is checked against its config "
+            "before any job runs (docs/config.md)",
         ),
         "seed": build_param(
             "seed", 0, type="integer", minimum=0, title="Seed", description="the shuffle seed"

@@ -13,17 +13,18 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from corpus.model.digest import json_digest
 from corpus.model.errors import UserError
+from corpus.model.json_schema import Problem, Schema, first_problem, path_text
 
 RECIPE_FORMAT = "corpus-recipe/1"
 
-_TOP_KEYS = {"recipe_id", "snapshot_id", "tokenizer_sha256", "seed", "phases"}
-_PHASE_KEYS = {"name", "tokens", "seq_len", "weights", "max_epochs", "run_len"}
+Positive = Annotated[int, Schema(minimum=1), "a positive integer"]
+Text = Annotated[str, Schema(minLength=1), "a non-empty string"]
 
 
 class RecipeError(UserError):
@@ -32,15 +33,16 @@ class RecipeError(UserError):
 
 @dataclass(frozen=True)
 class Phase:
-    """One stage of a recipe. ``max_epochs`` holds every cap in force during the phase (those stated in
-    earlier phases included); a bucket without one is not capped."""
+    """One stage of a recipe, and a ``[[phases]]`` table as written (the types :func:`recipe_from_dict`
+    checks first). ``max_epochs`` holds every cap in force during the phase (those stated in earlier
+    phases included); a bucket without one is not capped."""
 
-    name: str
-    tokens: int  # global tokens of the phase, all ranks together
-    seq_len: int
-    weights: Mapping[str, float]
-    max_epochs: Mapping[str, int]
-    run_len: int | None = None  # None: the loader's default
+    name: Text
+    tokens: Positive  # global tokens of the phase, all ranks together
+    seq_len: Positive
+    weights: Mapping[str, Annotated[float, Schema(minimum=0)]]
+    max_epochs: Mapping[str, Positive] = field(default_factory=dict)
+    run_len: Positive | None = None  # None: the loader's default
 
     def shares(self) -> dict[str, float]:
         """The weights normalized to sum 1 (the target token share of each bucket in this phase)."""
@@ -60,11 +62,13 @@ class Phase:
 
 @dataclass(frozen=True)
 class Recipe:
-    recipe_id: str
-    snapshot_id: str
-    tokenizer_sha256: str
+    """A recipe, and the file as written (``corpus config schema recipe``)."""
+
+    recipe_id: Text
+    snapshot_id: Text
+    tokenizer_sha256: Text
     seed: int
-    phases: tuple[Phase, ...]
+    phases: Annotated[tuple[Phase, ...], Schema(minItems=1), "an array of tables [[phases]]"]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -156,7 +160,8 @@ def load_recipe(path: str | Path) -> Recipe:
 
 def recipe_from_dict(doc: Mapping[str, Any], source: str = "recipe") -> Recipe:
     """Validate and normalize a parsed recipe (inherited caps filled in)."""
-    _no_unknown_keys(doc, _TOP_KEYS, source)
+    if (problem := first_problem(Recipe, doc)) is not None:
+        raise RecipeError(_problem_text(problem, doc, source))
     for key in ("recipe_id", "snapshot_id", "tokenizer_sha256"):
         if not isinstance(doc.get(key), str) or not doc[key]:
             raise RecipeError(f"{source}: {key} must be a non-empty string")
@@ -173,7 +178,6 @@ def recipe_from_dict(doc: Mapping[str, Any], source: str = "recipe") -> Recipe:
         where = f"{source} phase {ph.get('name', i)!r}" if isinstance(ph, dict) else f"{source} phase {i}"
         if not isinstance(ph, dict):
             raise RecipeError(f"{where}: not a table")
-        _no_unknown_keys(ph, _PHASE_KEYS, where)
         name = ph.get("name")
         if not isinstance(name, str) or not name or name in names:
             raise RecipeError(f"{where}: needs a name of its own")
@@ -224,7 +228,13 @@ def _positive_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
-def _no_unknown_keys(table: Mapping[str, Any], known: set[str], where: str) -> None:
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise RecipeError(f"{where}: unknown keys {unknown} (known: {sorted(known)})")
+def _problem_text(p: Problem, doc: Mapping[str, Any], source: str) -> str:
+    """An unknown key or a value of the wrong type as one line naming the phase (by name) and the key."""
+    where, path = source, p.path
+    if path[:1] == ("phases",) and len(path) >= 2:
+        phase = doc["phases"][path[1]]
+        name = phase.get("name", path[1]) if isinstance(phase, dict) else path[1]
+        where, path = f"{source} phase {name!r}", path[2:]
+    if p.unknown:
+        return f"{where}: unknown keys {list(p.unknown)}{p.hint} (known: {sorted(p.known)})"
+    return f"{where}: {path_text(path) or 'the phase'} must be {p.expected}, got {p.value!r}"

@@ -16,37 +16,17 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from corpus.model.config import ConfigError, config_to_dict, stage_config
 from corpus.model.digest import canonical_json, sha256_hex
 from corpus.model.errors import UserError
-from corpus.select.buckets import BucketDef, check_bucket_columns, parse_buckets
+from corpus.model.json_schema import SELF_CHECKED, Problem, Schema, first_problem, keys_of, path_text
+from corpus.select.buckets import NAME, BucketDef, check_bucket_columns, parse_buckets
 from corpus.select.hosts import allowed_roots, check_hosts, hosts_file_path, read_hosts_file
 from corpus.select.licences import ALL_CLASSES
 from corpus.select.policy import PolicyConfig
 
-KEYS = (
-    "min_scores",
-    "max_scores",
-    "min_scores_by_lang",
-    "max_scores_by_lang",
-    "min_lang_confidence",
-    "langs",
-    "top_fraction",
-    "crawl_date_max",
-    "crawl_date_max_by_source",
-    "exclude_hosts",
-    "exclude_hosts_file",
-    "exclude_sources",
-    "allowed_licence_classes",
-    "allowed_licence_classes_by_tier",
-    "include_contaminated",
-    "near_duplicates",
-    "policy",
-    "buckets",
-    "prefer",
-)
 NEAR_DUPLICATE_MODES = ("representative", "all")
 #: ``prefer``: which copy of a near-duplicate group a source's documents put first, by build age
 #: (``first``: the oldest build's, the default; ``newest``: the newest build's)
@@ -55,6 +35,63 @@ PREFER_MODES = ("first", "newest")
 #: under a copyleft, unknown or no licence is stored (its class is a value) but not selected unless a
 #: version says so (``allowed_licence_classes_by_tier = { code = [...] }``); other tiers are not limited
 DEFAULT_CLASSES_BY_TIER: dict[str, tuple[str, ...]] = {"code": ("public_domain", "permissive")}
+
+Share = Annotated[float, Schema(minimum=0, maximum=1), "a share between 0 and 1"]
+Date = Annotated[str, Schema(format="date"), "a date YYYY-MM-DD"]
+LicenceClass = Annotated[str, Schema(enum=list(ALL_CLASSES))]
+
+
+def _optional() -> Any:
+    return field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopFractionKeys:
+    """A ``[[top_fraction]]`` table as written."""
+
+    score: str
+    keep: Share
+    by_lang: dict[str, Share] = _optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class BucketKeys:
+    """A ``[[buckets]]`` table as written (no ``where``, or null: the rest)."""
+
+    name: Annotated[str, Schema(pattern=f"^{NAME.pattern}$")]
+    where: Annotated[str, Schema(minLength=1)] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelectionKeys:
+    """Every key of a selection file as written, each optional: what :func:`parse_selection` checks
+    first (unknown keys, types) and what ``corpus config schema selection`` prints. Ranges, dates,
+    licence classes, hosts and predicates are checked by the parser (their messages name the key)."""
+
+    min_scores: dict[str, float] = _optional()
+    max_scores: dict[str, float] = _optional()
+    min_scores_by_lang: dict[str, dict[str, float]] = _optional()
+    max_scores_by_lang: dict[str, dict[str, float]] = _optional()
+    min_lang_confidence: Share = _optional()
+    langs: list[str] = _optional()
+    top_fraction: TopFractionKeys | list[TopFractionKeys] = _optional()
+    crawl_date_max: Date = _optional()
+    crawl_date_max_by_source: dict[str, Date] = _optional()
+    exclude_hosts: list[str] = _optional()
+    exclude_hosts_file: Annotated[str, "a path"] = _optional()
+    exclude_sources: list[str] = _optional()
+    allowed_licence_classes: list[LicenceClass] = _optional()
+    allowed_licence_classes_by_tier: dict[str, list[LicenceClass]] = _optional()
+    include_contaminated: bool = _optional()
+    near_duplicates: Literal[NEAR_DUPLICATE_MODES] = _optional()
+    policy: Annotated[PolicyConfig, SELF_CHECKED] = _optional()
+    buckets: Annotated[list[BucketKeys], "an array of tables [[buckets]] with name and where"] = _optional()
+    prefer: Annotated[dict[str, Literal[PREFER_MODES]], 'a table of source = "first" or "newest"'] = (
+        _optional()
+    )
+
+
+KEYS = keys_of(SelectionKeys)
 
 
 @dataclass(frozen=True)
@@ -193,9 +230,8 @@ def parse_selection(
     ``base_dir``: the selection file's directory (an inline selection has none); ``read_files=False``
     checks everything but the opt-out list file's contents (where that file is not at hand: a DAG's
     ``prepare`` runs on an Airflow worker, the file is on the cluster)."""
-    unknown = sorted(set(data) - set(KEYS))
-    if unknown:
-        raise _err(where, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
+    if (problem := first_problem(SelectionKeys, data)) is not None:
+        raise _err(where, _problem_text(problem, data))
     kw: dict[str, Any] = {}
     for key in ("min_scores", "max_scores"):
         if key in data:
@@ -274,6 +310,18 @@ def parse_selection(
     if "prefer" in data:
         kw["prefer"] = _prefer(where, data["prefer"])
     return Selection(**kw)
+
+
+def _problem_text(p: Problem, data: dict[str, Any]) -> str:
+    """A key the selection does not have, or a value of the wrong type, as the rest of one line; a
+    bucket is named by its name where it has one."""
+    place = path_text(p.path)
+    if p.path[:1] == ("buckets",) and len(p.path) == 2 and isinstance(p.value.get("name"), str):
+        place = f"bucket {p.value['name']}"
+    if p.unknown:
+        keys = f"unknown key(s) {', '.join(p.unknown)}; known: {', '.join(p.known)}{p.hint}"
+        return f"{place} has {keys}" if place else keys
+    return f"{place} must be {p.expected}, not {p.value!r}"
 
 
 def _prefer(where: str, value: Any) -> dict[str, str]:
