@@ -186,8 +186,8 @@ def finalize(out: Path, stages: list[str], config_file: Path | None = None) -> d
         raise UserError(f"{out}: completed stages are {have}, expected {stages}")
     if not build_config_path(out).is_file():  # the stages were run by hand without a prepare
         raise UserError(
-            f"{out} has no {build_config_path(out).name}: a build starts with "
-            "`python -m orchestration.buildsteps prepare --out OUT --input …` (docs/guide/slurm.md)"
+            f"{out} has no {build_config_path(out).name}: a build starts with prepare "
+            "(sbatch/prepare.sbatch --out OUT --input …, or corpus submit; docs/guide/slurm.md)"
         )
     check_band_index(out, manifests, config_file)
     snapshot_id = pipeline.finish_build(out, manifests)
