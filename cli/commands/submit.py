@@ -136,7 +136,10 @@ def run(args: argparse.Namespace) -> int:
         for job in jobs:
             print(shlex.join(job.sbatch_argv()))
         return 0
-    submitted = submit_chain(backend, jobs)
+    try:
+        submitted = submit_chain(backend, jobs)
+    except SubmitError as e:  # no sbatch here, a refused account, partition or option: nothing is left queued
+        raise UserError(f"the jobs could not be queued, none is left: {e}") from e
     record = write_record(out, submitted)
     for job in submitted:
         print(f"{job.stage:<14} job {job.job_id}  log {job.log_path}")
