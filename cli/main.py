@@ -31,6 +31,9 @@ first steps:
 
 `corpus COMMAND --help` for a command's flags; README.md and docs/ for the rest."""
 
+#: the top-level modules of the optional extras (pyproject.toml): a command that needs one says which
+EXTRA_OF_MODULE = {"torch": "loader", "airflow": "airflow", "datatrove": "bench", "datasketch": "bench"}
+
 #: (command, flag) spellings still accepted, with a note naming the one to use
 DEPRECATED_FLAGS = {("stage", "--in"): "--input"}
 
@@ -64,6 +67,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return ap
 
 
+def missing_extra(e: BaseException) -> str | None:
+    """The one line for a command whose optional extra is not installed (None: another error)."""
+    if not isinstance(e, ModuleNotFoundError) or not e.name:
+        return None
+    extra = EXTRA_OF_MODULE.get(e.name.split(".")[0])
+    if extra is None:
+        return None
+    return f"needs the [{extra}] extra ({e.name} is not installed): pip install 'corpus-pipeline[{extra}]'"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # `corpus query … | head`: the command ends quietly when its reader does, as cat and grep do
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -71,7 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = [a for a in argv if a != "--debug"]
     module = words[0].replace("-", "_") if words else None
     named = module if module in command_names() else None
-    args = build_parser(named).parse_args(argv)
+    try:
+        parser = build_parser(named)
+    except ModuleNotFoundError as e:  # the command's module imports an extra this install lacks
+        if (line := missing_extra(e)) is None:
+            raise
+        print(f"corpus{' ' + named if named else ''}: error: {line}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     for word in words[1:]:
         use = DEPRECATED_FLAGS.get((args.command, word.split("=", 1)[0]))
         if use:
@@ -92,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # a bug, or a failure the command did not foresee: one line unless --debug
         if args.debug:
             raise
+        if (line := missing_extra(e)) is not None:
+            print(f"corpus {args.command}: error: {line}", file=sys.stderr)
+            return 2
         print(
             f"corpus {args.command}: error: {type(e).__name__}: {e} (corpus --debug {args.command} ... "
             "prints the traceback)",

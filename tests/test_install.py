@@ -9,9 +9,12 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import re
+import subprocess
 import sys
 import tomllib
 from functools import cache
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -138,3 +141,14 @@ def test_the_dev_lock_pins_the_runtime_lock_and_every_extra_at_the_same_versions
         name: (runtime[name], dev[name]) for name in runtime.keys() & dev.keys() if runtime[name] != dev[name]
     }
     assert not differ, f"(runtime, dev) versions differ: {differ}"
+
+
+def test_a_command_whose_extra_is_missing_says_which_in_one_line():
+    """As on an install of the runtime lock alone: torch cannot be imported."""
+    code = "import sys; sys.modules['torch'] = None; from cli.main import main; sys.exit(main(sys.argv[1:]))"
+    argv = ["mixture-audit", "--snapshot", str(ROOT / "no-such-snapshot")]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "needs the [loader] extra" in proc.stderr
