@@ -41,6 +41,7 @@ from loader.prefetch import DEFAULT_PREFETCH_STEPS, Segments, StepReader, planne
 from loader.provenance import TracedBatch
 from loader.sampler import SAMPLER_VERSION
 from loader.sequences import Batch, assemble_sequence, make_batch
+from loader.sparse import DEFAULT_GAP_BYTES
 from loader.state import (
     LoaderRecord,
     Plan,
@@ -152,10 +153,12 @@ class SnapshotLoader(IterableDataset):
         io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS,
         recipe: Recipe | None = None,
         prefetch_steps: int = DEFAULT_PREFETCH_STEPS,
+        gap_bytes: int = DEFAULT_GAP_BYTES,
     ) -> None:
         """``recipe`` (what :meth:`from_recipe` passes): the mixture, seed, sequence length and epoch caps are
         the recipe's, phase by phase, and ``run_len`` is the default of phases that state none.
-        ``prefetch_steps``: steps a background thread reads ahead (0: read each step when it is asked for)."""
+        ``prefetch_steps``: steps a background thread reads ahead (0: read each step when it is asked for).
+        ``gap_bytes``: selected documents of a version closer than this are fetched in one request."""
         super().__init__()
         if recipe is not None and (mixture is not None or epoch_caps is not None):
             raise ValueError("a recipe sets the mixture and epoch caps: pass neither with it")
@@ -226,6 +229,7 @@ class SnapshotLoader(IterableDataset):
             memory_budget_bytes=int(memory_budget_mb) << 20,
             io_retry_delays=io_retry_delays,
             selection=self.version.selected if self.version is not None else None,
+            gap_bytes=int(gap_bytes),
         )
         self.cursor = RankCursor(self.layout, Plan.fresh(self.world), self.rank)
         seq_max = max(p.seq_len for p in recipe.phases) if recipe is not None else self.seq_len

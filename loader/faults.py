@@ -26,6 +26,7 @@ from corpus.model import SnapshotManifest
 from corpus.model.digest import file_sha256, stable_hash64
 from corpus.model.errors import UserError
 from loader.sequences import OpenShard, check_index
+from loader.sparse import DEFAULT_GAP_BYTES, byte_ranges, request
 
 #: More than this fraction of the snapshot's shards skipped halts the loader.
 DEFAULT_MAX_SKIP_FRACTION = 0.001
@@ -79,8 +80,10 @@ class ShardStore:
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_MB << 20,
         io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS,
         selection: Callable[[int], np.ndarray] | None = None,
+        gap_bytes: int = DEFAULT_GAP_BYTES,
     ) -> None:
         self.root, self.manifest = Path(root), manifest
+        self.gap_bytes = gap_bytes  # selected documents closer than this are one request (loader.sparse)
         self.selection = selection  # a version's bits of shard i (None: every document)
         self.eos_id, self.append_eos = eos_id, append_eos
         self.max_skip_fraction = max_skip_fraction
@@ -97,7 +100,7 @@ class ShardStore:
         self.bytes_hashed = 0  # .bin bytes this process hashed (block and whole-file checks)
         self.opens = 0  # shard opens (first opens and reopens after eviction)
         self.cache_hits = 0  # reads of a shard already open
-        self.bytes_read = 0  # .bin bytes the reads covered (an appended EOS counts as one token)
+        self.bytes_read = 0  # .bin bytes the read requests covered (coalesced: gaps included)
         # held by every read: the prefetch thread (loader.prefetch) and the consumer share the store
         self.lock = threading.RLock()
         # called with (shard, start, end) before every read: where a test or benchmark injects latency
@@ -253,6 +256,7 @@ class ShardStore:
         for b in range(lo * opened.itemsize // size, (hi * opened.itemsize - 1) // size + 1):
             if done[b]:
                 continue
+            request(opened.mapping, np.array([b * size]), np.array([(b + 1) * size]))  # one request
             block = opened.raw[b * size : (b + 1) * size]
             self.bytes_hashed += block.shape[0]
             if hashlib.sha256(block).digest() != digests[b].tobytes():
@@ -261,7 +265,6 @@ class ShardStore:
             done[b] = True
 
     def _checked_read(self, i: int, opened: OpenShard, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
-        self.bytes_read += (end - start) * opened.itemsize
         return opened.read(start, end, check=lambda lo, hi: self._verify_blocks(i, opened, lo, hi))
 
     # --- substitution and reading -------------------------------------------------------------------
@@ -291,17 +294,35 @@ class ShardStore:
             f"shard {bad.path} is corrupt and bucket {bad.bucket} has no sound shard left"
         )
 
-    def read(self, i: int, start: int, end: int) -> list[SourcedPart]:
+    def fetch(self, i: int, start: int, end: int) -> None:
+        """Request from the filesystem the ``.bin`` bytes that reading stream positions ``[start, end)`` of
+        shard ``i`` needs (its selected documents', coalesced: :mod:`loader.sparse`), and count them in
+        ``bytes_read``. A step fetches each of its merged ranges once, then reads its sequences'
+        ranges with ``fetched=True``. A corrupt shard's substitute is counted as it is read."""
+        with self.lock:
+            if self.before_read is not None:
+                self.before_read(i, start, end)
+            j, opened = self._source(i)
+            if j == i:
+                self._request(opened, start, end)
+
+    def _request(self, opened: OpenShard, start: int, end: int) -> None:
+        lo, hi = byte_ranges(opened, start, end, self.gap_bytes)
+        self.bytes_read += int((hi - lo).sum())
+        request(opened.mapping, lo, hi)
+
+    def read(self, i: int, start: int, end: int, fetched: bool = False) -> list[SourcedPart]:
         """Stream positions ``[start, end)`` of shard ``i`` (or of its substitute), as parts that say where
         they were read: the one place that decides which file a delivered token comes from, so the loader's
         batches and ``corpus trace`` (:meth:`loader.SnapshotLoader.traced_batch`) cannot disagree.
+        ``fetched``: :meth:`fetch` already requested (and counted) the range.
 
         Every block the parts come from is verified first; a block that fails makes its shard corrupt
         and the read starts again from the next substitute, so nothing unverified is returned.
         """
         with self.lock:
-            if self.before_read is not None:
-                self.before_read(i, start, end)
+            if not fetched:
+                self.fetch(i, start, end)
             return self._read(i, start, end)
 
     def _read(self, i: int, start: int, end: int) -> list[SourcedPart]:
@@ -316,6 +337,7 @@ class ShardStore:
                 while pos < end:  # positions map onto the substitute modulo its length
                     a = pos % n
                     b = min(n, a + (end - pos))
+                    self._request(shard, a, b)
                     parts.append(SourcedPart(j, a, *self._checked_read(j, shard, a, b)))
                     pos += b - a
                 return parts

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from loader.faults import ShardStore, SourcedPart
 from loader.metrics import LoaderMetrics
+from loader.sparse import merge_step_ranges
 
 #: (shard, stream start, stream end) ranges of each sequence of one step
 Segments = tuple[tuple[tuple[int, int, int], ...], ...]
@@ -50,17 +51,16 @@ def prefetch_depth(steps: int, memory_budget_bytes: int, step_bytes: int) -> int
 
 
 def read_segments(store: ShardStore, segments: Segments, metrics: LoaderMetrics) -> Parts:
-    """Every sequence's ranges of one step, read (and verified) through the store, each read timed."""
-    out = []
-    for ranges in segments:
-        parts: list[SourcedPart] = []
-        for shard, a, b in ranges:
-            t0 = time.perf_counter()
-            got = store.read(shard, a, b)
-            metrics.record_read(time.perf_counter() - t0)
-            parts.extend(got)
-        out.append(tuple(parts))
-    return tuple(out)
+    """Every sequence's ranges of one step, read (and verified) through the store: the step's touching
+    ranges of a shard fetched as one request each (:mod:`loader.sparse`), each request timed."""
+    for shard, a, b in merge_step_ranges(segments):
+        t0 = time.perf_counter()
+        store.fetch(shard, a, b)
+        metrics.record_read(time.perf_counter() - t0)
+    return tuple(
+        tuple(part for shard, a, b in ranges for part in store.read(shard, a, b, fetched=True))
+        for ranges in segments
+    )
 
 
 @dataclass(frozen=True)

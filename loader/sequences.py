@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from corpus.formats.megatron import read_index
+from loader.sparse import map_bin
 
 
 class _StreamStarts:
@@ -97,9 +98,8 @@ class OpenShard:
         self.mapped_bytes = n_bytes + Path(idx_path).stat().st_size
         # the raw bytes (block digests are over them) and a plain ndarray token view of the same mapping:
         # slicing a np.memmap subclass costs more than the copy
-        self.raw = (
-            np.asarray(np.memmap(bin_path, dtype=np.uint8, mode="r")) if n_bytes else np.zeros(0, np.uint8)
-        )
+        # a version's shard is read sparsely: its mapping reads no neighbourhood around a fault (loader.sparse)
+        self.mapping, self.raw = map_bin(bin_path, n_bytes, sparse=selected is not None)
         if n_bytes % self.itemsize:
             raise ValueError(f"{bin_path}: {n_bytes} bytes is not a whole number of {index.dtype} tokens")
         self.tokens = self.raw.view(index.dtype)
