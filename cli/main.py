@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import cli.commands
 from corpus.model.config import ConfigError
 from corpus.model.errors import UserError
+from runtime.logline import command_line
 
 DESCRIPTION = """\
 Turn web crawls, code and curated text into deduplicated, decontaminated, versioned training
@@ -104,10 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UserError, ConfigError) as e:
         if args.debug:
             traceback.print_exc()
-        print(f"corpus {args.command}: error: {e}", file=sys.stderr)
+        print(command_line(args.command, str(e)), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"corpus {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # a job's launcher says how to go on (runtime.launch.Interrupted)
+        print(command_line(args.command, str(e) or "interrupted", "warning", "interrupted"), file=sys.stderr)
         return 130
     except Exception as e:  # a bug, or a failure the command did not foresee: one line unless --debug
         if args.debug:
@@ -115,11 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (line := missing_extra(e)) is not None:
             print(f"corpus {args.command}: error: {line}", file=sys.stderr)
             return 2
-        print(
-            f"corpus {args.command}: error: {type(e).__name__}: {e} (corpus --debug {args.command} ... "
-            "prints the traceback)",
-            file=sys.stderr,
-        )
+        why = f"{type(e).__name__}: {e} (corpus --debug {args.command} ... prints the traceback)"
+        print(command_line(args.command, why), file=sys.stderr)
         return 1
 
 

@@ -230,7 +230,7 @@ class StageJob:
 
     def stage_args(self) -> list[str]:
         """The arguments of ``python -m hpc_jobs.<stage>`` or of finalize (and of the job script)."""
-        args = [*(["--in", *self.inputs] if self.inputs else []), f"--out={self.out}"]
+        args = [*(["--input", *self.inputs] if self.inputs else []), f"--out={self.out}"]
         if self.config:
             args.append(f"--config={self.config}")
         return [*args, *self.extra_args]

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -62,22 +61,22 @@ from corpus.model.manifest import read_stage_manifest, require_stage_manifest
 from corpus.model.stages import PIPELINE, check_stage_name
 from corpus.select.selection import Selection, parse_policy
 from corpus.text.normalize import CHAR_NGRAM
-from runtime.build_commit import build_commit, build_lock, committed_as, record_commit, say
+from runtime.build_commit import build_commit, build_lock, committed_as, record_commit
+from runtime.launch import launch
+from runtime.launch import mpiexec_path as mpiexec_path  # where the tests and callers find it
+from runtime.logline import LogRecord, emit
+
+#: who speaks in the build's own lines (``corpus build: stage 1/9 ingest on 2 rank(s)``)
+BUILD = "corpus build"
 
 
-def mpiexec_path() -> str:
-    """The MPI launcher beside this interpreter (the PyPI ``mpich`` wheel's hydra), else on PATH."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("mpiexec")
-    if not found:
-        raise UserError("mpiexec not found: install the project (`make venv`) so the mpich wheel provides it")
-    return found
+def say(line: str, event: str = "log", stage: str | None = None, **fields: Any) -> None:
+    """One line of the build (not of a stage's ranks): ``corpus build: line``, or its JSON object."""
+    emit(LogRecord(message=line, event=event, source=BUILD, stage=stage, fields=fields))
 
 
 def stage_command(name: str, in_paths: list[Path], out_dir: Path, config: Path | None) -> list[str]:
-    cmd = [sys.executable, "-m", f"hpc_jobs.{name}", "--in", *map(str, in_paths), "--out", str(out_dir)]
+    cmd = [sys.executable, "-m", f"hpc_jobs.{name}", "--input", *map(str, in_paths), "--out", str(out_dir)]
     if config is not None:
         cmd += ["--config", str(config)]
     return cmd
@@ -90,17 +89,6 @@ def launch_stage(
     check_stage_name(name)
     launch(stage_command(name, in_paths, out_dir, config), ranks, f"stage {name}")
     return require_stage_manifest(out_dir)
-
-
-def launch(command: list[str], ranks: int, what: str) -> None:
-    """``mpiexec -n RANKS COMMAND`` on this machine (a job of ``hpc_jobs``); its output goes to stderr."""
-    if ranks < 1:
-        raise UserError(f"--ranks must be at least 1, got {ranks}")
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    proc = subprocess.run([mpiexec_path(), "-n", str(ranks), *command], env=env, stdout=sys.stderr)
-    if proc.returncode != 0:
-        raise UserError(f"{what} failed with exit status {proc.returncode} (its log is above)")
 
 
 def band_index_params(minhash: StageManifest) -> dict[str, Any]:
@@ -240,14 +228,21 @@ def build(
         started = time.monotonic()
         for n, name in enumerate(PIPELINE, 1):
             directory = stage_dir(out, name)
-            say(f"stage {n}/{len(PIPELINE)} {name} on {ranks} rank(s)")
+            say(f"stage {n}/{len(PIPELINE)} {name} on {ranks} rank(s)", "stage_start", name, **position(n))
             manifests.append(launch_stage(name, prev, directory, ranks, cfg_path))
-            say(stage_done_line(n, manifests[-1], time.monotonic() - started))
+            t = manifests[-1].totals
+            done = stage_done_line(n, manifests[-1], time.monotonic() - started)
+            say(done, "stage_done", name, **position(n), docs_in=t["in"], docs_out=t["out"])
             check_documents_left(manifests[-1], inputs)
             if name == "minhash_dedup":
                 check_band_index(out, manifests[-1], settings, found)
             prev = [directory]
         return finish_build(out, manifests, ranks)
+
+
+def position(n: int) -> dict[str, int]:
+    """Where stage ``n`` (from 1) is in the build, for its lines' JSON objects."""
+    return {"stage_number": n, "stages": len(PIPELINE)}
 
 
 def stage_done_line(n: int, m: StageManifest, elapsed_s: float) -> str:
@@ -311,10 +306,7 @@ class BaseBuild:
         for p in inputs:
             sha = file_sha256(p) if p.is_file() else None
             if sha in ingested:
-                print(
-                    f"corpus build: skipping {p}: already ingested into base {self.path} (sha256 {sha})",
-                    file=sys.stderr,
-                )
+                say(f"skipping {p}: already ingested into base {self.path} (sha256 {sha})", "input_skipped")
             else:
                 new.append(p)
         if not new:
@@ -360,11 +352,10 @@ def _start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) -
         if (root / CURRENT).exists():
             continue
         if kind == "recrawl" and base.recrawl is None:
-            print(
-                f"corpus build: base {base.path} has no recrawl index (built before builds kept one): its "
+            say(
+                f"base {base.path} has no recrawl index (built before builds kept one): its "
                 f"fetches are not collapsed with this build's (a page fetched again is still an exact "
-                f"duplicate of its document)",
-                file=sys.stderr,
+                f"duplicate of its document)"
             )
             PersistentIndex.create(
                 root, "recrawl", recrawl_key_params(), base.exact.partitions, bloom_spec=base.exact.bloom_spec

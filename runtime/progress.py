@@ -4,7 +4,8 @@ every ``CORPUS_PROGRESS_S`` seconds (30 in a batch log, 5 on a terminal; 0: none
 Gathered without blocking: each rank, after each unit, rewrites one small file of its counts in the
 stage's work directory, and a thread of rank 0 reads them; no MPI call waits on a slow rank. The
 weight of a unit is its bytes (a raw file, a span of one, a previous stage's shard), so the rate is
-in MB/s of input and the ETA assumes the rest goes as fast.
+in MB/s of input and the ETA assumes the rest goes as fast. Lines go through :mod:`runtime.logline`:
+with ``--log-json`` each is a JSON object carrying the numbers (units_done, mb_per_s, eta_s, …).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from corpus.model.layout import work_dir
+from runtime.logline import LogRecord, emit
 
 #: the environment variable that sets the seconds between two progress lines
 PROGRESS_ENV = "CORPUS_PROGRESS_S"
@@ -80,33 +82,66 @@ def read_counts(directory: Path, size: int) -> dict[str, int]:
     return total
 
 
-def progress_line(counts: dict[str, int], units: int, weight: int, elapsed: float) -> str:
+def _progress(
+    counts: dict[str, int], units: int, weight: int, elapsed: float
+) -> tuple[int, int, float, float | None]:
+    """(units done, bytes done, bytes/s of this run, seconds left or None) of a stage."""
     done_units = counts["units"] + counts["skipped_units"]
     done_bytes = counts["bytes"] + counts["skipped_bytes"]
     rate = counts["bytes"] / max(elapsed, 1e-9)
+    eta = (weight - done_bytes) / rate if 0 < done_units < units and rate > 0 else None
+    return done_units, done_bytes, rate, eta
+
+
+def progress_line(counts: dict[str, int], units: int, weight: int, elapsed: float) -> str:
+    done_units, done_bytes, rate, eta = _progress(counts, units, weight, elapsed)
     line = (
         f"{done_units}/{units} units, {done_bytes / 1e6:.1f} of {weight / 1e6:.1f} MB, {rate / 1e6:.2f} MB/s"
     )
-    if 0 < done_units < units and rate > 0:
-        line += f", ETA {eta_text((weight - done_bytes) / rate)}"
-    return line
+    return line if eta is None else f"{line}, ETA {eta_text(eta)}"
+
+
+def progress_numbers(counts: dict[str, int], units: int, weight: int, elapsed: float) -> dict[str, Any]:
+    """The progress line's numbers, for its JSON object (``eta_s`` None where the line has no ETA)."""
+    done_units, done_bytes, rate, eta = _progress(counts, units, weight, elapsed)
+    return {
+        "units_done": done_units,
+        "units_total": units,
+        "mb_done": round(done_bytes / 1e6, 3),
+        "mb_total": round(weight / 1e6, 3),
+        "mb_per_s": round(rate / 1e6, 3),
+        "eta_s": None if eta is None else round(eta),
+    }
 
 
 class RankLog:
-    """Per-rank lines on stderr: ``HH:MM:SS [stage rRANK/SIZE] msg``; within a shard, how far and fast."""
+    """Per-rank lines on stderr: ``HH:MM:SS [stage rRANK/SIZE] msg`` (or their JSON objects,
+    :mod:`runtime.logline`); within a shard, how far and fast."""
 
     def __init__(self, stage: str, rank: int, size: int) -> None:
-        self.prefix = f"[{stage} r{rank}/{size}]"
+        self.stage, self.rank, self.size = stage, rank, size
         self.last = time.monotonic()
 
-    def say(self, msg: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {self.prefix} {msg}", file=sys.stderr, flush=True)
+    def say(self, msg: str, event: str = "log", **fields: Any) -> None:
+        """One line of this rank; ``fields``: the event's numbers, in its JSON object only."""
+        emit(
+            LogRecord(
+                message=msg, event=event, stage=self.stage, rank=self.rank, ranks=self.size, fields=fields
+            )
+        )
 
     def tick(self, shard: str, n: int, t0: float) -> None:
         now = time.monotonic()
         if now - self.last >= 10:
             self.last = now
-            self.say(f"{shard}: {n} docs, {n / max(now - t0, 1e-9):.0f} docs/s")
+            rate = n / max(now - t0, 1e-9)
+            self.say(
+                f"{shard}: {n} docs, {rate:.0f} docs/s",
+                "shard_progress",
+                shard=shard,
+                docs=n,
+                docs_per_s=round(rate, 1),
+            )
 
 
 def progress_dir(stage_directory: Path) -> Path:
@@ -123,7 +158,7 @@ class Reporter:
         size: int,
         units: int,
         weight: int,
-        say: Callable[[str], None],
+        say: Callable[..., None],
         every: float,
         owner: bool = True,
     ) -> None:
@@ -137,7 +172,7 @@ class Reporter:
             self._thread.start()
 
     @classmethod
-    def on_rank0(cls, ctx: Any, inputs: Sequence[Any], say: Callable[[str], None], every: float) -> Reporter:
+    def on_rank0(cls, ctx: Any, inputs: Sequence[Any], say: Callable[..., None], every: float) -> Reporter:
         """The stage's reporter: ``inputs`` weighed on rank 0 only."""
         owner = ctx.rank == 0
         every = every if owner else 0
@@ -146,17 +181,21 @@ class Reporter:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
-            self.say("progress: " + self.line())
+            self.report()
 
-    def line(self) -> str:
-        counts = read_counts(self.directory, self.size)
-        return progress_line(counts, self.units, self.weight, time.monotonic() - self.t0)
+    def report(self) -> None:
+        """The progress line (``say(text, "progress", **numbers)``: its JSON object has the numbers)."""
+        counts, elapsed = read_counts(self.directory, self.size), time.monotonic() - self.t0
+        numbers = progress_numbers(counts, self.units, self.weight, elapsed)
+        self.say(
+            "progress: " + progress_line(counts, self.units, self.weight, elapsed), "progress", **numbers
+        )
 
     def stop(self) -> None:
         """End the thread; say where the stage got to. Called once every rank is done."""
         if self.every > 0:
             self._stop.set()
             self._thread.join()
-            self.say("progress: " + self.line())
+            self.report()
         if self.owner:
             shutil.rmtree(self.directory, ignore_errors=True)

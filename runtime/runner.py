@@ -20,7 +20,6 @@ import re
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,6 @@ from corpus.model import (
 )
 from corpus.model.config import (
     DEFAULT_MEMORY_BUDGET_MB,
-    ConfigError,
     check_build_config,
     config_hash,
     config_to_dict,
@@ -50,7 +48,6 @@ from corpus.model.config import (
     stage_memory_budget_mb,
 )
 from corpus.model.digest import canonical_json
-from corpus.model.errors import UserError
 from corpus.model.layout import (
     DOC_OUTPUT_KINDS,
     FILTERED,
@@ -65,24 +62,24 @@ from corpus.model.manifest import NotCompleted, read_stage_manifest, require_sta
 from corpus.model.stages import PIPELINE
 from corpus.text.inputs import display_name, open_regular
 from runtime import file_opens
+from runtime.job_failure import (
+    EXPECTED,
+    FailureClaim,
+    StageError,
+    agreed,
+    end_interrupted,
+    fail_job,
+    from_rank0,
+)
+from runtime.logline import LOG_JSON_ENV, LogRecord, emit
 from runtime.manifest_parts import ShardRecord, artifact_refs, read_shard_record
+from runtime.orphan import die_with_launcher
 from runtime.output_lock import LockHeld, Writer, acquire, release
 from runtime.preemption import PREEMPTED_EXIT, Preempted, any_rank_stopped, install_handlers, stop_requested
 from runtime.progress import RankLog, RankProgress, Reporter, interval_s, progress_dir, unit_weight
 from runtime.side_output import SideOutput
 
 log = logging.getLogger("corpus.stage")
-
-
-class StageError(RuntimeError):
-    """A stage cannot run or cannot finish; the message names the problem for a person.
-
-    ``every_rank``: every rank raises it at the same point (a collective verdict), so the job ends
-    without ``MPI_Abort``, which can drop the message still on its way to the job's log."""
-
-    def __init__(self, message: str, every_rank: bool = False) -> None:
-        super().__init__(message)
-        self.every_rank = every_rank
 
 
 @dataclass(frozen=True)
@@ -346,22 +343,28 @@ class StageRun:
         mb = total.bytes_in / 1e6
         self.log.say(
             f"{shard.name}: done, {total.docs_in} in / {total.docs_out} out in {dt:.1f}s "
-            f"({total.docs_in / max(dt, 1e-9):.0f} docs/s, {mb / max(dt, 1e-9):.2f} MB/s)"
+            f"({total.docs_in / max(dt, 1e-9):.0f} docs/s, {mb / max(dt, 1e-9):.2f} MB/s)",
+            "shard_done",
+            shard=shard.name,
+            docs_in=total.docs_in,
+            docs_out=total.docs_out,
+            seconds=round(dt, 3),
+            mb=round(mb, 3),
         )
 
     def run(self) -> StageManifest:
         ctx, stage = self.ctx, self.stage
         comm = ctx.comm
-        inputs = stage.list_inputs(ctx) if ctx.rank == 0 else None
-        inputs = comm.bcast(inputs, root=0)
+        inputs = from_rank0(comm, lambda: stage.list_inputs(ctx))  # its error is every rank's
         names = [s.name for s in inputs]
         if len(set(names)) != len(names):
-            raise StageError(f"{stage.name}: two inputs map to the same output shard name")
+            raise StageError(f"{stage.name}: two inputs map to the same output shard name", every_rank=True)
 
         existing = read_stage_manifest(ctx.out_dir)
         if existing is not None and self._manifest_matches(existing, inputs):
             if ctx.rank == 0:
-                self.log.say(f"complete already (manifest {existing.digest[:19]}…): nothing to do")
+                msg = f"complete already (manifest {existing.digest[:19]}…): nothing to do"
+                self.log.say(msg, "stage_reused", manifest=existing.digest)
             return existing
 
         ctx.out_dir.mkdir(parents=True, exist_ok=True)
@@ -419,7 +422,12 @@ class StageRun:
                 skipped += 1
             board.done(unit_weight(shard.path, shard.span), skipped=done_before)
             mine_records.append(record)
-        self.log.say(f"{len(done_by_me)} shards processed, {skipped} already done")
+        self.log.say(
+            f"{len(done_by_me)} shards processed, {skipped} already done",
+            "rank_done",
+            shards_processed=len(done_by_me),
+            shards_skipped=skipped,
+        )
         if any_rank_stopped(comm):
             raise Preempted("stopped at a shard boundary on request (SIGUSR1/SIGTERM); rerun to resume")
         comm.Barrier()  # every shard is written before a conclusion reads them
@@ -511,7 +519,11 @@ class StageRun:
         atomic_write_json(manifest_path(out), manifest.to_dict())
         self.log.say(
             f"stage complete: {t.docs_in} in, {t.docs_out} out, filtered {dict(t.filtered)}, "
-            f"quarantined {dict(t.quarantined)}; manifest {manifest.digest}"
+            f"quarantined {dict(t.quarantined)}; manifest {manifest.digest}",
+            "stage_complete",
+            docs_in=t.docs_in,
+            docs_out=t.docs_out,
+            manifest=manifest.digest,
         )
         return manifest
 
@@ -598,16 +610,44 @@ def parse_args(argv: list[str] | None, stage_name: str) -> argparse.Namespace:
         prog=f"python -m hpc_jobs.{stage_name}", description=f"Run the {stage_name} stage."
     )
     ap.add_argument(
-        "--in", dest="inputs", nargs="+", required=True, type=Path, help="input directory or files"
+        "--input",
+        "--in",  # the old spelling: accepted, with a note (corpus stage and corpus build say --input)
+        dest="inputs",
+        nargs="+",
+        required=True,
+        type=Path,
+        help="input directory or files",
     )
     ap.add_argument("--out", required=True, type=Path, help="the stage's output directory")
     ap.add_argument("--config", type=Path, default=None, help="build config (TOML)")
-    return ap.parse_args(argv)
+    ap.add_argument(
+        "--log-json",
+        action="store_true",
+        help=f"every log line a JSON object (sets {LOG_JSON_ENV}=1, which does the same)",
+    )
+    args = ap.parse_args(argv)
+    if args.log_json:
+        os.environ[LOG_JSON_ENV] = "1"
+    words = sys.argv[1:] if argv is None else argv
+    if "--in" in words and os.environ.get("PMI_RANK", "0") == "0":  # said once, by rank 0
+        note, job = "note: --in is deprecated, say --input", f"python -m hpc_jobs.{stage_name}"
+        emit(LogRecord(message=note, event="deprecated", level="warning", source=job, stage=stage_name))
+    return args
 
 
 def run_stage(
     stage_cls: type[Stage], in_paths: list[Path], out_dir: Path, config_file: Path | None, comm: Any
 ) -> StageManifest:
+    """The stage on this rank; its config is read and checked by every rank, its error every rank's."""
+    stage, full, budget = agreed(comm, lambda: configured(stage_cls, config_file))
+    ctx = StageContext(
+        comm, [Path(p) for p in in_paths], Path(out_dir), stage.config, full, budget, stage.name
+    )
+    return StageRun(stage, ctx).run()
+
+
+def configured(stage_cls: type[Stage], config_file: Path | None) -> tuple[Stage, dict, int]:
+    """The stage made with its table of the build config, the whole config and its memory budget."""
     full = load_config_file(config_file)
     check_build_config(full, (*PIPELINE, stage_cls.name))  # a stage outside the pipeline (a test's) too
     table = full.get(stage_cls.name)
@@ -619,60 +659,36 @@ def run_stage(
         # a stage whose config has a seed gets the build's, so a new seed changes its config hash
         table = {**(table or {}), "seed": full["seed"]}
     cfg = stage_config(stage_cls.Config, table, stage_cls.name)
-    budget = stage_memory_budget_mb(full, stage_cls.name)
-    ctx = StageContext(comm, [Path(p) for p in in_paths], Path(out_dir), cfg, full, budget, stage_cls.name)
-    return StageRun(stage_cls(cfg), ctx).run()
-
-
-#: seconds a failing rank waits between printing its error and aborting the job: MPI_Abort makes
-#: Hydra kill every rank and proxy at once, and a line still in a proxy's pipe is lost (seen in CI: a
-#: stage failed with exit status 2 and no error line in its log)
-ABORT_GRACE_S = 1.0
-
-
-def abort_job(comm: Any, code: int) -> None:
-    """End every rank of the job (after the grace that lets the error line reach the log)."""
-    if comm.Get_size() > 1:
-        time.sleep(ABORT_GRACE_S)
-        comm.Abort(code)
-
-
-def fail_job(comm: Any, job: str, error: BaseException | None = None) -> int:
-    """End every rank of a failed job; the exit status. ``error``: an expected failure, one line (2);
-    None: the exception being handled is unexpected, its traceback (1)."""
-    if error is not None:
-        print(f"error: {job}: {error}", file=sys.stderr, flush=True)
-        abort_job(comm, 2)
-        return 2
-    traceback.print_exc()
-    sys.stderr.flush()
-    abort_job(comm, 1)
-    return 1
+    return stage_cls(cfg), full, stage_memory_budget_mb(full, stage_cls.name)
 
 
 def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m hpc_jobs.<stage>``: any rank's failure aborts the whole job."""
+    """Entry point of ``python -m hpc_jobs.<stage>``: any rank's failure ends the whole job, its error
+    said once (runtime.job_failure)."""
     args = parse_args(argv, stage_cls.name)
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    die_with_launcher()  # never left spinning in a collective when the launcher is killed
     install_handlers()
     file_opens.install()
     # everything start-up made (modules, classes, functions: ~100 K objects) lives as long as the rank;
     # frozen, the cyclic collector stops scanning it in every full collection of the run (~0.05 CPU s
     # each); nothing the stage allocates is kept any longer
     gc.freeze()
+    claim = FailureClaim.of_run(comm, work_dir(args.out))
     try:
         run_stage(stage_cls, args.inputs, args.out, args.config, comm)
-    except Preempted as e:
-        print(f"{stage_cls.name}: {e}", file=sys.stderr, flush=True)
+    except Preempted as e:  # every rank stopped at the same boundary
+        if comm.Get_rank() == 0:
+            emit(LogRecord(message=str(e), event="preempted", level="warning", source=stage_cls.name))
         return PREEMPTED_EXIT
-    except (StageError, ConfigError, UserError, FileNotFoundError) as e:
-        if getattr(e, "every_rank", False):
-            if comm.Get_rank() == 0:
-                print(f"error: {stage_cls.name}: {e}", file=sys.stderr, flush=True)
-            return 2
-        return fail_job(comm, stage_cls.name, e)
+    except KeyboardInterrupt:
+        end_interrupted()
+    except EXPECTED as e:
+        return fail_job(comm, stage_cls.name, e, claim)
     except BaseException:
-        return fail_job(comm, stage_cls.name)
+        return fail_job(comm, stage_cls.name, None, claim)
+    if comm.Get_rank() == 0:
+        claim.sweep()
     return 0

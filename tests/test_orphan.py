@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.conftest import ROOT, mpiexec
 
 #: rank 0 works (sleeps) outside MPI; rank 1 waits for it in a broadcast, polling, as a stage's ranks wait
-#: for a slow one; each prints its pid once it is set up
+#: for a slow one; each writes its pid to a file once it is set up
 PROGRAM = """
 import os, sys, time
 sys.path.insert(0, sys.argv[2])
@@ -21,7 +21,10 @@ from runtime.orphan import die_with_launcher
 if sys.argv[1] == "guarded":
     assert die_with_launcher()
 comm = MPI.COMM_WORLD
-print(os.getpid(), flush=True)
+pid_file = f"{sys.argv[3]}/rank{comm.Get_rank()}.pid"
+with open(pid_file + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(pid_file + ".tmp", pid_file)
 if comm.Get_rank() == 0:
     time.sleep(120)
 comm.bcast(None, root=0)
@@ -41,14 +44,17 @@ def launch_and_kill_launcher(tmp_path: Path, mode: str) -> list[int]:
     program = tmp_path / "ranks.py"
     program.write_text(PROGRAM)
     proc = subprocess.Popen(
-        [mpiexec(), "-n", "2", sys.executable, str(program), mode, str(ROOT)],
-        stdout=subprocess.PIPE,
-        text=True,
+        [mpiexec(), "-n", "2", sys.executable, str(program), mode, str(ROOT), str(tmp_path)]
     )
-    ranks = [int(proc.stdout.readline()) for _ in range(2)]
+    pids = [tmp_path / f"rank{r}.pid" for r in range(2)]
+    deadline = time.monotonic() + 120
+    while not all(p.exists() for p in pids):
+        assert time.monotonic() < deadline and proc.poll() is None, "the ranks did not start"
+        time.sleep(0.1)
+    ranks = [int(p.read_text()) for p in pids]
     proxies = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert proxies, "no proxy under mpiexec"
-    for pid in [proc.pid, *map(int, proxies)]:
+    for pid in [*map(int, proxies), proc.pid]:  # the proxy first: it would end the ranks on mpiexec's death
         os.kill(pid, signal.SIGKILL)
     proc.wait()
     return ranks

@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cli.commands import _log_json
 from corpus.model.config import load_config_file
 from corpus.model.layout import candidates_dir, manifest_path, snapshot_dir
 from orchestration.buildsteps import check_stage_tables
 from runtime.build import DEDUP_INDEX, build
+from runtime.launch import Interrupted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,17 +38,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="BUILD",
         help="a complete build to build against: its inputs are skipped, its documents keep their dedup decisions",
     )
+    _log_json.add_flag(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    _log_json.use(args)
     # every stage's table, the policy and the alarms checked now, once, before any stage runs (the
     # index settings, [dedup_index], are the build's own: runtime.build checks them)
     cfg = load_config_file(args.config)
     cfg.pop(DEDUP_INDEX, None)
     check_stage_tables(cfg)
-    snapshot_id = build(args.input, args.out, args.ranks, args.config, args.seed, base=args.base)
-    print(f"candidates manifest {manifest_path(candidates_dir(args.out))}")
-    print(f"snapshot manifest {manifest_path(snapshot_dir(args.out))}")
-    print(f"snapshot_id {snapshot_id}")
+    try:
+        snapshot_id = build(args.input, args.out, args.ranks, args.config, args.seed, base=args.base)
+    except KeyboardInterrupt:  # anywhere in a build: it resumes
+        raise Interrupted() from None
+    candidates, snapshot = manifest_path(candidates_dir(args.out)), manifest_path(snapshot_dir(args.out))
+    _log_json.say_result(f"candidates manifest {candidates}", candidates_manifest=str(candidates))
+    _log_json.say_result(f"snapshot manifest {snapshot}", snapshot_manifest=str(snapshot))
+    _log_json.say_result(f"snapshot_id {snapshot_id}", snapshot_id=snapshot_id)
     return 0

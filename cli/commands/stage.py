@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cli.commands import _log_json
 from runtime.build import launch_stage
+from runtime.launch import Interrupted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,10 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="the stage's directory")
     p.add_argument("--ranks", type=int, default=1, metavar="N", help="MPI ranks (default 1)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE", help="build config (TOML)")
+    _log_json.add_flag(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    m = launch_stage(args.name, args.inputs, args.out, args.ranks, args.config)
-    print(f"stage {m.stage} manifest {m.digest}")
+    _log_json.use(args)
+    try:
+        m = launch_stage(args.name, args.inputs, args.out, args.ranks, args.config)
+    except KeyboardInterrupt:  # a stage resumes from its checkpoints
+        raise Interrupted() from None
+    _log_json.say_result(f"stage {m.stage} manifest {m.digest}", stage=m.stage, manifest=m.digest)
     return 0

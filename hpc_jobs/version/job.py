@@ -23,7 +23,8 @@ from corpus.version.plan import kept_text, make_version
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hpc_jobs.version", description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--in",
+        "--input",
+        "--in",  # the old spelling, still accepted
         dest="build",
         nargs=1,
         required=True,
@@ -33,7 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", required=True, type=Path, metavar="DIR", help="the version directory to write")
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--config", type=Path, metavar="SELECTION.toml", help="the selection file")
+    # --select as corpus version says it; --config, the old spelling, still accepted
+    src.add_argument(
+        "--select", "--config", dest="config", type=Path, metavar="SELECTION.toml", help="the selection file"
+    )
     src.add_argument("--select-inline", metavar="TOML", help="the selection as TOML text")
     args = ap.parse_args(argv)
     try:

@@ -10,7 +10,7 @@ from tests.conftest import run_mpi
 
 
 def run_stage(stage: str, ranks: int, in_dir: Path, out_dir: Path, config: Path | None = None, **kw):
-    args = ["-m", f"hpc_jobs.{stage}", "--in", str(in_dir), "--out", str(out_dir)]
+    args = ["-m", f"hpc_jobs.{stage}", "--input", str(in_dir), "--out", str(out_dir)]
     if config is not None:
         args += ["--config", str(config)]
     return run_mpi(ranks, *args, **kw)

@@ -92,7 +92,12 @@ def test_sbatch_line_passes_stage_arguments_as_separate_words():
     assert "--ntasks=4" in argv and "--partition=debug" in argv and "--time=01:00:00" in argv
     assert "--oversubscribe" in argv
     script = argv.index("/srv/corpus/sbatch/ingest.sbatch")
-    assert argv[script + 1 :] == ["--in", *inputs, "--out=/b/o u;t", "--config=/builds/b1/build-config.json"]
+    assert argv[script + 1 :] == [
+        "--input",
+        *inputs,
+        "--out=/b/o u;t",
+        "--config=/builds/b1/build-config.json",
+    ]
 
 
 def test_the_submitters_own_options_and_environment_win_over_the_extra_ones():

@@ -114,7 +114,7 @@ def run_snapshot_stages(build: Path, ranks: int, config: Path | None, upstream: 
     manifests = []
     for name in SNAPSHOT_STAGES:
         out = build / STAGES_DIR / name
-        args = ["-m", f"hpc_jobs.{name}", "--in", str(prev), "--out", str(out)]
+        args = ["-m", f"hpc_jobs.{name}", "--input", str(prev), "--out", str(out)]
         if config:
             args += ["--config", str(config)]
         run_mpi(ranks, *args)

@@ -12,7 +12,7 @@ STAGES = ("ingest", "extract", "annotate")
 
 
 def run_stage(name: str, ranks: int, inputs: list[Path], out: Path, config: Path | None = None, **kw):
-    args = ["-m", f"hpc_jobs.{name}", "--in", *map(str, inputs), "--out", str(out)]
+    args = ["-m", f"hpc_jobs.{name}", "--input", *map(str, inputs), "--out", str(out)]
     if config is not None:
         args += ["--config", str(config)]
     return run_mpi(ranks, *args, **kw)
