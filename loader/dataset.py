@@ -36,6 +36,7 @@ from loader.faults import (
     ShardStore,
 )
 from loader.metrics import metrics_line
+from loader.packing import make_packer, refuse_with_packing
 from loader.phases import PhaseClock, PhaseSpan
 from loader.prefetch import DEFAULT_PREFETCH_STEPS, Segments, StepReader, planned_steps, prefetch_depth
 from loader.provenance import TracedBatch
@@ -154,6 +155,7 @@ class SnapshotLoader(IterableDataset):
         recipe: Recipe | None = None,
         prefetch_steps: int = DEFAULT_PREFETCH_STEPS,
         gap_bytes: int = DEFAULT_GAP_BYTES,
+        packing_window: int = 0,
     ) -> None:
         """``recipe`` (what :meth:`from_recipe` passes): the mixture, seed, sequence length and epoch caps are
         the recipe's, phase by phase, and ``run_len`` is the default of phases that state none.
@@ -237,6 +239,7 @@ class SnapshotLoader(IterableDataset):
             int(prefetch_steps), int(memory_budget_mb) << 20, self.batch_size * seq_max * 8
         )
         self.reader = StepReader(self.store, self.prefetch_depth)
+        self.packer = make_packer(int(packing_window), self.seq_len, recipe)  # docs/loader.md, Packing
         self.switches: list[dict[str, Any]] = []  # (step, from, to) of every move between versions
         self.recipe_changes: list[dict[str, Any]] = []  # (step, from, to) of every accepted change of recipe
         self.recipe, self.default_run_len = recipe, self.run_len
@@ -333,12 +336,15 @@ class SnapshotLoader(IterableDataset):
     def next_batch(self) -> Batch | None:
         """This rank's batch of the next step; None when it has nothing to read. With a recipe the step
         counts even then (every rank changes phase at the same step), so call it in step with the others."""
+        if self.packer is not None:
+            return self.packer.next_batch(self)
         traced = self.traced_batch()
         return traced.batch if traced is not None else None
 
     def traced_batch(self) -> TracedBatch | None:
         """:meth:`next_batch` with the plan and the sourced parts it was read from (what ``corpus trace``
         asks: the step delivery takes, not a replica of it); None when this rank reads nothing."""
+        refuse_with_packing(self.packer, "a trace")
         if self.prefetch_depth and not self.reader.running and not self.finished:
             self._start_prefetch()
         planned = self._plan_step()
@@ -415,6 +421,7 @@ class SnapshotLoader(IterableDataset):
             "shard_cache_hits": store.cache_hits,
             "shard_opens": store.opens,
             "bytes_hashed": store.bytes_hashed,
+            **(self.packer.metrics() if self.packer is not None else {}),
         }
 
     def metrics_line(self) -> str:
@@ -427,6 +434,7 @@ class SnapshotLoader(IterableDataset):
 
     def seek(self, step: int) -> None:
         """Jump forward to ``step`` without reading anything (as if the steps before had been consumed)."""
+        refuse_with_packing(self.packer, "a seek")
         self.reader.stop()
         if self.recipe is None:
             self.cursor.seek(step, self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size)
@@ -485,6 +493,7 @@ class SnapshotLoader(IterableDataset):
     def local_state(self) -> dict[str, Any]:
         """This rank's part of the record (what ``state_dict`` all-gathers): the delivered position, and the
         shards found corrupt by the steps delivered so far (not by those the prefetch read ahead)."""
+        refuse_with_packing(self.packer, "a checkpoint")
         with self.store.lock:
             return self.cursor.local_state(self.store.skipped - self.reader.ahead())
 

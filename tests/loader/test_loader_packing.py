@@ -1,0 +1,158 @@
+"""Packing: whole documents best-fit into sequences, cu_seqlens at their boundaries, the same tokens once."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from snapshot_factory import CAPS, EOS, MIXTURE, consume, stream_ids
+
+from corpus.model import SnapshotManifest
+from loader import SnapshotLoader
+from loader.packing import PackingNotResumable, best_fit
+
+SEQ_LEN = 32
+
+
+def packed(snapshot, window: int = 16, rank: int = 0, world: int = 1, **kwargs) -> SnapshotLoader:
+    return SnapshotLoader(
+        snapshot,
+        MIXTURE,
+        seed=3,
+        seq_len=SEQ_LEN,
+        batch_size=2,
+        dp_rank=rank,
+        dp_world=world,
+        epoch_caps=CAPS,
+        run_len=2,
+        chunk_tokens=48,
+        packing_window=window,
+        **kwargs,
+    )
+
+
+def documents(snapshot) -> set[tuple[int, ...]]:
+    """Every document of the snapshot with its EOS, as the loader's stream holds it."""
+    manifest = SnapshotManifest.from_dict(json.loads((snapshot / "manifest.json").read_text()))
+    out = set()
+    for shard in manifest.shards:
+        stream = stream_ids(snapshot, shard)
+        cuts = np.flatnonzero(stream == EOS) + 1
+        out |= {tuple(d.tolist()) for d in np.split(stream, cuts) if d.size}
+    return out
+
+
+def segments(batch) -> list[tuple[int, ...]]:
+    """The token runs between consecutive cu_seqlens boundaries, padding left out."""
+    flat, valid = batch.tokens.reshape(-1).tolist(), batch.loss_mask.reshape(-1).tolist()
+    cu = batch.cu_seqlens.tolist()
+    return [tuple(flat[a:b]) for a, b in zip(cu, cu[1:], strict=False) if valid[a]]
+
+
+def test_every_sequence_holds_whole_documents_or_seq_len_pieces_of_one(id_snapshot):
+    docs = documents(id_snapshot)
+    pieces = {d[i : i + SEQ_LEN] for d in docs for i in range(0, len(d), SEQ_LEN)}
+    seen = [s for b in packed(id_snapshot) for s in segments(b)]
+    assert seen and all(s in docs or s in pieces for s in seen)
+    # a document no longer than a sequence is never cut
+    assert {s for s in seen if s in docs} == {d for d in docs if len(d) <= SEQ_LEN}
+
+
+def test_cu_seqlens_are_the_document_boundaries_and_position_ids_restart_there(id_snapshot):
+    for b in packed(id_snapshot):
+        cu = b.cu_seqlens
+        assert cu.dtype == torch.int32
+        assert int(cu[0]) == 0 and int(cu[-1]) == b.tokens.numel()
+        starts = set((b.position_ids.reshape(-1) == 0).nonzero().flatten().tolist())
+        assert starts == set(cu[:-1].tolist())
+        # every boundary inside the data follows an EOS or a full seq_len piece
+        flat = b.tokens.reshape(-1)
+        for a, e in zip(cu.tolist(), cu[1:].tolist(), strict=False):
+            if b.loss_mask.reshape(-1)[a]:
+                assert int(flat[e - 1]) == EOS or e - a == SEQ_LEN
+
+
+def test_the_same_seed_and_rank_give_the_same_sequences(id_snapshot):
+    for rank in (0, 1):
+        a, b = (list(packed(id_snapshot, rank=rank, world=2)) for _ in range(2))
+        assert len(a) == len(b) and all(
+            x.tokens.equal(y.tokens) and x.cu_seqlens.equal(y.cu_seqlens) and x.buckets == y.buckets
+            for x, y in zip(a, b, strict=True)
+        )
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_packing_delivers_the_tokens_plain_concatenation_delivers_each_once(id_snapshot, world):
+    plain, pack = Counter(), Counter()
+    consume([packed(id_snapshot, window=0, rank=r, world=world) for r in range(world)], plain)
+    consume([packed(id_snapshot, rank=r, world=world) for r in range(world)], pack)
+    assert pack == plain
+
+
+def test_padding_rate_is_reported_and_below_one_document_per_sequence(id_snapshot):
+    loader = packed(id_snapshot)
+    for _ in loader:
+        pass
+    m = loader.metrics()
+    assert m["packing_sequences"] > 0 and m["packing_documents"] > 0
+    assert 0 <= m["packing_padding_rate"] < m["packing_naive_padding_rate"] / 4
+    assert 0 < m["packing_truncation_rate"] < 1  # the id snapshot has documents longer than 32
+
+
+def test_a_wider_window_pads_no_more_than_a_window_of_one(id_snapshot):
+    rates = []
+    for window in (1, 32):
+        loader = packed(id_snapshot, window=window)
+        for _ in loader:
+            pass
+        rates.append(loader.metrics()["packing_padding_rate"])
+    assert rates[1] <= rates[0]
+
+
+def test_packing_is_off_by_default_and_the_plain_stream_is_unchanged(id_snapshot):
+    a, b = (
+        packed(id_snapshot, window=0),
+        SnapshotLoader(
+            id_snapshot,
+            MIXTURE,
+            seed=3,
+            seq_len=SEQ_LEN,
+            batch_size=2,
+            epoch_caps=CAPS,
+            run_len=2,
+            chunk_tokens=48,
+        ),
+    )
+    assert a.packer is None and b.packer is None
+    assert all(x.tokens.equal(y.tokens) for x, y in zip(a, b, strict=True))
+    assert not any(k.startswith("packing") for k in b.metrics())
+
+
+def test_a_checkpoint_with_packing_on_is_refused_with_one_clear_error(id_snapshot):
+    loader = packed(id_snapshot)
+    loader.next_batch()
+    with pytest.raises(PackingNotResumable, match="packing_window=0"):
+        loader.state_dict()
+    with pytest.raises(PackingNotResumable):
+        loader.seek(5)
+
+
+def test_best_fit_takes_the_longest_piece_that_fits_the_earliest_of_equals():
+    assert best_fit([5, 9, 7, 9, 3], 8) == 2
+    assert best_fit([5, 9, 7, 9, 3], 9) == 1
+    assert best_fit([5, 9], 4) is None
+
+
+def test_a_plain_record_loaded_into_a_packing_loader_starts_packing_from_its_cursors(id_snapshot):
+    plain = packed(id_snapshot, window=0)
+    for _ in range(3):
+        plain.next_batch()
+    loader = packed(id_snapshot)
+    loader.next_batch()
+    loader.load_state_dict(plain.state_dict())
+    fresh = packed(id_snapshot)
+    fresh.load_state_dict(plain.state_dict())
+    assert all(x.tokens.equal(y.tokens) for x, y in zip(loader, fresh, strict=True))
