@@ -6,7 +6,6 @@ distributions by the installed metadata. The commands that make the locks: the M
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import re
 import subprocess
@@ -14,9 +13,8 @@ import sys
 import tomllib
 from functools import cache
 
-import pytest
-
 from tests.conftest import ROOT
+from tests.support.imports import absolute_imports
 
 #: what `corpus build`, the operators, the DAGs and the loader run (tests/, bench/, tools/ are not shipped)
 PACKAGES = ("corpus", "mpi_kernels", "runtime", "hpc_jobs", "orchestration", "loader", "cli", "dags")
@@ -78,21 +76,8 @@ def imported_modules() -> dict[str, str]:
     ones and ``import_module("name")`` included; the standard library and the project left out."""
     found: dict[str, str] = {}
     for path in sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            elif (
-                isinstance(node, ast.Call)
-                and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-            ):
-                names = [node.args[0].value]
-            for name in names:
-                found.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
+        for top, _ in sorted(absolute_imports(path)):
+            found.setdefault(top, str(path.relative_to(ROOT)))
     return {m: f for m, f in found.items() if m not in sys.stdlib_module_names and m not in PACKAGES}
 
 

@@ -9,6 +9,7 @@ import ast
 import pytest
 
 from tests.conftest import ROOT
+from tests.support.imports import absolute_imports
 
 PROJECT = {"corpus", "mpi_kernels", "runtime", "hpc_jobs", "orchestration", "loader", "cli", "dags"}
 ALLOWED = {
@@ -25,25 +26,7 @@ ALLOWED = {
 
 def project_imports(path) -> set[tuple[str, int]]:
     """(top-level project package, line) of every import in a module, nested ones included."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        elif (
-            isinstance(node, ast.Call)
-            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
-            and node.args
-            and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))
-        ):
-            first = node.args[0].value if isinstance(node.args[0], ast.Constant) else node.args[0].values[0]
-            names = (
-                [getattr(first, "value", first)] if isinstance(getattr(first, "value", first), str) else []
-            )
-        found |= {(n.split(".")[0], node.lineno) for n in names if n.split(".")[0] in PROJECT}
-    return found
+    return {(top, line) for top, line in absolute_imports(path) if top in PROJECT}
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))

@@ -24,7 +24,7 @@ from corpus.formats.megatron import BLOCK_SIZE, block_digests, block_file_bytes,
 from corpus.formats.metadata import metadata_table, write_metadata
 from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import file_sha256
-from loader import load_manifest
+from loader import SnapshotLoader, load_manifest
 
 EOS = 0
 #: The mixture and epoch caps most loader tests use on the id snapshot's three buckets.
@@ -41,6 +41,22 @@ AUDIT_2000_STEPS_ON_8 = dict(world=8, steps=2000, seq_len=16, batch_size=2, run_
 
 HOSTS = ("a.example.org", "b.example.org", "c.example.net")
 LANGS = ("en", "fr")
+
+
+def small_loader(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
+    """A loader of a factory snapshot in small steps (16-token sequences, 24-token chunks), what the
+    fault and prefetch tests read; ``kw`` overrides any setting."""
+    params = dict(
+        mixture=MIXTURE,
+        seed=4,
+        seq_len=16,
+        batch_size=2,
+        epoch_caps=CAPS,
+        run_len=2,
+        chunk_tokens=24,
+        max_skip_fraction=0.2,
+    )
+    return SnapshotLoader(root, dp_rank=rank, dp_world=world, **{**params, **kw})
 
 
 def lineage_for(bucket: str, shard: int, doc: int) -> dict:

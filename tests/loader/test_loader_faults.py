@@ -9,25 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from snapshot_factory import CAPS, MIXTURE, damaged_copy, expected_tokens
+from snapshot_factory import CAPS, damaged_copy, expected_tokens, small_loader
 
 from loader import SnapshotLoader, load_manifest
 from loader.faults import ShardUnavailable, TooManyCorruptShards
 
-
-def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
-    params = dict(
-        mixture=MIXTURE,
-        seed=4,
-        seq_len=16,
-        batch_size=2,
-        epoch_caps=CAPS,
-        run_len=2,
-        chunk_tokens=24,
-        max_skip_fraction=0.2,
-    )
-    params.update(kw)
-    return SnapshotLoader(root, dp_rank=rank, dp_world=world, **params)
+make = small_loader
 
 
 def stream(loaders: list[SnapshotLoader], steps: int | None = None) -> list[list[tuple]]:

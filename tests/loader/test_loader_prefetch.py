@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from snapshot_factory import CAPS, MIXTURE, damaged_copy
+from snapshot_factory import damaged_copy, small_loader
 
 from loader import SnapshotLoader
 
@@ -18,18 +18,7 @@ LATENCY_S = 0.02
 
 
 def make(root: Path, rank: int, world: int, prefetch: int, **kw) -> SnapshotLoader:
-    params = dict(
-        mixture=MIXTURE,
-        seed=5,
-        seq_len=16,
-        batch_size=2,
-        epoch_caps=CAPS,
-        run_len=2,
-        chunk_tokens=24,
-        max_skip_fraction=0.2,
-    )
-    params.update(kw)
-    return SnapshotLoader(root, dp_rank=rank, dp_world=world, prefetch_steps=prefetch, **params)
+    return small_loader(root, rank, world, **{"seed": 5, "prefetch_steps": prefetch, **kw})
 
 
 def wait_until_ahead(loader: SnapshotLoader, timeout: float = 10.0) -> None:
