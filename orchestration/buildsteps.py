@@ -102,6 +102,14 @@ def check_stage_tables(cfg: dict[str, Any]) -> None:
     alarm_config(cfg)
 
 
+def check_config_file(config_file: Path | None) -> None:
+    """A build config file checked whole, as before any stage runs: every stage's table, ``[policy]``,
+    ``[alarms]`` and the index settings (``[dedup_index]``); one line naming what is wrong."""
+    cfg = load_config_file(config_file)
+    pipeline.IndexSettings.of(cfg.pop(pipeline.DEDUP_INDEX, None))
+    check_stage_tables(cfg)
+
+
 def prepare(
     out: Path,
     config_file: Path | None,

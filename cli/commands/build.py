@@ -8,10 +8,9 @@ import argparse
 from pathlib import Path
 
 from cli.commands import _log_json
-from corpus.model.config import load_config_file
 from corpus.model.layout import candidates_dir, manifest_path, snapshot_dir
-from orchestration.buildsteps import check_stage_tables
-from runtime.build import DEDUP_INDEX, build
+from orchestration.buildsteps import check_config_file
+from runtime.build import build
 from runtime.launch import Interrupted
 
 
@@ -44,11 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _log_json.use(args)
-    # every stage's table, the policy and the alarms checked now, once, before any stage runs (the
-    # index settings, [dedup_index], are the build's own: runtime.build checks them)
-    cfg = load_config_file(args.config)
-    cfg.pop(DEDUP_INDEX, None)
-    check_stage_tables(cfg)
+    check_config_file(args.config)  # the whole file, now, once, before any stage runs
     try:
         snapshot_id = build(args.input, args.out, args.ranks, args.config, args.seed, base=args.base)
     except KeyboardInterrupt:  # anywhere in a build: it resumes

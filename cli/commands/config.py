@@ -21,11 +21,10 @@ from corpus.model.config import load_config_file
 from corpus.model.errors import UserError
 from corpus.select.recipe import load_recipe
 from corpus.select.selection import load_selection
-from orchestration.buildsteps import check_stage_tables
+from orchestration.buildsteps import check_config_file
 from orchestration.config_reference import defaults, keys, top_level_keys
 from orchestration.config_schema import KINDS, schema_of
 from orchestration.deployment import Deployment, DeploymentError
-from runtime.build import DEDUP_INDEX, IndexSettings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,9 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def validate_build(path: Path) -> None:
-    cfg = load_config_file(path)
-    IndexSettings.of(cfg.pop(DEDUP_INDEX, None))
-    check_stage_tables(cfg)
+    check_config_file(path)
 
 
 def validate_deployment(path: Path) -> None:

@@ -12,14 +12,12 @@ import re
 import shlex
 from pathlib import Path
 
-from corpus.model.config import load_config_file
 from corpus.model.errors import UserError
 from corpus.model.stages import PIPELINE
-from orchestration.buildsteps import check_stage_tables, prepare
+from orchestration.buildsteps import check_config_file, prepare
 from orchestration.chain import JobSettings, chain_jobs, read_record, submit_chain, write_record
 from orchestration.deployment import NAME, TIME_LIMIT, Deployment
 from orchestration.submit import LocalBackend, SubmitError
-from runtime.build import DEDUP_INDEX, IndexSettings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -124,9 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if out.exists():
         refuse_live_chain(out, backend)
     if args.dry_run:  # the config checked as prepare checks it; nothing written
-        cfg = load_config_file(args.config)
-        IndexSettings.of(cfg.pop(DEDUP_INDEX, None))
-        check_stage_tables(cfg)
+        check_config_file(args.config)
         inputs = args.input
     else:
         _, inputs = prepare(out, args.config, args.seed, {}, args.input, args.base)
