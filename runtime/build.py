@@ -61,18 +61,9 @@ from corpus.model.manifest import read_stage_manifest, require_stage_manifest
 from corpus.model.stages import PIPELINE, check_stage_name
 from corpus.select.selection import Selection, parse_policy
 from corpus.text.normalize import CHAR_NGRAM
-from runtime.build_commit import build_commit, build_lock, committed_as, record_commit
+from runtime.build_commit import build_commit, build_lock, committed_as, record_commit, say
 from runtime.launch import launch
 from runtime.launch import mpiexec_path as mpiexec_path  # where the tests and callers find it
-from runtime.logline import LogRecord, emit
-
-#: who speaks in the build's own lines (``corpus build: stage 1/9 ingest on 2 rank(s)``)
-BUILD = "corpus build"
-
-
-def say(line: str, event: str = "log", stage: str | None = None, **fields: Any) -> None:
-    """One line of the build (not of a stage's ranks): ``corpus build: line``, or its JSON object."""
-    emit(LogRecord(message=line, event=event, source=BUILD, stage=stage, fields=fields))
 
 
 def stage_command(name: str, in_paths: list[Path], out_dir: Path, config: Path | None) -> list[str]:

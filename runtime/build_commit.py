@@ -10,7 +10,6 @@ mtimes. Its sequence number, not a file's mtime, says which build is the latest 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +29,7 @@ from corpus.model.layout import (
     manifest_path,
     snapshot_dir,
 )
+from runtime.logline import LogRecord, emit
 from runtime.output_lock import LockHeld, holding
 
 
@@ -47,8 +47,13 @@ def build_lock(out: Path) -> Iterator[None]:
         raise UserError(str(e)) from None
 
 
-def say(line: str) -> None:
-    print(f"corpus build: {line}", file=sys.stderr)
+#: who speaks in the build's own lines (``corpus build: stage 1/9 ingest on 2 rank(s)``)
+BUILD = "corpus build"
+
+
+def say(line: str, event: str = "log", stage: str | None = None, **fields: Any) -> None:
+    """One line of the build (not of a stage's ranks): ``corpus build: line``, or its JSON object."""
+    emit(LogRecord(message=line, event=event, source=BUILD, stage=stage, fields=fields))
 
 
 def commit_facts(out: Path, manifests: list[StageManifest]) -> dict[str, Any]:
