@@ -57,6 +57,10 @@ def last_error_line(log: Path) -> str:
     return (found or lines or ["(empty log)"])[-1]
 
 
+def snapshot_id(out: Path) -> str:
+    return json.loads(manifest_path(snapshot_dir(out)).read_text())["snapshot_id"]
+
+
 def units_done(out: Path, stage: str) -> str:
     """``N of M units done`` (M: the previous stage's shards; ingest's units are not known before it
     lists its inputs, so only N)."""
@@ -95,8 +99,7 @@ def step_state(
     if step == FINALIZE_STEP:
         snapshot = manifest_path(snapshot_dir(out))
         if committed_path(out).is_file() and snapshot.is_file():
-            snapshot_id = json.loads(snapshot.read_text())["snapshot_id"]
-            return StepState(step, "done", f"snapshot_id {snapshot_id}", job_id)
+            return StepState(step, "done", f"snapshot_id {snapshot_id(out)}", job_id)
         progress, started = "", False
     else:
         manifest = manifest_path(stage_dir(out, step))
@@ -126,7 +129,7 @@ def build_status(
     return {
         "build": str(out),
         "complete": complete,
-        "snapshot_id": steps[-1].detail.split()[-1] if complete else None,
+        "snapshot_id": snapshot_id(out) if complete else None,
         "failed": any(s.state == "failed" for s in steps),
         "steps": [asdict(s) for s in steps],
     }

@@ -179,6 +179,10 @@ class Deployment:
             raise DeploymentError(f"{ENV_VAR} must be a JSON object")
         return cls.from_mapping(raw)
 
+    def refused_sbatch_args(self, args: list[str]) -> list[str]:
+        """The sbatch options of ``args`` (``--opt`` or ``--opt=value``) this deployment does not allow."""
+        return [a for a in args if a.split("=", 1)[0] not in self.sbatch_options]
+
     @property
     def interpreter(self) -> str:
         return self.python or f"{self.cluster_root}/.venv/bin/python"

@@ -96,7 +96,7 @@ def resolve_job_params(p: dict[str, Any], deployment: Deployment) -> dict[str, A
         raise ValueError(
             f"Param 'job_env': keys {refused} are not allowed ({', '.join(deployment.job_env_keys)})"
         )
-    if refused := [a for a in p["sbatch_args"] if a.split("=", 1)[0] not in deployment.sbatch_options]:
+    if refused := deployment.refused_sbatch_args(p["sbatch_args"]):
         raise ValueError(
             f"Param 'sbatch_args': {refused} are not allowed ({', '.join(deployment.sbatch_options)})"
         )

@@ -80,15 +80,14 @@ def job_settings(args: argparse.Namespace, deployment: Deployment) -> JobSetting
     if args.time and not re.fullmatch(TIME_LIMIT, args.time):
         raise UserError(f"--time {args.time!r} is not a SLURM time (minutes, HH:MM:SS or D-HH:MM:SS)")
     extra = [f"--{name}={value}" for name, value in (("account", args.account), ("qos", args.qos)) if value]
+    if refused := deployment.refused_sbatch_args([*extra, *args.sbatch_arg]):
+        raise UserError(
+            f"sbatch option {refused[0].split('=', 1)[0]} is not allowed by the deployment "
+            f"(CORPUS_DEPLOYMENT sbatch_options: {', '.join(deployment.sbatch_options)})"
+        )
     for option in [*extra, *args.sbatch_arg]:
-        name, _, value = option.partition("=")
-        if name not in deployment.sbatch_options:
-            raise UserError(
-                f"sbatch option {name} is not allowed by the deployment "
-                f"(CORPUS_DEPLOYMENT sbatch_options: {', '.join(deployment.sbatch_options)})"
-            )
-        if re.search(r"[\n\r\x00]", value):
-            raise UserError(f"sbatch option {name}: its value must be one line")
+        if re.search(r"[\n\r\x00]", option):
+            raise UserError(f"sbatch option {option.split('=', 1)[0]}: its value must be one line")
     return JobSettings(
         ranks=args.ranks,
         ranks_per_stage=per_stage,
