@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "'export_id sha256:...'.",
     )
     p.add_argument("version", type=Path, metavar="VERSION", help="a build (its default version) or a version")
-    p.add_argument("--format", required=True, choices=FORMATS)
+    p.add_argument("--format", required=True, choices=FORMATS, help="what to write (docs/export.md)")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="a new or empty directory")
     p.add_argument("--ranks", type=int, default=1, metavar="N", help="MPI ranks on this machine (default 1)")
     p.add_argument("--added", metavar="DATE", help="jsonl: the records' `added` field (default: null)")

@@ -52,6 +52,22 @@ _META_DIGESTS = {
     ".parquet": "metadata_sha256",
 }
 
+#: what the shards hold, in the manifest, for anyone who finds them: every candidate, not a training set
+HOLDS = (
+    "every stored candidate, documents the default version rejects, near duplicates and contaminated "
+    "ones included: train on a version (this project's loader) or on `corpus export VERSION`"
+)
+CANDIDATES_README = f"""These Megatron shards hold {HOLDS}.
+
+Pointing Megatron-LM or NeMo at shards/ trains on documents the quality policy rejected, on near
+duplicates and on documents that contain benchmark text. Read a version instead: this project's loader
+(SnapshotLoader on BUILD/snapshot or BUILD/versions/NAME), or an export of one:
+
+    corpus export BUILD --format megatron --out DIR    # then Megatron's --data-args-path DIR/megatron/data-args.txt
+
+docs/export.md of corpus-pipeline says more.
+"""
+
 
 def _link_parts(src_dir: Path, index: PartitionedIndex, snap: Path, dest: str) -> list[dict[str, Any]]:
     """Link a stage's index parts into ``snap/dest``; their listing with snapshot-relative paths."""
@@ -186,7 +202,9 @@ def assemble(
         b["shards"] += 1
         b["docs"] += s.docs
         b["tokens"] += s.tokens
+    (snap / "README").write_text(CANDIDATES_README)
     extra = {
+        "holds": HOLDS,
         "buckets": buckets,
         "docs": sum(s.docs for s in shards),
         "tokens": tokens_stored,

@@ -100,7 +100,8 @@ def test_megatron_export_holds_exactly_the_selected_documents_as_megatron_core_r
 def test_a_megatron_export_is_a_snapshot_that_validates_traces_and_queries(build, tmp_path):
     export(build, "megatron", tmp_path / "m")
     assert validate_snapshot(tmp_path / "m") == []
-    shard = json.loads((tmp_path / "m" / "manifest.json").read_text())["shards"][-1]
+    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    shard = manifest["shards"][-1]
     name = Path(shard["path"]).name.removesuffix(".bin")
     traced = json.loads(
         run_corpus("trace", "--snapshot", str(tmp_path / "m"), "--shard", name, "--offset", "5").stdout
@@ -113,6 +114,17 @@ def test_a_megatron_export_is_a_snapshot_that_validates_traces_and_queries(build
     assert traced["doc"]["url"] == url
     counted = run_corpus("query", str(tmp_path / "m"), "SELECT count(*) AS n FROM docs", "--json").stdout
     assert json.loads(counted)[0]["n"] == len(selected_docs(build))
+    # this project's loader reads the export as a snapshot: every token it delivers is an exported one
+    from loader import SnapshotLoader
+
+    exported = np.concatenate(
+        [np.fromfile(tmp_path / "m" / s["path"], dtype=manifest["token_dtype"]) for s in manifest["shards"]]
+    )
+    weights = {b: 1.0 for b in manifest["extra"]["buckets"]}
+    batch = next(
+        iter(SnapshotLoader(tmp_path / "m", dp_rank=0, dp_world=1, seq_len=64, batch_size=2, mixture=weights))
+    )
+    assert set(np.asarray(batch.tokens).ravel().tolist()) <= set(exported.tolist())
 
 
 def test_parquet_export_is_read_by_datasets_and_duckdb_with_each_documents_own_text(build, tmp_path):
