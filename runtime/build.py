@@ -228,7 +228,20 @@ def build(
             if name == "minhash_dedup":
                 check_band_index(out, manifests[-1], settings, found)
             prev = [directory]
-        return finish_build(out, manifests, ranks)
+        snapshot_id = finish_build(out, manifests, ranks)
+        write_build_card(out)
+        return snapshot_id
+
+
+def write_build_card(out: Path) -> None:
+    """The build's data card in ``out/report/`` (``corpus report OUT``), as the DAG's finalize writes it;
+    the yield history is read, not recorded (``corpus report OUT --record`` records it)."""
+    from corpus.report.build_view import open_build  # matplotlib: only where a card is written
+    from corpus.report.card import write_card
+
+    card = out / "report" / "card.html"
+    write_card(open_build(out), card, None)
+    say(f"data card {card}", "report", card=str(card))
 
 
 def position(n: int) -> dict[str, int]:

@@ -354,3 +354,122 @@ def test_a_tombstoned_shard_shows_in_the_diff_and_on_the_data_card(two_rank_buil
     (t,) = card["build"]["version"]["tombstones"]
     assert (t["name"], t["reason"]) == (shard, "takedown request 12") and t["date"]
     assert f"tombstone <code>{shard}</code>: takedown request 12" in (tmp_path / "card.html").read_text()
+
+
+# --- the data card of the sample's default version (issue 31): the selection, rule by rule -----------
+
+
+def card_image(html: str, alt: str) -> str:
+    """The SVG behind the card's image ``alt``."""
+    import base64
+
+    found = re.search(rf'<img src="data:image/svg\+xml;base64,([^"]+)" alt="{re.escape(alt)}">', html)
+    assert found, f"no image {alt!r} on the card"
+    return base64.b64decode(found.group(1)).decode()
+
+
+def test_corpus_build_writes_the_card_of_its_default_version_rule_by_rule(two_rank_build):
+    out, snapshot_id = two_rank_build
+    card = json.loads((out / "report" / "card.json").read_text())
+    html = (out / "report" / "card.html").read_text()
+    assert card["build"]["snapshot_id"] == snapshot_id
+    (stored,) = corpus_json(
+        "query", str(out), "SELECT count(*) AS n, sum(selected::int) AS kept FROM docs", "--json"
+    )
+    funnel = card["version_funnel"]
+    assert (
+        (funnel["stored"], funnel["selected"])
+        == (stored["n"], stored["kept"])
+        == (
+            card["build"]["version"]["stored_docs"],
+            card["build"]["version"]["selected_docs"],
+        )
+    )
+    assert (
+        sum(s["removed"] for s in funnel["steps"]) == stored["n"] - stored["kept"]
+        and funnel["unexplained"] == 0
+    )
+    manifest = json.loads((out / "snapshot" / "manifest.json").read_text())
+    policy = {s["reason"]: s["removed"] for s in funnel["steps"] if s["rule"] == "policy"}
+    assert policy == manifest["policy_reasons"], "the policy first, check by check, as the version counted it"
+    assert [s["left"] for s in funnel["steps"]][-1] == stored["kept"]
+    by_source = corpus_json(
+        "query",
+        str(out),
+        "SELECT source, count(*) AS n, sum(selected::int) AS kept FROM docs GROUP BY 1",
+        "--json",
+    )
+    assert {r["source"]: (r["n"], r["kept"]) for r in by_source} == {
+        s: (g["stored"], g["selected"]) for s, g in funnel["by_source"].items()
+    }
+    assert sum(g["selected"] for g in funnel["by_lang"].values()) == stored["kept"]
+    assert f"<b>{stored['kept']:,}</b><span>documents selected (version)</span>" in html
+    assert 'href="#the-version-s-selection"' in html and '<h2 id="the-version-s-selection">' in html
+
+
+def test_the_cards_histograms_draw_the_versions_thresholds_over_candidates_and_selected(two_rank_build):
+    out, _ = two_rank_build
+    card = json.loads((out / "report" / "card.json").read_text())
+    minimum = json.loads((out / "snapshot" / "manifest.json").read_text())["selection"]["policy"][
+        "min_alpha_word_fraction"
+    ]
+    (alpha,) = [
+        t for t in card["thresholds"]["alpha_word_fraction"] if t["rule"] == "policy/gopher_alpha_words"
+    ]
+    assert (alpha["bound"], alpha["value"], alpha["drawn"]) == ("min", minimum, True)
+    pops = card["distributions"]
+    assert pops["selected"]["docs"] == card["version_funnel"]["selected"] < pops["candidates"]["docs"]
+    assert (
+        pops["selected"]["scores"]["alpha_word_fraction"]["count"]
+        < pops["candidates"]["scores"]["alpha_word_fraction"]["count"]
+    )
+    svg = card_image((out / "report" / "card.html").read_text(), "alpha_word_fraction")
+    assert 'id="threshold-0"' in svg
+
+
+def test_the_exact_dedup_table_tells_the_keeper_from_its_dropped_copy(two_rank_build):
+    out, _ = two_rank_build
+    card = json.loads((out / "report" / "card.json").read_text())
+    html = (out / "report" / "card.html").read_text()
+    largest = card["dedup"]["exact_dedup"]["largest"]
+    assert largest and all(c["keeper_url"] for c in largest)
+    # the sample's mirrors: one page at two urls, the same text and source, so the same doc_id
+    same_id = [c for c in largest if c["keeper"] == c["copy_doc_id"] and c["keeper_url"] != c["url"]]
+    assert same_id and all(c["keeper_url"] in html and c["url"] in html for c in same_id)
+
+
+def test_the_card_of_a_quantile_threshold_version_shows_each_languages_cutoff(
+    two_rank_build, tmp_path, artifacts_dir
+):
+    from tests.report.browser import screenshots
+
+    out, _ = two_rank_build
+    top = '[policy]\n[[top_fraction]]\nscore = "quality"\nkeep = 0.5'
+    run_corpus("version", str(out), "--select-inline", top, "--out", str(tmp_path / "v"))
+    built_card = (out / "report" / "card.html").read_bytes()
+    printed = run_corpus("report", str(tmp_path / "v")).stdout.splitlines()
+    version_id = json.loads((tmp_path / "v" / "manifest.json").read_text())["snapshot_id"]
+    html = out / "report" / version_id.removeprefix("sha256:")[:16] / "card.html"
+    assert f"report html {html}" in printed, "a version's card goes beside the build's, under its id"
+    assert (out / "report" / "card.html").read_bytes() == built_card
+    card = json.loads(html.with_suffix(".json").read_text())
+    funnel = card["version_funnel"]
+    (selected,) = corpus_json(
+        "query", str(tmp_path / "v"), "SELECT sum(selected::int) AS n FROM docs", "--json"
+    )
+    assert funnel["selected"] == selected["n"] and funnel["unexplained"] == 0
+    assert sum(s["removed"] for s in funnel["steps"]) == funnel["stored"] - selected["n"]
+    assert next(s for s in funnel["steps"] if s["key"] == "top_fraction/quality")["removed"] > 0
+    cutoffs = {
+        t["lang"]: t["value"] for t in card["thresholds"]["quality"] if t["rule"] == "top_fraction/quality"
+    }
+    lowest = corpus_json(
+        "query",
+        str(tmp_path / "v"),
+        "SELECT lang, min(quality) AS q FROM docs WHERE selected GROUP BY 1",
+        "--json",
+    )
+    # each language's cutoff (6 significant digits on the card) is at most what it selects
+    assert cutoffs and all(r["q"] >= cutoffs[r["lang"] or "und"] * (1 - 1e-6) for r in lowest)
+    [(errors, widths)] = screenshots({"report-card-quantile-version": html}, artifacts_dir).values()
+    assert errors == [] and widths and all(w > 100 for w in widths)

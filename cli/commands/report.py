@@ -1,8 +1,9 @@
 """``corpus report DIR``: the data card of a build or snapshot (HTML + JSON), or its counts as JSON.
 
-DIR is a build directory, a snapshot directory (``<build>/snapshot``) or a snapshot manifest; see
+DIR is a build directory, a snapshot or version directory or a snapshot manifest; see
 :mod:`corpus.report.build_view`. Without ``--json`` the funnel is printed and the card written to
-``<build>/report/card.html`` (and ``card.json`` beside it) unless ``--html`` names another place.
+``<build>/report/card.html`` (and ``card.json`` beside it; another version's under its id) unless
+``--html`` names another place.
 With ``--record`` the build is also recorded in the yield history, and a yield alarm exits with status 3
 (for sbatch scripts and shell tasks; Python callers use :func:`corpus.report.alarms.enforce`).
 """
@@ -15,8 +16,9 @@ import sys
 from pathlib import Path
 
 from corpus.model.errors import UserError
+from corpus.model.layout import SNAPSHOT_DIR
 from corpus.report.alarms import YieldAlarmError, enforce
-from corpus.report.build_view import open_build
+from corpus.report.build_view import BuildView, open_build
 from corpus.report.counts import funnel_table, stage_counts
 
 
@@ -46,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="OUT",
         help="write the HTML card here (the JSON card goes beside it as OUT with .json); "
-        "default <build>/report/card.html",
+        "default <build>/report/card.html (a version other than the build's default: "
+        "<build>/report/<its id, 16 hex>/card.html)",
     )
     p.add_argument(
         "--history",
@@ -73,6 +76,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def default_card(view: BuildView) -> Path:
+    """``<build>/report/card.html`` for the build and its default version; another version's card goes
+    to ``<build>/report/<its id, 16 hex>/card.html``, never over the build's."""
+    assert view.build_dir is not None
+    v = view.version
+    default = view.build_dir / SNAPSHOT_DIR
+    if v is None or v.dir is None or v.dir.resolve() == default.resolve():
+        return view.build_dir / "report" / "card.html"
+    return view.build_dir / "report" / v.snapshot_id.removeprefix("sha256:")[:16] / "card.html"
+
+
 def run(args: argparse.Namespace) -> int:
     view = open_build(args.dir, args.root)
     if args.json:
@@ -89,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(
                 f"{args.dir} is a snapshot without its build: say where the card goes with --html OUT"
             )
-        out = view.build_dir / "report" / "card.html"
+        out = default_card(view)
     from corpus.report.card import alarm_lines, write_card  # matplotlib, only where a card is written
 
     failed = None

@@ -1,8 +1,9 @@
 """The data card's numbers: everything ``corpus report`` shows, as one JSON-able dict.
 
-Counts come from the stage manifests, never the shards; distributions, dedup clusters and quarantine
-samples from one streaming pass over the stages that hold them (:mod:`corpus.report.scan`); a
-version's numbers from its metadata table. The sections with their own module (code, incremental,
+Counts come from the stage manifests, never the shards; dedup clusters and quarantine samples from one
+streaming pass over the stages that hold them (:mod:`corpus.report.scan`); a version's funnel and
+distributions from its metadata table (:mod:`corpus.report.version_funnel`, :mod:`corpus.report.signals`),
+a build without one's distributions from its stages. The sections with their own module (code, incremental,
 quality model, holdout, ...) are gathered by it. A section whose data the build does not have is
 listed under ``absent`` with the reason, and the card says so instead of failing. Where each number
 comes from: docs/report.md ("Where each number comes from").
@@ -36,8 +37,11 @@ from corpus.report.scan import (
     scan_documents,
     snapshot_tokens,
 )
+from corpus.report.signals import placed_thresholds, selection_thresholds, version_populations
 from corpus.report.sketch import Sketch
 from corpus.report.skipped import skipped_records
+from corpus.report.version_funnel import recorded_selection, version_funnel
+from corpus.version.open import Version
 from corpus.version.query import connect
 
 FORMAT = "corpus-report/1"
@@ -270,6 +274,31 @@ def _readable(absent: dict[str, str], section: str, scan, view: BuildView, m: St
         return None
 
 
+def version_with_table(view: BuildView) -> Version | None:
+    """The reported version when it is one (not a build's own snapshot, which selects everything) and
+    its live shards have their metadata tables: what the selection's funnel and histograms read."""
+    v = view.version
+    if v is None or v.manifest is None or not v.live_shards:
+        return None
+    return v if all(s.metadata.is_file() for s in v.live_shards) else None
+
+
+def stage_populations(view: BuildView, absent: dict[str, str]) -> dict[str, Any]:
+    """Without a version: the distributions of two stages' documents, *annotated* (before any policy)
+    and *kept* (the last document stage), each stage's shards read once."""
+    doc_stages = [m for m in view.stages if holds_documents(view.stage_dir(m.stage), m)]
+    before = _population_before_policy(doc_stages)
+    kept = doc_stages[-1] if doc_stages else None
+    scanned: dict[str, Distributions] = {}  # a stage that is both populations is read once
+    pops: dict[str, Distributions] = {}
+    for name, m in (("annotated", before), ("kept", kept)):
+        if m is not None and m.stage not in scanned:
+            scanned[m.stage] = _readable(absent, f"distributions ({m.stage})", scan_documents, view, m)
+        if m is not None and scanned[m.stage] is not None:
+            pops[name] = scanned[m.stage]
+    return populations_json(pops)
+
+
 def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str, Any]:
     """Every number of the data card. Reads manifests, and streams each stage's shards at most once."""
     absent: dict[str, str] = {}
@@ -307,17 +336,16 @@ def gather(view: BuildView, history_path: Path | str | None = None) -> dict[str,
     if card["tokens"] is None:
         absent["tokens"] = "no stage has counted tokens yet (the snapshot's shards record 0 tokens)"
 
-    doc_stages = [m for m in view.stages if holds_documents(view.stage_dir(m.stage), m)]
-    before = _population_before_policy(doc_stages)
-    kept = doc_stages[-1] if doc_stages else None
-    scanned: dict[str, Distributions] = {}  # a stage that is both populations is read once
-    pops: dict[str, Distributions] = {}
-    for name, m in (("annotated", before), ("kept", kept)):
-        if m is not None and m.stage not in scanned:
-            scanned[m.stage] = _readable(absent, f"distributions ({m.stage})", scan_documents, view, m)
-        if m is not None and scanned[m.stage] is not None:
-            pops[name] = scanned[m.stage]
-    dists = populations_json(pops)
+    version = version_with_table(view)
+    card["version_funnel"] = version_funnel(version) if version else None
+    if version is not None:
+        dists = version_populations(connect(version))
+        selection = recorded_selection(version.manifest["selection"])
+        cutoffs = card["version_funnel"]["top_fraction_cutoffs"]
+        card["thresholds"] = placed_thresholds(selection_thresholds(selection, cutoffs), dists)
+    else:
+        absent["version_funnel"] = "no version with a metadata table: the card shows the stages only"
+        dists, card["thresholds"] = stage_populations(view, absent), {}
     card["distributions"] = dists
     if not dists:
         absent.setdefault("distributions", "no stage output holds documents")

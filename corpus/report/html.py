@@ -15,8 +15,9 @@ from corpus.report import plots
 from corpus.report.code import code_html
 from corpus.report.incremental import incremental_html
 from corpus.report.quality_model import quality_html
+from corpus.report.selection_html import distributions_html, version_funnel_html
 from corpus.report.training_log import training_log_html
-from corpus.report.widgets import html_table, img, mono, note, number, percent
+from corpus.report.widgets import html_table, img, mono, note, number, percent, with_contents
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#212529;
@@ -41,6 +42,8 @@ img{width:100%;max-width:820px;display:block;margin:6px 0}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:8px}
 .bad{color:#c92a2a;font-weight:600}
 pre{background:#f8f9fa;padding:8px;overflow:auto;font-size:12px;max-height:360px}
+.toc{border:1px solid #dee2e6;border-radius:6px;padding:6px 14px;margin:10px 0;font-size:13px}
+.toc ol{columns:3;margin:4px 0;padding-left:20px} .toc a{color:#1c7ed6;text-decoration:none}
 """
 
 
@@ -85,30 +88,40 @@ def _yield_alarms(card: dict[str, Any]) -> str:
     )
 
 
+def _tiles(card: dict[str, Any]) -> list[tuple[str, str]]:
+    """The numbers at the top: what came in, what the build stored (its candidates) and what the
+    version selects of them, never one mistaken for the other."""
+    total, version = card["funnel"]["total"], card["build"].get("version")
+    tiles = []
+    first_in = total[0]["in"] if total else None
+    stored = version["stored_docs"] if version else (total[-1]["out"] if total else None)
+    if total:
+        tiles += [("documents in", number(first_in)), ("documents stored (candidates)", number(stored))]
+        tiles.append(("stored of in", percent(100 * stored / first_in if first_in else None)))
+    if version:
+        selected = version["selected_docs"]
+        tiles.append(("documents selected (version)", number(selected)))
+        tiles.append(("selected of stored", percent(100 * selected / stored if stored else None)))
+        if first_in:
+            tiles.append(("selected of in", percent(100 * selected / first_in)))
+        tiles.append(("tokens stored", number(version["stored_tokens"])))
+    if total:
+        tiles.append(("bytes stored", number(total[-1]["bytes_out"])))
+    if card.get("tokens"):
+        tiles.append(("tokens selected" if version else "tokens", number(card["tokens"]["total"])))
+    if card["build"]["shards"] is not None:
+        tiles.append(("snapshot shards", number(card["build"]["shards"])))
+    return tiles
+
+
 def _header(card: dict[str, Any]) -> str:
     b = card["build"]
     sid = b["snapshot_id"] or "(no snapshot: the build did not finish)"
-    total = card["funnel"]["total"]
-    tiles = []
-    if total:
-        first, last = total[0], total[-1]
-        tiles += [
-            ("documents in", number(first["in"])),
-            ("documents stored", number(last["out"])),
-            ("overall retention", percent(100 * last["out"] / first["in"] if first["in"] else None)),
-            ("bytes out", number(last["bytes_out"])),
-        ]
-    version = b.get("version")
-    if version:
-        tiles.append(("documents selected (version)", number(version["selected_docs"])))
-    if card.get("tokens"):
-        tiles.append(("tokens", number(card["tokens"]["total"])))
-    if b["shards"] is not None:
-        tiles.append(("snapshot shards", number(b["shards"])))
+    tiles = _tiles(card)
     tile_html = "".join(f'<div class="tile"><b>{v}</b><span>{escape(k)}</span></div>' for k, v in tiles)
     tombstones = "".join(
         f"<div>tombstone <code>{escape(t['name'])}</code>: {escape(t['reason'])} ({escape(t['date'] or 'undated')})</div>"
-        for t in (version or {}).get("tombstones", [])
+        for t in (b.get("version") or {}).get("tombstones", [])
     )
     return (
         f'<h1>Data card</h1><div class="id mono">snapshot_id {escape(sid)}</div>'
@@ -156,27 +169,39 @@ def _funnel(card: dict[str, Any]) -> str:
             rows,
         ),
     ]
+    steps = (card.get("version_funnel") or {}).get("steps")
+    out[1] = img(plots.funnel_plot(f["total"], steps), "yield funnel")
     for axis, title in (("by_source", "source"), ("by_lang", "language")):
-        table = f[axis]
         out.append(f"<h3>Retention per {title}</h3>")
-        out.append(
-            img(
-                plots.retention_by_group_plot(table, stages, f"Retention per {title} and stage"),
-                f"retention per {title}",
-            )
-        )
-        head = [title] + stages + ["docs out", "bytes out"]
-        body = []
-        for group, grows in table.items():
-            by_stage = {r["stage"]: r for r in grows}
-            last = by_stage.get(stages[-1])
-            body.append(
-                [escape(group)]
-                + [percent(by_stage[s]["retention"]) if s in by_stage else "–" for s in stages]
-                + [number(last["out"] if last else 0), number(last["bytes_out"] if last else 0)]
-            )
-        out.append(html_table(head, body))
+        out.append(_retention_by_group(card, axis, title, stages))
     return "".join(out)
+
+
+def _retention_by_group(card: dict[str, Any], axis: str, title: str, stages: list[str]) -> str:
+    """Stage × group retention (out / in at each stage), then the share of its stored documents the
+    version selects: a heatmap, largest groups at the top, and the same numbers as a table."""
+    table = card["funnel"][axis]
+    version = (card.get("version_funnel") or {}).get(axis)
+    columns = stages + (["selected (version)"] if version is not None else [])
+    groups = sorted(table, key=lambda g: (-max(r["in"] for r in table[g]), g))
+    grid, body = [], []
+    for group in groups:
+        by_stage = {r["stage"]: r for r in table[group]}
+        cells = [by_stage[s]["retention"] if s in by_stage else None for s in stages]
+        if version is not None:
+            v = version.get(group)
+            cells.append(100 * v["selected"] / v["stored"] if v and v["stored"] else None)
+        grid.append(cells)
+        last = by_stage.get(stages[-1])
+        body.append(
+            [escape(group)]
+            + [percent(c) for c in cells]
+            + [number(last["out"] if last else 0), number(last["bytes_out"] if last else 0)]
+        )
+    plot = plots.heatmap_plot(groups, columns, grid, f"Retention % per {title} and stage")
+    return img(plot, f"retention per {title}") + html_table(
+        [title] + columns + ["docs out", "bytes out"], body
+    )
 
 
 def _tokens(card: dict[str, Any]) -> str:
@@ -199,98 +224,6 @@ def _tokens(card: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _summary_table(pops: dict[str, dict[str, Any]], pick) -> str:
-    rows = []
-    for name, p in pops.items():
-        s = pick(p)
-        if s:
-            rows.append(
-                [escape(f"{name} ({p['stage']})")]
-                + [number(s.get(k)) for k in ("count", "min", "p05", "p50", "p95", "max", "mean")]
-            )
-    return (
-        html_table(["population", "docs", "min", "p5", "median", "p95", "max", "mean"], rows) if rows else ""
-    )
-
-
-def _distributions(card: dict[str, Any]) -> str:
-    pops = card["distributions"]
-    out = ["<h2>Distributions</h2>"]
-    if not pops:
-        return out[0] + note(card["absent"].get("distributions", "no documents"))
-    labels = {k: f"{k} ({p['stage']}, {p['docs']:,} docs)" for k, p in pops.items()}
-    out.append(
-        note(
-            "Full distributions over the annotated documents (before any policy) and over the "
-            "documents that reached the last document stage (kept)."
-        )
-    )
-    out.append(
-        img(
-            plots.grouped_bars_plot(
-                {labels[k]: p["languages"] for k, p in pops.items()}, "Documents per language", "documents"
-            ),
-            "languages",
-        )
-    )
-    out.append(
-        img(
-            plots.histogram_plot(
-                {labels[k]: p["length_chars"]["histogram"] for k, p in pops.items()},
-                "Document length",
-                "characters (log scale)",
-            ),
-            "document length",
-        )
-    )
-    out.append(_summary_table(pops, lambda p: p["length_chars"]))
-    if any(p["lang_confidence"] for p in pops.values()):
-        out.append(
-            img(
-                plots.histogram_plot(
-                    {
-                        labels[k]: p["lang_confidence"]["histogram"]
-                        for k, p in pops.items()
-                        if p["lang_confidence"]
-                    },
-                    "Language-ID confidence",
-                    "confidence",
-                ),
-                "language confidence",
-            )
-        )
-        out.append(_summary_table(pops, lambda p: p["lang_confidence"]))
-    else:
-        out.append(note(card["absent"].get("lang_confidence", "no language confidence")))
-    names = sorted({k for p in pops.values() for k in p["scores"]}, key=lambda k: (k != "quality", k))
-    if not names:
-        out.append(note(card["absent"].get("scores", "no scores")))
-    if "quality" in names:
-        out.append(
-            img(
-                plots.histogram_plot(
-                    {
-                        labels[k]: p["scores"]["quality"]["histogram"]
-                        for k, p in pops.items()
-                        if "quality" in p["scores"]
-                    },
-                    "Quality score",
-                    "quality",
-                ),
-                "quality",
-            )
-        )
-        out.append(_summary_table(pops, lambda p: p["scores"].get("quality")))
-    others = [n for n in names if n != "quality"]
-    if others:
-        out.append('<h3>Heuristic scores</h3><div class="grid">')
-        for n in others:
-            hists = {k: p["scores"][n]["histogram"] for k, p in pops.items() if n in p["scores"]}
-            out.append(img(plots.histogram_plot(hists, n, n, small=True), n))
-        out.append("</div>")
-    return "".join(out)
-
-
 def _dedup(card: dict[str, Any]) -> str:
     out = ["<h2>Deduplication</h2>"]
     if not card["dedup"]:
@@ -310,16 +243,19 @@ def _dedup(card: dict[str, Any]) -> str:
                 [
                     number(c["size"]),
                     mono(c["keeper"]),
+                    mono(c.get("keeper_url") or "–", 70),
                     mono(c["copy_doc_id"]),
                     escape(c["source"]),
-                    mono(c["url"]),
+                    mono(c["url"], 70),
                 ]
                 for c in d["largest"]
             ]
-            out.append("<p>Largest clusters (a huge cluster is a bug signal):</p>")
             out.append(
-                html_table(["size", "kept doc_id", "a dropped copy", "source", "its url"], rows, left=5)
+                "<p>Largest clusters (a huge cluster is a bug signal). An exact copy of the same source has its "
+                "keeper's doc_id, a digest of text and source: the urls tell them apart.</p>"
             )
+            head = ["size", "kept doc_id", "its url", "a dropped copy", "source", "its url"]
+            out.append(html_table(head, rows, left=6))
         for key, value in d["recorded"].items():
             out.append(
                 f'<p class="mono">{escape(stage)} records {escape(key)}: '
@@ -589,12 +525,12 @@ def render_html(card: dict[str, Any]) -> str:
     title = f"Data card {sid[:19]}"
     body = "".join(
         [
-            _header(card),
             _alarms(card),
             _funnel(card),
+            version_funnel_html(card),
             _tokens(card),
             training_log_html(card),
-            _distributions(card),
+            distributions_html(card),
             quality_html(card),
             _dedup(card),
             _holdout(card),
@@ -605,6 +541,8 @@ def render_html(card: dict[str, Any]) -> str:
             _versions(card),
         ]
     )
+    toc, body = with_contents(body)
+    body = _header(card) + toc + body
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
         f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>'

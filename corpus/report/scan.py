@@ -62,19 +62,29 @@ class Clusters:
     copies: Counter = field(default_factory=Counter)  # keeper doc_id -> dropped copies
     example: dict[str, dict[str, str]] = field(default_factory=dict)  # keeper -> the first copy seen
     kept_copies: int = 0  # copies that are still in the stage's output (labelled candidates)
+    #: keeper doc_id -> its url, for the keepers known when the stage's output is read (an exact copy of
+    #: the same source shares its keeper's doc_id, a digest of text and source: the urls tell them apart)
+    keepers: dict[str, str] = field(default_factory=dict)
 
     def add_copy(self, doc: dict[str, Any]) -> None:
         keeper = doc.get("dup_of")
         if not keeper:
             return
         self.copies[keeper] += 1
-        if keeper not in self.example or doc["doc_id"] < self.example[keeper]["doc_id"]:
+        seen = self.example.get(keeper)
+        url = doc.get("url", "")
+        if seen is None or (doc["doc_id"], url) < (seen["doc_id"], seen["url"]):
             self.example[keeper] = {
                 "doc_id": doc["doc_id"],
                 "source": doc.get("source", ""),
                 "url": doc.get("url", ""),
                 "cluster_id": doc.get("dup_cluster_id", ""),
             }
+
+    def add_kept(self, doc: dict[str, Any]) -> None:
+        """A document of the stage's output: when it keeps a cluster already seen, its url."""
+        if doc.get("doc_id") in self.copies and not doc.get("dup_of"):
+            self.keepers.setdefault(doc["doc_id"], doc.get("url", ""))
 
     def sizes(self, kept: int) -> dict[int, int]:
         """Cluster size -> how many clusters; the kept documents no copy points at are size 1."""
@@ -91,6 +101,7 @@ class Clusters:
                 "size": n + 1,
                 "keeper": keeper,
                 "cluster_id": self.example[keeper]["cluster_id"],
+                "keeper_url": self.keepers.get(keeper, ""),
                 "copy_doc_id": self.example[keeper]["doc_id"],
                 "source": self.example[keeper]["source"],
                 "url": self.example[keeper]["url"],
@@ -130,7 +141,7 @@ def scan_documents(stage_dir: Path, m: StageManifest) -> Distributions:
 
 def scan_clusters(stage_dir: Path, m: StageManifest) -> Clusters:
     """Copies a stage dropped (exact_dedup's ``filtered/``) and members it labelled and kept as
-    candidates (minhash_dedup's documents with ``dup_of``)."""
+    candidates (minhash_dedup's documents with ``dup_of``), and the keepers' own urls."""
     clusters = Clusters(m.stage)
     for path in _progress(shard_paths(stage_dir, m, "filtered"), f"reading {m.stage} duplicates"):
         for rec in iter_records(path):
@@ -140,6 +151,8 @@ def scan_clusters(stage_dir: Path, m: StageManifest) -> Clusters:
             if rec.get("dup_of"):
                 clusters.add_copy(rec)
                 clusters.kept_copies += 1
+            else:
+                clusters.add_kept(rec)
     return clusters
 
 

@@ -6,6 +6,7 @@ Each returns a fragment of the page with every value escaped; the styles they na
 
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Any
 
@@ -49,3 +50,24 @@ def img(uri: str, alt: str) -> str:
 
 def note(text: str) -> str:
     return f'<p class="note">{escape(text)}</p>'
+
+
+_SECTION = re.compile(r"<h2>(.*?)</h2>", re.S)
+
+
+def with_contents(body: str) -> tuple[str, str]:
+    """A table of contents of ``body``'s sections (its ``<h2>`` headings, in order) and the body with
+    an anchor on each: a long card is read by jumping, not scrolling."""
+    seen: dict[str, int] = {}
+    entries: list[str] = []
+
+    def anchor(m: re.Match) -> str:
+        title = re.sub(r"<[^>]+>", "", m.group(1)).strip()
+        slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
+        seen[slug] = seen.get(slug, 0) + 1
+        slug = slug if seen[slug] == 1 else f"{slug}-{seen[slug]}"
+        entries.append(f'<li><a href="#{slug}">{title}</a></li>')
+        return f'<h2 id="{slug}">{m.group(1)}</h2>'
+
+    body = _SECTION.sub(anchor, body)
+    return f'<nav class="toc"><b>Contents</b><ol>{"".join(entries)}</ol></nav>', body

@@ -143,7 +143,7 @@ def test_the_card_of_a_delta_shows_its_copies_of_the_base_and_the_indexes(base, 
     assert exact["bytes"] == sum(f.stat().st_size for g in gens for f in g.iterdir())
     assert inc["index"]["band"]["partitions"] == 4
     html = render_html(card)
-    assert "<h2>Incremental</h2>" in html and "<h3>Cross-crawl duplicates</h3>" in html
+    assert '<h2 id="incremental">Incremental</h2>' in html and "<h3>Cross-crawl duplicates</h3>" in html
     assert (
         "near copies of a base document" in html
         and "6 documents joined to a base cluster: the counts agree" in html

@@ -66,9 +66,16 @@ def test_the_real_card_has_every_section_and_opens_in_chromium(real_builds, tmp_
     # 40 distinct manuals: no near-duplicate cluster to check (the sample build's are, tests/test_build_e2e.py),
     # and no repository read (the code section's own test: tests/code/test_licences.py)
     assert set(card["absent"]) == {"representatives", "code"}
-    assert card["distributions"]["annotated"]["stage"] == "annotate"
-    assert {"quality", "word_count"} <= set(card["distributions"]["annotated"]["scores"])
-    assert card["distributions"]["kept"]["lang_confidence"]["count"] == card["funnel"]["total"][-1]["out"]
+    # the version's two populations, from its metadata table: every stored candidate, what it selects
+    pops, version = card["distributions"], card["build"]["version"]
+    assert (pops["candidates"]["stage"], pops["selected"]["stage"]) == ("stored", "version")
+    assert {"quality", "word_count"} <= set(pops["candidates"]["scores"])
+    assert (
+        pops["candidates"]["lang_confidence"]["count"]
+        == version["stored_docs"]
+        == card["funnel"]["total"][-1]["out"]
+    )
+    assert pops["selected"]["docs"] == version["selected_docs"] == card["version_funnel"]["selected"]
     tokens = card["tokens"]
     assert (
         sum(tokens["by"]["lang"].values())
