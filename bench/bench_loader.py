@@ -7,7 +7,9 @@ tokens; the loader's cost does not depend on the ids), reads it once so it sits 
 then measures on one process acting as one rank of a world of 8:
 
 * SnapshotLoader tokens/s (seq_len 2048, batch 8) on the first pass (which includes the sha256
-  verification of every block on first read) and once the blocks read are verified;
+  verification of every block on first read) and once the blocks read are verified; and the same steps
+  re-read (blocks verified, pages cached, no prefetch) with the shuffle buffer off and on
+  (``--shuffle-buffers``, documents a window), in tokens per CPU second, the best of five passes;
 * bytes of .bin each of the 8 ranks hashes over one epoch, with per-block digests (4 MiB blocks, the
   write_shards default) and with the whole-file check of a manifest without them (snapshots written
   before block digests), against the bytes the rank reads;
@@ -47,7 +49,8 @@ from corpus.formats.megatron import (  # noqa: E402
 )
 from corpus.model import SnapshotManifest, SnapshotShard  # noqa: E402
 from corpus.model.digest import file_sha256  # noqa: E402
-from loader import SnapshotLoader  # noqa: E402
+from loader import SnapshotLoader, faults  # noqa: E402
+from loader.sparse import byte_ranges  # noqa: E402
 
 SEQ_LEN, BATCH, WORLD = 2048, 8, 8
 MIXTURE = {"code": 0.3, "web": 0.7}
@@ -178,6 +181,49 @@ def loader_rate(loader: SnapshotLoader, steps: int) -> float:
     return steps * BATCH * SEQ_LEN / (time.perf_counter() - t0)
 
 
+def steady_rates(root: Path, buffers: list[int], steps: int, repeats: int = 5) -> dict[int, float]:
+    """Rank 0's tokens per CPU second over the same ``steps`` steps per shuffle buffer (0: off), their
+    blocks verified, read in the consumer's thread (prefetch 0: what the reads cost, and CPU time, not
+    wall time, so that other processes on the machine count less): each loader reads them once, then
+    rewinds to its step-0 record before every pass; the best of ``repeats`` passes taken in turns."""
+    loaders, starts = {}, {}
+    for n in buffers:
+        ranks = [make(root, r, shuffle_buffer=n, prefetch_steps=0) for r in range(WORLD)]
+        starts[n], loaders[n] = ranks[0].global_record([ld.local_state() for ld in ranks]), ranks[0]
+        loader_rate(loaders[n], steps)
+    best = dict.fromkeys(buffers, 0.0)
+    for _ in range(repeats):
+        for n, loader in loaders.items():
+            loader.load_record(starts[n])
+            t0 = time.process_time()
+            for _ in range(steps):
+                loader.next_batch()
+            best[n] = max(best[n], steps * BATCH * SEQ_LEN / (time.process_time() - t0))
+    for loader in loaders.values():
+        loader.close()
+    return best
+
+
+def requests_per_step(root: Path, buffer: int, steps: int) -> tuple[float, int]:
+    """Read requests a step of rank 0 makes (byte ranges after coalescing, counted where the store computes
+    them) and the bytes they cover, over ``steps`` steps with the shuffle buffer ``buffer``."""
+    counted: list[int] = []
+
+    def counting(opened, start: int, end: int, gap: int):
+        lo, hi = byte_ranges(opened, start, end, gap)
+        counted.append(len(lo))
+        return lo, hi
+
+    faults.byte_ranges = counting
+    try:
+        loader = make(root, shuffle_buffer=buffer, prefetch_steps=0)
+        for _ in range(steps):
+            loader.next_batch()
+    finally:
+        faults.byte_ranges = byte_ranges
+    return sum(counted) / steps, loader.store.bytes_read
+
+
 def baseline_rate(root: Path, steps: int) -> float:
     """Consecutive seq_len slices of the memory-mapped shards, as tensors: the floor of any loader."""
     arrays = [np.memmap(f, dtype=np.uint16, mode="r") for f in sorted(root.rglob("*.bin"))]
@@ -219,6 +265,9 @@ def main() -> int:
     ap.add_argument("--tokens-per-shard", type=int, default=4_000_000)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rss-shards", type=int, default=200, help="shards of the peak-RSS snapshot")
+    ap.add_argument(
+        "--shuffle-buffers", default="64,1024", help="shuffle windows (documents) to rate, comma-separated"
+    )
     ap.add_argument("--rss-child", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--budget-mb", type=int, default=16, help=argparse.SUPPRESS)
     ap.add_argument(
@@ -236,6 +285,9 @@ def main() -> int:
         first = loader_rate(loader, args.steps)
         steady = loader_rate(loader, args.steps)
         base = baseline_rate(root, args.steps)
+        buffers = [0, *(int(n) for n in args.shuffle_buffers.split(",") if n)]
+        rates = steady_rates(root, buffers, args.steps)
+        requests = {n: requests_per_step(root, n, args.steps) for n in buffers}
         by_block = hashed_per_rank(root / "manifest.json")
         by_file = hashed_per_rank(root / "manifest-legacy.json")
         rec0, _ = record_at(root, 0)
@@ -250,6 +302,15 @@ def main() -> int:
             ),
             ("loader, shards verified", f"{steady / 1e6:.2f} M tokens/s", f"{steady / base:.2f}"),
             ("plain memmap slices (baseline)", f"{base / 1e6:.2f} M tokens/s", "1.00"),
+            *(
+                (
+                    f"loader, the same steps re-read, shuffle buffer {n or 'off'}",
+                    f"{r / 1e6:.2f} M tokens/CPU s; {requests[n][0]:.1f} read requests a step, "
+                    f"{requests[n][1] / 2**20:.2f} MiB",
+                    f"{r / rates[0]:.2f} of off",
+                )
+                for n, r in rates.items()
+            ),
             (
                 "resume at step 0, world 8 -> 8: first batch",
                 f"{first_batch_after_resume(root, rec0, 8) * 1e3:.0f} ms",

@@ -113,6 +113,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--run-len", type=int, default=8)
     ap.add_argument("--chunk-tokens", type=int, default=1 << 20)
     ap.add_argument(
+        "--shuffle-buffer",
+        type=int,
+        default=0,
+        help="documents a shuffle window, 0: off (with --recipe: the recipe's shuffle_buffer)",
+    )
+    ap.add_argument(
         "--max-skip-fraction",
         type=float,
         default=DEFAULT_MAX_SKIP_FRACTION,
@@ -166,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             run_len=args.run_len,
             chunk_tokens=args.chunk_tokens,
             max_skip_fraction=args.max_skip_fraction,
+            shuffle_buffer=args.shuffle_buffer,
         )
     counter = (
         MixtureCounter(sorted(loader.layout.buckets), args.count_every, args.mixture_tolerance, args.on_drift)

@@ -35,6 +35,7 @@ from loader.faults import (
     DEFAULT_MEMORY_BUDGET_MB,
     ShardStore,
 )
+from loader.manifest import default_append_eos, load_manifest, natural_mixture_of
 from loader.metrics import metrics_line
 from loader.packing import make_packer, refuse_with_packing
 from loader.phases import PhaseClock, PhaseSpan
@@ -42,6 +43,7 @@ from loader.prefetch import DEFAULT_PREFETCH_STEPS, Segments, StepReader, planne
 from loader.provenance import TracedBatch
 from loader.sampler import SAMPLER_VERSION
 from loader.sequences import Batch, assemble_sequence, make_batch
+from loader.shuffle import resume_problem, shuffle_window
 from loader.sparse import DEFAULT_GAP_BYTES
 from loader.state import (
     LoaderRecord,
@@ -53,7 +55,7 @@ from loader.state import (
     stream_layout,
 )
 from loader.versions import LoaderVersion, RunMove, predicate_buckets, same_streams
-from loader.world import World
+from loader.world import World, gather_states
 
 
 class ResumeRefused(UserError):
@@ -66,63 +68,6 @@ def _log_line(rank: int, world: int, msg: str) -> None:
 
 def _recipe_name(recipe_id: str | None, recipe_hash: str | None) -> str:
     return f"recipe {recipe_id} ({recipe_hash[:19]}…)" if recipe_hash else "no recipe"
-
-
-def load_manifest(
-    snapshot: str | Path | SnapshotManifest, root: str | Path | None = None
-) -> tuple[SnapshotManifest, Path]:
-    """A manifest and the directory its shard paths are relative to, from a snapshot dir or manifest.json."""
-    if isinstance(snapshot, SnapshotManifest):
-        if root is None:
-            raise ValueError(
-                "a SnapshotManifest object needs root= (the directory its shard paths are relative to)"
-            )
-        return snapshot, Path(root)
-    path = Path(snapshot)
-    if path.is_dir():
-        path = path / "manifest.json"
-    if not path.is_file():
-        raise UserError(f"no snapshot manifest at {path}")
-    return SnapshotManifest.from_dict(json.loads(path.read_text())), Path(root) if root else path.parent
-
-
-def natural_mixture(manifest: SnapshotManifest) -> dict[str, float]:
-    """Weights proportional to each bucket's tokens: the snapshot as it is."""
-    return natural_mixture_of(manifest.shards)
-
-
-def natural_mixture_of(shards: Sequence[Any]) -> dict[str, float]:
-    """Weights proportional to each bucket's tokens in ``shards`` (a snapshot's, or a version's streams)."""
-    out: dict[str, float] = {}
-    for s in shards:
-        out[s.bucket] = out.get(s.bucket, 0.0) + s.tokens
-    return out
-
-
-def default_append_eos(manifest: SnapshotManifest) -> bool:
-    """Append EOS after every document unless the manifest says its documents already end with one."""
-    return not manifest.tokenizer.get("documents_end_with_eos", False)
-
-
-def gather_states(local: Mapping[str, Any], world: int, group: Any = None) -> list[Any]:
-    """Every data-parallel rank's local state, gathered over ``group`` (None: the default world group).
-
-    The group must hold exactly the loader's ``world`` ranks: gathering over the whole world when
-    tensor or pipeline parallel ranks share a data-parallel rank would count its stream several times.
-    """
-    if world == 1 and group is None:
-        return [local]
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("state_dict with dp_world > 1 needs torch.distributed initialized (gloo is fine)")
-    size = dist.get_world_size(group)
-    if size != world:
-        raise RuntimeError(
-            f"the data-parallel process group has {size} ranks, the loader {world}: pass the "
-            "loader's dp_group (ranks that read different data), not the whole world"
-        )
-    gathered: list[Any] = [None] * size
-    dist.all_gather_object(gathered, local, group=group)
-    return gathered
 
 
 class SnapshotLoader(IterableDataset):
@@ -156,14 +101,20 @@ class SnapshotLoader(IterableDataset):
         prefetch_steps: int = DEFAULT_PREFETCH_STEPS,
         gap_bytes: int = DEFAULT_GAP_BYTES,
         packing_window: int = 0,
+        shuffle_buffer: int | None = None,
     ) -> None:
         """``recipe`` (what :meth:`from_recipe` passes): the mixture, seed, sequence length and epoch caps are
         the recipe's, phase by phase, and ``run_len`` is the default of phases that state none.
         ``prefetch_steps``: steps a background thread reads ahead (0: read each step when it is asked for).
-        ``gap_bytes``: selected documents of a version closer than this are fetched in one request."""
+        ``gap_bytes``: selected documents of a version closer than this are fetched in one request.
+        ``shuffle_buffer``: documents a shuffle window (0 or 1: off; with a recipe, the recipe's)."""
         super().__init__()
-        if recipe is not None and (mixture is not None or epoch_caps is not None):
-            raise ValueError("a recipe sets the mixture and epoch caps: pass neither with it")
+        if recipe is not None and (
+            mixture is not None or epoch_caps is not None or shuffle_buffer is not None
+        ):
+            raise ValueError(
+                "a recipe sets the mixture, epoch caps and shuffle buffer: pass none of them with it"
+            )
         # a version reads the build's shards through its selection; a snapshot reads every document
         self.version = LoaderVersion.open(Path(snapshot)) if isinstance(snapshot, (str, Path)) else None
         # streams are what the sampler and the shard store index: a snapshot's or version's shards, or a
@@ -216,6 +167,7 @@ class SnapshotLoader(IterableDataset):
         self.run_len, self.chunk_tokens, self.append_eos = int(run_len), int(chunk_tokens), bool(append_eos)
         self.rank, self.world = dp_rank, dp_world
         self.verbose = verbose
+        self.shuffle_buffer = shuffle_window(recipe.shuffle_buffer if recipe is not None else shuffle_buffer)
         self.layout = stream_layout(
             self.stream_shards, self.seed, self.chunk_tokens, self.epoch_caps, self.append_eos, self.world
         )
@@ -232,6 +184,7 @@ class SnapshotLoader(IterableDataset):
             io_retry_delays=io_retry_delays,
             selection=self.version.selected if self.version is not None else None,
             gap_bytes=int(gap_bytes),
+            shuffle=(self.shuffle_buffer, self.seed),
         )
         self.cursor = RankCursor(self.layout, Plan.fresh(self.world), self.rank)
         seq_max = max(p.seq_len for p in recipe.phases) if recipe is not None else self.seq_len
@@ -269,7 +222,7 @@ class SnapshotLoader(IterableDataset):
         (:class:`loader.phases.PhaseClock`); each bucket's stream position and epoch count carry over.
         ``kwargs`` are the other loader parameters (``run_len``: the default of phases without one).
         """
-        clash = sorted(set(kwargs) & {"mixture", "seed", "seq_len", "epoch_caps"})
+        clash = sorted(set(kwargs) & {"mixture", "seed", "seq_len", "epoch_caps", "shuffle_buffer"})
         if clash:
             raise ValueError(f"the recipe sets {clash}: pass them in the recipe, not to from_recipe")
         if not isinstance(recipe, Recipe):
@@ -473,6 +426,7 @@ class SnapshotLoader(IterableDataset):
             "chunk_cuts": dict(self.layout.cuts),
             "recipe": self._recipe_header(),
             "recipe_changes": tuple(self.recipe_changes),
+            "shuffle_buffer": self.shuffle_buffer,
         }
 
     def _recipe_header(self) -> dict[str, Any] | None:
@@ -581,6 +535,7 @@ class SnapshotLoader(IterableDataset):
                 )
             moving = False  # fresh epochs of this version's streams, below
         if moving:
+            self._check_shuffle(rec, moving=True)
             if rec.append_eos != self.append_eos:
                 raise ResumeRefused(
                     "checkpoint was taken with a different append_eos: stream positions differ"
@@ -607,6 +562,7 @@ class SnapshotLoader(IterableDataset):
                 raise ResumeRefused(
                     "checkpoint was taken with a different append_eos: stream positions differ"
                 )
+            self._check_shuffle(rec, moving=False)
             if rec.plan.world == self.world and recorded == self.layout:
                 # Same world, same sampler inputs: continue every rank's own stream, bit for bit.
                 plan = rec.plan
@@ -618,6 +574,13 @@ class SnapshotLoader(IterableDataset):
         self.cursor = RankCursor(self.layout, plan, self.rank, step=rec.step, cursors=cursors)
         if self.verbose:
             self._log(f"resumed at step {rec.step} from a record of {rec.plan.world} ranks")
+
+    def _check_shuffle(self, record: LoaderRecord, moving: bool) -> None:
+        """Refuse a record whose stream positions name other documents here: another shuffle window or,
+        with one, another seed; a move between versions with the buffer on (docs/loader.md)."""
+        problem = resume_problem(record.shuffle_buffer, record.seed, self.shuffle_buffer, self.seed, moving)
+        if problem:
+            raise ResumeRefused(problem)
 
     def _resume_recipe(self, record: LoaderRecord, allow_override: bool) -> None:
         """Check the record's recipe against this loader's and restart the phase clock at the recorded step

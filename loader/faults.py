@@ -26,6 +26,7 @@ from corpus.model import SnapshotManifest
 from corpus.model.digest import file_sha256, stable_hash64
 from corpus.model.errors import UserError
 from loader.sequences import OpenShard, check_index
+from loader.shuffle import ShuffledStream
 from loader.sparse import DEFAULT_GAP_BYTES, byte_ranges, request
 
 #: More than this fraction of the snapshot's shards skipped halts the loader.
@@ -81,8 +82,10 @@ class ShardStore:
         io_retry_delays: Sequence[float] = DEFAULT_IO_RETRY_DELAYS,
         selection: Callable[[int], np.ndarray] | None = None,
         gap_bytes: int = DEFAULT_GAP_BYTES,
+        shuffle: tuple[int, int] = (0, 0),
     ) -> None:
         self.root, self.manifest = Path(root), manifest
+        self.shuffle = shuffle  # (documents a window, seed): streams read shuffled (loader.shuffle)
         self.gap_bytes = gap_bytes  # selected documents closer than this are one request (loader.sparse)
         self.selection = selection  # a version's bits of shard i (None: every document)
         self.eos_id, self.append_eos = eos_id, append_eos
@@ -148,7 +151,9 @@ class ShardStore:
             try:
                 self.opens += 1
                 selected = self.selection(i) if self.selection is not None else None
-                return OpenShard(bin_path, idx_path, self.eos_id, self.append_eos, selected)
+                return OpenShard(
+                    bin_path, idx_path, self.eos_id, self.append_eos, selected, self._shuffled(i)
+                )
             except OSError as e:
                 if e.errno in (errno.EMFILE, errno.ENFILE):
                     self.close_all()  # our own cached handles are the ones we can give back
@@ -162,6 +167,12 @@ class ShardStore:
             except (ValueError, KeyError) as e:  # a malformed index or .bin: the data is bad
                 return e
         raise AssertionError("unreachable")
+
+    def _shuffled(self, i: int) -> ShuffledStream | None:
+        """Shard ``i``'s stream order: windows keyed by the seed, its bucket and its content (None: file order)."""
+        size, seed = self.shuffle
+        shard = self.manifest.shards[i]
+        return ShuffledStream(size, (seed, shard.bucket, shard.sha256)) if size else None
 
     def _format_problem(self, i: int, opened: OpenShard | Exception) -> str:
         """Why shard ``i`` is corrupt as opened ("" when it is not); first open only for the costly checks."""

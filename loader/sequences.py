@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from corpus.formats.megatron import read_index
+from loader.shuffle import ShuffledStream
 from loader.sparse import map_bin
 
 
@@ -78,7 +79,8 @@ class OpenShard:
     Both files are mapped, nothing is copied: what an open shard costs is the pages read so far, and
     they go with the mapping when the shard is closed (see :class:`loader.faults.ShardStore`'s cache).
     The index must already be known consistent (:func:`check_index`); ``offsets`` are trusted here.
-    With ``selected`` (a version's bits for this shard) the stream holds only the selected documents.
+    With ``selected`` (a version's bits for this shard) the stream holds only the selected documents;
+    with ``shuffled`` they come in windowed-permuted order (:mod:`loader.shuffle`).
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class OpenShard:
         eos_id: int,
         append_eos: bool,
         selected: np.ndarray | None = None,
+        shuffled: ShuffledStream | None = None,
     ) -> None:
         index = read_index(idx_path, mmap=True)
         self.index = index
@@ -111,10 +114,33 @@ class OpenShard:
         if selected is not None:
             self.selection = _SelectedStarts(self.lengths, index.offsets, self.itemsize, selected, append_eos)
             self.stream_len = self.selection.stream_len
+        self.shuffled = shuffled  # documents read in windowed-permuted order (loader.shuffle)
 
     @property
     def num_docs(self) -> int:
         return int(self.lengths.shape[0])
+
+    # the stream's documents in file order (a version's: the selected ones), what a shuffle permutes
+
+    def stream_docs(self) -> int:
+        return int(self.selection.docs.shape[0]) if self.selection is not None else self.num_docs
+
+    def stream_doc_at(self, pos: int) -> int:
+        """The stream document (in file order) holding file-order stream position ``pos``."""
+        if self.selection is not None:
+            return max(int(np.searchsorted(self.selection.starts, pos, side="right")) - 1, 0)
+        return max(self.stream_starts.search(pos, "right") - 1, 0)
+
+    def stream_spans(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Stream documents ``lo..hi-1``: file-order stream starts, stream lengths (EOS included), first
+        .bin tokens and token counts."""
+        eos = 1 if self.append_eos else 0
+        if self.selection is not None:
+            sel = self.selection
+            return sel.starts[lo:hi], sel.lengths[lo:hi] + eos, sel.token_starts[lo:hi], sel.lengths[lo:hi]
+        lengths = np.asarray(self.lengths[lo:hi], dtype=np.int64)
+        tokens = np.asarray(self.index.offsets[lo:hi], dtype=np.int64) // self.itemsize
+        return self.stream_starts.range(lo, hi), lengths + eos, tokens, lengths
 
     def document_at(self, pos: int) -> tuple[int, int, bool]:
         """(document number in the shard, offset in it, whether the position is an EOS the loader appended)
@@ -122,6 +148,8 @@ class OpenShard:
         names the document the loader read, through a version's selection too."""
         if not 0 <= pos < self.stream_len:
             raise IndexError(f"stream position {pos} outside [0, {self.stream_len})")
+        if self.shuffled is not None:
+            pos = self.shuffled.file_position(self, pos)
         if self.selection is not None:
             sel = self.selection
             k = int(np.searchsorted(sel.starts, pos, side="right")) - 1
@@ -142,6 +170,8 @@ class OpenShard:
         """
         if not 0 <= start <= end <= self.stream_len:
             raise IndexError(f"stream range [{start}, {end}) outside [0, {self.stream_len})")
+        if self.shuffled is not None:
+            return self._read_shuffled(start, end, check)
         if self.selection is not None:
             return self._read_selected(start, end, check)
         # documents [first, last) overlap the range
@@ -182,6 +212,21 @@ class OpenShard:
             if start <= doc_start + n < end:
                 out[doc_start + n - start] = self.eos_id
         return out, starts
+
+    def _read_shuffled(
+        self, start: int, end: int, check: Callable[[int, int], None] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``read`` of the shuffled stream: one slice of the .bin per document part (loader.shuffle)."""
+        parts = self.shuffled.parts(self, start, end)
+        out = np.empty(end - start, dtype=np.int64)
+        for p in parts:
+            if p.tokens:
+                if check is not None:
+                    check(p.token, p.token + p.tokens)
+                out[p.at : p.at + p.tokens] = self.tokens[p.token : p.token + p.tokens]
+            if p.n > p.tokens:
+                out[p.at + p.tokens] = self.eos_id
+        return out, np.array([p.at for p in parts if p.starts_document], dtype=np.int64)
 
     def _read_selected(
         self, start: int, end: int, check: Callable[[int, int], None] | None

@@ -80,8 +80,14 @@ def _token_at(starts, lengths: np.ndarray, pos: int) -> int:
 def byte_ranges(opened, start: int, end: int, gap: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``.bin`` byte ranges reading stream positions ``[start, end)`` of ``opened`` (an
     :class:`loader.sequences.OpenShard`) needs, coalesced with ``gap``: one range for a whole shard,
-    the selected documents' parts through a selection."""
+    the selected documents' parts through a selection, each document's through a shuffle."""
     size = opened.itemsize
+    if opened.shuffled is not None:
+        parts = opened.shuffled.parts(opened, start, end)
+        lo = np.array([p.token for p in parts], dtype=np.int64)
+        hi = lo + np.array([p.tokens for p in parts], dtype=np.int64)
+        order = np.argsort(lo, kind="stable")
+        return coalesce(lo[order] * size, hi[order] * size, gap)
     sel = opened.selection
     if sel is not None:
         first = max(int(np.searchsorted(sel.starts, start, side="right")) - 1, 0)

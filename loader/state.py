@@ -295,8 +295,8 @@ class LoaderRecord:
     clock, moves between versions), the plan the ranks read under and each rank's cursors.
 
     Saved as the JSON of :meth:`to_dict` (``loader-state/1``); :meth:`from_dict` reads any record of that
-    format, filling what older records lack (``chunk_cuts``, ``switches``, ``recipe``...) with the value
-    that means "none"."""
+    format, filling what older records lack (``chunk_cuts``, ``switches``, ``recipe``, ``shuffle_buffer``...)
+    with the value that means "none"."""
 
     snapshot_id: str
     #: the build the version selects from, and where the version lies: what a move to another version needs
@@ -314,6 +314,7 @@ class LoaderRecord:
     chunk_cuts: Mapping[str, int] = field(default_factory=dict)  # bucket -> world it was cut for
     recipe: Mapping[str, Any] | None = None  # recipe id and hash, phase, phase start, global tokens
     recipe_changes: tuple[dict[str, Any], ...] = ()  # {step, from, to} of every accepted change of recipe
+    shuffle_buffer: int = 0  # documents a shuffle window (0: file order); keyed by ``seed``
     format: str = RECORD_FORMAT
     sampler_version: str = SAMPLER_VERSION
     step: int
@@ -338,6 +339,7 @@ class LoaderRecord:
             "chunk_cuts": dict(self.chunk_cuts),
             "recipe": dict(self.recipe) if self.recipe is not None else None,
             "recipe_changes": list(self.recipe_changes),
+            "shuffle_buffer": self.shuffle_buffer,
             "format": self.format,
             "sampler_version": self.sampler_version,
             "step": self.step,
@@ -367,6 +369,7 @@ class LoaderRecord:
             chunk_cuts={b: int(w) for b, w in d.get("chunk_cuts", {}).items()},
             recipe=d.get("recipe"),
             recipe_changes=tuple(d.get("recipe_changes", [])),
+            shuffle_buffer=int(d.get("shuffle_buffer", 0)),
             format=d["format"],
             sampler_version=d["sampler_version"],
             step=int(d["step"]),
@@ -380,7 +383,7 @@ def merge_local_states(header: Mapping[str, Any], plan: Plan, local_states: list
     """One global record from every rank's local state (what the checkpoint all-gather produces).
 
     ``header`` holds the facts every rank shares (snapshot id, sampler config: the record's fields up to
-    ``recipe_changes``). Refuses an incomplete or inconsistent set: a record that misses a rank could not
+    ``shuffle_buffer``). Refuses an incomplete or inconsistent set: a record that misses a rank could not
     prove exactly-once.
     """
     ranks = sorted(s["rank"] for s in local_states)

@@ -41,13 +41,14 @@ def loader_at(
     run_len: int | None = None,
     chunk_tokens: int | None = None,
     append_eos: bool | None = None,
+    shuffle_buffer: int | None = None,
     replay: bool = False,
 ) -> SnapshotLoader:
     """Rank ``rank`` of ``world``'s loader just before ``step``, as the run had it.
 
     ``record``: the loader record the run resumed from (at or before ``step``, on any world size); its
-    seed, mixture, caps, sequence length, batch size, run length, chunk size and EOS setting are the
-    defaults of the arguments (a resume may change the mixture, batch size and sequence length: pass
+    seed, mixture, caps, sequence length, batch size, run length, chunk size, EOS setting and shuffle
+    buffer are the defaults of the arguments (a resume may change the mixture, batch size and sequence length: pass
     what the resumed run used). ``recipe``: the run's recipe (it then sets mixture, seed, caps and
     sequence length). Without either record or recipe, ``mixture`` None is the natural mixture.
     """
@@ -80,6 +81,9 @@ def loader_at(
             seq_len=seq_len if seq_len is not None else int(rec.get("seq_len", 2048)),
             batch_size=batch_size,
             epoch_caps=epoch_caps if epoch_caps is not None else rec.get("epoch_caps"),
+            shuffle_buffer=shuffle_buffer
+            if shuffle_buffer is not None
+            else int(rec.get("shuffle_buffer", 0)),
             **common,
         )
     if record is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch.distributed as dist
 
@@ -107,3 +108,24 @@ class World:
                 "initialize the torch.distributed process group first"
             )
         return launched
+
+
+def gather_states(local: Mapping[str, Any], world: int, group: Any = None) -> list[Any]:
+    """Every data-parallel rank's local state, gathered over ``group`` (None: the default world group).
+
+    The group must hold exactly the loader's ``world`` ranks: gathering over the whole world when
+    tensor or pipeline parallel ranks share a data-parallel rank would count its stream several times.
+    """
+    if world == 1 and group is None:
+        return [local]
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("state_dict with dp_world > 1 needs torch.distributed initialized (gloo is fine)")
+    size = dist.get_world_size(group)
+    if size != world:
+        raise RuntimeError(
+            f"the data-parallel process group has {size} ranks, the loader {world}: pass the "
+            "loader's dp_group (ranks that read different data), not the whole world"
+        )
+    gathered: list[Any] = [None] * size
+    dist.all_gather_object(gathered, local, group=group)
+    return gathered

@@ -24,6 +24,7 @@ from corpus.model.json_schema import Problem, Schema, first_problem, path_text
 RECIPE_FORMAT = "corpus-recipe/1"
 
 Positive = Annotated[int, Schema(minimum=1), "a positive integer"]
+NonNegative = Annotated[int, Schema(minimum=0), "an integer >= 0"]
 Text = Annotated[str, Schema(minLength=1), "a non-empty string"]
 
 
@@ -69,9 +70,10 @@ class Recipe:
     tokenizer_sha256: Text
     seed: int
     phases: Annotated[tuple[Phase, ...], Schema(minItems=1), "an array of tables [[phases]]"]
+    shuffle_buffer: NonNegative = 0  # documents a shuffle window, the whole run (0: off)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": RECIPE_FORMAT,
             "recipe_id": self.recipe_id,
             "snapshot_id": self.snapshot_id,
@@ -79,6 +81,9 @@ class Recipe:
             "seed": self.seed,
             "phases": [p.to_dict() for p in self.phases],
         }
+        if self.shuffle_buffer:  # stated only when on: a recipe without it keeps its content hash
+            out["shuffle_buffer"] = self.shuffle_buffer
+        return out
 
     @property
     def recipe_hash(self) -> str:
@@ -221,7 +226,12 @@ def recipe_from_dict(doc: Mapping[str, Any], source: str = "recipe") -> Recipe:
                 run_len,
             )
         )
-    return Recipe(doc["recipe_id"], doc["snapshot_id"], doc["tokenizer_sha256"], seed, tuple(phases))
+    shuffle_buffer = doc.get("shuffle_buffer", 0)
+    if not _positive_int(shuffle_buffer) and shuffle_buffer != 0:
+        raise RecipeError(f"{source}: shuffle_buffer must be an integer >= 0, got {shuffle_buffer!r}")
+    return Recipe(
+        doc["recipe_id"], doc["snapshot_id"], doc["tokenizer_sha256"], seed, tuple(phases), shuffle_buffer
+    )
 
 
 def _positive_int(v: Any) -> bool:

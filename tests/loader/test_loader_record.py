@@ -15,7 +15,15 @@ from loader.state import LoaderRecord
 
 PARAMS = dict(mixture=MIXTURE, seed=5, seq_len=16, batch_size=2, epoch_caps=CAPS, run_len=2, chunk_tokens=24)
 #: the keys a record of the first loader-state/1 loaders did not have
-LATER_KEYS = ("base_snapshot_id", "version_dir", "switches", "chunk_cuts", "recipe", "recipe_changes")
+LATER_KEYS = (
+    "base_snapshot_id",
+    "version_dir",
+    "switches",
+    "chunk_cuts",
+    "recipe",
+    "recipe_changes",
+    "shuffle_buffer",
+)
 
 
 def record_after(id_snapshot, world: int, steps: int) -> dict:
