@@ -1,5 +1,10 @@
 """Curated sources: JSONL (one ``{"text", "url"?, "id"?, "license"?, "date"?}`` per line) and plain text files.
 
+A source may map the fields to other key paths once (``fields = { url = "metadata.url" }``: Dolma and
+datatrove keep url, date and source under ``metadata``); :func:`record_from_dict` reads a record so, for
+JSONL lines and for the rows of :mod:`corpus.text.tables` alike. Where the mapping names ``source``, a
+record's own source names it within the declared tier.
+
 A line (or a text file) is read to at most the ingest's ``max_record_bytes``: a longer one is
 quarantined as ``record_too_large`` and the file goes on. A field of the wrong type (a licence object,
 a date list, NaN) or a date that is not an ISO 8601 day is refused by name (``invalid_<field>``),
@@ -14,7 +19,7 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,8 @@ import zstandard
 from corpus.text.dates import record_day
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
+#: a record's own source name: it names files and tables downstream
+_SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _BLOCK = 1 << 20
 
 
@@ -36,6 +43,7 @@ class CuratedRecord:
     date: str
     raw_digest: str
     replaced: int  # characters that were not valid Unicode text and became U+FFFD
+    source: str = ""  # the record's own source name ("": the declared source's)
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ def _clean(text: str) -> tuple[str, int]:
 
 
 def iter_jsonl(
-    path: Path, url_prefix: str, max_line_bytes: int = 64 << 20
+    path: Path, url_prefix: str, max_line_bytes: int = 64 << 20, fields: Mapping[str, str] | None = None
 ) -> Iterator[CuratedRecord | CuratedError]:
     """Every line of a JSONL file; a line that is not a JSON object with a string ``text`` and optional
     fields of their types is an error, and so is a line over ``max_line_bytes`` (never held whole)."""
@@ -74,7 +82,7 @@ def iter_jsonl(
                     detail = f"line longer than max_record_bytes {max_line_bytes}"
                     yield CuratedError(index, "record_too_large", detail, digest)
                 else:
-                    yield _record(index, line, digest, url_prefix)
+                    yield _record(index, line, digest, url_prefix, fields or {})
     except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
         # a corrupt compressed file: what was read so far stands, the rest is one error
         yield CuratedError(index + 1, "unreadable_file", f"{type(e).__name__}: {e}"[:300], "")
@@ -104,16 +112,50 @@ def _bounded_lines(f: io.BufferedReader, cap: int) -> Iterator[tuple[bytes | Non
         yield None, h.hexdigest()
 
 
-def _record(index: int, line: bytes, digest: str, url_prefix: str) -> CuratedRecord | CuratedError:
+def _record(
+    index: int, line: bytes, digest: str, url_prefix: str, fields: Mapping[str, str]
+) -> CuratedRecord | CuratedError:
     if not line.strip():
         return CuratedError(index, "empty_line", "blank line", digest)
     try:
         rec = json.loads(line)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         return CuratedError(index, "bad_json", f"{type(e).__name__}: {e}"[:200], digest)
+    return record_from_dict(index, rec, digest, url_prefix, fields)
+
+
+def _at(rec: Any, path: str) -> Any:
+    """The value under a key path (``metadata.url``), None where any step is missing or not an object."""
+    for key in path.split("."):
+        if not isinstance(rec, dict):
+            return None
+        rec = rec.get(key)
+    return rec
+
+
+def mapped(rec: dict, fields: Mapping[str, str]) -> dict:
+    """The record as the reader's flat fields: each mapped field from its key path, the others (and
+    ``crawl_date``, the fallback of an unmapped ``date``) under their own names."""
+    if not fields:
+        return rec
+    out = {k: rec.get(k) for k in ("text", "url", "id", "license", "date", "crawl_date", "source")}
+    for field, path in fields.items():
+        out[field] = _at(rec, path)
+    if "date" in fields:
+        out["crawl_date"] = None
+    return out
+
+
+def record_from_dict(
+    index: int, rec: Any, digest: str, url_prefix: str, fields: Mapping[str, str]
+) -> CuratedRecord | CuratedError:
+    """One record (a parsed JSON line or a table row) read through the source's field mapping."""
+    if isinstance(rec, dict):
+        rec = mapped(rec, fields)
     if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-        return CuratedError(index, "missing_text", "record has no string 'text' field", digest)
-    fields = _fields(rec)
+        where = fields.get("text", "text")
+        return CuratedError(index, "missing_text", f"record has no string {where!r} field", digest)
+    fields = _fields(rec, "source" in fields)
     if isinstance(fields, tuple):
         return CuratedError(index, fields[0], fields[1], digest)
     text, replaced = _clean(rec["text"])
@@ -126,16 +168,18 @@ def _record(index: int, line: bytes, digest: str, url_prefix: str) -> CuratedRec
         date=fields["date"],
         raw_digest=digest,
         replaced=replaced,
+        source=fields["source"],
     )
 
 
-def _fields(rec: dict) -> dict[str, Any] | tuple[str, str]:
+def _fields(rec: dict, own_source: bool = False) -> dict[str, Any] | tuple[str, str]:
     """The optional fields of a record, or (reason, detail) for the first of the wrong type: each a
     string (``id``: or an integer); absent, null and "" mean not given. ``date`` (else ``crawl_date``)
-    must be an ISO 8601 day or timestamp."""
+    must be an ISO 8601 day or timestamp; ``source``, read only where the source maps it
+    (``own_source``), a name of letters, digits, ``._-``."""
     date_key = "date" if rec.get("date") not in (None, "") else "crawl_date"
-    got: dict[str, Any] = {}
-    for key in ("id", "url", "license", date_key):
+    got: dict[str, Any] = {"source": None}
+    for key in ("id", "url", "license", *(["source"] if own_source else []), date_key):
         value = rec.get(key)
         if (
             value is not None
@@ -150,7 +194,16 @@ def _fields(rec: dict) -> dict[str, Any] | tuple[str, str]:
     day = record_day(got[date_key]) if got[date_key] is not None else ""
     if day is None:
         return "invalid_date", f"field {date_key!r} is {got[date_key][:40]!r}, not an ISO 8601 date"
-    return {"id": got["id"], "url": got["url"] or "", "license": got["license"] or "", "date": day}
+    source = got["source"] or ""
+    if source and not _SOURCE_NAME.fullmatch(source):
+        return "invalid_source", f"source {source[:40]!r} is not a name of letters, digits, '._-'"
+    return {
+        "id": got["id"],
+        "url": got["url"] or "",
+        "license": got["license"] or "",
+        "date": day,
+        "source": source,
+    }
 
 
 def _json_type(value: Any) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corpus.code.archive import ARCHIVE_SUFFIXES, archive_stem, sniff
+from corpus.code.archive import ARCHIVE_SUFFIXES, sniff
 from corpus.model.errors import UserError
 from corpus.model.tiers import check_tier
 from corpus.text.inputs import InputPath, Listing, display_name, list_roots
@@ -31,13 +31,18 @@ from corpus.text.inputs import InputPath, Listing, display_name, list_roots
 WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 TEXT_SUFFIXES = (".txt", ".txt.gz")
+PARQUET_SUFFIXES = (".parquet",)
 #: what ``[ingest] undeclared_files`` may say of a JSONL or text file no source table matches
 UNDECLARED_CHOICES = ("web", "curated", "refuse")
 #: the file of ``[[sources]]`` tables by which a directory of data declares its own files
 DECLARATION_FILE = "corpus-sources.toml"
-#: what a source table's ``kind`` may say: read by format (``auto``), or as a code repository
-SOURCE_KINDS = ("auto", "repository")
+#: what a source table's ``kind`` may say: read by format (``auto``), as a code repository, or as a
+#: Hugging Face dataset saved to disk (``Dataset.save_to_disk``: a directory of Arrow files)
+SOURCE_KINDS = ("auto", "repository", "hf_dataset")
 REPOSITORY = "repository"
+HF_DATASET = "hf_dataset"
+#: the record fields a source's ``fields`` table may map, each to a key path of the input's records
+MAPPED_FIELDS = ("text", "url", "id", "date", "license", "source")
 #: a glob's leading ``*/`` (or ``**/``, ``./``): any directories, none included
 _ANY_DIRS = re.compile(r"^(?:\*+/|\./)+")
 
@@ -54,15 +59,20 @@ class SourceSpec:
     date: str = ""
     kind: str = "auto"
     url: str = ""  # repositories: the URL of their documents; "{name}" is the repository's name
+    #: (field, key path) pairs: where a record keeps each of :data:`MAPPED_FIELDS` (``metadata.url``: the
+    #: key ``url`` of the object under ``metadata``); a field not mapped is read under its own name
+    fields: tuple[tuple[str, str], ...] = ()
 
 
 def input_format(path: Path) -> str:
-    """ "warc", "jsonl", "text" or "repository" by file name; "" when the name says nothing we read."""
+    """ "warc", "jsonl", "text", "parquet" or "repository" by file name; "" when the name says nothing
+    we read."""
     name = path.name.lower()
     for fmt, suffixes in (
         ("warc", WARC_SUFFIXES),
         ("jsonl", JSONL_SUFFIXES),
         ("text", TEXT_SUFFIXES),
+        ("parquet", PARQUET_SUFFIXES),
         (REPOSITORY, ARCHIVE_SUFFIXES),
     ):
         if name.endswith(suffixes):
@@ -77,12 +87,12 @@ def resolve_format(path: Path, declared: list[tuple[str, SourceSpec]], root: Pat
     repository archive); else a repository archive's name (a file too damaged to sniff, to be
     quarantined). "" when nothing says. ``root``: the input root it was found under (None: named)."""
     spec = declared_source(path, declared, root)
-    if spec is not None and spec.kind == REPOSITORY:
-        return REPOSITORY
+    if spec is not None and spec.kind in (REPOSITORY, HF_DATASET):
+        return spec.kind
     if path.is_dir():
         return ""
     by_name = input_format(path)
-    if by_name in ("warc", "jsonl", "text"):
+    if by_name in ("warc", "jsonl", "text", "parquet"):
         return by_name
     sniffed = sniff(path)
     if sniffed in ("tar", "zip"):
@@ -92,21 +102,11 @@ def resolve_format(path: Path, declared: list[tuple[str, SourceSpec]], root: Pat
     return by_name
 
 
-def file_stem(path: Path) -> str:
-    name = path.name
-    if name.lower().endswith(ARCHIVE_SUFFIXES):
-        return archive_stem(path)
-    for suffix in sorted(WARC_SUFFIXES + JSONL_SUFFIXES + TEXT_SUFFIXES, key=len, reverse=True):
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return path.stem
-
-
 def parse_source_tables(tables: list[dict[str, Any]]) -> list[tuple[str, SourceSpec]]:
     """Validate ``[[ingest.sources]]`` tables into (glob, spec) pairs; raises ValueError naming the problem."""
     out = []
     for i, t in enumerate(tables):
-        unknown = sorted(set(t) - {"match", "name", "tier", "license", "date", "kind", "url"})
+        unknown = sorted(set(t) - {"match", "name", "tier", "license", "date", "kind", "url", "fields"})
         if unknown:
             raise ValueError(f"ingest.sources[{i}]: unknown keys {', '.join(unknown)}")
         if not t.get("match") or not t.get("name"):
@@ -118,11 +118,25 @@ def parse_source_tables(tables: list[dict[str, Any]]) -> list[tuple[str, SourceS
             date=str(t.get("date", "")),
             kind=str(t.get("kind", "auto")),
             url=str(t.get("url", "")),
+            fields=_field_map(t.get("fields", {}), f"ingest.sources[{i}]"),
         )
         if spec.kind not in SOURCE_KINDS:
             raise ValueError(f"ingest.sources[{i}]: kind must be one of {', '.join(SOURCE_KINDS)}")
         out.append((str(t["match"]), spec))
     return out
+
+
+def _field_map(table: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """A ``fields`` table (``{url = "metadata.url", date = "created"}``) as sorted (field, path) pairs."""
+    if not isinstance(table, dict):
+        raise ValueError(f'{where}: fields must be a table of field = "key.path"')
+    unknown = sorted(set(table) - set(MAPPED_FIELDS))
+    if unknown:
+        raise ValueError(f"{where}: fields: unknown {', '.join(unknown)} (known: {', '.join(MAPPED_FIELDS)})")
+    for field, path in table.items():
+        if not isinstance(path, str) or not path or any(not part for part in path.split(".")):
+            raise ValueError(f'{where}: fields.{field} must be a key path like "metadata.url"')
+    return tuple(sorted((str(f), str(p)) for f, p in table.items()))
 
 
 def glob_matches(path: str, pattern: str) -> bool:
@@ -211,8 +225,9 @@ def source_for(
     root: Path | None = None,
 ) -> SourceSpec:
     """The declared source, else the default: ``web`` for a WARC/ARC file, ``code`` (tier ``code``) for
-    a repository, ``<file stem>`` (its display form) in ``undeclared_tier`` for a JSONL or text file
-    (``[ingest] undeclared_files = "refuse"`` refuses those earlier)."""
+    a repository, and for a JSONL, text or Parquet file the source named by ``undeclared_tier`` (``web``
+    or ``curated``): a file name is not a source, so undeclared files of one tier are one source
+    (``[ingest] undeclared_files = "refuse"`` refuses them earlier)."""
     spec = declared_source(path, declared, root)
     if spec is not None:
         return spec
@@ -220,18 +235,18 @@ def source_for(
         return SourceSpec(name="web", tier="web")
     if fmt == REPOSITORY:
         return SourceSpec(name="code", tier="code")
-    return SourceSpec(name=display_name(file_stem(path)), tier=undeclared_tier)
+    return SourceSpec(name=undeclared_tier, tier=undeclared_tier)
 
 
 def expand_inputs(paths: list[Path], declared: list[tuple[str, SourceSpec]] | None = None) -> Listing:
     """The inputs under the input roots ``paths`` (:func:`corpus.text.inputs.list_roots`): files named
     directly, a directory declared as a repository as itself, and under any other root every regular
     file whose name is a readable format (repository archives included) and every subdirectory declared
-    as a repository (read whole, not searched further); links and special files skipped, counted."""
+    as a repository or a Hugging Face dataset (read whole, not searched further); links and special files skipped, counted."""
     declared = declared or []
 
     def is_repo_dir(ip: InputPath) -> bool:
         spec = declared_source(ip.path, declared, ip.root)
-        return spec is not None and spec.kind == REPOSITORY
+        return spec is not None and spec.kind in (REPOSITORY, HF_DATASET)
 
     return list_roots(paths, is_repo_dir, lambda ip: bool(input_format(ip.path)))

@@ -62,8 +62,9 @@ class CodeFiles:
         }
 
 
-def spec_dict(spec: SourceSpec) -> dict[str, str]:
-    return {"source": spec.name} | {k: v for k, v in asdict(spec).items() if k != "name"}
+def spec_dict(spec: SourceSpec) -> dict[str, Any]:
+    resolved = {"source": spec.name} | {k: v for k, v in asdict(spec).items() if k not in ("name", "fields")}
+    return resolved | ({"fields": dict(spec.fields)} if spec.fields else {})
 
 
 def remove_stale_artifacts(out: Path, names: set[str], kinds: tuple[str, ...]) -> None:

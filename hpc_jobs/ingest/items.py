@@ -29,7 +29,8 @@ from corpus.model.annotations import (
 )
 from corpus.model.digest import canonical_json, sha256_hex
 from corpus.text.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
-from corpus.text.sources import REPOSITORY, SourceSpec
+from corpus.text.sources import HF_DATASET, REPOSITORY, SourceSpec
+from corpus.text.tables import iter_hf_dataset, iter_parquet
 from corpus.text.warc import BadRecord, RawRecord, SkippedRecord, decode_page, iter_warc
 from hpc_jobs.ingest.config import IngestConfig
 from runtime.input_deadline import InputDeadline, InputTimeout
@@ -121,11 +122,15 @@ def format_items(
                 yield Item(it.index, len(it.payload), doc=web_doc(it, spec))
         return
     prefix = f"curated://{spec.name}/{path.name}"
-    records = (
-        iter_jsonl(path, prefix, config.max_record_bytes)
-        if fmt == "jsonl"
-        else [read_text_file(path, prefix, config.max_record_bytes)]
-    )
+    fields = dict(spec.fields)
+    if fmt == "jsonl":
+        records = iter_jsonl(path, prefix, config.max_record_bytes, fields)
+    elif fmt == "parquet":
+        records = iter_parquet(path, prefix, config.max_record_bytes, fields)
+    elif fmt == HF_DATASET:
+        records = iter_hf_dataset(path, prefix, config.max_record_bytes, fields)
+    else:
+        records = [read_text_file(path, prefix, config.max_record_bytes)]
     for rec in records:
         if isinstance(rec, CuratedError):
             yield Item(
@@ -226,7 +231,7 @@ def web_doc(rec: RawRecord, spec: SourceSpec) -> Document:
 def curated_doc(rec: CuratedRecord, spec: SourceSpec) -> Document:
     doc = Document.create(
         text=rec.text,
-        source=spec.name,
+        source=rec.source or spec.name,
         source_tier=spec.tier,
         url=rec.url,
         crawl_date=rec.date or spec.date,
@@ -239,7 +244,8 @@ def curated_doc(rec: CuratedRecord, spec: SourceSpec) -> Document:
 
 
 def repository_dir_shard(path: Path) -> InputShard:
-    """A directory declared as a repository as a unit of work: named by its name and content digest."""
+    """A directory declared as a repository (or a Hugging Face dataset) as a unit of work: named by its
+    name and content digest."""
     sha = directory_digest(path)
     stem = re.sub(r"[^A-Za-z0-9_-]+", "-", path.name.split(".")[0]).strip("-") or "repository"
     return InputShard(name=f"{stem}-{sha[:12]}", path=path, sha256=sha)

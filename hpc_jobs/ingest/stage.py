@@ -62,7 +62,7 @@ from runtime.side_output import SideOutput
 
 class IngestStage(Stage):
     name = INGEST
-    version = "12"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
+    version = "13"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
     Config = IngestConfig
     artifact_kinds = (*PER_INPUT_ARTIFACTS, INDEX_RECORDS)
     side_outputs = (SideOutput(HOLDOUT_KIND),)
@@ -97,11 +97,11 @@ class IngestStage(Stage):
         unknown = [display_name(str(p.path)) for p in files if not self._format(p)]
         if unknown:
             raise StageError(
-                f"unrecognised input (not WARC/ARC, JSONL, .txt or a tar/zip repository): {', '.join(unknown)}"
+                f"unrecognised input (not WARC/ARC, JSONL, .txt, Parquet or a tar/zip repository): {', '.join(unknown)}"
             )
         if not files:
             roots = ", ".join(display_name(str(p)) for p in ctx.in_paths)
-            raise StageError(f"no WARC, JSONL, text or repository files under {roots}")
+            raise StageError(f"no WARC, JSONL, text, Parquet or repository files under {roots}")
         if self.config.undeclared_files == "refuse":
             undeclared = [
                 display_name(str(p.path))

@@ -138,9 +138,9 @@ def test_the_tier_of_a_jsonl_file_no_source_declares_is_web_curated_when_configu
         cfg.write_text(f'[ingest]\nundeclared_files = "{choice}"\n')
         run_stage("ingest", 1, [tmp_path / "in"], tmp_path / choice, cfg if choice == "curated" else None)
         (doc,) = docs(tmp_path / choice)
-        assert (doc.source, doc.source_tier) == ("notes", choice)
+        assert (doc.source, doc.source_tier) == (choice, choice)  # the tier's source, not the file's name
         assert list(manifest(tmp_path / choice)["extra"]["sources"].values()) == [
-            {"source": "notes", "tier": choice, "license": "", "date": "", "kind": "auto", "url": ""}
+            {"source": choice, "tier": choice, "license": "", "date": "", "kind": "auto", "url": ""}
         ]
     cfg = tmp_path / "refuse.toml"
     cfg.write_text('[ingest]\nundeclared_files = "refuse"\n')
