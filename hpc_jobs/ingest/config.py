@@ -15,7 +15,7 @@ from runtime.global_phase import PART_ROWS
 class IngestConfig:
     sources: list[dict[str, Any]] = field(
         default_factory=list
-    )  # [[ingest.sources]] match/name/tier/license/date
+    )  # [[ingest.sources]] match/name/tier/license/date/kind/url/fields
     holdout_modulus: int = 1000  # hash(normalized url) % modulus == 0 -> eval holdout; 0 disables
     holdout_tiers: list[str] = field(default_factory=lambda: ["web", "known_good_web"])
     collapse_recrawls: bool = True
@@ -25,8 +25,8 @@ class IngestConfig:
     #: a gzipped WARC larger than this is cut into units of about this size at record boundaries
     #: (corpus.text.warc_units), dealt to every rank like files; 0: a file is one unit
     unit_bytes: int = 64 << 20
-    #: a JSONL/text file neither [[ingest.sources]] nor a corpus-sources.toml declares: tier "web" (the
-    #: default: trust is declared, never inferred from a format), "curated", or "refuse"
+    #: a JSONL/text/Parquet file neither [[ingest.sources]] nor a corpus-sources.toml declares: tier and
+    #: source "web" (the default: trust is declared, never inferred from a format), "curated", or "refuse"
     undeclared_files: str = "web"
     #: wall-clock seconds one input (a file, a unit of a large WARC, a repository) may take to read;
     #: the rest of an input that takes longer is quarantined as input_timeout (runtime.input_deadline); 0: none
