@@ -62,6 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "auto: only when the snapshot's documents do not end with one)",
     )
     loader.add_argument(
+        "--shuffle-buffer",
+        type=int,
+        metavar="N",
+        help="the run's shuffle buffer in documents (default: the record's or recipe's, else 0: off)",
+    )
+    loader.add_argument(
         "--replay",
         action="store_true",
         help="read every step from the record to N instead of seeking (needed only when a shard "
@@ -115,6 +121,7 @@ def loader_source(loader_path: Path, args: argparse.Namespace):
         chunk_tokens=args.chunk_tokens,
         append_eos=append_eos,
         replay=args.replay,
+        shuffle_buffer=args.shuffle_buffer,
     )
     per_step = loader.seq_len * loader.batch_size
     if not 0 <= args.position < per_step:
