@@ -1,4 +1,5 @@
-"""``corpus version BUILD --select SELECTION.toml --out DIR``: a new version from the metadata table alone."""
+"""``corpus version BUILD --select SELECTION.toml --out DIR [--ranks N]``: a new version from the metadata
+table alone, in this process or on N MPI ranks (the same bytes)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import json
 from pathlib import Path
 
 from corpus.model.errors import UserError
+from corpus.model.layout import manifest_path
 from corpus.select.selection import load_selection, parse_inline
 from corpus.version.plan import buckets_text, kept_text, make_version, plan_version
+from hpc_jobs.version.job import version_command
+from runtime.launch import launch
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,12 +37,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "predicate, with the selected documents no such bucket takes)",
     )
     p.add_argument("--json", action="store_true", help="with --dry-run: print the counts as JSON")
+    p.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        metavar="N",
+        help="MPI ranks on this machine, each judging its own shards (default 1: this process); the same "
+        "bytes on any N",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     selection = load_selection(args.select) if args.select else parse_inline(args.select_inline)
     if args.dry_run:
+        if args.ranks != 1:
+            raise UserError("--dry-run runs in this process: leave out --ranks")
         planned = plan_version(args.build, selection)
         if args.json:
             out = {"kept": planned.kept, "snapshot_id": planned.manifest["snapshot_id"]}
@@ -55,9 +69,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.out is None:
         raise UserError("--out DIR is required (or --dry-run)")
-    planned = make_version(args.build, selection, args.out)
-    print(kept_text(planned.kept))
-    if "buckets" in planned.manifest:
-        print(buckets_text(planned.manifest))
-    print(f"snapshot_id {planned.manifest['snapshot_id']}")
+    if args.ranks != 1:
+        # the job prints its kept table and per-rank lines (passed on to stderr); the id is the manifest's
+        launch(version_command(args.build, args.out, args.select, args.select_inline), args.ranks, "version")
+        manifest = json.loads(manifest_path(args.out).read_text())
+    else:
+        planned = make_version(args.build, selection, args.out)
+        print(kept_text(planned.kept))
+        manifest = planned.manifest
+    if "buckets" in manifest:
+        print(buckets_text(manifest))
+    print(f"snapshot_id {manifest['snapshot_id']}")
     return 0

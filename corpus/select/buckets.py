@@ -253,18 +253,31 @@ def predicate_sql(bucket: BucketDef, resolved: Mapping[str, Mapping[str, Any]]) 
     return " AND ".join(parts) or "TRUE", params
 
 
-def quantile_sql(bucket: BucketDef, clause: Clause, table: str) -> tuple[str, list[Any]]:
-    """The query resolving one ``qNN`` clause: the percentile (``quantile_disc``: a value the column has,
-    the same on every run) of the column over ``table``'s rows that pass the bucket's other, non-quantile
-    clauses."""
+def _other_clauses_sql(bucket: BucketDef) -> tuple[str, list[Any]]:
+    """The bucket's non-quantile clauses joined by AND (TRUE: none), and their parameters."""
     conds, params = [], []
     for c in bucket.clauses:
         if not isinstance(c.value, Quantile):
             sql, p = clause_sql(c)
             conds.append(sql)
             params += p
-    where = " AND ".join(conds) or "TRUE"
+    return " AND ".join(conds) or "TRUE", params
+
+
+def quantile_sql(bucket: BucketDef, clause: Clause, table: str) -> tuple[str, list[Any]]:
+    """The query resolving one ``qNN`` clause: the percentile (``quantile_disc``: a value the column has,
+    the same on every run) of the column over ``table``'s rows that pass the bucket's other, non-quantile
+    clauses."""
+    where, params = _other_clauses_sql(bucket)
     return (
         f"SELECT quantile_disc({ident(clause.column)}, ?) FROM {table} WHERE {where}",
         [clause.value.percent / 100, *params],
     )
+
+
+def quantile_values_sql(bucket: BucketDef, clause: Clause, table: str) -> tuple[str, list[Any]]:
+    """The values :func:`quantile_sql` takes its percentile of (non-null, ascending): what one rank of
+    the partitioned version step contributes to the percentile resolved across ranks."""
+    where, params = _other_clauses_sql(bucket)
+    col = ident(clause.column)
+    return f"SELECT {col} FROM {table} WHERE {where} AND {col} IS NOT NULL ORDER BY {col}", params

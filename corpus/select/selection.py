@@ -434,31 +434,33 @@ AGE_COLUMN = "__build_age"
 GROUP_SQL = "coalesce(nullif(dup_cluster_id, ''), doc_id)"
 
 
-def age_order_sql(selection: Selection) -> tuple[str, list[Any]]:
-    """The build-age term that orders a near-duplicate group before ``representative_key``, over the
-    column :data:`AGE_COLUMN`, and its parameters: keep-first (oldest build first, key ``-age``) unless the
-    row's own source prefers the newest copy (key ``+age``)."""
+def age_key_sql(selection: Selection) -> tuple[str, list[Any]]:
+    """The build-age term as a value over :data:`AGE_COLUMN` whose ascending order is
+    :func:`age_order_sql`'s (what the partitioned version step sorts a group's members by), and its
+    parameters."""
     newest = selection.newest_sources
     if not newest:
-        return f"{AGE_COLUMN} DESC", []
+        return f"-{AGE_COLUMN}", []
     return (
         f"CASE WHEN source IN ({', '.join('?' * len(newest))}) THEN {AGE_COLUMN} ELSE -{AGE_COLUMN} END",
         list(newest),
     )
 
 
-def selection_sql(
-    selection: Selection, table: str = "docs", ages: str | None = None
-) -> tuple[str, list[Any]]:
-    """One query over ``table`` returning (shard, "index", selected) for every row, and its bound
-    parameters. Values are parameters; column names were checked by :func:`check_columns`. The
-    provenance rules also read the view ``copies`` (exact copies' origins, one row per copy). With a
-    ``policy``, ``table`` carries its verdict as a boolean column ``policy_pass`` (computed by
-    :func:`corpus.version.query.policy_verdicts`: the policy is Python, the one definition the tests check).
-    ``ages``: a table (shard, build_age) giving each shard's build age (:func:`corpus.version.open.build_age`),
-    which orders each near-duplicate group before ``representative_key``; a shard it does not list is
-    age 0, and without a table every row is (what :func:`corpus.version.query.select_rows` passes for a full
-    build, whose shards are all age 0: the query then skips the join)."""
+def age_order_sql(selection: Selection) -> tuple[str, list[Any]]:
+    """The build-age term that orders a near-duplicate group before ``representative_key``, over the
+    column :data:`AGE_COLUMN`, and its parameters: keep-first (oldest build first, key ``-age``) unless the
+    row's own source prefers the newest copy (key ``+age``)."""
+    if not selection.newest_sources:
+        return f"{AGE_COLUMN} DESC", []
+    return age_key_sql(selection)
+
+
+def row_rules_sql(selection: Selection, table: str) -> tuple[str, list[Any]]:
+    """The row rules of ``selection`` (policy verdict, scores, languages, cutoffs, hosts, sources,
+    licences, contamination) as one boolean SQL expression over a row of ``table`` (NULL: not a pass),
+    and its bound parameters: what a document is judged by on its own, before the quantiles and the
+    near-duplicate groups (:func:`selection_sql`; per shard in the partitioned version step)."""
     conds: list[str] = []
     params: list[Any] = []
 
@@ -504,7 +506,23 @@ def selection_sql(
         conds.append("contaminated_run IS NULL")
     if s.policy is not None:
         conds.append("policy_pass")
-    where = " AND ".join(conds) or "TRUE"
+    return " AND ".join(conds) or "TRUE", params
+
+
+def selection_sql(
+    selection: Selection, table: str = "docs", ages: str | None = None
+) -> tuple[str, list[Any]]:
+    """One query over ``table`` returning (shard, "index", selected) for every row, and its bound
+    parameters. Values are parameters; column names were checked by :func:`check_columns`. The
+    provenance rules also read the view ``copies`` (exact copies' origins, one row per copy). With a
+    ``policy``, ``table`` carries its verdict as a boolean column ``policy_pass`` (computed by
+    :func:`corpus.version.query.policy_verdicts`: the policy is Python, the one definition the tests check).
+    ``ages``: a table (shard, build_age) giving each shard's build age (:func:`corpus.version.open.build_age`),
+    which orders each near-duplicate group before ``representative_key``; a shard it does not list is
+    age 0, and without a table every row is (what :func:`corpus.version.query.select_rows` passes for a full
+    build, whose shards are all age 0: the query then skips the join)."""
+    s = selection
+    where, params = row_rules_sql(s, table)
     # a NULL comparison (a missing score) is not a pass
     sql = [f"WITH rows AS (SELECT *, coalesce({where}, FALSE) AS passes FROM {table})"]
     prev = "rows"

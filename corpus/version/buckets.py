@@ -6,6 +6,7 @@ keeps the buckets as made (:func:`recorded_buckets`). See docs/versions.md ("Buc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ import duckdb
 import numpy as np
 
 from corpus.model.errors import UserError
-from corpus.select.buckets import BucketDef, parse_buckets, predicate_sql, quantile_sql
+from corpus.select.buckets import BucketDef, Clause, parse_buckets, predicate_sql, quantile_sql
 from corpus.version.open import StoredShard, Version
 from corpus.version.query import bits_table
 
@@ -45,9 +46,61 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _bucket_error(bucket: BucketDef, e: duckdb.Error) -> UserError:
+def bucket_error(bucket: BucketDef, e: duckdb.Error) -> UserError:
     """A predicate DuckDB cannot run (a string compared with a number column...), one line naming its bucket."""
     return UserError(f"selection bucket {bucket.name} ({bucket.where}): {str(e).splitlines()[0]}")
+
+
+#: how a ``qNN`` clause of a bucket is resolved: (bucket, clause) -> the value
+Resolver = Callable[[BucketDef, Clause], Any]
+
+
+def duckdb_resolver(con: duckdb.DuckDBPyConnection) -> Resolver:
+    """``quantile_disc`` over the view ``bucket_pool`` of ``con`` (:func:`pool_view`): one process."""
+
+    def resolve(b: BucketDef, c: Clause) -> Any:
+        sql, p = quantile_sql(b, c, "bucket_pool")
+        try:
+            return con.execute(sql, p).fetchall()[0][0]
+        except duckdb.Error as e:
+            raise bucket_error(b, e) from None
+
+    return resolve
+
+
+def pool_view(
+    con: duckdb.DuckDBPyConnection, shards: tuple[StoredShard, ...], bits: dict[str, np.ndarray]
+) -> None:
+    """The view ``bucket_pool``: the rows of ``stored`` that ``bits`` selects (what ``qNN`` is taken over)."""
+    con.register("bucket_kept", bits_table(shards, bits))
+    con.execute(
+        'CREATE OR REPLACE VIEW bucket_pool AS SELECT s.* FROM stored s JOIN bucket_kept k USING (shard, "index") '
+        "WHERE k.kept"
+    )
+
+
+def resolve_buckets(
+    con: duckdb.DuckDBPyConnection | None, defs: tuple[BucketDef, ...], resolve: Resolver
+) -> tuple[tuple[dict[str, dict[str, Any]], ...], str, list[Any]]:
+    """Each bucket's quantiles resolved in order (``resolve``), and the ``CASE`` arms (with their
+    parameters) giving a row the first bucket it satisfies; each predicate is run on ``con`` first (when
+    given), so an error names its bucket."""
+    resolved: list[dict[str, dict[str, Any]]] = []
+    cases, params = [], []
+    for k, b in enumerate(defs):
+        r: dict[str, dict[str, Any]] = {}
+        for c in b.quantiles:
+            r.setdefault(c.column, {})[c.value.text] = _jsonable(resolve(b, c))
+        resolved.append(r)
+        sql, p = predicate_sql(b, r)
+        if con is not None:
+            try:
+                con.execute(f"SELECT count(*) FROM stored WHERE {sql}", p).fetchall()
+            except duckdb.Error as e:
+                raise bucket_error(b, e) from None
+        cases.append(f"WHEN {sql} THEN {k}")
+        params += p
+    return tuple(resolved), " ".join(cases), params
 
 
 def assign_buckets(
@@ -55,42 +108,22 @@ def assign_buckets(
     defs: tuple[BucketDef, ...],
     shards: tuple[StoredShard, ...],
     bits: dict[str, np.ndarray],
+    resolve: Resolver | None = None,
 ) -> tuple[VersionBuckets, dict[str, np.ndarray]]:
     """The buckets of ``bits``' selected documents, and per shard the first bucket whose predicate each
     *stored* document satisfies (-1: none; what the kept table counts as stored per bucket).
 
-    1. Each ``qNN`` is resolved over the selected documents that pass its bucket's other clauses.
+    1. Each ``qNN`` is resolved over the selected documents that pass its bucket's other clauses
+       (``resolve``; by default ``quantile_disc`` on ``con``; across ranks: hpc_jobs/version/).
     2. One pass over the table assigns every document the first bucket it satisfies (``CASE``: a NULL
        comparison is not true, so it falls through).
     3. A selected document keeps that bucket; an unselected one is in none."""
     if any(b.quantiles for b in defs):
-        con.register("bucket_kept", bits_table(shards, bits))
-        con.execute(
-            'CREATE OR REPLACE VIEW bucket_pool AS SELECT s.* FROM stored s JOIN bucket_kept k USING (shard, "index") '
-            "WHERE k.kept"
-        )
-    resolved: list[dict[str, dict[str, Any]]] = []
-    cases, params = [], []
-    for k, b in enumerate(defs):
-        r: dict[str, dict[str, Any]] = {}
-        for c in b.quantiles:
-            sql, p = quantile_sql(b, c, "bucket_pool")
-            try:
-                value = con.execute(sql, p).fetchall()[0][0]
-            except duckdb.Error as e:
-                raise _bucket_error(b, e) from None
-            r.setdefault(c.column, {})[c.value.text] = _jsonable(value)
-        resolved.append(r)
-        sql, p = predicate_sql(b, r)
-        try:  # each predicate on its own first, so an error names its bucket
-            con.execute(f"SELECT count(*) FROM stored WHERE {sql}", p).fetchall()
-        except duckdb.Error as e:
-            raise _bucket_error(b, e) from None
-        cases.append(f"WHEN {sql} THEN {k}")
-        params += p
+        pool_view(con, shards, bits)
+    resolved, cases, params = resolve_buckets(con, defs, resolve or duckdb_resolver(con))
     # one row per shard: its documents' buckets in document order (row i of a shard's table is document i)
     per_shard = con.sql(
-        f'SELECT shard, list(CASE {" ".join(cases)} ELSE -1 END ORDER BY "index") AS bucket FROM stored GROUP BY shard',
+        f'SELECT shard, list(CASE {cases} ELSE -1 END ORDER BY "index") AS bucket FROM stored GROUP BY shard',
         params=params,
     ).to_arrow_table()
     found = dict(zip(per_shard.column("shard").to_pylist(), per_shard.column("bucket"), strict=True))
@@ -102,7 +135,7 @@ def assign_buckets(
             raise UserError(f"shard {s.name}: its metadata has {m.shape[0]} rows for {s.docs} documents")
         match[s.name] = m.astype(dtype)
         of_doc[s.name] = np.where(bits[s.name], m, -1).astype(dtype)
-    return VersionBuckets(defs, tuple(resolved), of_doc), match
+    return VersionBuckets(defs, resolved, of_doc), match
 
 
 def recorded_buckets(version: Version) -> VersionBuckets:

@@ -79,6 +79,23 @@ def kept_table(
     return out
 
 
+def merge_kept(tables: list[dict[str, dict[str, dict[str, int]]]]) -> dict[str, dict[str, dict[str, int]]]:
+    """The kept table of a version made on several ranks, from each rank's :func:`kept_table` of its own
+    shards: counts summed, groups and values in the order one process gives them."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for table in tables:
+        for group, rows in table.items():
+            into = out.setdefault(group, {})
+            for value, counts in rows.items():
+                have = into.setdefault(value, dict.fromkeys(counts, 0))
+                for k, n in counts.items():
+                    have[k] += n
+    ordered = {g: dict(sorted(out[g].items())) for g in GROUPS if g in out}
+    if PREDICATE_GROUP in out:  # every rank lists the buckets in their order, then the unbucketed
+        ordered[PREDICATE_GROUP] = out[PREDICATE_GROUP]
+    return ordered
+
+
 @dataclass(frozen=True)
 class Planned:
     """A version worked out but not written: its bits, its manifest and what it keeps."""
@@ -93,12 +110,34 @@ class Planned:
 
     @property
     def empty_buckets(self) -> list[str]:
-        """The buckets the loader would stream of which the selection keeps nothing: the selection's own
-        buckets by predicate when it defines them (then the build's buckets are not the loader's), else
-        the build's buckets that have documents."""
-        if self.buckets is not None:
-            return [b.name for b in self.buckets.defs if self.kept[PREDICATE_GROUP][b.name]["docs"] == 0]
-        return sorted(b for b, c in self.kept["bucket"].items() if c["docs"] == 0 and c["stored_docs"] > 0)
+        """:func:`empty_buckets` of this plan."""
+        return empty_buckets(self.kept, self.buckets.defs if self.buckets is not None else ())
+
+
+def empty_buckets(kept: dict[str, dict[str, dict[str, int]]], defs: tuple[BucketDef, ...]) -> list[str]:
+    """The buckets the loader would stream of which the selection keeps nothing: the selection's own
+    buckets by predicate (``defs``) when it defines them (then the build's buckets are not the
+    loader's), else the build's buckets that have documents."""
+    if defs:
+        return [b.name for b in defs if kept[PREDICATE_GROUP][b.name]["docs"] == 0]
+    return sorted(b for b, c in kept["bucket"].items() if c["docs"] == 0 and c["stored_docs"] > 0)
+
+
+def refuse_empty_buckets(kept: dict[str, dict[str, dict[str, int]]], selection: Selection) -> None:
+    """A version that empties a bucket the loader would stream is refused before anything is written."""
+    empty = empty_buckets(kept, selection.buckets)
+    if empty:
+        whose = "the selection defines" if selection.buckets else "the build has"
+        raise UserError(
+            f"the selection keeps no document of bucket(s) {', '.join(empty)}, which {whose}; "
+            f"nothing written (check it with --dry-run)"
+        )
+
+
+def refuse_other_version(out: Path, same: str, snapshot_id: str) -> None:
+    """``out`` already holds a version: this very one (a retried job, left as it is) or refused."""
+    if same != snapshot_id:
+        raise UserError(f"--out {out} is not empty (it holds version {same}): use a new directory")
 
 
 def plan_version(build: Path, selection: Selection) -> Planned:
@@ -129,18 +168,12 @@ def make_version(build: Path, selection: Selection, out: Path) -> Planned:
     ``versions/`` (refused, before anything is written, otherwise or when it empties a bucket). An
     ``out`` that already holds this very version (a retried job) is left as it is."""
     out = Path(out)
-    same = _version_id(out)
+    same = version_id_in(out)
     refuse_version_out(out, holding_a_version=same is not None)
     planned = plan_version(build, selection)
-    if planned.empty_buckets:
-        whose = "the selection defines" if planned.buckets is not None else "the build has"
-        raise UserError(
-            f"the selection keeps no document of bucket(s) {', '.join(planned.empty_buckets)}, which {whose}; "
-            f"nothing written (check it with --dry-run)"
-        )
+    refuse_empty_buckets(planned.kept, selection)
     if same is not None:
-        if same != planned.manifest["snapshot_id"]:
-            raise UserError(f"--out {out} is not empty (it holds version {same}): use a new directory")
+        refuse_other_version(out, same, planned.manifest["snapshot_id"])
         return planned
     write_version(
         planned.version,
@@ -153,7 +186,7 @@ def make_version(build: Path, selection: Selection, out: Path) -> Planned:
     return planned
 
 
-def _version_id(out: Path) -> str | None:
+def version_id_in(out: Path) -> str | None:
     """The id of the version ``out`` holds (a directory of its own, its manifest a version's), or None."""
     try:
         m = json.loads(manifest_path(out).read_text())

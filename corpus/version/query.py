@@ -24,15 +24,19 @@ from corpus.version.open import StoredShard, Version
 SHARD_AGES = "shard_ages"
 
 
-def connect(version: Version) -> duckdb.DuckDBPyConnection:
+def connect(version: Version, missing_scores: tuple[str, ...] = ()) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the table ``docs`` (one row per stored document; on a version, with a
     boolean ``selected``) and ``shard_ages`` (each shard's build age: what keeps a delta's selection
-    keep-first). Files are read where they lie, never loaded whole."""
+    keep-first). Files are read where they lie, never loaded whole. ``missing_scores``: score columns
+    none of these shards has but others of the build do (one rank's shards), added as nulls."""
     con = duckdb.connect()
     files = [str(s.metadata) for s in version.live_shards]
     if not files:
         raise UserError(f"snapshot {version.snapshot_id} has no shards")
-    con.read_parquet(files, union_by_name=True).create_view("stored")
+    stored = con.read_parquet(files, union_by_name=True)
+    if missing_scores:
+        stored = stored.project(", ".join(["*", *(f"NULL::DOUBLE AS {_quoted(c)}" for c in missing_scores)]))
+    stored.create_view("stored")
     _create_shard_ages(con, {s.name: s.age for s in version.shards})
     copies = [str(version.base_dir / c.path) for c in SnapshotFacts.of(version.base).copies]
     if copies:
@@ -62,6 +66,10 @@ def _create_shard_ages(con: duckdb.DuckDBPyConnection, ages: dict[str, int]) -> 
     )
     if ages:
         con.executemany(f"INSERT INTO {SHARD_AGES} VALUES (?, ?)", sorted(ages.items()))
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def columns(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -109,23 +117,7 @@ def select_rows(
     number of stored documents the policy rejects, by the first check each fails. Each shard's build
     age (keep-first within a near-duplicate group) is read from the table ``shard_ages`` that
     :func:`connect` makes; on a connection without one, every shard is the build's own (age 0)."""
-    cols = columns(con)
-    check_columns(selection, cols)
-    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'copies'").fetchall()[0][0]:
-        empty = ", ".join(f"NULL::{t} AS {c}" for c, t in COPY_COLUMNS.items())
-        con.execute(f"CREATE VIEW copies AS SELECT {empty} WHERE FALSE")  # a build without exact copies
-    if not con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [SHARD_AGES]
-    ).fetchall()[0][0]:
-        _create_shard_ages(con, {})  # a table not made by connect(): every shard its build's own (age 0)
-    table = "stored"
-    if selection.policy is not None:
-        con.register("policy_verdicts", policy_verdicts(con, selection.policy, cols, policy_reasons))
-        con.execute(
-            "CREATE OR REPLACE VIEW judged AS SELECT stored.*, v.policy_pass FROM stored "
-            'JOIN policy_verdicts v USING (shard, "index")'
-        )
-        table = "judged"
+    table = prepare_rules(con, selection, columns(con), policy_reasons)
     # a full build (every shard age 0) needs no age order: the query skips its join
     aged = con.execute(f"SELECT coalesce(max(build_age), 0) > 0 FROM {SHARD_AGES}").fetchall()[0][0]
     sql, params = selection_sql(selection, table, SHARD_AGES if aged else None)
@@ -139,6 +131,34 @@ def select_rows(
         bits[index_col[mask]] = sel_col[mask]
         out[name] = bits
     return out
+
+
+def prepare_rules(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection,
+    cols: list[str],
+    policy_reasons: Counter | None = None,
+) -> str:
+    """Make ready what the row rules of ``selection`` read on ``con`` (``cols``: the table's columns,
+    checked against the selection): the views ``copies`` and ``shard_ages`` where :func:`connect` made
+    none, and with a policy its verdicts (``policy_reasons`` filled as for :func:`select_rows`). The
+    table the rules run over: ``stored``, or ``judged`` (with ``policy_pass``)."""
+    check_columns(selection, cols)
+    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'copies'").fetchall()[0][0]:
+        empty = ", ".join(f"NULL::{t} AS {c}" for c, t in COPY_COLUMNS.items())
+        con.execute(f"CREATE VIEW copies AS SELECT {empty} WHERE FALSE")  # a build without exact copies
+    if not con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [SHARD_AGES]
+    ).fetchall()[0][0]:
+        _create_shard_ages(con, {})  # a table not made by connect(): every shard its build's own (age 0)
+    if selection.policy is None:
+        return "stored"
+    con.register("policy_verdicts", policy_verdicts(con, selection.policy, cols, policy_reasons))
+    con.execute(
+        "CREATE OR REPLACE VIEW judged AS SELECT stored.*, v.policy_pass FROM stored "
+        'JOIN policy_verdicts v USING (shard, "index")'
+    )
+    return "judged"
 
 
 #: rows the policy judges at a time (a batch of the table in memory, never the table)

@@ -46,6 +46,54 @@ def _bits_for(name: str, docs: int, bits: dict[str, np.ndarray], gone: set[str])
     return np.zeros(docs, dtype=bool) if name in gone else bits[name]
 
 
+def shard_entry(
+    s: StoredShard,
+    sel: np.ndarray,
+    con: duckdb.DuckDBPyConnection,
+    buckets: VersionBuckets | None,
+    gone: set[str],
+) -> tuple[dict[str, Any], tuple[int, int]]:
+    """One shard's manifest entry (``sel``: its selection; tokens read from its metadata table only when
+    it selects something), and the (documents, tokens) it selects that no bucket by predicate takes."""
+    tokens = token_counts(con, s) if sel.any() else np.zeros(s.docs, dtype=np.int64)
+    entry = {
+        "name": s.name,
+        "bucket": s.bucket,
+        "sha256": s.sha256,
+        "metadata_sha256": s.metadata_sha256 if s.name not in gone else None,
+        "docs": s.docs,
+        "selected_docs": int(sel.sum()),
+        "selected_tokens": int(tokens[sel].sum()),
+        "bitmap": f"{SELECTION_DIR}/{s.name}{BITS_SUFFIX}",
+        "bitmap_sha256": sha256_hex(pack_bits(sel)),
+    }
+    if buckets is None:
+        return entry, (0, 0)
+    entry["buckets"] = {}
+    left = sel.copy()
+    for k, b in enumerate(buckets.defs):
+        pair = buckets.pair(s.name, s.docs, k, gone)
+        left &= ~pair
+        entry["buckets"][b.name] = {
+            "docs": int(pair.sum()),
+            "tokens": int(tokens[pair].sum()),
+            "bitmap": f"{SELECTION_DIR}/{s.name}.{b.name}{BITS_SUFFIX}",
+            "bitmap_sha256": sha256_hex(pack_bits(pair)),
+        }
+    return entry, (int(left.sum()), int(tokens[left].sum()))
+
+
+def shard_entries(
+    shards: tuple[StoredShard, ...],
+    bits: dict[str, np.ndarray],
+    gone: set[str],
+    buckets: VersionBuckets | None,
+) -> list[tuple[dict[str, Any], tuple[int, int]]]:
+    """:func:`shard_entry` of each of ``shards``, in order, on one connection."""
+    con = duckdb.connect()
+    return [shard_entry(s, _bits_for(s.name, s.docs, bits, gone), con, buckets, gone) for s in shards]
+
+
 def version_manifest(
     version: Version,
     selection: Selection,
@@ -61,45 +109,27 @@ def version_manifest(
     given, ``version``'s own as made (:func:`recorded_buckets`)."""
     if selection.buckets and buckets is None:
         buckets = recorded_buckets(version)
-    shards = []
     gone = {t["name"] for t in tombstones}
-    unbucketed = [0, 0]
-    con = duckdb.connect()
-    for s in version.shards:
-        sel = _bits_for(s.name, s.docs, bits, gone)
-        tokens = token_counts(con, s) if sel.any() else np.zeros(s.docs, dtype=np.int64)
-        entry = {
-            "name": s.name,
-            "bucket": s.bucket,
-            "sha256": s.sha256,
-            "metadata_sha256": s.metadata_sha256 if s.name not in gone else None,
-            "docs": s.docs,
-            "selected_docs": int(sel.sum()),
-            "selected_tokens": int(tokens[sel].sum()),
-            "bitmap": f"{SELECTION_DIR}/{s.name}{BITS_SUFFIX}",
-            "bitmap_sha256": sha256_hex(pack_bits(sel)),
-        }
-        if buckets is not None:
-            entry["buckets"] = {}
-            left = sel.copy()
-            for k, b in enumerate(buckets.defs):
-                pair = buckets.pair(s.name, s.docs, k, gone)
-                left &= ~pair
-                entry["buckets"][b.name] = {
-                    "docs": int(pair.sum()),
-                    "tokens": int(tokens[pair].sum()),
-                    "bitmap": f"{SELECTION_DIR}/{s.name}.{b.name}{BITS_SUFFIX}",
-                    "bitmap_sha256": sha256_hex(pack_bits(pair)),
-                }
-            unbucketed[0] += int(left.sum())
-            unbucketed[1] += int(tokens[left].sum())
-        shards.append(entry)
+    entries = shard_entries(version.shards, bits, gone, buckets)
+    return assemble_manifest(version, selection, entries, tombstones, policy_reasons, buckets)
+
+
+def assemble_manifest(
+    version: Version,
+    selection: Selection,
+    entries: list[tuple[dict[str, Any], tuple[int, int]]],
+    tombstones: list[dict[str, Any]],
+    policy_reasons: dict[str, int] | None,
+    buckets: VersionBuckets | None,
+) -> dict[str, Any]:
+    """The manifest from every shard's entry (:func:`shard_entry`, in ``version.shards``' order, made by
+    one process or by the ranks owning the shards) and its id."""
     digested = {
         "format": VERSION_FORMAT,
         "base_snapshot_id": version.base.snapshot_id,
         "selection": selection.canonical(),
         "selection_sha256": selection.digest,
-        "shards": shards,
+        "shards": [entry for entry, _ in entries],
         "tombstones": sorted(tombstones, key=lambda t: t["name"]),
     }
     if policy_reasons is not None:
@@ -109,8 +139,61 @@ def version_manifest(
             {"name": b.name, "where": b.where, "resolved": r}
             for b, r in zip(buckets.defs, buckets.resolved, strict=True)
         ]
-        digested["unbucketed_docs"], digested["unbucketed_tokens"] = unbucketed
+        digested["unbucketed_docs"] = sum(docs for _, (docs, _) in entries)
+        digested["unbucketed_tokens"] = sum(tokens for _, (_, tokens) in entries)
     return {**digested, "snapshot_id": json_digest(digested)}
+
+
+def begin_version_dir(out: Path) -> Path:
+    """The directory beside ``out`` a version is written into (then renamed to ``out`` whole), made."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new = beside(out)
+    (new / SELECTION_DIR).mkdir(parents=True)
+    return new
+
+
+def write_bitmaps(
+    new: Path,
+    entries: list[dict[str, Any]],
+    bits: dict[str, np.ndarray],
+    gone: set[str],
+    buckets: VersionBuckets | None,
+) -> None:
+    """The bitmaps of the shards of ``entries`` (manifest entries), each shard's then its buckets',
+    written and fsynced into ``new``: all of them by one process, or each rank its own shards'."""
+    for s in entries:
+        _write_durably(new / s["bitmap"], pack_bits(_bits_for(s["name"], s["docs"], bits, gone)))
+        for k, b in enumerate(buckets.defs if "buckets" in s else ()):
+            pair = buckets.pair(s["name"], s["docs"], k, gone)
+            _write_durably(new / s["buckets"][b.name]["bitmap"], pack_bits(pair))
+
+
+def finish_version_dir(
+    new: Path,
+    out: Path,
+    manifest: dict[str, Any],
+    base_dir: Path,
+    run_info: dict[str, Any] | None = None,
+    replace: bool = False,
+) -> bool:
+    """The manifest written last into ``new`` (its bitmaps all there), then ``new`` renamed to ``out``
+    (:func:`write_version` says when); whether ``out`` was written."""
+    out = Path(out)
+    fsync_dir(new / SELECTION_DIR)
+    # the same path from ``out`` as from ``new``: they are siblings
+    run_info = {**(run_info or {}), "base": os.path.relpath(base_dir.resolve(), out.resolve())}
+    atomic_write_bytes(new / MANIFEST, canonical_json({**manifest, "run_info": run_info}) + b"\n")
+    if replace:
+        return install_dir(new, out)
+    try:
+        os.rename(new, out)  # onto a missing or empty directory only
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+            raise
+        raise UserError(f"{out} is not empty: a version is written into a new directory") from None
+    fsync_dir(out.parent)
+    return True
 
 
 def write_version(
@@ -131,31 +214,11 @@ def write_version(
     lives and facts such as dates. ``buckets``: as for :func:`version_manifest`."""
     if "buckets" in manifest and buckets is None:
         buckets = recorded_buckets(version)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    new = beside(out)
+    new = begin_version_dir(out)
     try:
-        (new / SELECTION_DIR).mkdir(parents=True)
         gone = {t["name"] for t in manifest["tombstones"]}
-        for s in manifest["shards"]:
-            _write_durably(new / s["bitmap"], pack_bits(_bits_for(s["name"], s["docs"], bits, gone)))
-            for k, b in enumerate(buckets.defs if "buckets" in s else ()):
-                pair = buckets.pair(s["name"], s["docs"], k, gone)
-                _write_durably(new / s["buckets"][b.name]["bitmap"], pack_bits(pair))
-        fsync_dir(new / SELECTION_DIR)
-        # the same path from ``out`` as from ``new``: they are siblings
-        run_info = {**(run_info or {}), "base": os.path.relpath(base_dir.resolve(), out.resolve())}
-        atomic_write_bytes(new / MANIFEST, canonical_json({**manifest, "run_info": run_info}) + b"\n")
-        if replace:
-            return install_dir(new, out)
-        try:
-            os.rename(new, out)  # onto a missing or empty directory only
-        except OSError as e:
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
-                raise
-            raise UserError(f"{out} is not empty: a version is written into a new directory") from None
-        fsync_dir(out.parent)
-        return True
+        write_bitmaps(new, manifest["shards"], bits, gone, buckets)
+        return finish_version_dir(new, out, manifest, base_dir, run_info, replace)
     finally:
         shutil.rmtree(new, ignore_errors=True)
 

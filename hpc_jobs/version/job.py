@@ -1,27 +1,35 @@
-"""The version step as a job: ``corpus version`` for the DAGs, submitted like a stage.
+"""The version step as a job: ``corpus version --ranks N`` launches it, the DAGs submit it like a stage.
 
-    python -m hpc_jobs.version --in BUILD --out=DIR [--config=SELECTION.toml] [--select-inline=TOML]
+    mpiexec -n N python -m hpc_jobs.version --input BUILD --out DIR (--select FILE | --select-inline TOML)
 
-It reads only the build's metadata table (corpus/version/) and runs as one process: the selection is
-one DuckDB query over Parquet files, streamed (docs/versions.md says how it is partitioned across ranks
-once the table no longer fits one machine). ``sbatch/stage.sbatch version …`` runs it under ``mpiexec``
-like any stage, so the DAGs' submission, waiting, exit records and retries are the stages' own. The
-last line of standard output is ``snapshot_id sha256:…``; a bad selection is a one-line error, exit 2.
+It reads only the build's metadata table (corpus/version/). On one rank it is ``corpus version``'s own
+single query; on N, each rank owns whole shards and judges them alone; the per-language quantiles and the near-duplicate groups go through exchanges
+(:mod:`hpc_jobs.version.partitioned`); rank 0 writes the manifest, each rank its shards' bitmaps. The
+bytes are those of one process (``corpus version`` without ``--ranks``) on any rank count. Rank 0
+prints the kept table, one JSON line per rank (shards, rows, seconds, peak RSS), then ``snapshot_id
+sha256:…``; a bad selection is one line, exit 2. docs/versions.md ("The version step on N ranks").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
-from corpus.model.errors import UserError
 from corpus.select.selection import load_selection, parse_inline
 from corpus.version.plan import kept_text, make_version
+from hpc_jobs.version.partitioned import make_on_ranks
+from runtime.job_failure import EXPECTED, agreed
+from runtime.orphan import die_with_launcher
+from runtime.runner import fail_job, peak_rss_mb
+
+JOB = "version"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="hpc_jobs.version", description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog=f"python -m hpc_jobs.{JOB}", description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--input",
         "--in",  # the old spelling, still accepted
@@ -39,13 +47,46 @@ def main(argv: list[str] | None = None) -> int:
         "--select", "--config", dest="config", type=Path, metavar="SELECTION.toml", help="the selection file"
     )
     src.add_argument("--select-inline", metavar="TOML", help="the selection as TOML text")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from mpi4py import MPI
+
+    die_with_launcher()
+    comm = MPI.COMM_WORLD
     try:
-        selection = load_selection(args.config) if args.config else parse_inline(args.select_inline)
-        planned = make_version(args.build[0], selection, args.out)
-    except UserError as e:
-        print(f"hpc_jobs.version: error: {e}", file=sys.stderr)
-        return 2
-    print(kept_text(planned.kept))
-    print(f"snapshot_id {planned.manifest['snapshot_id']}", flush=True)
+        t = time.perf_counter()
+        selection = agreed(
+            comm, lambda: load_selection(args.config) if args.config else parse_inline(args.select_inline)
+        )
+        if comm.Get_size() == 1:  # one rank: the single query, faster and leaner (docs/versions.md)
+            made = make_version(args.build[0], selection, args.out)
+            shards, rows = len(made.manifest["shards"]), sum(s["docs"] for s in made.manifest["shards"])
+        else:
+            made, share = make_on_ranks(comm, args.build[0], selection, args.out)
+            shards, rows = len(share.shards), share.rows
+        line = {
+            "rank": comm.Get_rank(),
+            "shards": shards,
+            "rows": rows,
+            "seconds": round(time.perf_counter() - t, 3),
+            "peak_rss_mb": peak_rss_mb(),
+        }
+        lines = comm.gather(line, root=0)
+        if made is not None:
+            print(kept_text(made.kept))
+            print(json.dumps({"job": JOB, "ranks": lines}))
+            print(f"snapshot_id {made.manifest['snapshot_id']}", flush=True)
+    except (*EXPECTED, ValueError) as e:
+        return fail_job(comm, JOB, e)
+    except BaseException:
+        return fail_job(comm, JOB)
     return 0
+
+
+def version_command(build: Path, out: Path, select: Path | None, select_inline: str | None) -> list[str]:
+    """The job's command line (without ``mpiexec``), as ``corpus version --ranks N`` launches it."""
+    source = ["--select", str(select)] if select is not None else ["--select-inline", select_inline or ""]
+    return [sys.executable, "-m", f"hpc_jobs.{JOB}", "--input", str(build), "--out", str(out), *source]
