@@ -10,6 +10,8 @@ then measures on one process acting as one rank of a world of 8:
   verification of every block on first read) and once the blocks read are verified; and the same steps
   re-read (blocks verified, pages cached, no prefetch) with the shuffle buffer off and on
   (``--shuffle-buffers``, documents a window), in tokens per CPU second, the best of five passes;
+  and the same with packing off and on (``--packing-windows``): padding, truncation and fragment rates
+  and delivered (unpadded) tokens per CPU second (``--packing-only``: just these rows);
 * bytes of .bin each of the 8 ranks hashes over one epoch, with per-block digests (4 MiB blocks, the
   write_shards default) and with the whole-file check of a manifest without them (snapshots written
   before block digests), against the bytes the rank reads;
@@ -204,6 +206,44 @@ def steady_rates(root: Path, buffers: list[int], steps: int, repeats: int = 5) -
     return best
 
 
+def packing_rows(root: Path, windows: list[int], steps: int, repeats: int = 5) -> list[tuple[str, str, str]]:
+    """Rank 0's packing figures over the same ``steps`` steps per packing window (0: plain), as
+    :func:`steady_rates` measures: delivered tokens (padding left out) per CPU second, best of ``repeats``."""
+    loaders, starts, figures = {}, {}, {}
+    for n in windows:
+        ranks = [make(root, r, packing_window=n, prefetch_steps=0) for r in range(WORLD)]
+        starts[n], loaders[n] = ranks[0].global_record([ld.local_state() for ld in ranks]), ranks[0]
+        delivered = sum(int(loaders[n].next_batch().loss_mask.sum()) for _ in range(steps))
+        figures[n] = (delivered, loaders[n].metrics())
+    best = dict.fromkeys(windows, 0.0)
+    for _ in range(repeats):
+        for n, loader in loaders.items():
+            loader.load_record(starts[n])
+            t0 = time.process_time()
+            for _ in range(steps):
+                loader.next_batch()
+            best[n] = max(best[n], figures[n][0] / (time.process_time() - t0))
+    rows = []
+    for n in windows:
+        loaders[n].close()
+        m = figures[n][1]
+        pad = m.get("packing_padding_rate", 0.0)
+        detail = (
+            f"padding {pad:.2%} (one piece a sequence: {m['packing_naive_padding_rate']:.1%}), truncation "
+            f"{m['packing_truncation_rate']:.1%}, fragments {m['packing_fragment_rate']:.2%}; "
+            if n
+            else "padding 0; "
+        )
+        rows.append(
+            (
+                f"loader, the same steps re-read, packing window {n or 'off'}",
+                f"{detail}{best[n] / 1e6:.2f} M tokens/CPU s",
+                f"{best[n] / best[windows[0]]:.2f} of off",
+            )
+        )
+    return rows
+
+
 def requests_per_step(root: Path, buffer: int, steps: int) -> tuple[float, int]:
     """Read requests a step of rank 0 makes (byte ranges after coalescing, counted where the store computes
     them) and the bytes they cover, over ``steps`` steps with the shuffle buffer ``buffer``."""
@@ -268,6 +308,12 @@ def main() -> int:
     ap.add_argument(
         "--shuffle-buffers", default="64,1024", help="shuffle windows (documents) to rate, comma-separated"
     )
+    ap.add_argument(
+        "--packing-windows",
+        default="16,128,1024",
+        help="packing windows (documents) to rate, comma-separated",
+    )
+    ap.add_argument("--packing-only", action="store_true", help="only the packing rows")
     ap.add_argument("--rss-child", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--budget-mb", type=int, default=16, help=argparse.SUPPRESS)
     ap.add_argument(
@@ -281,6 +327,10 @@ def main() -> int:
         root = write_bench_snapshot(args.out or Path(tmp), args.shards_per_bucket, args.tokens_per_shard)
         total = sum(s["tokens"] for s in json.loads((root / "manifest.json").read_text())["shards"])
         warm(root)
+        windows = [0, *(int(n) for n in args.packing_windows.split(",") if n)]
+        if args.packing_only:
+            print_rows(packing_rows(root, windows, args.steps))
+            return 0
         loader = make(root)
         first = loader_rate(loader, args.steps)
         steady = loader_rate(loader, args.steps)
@@ -353,18 +403,23 @@ def main() -> int:
                 "",
             )
         )
+        rows += packing_rows(root, windows, args.steps)
         rows += rss_rows(args.rss_shards, Path(tmp))
     print(
         f"snapshot: {2 * args.shards_per_bucket} uint16 shards, {total / 1e6:.0f} M tokens; rank 0 of {WORLD}, "
         f"seq_len {SEQ_LEN}, batch {BATCH}, {args.steps} steps per rate; record at 10^6 has "
         f"{len(json.dumps(rec_m)) / 1e3:.1f} kB"
     )
+    print_rows(rows)
+    return 0
+
+
+def print_rows(rows: list[tuple[str, str, str]]) -> None:
     w = max(len(r[0]) for r in rows)
     print(f"| {'measure'.ljust(w)} | value | ratio |")
     print(f"|{'-' * (w + 2)}|-------|-------|")
     for name, value, ratio in rows:
         print(f"| {name.ljust(w)} | {value} | {ratio} |")
-    return 0
 
 
 if __name__ == "__main__":

@@ -119,6 +119,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="documents a shuffle window, 0: off (with --recipe: the recipe's shuffle_buffer)",
     )
     ap.add_argument(
+        "--packing-window",
+        type=int,
+        default=0,
+        help="documents a packing window, 0: off (best-fit packing, cu_seqlens per document; resumable)",
+    )
+    ap.add_argument(
         "--max-skip-fraction",
         type=float,
         default=DEFAULT_MAX_SKIP_FRACTION,
@@ -158,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             run_len=args.run_len,
             chunk_tokens=args.chunk_tokens,
             max_skip_fraction=args.max_skip_fraction,
+            packing_window=args.packing_window,
         )
     else:
         loader = SnapshotLoader(
@@ -173,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             chunk_tokens=args.chunk_tokens,
             max_skip_fraction=args.max_skip_fraction,
             shuffle_buffer=args.shuffle_buffer,
+            packing_window=args.packing_window,
         )
     counter = (
         MixtureCounter(sorted(loader.layout.buckets), args.count_every, args.mixture_tolerance, args.on_drift)

@@ -37,7 +37,8 @@ from loader.faults import (
 )
 from loader.manifest import default_append_eos, load_manifest, natural_mixture_of
 from loader.metrics import metrics_line
-from loader.packing import make_packer, refuse_with_packing
+from loader.packing import PackingStats, check_packing_window
+from loader.packing import resume_problem as packing_problem
 from loader.phases import PhaseClock, PhaseSpan
 from loader.prefetch import DEFAULT_PREFETCH_STEPS, Segments, StepReader, planned_steps, prefetch_depth
 from loader.provenance import TracedBatch
@@ -107,7 +108,8 @@ class SnapshotLoader(IterableDataset):
         the recipe's, phase by phase, and ``run_len`` is the default of phases that state none.
         ``prefetch_steps``: steps a background thread reads ahead (0: read each step when it is asked for).
         ``gap_bytes``: selected documents of a version closer than this are fetched in one request.
-        ``shuffle_buffer``: documents a shuffle window (0 or 1: off; with a recipe, the recipe's)."""
+        ``shuffle_buffer``: documents a shuffle window (0 or 1: off; with a recipe, the recipe's).
+        ``packing_window``: documents a packing window (0: off; with a recipe, bins of its longest phase)."""
         super().__init__()
         if recipe is not None and (
             mixture is not None or epoch_caps is not None or shuffle_buffer is not None
@@ -173,6 +175,10 @@ class SnapshotLoader(IterableDataset):
         )
         if memory_budget_mb < 1:
             raise UserError(f"memory_budget_mb must be positive, got {memory_budget_mb}")
+        seq_max = max(p.seq_len for p in recipe.phases) if recipe is not None else self.seq_len
+        window = check_packing_window(packing_window)  # docs/loader.md, Packing
+        self.packing = (window, seq_max) if window else (0, 0)  # (window, bin length)
+        self.packing_stats = PackingStats(*self.packing) if window else None
         self.store = ShardStore(
             self.root,
             self.stream_manifest,
@@ -185,14 +191,13 @@ class SnapshotLoader(IterableDataset):
             selection=self.version.selected if self.version is not None else None,
             gap_bytes=int(gap_bytes),
             shuffle=(self.shuffle_buffer, self.seed),
+            packing=self.packing,
         )
         self.cursor = RankCursor(self.layout, Plan.fresh(self.world), self.rank)
-        seq_max = max(p.seq_len for p in recipe.phases) if recipe is not None else self.seq_len
         self.prefetch_depth = prefetch_depth(
             int(prefetch_steps), int(memory_budget_mb) << 20, self.batch_size * seq_max * 8
         )
         self.reader = StepReader(self.store, self.prefetch_depth)
-        self.packer = make_packer(int(packing_window), self.seq_len, recipe)  # docs/loader.md, Packing
         self.switches: list[dict[str, Any]] = []  # (step, from, to) of every move between versions
         self.recipe_changes: list[dict[str, Any]] = []  # (step, from, to) of every accepted change of recipe
         self.recipe, self.default_run_len = recipe, self.run_len
@@ -289,15 +294,12 @@ class SnapshotLoader(IterableDataset):
     def next_batch(self) -> Batch | None:
         """This rank's batch of the next step; None when it has nothing to read. With a recipe the step
         counts even then (every rank changes phase at the same step), so call it in step with the others."""
-        if self.packer is not None:
-            return self.packer.next_batch(self)
         traced = self.traced_batch()
         return traced.batch if traced is not None else None
 
     def traced_batch(self) -> TracedBatch | None:
         """:meth:`next_batch` with the plan and the sourced parts it was read from (what ``corpus trace``
         asks: the step delivery takes, not a replica of it); None when this rank reads nothing."""
-        refuse_with_packing(self.packer, "a trace")
         if self.prefetch_depth and not self.reader.running and not self.finished:
             self._start_prefetch()
         planned = self._plan_step()
@@ -311,6 +313,8 @@ class SnapshotLoader(IterableDataset):
             )
             for sp, parts in zip(plans, sourced, strict=True)
         ]
+        if self.packing_stats is not None:
+            self._count_packing(plans, rows)
         batch = make_batch(
             rows,
             tuple(sp.bucket for sp in plans),
@@ -319,6 +323,18 @@ class SnapshotLoader(IterableDataset):
             span.name if span is not None else None,
         )
         return TracedBatch(batch, tuple(plans), sourced, self.rank, self.world, self.store)
+
+    def _count_packing(self, plans: list, rows: list) -> None:
+        """Add a delivered step to the packing figures (``metrics``)."""
+        for sp, (_, bounds, valid) in zip(plans, rows, strict=True):
+            self.packing_stats.add_row(bounds, int(valid))
+            for shard, a, b in sp.segments:
+                self.packing_stats.add_range(self.store.packing_counts(shard, a, b))
+
+    @property
+    def _unit_end(self) -> Any:
+        """Where a sequence may end inside a stream (packing's bins), None without packing."""
+        return self.store.bin_end if self.packing[0] else None
 
     def _seq_len_of(self, span: PhaseSpan | None) -> int:
         """The sequence length of a step in ``span`` (the loader's own without a recipe)."""
@@ -338,6 +354,7 @@ class SnapshotLoader(IterableDataset):
             self.seq_len,
             self.batch_size,
             run_origin=span.run_origin if span is not None else 0,
+            unit_end=self._unit_end,
         )
         if plans is None and span is None:
             return None
@@ -374,7 +391,7 @@ class SnapshotLoader(IterableDataset):
             "shard_cache_hits": store.cache_hits,
             "shard_opens": store.opens,
             "bytes_hashed": store.bytes_hashed,
-            **(self.packer.metrics() if self.packer is not None else {}),
+            **(self.packing_stats.as_metrics() if self.packing_stats is not None else {}),
         }
 
     def metrics_line(self) -> str:
@@ -387,10 +404,17 @@ class SnapshotLoader(IterableDataset):
 
     def seek(self, step: int) -> None:
         """Jump forward to ``step`` without reading anything (as if the steps before had been consumed)."""
-        refuse_with_packing(self.packer, "a seek")
         self.reader.stop()
         if self.recipe is None:
-            self.cursor.seek(step, self.mixture, self.seed, self.run_len, self.seq_len, self.batch_size)
+            self.cursor.seek(
+                step,
+                self.mixture,
+                self.seed,
+                self.run_len,
+                self.seq_len,
+                self.batch_size,
+                unit_end=self._unit_end,
+            )
             return
         while self.cursor.step < step and self.span is not None:
             target = min(step, self.span.end)
@@ -402,6 +426,7 @@ class SnapshotLoader(IterableDataset):
                 self.seq_len,
                 self.batch_size,
                 run_origin=self.span.run_origin,
+                unit_end=self._unit_end,
             )
             self.cursor.step = target  # a rank with nothing left in the phase still follows the clock
             self._sync_phase()
@@ -427,6 +452,7 @@ class SnapshotLoader(IterableDataset):
             "recipe": self._recipe_header(),
             "recipe_changes": tuple(self.recipe_changes),
             "shuffle_buffer": self.shuffle_buffer,
+            "packing": self.packing,
         }
 
     def _recipe_header(self) -> dict[str, Any] | None:
@@ -447,7 +473,6 @@ class SnapshotLoader(IterableDataset):
     def local_state(self) -> dict[str, Any]:
         """This rank's part of the record (what ``state_dict`` all-gathers): the delivered position, and the
         shards found corrupt by the steps delivered so far (not by those the prefetch read ahead)."""
-        refuse_with_packing(self.packer, "a checkpoint")
         with self.store.lock:
             return self.cursor.local_state(self.store.skipped - self.reader.ahead())
 
@@ -577,8 +602,10 @@ class SnapshotLoader(IterableDataset):
 
     def _check_shuffle(self, record: LoaderRecord, moving: bool) -> None:
         """Refuse a record whose stream positions name other documents here: another shuffle window or,
-        with one, another seed; a move between versions with the buffer on (docs/loader.md)."""
-        problem = resume_problem(record.shuffle_buffer, record.seed, self.shuffle_buffer, self.seed, moving)
+        with one, another seed; other packing bins; a move between versions with either on (docs/loader.md)."""
+        problem = resume_problem(
+            record.shuffle_buffer, record.seed, self.shuffle_buffer, self.seed, moving
+        ) or packing_problem(tuple(record.packing), self.packing, moving)
         if problem:
             raise ResumeRefused(problem)
 

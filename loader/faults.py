@@ -25,6 +25,7 @@ from corpus.formats.megatron import BLOCK_DIGEST_BYTES, read_block_file
 from corpus.model import SnapshotManifest
 from corpus.model.digest import file_sha256, stable_hash64
 from corpus.model.errors import UserError
+from loader.packing import PackedStream
 from loader.sequences import OpenShard, check_index
 from loader.shuffle import ShuffledStream
 from loader.sparse import DEFAULT_GAP_BYTES, byte_ranges, request
@@ -83,9 +84,12 @@ class ShardStore:
         selection: Callable[[int], np.ndarray] | None = None,
         gap_bytes: int = DEFAULT_GAP_BYTES,
         shuffle: tuple[int, int] = (0, 0),
+        packing: tuple[int, int] = (0, 0),
     ) -> None:
         self.root, self.manifest = Path(root), manifest
         self.shuffle = shuffle  # (documents a window, seed): streams read shuffled (loader.shuffle)
+        self.packing = packing  # (documents a window, seq_len): streams read in bin order (loader.packing)
+        self._layouts: dict[int, OpenShard | None] = {}  # skipped shards' own layouts, for packing's bins
         self.gap_bytes = gap_bytes  # selected documents closer than this are one request (loader.sparse)
         self.selection = selection  # a version's bits of shard i (None: every document)
         self.eos_id, self.append_eos = eos_id, append_eos
@@ -169,10 +173,13 @@ class ShardStore:
         raise AssertionError("unreachable")
 
     def _shuffled(self, i: int) -> ShuffledStream | None:
-        """Shard ``i``'s stream order: windows keyed by the seed, its bucket and its content (None: file order)."""
+        """Shard ``i``'s stream order: windows keyed by the seed, its bucket and its content, then packed
+        in bins when packing is on (None: file order)."""
         size, seed = self.shuffle
         shard = self.manifest.shards[i]
-        return ShuffledStream(size, (seed, shard.bucket, shard.sha256)) if size else None
+        shuffled = ShuffledStream(size, (seed, shard.bucket, shard.sha256)) if size else None
+        window, seq_len = self.packing
+        return PackedStream(window, seq_len, shuffled) if window else shuffled
 
     def _format_problem(self, i: int, opened: OpenShard | Exception) -> str:
         """Why shard ``i`` is corrupt as opened ("" when it is not); first open only for the costly checks."""
@@ -354,6 +361,38 @@ class ShardStore:
                 return parts
             except _Corrupt:
                 continue
+
+    # --- packing's bins ------------------------------------------------------------------------------
+
+    def _layout_of(self, i: int) -> OpenShard | None:
+        """Shard ``i`` as its own index lays it out, whether or not a block of it was found corrupt (what
+        packing's bins are planned from, so a plan never depends on when corruption was found); None
+        when its index is unusable, a fact of its files alone. Marks nothing corrupt."""
+        if i in self._open:
+            return self._open[i]
+        if i not in self._layouts:
+            opened = self._open_with_retries(i)
+            ok = not self._format_problem(i, opened)
+            if ok and i not in self.skipped:
+                self._open[i] = opened
+                self._mapped += opened.mapped_bytes
+                self._evict(keep=i)
+                return opened
+            self._layouts[i] = opened if ok else None
+        return self._layouts[i]
+
+    def bin_end(self, i: int, pos: int) -> int | None:
+        """Where the packing bin holding stream position ``pos`` of shard ``i`` ends (None: shard ``i``'s
+        index is unusable, so it has no bins and its positions are taken as they come)."""
+        with self.lock:
+            opened = self._layout_of(i)
+            return opened.shuffled.bin_end(opened, pos) if opened is not None else None
+
+    def packing_counts(self, i: int, start: int, end: int) -> tuple[int, int, int] | None:
+        """:meth:`loader.packing.PackedStream.counts` of shard ``i``'s positions ``[start, end)``."""
+        with self.lock:
+            opened = self._layout_of(i)
+            return opened.shuffled.counts(opened, start, end) if opened is not None else None
 
     def document_at(self, j: int, pos: int) -> tuple[int, int, bool]:
         """:meth:`loader.sequences.OpenShard.document_at` of shard ``j`` (a shard a part was read from)."""

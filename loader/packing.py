@@ -1,92 +1,152 @@
-"""Best-fit packing: whole documents into sequences, chosen from a bounded window of upcoming ones.
+"""Best-fit packing as an order of each shard's stream: whole documents into sequences, exactly resumable.
 
-With ``packing_window=N`` (0, the default: off, plain concatenation) a sequence is filled with whole
-documents of the rank's bucket stream, a document longer than ``seq_len`` as ``seq_len`` pieces and a
-rest: while one fits, the longest piece of the window (the next N, earliest on ties) that fits the
-room left, then padding. Documents come through the rank's cursor in the sampler's order and the
-choice is arithmetic on their lengths, so the sequences are a pure function of (seed, step, rank).
-The window is not in the checkpoint record: while packing is on, a checkpoint (and a trace) is
-refused with :class:`PackingNotResumable`. docs/loader.md, "Packing".
+With ``packing_window=N`` (0, the default: off) a shard's stream is cut into windows of N consecutive
+documents (in the order the shard is read: file order, or the shuffle buffer's), each document into
+``seq_len`` pieces and a rest, and each window is read in *bin order*: its pieces best-fit into bins of
+``seq_len`` positions, bin after bin. A window covers the same stream positions in either order, so
+the sampler, the cursors, the record and its redistribution are untouched; a sequence takes whole bins
+(what is left of one where a chunk cuts it) while they fit. Which tokens form which sequence is then a
+pure function of the shard and its positions, not of a rank's history. docs/loader.md, "Packing".
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-from corpus.model.errors import UserError
-from loader.faults import ShardStore
-from loader.sampler import choose_bucket, rank_point, run_of
-from loader.sequences import Batch, make_batch
-from loader.state import RankCursor
+from loader.shuffle import ShuffledStream, StreamDocuments, WindowLayout
+
+#: ``WindowLayout.flags``: the entry is its document's first piece; its document was cut into pieces.
+FIRST_PIECE, CUT_DOCUMENT = 1, 2
 
 
-class PackingNotResumable(UserError):
-    """A checkpoint or trace asked of a loader that packs: its window of documents is not recorded."""
+def best_fit_bins(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Indices of ``lengths`` (each at most ``capacity``) in bins: each bin takes, while one fits, the
+    longest length left that fits its room (the earliest of equals). Integer arithmetic, no ties left."""
+    m = len(lengths) + 1
+    keys = sorted(n * m + (m - 1 - i) for i, n in enumerate(lengths))  # by length, then earliest first
+    bins: list[list[int]] = []
+    while keys:
+        room, chosen = capacity, []
+        while keys and (j := bisect_right(keys, room * m + m - 1) - 1) >= 0:
+            i = m - 1 - keys.pop(j) % m
+            chosen.append(i)
+            room -= lengths[i]
+        bins.append(chosen)
+    return bins
 
 
-def refuse_with_packing(packer: Packer | None, what: str) -> None:
-    """Raise :class:`PackingNotResumable` for ``what`` (a checkpoint, a trace) when ``packer`` is on."""
-    if packer is not None:
-        raise PackingNotResumable(
-            f"{what} with packing on (packing_window={packer.window}) is not supported yet: the packing "
-            "window is not part of the loader record; checkpoint a loader with packing_window=0"
+class PackedStream(ShuffledStream):
+    """A shard's stream read in bin order, window by window (over ``inner``'s order when the shuffle
+    buffer is on); its layouts carry the bins' ends and each piece's flags."""
+
+    def __init__(self, size: int, seq_len: int, inner: ShuffledStream | None = None) -> None:
+        super().__init__(size, ("packing", int(seq_len)))
+        self.seq_len, self.inner = int(seq_len), inner
+
+    def document_index(self, shard: StreamDocuments, pos: int) -> int:
+        if self.inner is None:
+            return shard.stream_doc_at(pos)
+        w = self.inner._window_of(shard, pos)
+        placed = self.inner.window(shard, w).placed
+        return w * self.inner.size + int(np.searchsorted(placed, pos, side="right")) - 1
+
+    def _documents(self, shard: StreamDocuments, lo: int, hi: int) -> WindowLayout:
+        """Documents ``lo..hi-1`` in the order the shard is read, each where that order places it."""
+        if self.inner is None:
+            spans = [np.asarray(a, dtype=np.int64) for a in shard.stream_spans(lo, hi)]
+            return WindowLayout(*spans, spans[0])
+        size = self.inner.size
+        windows = [self.inner.window(shard, w) for w in range(lo // size, (hi - 1) // size + 1)]
+        cut = slice(lo - lo // size * size, hi - lo // size * size)
+        return WindowLayout(
+            *(np.concatenate([getattr(x, f) for x in windows])[cut] for f in WindowLayout._fields[:5])
         )
 
+    def _layout(self, shard: StreamDocuments, w: int) -> WindowLayout:
+        """Window ``w``'s pieces in bin order; odd windows put their last (least full) bin first, so that
+        it follows the last bin of the window before and the two share a sequence when they fit."""
+        lo = w * self.size
+        docs = self._documents(shard, lo, min(lo + self.size, shard.stream_docs()))
+        first, n = (int(docs.placed[0]), docs.lens) if docs.lens.shape[0] else (0, docs.lens)
+        count = -(-n // self.seq_len)
+        doc = np.repeat(np.arange(n.shape[0]), count)
+        q = np.arange(doc.shape[0], dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+        skip = q * self.seq_len
+        lens = np.minimum(self.seq_len, n[doc] - skip)
+        flags = np.where(q == 0, FIRST_PIECE, 0) | np.where(n[doc] > self.seq_len, CUT_DOCUMENT, 0)
+        bins = best_fit_bins(lens.tolist(), self.seq_len)
+        if w % 2 and len(bins) > 1:
+            bins = [bins[-1], *bins[:-1]]
+        order = np.array([i for b in bins for i in b], dtype=np.int64)
+        lens, doc, skip = lens[order], doc[order], skip[order]
+        placed = first + np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+        bin_starts = np.cumsum([0] + [len(b) for b in bins[:-1]])
+        ends = placed[bin_starts] + np.add.reduceat(lens, bin_starts) if bins else placed
+        bodies = np.clip(docs.bodies[doc] - skip, 0, lens)
+        tokens = docs.tokens[doc] + np.minimum(skip, docs.bodies[doc])
+        return WindowLayout(docs.starts[doc] + skip, lens, tokens, bodies, placed, ends, flags[order])
 
-def make_packer(window: int, seq_len: int, recipe: object | None) -> Packer | None:
-    """The packer of a loader made with ``packing_window=window`` (None: 0, plain concatenation)."""
-    if window < 0:
-        raise ValueError(f"packing_window must be >= 0, got {window}")
-    if window and recipe is not None:
-        raise UserError("packing_window with a recipe is not supported yet (phases change seq_len)")
-    return Packer(window, seq_len) if window else None
+    def bin_end(self, shard: StreamDocuments, pos: int) -> int:
+        """Where the bin holding stream position ``pos`` ends."""
+        ends = self.window(shard, self._window_of(shard, pos)).ends
+        return int(ends[int(np.searchsorted(ends, pos, side="right"))])
 
-
-def best_fit(lengths: list[int], room: int) -> int | None:
-    """Index of the longest length that fits ``room`` (the earliest of equals); None when none fits."""
-    best = None
-    for i, n in enumerate(lengths):
-        if n <= room and (best is None or n > lengths[best]):
-            best = i
-    return best
-
-
-def packed_row(
-    pieces: list[np.ndarray], seq_len: int, pad_id: int
-) -> tuple[np.ndarray, np.ndarray, np.int64]:
-    """Tokens, boundaries (0, every piece's end, seq_len) and valid length of one packed sequence."""
-    ends = np.cumsum([p.shape[0] for p in pieces], dtype=np.int64)
-    tokens = np.full(seq_len, pad_id, dtype=np.int64)
-    tokens[: int(ends[-1])] = np.concatenate(pieces)
-    bounds = np.unique(np.concatenate(([0], ends, [seq_len]))).astype(np.int64)
-    return tokens, bounds, np.int64(ends[-1])
+    def counts(self, shard: StreamDocuments, a: int, b: int) -> tuple[int, int, int]:
+        """Of the range ``[a, b)``: documents whose first piece starts in it, of them those cut into
+        pieces, and 1 when it starts inside a piece (a chunk boundary cut a bin there), else 0."""
+        docs = cut = fragment = 0
+        pos = a
+        while pos < b:
+            layout = self.window(shard, self._window_of(shard, pos))
+            lo, hi = (int(k) for k in np.searchsorted(layout.placed, (pos, b), side="left"))
+            if pos == a:
+                fragment = int(lo == layout.placed.shape[0] or int(layout.placed[lo]) != a)
+            f = layout.flags[lo:hi]
+            docs += int(np.count_nonzero(f & FIRST_PIECE))
+            cut += int(np.count_nonzero(f == FIRST_PIECE | CUT_DOCUMENT))  # a cut document's first piece
+            pos = int(layout.placed[-1] + layout.lens[-1])
+        return docs, cut, fragment
 
 
 @dataclass
 class PackingStats:
-    """What packing cost so far: padding, documents cut, fragments (documents whose head another chunk has)."""
+    """What packing cost so far on this rank: padding, pieces, documents cut and fragments delivered."""
 
+    window: int
+    seq_len: int
     sequences: int = 0
-    placed: int = 0  # real tokens placed in sequences
-    documents: int = 0  # documents (and fragments) that entered the window
+    placed: int = 0  # real tokens delivered in sequences
+    pieces: int = 0  # pieces (and parts of pieces) delivered: one boundary each
+    documents: int = 0  # documents whose first piece was delivered
     cut: int = 0  # of them, longer than seq_len: cut into seq_len pieces
-    fragments: int = 0  # of them, starting mid-document (a chunk boundary cut it)
-    pieces: int = 0
-    piece_tokens: int = 0
+    fragments: int = 0  # sequence parts that begin inside a piece (a chunk boundary cut its bin)
 
-    def as_metrics(self, window: int, seq_len: int) -> dict[str, Any]:
-        capacity = self.sequences * seq_len
+    def add_row(self, bounds: np.ndarray, valid: int) -> None:
+        self.sequences += 1
+        self.placed += valid
+        self.pieces += int(np.count_nonzero(bounds < valid))
+
+    def add_range(self, counts: tuple[int, int, int] | None) -> None:
+        if counts is not None:
+            self.documents, self.cut, self.fragments = (
+                self.documents + counts[0],
+                self.cut + counts[1],
+                self.fragments + counts[2],
+            )
+
+    def as_metrics(self) -> dict[str, Any]:
+        capacity = self.sequences * self.seq_len
         return {
-            "packing_window": window,
+            "packing_window": self.window,
             "packing_sequences": self.sequences,
             "packing_padding_rate": 1 - self.placed / capacity if capacity else 0.0,
             # one piece per sequence, padded: what packing saves
             "packing_naive_padding_rate": (
-                1 - self.piece_tokens / (self.pieces * seq_len) if self.pieces else 0.0
+                1 - self.placed / (self.pieces * self.seq_len) if self.pieces else 0.0
             ),
             "packing_documents": self.documents,
             "packing_truncation_rate": self.cut / self.documents if self.documents else 0.0,
@@ -94,110 +154,26 @@ class PackingStats:
         }
 
 
-class DocumentFeed:
-    """One bucket's stream on this rank as documents: ranges pulled through the cursor, read through the
-    store, cut at document starts; a document is complete when the next one starts, when the next range
-    is not contiguous with it, or when the bucket ends."""
+def check_packing_window(window: int) -> int:
+    """The window a loader packs with (0: off), checked."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"packing_window must be an integer >= 0, got {window!r}")
+    return window
 
-    def __init__(self, bucket: str, seq_len: int, stats: PackingStats) -> None:
-        self.bucket, self.seq_len, self.stats = bucket, seq_len, stats
-        self.window: list[np.ndarray] = []
-        self.open: list[np.ndarray] = []  # the document being read: its parts so far
-        self.open_fragment = False
-        self.last: tuple[int, int] | None = None  # (shard, end) of the last range read
 
-    def fill(self, cursor: RankCursor, store: ShardStore, size: int) -> None:
-        """Read until the window holds ``size`` pieces or the bucket has nothing left."""
-        while len(self.window) < size and self.bucket in cursor.active:
-            segments, _ = cursor.take(self.bucket, self.seq_len)
-            for shard, a, b in segments:
-                self._add_range(store, shard, a, b)
-        if self.bucket not in cursor.active:
-            self._close()
-
-    def _add_range(self, store: ShardStore, shard: int, a: int, b: int) -> None:
-        contiguous = self.last == (shard, a)
-        self.last = (shard, b)
-        for part in store.read(shard, a, b):
-            self._add_part(part.tokens, [int(s) for s in part.doc_starts], contiguous)
-            contiguous = True
-
-    def _add_part(self, tokens: np.ndarray, starts: list[int], contiguous: bool) -> None:
-        if tokens.shape[0] and (not starts or starts[0] != 0):
-            if not contiguous:
-                self._close()
-                self.open_fragment = True
-            self.open.append(tokens[: starts[0] if starts else tokens.shape[0]])
-        for lo, hi in pairwise([*starts, tokens.shape[0]]):
-            self._close()
-            self.open.append(tokens[lo:hi])
-
-    def _close(self) -> None:
-        """The open document is complete: into the window, as ``seq_len`` pieces if it is longer."""
-        if not self.open:
-            return
-        doc = np.concatenate(self.open)
-        pieces = [doc[i : i + self.seq_len] for i in range(0, doc.shape[0], self.seq_len)]
-        s = self.stats
-        s.documents, s.cut, s.fragments = (
-            s.documents + 1,
-            s.cut + (len(pieces) > 1),
-            s.fragments + self.open_fragment,
+def resume_problem(recorded: tuple[int, int], packing: tuple[int, int], moving: bool) -> str:
+    """Why a record's stream positions would name other documents under this loader's packing ("" when
+    they do not): another window or sequence length (both lay the bins out), or a move between versions
+    with packing on (its translation of positions assumes file order). Pairs are (window, seq_len)."""
+    if moving and (recorded[0] or packing[0]):
+        return (
+            f"checkpoint was taken with packing_window {recorded[0]}, this loader has {packing[0]}: a run "
+            "moves between versions only with packing off on both sides"
         )
-        s.pieces, s.piece_tokens = s.pieces + len(pieces), s.piece_tokens + doc.shape[0]
-        self.window.extend(pieces)
-        self.open, self.open_fragment = [], False
-
-    def next_sequence(self, cursor: RankCursor, store: ShardStore, size: int) -> list[np.ndarray]:
-        """The pieces of the next sequence, best fit from the window; empty when the bucket is done."""
-        room, chosen = self.seq_len, []
-        while room:
-            self.fill(cursor, store, size)
-            i = best_fit([p.shape[0] for p in self.window], room)
-            if i is None:
-                break
-            chosen.append(self.window.pop(i))
-            room -= chosen[-1].shape[0]
-        return chosen
-
-
-class Packer:
-    """A loader's packed steps: each step's bucket from the mixture schedule, as plain steps choose it,
-    its sequences packed from that bucket's :class:`DocumentFeed`."""
-
-    def __init__(self, window: int, seq_len: int) -> None:
-        self.window, self.seq_len = int(window), int(seq_len)
-        self.stats = PackingStats()
-        self.feeds: dict[str, DocumentFeed] = {}
-        self.cursor: RankCursor | None = None
-
-    def _feed(self, bucket: str) -> DocumentFeed:
-        if bucket not in self.feeds:
-            self.feeds[bucket] = DocumentFeed(bucket, self.seq_len, self.stats)
-        return self.feeds[bucket]
-
-    def next_batch(self, loader: Any) -> Batch | None:
-        """The next step of ``loader`` (a :class:`loader.SnapshotLoader`), packed; None when it is done."""
-        cursor = loader.cursor
-        if cursor is not self.cursor:  # a resume replaced the cursor: the windows read from the old one go
-            self.cursor, self.feeds = cursor, {}
-        point = rank_point(loader.seed, run_of(cursor.step, loader.run_len), loader.rank, cursor.plan.world)
-        rows, buckets = [], []
-        while len(rows) < loader.batch_size:
-            live = cursor.active | {b for b, f in self.feeds.items() if f.window}
-            bucket = choose_bucket(point, loader.mixture, live)
-            if bucket is None:
-                break
-            pieces = self._feed(bucket).next_sequence(cursor, loader.store, self.window)
-            if pieces:
-                rows.append(packed_row(pieces, self.seq_len, loader.eos_id))
-                buckets.append(bucket)
-                self.stats.sequences += 1
-                self.stats.placed += int(rows[-1][2])
-        if not rows:
-            return None
-        cursor.step += 1
-        return make_batch(rows, tuple(buckets), cursor.step - 1, self.seq_len)
-
-    def metrics(self) -> dict[str, Any]:
-        return self.stats.as_metrics(self.window, self.seq_len)
+    if recorded != packing:
+        return (
+            f"checkpoint was taken with packing (window, seq_len) {recorded}, this loader has {packing}: "
+            f"its stream positions would name other documents; resume with packing_window={recorded[0]}"
+            + (f" and a packing length of {recorded[1]}" if recorded[0] else "")
+        )
+    return ""

@@ -53,7 +53,7 @@ class TokenSource:
 
 
 class Padding(UserError):
-    """The position is padding after a bucket ran out: no document is behind it."""
+    """The position is padding (after a bucket ran out, or a packed sequence's rest): no document is behind it."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,8 @@ class TracedBatch:
             at -= b - a
         if planned is None:
             raise Padding(
-                f"position {position} is padding: bucket {plan.bucket} ran out at step {self.batch.step}"
+                f"position {position} is padding: a packed sequence's rest, or bucket {plan.bucket} ran "
+                f"out at step {self.batch.step}"
             )
         at = column
         for part in self.parts[row]:

@@ -34,6 +34,20 @@ class StreamDocuments(Protocol):
     def stream_spans(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
 
+class WindowLayout(NamedTuple):
+    """A window's entries (documents, or pieces of them) in the order they are read: each one's file-order
+    stream start, stream length, first .bin token and token count, and its start in the read stream;
+    packing adds where its sequences end and what each entry is (:mod:`loader.packing`)."""
+
+    starts: np.ndarray
+    lens: np.ndarray
+    tokens: np.ndarray
+    bodies: np.ndarray
+    placed: np.ndarray
+    ends: np.ndarray | None = None
+    flags: np.ndarray | None = None
+
+
 class DocumentPart(NamedTuple):
     """Consecutive positions of one document in a read of the shuffled stream: its tokens, then (when the
     part reaches past them) the EOS appended after it."""
@@ -73,24 +87,29 @@ class ShuffledStream:
         self._lock = threading.Lock()
         self._windows: OrderedDict[int, tuple[np.ndarray, ...]] = OrderedDict()
 
-    def window(self, shard: StreamDocuments, w: int) -> tuple[np.ndarray, ...]:
-        """Window ``w`` in its permuted order: each document's file-order stream start, stream length,
-        first .bin token and token count, and its start in the shuffled stream."""
+    def window(self, shard: StreamDocuments, w: int) -> WindowLayout:
+        """Window ``w`` as it is read (:class:`WindowLayout`), computed on its first read and kept for the
+        last :data:`CACHED_WINDOWS` windows."""
         with self._lock:  # the prefetch thread and a trace may read one shard at once
             if w in self._windows:
                 self._windows.move_to_end(w)
                 return self._windows[w]
+        layout = self._layout(shard, w)
+        with self._lock:
+            self._windows[w] = layout
+            if len(self._windows) > CACHED_WINDOWS:
+                self._windows.popitem(last=False)
+        return layout
+
+    def _layout(self, shard: StreamDocuments, w: int) -> WindowLayout:
+        """Window ``w``'s documents in their permuted order."""
         lo = w * self.size
         spans = shard.stream_spans(lo, min(lo + self.size, shard.stream_docs()))
         first = int(spans[0][0]) if spans[0].shape[0] else 0  # where the window begins, in either order
         order = window_permutation(stable_hash64("shuffle-buffer", *self.key, w), spans[0].shape[0])
         starts, lens, tokens, bodies = (np.asarray(a, dtype=np.int64)[order] for a in spans)
         placed = first + np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
-        with self._lock:
-            self._windows[w] = (starts, lens, tokens, bodies, placed)
-            if len(self._windows) > CACHED_WINDOWS:
-                self._windows.popitem(last=False)
-        return starts, lens, tokens, bodies, placed
+        return WindowLayout(starts, lens, tokens, bodies, placed)
 
     def parts(self, shard: StreamDocuments, start: int, end: int) -> list[DocumentPart]:
         """Shuffled positions ``[start, end)`` as parts of documents, in the shuffled order; every part but
@@ -98,7 +117,7 @@ class ShuffledStream:
         out: list[DocumentPart] = []
         pos = start
         while pos < end:
-            starts, lens, tokens, bodies, placed = self.window(shard, self._window_of(shard, pos))
+            starts, lens, tokens, bodies, placed = self.window(shard, self._window_of(shard, pos))[:5]
             k, before = int(np.searchsorted(placed, pos, side="right")) - 1, pos
             if k < 0:
                 raise AssertionError(f"stream position {pos} is before its window")
@@ -123,10 +142,16 @@ class ShuffledStream:
         with self._lock:
             last = next(reversed(self._windows.items()), None)
         if last is not None:
-            w, (_, lens, _, _, placed) = last
+            w, layout = last
+            lens, placed = layout.lens, layout.placed
             if placed.shape[0] and placed[0] <= pos < placed[-1] + lens[-1]:
                 return w
-        return shard.stream_doc_at(pos) // self.size
+        return self.document_index(shard, pos) // self.size
+
+    def document_index(self, shard: StreamDocuments, pos: int) -> int:
+        """The document (counted in the order this stream's windows take them) that holds ``pos``: the
+        file order's, since a window covers the same positions in either order."""
+        return shard.stream_doc_at(pos)
 
     def file_position(self, shard: StreamDocuments, pos: int) -> int:
         """The file-order stream position that shuffled position ``pos`` reads."""

@@ -32,6 +32,8 @@ from loader.sampler import (
 )
 
 RECORD_FORMAT = "loader-state/1"
+#: ``unit_end(shard, pos)``: where the unit of stream positions holding ``pos`` ends (None: no units there)
+UnitEnd = Callable[[int, int], int | None]
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,24 @@ class RankCursor:
             self.active.discard(bucket)
         return segments, taken
 
+    def take_units(
+        self, bucket: str, n: int, unit_end: UnitEnd, collect: bool = True
+    ) -> tuple[list[tuple[int, int, int]], int]:
+        """:meth:`take` of up to ``n`` positions in whole units (packing's bins, cut where a piece ends):
+        while the next one fits; a unit longer than ``n`` is cut only when nothing was taken yet."""
+        segments: list[tuple[int, int, int]] = []
+        taken = 0
+        while taken < n and (p := self.queues[bucket].piece(self.cursors[bucket][0])) is not None:
+            pos = p.start + self.cursors[bucket][1]
+            end = unit_end(p.shard, pos)
+            size = min(p.end, end if end is not None else pos + n - taken) - pos
+            if size > n - taken and taken:
+                break
+            got, size = self.take(bucket, min(size, n - taken), collect)
+            segments += got
+            taken += size
+        return segments, taken
+
     def next_batch(
         self,
         weights: Mapping[str, float],
@@ -218,12 +238,14 @@ class RankCursor:
         batch_size: int,
         collect: bool = True,
         run_origin: int = 0,
+        unit_end: UnitEnd | None = None,
     ) -> list[SequencePlan] | None:
         """The sequences of the next step (fewer than ``batch_size`` only at the very end), or None when done.
 
         Every sequence of a step comes from the bucket the rank's point falls in; a bucket that runs out
         mid-sequence pads that sequence and drops out of the mixture for the rest of the rank's stream.
         Runs are numbered from ``run_origin`` (a recipe phase's first step; 0 without a recipe).
+        ``unit_end`` (packing): a sequence takes whole units while they fit (:meth:`take_units`).
         """
         point = rank_point(seed, run_of(self.step - run_origin, run_len), self.rank, self.plan.world)
         out: list[SequencePlan] = []
@@ -231,7 +253,10 @@ class RankCursor:
             bucket = choose_bucket(point, weights, self.active)
             if bucket is None:
                 break
-            segments, taken = self.take(bucket, seq_len, collect)
+            if unit_end is None:
+                segments, taken = self.take(bucket, seq_len, collect)
+            else:
+                segments, taken = self.take_units(bucket, seq_len, unit_end, collect)
             out.append(SequencePlan(bucket, tuple(segments), seq_len - taken))
         if not out:
             return None
@@ -247,8 +272,16 @@ class RankCursor:
         seq_len: int,
         batch_size: int,
         run_origin: int = 0,
+        unit_end: UnitEnd | None = None,
     ) -> None:
-        """Advance to ``step`` by arithmetic alone (no reads): a whole run at a time while nothing runs out."""
+        """Advance to ``step`` by arithmetic alone (no reads): a whole run at a time while nothing runs out;
+        with ``unit_end`` (packing) a step at a time, through the units (no token is read)."""
+        while unit_end is not None and self.step < step:
+            if (
+                self.next_batch(weights, seed, run_len, seq_len, batch_size, False, run_origin, unit_end)
+                is None
+            ):
+                return
         while self.step < step:
             run = run_of(self.step - run_origin, run_len)
             point = rank_point(seed, run, self.rank, self.plan.world)
@@ -295,7 +328,7 @@ class LoaderRecord:
     clock, moves between versions), the plan the ranks read under and each rank's cursors.
 
     Saved as the JSON of :meth:`to_dict` (``loader-state/1``); :meth:`from_dict` reads any record of that
-    format, filling what older records lack (``chunk_cuts``, ``switches``, ``recipe``, ``shuffle_buffer``...)
+    format, filling what older records lack (``chunk_cuts``, ``switches``, ``recipe``, ``packing``...)
     with the value that means "none"."""
 
     snapshot_id: str
@@ -315,6 +348,7 @@ class LoaderRecord:
     recipe: Mapping[str, Any] | None = None  # recipe id and hash, phase, phase start, global tokens
     recipe_changes: tuple[dict[str, Any], ...] = ()  # {step, from, to} of every accepted change of recipe
     shuffle_buffer: int = 0  # documents a shuffle window (0: file order); keyed by ``seed``
+    packing: tuple[int, int] = (0, 0)  # (documents a packing window, bin length); (0, 0): off
     format: str = RECORD_FORMAT
     sampler_version: str = SAMPLER_VERSION
     step: int
@@ -340,6 +374,8 @@ class LoaderRecord:
             "recipe": dict(self.recipe) if self.recipe is not None else None,
             "recipe_changes": list(self.recipe_changes),
             "shuffle_buffer": self.shuffle_buffer,
+            # written only when on: every record of a run without packing keeps its bytes
+            **({"packing": list(self.packing)} if self.packing[0] else {}),
             "format": self.format,
             "sampler_version": self.sampler_version,
             "step": self.step,
@@ -370,6 +406,7 @@ class LoaderRecord:
             recipe=d.get("recipe"),
             recipe_changes=tuple(d.get("recipe_changes", [])),
             shuffle_buffer=int(d.get("shuffle_buffer", 0)),
+            packing=tuple(int(x) for x in d.get("packing", (0, 0))),
             format=d["format"],
             sampler_version=d["sampler_version"],
             step=int(d["step"]),
@@ -383,7 +420,7 @@ def merge_local_states(header: Mapping[str, Any], plan: Plan, local_states: list
     """One global record from every rank's local state (what the checkpoint all-gather produces).
 
     ``header`` holds the facts every rank shares (snapshot id, sampler config: the record's fields up to
-    ``shuffle_buffer``). Refuses an incomplete or inconsistent set: a record that misses a rank could not
+    ``packing``). Refuses an incomplete or inconsistent set: a record that misses a rank could not
     prove exactly-once.
     """
     ranks = sorted(s["rank"] for s in local_states)

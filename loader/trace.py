@@ -42,13 +42,14 @@ def loader_at(
     chunk_tokens: int | None = None,
     append_eos: bool | None = None,
     shuffle_buffer: int | None = None,
+    packing_window: int | None = None,
     replay: bool = False,
 ) -> SnapshotLoader:
     """Rank ``rank`` of ``world``'s loader just before ``step``, as the run had it.
 
     ``record``: the loader record the run resumed from (at or before ``step``, on any world size); its
-    seed, mixture, caps, sequence length, batch size, run length, chunk size, EOS setting and shuffle
-    buffer are the defaults of the arguments (a resume may change the mixture, batch size and sequence length: pass
+    seed, mixture, caps, sequence length, batch size, run length, chunk size, EOS setting, shuffle
+    buffer and packing window are the defaults of the arguments (a resume may change the mixture, batch size and sequence length: pass
     what the resumed run used). ``recipe``: the run's recipe (it then sets mixture, seed, caps and
     sequence length). Without either record or recipe, ``mixture`` None is the natural mixture.
     """
@@ -69,6 +70,7 @@ def loader_at(
         chunk_tokens=chunk_tokens if chunk_tokens is not None else int(rec.get("chunk_tokens", 1 << 20)),
         append_eos=append_eos if append_eos is not None else rec.get("append_eos"),
         prefetch_steps=DEFAULT_PREFETCH_STEPS if replay else 0,  # a trace reads one step
+        packing_window=packing_window if packing_window is not None else int(rec.get("packing", (0,))[0]),
     )
     batch_size = batch_size if batch_size is not None else int(rec.get("batch_size", 1))
     if recipe is not None:

@@ -11,13 +11,14 @@ import torch
 from snapshot_factory import CAPS, EOS, MIXTURE, consume, stream_ids
 
 from corpus.model import SnapshotManifest
-from loader import SnapshotLoader
-from loader.packing import PackingNotResumable, best_fit
+from loader import ResumeRefused, SnapshotLoader, load_manifest
+from loader.packing import best_fit_bins
 
 SEQ_LEN = 32
 
 
 def packed(snapshot, window: int = 16, rank: int = 0, world: int = 1, **kwargs) -> SnapshotLoader:
+    settings = dict(epoch_caps=CAPS, run_len=2, chunk_tokens=48, packing_window=window, prefetch_steps=0)
     return SnapshotLoader(
         snapshot,
         MIXTURE,
@@ -26,11 +27,7 @@ def packed(snapshot, window: int = 16, rank: int = 0, world: int = 1, **kwargs) 
         batch_size=2,
         dp_rank=rank,
         dp_world=world,
-        epoch_caps=CAPS,
-        run_len=2,
-        chunk_tokens=48,
-        packing_window=window,
-        **kwargs,
+        **{**settings, **kwargs},
     )
 
 
@@ -55,24 +52,57 @@ def segments(batch) -> list[tuple[int, ...]]:
 def test_every_sequence_holds_whole_documents_or_seq_len_pieces_of_one(id_snapshot):
     docs = documents(id_snapshot)
     pieces = {d[i : i + SEQ_LEN] for d in docs for i in range(0, len(d), SEQ_LEN)}
-    seen = [s for b in packed(id_snapshot) for s in segments(b)]
+    # chunks of a whole shard: no chunk boundary cuts a bin
+    seen = [s for b in packed(id_snapshot, chunk_tokens=4096) for s in segments(b)]
     assert seen and all(s in docs or s in pieces for s in seen)
     # a document no longer than a sequence is never cut
     assert {s for s in seen if s in docs} == {d for d in docs if len(d) <= SEQ_LEN}
 
 
-def test_cu_seqlens_are_the_document_boundaries_and_position_ids_restart_there(id_snapshot):
-    for b in packed(id_snapshot):
+@pytest.mark.parametrize("world", [1, 3])
+def test_where_a_chunk_boundary_cuts_a_bin_its_parts_are_parts_of_its_pieces(id_snapshot, world):
+    docs = documents(id_snapshot)
+    pieces = {d[i : i + SEQ_LEN] for d in docs for i in range(0, len(d), SEQ_LEN)}
+    loaders = [packed(id_snapshot, rank=r, world=world) for r in range(world)]
+    seen = [s for ld in loaders for b in ld for s in segments(b)]
+    cut = [s for s in seen if s not in docs and s not in pieces]
+    assert cut and all(any(_within(s, p) for p in pieces) for s in cut)
+    # one cut a chunk boundary at most (the id snapshot's chunks are 48 positions, bins up to 32)
+    chunks = sum(-(-(s.tokens + s.docs) // 48) for s in load_manifest(id_snapshot)[0].shards)
+    assert len(cut) <= 2 * chunks * max(CAPS.values())
+    assert (
+        sum(ld.metrics()["packing_fragment_rate"] * ld.metrics()["packing_documents"] for ld in loaders) > 0
+    )
+
+
+def _within(part: tuple[int, ...], piece: tuple[int, ...]) -> bool:
+    n = len(part)
+    return any(piece[i : i + n] == part for i in range(len(piece) - n + 1))
+
+
+@pytest.mark.parametrize("chunk_tokens", [4096, 48])
+def test_cu_seqlens_are_the_document_boundaries_and_position_ids_restart_there(id_snapshot, chunk_tokens):
+    for b in packed(id_snapshot, chunk_tokens=chunk_tokens):
         cu = b.cu_seqlens
         assert cu.dtype == torch.int32
         assert int(cu[0]) == 0 and int(cu[-1]) == b.tokens.numel()
         starts = set((b.position_ids.reshape(-1) == 0).nonzero().flatten().tolist())
         assert starts == set(cu[:-1].tolist())
-        # every boundary inside the data follows an EOS or a full seq_len piece
-        flat = b.tokens.reshape(-1)
-        for a, e in zip(cu.tolist(), cu[1:].tolist(), strict=False):
-            if b.loss_mask.reshape(-1)[a]:
-                assert int(flat[e - 1]) == EOS or e - a == SEQ_LEN
+        check_segments(b, whole=chunk_tokens == 4096)
+
+
+def check_segments(b, whole: bool) -> None:
+    """Every run between boundaries is one document's consecutive ids, EOS only last; with ``whole`` (no
+    chunk boundary cuts a bin) it ends at its document's EOS or is a full seq_len piece."""
+    flat, valid = b.tokens.reshape(-1).tolist(), b.loss_mask.reshape(-1).tolist()
+    for a, e in zip(b.cu_seqlens.tolist(), b.cu_seqlens[1:].tolist(), strict=False):
+        if not valid[a]:
+            assert not any(valid[a:e])
+            continue
+        run = flat[a:e]
+        body = run[:-1] if run[-1] == EOS else run
+        assert EOS not in body and body == list(range(body[0], body[0] + len(body)) if body else [])
+        assert not whole or run[-1] == EOS or e - a == SEQ_LEN
 
 
 def test_the_same_seed_and_rank_give_the_same_sequences(id_snapshot):
@@ -126,33 +156,27 @@ def test_packing_is_off_by_default_and_the_plain_stream_is_unchanged(id_snapshot
             chunk_tokens=48,
         ),
     )
-    assert a.packer is None and b.packer is None
+    assert a.packing == b.packing == (0, 0) and a.store._get(0).shuffled is None
     assert all(x.tokens.equal(y.tokens) for x, y in zip(a, b, strict=True))
     assert not any(k.startswith("packing") for k in b.metrics())
+    assert "packing" not in b.state_dict()["record"]  # a record without packing keeps its bytes
 
 
-def test_a_checkpoint_with_packing_on_is_refused_with_one_clear_error(id_snapshot):
-    loader = packed(id_snapshot)
-    loader.next_batch()
-    with pytest.raises(PackingNotResumable, match="packing_window=0"):
-        loader.state_dict()
-    with pytest.raises(PackingNotResumable):
-        loader.seek(5)
+def test_best_fit_fills_each_bin_with_the_longest_piece_that_fits_the_earliest_of_equals():
+    assert best_fit_bins([5, 9, 7, 9, 3], 10) == [[1], [3], [2, 4], [0]]
+    assert best_fit_bins([5, 9, 7, 9, 3], 12) == [[1, 4], [3], [2, 0]]
+    assert best_fit_bins([4, 4, 4], 8) == [[0, 1], [2]]
+    assert best_fit_bins([], 8) == []
 
 
-def test_best_fit_takes_the_longest_piece_that_fits_the_earliest_of_equals():
-    assert best_fit([5, 9, 7, 9, 3], 8) == 2
-    assert best_fit([5, 9, 7, 9, 3], 9) == 1
-    assert best_fit([5, 9], 4) is None
-
-
-def test_a_plain_record_loaded_into_a_packing_loader_starts_packing_from_its_cursors(id_snapshot):
+def test_a_record_of_the_plain_stream_is_refused_by_a_packing_loader_and_the_reverse(id_snapshot):
     plain = packed(id_snapshot, window=0)
     for _ in range(3):
         plain.next_batch()
-    loader = packed(id_snapshot)
-    loader.next_batch()
-    loader.load_state_dict(plain.state_dict())
-    fresh = packed(id_snapshot)
-    fresh.load_state_dict(plain.state_dict())
-    assert all(x.tokens.equal(y.tokens) for x, y in zip(loader, fresh, strict=True))
+    with pytest.raises(ResumeRefused, match="packing"):
+        packed(id_snapshot).load_state_dict(plain.state_dict())
+    packing = packed(id_snapshot)
+    for _ in range(3):
+        packing.next_batch()
+    with pytest.raises(ResumeRefused, match=r"resume with packing_window=16 and a packing length of 32"):
+        packed(id_snapshot, window=0).load_state_dict(packing.state_dict())
