@@ -228,18 +228,22 @@ def build(
             if name == "minhash_dedup":
                 check_band_index(out, manifests[-1], settings, found)
             prev = [directory]
+        complete = committed_as(out, manifests) is not None
         snapshot_id = finish_build(out, manifests, ranks)
-        write_build_card(out)
+        write_build_card(out, complete)
         return snapshot_id
 
 
-def write_build_card(out: Path) -> None:
+def write_build_card(out: Path, complete: bool = False) -> None:
     """The build's data card in ``out/report/`` (``corpus report OUT``), as the DAG's finalize writes it;
-    the yield history is read, not recorded (``corpus report OUT --record`` records it)."""
+    the yield history is read, not recorded (``corpus report OUT --record`` records it). A build that was
+    complete already keeps the card it has (a rerun writes nothing); one without a card gets it."""
     from corpus.report.build_view import open_build  # matplotlib: only where a card is written
     from corpus.report.card import write_card
 
     card = out / "report" / "card.html"
+    if complete and card.is_file():
+        return
     write_card(open_build(out), card, None)
     say(f"data card {card}", "report", card=str(card))
 
