@@ -16,7 +16,8 @@ then measures on one process acting as one rank of a world of 8:
   write_shards default) and with the whole-file check of a manifest without them (snapshots written
   before block digests), against the bytes the rank reads;
 * a plain baseline on the same files: consecutive seq_len slices of one memory-mapped shard into a
-  torch tensor (no mixture, no EOS, no boundaries), and the loader's ratio to it;
+  torch tensor (no mixture, no EOS, no boundaries), per wall and per CPU second, and the loader's ratio
+  to it;
 * time to the first batch after resuming from a checkpoint record at step 0 and at step 10^6, on the
   same world (8) and on another (6). The record at step 10^6 is produced by ``seek`` (arithmetic,
   no reads), whose time is reported separately; resuming never replays the steps before;
@@ -190,19 +191,37 @@ def steady_rates(root: Path, buffers: list[int], steps: int, repeats: int = 5) -
     rewinds to its step-0 record before every pass; the best of ``repeats`` passes taken in turns."""
     loaders, starts = {}, {}
     for n in buffers:
-        ranks = [make(root, r, shuffle_buffer=n, prefetch_steps=0) for r in range(WORLD)]
-        starts[n], loaders[n] = ranks[0].global_record([ld.local_state() for ld in ranks]), ranks[0]
+        loaders[n], starts[n] = rank0_at_start(root, shuffle_buffer=n)
         loader_rate(loaders[n], steps)
-    best = dict.fromkeys(buffers, 0.0)
+    best = best_passes(loaders, starts, steps, dict.fromkeys(buffers, steps * BATCH * SEQ_LEN), repeats)
+    for loader in loaders.values():
+        loader.close()
+    return best
+
+
+def rank0_at_start(root: Path, **kw) -> tuple[SnapshotLoader, dict]:
+    """Rank 0 of ``WORLD`` (prefetch 0) and the global record of the world at step 0, to rewind it to."""
+    ranks = [make(root, r, prefetch_steps=0, **kw) for r in range(WORLD)]
+    return ranks[0], ranks[0].global_record([ld.local_state() for ld in ranks])
+
+
+def best_passes(
+    loaders: dict[int, SnapshotLoader],
+    starts: dict[int, dict],
+    steps: int,
+    tokens: dict[int, int],
+    repeats: int,
+) -> dict[int, float]:
+    """``tokens[n]`` per CPU second of the best of ``repeats`` passes of ``steps`` steps of ``loaders[n]``,
+    the loaders taken in turns, each rewound to its record ``starts[n]`` before every pass."""
+    best = dict.fromkeys(loaders, 0.0)
     for _ in range(repeats):
         for n, loader in loaders.items():
             loader.load_record(starts[n])
             t0 = time.process_time()
             for _ in range(steps):
                 loader.next_batch()
-            best[n] = max(best[n], steps * BATCH * SEQ_LEN / (time.process_time() - t0))
-    for loader in loaders.values():
-        loader.close()
+            best[n] = max(best[n], tokens[n] / (time.process_time() - t0))
     return best
 
 
@@ -211,18 +230,10 @@ def packing_rows(root: Path, windows: list[int], steps: int, repeats: int = 5) -
     :func:`steady_rates` measures: delivered tokens (padding left out) per CPU second, best of ``repeats``."""
     loaders, starts, figures = {}, {}, {}
     for n in windows:
-        ranks = [make(root, r, packing_window=n, prefetch_steps=0) for r in range(WORLD)]
-        starts[n], loaders[n] = ranks[0].global_record([ld.local_state() for ld in ranks]), ranks[0]
+        loaders[n], starts[n] = rank0_at_start(root, packing_window=n)
         delivered = sum(int(loaders[n].next_batch().loss_mask.sum()) for _ in range(steps))
         figures[n] = (delivered, loaders[n].metrics())
-    best = dict.fromkeys(windows, 0.0)
-    for _ in range(repeats):
-        for n, loader in loaders.items():
-            loader.load_record(starts[n])
-            t0 = time.process_time()
-            for _ in range(steps):
-                loader.next_batch()
-            best[n] = max(best[n], figures[n][0] / (time.process_time() - t0))
+    best = best_passes(loaders, starts, steps, {n: f[0] for n, f in figures.items()}, repeats)
     rows = []
     for n in windows:
         loaders[n].close()
@@ -264,10 +275,11 @@ def requests_per_step(root: Path, buffer: int, steps: int) -> tuple[float, int]:
     return sum(counted) / steps, loader.store.bytes_read
 
 
-def baseline_rate(root: Path, steps: int) -> float:
-    """Consecutive seq_len slices of the memory-mapped shards, as tensors: the floor of any loader."""
+def baseline_rate(root: Path, steps: int, clock=time.perf_counter) -> float:
+    """Consecutive seq_len slices of the memory-mapped shards, as tensors: the floor of any loader (tokens
+    per second of ``clock``: wall, or ``time.process_time`` for CPU seconds)."""
     arrays = [np.memmap(f, dtype=np.uint16, mode="r") for f in sorted(root.rglob("*.bin"))]
-    t0 = time.perf_counter()
+    t0 = clock()
     a, pos = 0, 0
     for _ in range(steps):
         rows = []
@@ -277,7 +289,7 @@ def baseline_rate(root: Path, steps: int) -> float:
             rows.append(torch.from_numpy(arrays[a][pos : pos + SEQ_LEN].astype(np.int64)))
             pos += SEQ_LEN
         torch.stack(rows)
-    return steps * BATCH * SEQ_LEN / (time.perf_counter() - t0)
+    return steps * BATCH * SEQ_LEN / (clock() - t0)
 
 
 def record_at(root: Path, step: int) -> tuple[dict, float]:
@@ -335,6 +347,7 @@ def main() -> int:
         first = loader_rate(loader, args.steps)
         steady = loader_rate(loader, args.steps)
         base = baseline_rate(root, args.steps)
+        base_cpu = max(baseline_rate(root, args.steps, time.process_time) for _ in range(5))
         buffers = [0, *(int(n) for n in args.shuffle_buffers.split(",") if n)]
         rates = steady_rates(root, buffers, args.steps)
         requests = {n: requests_per_step(root, n, args.steps) for n in buffers}
@@ -352,12 +365,14 @@ def main() -> int:
             ),
             ("loader, shards verified", f"{steady / 1e6:.2f} M tokens/s", f"{steady / base:.2f}"),
             ("plain memmap slices (baseline)", f"{base / 1e6:.2f} M tokens/s", "1.00"),
+            ("plain memmap slices, best of five", f"{base_cpu / 1e6:.2f} M tokens/CPU s", "1.00"),
             *(
                 (
                     f"loader, the same steps re-read, shuffle buffer {n or 'off'}",
                     f"{r / 1e6:.2f} M tokens/CPU s; {requests[n][0]:.1f} read requests a step, "
                     f"{requests[n][1] / 2**20:.2f} MiB",
-                    f"{r / rates[0]:.2f} of off",
+                    f"{r / rates[0]:.2f} of off; {r / base:.2f} of memmap's tokens/s, "
+                    f"{r / base_cpu:.2f} of its tokens/CPU s",
                 )
                 for n, r in rates.items()
             ),

@@ -43,7 +43,7 @@ from loader.phases import PhaseClock, PhaseSpan
 from loader.prefetch import DEFAULT_PREFETCH_STEPS, Segments, StepReader, planned_steps, prefetch_depth
 from loader.provenance import TracedBatch
 from loader.sampler import SAMPLER_VERSION
-from loader.sequences import Batch, assemble_sequence, make_batch
+from loader.sequences import Batch, assemble_batch, make_batch, pieces_per_row
 from loader.shuffle import resume_problem, shuffle_window
 from loader.sparse import DEFAULT_GAP_BYTES
 from loader.state import (
@@ -307,27 +307,22 @@ class SnapshotLoader(IterableDataset):
             return None
         step, span, plans = planned
         sourced = self.reader.parts(step, tuple(sp.segments for sp in plans))
-        rows = [
-            assemble_sequence(
-                [(p.tokens, p.doc_starts) for p in parts], self._seq_len_of(span), sp.pad, self.eos_id
-            )
-            for sp, parts in zip(plans, sourced, strict=True)
-        ]
-        if self.packing_stats is not None:
-            self._count_packing(plans, rows)
-        batch = make_batch(
-            rows,
-            tuple(sp.bucket for sp in plans),
-            step,
+        tokens, bounds, valid = assemble_batch(
+            [[(p.tokens, p.doc_starts) for p in parts] for parts in sourced],
+            [sp.pad for sp in plans],
             self._seq_len_of(span),
-            span.name if span is not None else None,
+            self.eos_id,
         )
+        if self.packing_stats is not None:
+            self._count_packing(plans, pieces_per_row(bounds, valid, tokens.shape[1]), valid)
+        name = span.name if span is not None else None
+        batch = make_batch(tokens, bounds, valid, tuple(sp.bucket for sp in plans), step, name)
         return TracedBatch(batch, tuple(plans), sourced, self.rank, self.world, self.store)
 
-    def _count_packing(self, plans: list, rows: list) -> None:
+    def _count_packing(self, plans: list, pieces: Any, valid: Any) -> None:
         """Add a delivered step to the packing figures (``metrics``)."""
-        for sp, (_, bounds, valid) in zip(plans, rows, strict=True):
-            self.packing_stats.add_row(bounds, int(valid))
+        for sp, n, v in zip(plans, pieces.tolist(), valid.tolist(), strict=True):
+            self.packing_stats.add_row(n, v)
             for shard, a, b in sp.segments:
                 self.packing_stats.add_range(self.store.packing_counts(shard, a, b))
 

@@ -14,6 +14,7 @@ import errno
 import hashlib
 import threading
 import time
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -62,6 +63,10 @@ class _Corrupt(Exception):
     """A block of a shard did not verify (internal: the store substitutes and reads again)."""
 
 
+class _Unverified(Exception):
+    """A range touches a block not verified yet (internal: it is then read sequence by sequence)."""
+
+
 def cache_bounds(memory_budget_bytes: int) -> tuple[int, int]:
     """(open shards, mapped bytes) the cache may hold under a memory budget; at least two shards."""
     if memory_budget_bytes < 1:
@@ -107,6 +112,7 @@ class ShardStore:
         self.bytes_hashed = 0  # .bin bytes this process hashed (block and whole-file checks)
         self.opens = 0  # shard opens (first opens and reopens after eviction)
         self.cache_hits = 0  # reads of a shard already open
+        self._spans: dict[int, tuple[int, int, np.ndarray, np.ndarray, list[int]]] = {}  # see _keep_span
         self.bytes_read = 0  # .bin bytes the read requests covered (coalesced: gaps included)
         # held by every read: the prefetch thread (loader.prefetch) and the consumer share the store
         self.lock = threading.RLock()
@@ -282,6 +288,18 @@ class ShardStore:
                 raise _Corrupt(i)
             done[b] = True
 
+    def _require_verified(self, i: int, opened: OpenShard, lo: int, hi: int) -> None:
+        """Raise :class:`_Unverified` unless every block holding tokens ``[lo, hi)`` is verified already."""
+        shard = self.manifest.shards[i]
+        if not (shard.block_sha256 or shard.blocks_sha256) or hi <= lo:
+            return
+        done, size = self._verified.get(shard.path), shard.block_size
+        if (
+            done is None
+            or not done[lo * opened.itemsize // size : (hi * opened.itemsize - 1) // size + 1].all()
+        ):
+            raise _Unverified
+
     def _checked_read(self, i: int, opened: OpenShard, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         return opened.read(start, end, check=lambda lo, hi: self._verify_blocks(i, opened, lo, hi))
 
@@ -323,6 +341,37 @@ class ShardStore:
             j, opened = self._source(i)
             if j == i:
                 self._request(opened, start, end)
+                self._keep_span(i, opened, start, end)
+
+    SPANS = 8  # fetched ranges kept read (each until its last part is read)
+
+    def _keep_span(self, i: int, opened: OpenShard, start: int, end: int) -> None:
+        """Read a fetched range of shard ``i`` in one go when every block it comes from is verified already
+        (a plain or selected stream): a step's reads of its parts are then slices of it (:meth:`_span_part`),
+        the same tokens and document starts. Otherwise its parts are read (and verified) one by one."""
+        if len(self._spans) >= self.SPANS:
+            self._spans.clear()
+        self._spans.pop(i, None)
+        if opened.shuffled is not None or end <= start:
+            return
+        try:
+            tokens, starts = opened.read(
+                start, end, check=lambda lo, hi: self._require_verified(i, opened, lo, hi)
+            )
+        except _Unverified:
+            return
+        self._spans[i] = (start, end, tokens, starts, starts.tolist())
+
+    def _span_part(self, i: int, start: int, end: int) -> SourcedPart | None:
+        """Positions ``[start, end)`` of shard ``i`` sliced from a range :meth:`_keep_span` read, or None."""
+        span = self._spans.get(i)
+        if span is None or not span[0] <= start <= end <= span[1]:
+            return None
+        at, stop, tokens, starts, listed = span
+        if end == stop:  # the step's last part of it: let it go
+            del self._spans[i]
+        lo, hi = bisect_left(listed, start - at), bisect_left(listed, end - at)
+        return SourcedPart(i, start, tokens[start - at : end - at], starts[lo:hi] - (start - at))
 
     def _request(self, opened: OpenShard, start: int, end: int) -> None:
         lo, hi = byte_ranges(opened, start, end, self.gap_bytes)
@@ -348,7 +397,8 @@ class ShardStore:
             j, shard = self._source(i)
             try:
                 if j == i:
-                    return [SourcedPart(j, start, *self._checked_read(j, shard, start, end))]
+                    part = self._span_part(i, start, end)
+                    return [part or SourcedPart(j, start, *self._checked_read(j, shard, start, end))]
                 parts = []
                 n = shard.stream_len
                 pos = start

@@ -125,10 +125,11 @@ class PackingStats:
     cut: int = 0  # of them, longer than seq_len: cut into seq_len pieces
     fragments: int = 0  # sequence parts that begin inside a piece (a chunk boundary cut its bin)
 
-    def add_row(self, bounds: np.ndarray, valid: int) -> None:
+    def add_row(self, pieces: int, valid: int) -> None:
+        """A delivered sequence: its boundaries among its valid tokens, and how many those are."""
         self.sequences += 1
         self.placed += valid
-        self.pieces += int(np.count_nonzero(bounds < valid))
+        self.pieces += pieces
 
     def add_range(self, counts: tuple[int, int, int] | None) -> None:
         if counts is not None:

@@ -200,6 +200,7 @@ def run_offset(seed: int, run: int, world: int) -> int:
     return (stable_hash64("bucket-run", seed) * world + run * run_step(world)) % (world << 64)
 
 
+@functools.lru_cache(maxsize=256)
 def rank_point(seed: int, run: int, rank: int, world: int) -> Fraction:
     """Where rank ``rank`` samples the mixture during ``run``: the shared offset plus ``rank / world``, exact.
 

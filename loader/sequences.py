@@ -9,6 +9,7 @@ different document), so ``cu_seqlens`` / ``position_ids`` give an intra-document
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,15 +28,18 @@ class _StreamStarts:
     ``offsets[i] / itemsize`` is where document ``i`` starts in the .bin, plus ``i`` appended EOS
     tokens before it when the loader appends one. Only every ``SAMPLE``-th value is kept in memory
     (8 bytes per 64 documents); a search narrows to one window of ``SAMPLE`` documents with it and reads
-    just that window of the mapped index, so an open shard builds no per-document array.
+    just that window of the mapped index, so an open shard builds no per-document array. The last
+    ``KEEP`` windows read stay computed: a rank reads a shard sequentially, so a window serves many reads.
     """
 
     SAMPLE = 64
+    KEEP = 8
 
-    def __init__(self, offsets: np.ndarray, itemsize: int, append_eos: bool) -> None:
-        self.offsets, self.itemsize, self.append_eos = offsets, itemsize, append_eos
+    def __init__(self, offsets: np.ndarray, lengths: np.ndarray, itemsize: int, append_eos: bool) -> None:
+        self.offsets, self.lengths, self.itemsize, self.append_eos = offsets, lengths, itemsize, append_eos
         self.n = int(offsets.shape[0])
         self.sample = self.range(0, self.n, self.SAMPLE)
+        self._windows: dict[int, tuple[np.ndarray, list[int], list[int]]] = {}
 
     def range(self, lo: int, hi: int, step: int = 1) -> np.ndarray:
         starts = np.asarray(self.offsets[lo:hi:step], dtype=np.int64) // self.itemsize
@@ -43,13 +47,34 @@ class _StreamStarts:
             starts + np.arange(lo, hi, step, dtype=np.int64)[: starts.shape[0]] if self.append_eos else starts
         )
 
+    def window(self, w: int) -> tuple[np.ndarray, list[int], list[int]]:
+        """Documents ``[w·SAMPLE, (w+1)·SAMPLE)``: their stream starts (as an array and a list) and lengths."""
+        got = self._windows.get(w)
+        if got is None:
+            if len(self._windows) >= self.KEEP:
+                self._windows.clear()
+            lo, hi = w * self.SAMPLE, min((w + 1) * self.SAMPLE, self.n)
+            starts = self.range(lo, hi)
+            got = (starts, starts.tolist(), np.asarray(self.lengths[lo:hi], dtype=np.int64).tolist())
+            self._windows[w] = got
+        return got
+
     def search(self, pos: int, side: str) -> int:
         """``bisect_right`` (side "right") or ``bisect_left`` ("left") of ``pos`` in the stream starts."""
-        j = int(np.searchsorted(self.sample, pos, side=side))
+        j = int(self.sample.searchsorted(pos, side=side))
         if j == 0:
             return 0
-        lo = (j - 1) * self.SAMPLE
-        return lo + int(np.searchsorted(self.range(lo, min(lo + self.SAMPLE, self.n)), pos, side=side))
+        return (j - 1) * self.SAMPLE + int(self.window(j - 1)[0].searchsorted(pos, side=side))
+
+    def docs(self, lo: int, hi: int) -> tuple[np.ndarray, list[int], list[int]]:
+        """:meth:`window`'s three of documents ``[lo, hi)``."""
+        w = lo // self.SAMPLE
+        if hi <= lo or (hi - 1) // self.SAMPLE != w:
+            starts = self.range(lo, hi)
+            return starts, starts.tolist(), np.asarray(self.lengths[lo:hi], dtype=np.int64).tolist()
+        starts, listed, lengths = self.window(w)
+        a, b = lo - w * self.SAMPLE, hi - w * self.SAMPLE
+        return starts[a:b], listed[a:b], lengths[a:b]
 
 
 class _SelectedStarts:
@@ -108,7 +133,8 @@ class OpenShard:
         self.tokens = self.raw.view(index.dtype)
         self.num_tokens = int(self.tokens.shape[0])
         self.eos_id, self.append_eos = eos_id, append_eos
-        self.stream_starts = _StreamStarts(index.offsets, self.itemsize, append_eos)
+        self._eos = np.array([eos_id], dtype=np.int64)
+        self.stream_starts = _StreamStarts(index.offsets, self.lengths, self.itemsize, append_eos)
         self.stream_len = self.num_tokens + (self.num_docs if append_eos else 0)
         self.selection = None
         if selected is not None:
@@ -177,7 +203,7 @@ class OpenShard:
         # documents [first, last) overlap the range
         first = max(self.stream_starts.search(start, "right") - 1, 0)
         last = self.stream_starts.search(end, "left")
-        doc_starts = self.stream_starts.range(first, last)
+        doc_starts, listed, lengths = self.stream_starts.docs(first, last)
         starts = doc_starts[doc_starts >= start] - start
         if not self.append_eos:
             if check is not None and end > start:
@@ -185,33 +211,20 @@ class OpenShard:
             return np.asarray(self.tokens[start:end], dtype=np.int64), starts
         if check is not None and end > start:
             # the range's first and last positions, as .bin tokens (an appended EOS: its document's last)
-            lo = (
-                int(doc_starts[0])
-                - first
-                + min(start - int(doc_starts[0]), max(int(self.lengths[first]) - 1, 0))
-            )
-            tail = last - 1
-            hi = (
-                int(doc_starts[-1])
-                - tail
-                + min(end - 1 - int(doc_starts[-1]), int(self.lengths[tail]) - 1)
-                + 1
-            )
+            lo = listed[0] - first + min(start - listed[0], max(lengths[0] - 1, 0))
+            hi = listed[-1] - (last - 1) + min(end - 1 - listed[-1], lengths[-1] - 1) + 1
             lo = min(max(lo, 0), self.num_tokens)
             check(lo, min(max(hi, lo), self.num_tokens))
-        # one slice per document touched (a few per sequence), EOS written after each document's end
-        out = np.empty(end - start, dtype=np.int64)
-        for i in range(first, last):
-            doc_start, n = int(doc_starts[i - first]), int(self.lengths[i])
-            tok_start = doc_start - i
-            lo, hi = max(start, doc_start), min(end, doc_start + n)
-            if hi > lo:
-                out[lo - start : hi - start] = self.tokens[
-                    tok_start + lo - doc_start : tok_start + hi - doc_start
-                ]
+        # documents are back to back in the .bin: the range is one slice of it, the first token at
+        # ``start - first`` (an EOS before it per earlier document), cut where an EOS goes in
+        pieces, at, filled = [], start - first, 0  # the next .bin token, positions laid out so far
+        for doc_start, n in zip(listed, lengths, strict=True):
             if start <= doc_start + n < end:
-                out[doc_start + n - start] = self.eos_id
-        return out, starts
+                k = doc_start + n - start - filled  # tokens before this EOS
+                pieces += (self.tokens[at : at + k], self._eos)
+                at, filled = at + k, filled + k + 1
+        pieces.append(self.tokens[at : at + end - start - filled])
+        return np.concatenate(pieces, dtype=np.int64), starts
 
     def _read_shuffled(
         self, start: int, end: int, check: Callable[[int, int], None] | None
@@ -284,47 +297,66 @@ class Batch:
     phase: str | None = None  # the recipe phase of the step (None without a recipe)
 
 
-def assemble_sequence(
-    parts: list[tuple[np.ndarray, np.ndarray]], seq_len: int, pad: int, pad_id: int
+@functools.lru_cache(maxsize=8)
+def _positions(n: int) -> np.ndarray:
+    """``arange(n)``, read-only and kept: every step of a loader needs the same one."""
+    out = np.arange(n, dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
+def assemble_batch(
+    rows: list[list[tuple[np.ndarray, np.ndarray]]], pads: list[int], seq_len: int, pad_id: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Tokens, boundaries (sorted, with 0 and seq_len) and the valid length of one sequence from its ranges."""
-    tokens = np.full(seq_len, pad_id, dtype=np.int64)
-    bounds = [np.array([0, seq_len], dtype=np.int64)]
-    at = 0
-    for toks, doc_starts in parts:
-        tokens[at : at + toks.shape[0]] = toks
-        bounds.append(np.array([at], dtype=np.int64))
-        bounds.append(doc_starts + at)
-        at += toks.shape[0]
-    if at != seq_len - pad:
-        raise AssertionError(f"sequence has {at} tokens, expected {seq_len - pad}")
-    bounds.append(np.array([at], dtype=np.int64))
-    return tokens, np.unique(np.concatenate(bounds)), np.int64(at)
+    """Tokens ``[B, L]``, boundaries and valid lengths of a step's sequences, each from its ranges. The
+    boundaries are of the rows laid end to end (row i's L is row i+1's 0), sorted: every row start, range
+    and document start, where each row's valid tokens end, and ``B·L`` (the batch's ``cu_seqlens``)."""
+    tokens = np.full((len(rows), seq_len), pad_id, dtype=np.int64)
+    flat = tokens.reshape(-1)
+    bounds = [_positions((len(rows) + 1) * seq_len)[::seq_len]]
+    ats: list[int] = []
+    valid = np.empty(len(rows), dtype=np.int64)
+    for r, parts in enumerate(rows):
+        at = row = r * seq_len
+        for toks, doc_starts in parts:
+            flat[at : at + toks.shape[0]] = toks
+            ats.append(at)
+            bounds.append(doc_starts + at)
+            at += toks.shape[0]
+        if at - row != seq_len - pads[r]:
+            raise AssertionError(f"sequence has {at - row} tokens, expected {seq_len - pads[r]}")
+        ats.append(at)
+        valid[r] = at - row
+    bounds.append(np.array(ats, dtype=np.int64))
+    return tokens, np.unique(np.concatenate(bounds)), valid
 
 
-def position_ids_for(bounds: np.ndarray, seq_len: int) -> np.ndarray:
-    """Position within the current document for every position of a sequence."""
-    pos = np.arange(seq_len, dtype=np.int64)
-    last = bounds[np.searchsorted(bounds, pos, side="right") - 1]
-    return pos - last
+def pieces_per_row(bounds: np.ndarray, valid: np.ndarray, seq_len: int) -> np.ndarray:
+    """How many of :func:`assemble_batch`'s boundaries fall among each row's valid tokens."""
+    starts = _positions(valid.shape[0] * seq_len)[::seq_len]
+    return bounds.searchsorted(starts + valid) - bounds.searchsorted(starts)
 
 
 def make_batch(
-    rows: list[tuple[np.ndarray, np.ndarray, np.int64]],
+    tokens: np.ndarray,
+    bounds: np.ndarray,
+    valid: np.ndarray,
     buckets: tuple[str, ...],
     step: int,
-    seq_len: int,
     phase: str | None = None,
 ) -> Batch:
-    tokens = np.stack([r[0] for r in rows])
-    positions = np.stack([position_ids_for(r[1], seq_len) for r in rows])
-    valid = np.arange(seq_len)[None, :] < np.array([r[2] for r in rows])[:, None]
-    packed = np.unique(np.concatenate([r[1] + i * seq_len for i, r in enumerate(rows)]))
+    """The batch of :func:`assemble_batch`'s arrays: a position counts from the last boundary at or
+    before it."""
+    rows, seq_len = tokens.shape
+    positions = _positions(rows * seq_len) - np.repeat(bounds[:-1], np.diff(bounds))
+    loss_mask = np.ones((rows, seq_len), dtype=bool)
+    for r in np.flatnonzero(valid < seq_len).tolist():  # padded rows: the last of a bucket, or packed
+        loss_mask[r, valid[r] :] = False
     return Batch(
         torch.from_numpy(tokens),
-        torch.from_numpy(positions),
-        torch.from_numpy(valid),
-        torch.from_numpy(packed.astype(np.int32)),
+        torch.from_numpy(positions.reshape(rows, seq_len)),
+        torch.from_numpy(loss_mask),
+        torch.from_numpy(bounds.astype(np.int32)),
         buckets,
         step,
         phase,

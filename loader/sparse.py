@@ -73,8 +73,10 @@ def request(mapping: mmap.mmap | None, lo: np.ndarray, hi: np.ndarray) -> None:
 def _token_at(starts, lengths: np.ndarray, pos: int) -> int:
     """The ``.bin`` token index where stream position ``pos`` of a full shard (EOS appended) falls."""
     doc = max(starts.search(pos, "right") - 1, 0)
-    begin = int(starts.range(doc, doc + 1)[0]) if lengths.shape[0] else 0
-    return begin - doc + min(pos - begin, int(lengths[doc]) if lengths.shape[0] else 0)
+    if not lengths.shape[0]:
+        return min(pos, 0)
+    _, (begin,), (length,) = starts.docs(doc, doc + 1)
+    return begin - doc + min(pos - begin, length)
 
 
 def byte_ranges(opened, start: int, end: int, gap: int) -> tuple[np.ndarray, np.ndarray]:

@@ -146,6 +146,7 @@ class RankQueue:
         self.fresh = plan.fresh_epoch.get(bucket, 0)
         self.cap = cap
         self.per_epoch = len(strided(layout.chunks_per_epoch(bucket), rank, plan.world))
+        self._last: tuple[int, list[Piece]] = (-1, [])  # the epoch last read and its chunks
 
     def piece(self, k: int) -> Piece | None:
         if k < len(self.carry):
@@ -156,7 +157,10 @@ class RankQueue:
         epoch += self.fresh
         if self.cap is not None and epoch >= self.cap:
             return None
-        return self.layout.chunks(self.bucket, epoch)[self.rank + j * self.world]
+        last = self._last  # one tuple read: a prefetch thread's copy of the cursor shares this queue
+        if last[0] != epoch:
+            last = self._last = (epoch, self.layout.chunks(self.bucket, epoch))
+        return last[1][self.rank + j * self.world]
 
 
 @dataclass(frozen=True)
@@ -249,10 +253,12 @@ class RankCursor:
         """
         point = rank_point(seed, run_of(self.step - run_origin, run_len), self.rank, self.plan.world)
         out: list[SequencePlan] = []
+        bucket = None
         while len(out) < batch_size:
-            bucket = choose_bucket(point, weights, self.active)
-            if bucket is None:
-                break
+            if bucket not in self.active:  # the choice changes only when a take ends the chosen bucket
+                bucket = choose_bucket(point, weights, self.active)
+                if bucket is None:
+                    break
             if unit_end is None:
                 segments, taken = self.take(bucket, seq_len, collect)
             else:

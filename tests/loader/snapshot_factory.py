@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -244,16 +245,24 @@ def write_text_snapshot(
     return write_snapshot(root, buckets, "uint16", eos_id, {"path": tokenizer_path.name})
 
 
-def consume(loaders: list, delivered: Counter, steps: int | None = None) -> int:
-    """Step every rank together (as training does) until all are done or ``steps`` steps ran."""
+def lockstep(loaders: list, steps: int | None = None) -> Iterator[list]:
+    """Step every rank together (as training does) until all are done or ``steps`` steps ran: each step's
+    batches of the ranks that still had one."""
     n = 0
     while steps is None or n < steps:
         batches = [ld.next_batch() for ld in loaders]
         if all(b is None for b in batches):
-            break
+            return
+        yield [b for b in batches if b is not None]
+        n += 1
+
+
+def consume(loaders: list, delivered: Counter, steps: int | None = None) -> int:
+    """Step every rank together until all are done or ``steps`` steps ran, counting the delivered tokens."""
+    n = 0
+    for batches in lockstep(loaders, steps):
         for b in batches:
-            if b is not None:
-                delivered.update(b.tokens[b.loss_mask].tolist())
+            delivered.update(b.tokens[b.loss_mask].tolist())
         n += 1
     return n
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from snapshot_factory import CAPS, EOS, MIXTURE, consume, expected_tokens, phase_toml, recipe_toml
+from snapshot_factory import CAPS, EOS, MIXTURE, consume, expected_tokens, lockstep, phase_toml, recipe_toml
 from test_loader_packing import check_segments
 from test_loader_shuffle_buffer import checkpoint, owed_tokens, stream
-from test_trace import check_traces, run, sample
+from test_trace import check_traces, resumed_on_three, sample
 
 from loader import ResumeRefused, SnapshotLoader, load_manifest
 from loader.faults import ShardStore
@@ -52,16 +52,10 @@ def packed_streams(root: Path, shuffle: int = 0) -> tuple[dict[int, np.ndarray],
 def delivered_rows(loaders: list[SnapshotLoader], steps: int | None = None) -> list[list[int]]:
     """Every delivered sequence's valid tokens (rank by rank, step by step), checked for consistency."""
     rows: list[list[int]] = []
-    n = 0
-    while steps is None or n < steps:
-        batches = [ld.next_batch() for ld in loaders]
-        if all(b is None for b in batches):
-            break
+    for batches in lockstep(loaders, steps):
         for b in batches:
-            if b is not None:
-                check_segments(b, whole=False)
-                rows += [r[m].tolist() for r, m in zip(b.tokens, b.loss_mask, strict=True)]
-        n += 1
+            check_segments(b, whole=False)
+            rows += [r[m].tolist() for r, m in zip(b.tokens, b.loss_mask, strict=True)]
     return rows
 
 
@@ -168,14 +162,7 @@ def test_trace_names_the_document_of_every_packed_position_after_a_resume(tmp_pa
     from snapshot_factory import write_lineage_snapshot
 
     snap = write_lineage_snapshot(tmp_path / "snap")
-    first = [make(snap, r, 2) for r in range(2)]
-    run(first, {}, steps=5)
-    record = checkpoint(first)
-    delivered: dict = {}
-    resumed = [make(snap, r, 3) for r in range(3)]
-    for ld in resumed:
-        ld.load_record(record)
-    run(resumed, delivered, steps=12)
+    delivered, record = resumed_on_three(make, snap, first_steps=5)
     how = dict(mixture=MIXTURE, seed=5, **{k: v for k, v in OPTS.items() if k != "prefetch_steps"})
     sources = check_traces(snap, delivered, sample(delivered, every=2), 3, record=record, **how)
     # packed positions: pieces that begin a sequence mid-file, and documents cut into seq_len pieces

@@ -20,12 +20,13 @@ from snapshot_factory import (
     MIXTURE,
     consume,
     expected_tokens,
+    lockstep,
     phase_toml,
     recipe_toml,
     stream_ids,
 )
 from test_loader_versions import make_version, selected_tokens
-from test_trace import check_traces, run, sample
+from test_trace import check_traces, resumed_on_three, sample
 
 from corpus.formats.megatron import read_index
 from corpus.select.recipe import RecipeError, parse_recipe
@@ -46,13 +47,8 @@ def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
 def stream(loaders: list[SnapshotLoader], steps: int | None = None) -> list[list[int]]:
     """Every rank's delivered tokens, step by step, as lists (what two runs are compared by)."""
     out: list[list[int]] = []
-    n = 0
-    while steps is None or n < steps:
-        batches = [ld.next_batch() for ld in loaders]
-        if all(b is None for b in batches):
-            return out
-        out += [b.tokens[b.loss_mask].tolist() for b in batches if b is not None]
-        n += 1
+    for batches in lockstep(loaders, steps):
+        out += [b.tokens[b.loss_mask].tolist() for b in batches]
     return out
 
 
@@ -260,14 +256,7 @@ def test_trace_names_the_document_of_a_shuffled_token_after_a_resume(tmp_path):
     from snapshot_factory import write_lineage_snapshot
 
     snap = write_lineage_snapshot(tmp_path / "snap")
-    first = [make(snap, r, 2) for r in range(2)]
-    run(first, {}, steps=6)
-    record = checkpoint(first)
-    delivered: dict = {}
-    resumed = [make(snap, r, 3) for r in range(3)]
-    for ld in resumed:
-        ld.load_record(record)
-    run(resumed, delivered, steps=12)
+    delivered, record = resumed_on_three(make, snap, first_steps=6)
     how = dict(mixture=MIXTURE, seed=11, **OPTS)
     sources = check_traces(snap, delivered, sample(delivered, every=3), 3, record=record, **how)
     assert any(s.offset_in_doc == 0 and s.stream_position > 0 for s in sources)

@@ -73,6 +73,20 @@ def record(lds: list[SnapshotLoader]) -> dict:
     return lds[0].global_record([ld.local_state() for ld in lds])
 
 
+def resumed_on_three(make, root: Path, first_steps: int, steps: int = 12) -> tuple[dict, dict]:
+    """Two ranks made by ``make(root, rank, world)`` run ``first_steps`` steps; their record, resumed on three,
+    runs ``steps`` more: what the three delivered (as :func:`run` keeps it) and the record."""
+    first = [make(root, r, 2) for r in range(2)]
+    run(first, {}, steps=first_steps)
+    rec = record(first)
+    delivered: dict = {}
+    resumed = [make(root, r, 3) for r in range(3)]
+    for ld in resumed:
+        ld.load_record(rec)
+    run(resumed, delivered, steps=steps)
+    return delivered, rec
+
+
 class Files:
     """The shard files, read apart from the loader: token ``offset`` of document ``doc`` of shard ``i``."""
 
