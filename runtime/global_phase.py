@@ -179,7 +179,7 @@ class GlobalPhase:
     def __init__(self, ctx: Any, key: dict[str, Any]) -> None:
         self.ctx = ctx
         self.comm = ctx.comm
-        self.key = key
+        self.key = json.loads(canonical_json(key))  # as key.json reads back: a tuple is a list there
         self.key_digest = json_digest(key)
         self.root = Path(ctx.work_dir) / PHASE_DIR
         self.stage = key.get("stage", "stage")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,9 @@ class IngestStage(Stage):
             remove_stale_artifacts(ctx.out_dir, {s.name for s in inputs}, PER_INPUT_ARTIFACTS)
         # what each input was declared as (config or corpus-sources.toml): a changed declaration file
         # changes the documents, so it redoes the stage as a changed config does
-        sources = sorted([s.name, asdict(self.spec(s))] for s in inputs)
+        sources = sorted(
+            [s.name, spec_dict(self.spec(s))] for s in inputs
+        )  # JSON values: the key is compared as read back
         key = global_phase_key(self, inputs, reader=READER_VERSION, sources=sources, **against.phase_key())
         phase = self._phase = GlobalPhase(ctx, key)  # (a barrier: after the removal)
         if phase.complete:
