@@ -267,6 +267,26 @@ def consume(loaders: list, delivered: Counter, steps: int | None = None) -> int:
     return n
 
 
+def checkpoint(loaders: list) -> dict:
+    """The run's loader record from every rank's local state (what a training script saves)."""
+    return loaders[0].global_record([ld.local_state() for ld in loaders])
+
+
+def through_worlds(make, root: Path, world: int, plan: list[tuple[int, int | None]]) -> Counter:
+    """Tokens a run delivers when it starts on ``world`` ranks and, for each (new world, steps) of
+    ``plan``, runs ``steps`` steps (None: to the end), checkpoints and resumes on the new world."""
+    delivered: Counter = Counter()
+    loaders = [make(root, r, world) for r in range(world)]
+    for new_world, steps in plan:
+        consume(loaders, delivered, steps=steps if steps is not None else 10**9)
+        record = checkpoint(loaders)
+        loaders = [make(root, r, new_world) for r in range(new_world)]
+        for ld in loaders:
+            ld.load_record(record)
+    consume(loaders, delivered)
+    return delivered
+
+
 def stream_ids(root: Path, shard) -> np.ndarray:
     """One shard's stream as the loader reads it (appended EOS): its documents, each followed by EOS."""
     from corpus.formats.megatron import read_index

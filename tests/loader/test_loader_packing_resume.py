@@ -14,9 +14,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from snapshot_factory import CAPS, EOS, MIXTURE, consume, expected_tokens, lockstep, phase_toml, recipe_toml
+from snapshot_factory import (
+    CAPS,
+    EOS,
+    MIXTURE,
+    checkpoint,
+    consume,
+    expected_tokens,
+    lockstep,
+    phase_toml,
+    recipe_toml,
+)
 from test_loader_packing import check_segments
-from test_loader_shuffle_buffer import checkpoint, owed_tokens, stream
+from test_loader_shuffle_buffer import owed_tokens, stream
 from test_trace import check_traces, resumed_on_three, sample
 
 from loader import ResumeRefused, SnapshotLoader, load_manifest

@@ -13,7 +13,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from snapshot_factory import CAPS, MIXTURE, bucket_token_ids, consume, expected_tokens
+from snapshot_factory import (
+    CAPS,
+    MIXTURE,
+    bucket_token_ids,
+    checkpoint,
+    consume,
+    expected_tokens,
+    through_worlds,
+)
 
 from loader import SnapshotLoader, load_manifest
 
@@ -24,10 +32,6 @@ def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
     )
     params.update(kw)
     return SnapshotLoader(root, dp_rank=rank, dp_world=world, **params)
-
-
-def checkpoint(loaders: list[SnapshotLoader]) -> dict:
-    return loaders[0].global_record([ld.local_state() for ld in loaders])
 
 
 def test_one_uninterrupted_run_delivers_every_bucket_epoch_exactly_once(id_snapshot):
@@ -57,15 +61,7 @@ def test_resume_at_any_world_size_and_step_delivers_exactly_once(id_snapshot, ca
 
 
 def test_a_chain_of_resumes_on_changing_world_sizes_still_delivers_exactly_once(id_snapshot):
-    delivered = Counter()
-    loaders = [make(id_snapshot, r, 4) for r in range(4)]
-    for new_world, steps in ((3, 7), (3, 4), (6, 5), (1, 9), (5, 3), (2, None)):
-        consume(loaders, delivered, steps=steps if steps is not None else 10**9)
-        record = checkpoint(loaders)
-        loaders = [make(id_snapshot, r, new_world) for r in range(new_world)]
-        for ld in loaders:
-            ld.load_record(record)
-    consume(loaders, delivered)
+    delivered = through_worlds(make, id_snapshot, 4, [(3, 7), (3, 4), (6, 5), (1, 9), (5, 3), (2, None)])
     assert delivered == expected_tokens(id_snapshot, load_manifest(id_snapshot)[0], CAPS)
 
 

@@ -18,12 +18,14 @@ from snapshot_factory import (
     CAPS,
     EOS,
     MIXTURE,
+    checkpoint,
     consume,
     expected_tokens,
     lockstep,
     phase_toml,
     recipe_toml,
     stream_ids,
+    through_worlds,
 )
 from test_loader_versions import make_version, selected_tokens
 from test_trace import check_traces, resumed_on_three, sample
@@ -50,10 +52,6 @@ def stream(loaders: list[SnapshotLoader], steps: int | None = None) -> list[list
     for batches in lockstep(loaders, steps):
         out += [b.tokens[b.loss_mask].tolist() for b in batches]
     return out
-
-
-def checkpoint(loaders: list[SnapshotLoader]) -> dict:
-    return loaders[0].global_record([ld.local_state() for ld in loaders])
 
 
 def shuffled_streams(root: Path, window: int, seed: int) -> dict[int, np.ndarray]:
@@ -216,15 +214,7 @@ def test_a_resume_on_the_same_world_continues_the_same_stream(id_snapshot):
 
 
 def test_a_chain_of_world_sizes_delivers_every_document_once(id_snapshot):
-    delivered: Counter = Counter()
-    loaders = [make(id_snapshot, r, 2) for r in range(2)]
-    for new_world, steps in ((3, 6), (1, 4), (4, 5), (2, None)):
-        consume(loaders, delivered, steps=steps if steps is not None else 10**9)
-        record = checkpoint(loaders)
-        loaders = [make(id_snapshot, r, new_world) for r in range(new_world)]
-        for ld in loaders:
-            ld.load_record(record)
-    consume(loaders, delivered)
+    delivered = through_worlds(make, id_snapshot, 2, [(3, 6), (1, 4), (4, 5), (2, None)])
     assert delivered == expected_tokens(id_snapshot, load_manifest(id_snapshot)[0], CAPS)
 
 
