@@ -10,6 +10,7 @@ quarantined = selected for every unit. Memory: one batch of documents and the sh
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -133,12 +134,16 @@ class UnitReader:
 
 def build_tokenizer(version: Version) -> tuple[Any, int | None]:
     """The build's own tokenizer (the candidates' copy, checked against the manifest), and its EOS id
-    when the build appends one to every document."""
+    when the build appends one to every document. Loaded and checked once per process, not per unit."""
+    info = version.base.tokenizer
+    eos = info.get("eos_id") if info.get("documents_end_with_eos") else None
+    return _tokenizer(str(version.base_dir / info["path"]), info["sha256"].removeprefix("sha256:")), eos
+
+
+@functools.lru_cache(maxsize=2)
+def _tokenizer(path: str, sha256: str) -> Any:
     from tokenizers import Tokenizer
 
-    info = version.base.tokenizer
-    path = version.base_dir / info["path"]
-    if hashlib.sha256(path.read_bytes()).hexdigest() != info["sha256"].removeprefix("sha256:"):
+    if hashlib.sha256(Path(path).read_bytes()).hexdigest() != sha256:
         raise UserError(f"{path}: the tokenizer does not match the candidates' manifest")
-    eos = info.get("eos_id") if info.get("documents_end_with_eos") else None
-    return Tokenizer.from_file(str(path)), eos
+    return Tokenizer.from_file(path)
