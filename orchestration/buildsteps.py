@@ -26,7 +26,7 @@ from corpus.model import GroupCounts, StageManifest, YieldCounts
 from corpus.model.config import ConfigError, check_build_config, load_config_file, stage_config
 from corpus.model.errors import UserError
 from corpus.model.layout import build_config_path, dedup_base_path, manifest_path, snapshot_dir
-from corpus.report.alarms import YieldAlarmError, alarm_config, enforce
+from corpus.report.alarms import BuildAlarmError, alarm_config, enforce
 from corpus.report.build_view import open_build
 from corpus.report.counts import funnel_table
 from runtime import build as pipeline
@@ -166,13 +166,13 @@ def check_band_index(out: Path, manifests: list[StageManifest], config_file: Pat
 
 def record_card(out: Path) -> bool:
     """``corpus report OUT --record``: the build recorded in the yield history and its card written, the
-    funnel table and any alarms to the log; whether a yield alarm fired in "fail" mode."""
+    funnel table and any alarms to the log; whether a yield or stage alarm fired in "fail" mode."""
     from corpus.report.card import alarm_lines, write_card  # the card's renderers, only where one is written
 
     try:
         enforce(out, None)
         failed = False
-    except YieldAlarmError:
+    except BuildAlarmError:
         failed = True
     view = open_build(out)
     card_path = out / "report" / "card.html"
@@ -187,7 +187,7 @@ def record_card(out: Path) -> bool:
 def finalize(out: Path, stages: list[str], config_file: Path | None = None) -> dict[str, Any]:
     """The snapshot of a build whose stages are all complete, written as ``corpus build`` writes it,
     then the build's data card (``corpus report``: ``OUT/report/card.html`` and ``card.json``), recorded
-    in the yield history; a yield alarm fails the build (or only warns, by config)."""
+    in the yield history; a yield alarm or a stage's own alarm fails the build (or only warns, by config)."""
     manifests = pipeline.read_stage_manifests(out)
     have = [m.stage for m in manifests]
     if have != stages:
@@ -203,8 +203,9 @@ def finalize(out: Path, stages: list[str], config_file: Path | None = None) -> d
     failed = record_card(out)
     if failed:
         raise UserError(
-            f'yield alarm on {out}: a stage\'s retention left its band ([alarms] on_alarm = "warn" '
-            f"only logs it); the alarms are above and at the top of {out / 'report' / 'card.html'}"
+            f"alarm on {out}: a stage's retention left its band, or a stage raised an alarm about its "
+            f'output ([alarms] on_alarm = "warn" only logs it); the alarms are above and at the top of '
+            f"{out / 'report' / 'card.html'}"
         )
     return {
         "snapshot_id": snapshot_id,

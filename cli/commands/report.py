@@ -17,7 +17,7 @@ from pathlib import Path
 
 from corpus.model.errors import UserError
 from corpus.model.layout import SNAPSHOT_DIR
-from corpus.report.alarms import YieldAlarmError, enforce
+from corpus.report.alarms import BuildAlarmError, enforce
 from corpus.report.build_view import BuildView, open_build
 from corpus.report.counts import funnel_table, stage_counts
 
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             )
         try:
             enforce(view.build_dir, args.history)
-        except YieldAlarmError as e:
+        except BuildAlarmError as e:
             failed = e
     card = write_card(view, out, args.history, args.training_log)
     stream = sys.stderr if args.json else sys.stdout

@@ -5,7 +5,8 @@ Every build of the same set of sources is one JSON line of a history file beside
 retention, the drop share of each reason, ingest's record shares) are compared with the trailing
 median of the previous builds of the same sources and of the same kind (full or incremental: a delta
 is judged on what it stored itself); a deviation beyond the band, in percentage points, is an alarm.
-Bands come from the build config's ``[alarms]``; :func:`enforce` fails or warns per ``on_alarm``.
+Bands come from the build config's ``[alarms]``; :func:`enforce` fails or warns per ``on_alarm``, on
+these and on the alarms a stage raised about its own output (minhash_dedup's cluster sizes).
 See docs/report.md ("Yield alarms").
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 
 from corpus.model.config import ConfigError, stage_config
 from corpus.model.digest import json_digest
-from corpus.model.facts import SnapshotFacts
+from corpus.model.facts import SnapshotFacts, StageFacts
 from corpus.model.layout import base_build_of
 from corpus.report.build_view import BuildView, open_build
 from corpus.report.skipped import skipped_records
@@ -63,7 +64,7 @@ DEFAULT_BANDS: dict[str, float] = {
 class AlarmConfig:
     """The build config's ``[alarms]`` table."""
 
-    on_alarm: str = "fail"  # "fail": the DAG's final task fails; "warn": it logs and succeeds
+    on_alarm: str = "fail"  # "fail": the final task fails on a yield or stage alarm; "warn": it logs
     window: int = 5  # how many previous builds the trailing median looks at
     min_history: int = 1  # fewer previous builds than this: nothing to compare with, no alarm
     history: str = ""  # history file; default <builds-root>/yield-history.jsonl
@@ -79,12 +80,16 @@ class AlarmConfig:
         return {**DEFAULT_BANDS, **{k: float(v) for k, v in self.bands.items()}}
 
 
-class YieldAlarmError(RuntimeError):
-    """Raised by :func:`enforce` in ``fail`` mode; the message lists every alarm."""
+class BuildAlarmError(RuntimeError):
+    """Raised by :func:`enforce` in ``fail`` mode; the message lists every alarm, the stages' own first."""
 
-    def __init__(self, alarms: list[Alarm]) -> None:
+    def __init__(self, alarms: list[Alarm], stage_alarms: list[str] | None = None) -> None:
         self.alarms = alarms
-        super().__init__("yield alarm: " + "; ".join(a.message for a in alarms))
+        self.stage_alarms = stage_alarms or []
+        said = [f"stage alarm: {a}" for a in self.stage_alarms] + [
+            f"yield alarm: {a.message}" for a in alarms
+        ]
+        super().__init__("; ".join(said))
 
 
 @dataclass(frozen=True)
@@ -314,18 +319,29 @@ def check_build(
     return alarms
 
 
+def stage_alarms(view: BuildView) -> list[str]:
+    """The alarms the build's stages raised about their own output (``extra.alarms``), as
+    ``"<stage>: <message>"``, in pipeline order."""
+    return [f"{m.stage}: {a}" for m in view.stages for a in StageFacts.of(m).alarms]
+
+
 def enforce(
     build_dir: Path | str,
     history_path: Path | str | None = None,
     bands: dict[str, float] | None = None,
     on_alarm: str | None = None,
 ) -> list[Alarm]:
-    """The DAG's final task: :func:`check_build`, then fail loudly (``YieldAlarmError``) or only warn,
-    as ``on_alarm`` (default: the build config's ``[alarms] on_alarm``) says."""
+    """The DAG's final task: :func:`check_build`, then fail loudly (``BuildAlarmError``) or only warn,
+    as ``on_alarm`` (default: the build config's ``[alarms] on_alarm``) says, on a yield alarm or on an
+    alarm a stage raised about its own output. Returns the yield alarms."""
     alarms = check_build(build_dir, history_path, bands)
-    mode = on_alarm or alarm_config(open_build(Path(build_dir)).build_config).on_alarm
+    view = open_build(Path(build_dir))
+    mode = on_alarm or alarm_config(view.build_config).on_alarm
+    raised = stage_alarms(view)
+    for s in raised:
+        log.warning("stage alarm: %s", s)
     for a in alarms:
         log.warning("yield alarm: %s", a.message)
-    if alarms and mode == "fail":
-        raise YieldAlarmError(alarms)
+    if (alarms or raised) and mode == "fail":
+        raise BuildAlarmError(alarms, raised)
     return alarms

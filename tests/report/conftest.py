@@ -1,5 +1,6 @@
 """Builds made once per session with the toy pipeline: a baseline, an identical rebuild, one with a
-stricter quality threshold, one with language ID broken, and one of a single source."""
+stricter quality threshold, one with language ID broken, one of a single source, and one whose
+exact_dedup raises no alarm about its cluster sizes."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Builds:
     strict: Path  # [policy] min_quality = 0.5 instead of 0.3
     lid_broken: Path  # [ingest] lang_field reads a field that is not there: no document has a language
     web_only: Path  # only the web source's inputs
+    quiet: Path  # the base's inputs, with exact_dedup's alarm_cluster_size above its largest cluster
 
 
 @pytest.fixture(scope="session")
@@ -34,4 +36,5 @@ def builds(tmp_path_factory) -> Builds:
         web_only=make_build(
             root / "web_only", [p for p in inputs if p.name in ("part-0.jsonl", "part-2.jsonl")]
         ),
+        quiet=make_build(root / "quiet", inputs, "[exact_dedup]\nalarm_cluster_size = 1000\n"),
     )

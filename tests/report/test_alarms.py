@@ -8,7 +8,7 @@ import pytest
 
 from corpus.report.alarms import (
     AlarmConfig,
-    YieldAlarmError,
+    BuildAlarmError,
     check_build,
     enforce,
     evaluate,
@@ -88,10 +88,20 @@ def test_builds_of_other_sources_are_not_compared(builds, tmp_path):
 
 def test_enforce_fails_loudly_or_warns_as_configured(builds, tmp_path):
     hist = tmp_path / "h.jsonl"
-    enforce(builds.base, hist)
-    with pytest.raises(YieldAlarmError, match="policy retention 0.0%"):
+    assert enforce(builds.quiet, hist) == []
+    with pytest.raises(BuildAlarmError, match="policy retention 0.0%") as failed:
         enforce(builds.lid_broken, hist)
+    assert {a.metric for a in failed.value.alarms} >= {"policy"}
     assert enforce(builds.lid_broken, hist, on_alarm="warn")
+
+
+def test_a_stage_alarm_fails_the_final_task_as_a_yield_alarm_does_unless_told_to_warn(builds, tmp_path):
+    hist = tmp_path / "h.jsonl"
+    assert enforce(builds.quiet, hist) == []  # the same documents: no yield alarm, no stage alarm
+    with pytest.raises(BuildAlarmError, match="stage alarm: exact_dedup: largest cluster has") as failed:
+        enforce(builds.base, hist)
+    assert failed.value.alarms == [] and len(failed.value.stage_alarms) == 1
+    assert enforce(builds.base, hist, on_alarm="warn") == []
 
 
 def test_the_history_lives_next_to_the_builds_by_default(builds):

@@ -157,16 +157,21 @@ def test_record_adds_the_build_to_the_history_and_exits_3_on_an_alarm(builds, tm
     out = tmp_path / "card.html"
     assert (
         run_corpus(
-            "report", str(builds.base), "--record", "--history", str(hist), "--html", str(out)
+            "report", str(builds.quiet), "--record", "--history", str(hist), "--html", str(out)
         ).returncode
         == 0
     )
+    proc = run_corpus(  # no yield alarm against quiet, but exact_dedup's own cluster-size alarm
+        "report", str(builds.base), "--record", "--history", str(hist), "--html", str(out), check=False
+    )
+    assert proc.returncode == 3 and "STAGE ALARM: exact_dedup: largest cluster" in proc.stdout
+    assert "YIELD ALARM" not in proc.stdout
     proc = run_corpus(
         "report", str(builds.lid_broken), "--record", "--history", str(hist), "--html", str(out), check=False
     )
     assert proc.returncode == 3
     assert "YIELD ALARM: policy retention 0.0%" in proc.stdout
-    assert len(hist.read_text().splitlines()) == 2
+    assert len(hist.read_text().splitlines()) == 3
 
 
 def test_a_damaged_shard_costs_its_section_not_the_card(builds, tmp_path):
