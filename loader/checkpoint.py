@@ -236,6 +236,18 @@ def load_checkpoint(
     return step
 
 
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The run's loader records up to ``path``, oldest first: every complete checkpoint of a root; of a
+    ``step-N`` directory, it and the complete ones before it beside it; a JSON record alone."""
+    path = Path(path)
+    if path.is_file():
+        return [read_record(path)]
+    step = _complete_step(path)
+    if step is None:  # a root
+        return [read_record(d) for _, d in _complete_steps(path)] or [read_record(path)]
+    return [read_record(d) for s, d in _complete_steps(path.parent) if s < step] + [read_record(path)]
+
+
 def read_record(path: str | Path) -> dict[str, Any]:
     """The loader's global record: from a JSON file (``loader.state_dict()["record"]``, what
     ``examples/train.py --dump-tokens`` writes), or from a checkpoint (a root: its newest complete one;

@@ -444,6 +444,14 @@ class ShardStore:
             opened = self._layout_of(i)
             return opened.shuffled.counts(opened, start, end) if opened is not None else None
 
+    def stream_ranges(self, j: int, doc: int) -> list[tuple[int, int]]:
+        """:meth:`loader.sequences.OpenShard.stream_ranges` of stream ``j`` as its index lays it out (the
+        positions the sampler plans, whether or not the shard was found corrupt); [] when the index is
+        unusable."""
+        with self.lock:
+            opened = self._layout_of(j)
+        return opened.stream_ranges(doc) if opened is not None else []
+
     def document_at(self, j: int, pos: int) -> tuple[int, int, bool]:
         """:meth:`loader.sequences.OpenShard.document_at` of shard ``j`` (a shard a part was read from)."""
         with self.lock:

@@ -54,6 +54,14 @@ class PackedStream(ShuffledStream):
         placed = self.inner.window(shard, w).placed
         return w * self.inner.size + int(np.searchsorted(placed, pos, side="right")) - 1
 
+    def window_of_document(self, shard: StreamDocuments, k: int, start: int) -> int:
+        """Windows take documents in ``inner``'s order when the shuffle buffer is on."""
+        if self.inner is None:
+            return k // self.size
+        w = self.inner.window_of_document(shard, k, start)
+        at = int(np.flatnonzero(self.inner.window(shard, w).starts == start)[0])
+        return (w * self.inner.size + at) // self.size
+
     def _documents(self, shard: StreamDocuments, lo: int, hi: int) -> WindowLayout:
         """Documents ``lo..hi-1`` in the order the shard is read, each where that order places it."""
         if self.inner is None:

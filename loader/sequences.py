@@ -168,6 +168,24 @@ class OpenShard:
         tokens = np.asarray(self.index.offsets[lo:hi], dtype=np.int64) // self.itemsize
         return self.stream_starts.range(lo, hi), lengths + eos, tokens, lengths
 
+    def stream_ranges(self, doc: int) -> list[tuple[int, int]]:
+        """The stream positions that read shard document ``doc``'s tokens (not the EOS appended after
+        it: delivering that alone reads nothing of the document): one range, one per piece in a packed
+        stream; none when a version's selection leaves it out. The inverse of :meth:`document_at`, which
+        ``corpus contamination --record`` asks of a few documents."""
+        k = doc
+        if self.selection is not None:
+            k = int(np.searchsorted(self.selection.docs, doc))
+            if k == self.selection.docs.shape[0] or int(self.selection.docs[k]) != doc:
+                return []
+        elif not 0 <= doc < self.num_docs:
+            raise IndexError(f"document {doc} outside the shard's {self.num_docs}")
+        starts, lens, _, bodies = self.stream_spans(k, k + 1)
+        start, n = int(starts[0]), int(lens[0])
+        if self.shuffled is None:
+            return [(start, start + int(bodies[0]))] if bodies[0] else []
+        return self.shuffled.stream_ranges(self, k, start, n)
+
     def document_at(self, pos: int) -> tuple[int, int, bool]:
         """(document number in the shard, offset in it, whether the position is an EOS the loader appended)
         of stream position ``pos``: the coordinates :meth:`read` lays the stream out in, so ``corpus trace``

@@ -148,6 +148,17 @@ class ShuffledStream:
                 return w
         return self.document_index(shard, pos) // self.size
 
+    def window_of_document(self, shard: StreamDocuments, k: int, start: int) -> int:
+        """The window that reads file-order stream document ``k`` (which starts at ``start``)."""
+        return k // self.size
+
+    def stream_ranges(self, shard: StreamDocuments, k: int, start: int, n: int) -> list[tuple[int, int]]:
+        """Where this stream reads the tokens of file-order document ``k`` (stream positions ``[start,
+        start + n)`` in file order): each of its entries in its window, in stream order, EOS left out."""
+        layout = self.window(shard, self.window_of_document(shard, k, start))
+        mine = np.flatnonzero((layout.starts >= start) & (layout.starts < start + n) & (layout.bodies > 0))
+        return sorted((int(layout.placed[e]), int(layout.placed[e] + layout.bodies[e])) for e in mine)
+
     def document_index(self, shard: StreamDocuments, pos: int) -> int:
         """The document (counted in the order this stream's windows take them) that holds ``pos``: the
         file order's, since a window covers the same positions in either order."""

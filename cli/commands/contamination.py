@@ -7,7 +7,8 @@ build kept, without reading the corpus, by the build's own rule (:mod:`corpus.de
 items are contaminated in the same documents as the build's scan would have found. The index is the
 snapshot's own (``decont/8gram_docs/``, :meth:`corpus.snapshot.lookup.Snapshot.doc_gram_index`), so a snapshot
 copied away from its build is checked the same; its parts are memory-mapped, and a check reads the pages
-its binary searches touch.
+its binary searches touch. With ``--record CKPT`` it answers, per benchmark, which flagged documents a
+training run read by that checkpoint and at which step (:mod:`cli.commands._run_contamination`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import json
 from pathlib import Path
 
 from cli.commands._snapshot_ref import add_snapshot_arguments
+from cli.commands._run_contamination import flagged_by_benchmark, run_contamination, run_table
 from corpus.decont.doc_grams import check_benchmark, doc_ids_of_keys
 from corpus.decont.registry import RegistryError, load_benchmark
 from corpus.decont.report import report_table
 from corpus.model.errors import UserError
 from corpus.snapshot.lookup import Snapshot
+from corpus.version.open import is_version, open_version
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,6 +46,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="M",
         help="consecutive 8-grams of a passage that count as contaminated (default: the build's)",
+    )
+    p.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="CKPT",
+        help="a training run's checkpoint root, step-N directory or JSON loader record: which flagged "
+        "documents the run read by then, and at which step it first read each",
+    )
+    p.add_argument(
+        "--recipe", type=Path, default=None, help="the run's recipe (needed when the run used one)"
     )
     p.add_argument(
         "--json", action="store_true", help="print JSON (with every contaminated item's documents)"
@@ -82,6 +96,10 @@ def check(snap: Snapshot, benchmarks: list[Path], min_run: int | None = None) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.record is not None:
+        return run_of_record(args)
+    if args.recipe is not None:
+        raise UserError("--recipe goes with --record: it is the recipe of the run the record is of")
     snap = Snapshot.open(args.snapshot, args.root)
     if not args.benchmark:
         report = snap.contamination_report()
@@ -114,4 +132,18 @@ def run(args: argparse.Namespace) -> int:
         f"checked against {out['index_rows']} (8-gram, document) records of snapshot {snap.snapshot_id[:19]}… "
         f"by the build's rule ({out['rule']}: run >= {out['min_run']} 8-grams, or a whole passage)"
     )
+    return 0
+
+
+def run_of_record(args: argparse.Namespace) -> int:
+    """``--record``: the flagged documents (the build's, or ``--benchmark``'s) the run read, and when."""
+    if is_version(Path(args.snapshot)):
+        snap, loader_path = Snapshot(open_version(Path(args.snapshot)).base_dir), Path(args.snapshot)
+    else:
+        snap = Snapshot.open(args.snapshot, args.root)
+        loader_path = snap.dir
+    checked = check(snap, args.benchmark, args.min_run) if args.benchmark else None
+    flagged = flagged_by_benchmark(snap.contamination_report(), checked)
+    out = run_contamination(snap, loader_path, args.record, args.recipe, flagged)
+    print(json.dumps(out, indent=1) if args.json else run_table(out))
     return 0

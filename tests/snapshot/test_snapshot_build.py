@@ -510,3 +510,52 @@ def test_an_interrupted_global_phase_resumes_from_its_completed_parts(
         config=built / "config.toml",
         after_parts=after,
     )
+
+
+def test_contamination_of_a_run_names_the_flagged_documents_it_read_and_the_step_it_first_did(snap, tmp_path):
+    from loader.dataset import SnapshotLoader
+    from loader.provenance import Padding
+
+    seq_len, batch, world, steps = 128, 2, 2, 24
+    loaders = [
+        SnapshotLoader(snap.dir, None, seed=3, seq_len=seq_len, batch_size=batch, dp_rank=r, dp_world=world)
+        for r in range(world)
+    ]
+    doc_ids = [json.loads((snap.dir / s.files["meta"]).read_text())["doc_ids"] for s in snap.manifest.shards]
+    delivered: dict[str, int] = {}  # doc_id -> the first step the loader read a token of it
+    for step in range(steps):
+        for ld in loaders:
+            traced = ld.traced_batch()
+            for p in range(seq_len * batch):
+                try:
+                    src = traced.source(p)
+                except Padding:
+                    continue
+                if not src.appended_eos:
+                    delivered.setdefault(doc_ids[src.shard][src.doc], step)
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps(loaders[0].global_record([ld.local_state() for ld in loaders])))
+
+    def answered(*extra: str) -> dict[str, dict[str, int | None]]:
+        args = ["contamination", "--snapshot", str(snap.dir), "--record", str(record), *extra]
+        out = json.loads(run_corpus(*args, "--json").stdout)
+        assert out["step"] == steps and out["world"] == world
+        return {
+            b["benchmark"]: {
+                d["doc_id"]: d["first_read"]["step"] if d["read"] else None for d in b["documents"]
+            }
+            for b in out["benchmarks"]
+        }
+
+    flagged = {
+        (bench, d["doc_id"]) for d in snap.contamination_report()["flagged_docs"] for bench in d["matches"]
+    }
+    by_build = answered()
+    assert {(b, d) for b, docs in by_build.items() for d in docs} == flagged
+    assert {(b, d): s for b, docs in by_build.items() for d, s in docs.items()} == {
+        (b, d): delivered.get(d) for b, d in flagged
+    }
+    assert any(s is not None for docs in by_build.values() for s in docs.values())
+    assert answered("--benchmark", str(EVALS / "gsm8k.jsonl")) == {"gsm8k": by_build["gsm8k"]}
+    text = run_corpus("contamination", "--snapshot", str(snap.dir), "--record", str(record)).stdout
+    assert f"run up to step {steps} ({world} ranks" in text and "1 flagged documents" in text
