@@ -15,7 +15,7 @@ import torch
 from snapshot_factory import CAPS, TRAIN_SETTINGS, flags
 from test_loader_state import digest, make
 
-from loader.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from loader.checkpoint import find_checkpoint, load_checkpoint, read_records, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,6 +48,16 @@ def test_saves_are_step_directories_behind_an_atomic_latest_pointer(id_snapshot,
     assert os.readlink(ckpt / "latest") == "step-00000009"
     assert resume(id_snapshot, ckpt) == (9, after[9])
     assert resume(id_snapshot, ckpt / "step-00000006") == (6, after[6])  # one checkpoint, named directly
+
+
+def test_the_records_of_a_run_are_its_complete_checkpoints_oldest_first(id_snapshot, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    walk_and_save(id_snapshot, ckpt, [3, 6, 9], keep=3)
+    (ckpt / ".step-00000012.partial").mkdir()  # a save cut short is no record
+    assert [r["step"] for r in read_records(ckpt)] == [3, 6, 9]
+    assert [r["step"] for r in read_records(ckpt / "step-00000006")] == [3, 6]  # up to the one named
+    (tmp_path / "one.json").write_text(json.dumps(read_records(ckpt)[0]))
+    assert [r["step"] for r in read_records(tmp_path / "one.json")] == [3]
 
 
 def test_a_crash_between_the_rename_and_the_pointer_resumes_from_the_newest_complete_checkpoint(
