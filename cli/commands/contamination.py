@@ -17,8 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
-from cli.commands._snapshot_ref import add_snapshot_arguments
 from cli.commands._run_contamination import flagged_by_benchmark, run_contamination, run_table
+from cli.commands._snapshot_ref import add_snapshot_arguments
 from corpus.decont.doc_grams import check_benchmark, doc_ids_of_keys
 from corpus.decont.registry import RegistryError, load_benchmark
 from corpus.decont.report import report_table
