@@ -6,7 +6,9 @@ other copies lack (a page with its navigation, comments or a licence block still
 reports the share of such clusters and a deterministic sample to read. Lengths are token counts from
 the metadata table; a cluster counts when the version selects exactly one of its members (the
 default selection keeps one representative per cluster); without a version, the member no other
-points at (``dup_of`` empty) is the representative.
+points at (``dup_of`` empty) is the representative. Clusters are the version's near-duplicate groups
+(:data:`corpus.select.selection.GROUP_SQL`): a base singleton and the delta's documents tagged with
+its doc_id are one cluster, though the base's row carries no cluster id.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
+
+from corpus.select.selection import GROUP_SQL
 
 #: a representative more than this many times the cluster's median length is flagged
 LONGER = 1.2
@@ -32,8 +36,7 @@ def representative_lengths(
     rows = con.execute(
         f"""
         WITH members AS (
-            SELECT dup_cluster_id AS cluster, doc_id, url, tokens, {chosen} AS chosen
-            FROM docs WHERE dup_cluster_id <> ''
+            SELECT {GROUP_SQL} AS cluster, doc_id, url, tokens, {chosen} AS chosen FROM docs
         ),
         clusters AS (
             SELECT cluster, count(*) AS size, median(tokens) AS median_tokens,

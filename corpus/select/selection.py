@@ -309,6 +309,12 @@ def parse_selection(
         kw["buckets"] = parse_buckets(data["buckets"], where)
     if "prefer" in data:
         kw["prefer"] = _prefer(where, data["prefer"])
+        if kw.get("near_duplicates") == "all" and kw["prefer"]:
+            raise _err(
+                where,
+                'prefer chooses which copy of a near-duplicate group is kept, and near_duplicates = "all" '
+                "keeps every copy: give one or the other",
+            )
     return Selection(**kw)
 
 

@@ -63,3 +63,24 @@ def test_without_a_version_the_member_no_other_points_at_is_the_representative()
 
 def test_the_sample_is_the_same_whatever_the_rows_order():
     assert representative_lengths(table(False, reverse=True)) == representative_lengths(table(False))
+
+
+def test_a_base_singleton_and_the_delta_s_copies_of_it_are_one_cluster():
+    """An incremental build tags its near copies of a base singleton with that document's doc_id; the
+    base's own row (append-only) has no cluster id: the cluster is the three of them, keep-first."""
+    con = duckdb.connect()
+    cols = {
+        "dup_cluster_id": ["", "base1", "base1"],
+        "tokens": [100, 300, 320],
+        "doc_id": ["base1", "new1", "new2"],
+        "url": [f"https://x.example/{d}" for d in ("base1", "new1", "new2")],
+        "dup_of": ["", "base1", "base1"],
+        "selected": [True, False, False],
+    }
+    con.register("docs", pa.table(cols))
+    r = representative_lengths(con)
+    assert (r["clusters"], r["longer"]) == (1, 0)  # kept: the base's 100 tokens, median 300
+    con.execute("DROP VIEW docs")
+    con.register("docs", pa.table({**cols, "tokens": [900, 300, 320]}))
+    [kept] = representative_lengths(con)["sample"]
+    assert (kept["cluster_id"], kept["size"], kept["doc_id"]) == ("base1", 3, "base1")

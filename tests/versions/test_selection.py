@@ -197,6 +197,10 @@ def test_a_cluster_keeps_its_best_selected_member_so_an_excluded_representative_
         ("prefer = { web = 1 }", "prefer.web must be one of first, newest, not 1"),
         ('[prefer]\nweb = ["newest"]\n', "prefer.web must be one of first, newest"),
         ('prefr = { web = "newest" }', "unknown key(s) prefr; known: "),
+        (
+            'near_duplicates = "all"\nprefer = { web = "newest" }',
+            'prefer chooses which copy of a near-duplicate group is kept, and near_duplicates = "all"',
+        ),
     ],
 )
 def test_a_malformed_selection_is_a_one_line_error_naming_the_key(toml, message):
