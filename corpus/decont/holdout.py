@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from corpus.formats.docshard import SUFFIX
 from corpus.model.annotations import EXTRACT, HOLDOUT_EXACT, HOLDOUT_NEAR
 from corpus.model.digest import stable_hash64
-from corpus.model.layout import build_dir_of_stage, stage_dir
+from corpus.model.layout import base_build_of, build_dir_of_stage, stage_dir
 from corpus.model.manifest import read_stage_manifest
 
 HOLDOUT_SALT = "corpus-eval-holdout/1"
@@ -117,12 +117,23 @@ class HoldoutMissing(ValueError):
 def build_holdout(input_dir: Path) -> list[HoldoutFile]:
     """The stored eval holdout a stage reading ``input_dir`` compares its candidates with: the
     ``holdout/`` files of the :data:`HOLDOUT_STAGE` stage of the build ``input_dir`` belongs to
-    (``<build>/stages/extract``: where the build layout puts it). Empty for inputs outside a build (a
-    stage run on shards made by hand); :class:`HoldoutMissing` when the build's extract stage is not
-    complete, so a holdout is never passed over silently."""
+    (``<build>/stages/extract``: where the build layout puts it), then those of the build it was made
+    against and of that one's base in turn (named ``NAME@baseK``), so a delta's copy of a page a base
+    held out is tagged as the full build tags it. Empty for inputs outside a build (a stage run on
+    shards made by hand); :class:`HoldoutMissing` when the build's extract stage is not complete, so a
+    holdout is never passed over silently."""
     build = build_dir_of_stage(input_dir)
     if build is None:
         return []
+    out, seen, depth = _stored_holdout(build, input_dir, ""), {build.resolve()}, 0
+    while (found := base_build_of(build)) is not None and found[0].resolve() not in seen:
+        build, depth = found[0], depth + 1
+        seen.add(build.resolve())
+        out += _stored_holdout(build, input_dir, f"@base{depth}")
+    return out
+
+
+def _stored_holdout(build: Path, input_dir: Path, suffix: str) -> list[HoldoutFile]:
     d = stage_dir(build, HOLDOUT_STAGE)
     m = read_stage_manifest(d)
     if m is None:
@@ -131,7 +142,7 @@ def build_holdout(input_dir: Path) -> list[HoldoutFile]:
             f"run the build's {HOLDOUT_STAGE} stage first"
         )
     return [
-        HoldoutFile(Path(ref.path).name[: -len(SUFFIX)], d / ref.path, ref.sha256, ref.records)
+        HoldoutFile(Path(ref.path).name[: -len(SUFFIX)] + suffix, d / ref.path, ref.sha256, ref.records)
         for ref in m.side_outputs
         if ref.path.startswith(HOLDOUT_KIND + "/") and ref.path.endswith(SUFFIX)
     ]

@@ -189,3 +189,43 @@ def test_a_held_out_page_copied_to_another_url_never_reaches_training(tmp_path, 
         "near": 1,
         "selected": 0,
     }
+
+
+def test_a_delta_tags_its_copies_of_a_page_its_base_held_out(tmp_path, shared_data):
+    """The held-out page in a base build, its two copies in a build against it: the delta's dedup stages
+    read the base's stored holdout too, so the copies are tagged and not selected, as in one build."""
+    from corpus.report.alarms import own_shards
+    from corpus.report.build_view import open_build
+    from tests.conftest import run_corpus
+
+    url, _, (exact_url, edited_url) = leaky_inputs(shared_data, tmp_path / "in")
+    kept = next(
+        (u, p)
+        for u, p in real_pages(shared_data, 40, host_prefix="python", part=2)
+        if u != url and not in_holdout(u, "web", MODULUS, ["web"])
+    )
+    (tmp_path / "in" / "kept.warc.gz").write_bytes(warc_bytes([kept]))  # a base keeps a document
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[ingest]\nholdout_modulus = {MODULUS}\n")
+    base, delta = tmp_path / "base", tmp_path / "delta"
+    common = ("--ranks", "2", "--config", str(cfg))
+    held = (str(tmp_path / "in" / f) for f in ("crawl.warc.gz", "kept.warc.gz"))
+    run_corpus("build", "--input", *held, "--out", str(base), *common)
+    run_corpus(
+        "build",
+        "--input",
+        str(tmp_path / "in" / "mirror.warc.gz"),
+        "--out",
+        str(delta),
+        "--base",
+        str(base),
+        *common,
+    )
+    assert manifest(base / "stages" / "ingest")["totals"]["filtered"] == {"eval_holdout": 1}
+    assert manifest(delta / "stages" / "exact_dedup")["extra"]["holdout_docs"] == 1  # the base's page
+    view = open_build(delta)
+    [own] = own_shards(view)  # the delta's own shard, after the base's
+    rows = pq.read_table(own.metadata).to_pylist()
+    tags = {r["url"]: (r[EXACT_SCORE], r[NEAR_SCORE] is not None and r[NEAR_SCORE] >= 0.65) for r in rows}
+    assert tags == {exact_url: (1.0, True), edited_url: (None, True)}
+    assert not view.version.selected(own).any()
