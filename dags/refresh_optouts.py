@@ -1,7 +1,8 @@
 """# refresh_optouts
 
-Re-reads a host opt-out list (`exclude_hosts_file` of the selection `selection`) and makes a new version
-of a build only when the list changed: a version's id covers the hosts read, not the file's path.
+Re-reads a host opt-out list (`exclude_hosts_file` of the selection `selection`) and/or a robots.txt
+snapshot (`exclude_robots`) and makes a new version of a build only when the answer changed: a version's
+id covers the hosts read (and the robots.txt rule that excluded each), not the files' paths.
 **plan** works out on the cluster's side the id the version would have (`corpus version --dry-run`) and
 stops the run, green, when `versions_root` already holds it; **version** writes it into
 `versions_root/<first 16 hex of the id>`; **report** checks it has the planned id. Daily where the

@@ -40,7 +40,7 @@ min_lang_confidence = 0.6
 langs = ["en", "fr"]
 crawl_date_max = "2024-01-31"
 exclude_sources = ["books"]
-near_duplicates = "all"
+near_duplicates = "representative"
 prefer = { web = "newest" }
 [policy]
 min_words = 20

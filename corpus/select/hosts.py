@@ -96,17 +96,17 @@ def allowed_roots(base_dir: Path | None, env: dict[str, str] | None = None) -> l
     return [r.resolve() for r in roots]
 
 
-def hosts_file_path(where: str, value: object, base_dir: Path | None) -> Path:
-    """The list file a selection names: relative to the selection file; an inline selection has no
-    directory, so its file is absolute."""
+def hosts_file_path(
+    where: str, value: object, base_dir: Path | None, key: str = "exclude_hosts_file"
+) -> Path:
+    """The list file (or robots.txt snapshot: ``key``) a selection names: relative to the selection
+    file; an inline selection has no directory, so its file is absolute."""
     if not isinstance(value, str) or not value.strip():
-        raise UserError(f"selection {where}: exclude_hosts_file must be a path")
+        raise UserError(f"selection {where}: {key} must be a path")
     path = Path(value)
     if not path.is_absolute():
         if base_dir is None:
-            raise UserError(
-                f"selection {where}: exclude_hosts_file {value!r} must be absolute in an inline selection"
-            )
+            raise UserError(f"selection {where}: {key} {value!r} must be absolute in an inline selection")
         path = base_dir / path
     return path
 

@@ -26,6 +26,7 @@ from corpus.select.buckets import NAME, BucketDef, check_bucket_columns, parse_b
 from corpus.select.hosts import allowed_roots, check_hosts, hosts_file_path, read_hosts_file
 from corpus.select.licences import ALL_CLASSES
 from corpus.select.policy import PolicyConfig
+from corpus.select.robots import RobotsOptOut, opted_out, read_robots_dir, robots_request
 
 NEAR_DUPLICATE_MODES = ("representative", "all")
 #: ``prefer``: which copy of a near-duplicate group a source's documents put first, by build age
@@ -63,6 +64,24 @@ class BucketKeys:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RobotsKeys:
+    """``exclude_robots``: a robots.txt snapshot and the crawlers whose opt-outs count."""
+
+    dir: Annotated[str, "a path"]
+    agents: Annotated[list[str], Schema(minItems=1)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RobotsOptOutKeys:
+    """One entry of ``robots_optouts``, as a version's manifest records it (the file read, as data)."""
+
+    host: str
+    agent: str
+    rule: str
+    fetched: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class SelectionKeys:
     """Every key of a selection file as written, each optional: what :func:`parse_selection` checks
     first (unknown keys, types) and what ``corpus config schema selection`` prints. Ranges, dates,
@@ -79,6 +98,8 @@ class SelectionKeys:
     crawl_date_max_by_source: dict[str, Date] = _optional()
     exclude_hosts: list[str] = _optional()
     exclude_hosts_file: Annotated[str, "a path"] = _optional()
+    exclude_robots: RobotsKeys = _optional()
+    robots_optouts: list[RobotsOptOutKeys] = _optional()
     exclude_sources: list[str] = _optional()
     allowed_licence_classes: list[LicenceClass] = _optional()
     allowed_licence_classes_by_tier: dict[str, list[LicenceClass]] = _optional()
@@ -116,6 +137,8 @@ class Selection:
     crawl_date_max: str | None = None
     crawl_date_max_by_source: dict[str, str] = field(default_factory=dict)
     exclude_hosts: tuple[str, ...] = ()
+    #: the hosts of ``exclude_hosts`` a robots.txt snapshot excluded, with the rule that did
+    robots_optouts: tuple[RobotsOptOut, ...] = ()
     exclude_sources: tuple[str, ...] = ()
     allowed_licence_classes: tuple[str, ...] | None = None
     allowed_licence_classes_by_tier: dict[str, tuple[str, ...]] = field(
@@ -172,6 +195,8 @@ class Selection:
             out["buckets"] = [b.canonical() for b in self.buckets]
         if self.newest_sources:
             out["prefer"] = {src: "newest" for src in self.newest_sources}
+        if self.robots_optouts:
+            out["robots_optouts"] = [r.canonical() for r in self.robots_optouts]
         return out
 
     @property
@@ -280,6 +305,14 @@ def parse_selection(
         path = hosts_file_path(where, data["exclude_hosts_file"], base_dir)
         if read_files:
             hosts += read_hosts_file(path, allowed_roots(base_dir))
+    if "robots_optouts" in data:  # a recorded selection: the robots.txt answer, as data
+        kw["robots_optouts"] = tuple(RobotsOptOut(**r) for r in data["robots_optouts"])
+    if "exclude_robots" in data:
+        directory, agents = robots_request(where, data["exclude_robots"])
+        path = hosts_file_path(where, directory, base_dir, key="exclude_robots.dir")
+        if read_files:
+            kw["robots_optouts"] = opted_out(read_robots_dir(path, allowed_roots(base_dir)), agents)
+    hosts += tuple(r.host for r in kw.get("robots_optouts", ()))
     kw["exclude_hosts"] = hosts
     if "exclude_sources" in data:
         kw["exclude_sources"] = _strings(where, "exclude_sources", data["exclude_sources"])
