@@ -5,23 +5,25 @@ A selection names the snapshot and the agents (``exclude_robots = { dir = "robot
 the hosts found are excluded like an opt-out list's and recorded with their rule in the version's
 manifest, so the version's id changes exactly when the answer does (``refresh_optouts`` makes a version
 only then). The snapshot is a directory of Common Crawl's robots.txt WARCs (``*.warc.gz``/``*.warc``:
-responses for ``/robots.txt``, the latest fetch of a host read) or of plain ``HOST.txt`` files; it must
+responses for ``/robots.txt``, the latest fetch of a host read), of ingest's ``robots/`` files (the
+robots.txt a crawl carried) or of plain ``HOST.txt`` files; it must
 lie under the selection's directory or ``CORPUS_HOSTS_ROOTS`` as an opt-out list does. The rule is
 Python's ``urllib.robotparser`` reading of the file, asked whether the agent may fetch ``/``.
 """
 
 from __future__ import annotations
 
+import json
 import urllib.robotparser
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from corpus.formats.docshard import SUFFIX, iter_lines
+from corpus.model.digest import canonical_json
 from corpus.model.errors import UserError
 from corpus.select.hosts import ROOTS_ENV, normalize_host
-
-#: how much of one robots.txt is read (Google reads 500 KiB)
-MAX_ROBOTS_BYTES = 512 << 10
+from corpus.text.warc import MAX_ROBOTS_BYTES, RobotsRecord
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ def read_robots_dir(path: Path, roots: list[Path]) -> dict[str, tuple[str, str]]
     for f in sorted(real.iterdir()):
         if f.name.endswith((".warc.gz", ".warc")):
             fetched = _warc_robots(f)
+        elif f.name.endswith(SUFFIX):
+            fetched = _ingested_robots(f)
         elif f.suffix == ".txt" and (host := normalize_host(f.stem)) is not None:
             fetched = [(host, "", f.read_bytes()[:MAX_ROBOTS_BYTES].decode("utf-8", "replace"))]
         else:
@@ -78,6 +82,23 @@ def read_robots_dir(path: Path, roots: list[Path]) -> dict[str, tuple[str, str]]
             if host not in found or (date, text) > found[host]:
                 found[host] = (date, text)
     return found
+
+
+def robots_line(record: RobotsRecord) -> bytes:
+    """One robots.txt response as a line of ingest's ``robots/`` side output (a snapshot directory of
+    its own: ``exclude_robots.dir`` may name a build's ``stages/ingest/robots``)."""
+    return canonical_json({"url": record.url, "date": record.date, "text": record.text})
+
+
+def _ingested_robots(path: Path) -> list[tuple[str, str, str]]:
+    """(host, date, text) of every line of an ingest ``robots/`` file."""
+    out = []
+    for line in iter_lines(path):
+        r = json.loads(line)
+        host = normalize_host(urlsplit(r["url"]).hostname or "")
+        if host is not None:
+            out.append((host, r["date"], r["text"]))
+    return out
 
 
 def _warc_robots(path: Path) -> list[tuple[str, str, str]]:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import urlsplit
 
 from charset_normalizer import from_bytes
 from charset_normalizer.md import mess_ratio
@@ -121,7 +122,20 @@ class SkippedRecord:
     kind: str
 
 
-WarcItem = RawRecord | BadRecord | SkippedRecord
+@dataclass(frozen=True)
+class RobotsRecord:
+    """A 200 response for a host's ``/robots.txt``: not a document, kept as the crawl's opt-out answer."""
+
+    index: int
+    url: str
+    date: str
+    text: str
+
+
+#: how much of one robots.txt is kept (Google reads 500 KiB)
+MAX_ROBOTS_BYTES = 512 << 10
+
+WarcItem = RawRecord | BadRecord | SkippedRecord | RobotsRecord
 
 
 def iter_warc(
@@ -222,7 +236,8 @@ def _classify(rec, index: int, max_record_bytes: int, max_decoded_bytes: int) ->
         or ""
     )
     mime = ctype.split(";")[0].strip().lower()
-    maybe_page = status == "200" and (mime in _HTML_TYPES or mime == "")
+    robots = status == "200" and urlsplit(url).path == "/robots.txt"
+    maybe_page = status == "200" and (mime in _HTML_TYPES or mime == "" or robots)
     encoding = http.get_header("Content-Encoding") if http is not None else None
     try:
         body = decode_body(_dechunked(rec), encoding if maybe_page else None, max_decoded_bytes)
@@ -248,6 +263,8 @@ def _classify(rec, index: int, max_record_bytes: int, max_decoded_bytes: int) ->
         )
     if status != "200":
         return SkippedRecord(index, f"response_status_{status or 'missing'}")
+    if robots and body.payload is not None:
+        return RobotsRecord(index, url, date, body.payload[:MAX_ROBOTS_BYTES].decode("utf-8", "replace"))
     if mime not in _HTML_TYPES and mime != "":
         return SkippedRecord(index, "response_non_html")
     if body.payload is None:

@@ -1,4 +1,5 @@
-"""The per-input artifacts of ingest (``holdout``, ``skipped``, ``rejected_files``) and their summary.
+"""The per-input artifacts of ingest (``holdout``, ``skipped``, ``rejected_files``, ``robots``) and their
+summary.
 
 docs/ingest-and-filters.md, "ingest".
 """
@@ -12,9 +13,10 @@ from typing import Any
 
 from corpus.formats.docshard import SUFFIX
 from corpus.text.sources import SourceSpec
+from hpc_jobs.ingest.items import ROBOTS_DIR
 
 #: the artifacts written per input file (the runner lists them, with INDEX_RECORDS, as side outputs)
-PER_INPUT_ARTIFACTS = ("holdout", "skipped", "rejected_files")
+PER_INPUT_ARTIFACTS = ("holdout", "skipped", "rejected_files", ROBOTS_DIR)
 
 
 class CodeFiles:

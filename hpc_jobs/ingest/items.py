@@ -31,10 +31,15 @@ from corpus.model.digest import canonical_json, sha256_hex
 from corpus.text.curated import CuratedError, CuratedRecord, iter_jsonl, read_text_file
 from corpus.text.sources import HF_DATASET, REPOSITORY, SourceSpec
 from corpus.text.tables import iter_hf_dataset, iter_parquet
-from corpus.text.warc import BadRecord, RawRecord, SkippedRecord, decode_page, iter_warc
+from corpus.text.warc import BadRecord, RawRecord, RobotsRecord, SkippedRecord, decode_page, iter_warc
 from hpc_jobs.ingest.config import IngestConfig
 from runtime.input_deadline import InputDeadline, InputTimeout
 from runtime.runner import InputShard
+
+#: what a host's robots.txt response is counted as among the skipped records
+ROBOTS_KIND = "robots_txt"
+#: ingest's side output of them, one file per input: a robots.txt snapshot ``exclude_robots`` reads
+ROBOTS_DIR = "robots"
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ class Item:
     doc: Document | None = None
     bad: QuarantineRecord | None = None
     skipped: str = ""
+    robots: RobotsRecord | None = None  # a skipped record kept as the crawl's robots.txt (``robots/``)
 
 
 def quarantine_record(
@@ -107,6 +113,8 @@ def format_items(
         for it in iter_warc(path, config.max_record_bytes, config.max_decoded_bytes, shard.span):
             if isinstance(it, SkippedRecord):
                 yield Item(it.index, 0, skipped=it.kind)
+            elif isinstance(it, RobotsRecord):
+                yield Item(it.index, 0, skipped=ROBOTS_KIND, robots=it)
             elif isinstance(it, BadRecord):
                 yield Item(
                     it.index,

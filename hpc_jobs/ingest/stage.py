@@ -24,6 +24,7 @@ from corpus.model import Filtered, Kept, Outcome, Quarantined
 from corpus.model.annotations import RECRAWL_OF_DATE
 from corpus.model.errors import UserError
 from corpus.model.layout import INDEX_RECORDS
+from corpus.select.robots import robots_line
 from corpus.text.inputs import InputPath, display_name, open_regular
 from corpus.text.sources import (
     DECLARATION_FILE,
@@ -38,7 +39,7 @@ from corpus.text.sources import (
 from corpus.text.warc_units import warc_units
 from hpc_jobs.ingest.artifacts import PER_INPUT_ARTIFACTS, CodeFiles, remove_stale_artifacts, spec_dict
 from hpc_jobs.ingest.config import IngestConfig
-from hpc_jobs.ingest.items import INGEST, Item, read_items, repository_dir_shard
+from hpc_jobs.ingest.items import INGEST, ROBOTS_DIR, Item, read_items, repository_dir_shard
 from hpc_jobs.ingest.recrawl import (
     DECISIONS,
     GROUPS,
@@ -62,10 +63,10 @@ from runtime.side_output import SideOutput
 
 class IngestStage(Stage):
     name = INGEST
-    version = "13"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
+    version = "14"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
     Config = IngestConfig
     artifact_kinds = (*PER_INPUT_ARTIFACTS, INDEX_RECORDS)
-    side_outputs = (SideOutput(HOLDOUT_KIND),)
+    side_outputs = (SideOutput(HOLDOUT_KIND), SideOutput(ROBOTS_DIR))
 
     def __init__(self, config: IngestConfig) -> None:
         super().__init__(config)
@@ -195,7 +196,7 @@ class IngestStage(Stage):
         dups = decisions_of(self._phase.root, DECISIONS, shard.name)
         self._skipped = Counter()
         self._files = None
-        holdout = ctx.side(HOLDOUT_KIND)
+        holdout, robots = ctx.side(HOLDOUT_KIND), ctx.side(ROBOTS_DIR)
         read = 0
         for it in self.items(shard):
             if it.index != read:  # the readers number the records they read from 0: one went missing
@@ -203,6 +204,8 @@ class IngestStage(Stage):
             read += 1
             if it.skipped:
                 self._skipped[it.skipped] += 1
+                if it.robots is not None:
+                    robots.write_line(robots_line(it.robots))
             else:
                 yield self.outcome(it, dups, holdout), it.bytes_in
 

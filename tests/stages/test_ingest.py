@@ -89,6 +89,29 @@ def test_web_documents_carry_provenance_and_their_html(tmp_path, shared_data):
         assert d.text == payload.decode("utf-8")
 
 
+def test_the_robots_txt_a_crawl_carries_is_kept_and_is_a_snapshot_a_selection_reads(tmp_path, shared_data):
+    """A crawl's robots.txt responses are not documents: counted as skipped ``robots_txt`` and kept in
+    ``robots/``, which ``exclude_robots`` reads as a robots.txt snapshot (docs/versions.md)."""
+    from corpus.select.selection import load_selection
+
+    pages = real_pages(shared_data, 2, part=2)
+    robots = [
+        ("https://shut.example.org/robots.txt", b"User-agent: GPTBot\nDisallow: /\n"),
+        ("https://open.example.org/robots.txt", b"User-agent: *\nDisallow: /private\n"),
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "c.warc.gz").write_bytes(warc_bytes(pages))
+    (tmp_path / "in" / "r.warc.gz").write_bytes(warc_bytes(robots, content_type="text/plain"))
+    run_stage("ingest", 1, [tmp_path / "in"], tmp_path / "out")
+    m = manifest(tmp_path / "out")
+    assert m["extra"]["skipped_records"] == {"robots_txt": 2} and m["totals"]["out"] == 2
+    (tmp_path / "sel.toml").write_text('exclude_robots = { dir = "out/robots", agents = ["GPTBot"] }\n')
+    sel = load_selection(tmp_path / "sel.toml")
+    assert sel.exclude_hosts == ("shut.example.org",)
+    assert sel.robots_optouts[0].rule == "User-agent: GPTBot / Disallow: /"
+    assert sel.robots_optouts[0].fetched == "2026-03-01"  # the fetch date, as ingest reads it
+
+
 def test_recrawls_collapse_across_files_and_the_holdout_is_carved_out(tmp_path):
     web = sorted((SAMPLE / "web").glob("*.warc.gz"))
     cfg = tmp_path / "c.toml"
