@@ -23,7 +23,7 @@ from corpus.formats.docshard import SUFFIX, iter_lines
 from corpus.model.digest import canonical_json
 from corpus.model.errors import UserError
 from corpus.select.hosts import ROOTS_ENV, normalize_host
-from corpus.text.warc import MAX_ROBOTS_BYTES, RobotsRecord
+from corpus.text.warc import MAX_ROBOTS_BYTES, RobotsRecord, iter_warc
 
 
 @dataclass(frozen=True)
@@ -102,20 +102,12 @@ def _ingested_robots(path: Path) -> list[tuple[str, str, str]]:
 
 
 def _warc_robots(path: Path) -> list[tuple[str, str, str]]:
-    """(host, WARC-Date, text) of every 200 response for ``/robots.txt`` in a WARC file."""
-    from warcio.archiveiterator import ArchiveIterator
-
+    """(host, fetch date, text) of every 200 response for ``/robots.txt`` in a WARC file, read as ingest
+    reads them (:func:`corpus.text.warc.iter_warc`)."""
     out = []
-    with open(path, "rb") as f:
-        for rec in ArchiveIterator(f):
-            if rec.rec_type != "response" or rec.http_headers is None:
-                continue
-            url = urlsplit(rec.rec_headers.get_header("WARC-Target-URI") or "")
-            host = normalize_host(url.hostname or "")
-            if url.path != "/robots.txt" or host is None or rec.http_headers.get_statuscode() != "200":
-                continue
-            body = rec.content_stream().read(MAX_ROBOTS_BYTES)
-            out.append((host, rec.rec_headers.get_header("WARC-Date") or "", body.decode("utf-8", "replace")))
+    for rec in iter_warc(path):
+        if isinstance(rec, RobotsRecord) and (host := normalize_host(urlsplit(rec.url).hostname or "")):
+            out.append((host, rec.date, rec.text))
     return out
 
 

@@ -75,7 +75,7 @@ def test_the_hosts_a_robots_txt_shuts_to_a_named_crawler_are_excluded_with_the_r
             "host": "a.example.org",
             "agent": "GPTBot",
             "rule": "User-agent: GPTBot / Disallow: /",
-            "fetched": "2026-06-01T00:00:00Z",
+            "fetched": "2026-06-01",
         },
         {"host": "c.example.net", "agent": "GPTBot", "rule": "User-agent: * / Disallow: /", "fetched": ""},
     ]
