@@ -207,7 +207,10 @@ def score(
 
 
 def unchecked(index: EvalIndex, plants: list[Plant]) -> int:
-    bad = {(index.items[i].benchmark, index.items[i].item_id) for i in np.flatnonzero(index.table.unchecked)}
+    table = index.table
+    checked = np.zeros(table.item_benchmark.shape[0], dtype=bool)
+    checked[table.passage_item] = True  # an item with a passage long enough to check
+    bad = {table.item(int(i)) for i in np.flatnonzero(~checked)}
     return sum((p.benchmark, p.item_id) in bad for p in plants)
 
 
@@ -223,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     pages = [text for _, text in crawl]
     t0 = time.perf_counter()
     registry = EvalRegistry.load(SHARED / "evals")
-    index = EvalIndex(registry)
+    index = EvalIndex.build(SHARED / "evals", args.work / "eval-table")
     print(
         f"crawl: {len(pages)} pages, {sum(len(p.split()) for p in pages):,} words; registry: "
-        f"{sum(len(b.items) for b in registry.benchmarks):,} items, {index.table.passage_len.shape[0]:,} "
+        f"{sum(len(b.items) for b in registry.benchmarks):,} items, {index.table.manifest['passages']:,} "
         f"passages ({time.perf_counter() - t0:.1f}s); rule: {index.describe()['rule']}, run >= {index.min_run}"
     )
     plants, planted = make_plants(registry, pages, args.per_benchmark, args.seed)

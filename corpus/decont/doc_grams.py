@@ -19,7 +19,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from corpus.decont.matcher import PassageTable, expand_ranges
+from corpus.decont.eval_table import expand_ranges
+from corpus.decont.matcher import PassageTable
 from corpus.decont.registry import Benchmark
 from corpus.decont.rule import (
     DEFAULT_MIN_ITEM_WORDS,

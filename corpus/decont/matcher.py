@@ -1,7 +1,8 @@
 """The eval-side index: every checked passage's 8-grams, and the rule applied to one document.
 
-The table holds one row per (8-gram hash, passage, position in the passage), sorted by hash. A
-document is scanned by looking its distinct 8-grams up in the table: the rows found are exactly the
+A table holds one row per (8-gram hash, passage, position in the passage), sorted by hash: in memory
+(:class:`PassageTable`, for a later benchmark's check), or written once and mapped by every rank behind
+a Bloom filter (:mod:`corpus.decont.eval_table`, the build's). A document is scanned by looking its distinct 8-grams up in the table: the rows found are exactly the
 (passage, position) pairs whose 8-gram the document holds, which :func:`corpus.decont.rule.contaminated`
 turns into the contaminated passages; an item is contaminated when one of its passages is, with the
 longest run of its passages. The check after the build (:mod:`corpus.decont.doc_grams`) builds the
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from corpus.decont.eval_table import RUN_ROWS, EvalTable, build_eval_table, expand_ranges
 from corpus.decont.ngrams import Grams, normalize_words, word_hashes
-from corpus.decont.registry import EvalItem, EvalRegistry
+from corpus.decont.registry import EvalItem
 from corpus.decont.rule import (
     DEFAULT_MIN_ITEM_WORDS,
     DEFAULT_MIN_RUN,
@@ -87,33 +90,38 @@ class PassageTable:
         return self.passage[rows], self.position[rows]
 
 
-def expand_ranges(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """Every index in the half-open ranges [left[i], right[i]), in order, as one int64 array."""
-    counts = (np.asarray(right) - np.asarray(left)).astype(np.int64)
-    keep = counts > 0
-    starts, counts = np.asarray(left, dtype=np.int64)[keep], counts[keep]
-    if counts.shape[0] == 0:
-        return np.empty(0, dtype=np.int64)
-    offsets = np.cumsum(counts) - counts
-    return np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()), dtype=np.int64)
-
-
 class EvalIndex:
-    def __init__(
-        self,
-        registry: EvalRegistry,
+    """The registry's table (:mod:`corpus.decont.eval_table`, mapped) and the rule's settings: what the
+    build's decontaminate stage asks about each document."""
+
+    def __init__(self, table: EvalTable, min_run: int = DEFAULT_MIN_RUN) -> None:
+        self.min_item_words = int(table.manifest["key"]["min_item_words"])
+        check_settings(min_run, self.min_item_words)
+        self.table = table
+        self.min_run = min_run
+        self.unchecked: Counter = table.unchecked()
+
+    @classmethod
+    def build(
+        cls,
+        registry_dir: Path,
+        table_dir: Path,
         min_run: int = DEFAULT_MIN_RUN,
         min_item_words: int = DEFAULT_MIN_ITEM_WORDS,
-    ) -> None:
+        run_rows: int = RUN_ROWS,
+    ) -> EvalIndex:
+        """The index of the registry in ``registry_dir``, its table written to ``table_dir`` unless there."""
         check_settings(min_run, min_item_words)
-        self.registry = registry
-        self.min_run = min_run
-        self.min_item_words = min_item_words
-        self.items: list[EvalItem] = [item for b in registry.benchmarks for item in b.items]
-        self.table = PassageTable.build(self.items, min_item_words)
-        self.unchecked: Counter = Counter(
-            self.items[i].benchmark for i in np.flatnonzero(self.table.unchecked)
-        )
+        build_eval_table(registry_dir, min_item_words, table_dir, run_rows)
+        return cls(EvalTable.open(table_dir), min_run)
+
+    @property
+    def registry_digest(self) -> str:
+        return self.table.manifest["key"]["eval_registry"]
+
+    def describe_registry(self) -> dict:
+        """Per benchmark: sha256, items, file, content builder, and unchecked items where there are any."""
+        return {name: dict(facts) for name, facts in self.table.manifest["benchmarks"]}
 
     def describe(self) -> dict:
         return {
@@ -121,8 +129,8 @@ class EvalIndex:
             "ngram": RULE_N,
             "min_run": self.min_run,
             "min_item_words": self.min_item_words,
-            "passages": int(self.table.passage_len.shape[0]),
-            "passage_grams": int(self.table.hashes.shape[0]),
+            "passages": int(self.table.manifest["passages"]),
+            "passage_grams": int(self.table.manifest["rows"]),
             "unchecked_items": dict(sorted(self.unchecked.items())),
         }
 
@@ -141,7 +149,7 @@ class EvalIndex:
         for p, r in zip(hit.tolist(), run.tolist(), strict=True):
             i = int(self.table.passage_item[p])
             best[i] = max(best.get(i, 0), r)
-        return [Match(self.items[i].benchmark, self.items[i].item_id, best[i]) for i in sorted(best)]
+        return [Match(*self.table.item(i), best[i]) for i in sorted(best)]
 
     def match_grams(self, grams: Grams) -> list[Match]:
         return self.match_set(doc_gram_set(grams))

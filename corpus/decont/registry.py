@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,14 +64,12 @@ def benchmark_name(path: Path) -> str:
     raise RegistryError(f"{path}: a benchmark file must end in {' or '.join(SUFFIXES)}")
 
 
-def load_benchmark(path: Path, name: str | None = None) -> Benchmark:
-    path = Path(path)
-    if not path.is_file():
-        raise RegistryError(f"benchmark file not found: {path}")
-    name = name or benchmark_name(path)
+def iter_benchmark(path: Path, name: str) -> Iterator[tuple[EvalItem, str | None]]:
+    """Each item of a benchmark file in file order; the first with the content kind its record's ``doc``
+    has (the benchmark's), the others with None. One line in memory at a time (a registry of 10^7 items
+    is read this way by :mod:`corpus.decont.eval_table`)."""
     opener = gzip.open if path.name.endswith(".gz") else open
-    items = []
-    kind = None
+    any_item = False
     with opener(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -81,14 +80,22 @@ def load_benchmark(path: Path, name: str | None = None) -> Benchmark:
                 raise RegistryError(f"{path}:{lineno}: not valid JSON ({e})") from e
             if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
                 raise RegistryError(f'{path}:{lineno}: an eval item needs a string field "text"')
-            if kind is None:
-                kind = content_kind(rec.get("doc"))
-            items.append(
-                EvalItem.of(name, str(rec.get("id", f"{name}-{lineno}")), rec["text"], rec.get("doc"))
-            )
-    if not items:
+            doc = rec.get("doc")
+            item = EvalItem.of(name, str(rec.get("id", f"{name}-{lineno}")), rec["text"], doc)
+            yield item, (None if any_item else content_kind(doc))
+            any_item = True
+    if not any_item:
         raise RegistryError(f"{path}: benchmark {name!r} has no items")
-    return Benchmark(name, path, file_sha256(path), tuple(items), kind or "text")
+
+
+def load_benchmark(path: Path, name: str | None = None) -> Benchmark:
+    path = Path(path)
+    if not path.is_file():
+        raise RegistryError(f"benchmark file not found: {path}")
+    name = name or benchmark_name(path)
+    pairs = list(iter_benchmark(path, name))
+    items = tuple(item for item, _ in pairs)
+    return Benchmark(name, path, file_sha256(path), items, pairs[0][1] or "text")
 
 
 def registry_files(directory: str | Path) -> list[Path]:
@@ -99,6 +106,11 @@ def registry_files(directory: str | Path) -> list[Path]:
     if not files:
         raise RegistryError(f"eval registry {d} holds no benchmark files (*.jsonl, *.jsonl.gz)")
     return files
+
+
+def check_unique_names(directory: str | Path, names: list[str]) -> None:
+    if len(set(names)) != len(names):
+        raise RegistryError(f"eval registry {directory}: two files give the same benchmark name")
 
 
 def registry_digest(directory: str | Path) -> str:
@@ -113,9 +125,7 @@ class EvalRegistry:
     @classmethod
     def load(cls, directory: str | Path) -> EvalRegistry:
         benchmarks = [load_benchmark(p) for p in registry_files(directory)]
-        names = [b.name for b in benchmarks]
-        if len(set(names)) != len(names):
-            raise RegistryError(f"eval registry {directory}: two files give the same benchmark name")
+        check_unique_names(directory, [b.name for b in benchmarks])
         return cls(tuple(sorted(benchmarks, key=lambda b: b.name)))
 
     @property

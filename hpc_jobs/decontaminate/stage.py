@@ -32,9 +32,10 @@ from corpus.decont.doc_grams import (
     doc_rows,
     read_rows,
 )
+from corpus.decont.eval_table import EvalTable, build_eval_table
 from corpus.decont.matcher import EvalIndex, best_per_benchmark
 from corpus.decont.ngrams import SCHEME, Grams, normalize_words, word_hashes
-from corpus.decont.registry import EvalRegistry, RegistryError, registry_digest
+from corpus.decont.registry import RegistryError, registry_digest
 from corpus.decont.report import FLAGGED, encode_items
 from corpus.decont.rule import DEFAULT_MIN_ITEM_WORDS, DEFAULT_MIN_RUN, RULE, doc_gram_set
 from corpus.formats.docshard import SUFFIX, iter_docs, read_sidecar
@@ -45,6 +46,7 @@ from corpus.model.digest import json_digest
 from corpus.model.facts import DecontaminationFacts, FileRef, PartitionedIndex
 from corpus.model.layout import link_file
 from corpus.text.tokenizer import resolve_asset
+from mpi_kernels.barrier import sleeping_barrier
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
 from runtime.runner import InputShard, Stage, StageContext, StageError, remove_stale_artifacts
 from runtime.side_output import SideOutput
@@ -55,6 +57,14 @@ _VERSION_5_LEFTOVERS = ("ngrams", "ngram_index", "work/grams-spill")
 #: an (8-gram, document) record on its way to the part of its prefix
 _DOC_GRAM_ROW = np.dtype([("part", "<u4"), ("gram", "<u8"), ("doc", "<u8")])
 _SEND_BATCH = 1 << 16
+#: the eval table's directory in the stage's work directory (corpus.decont.eval_table)
+EVAL_TABLE_DIR = "eval_table"
+
+
+def _table_rows(ctx: StageContext) -> int:
+    """Rows the table's writer sorts at a time: an eighth of the budget at 16 bytes a row (the sort's
+    temporaries take a few times that)."""
+    return max(1 << 16, ctx.memory_budget_bytes // 8 // 16)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,30 +112,38 @@ class Decontaminate(Stage):
                 f"[decontaminate] doc_gram_part_rows must be positive, got {config.doc_gram_part_rows}"
             )
 
-    def _load(self) -> EvalIndex:
+    def _load(self, ctx: StageContext) -> EvalIndex:
+        """The registry's table, written by rank 0 (once per registry: a rerun finds it) and mapped by all."""
         if self.index is None:
-            try:
-                registry = EvalRegistry.load(self.config.registry)
-                if registry.digest != self.config.eval_registry_hash:
-                    raise RegistryError(
-                        f"eval registry {self.config.registry} changed while the stage started"
-                    )
-                self.index = EvalIndex(registry, self.config.min_run, self.config.min_item_words)
-            except (RegistryError, ValueError) as e:
-                raise StageError(str(e)) from e
+            table_dir = ctx.work_dir / EVAL_TABLE_DIR
+            error = None
+            if ctx.rank == 0:
+                try:
+                    key = build_eval_table(
+                        self.config.registry, self.config.min_item_words, table_dir, _table_rows(ctx)
+                    )["key"]
+                    if key["eval_registry"] != self.config.eval_registry_hash:
+                        error = f"eval registry {self.config.registry} changed while the stage started"
+                except (RegistryError, ValueError) as e:
+                    error = str(e)
+            sleeping_barrier(ctx.comm)
+            error = ctx.comm.bcast(error, root=0)
+            if error is not None:
+                raise StageError(error)
+            self.index = EvalIndex(EvalTable.open(table_dir), self.config.min_run)
         return self.index
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
-        index = self._load()
+        index = self._load(ctx)
         if ctx.rank == 0:
             for leftover in _VERSION_5_LEFTOVERS:
                 shutil.rmtree(ctx.out_dir / leftover, ignore_errors=True)
         remove_stale_artifacts(ctx, inputs, FLAGGED, (SUFFIX, SUFFIX + ".json"))
         remove_stale_artifacts(ctx, inputs, DOC_GRAMS, (DOC_GRAMS_SUFFIX, DOC_GRAMS_SUFFIX + ".json"))
-        return json_digest({"eval_registry": index.registry.digest, "scheme": SCHEME, "rule": RULE})
+        return json_digest({"eval_registry": index.registry_digest, "scheme": SCHEME, "rule": RULE})
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
-        index = self._load()
+        index = self._load(ctx)
         flagged, rows = ctx.side(FLAGGED), ctx.side(DOC_GRAMS)
         for doc in iter_docs(shard.path):
             nbytes = len(doc.text.encode("utf-8"))
@@ -222,13 +240,13 @@ class Decontaminate(Stage):
         return PartitionedIndex("rows", facts["prefix_bits"], facts["rows"], tuple(parts), SCHEME, record)
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
-        index = self._load()
-        described = index.registry.describe()
-        for name, n in index.unchecked.items():
-            described[name]["unchecked_items"] = n
+        index = self._load(ctx)
         # matching: the rule and its settings (rule, ngram, min_run, min_item_words), what a check applies
         return DecontaminationFacts(
-            index.registry.digest, described, index.describe() | {"scheme": SCHEME}, self.index_listing()
+            index.registry_digest,
+            index.describe_registry(),
+            index.describe() | {"scheme": SCHEME},
+            self.index_listing(),
         ).to_extra()
 
 

@@ -13,6 +13,7 @@ import pytest
 from corpus.formats.docshard import iter_docs
 from tests.conftest import SAMPLE, run_corpus
 from tests.orchestration.conftest import AIRFLOW, dags_test, failure_lines
+from tests.orchestration.test_ingest_crawl import version_events
 
 pytestmark = pytest.mark.slow
 
@@ -126,7 +127,7 @@ def test_the_dag_is_scheduled_on_new_versions_and_reads_their_events_as_data():
 def test_a_version_build_version_announces_is_checked_by_the_run_its_event_triggers(
     curated_build, airflow_env, tmp_path
 ):
-    """build_version (a real `airflow dags test`) emits its event; the scheduler's own step makes the
+    """build_version (a real `airflow dags test`) makes the version the CLI makes and emits its event; the scheduler's own step makes the
     asset-triggered contamination_check run that consumes it; its tasks, run by `airflow tasks test` on that
     run, read the version from the event (no Param names it) and check it against the deployment's
     benchmarks."""
@@ -151,6 +152,20 @@ def test_a_version_build_version_announces_is_checked_by_the_run_its_event_trigg
     made = dags_test(env, conf, tmp_path / "version.log", dag="build_version")
     assert made.returncode == 0, failure_lines(made.stdout + made.stderr)
     version_id = json.loads((version / "manifest.json").read_text())["snapshot_id"]
+    cli = run_corpus(
+        "version",
+        str(curated_build),
+        "--select-inline",
+        conf["selection_toml"],
+        "--out",
+        str(tmp_path / "cli"),
+    )
+    assert version_id == cli.stdout.split()[-1], "the DAG's version is the one the CLI makes"
+    assert {
+        "snapshot_id": version_id,
+        "build": str(curated_build),
+        "version": str(version),
+    } in version_events(env)
 
     proc = subprocess.run(
         [sys.executable, "-c", ASSET_TRIGGERED_RUN], env=env, capture_output=True, text=True, timeout=300

@@ -1,5 +1,6 @@
-"""The build_version and refresh_optouts DAGs: a version made from the UI as a job, and an opt-out list
-that becomes a new version only when it changed (real `airflow dags test`, mpiexec backend)."""
+"""The build_version and refresh_optouts DAGs: a selection refused before any job, and an opt-out list
+that becomes a new version only when it changed (real `airflow dags test`, mpiexec backend). A version
+made by build_version equal to the CLI's: tests/orchestration/test_contamination_dag.py."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from corpus.model.errors import UserError
 from orchestration.deployment import Deployment
 from orchestration.operators import version_job
-from tests.conftest import ROOT, run_corpus
+from tests.conftest import ROOT
 from tests.loader.snapshot_factory import write_id_snapshot
 from tests.orchestration.conftest import dags_test, failure_lines
-from tests.orchestration.test_ingest_crawl import version_events
 from tests.orchestration.test_params import load_dag_module, trigger
 
 
@@ -28,39 +29,13 @@ def snapshot(tmp_path_factory) -> Path:
     return root
 
 
-def last_id(text: str) -> str:
-    return [ln for ln in text.splitlines() if ln.startswith("snapshot_id ")][-1].split()[1]
-
-
-def test_build_version_makes_the_version_the_cli_makes(airflow_env, snapshot, tmp_path):
-    selection = "min_scores = { quality = 0.2 }"
-    conf = {
-        "build": str(snapshot),
-        "selection_toml": selection,
-        "out": str(tmp_path / "v"),
-        "backend": "mpiexec",
-        "poll_interval": 1,
-    }
-    proc = dags_test(airflow_env, conf, tmp_path / "dag.log", dag="build_version")
-    assert proc.returncode == 0, failure_lines(proc.stdout + proc.stderr)
-    made = json.loads((tmp_path / "v" / "manifest.json").read_text())["snapshot_id"]
-    cli = run_corpus("version", str(snapshot), "--select-inline", selection, "--out", str(tmp_path / "cli"))
-    assert made == last_id(cli.stdout)
-    assert {"snapshot_id": made, "build": str(snapshot), "version": str(tmp_path / "v")} in version_events(
-        airflow_env
-    )
-
-
-def test_build_version_refuses_a_bad_selection_in_prepare(airflow_env, snapshot, tmp_path):
-    conf = {
-        "build": str(snapshot),
-        "selection_toml": "min_qualty = 0.2",
-        "out": str(tmp_path / "v"),
-        "backend": "mpiexec",
-    }
-    proc = dags_test(airflow_env, conf, tmp_path / "dag.log", dag="build_version")
-    assert proc.returncode != 0 and "unknown key(s) min_qualty" in proc.stdout + proc.stderr
-    assert not (tmp_path / "v").exists()
+def test_build_version_refuses_a_bad_selection_in_prepare(snapshot):
+    """What the prepare task runs (a real run failing there: tests/orchestration/test_params.py; a run
+    that makes a version: the asset-triggered test of tests/orchestration/test_contamination_dag.py)."""
+    module = load_dag_module("build_version")
+    conf = {"build": str(snapshot), "selection_toml": "min_qualty = 0.2", "backend": "mpiexec"}
+    with pytest.raises(UserError, match=r"unknown key\(s\) min_qualty"):
+        module.resolve_step(trigger(module.PARAMS, conf), "r", Deployment())
 
 
 def test_refresh_optouts_makes_a_version_only_when_the_list_changed(airflow_env, snapshot, tmp_path):

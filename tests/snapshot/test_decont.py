@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from corpus.decont.doc_grams import DocGramIndex, check_benchmark, doc_rows, key_hex, write_parts
-from corpus.decont.matcher import EvalIndex
+from corpus.decont.matcher import EvalIndex, PassageTable
 from corpus.decont.ngrams import normalize_words, text_grams
 from corpus.decont.registry import EvalRegistry, RegistryError, load_benchmark
 from corpus.decont.rule import text_gram_set
@@ -36,8 +37,38 @@ def plant(host: str, text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def index() -> EvalIndex:
-    return EvalIndex(EvalRegistry.load(EVALS))
+def registry() -> EvalRegistry:
+    return EvalRegistry.load(EVALS)
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory) -> EvalIndex:
+    return EvalIndex.build(EVALS, tmp_path_factory.mktemp("eval") / "table")
+
+
+def test_the_stored_table_holds_the_in_memory_tables_rows_whatever_its_run_size(
+    index, registry, hosts, tmp_path
+):
+    """Written in runs of 32,768 rows (dozens of runs, merged a hash range at a time) or of the default
+    size, the table holds the rows the in-memory table sorts at once, names the same items, and its
+    Bloom filter passes each of its hashes and rejects most of a clean page's; writing it again where it
+    is leaves it as it is."""
+    items = [i for b in registry.benchmarks for i in b.items]
+    memory = PassageTable.build(items)
+    small = EvalIndex.build(EVALS, tmp_path / "small", run_rows=1 << 15).table
+    for table in (index.table, small):
+        for column in ("hashes", "passage", "position", "passage_len", "passage_item"):
+            assert np.array_equal(getattr(table, column), getattr(memory, column)), column
+        assert [table.item(i) for i in range(len(items))] == [(i.benchmark, i.item_id) for i in items]
+        assert table.bloom.might_contain(memory.hashes).all()
+        assert table.unchecked() == Counter(items[i].benchmark for i in np.flatnonzero(memory.unchecked))
+    assert small.manifest == index.table.manifest
+    clean = np.unique(np.concatenate([text_grams(h, 8) for h in hosts]))
+    assert np.isin(clean, memory.hashes).sum() < 50, "stock phrases only"
+    assert small.bloom.might_contain(clean).mean() < 0.03
+    before = (tmp_path / "small" / "manifest.json").stat().st_mtime_ns
+    EvalIndex.build(EVALS, tmp_path / "small", run_rows=1 << 15)
+    assert (tmp_path / "small" / "manifest.json").stat().st_mtime_ns == before
 
 
 @pytest.fixture(scope="module")
@@ -160,13 +191,13 @@ def test_later_benchmark_is_checked_against_the_per_document_index(hosts, tmp_pa
     assert check_benchmark(humaneval, clean)["flagged_ids"] == []
 
 
-def test_the_build_and_the_check_after_it_agree_item_by_item(index, hosts, tmp_path):
+def test_the_build_and_the_check_after_it_agree_item_by_item(index, registry, hosts, tmp_path):
     """Items of every benchmark pasted into real documents, verbatim, without their template, quoted
     short of a run, one question reformatted: the scan the build runs per document and the check against
     the per-document index name the same (item, document) pairs; and the registry's own benchmarks give
     nothing on the clean documents."""
     rng = np.random.default_rng(16)
-    items = [i for b in index.registry.benchmarks for i in b.items]
+    items = [i for b in registry.benchmarks for i in b.items]
     docs = list(hosts)
     for k in range(len(docs)):
         it = items[int(rng.integers(len(items)))]
@@ -178,7 +209,7 @@ def test_the_build_and_the_check_after_it_agree_item_by_item(index, hosts, tmp_p
     in_build = {(m.benchmark, m.item_id, keys[k]) for k, d in enumerate(docs) for m in index.match(d)}
     after = {
         (b.name, item_id, m["doc"])
-        for b in index.registry.benchmarks
+        for b in registry.benchmarks
         for item_id, ms in check_benchmark(b, dg_index, index.min_run, index.min_item_words)[
             "matches"
         ].items()

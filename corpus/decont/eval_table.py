@@ -1,0 +1,363 @@
+"""The eval side of decontamination on disk: every checked passage's 8-grams, sorted, with a Bloom filter.
+
+At the registry sizes a lab checks against (10⁷ items, ~10⁹ passage 8-grams) the table is tens of GB:
+no rank can hold it, and none should build it in memory. So it is written once per registry in bounded
+memory (sorted runs of ``run_rows`` rows, merged a hash range at a time) and every rank maps it
+read-only: the page cache holds one copy per node, a rank's own memory is what one document needs. A
+document's distinct 8-grams go through the Bloom filter first (most are in no benchmark); only its
+"maybe"s are looked up in the sorted hashes, so a hit is confirmed exactly and the answer is the
+in-memory table's (:class:`corpus.decont.matcher.PassageTable`). Layout (raw little-endian columns,
+the manifest written last): docs/snapshot.md ("The eval table").
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from corpus.decont.ngrams import SCHEME
+from corpus.decont.registry import (
+    benchmark_name,
+    check_unique_names,
+    iter_benchmark,
+    registry_files,
+)
+from corpus.decont.rule import RULE_N, passage_grams
+from corpus.formats.bloom import HEADER, MAGIC, BloomFilter, BloomSpec
+from corpus.formats.dedup_files import fsync_files
+from corpus.model.digest import file_sha256, json_digest
+from corpus.model.layout import beside, fsync_dir, install_dir, manifest_path
+
+FORMAT = "corpus-eval-table/1"
+#: rows a writer sorts at a time (16 bytes each, a few times that while sorting): 64 MiB of rows
+RUN_ROWS = 1 << 22
+#: the Bloom filter's false-positive rate: a "maybe" costs one binary search of the mapped hashes
+BLOOM = BloomSpec.from_fp_rate(0.01)
+#: distinct hashes added to the Bloom filter at a time
+_BLOOM_BATCH = 1 << 20
+
+_ROW_FILES = {
+    "grams": ("grams.u8", "<u8"),
+    "passage": ("passage.u4", "<u4"),
+    "position": ("position.u4", "<u4"),
+}
+_OTHER_FILES = {
+    "passage_len": ("passage_len.u4", "<u4"),
+    "passage_item": ("passage_item.u4", "<u4"),
+    "item_benchmark": ("item_benchmark.u2", "<u2"),
+    "item_ids_off": ("item_ids.off", "<u8"),
+}
+_IDS = "item_ids.bin"
+_BLOOM_FILE = "grams.bloom"
+
+
+def table_key(registry_digest: str, min_item_words: int) -> dict[str, Any]:
+    """What a table answers for: the registry's content, the passages' minimum and the hashing."""
+    return {
+        "eval_registry": registry_digest,
+        "min_item_words": min_item_words,
+        "ngram": RULE_N,
+        "scheme": SCHEME,
+    }
+
+
+class _Columns:
+    """Append-only raw column files of one directory."""
+
+    def __init__(self, directory: Path, files: dict[str, tuple[str, str]]) -> None:
+        self.dtypes = {name: np.dtype(dt) for name, (_, dt) in files.items()}
+        self.handles: dict[str, BinaryIO] = {
+            name: open(directory / f, "wb") for name, (f, _) in files.items()
+        }
+
+    def write(self, name: str, values: Any) -> None:
+        self.handles[name].write(np.asarray(values, dtype=self.dtypes[name]).tobytes())
+
+    def close(self) -> None:
+        for h in self.handles.values():
+            h.close()
+
+
+def _map(path: Path, dtype: str, count: int) -> np.ndarray:
+    """A read-only map of ``count`` values of ``dtype`` (an empty array for none: mmap refuses size 0)."""
+    if count == 0:
+        return np.empty(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
+
+
+class _Runs:
+    """Rows in sorted runs of at most ``run_rows``: each run sorted by hash, stable, so a run's rows keep
+    the (passage, position) order they came in, and runs hold increasing passages."""
+
+    def __init__(self, directory: Path, run_rows: int) -> None:
+        self.directory, self.run_rows = directory, run_rows
+        self.pending: list[tuple[np.ndarray, int]] = []  # (grams, passage) per passage
+        self.pending_rows = 0
+        self.runs: list[int] = []  # rows per run
+
+    def add(self, grams: np.ndarray, passage: int) -> None:
+        self.pending.append((grams, passage))
+        self.pending_rows += grams.shape[0]
+        if self.pending_rows >= self.run_rows:
+            self.spill()
+
+    def spill(self) -> None:
+        if not self.pending:
+            return
+        grams = np.concatenate([g for g, _ in self.pending])
+        lengths = np.array([g.shape[0] for g, _ in self.pending], dtype=np.int64)
+        passage = np.repeat(np.array([p for _, p in self.pending], dtype=np.uint32), lengths)
+        position = np.arange(grams.shape[0], dtype=np.int64) - np.repeat(
+            np.cumsum(lengths) - lengths, lengths
+        )
+        order = np.argsort(grams, kind="stable")
+        k = len(self.runs)
+        for name, values in (("grams", grams), ("passage", passage), ("position", position)):
+            np.asarray(values[order], dtype=_ROW_FILES[name][1]).tofile(self.directory / f"run{k}.{name}")
+        self.runs.append(int(grams.shape[0]))
+        self.pending, self.pending_rows = [], 0
+
+    def merged(self) -> Iterator[dict[str, np.ndarray]]:
+        """The rows of every run in (hash, passage, position) order, a hash range at a time: each range
+        reads its slice of every run (found by binary search of the run's mapped hashes), in run order,
+        sorted stably by hash. Slices are read, not mapped, so what the merge holds is one range."""
+        self.spill()
+        total = sum(self.runs)
+        grams = [_map(self.directory / f"run{k}.grams", "<u8", rows) for k, rows in enumerate(self.runs)]
+        ranges = max(1, -(-total // self.run_rows))
+        bounds = [np.uint64((i << 64) // ranges) for i in range(1, ranges)]
+        starts = [0] * len(grams)
+        for i in range(ranges):
+            ends = [g.shape[0] for g in grams]
+            if i < len(bounds):
+                ends = [int(np.searchsorted(g, bounds[i], side="left")) for g in grams]
+            parts = {
+                n: [
+                    _read(self.directory / f"run{k}.{n}", dt, s, e)
+                    for k, (s, e) in enumerate(zip(starts, ends, strict=True))
+                ]
+                for n, (_, dt) in _ROW_FILES.items()
+            }
+            starts = ends
+            chunk = np.concatenate(parts["grams"])
+            order = np.argsort(chunk, kind="stable")
+            yield {n: np.concatenate(parts[n])[order] for n in _ROW_FILES}
+
+
+def _read(path: Path, dtype: str, start: int, stop: int) -> np.ndarray:
+    """Values ``start:stop`` of a raw column file, read into memory."""
+    size = np.dtype(dtype).itemsize
+    return np.fromfile(path, dtype=dtype, count=stop - start, offset=start * size)
+
+
+def build_eval_table(
+    registry_dir: Path, min_item_words: int, out: Path, run_rows: int = RUN_ROWS
+) -> dict[str, Any]:
+    """Write the table of the registry in ``registry_dir`` to ``out`` (left as it is when it already holds
+    this registry's table); its manifest. Memory: about ``run_rows`` rows and one item at a time."""
+    files = registry_files(registry_dir)
+    names = [benchmark_name(p) for p in files]
+    check_unique_names(registry_dir, names)
+    key = table_key(
+        json_digest([[n, file_sha256(p)] for n, p in zip(names, files, strict=True)]), min_item_words
+    )
+    existing = read_manifest(out)
+    if existing is not None and existing["key"] == key:
+        return existing
+    tmp = beside(out)
+    tmp.mkdir(parents=True)
+    try:
+        manifest = _write(tmp, key, sorted(zip(names, files, strict=True)), min_item_words, run_rows)
+        fsync_files(sorted(tmp.iterdir()))
+        fsync_dir(tmp)
+        install_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _write(
+    d: Path, key: dict, benchmarks: list[tuple[str, Path]], min_item_words: int, run_rows: int
+) -> dict:
+    cols = _Columns(d, _OTHER_FILES)
+    runs = _Runs(d, run_rows)
+    described: dict[str, dict[str, Any]] = {}
+    items = passages = id_bytes = 0
+    cols.write("item_ids_off", [0])
+    with open(d / _IDS, "wb") as ids:
+        for b, (name, path) in enumerate(benchmarks):
+            count, unchecked, kind = 0, 0, None
+            for item, item_kind in iter_benchmark(path, name):
+                kind = kind or item_kind
+                checked = False
+                for text in item.passages or (item.text,):
+                    grams = passage_grams(text, min_item_words)
+                    if grams is not None:
+                        runs.add(grams, passages)
+                        cols.write("passage_len", [grams.shape[0]])
+                        cols.write("passage_item", [items])
+                        passages, checked = passages + 1, True
+                unchecked += not checked
+                raw = item.item_id.encode("utf-8")
+                ids.write(raw)
+                id_bytes += len(raw)
+                cols.write("item_ids_off", [id_bytes])
+                cols.write("item_benchmark", [b])
+                items, count = items + 1, count + 1
+            described[name] = {
+                "sha256": file_sha256(path),
+                "items": count,
+                "file": path.name,
+                "content": kind,
+            }
+            if unchecked:
+                described[name]["unchecked_items"] = unchecked
+    cols.close()
+    rows, distinct = _write_rows(d, runs)
+    bloom = _write_bloom(d / _BLOOM_FILE, d / _ROW_FILES["grams"][0], rows, distinct)
+    manifest = {
+        "format": FORMAT,
+        "key": key,
+        "benchmarks": [[name, described[name]] for name, _ in benchmarks],
+        "items": items,
+        "passages": passages,
+        "rows": rows,
+        "distinct_grams": distinct,
+        "bloom": {**BLOOM.to_dict(), "bits": bloom.bits},
+        "files": {n: f for n, (f, _) in {**_ROW_FILES, **_OTHER_FILES}.items()}
+        | {"ids": _IDS, "bloom": _BLOOM_FILE},
+    }
+    manifest_path(d).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return manifest
+
+
+def _write_rows(d: Path, runs: _Runs) -> tuple[int, int]:
+    """The runs merged into the row columns; (rows, distinct hashes)."""
+    cols = _Columns(d, _ROW_FILES)
+    rows = distinct = 0
+    for chunk in runs.merged():  # hash ranges are disjoint: distinct counts add up
+        for n in _ROW_FILES:
+            cols.write(n, chunk[n])
+        rows += chunk["grams"].shape[0]
+        distinct += int(np.unique(chunk["grams"]).shape[0])
+    cols.close()
+    for k in range(len(runs.runs)):
+        for n in _ROW_FILES:
+            (d / f"run{k}.{n}").unlink()
+    return rows, distinct
+
+
+def expand_ranges(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Every index in the half-open ranges [left[i], right[i]), in order, as one int64 array."""
+    counts = (np.asarray(right) - np.asarray(left)).astype(np.int64)
+    keep = counts > 0
+    starts, counts = np.asarray(left, dtype=np.int64)[keep], counts[keep]
+    if counts.shape[0] == 0:
+        return np.empty(0, dtype=np.int64)
+    offsets = np.cumsum(counts) - counts
+    return np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+
+
+def _write_bloom(path: Path, grams_file: Path, rows: int, distinct: int) -> BloomFilter:
+    """The Bloom filter of the sorted hashes in ``grams_file``, read a batch at a time, its bits set in
+    place in a mapped file (at 10^7 items they are hundreds of MB), each distinct hash added once."""
+    bits = BLOOM.bits_for(distinct)
+    with open(path, "wb") as f:
+        f.write(np.array([(MAGIC, bits, BLOOM.hashes, distinct)], dtype=HEADER).tobytes())
+        f.truncate(HEADER.itemsize + bits // 8)
+    array = np.memmap(path, dtype=np.uint8, mode="r+", offset=HEADER.itemsize, shape=(bits // 8,))
+    bloom = BloomFilter(bits, BLOOM.hashes, array)
+    last = None
+    for at in range(0, rows, _BLOOM_BATCH):
+        chunk = np.unique(_read(grams_file, "<u8", at, min(rows, at + _BLOOM_BATCH)))
+        bloom.add(chunk[1:] if last is not None and chunk[0] == last else chunk)
+        last = chunk[-1]
+    if bloom.keys != distinct:
+        raise RuntimeError(f"the Bloom filter took {bloom.keys} hashes of {distinct} distinct")
+    array.flush()
+    return bloom
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    path = manifest_path(directory)
+    if not path.is_file():
+        return None
+    manifest = json.loads(path.read_text())
+    return manifest if manifest.get("format") == FORMAT else None
+
+
+@dataclass(frozen=True)
+class EvalTable:
+    """A written table, mapped read-only: what :class:`corpus.decont.matcher.EvalIndex` looks documents up in."""
+
+    manifest: dict[str, Any]
+    hashes: np.ndarray
+    passage: np.ndarray
+    position: np.ndarray
+    passage_len: np.ndarray
+    passage_item: np.ndarray
+    item_benchmark: np.ndarray
+    item_ids_off: np.ndarray
+    item_ids: np.ndarray
+    bloom: BloomFilter
+
+    @classmethod
+    def open(cls, directory: Path) -> EvalTable:
+        d = Path(directory)
+        m = read_manifest(d)
+        if m is None:
+            raise FileNotFoundError(f"no eval table in {d}")
+        counts = {
+            "grams": m["rows"],
+            "passage": m["rows"],
+            "position": m["rows"],
+            "passage_len": m["passages"],
+        }
+        counts |= {
+            "passage_item": m["passages"],
+            "item_benchmark": m["items"],
+            "item_ids_off": m["items"] + 1,
+        }
+        cols = {n: _map(d / f, dt, counts[n]) for n, (f, dt) in {**_ROW_FILES, **_OTHER_FILES}.items()}
+        ids_size = int(cols["item_ids_off"][-1])
+        ids = _map(d / _IDS, "u1", ids_size)
+        bits = int(m["bloom"]["bits"])
+        head = np.fromfile(d / _BLOOM_FILE, dtype=HEADER, count=1)[0]
+        array = np.memmap(
+            d / _BLOOM_FILE, dtype=np.uint8, mode="r", offset=HEADER.itemsize, shape=(bits // 8,)
+        )
+        bloom = BloomFilter(bits, int(head["hashes"]), array, int(head["keys"]))
+        return cls(
+            m, cols["grams"], cols["passage"], cols["position"], cols["passage_len"], cols["passage_item"],
+            cols["item_benchmark"], cols["item_ids_off"], ids, bloom,
+        )  # fmt: skip
+
+    @property
+    def benchmarks(self) -> list[str]:
+        return [name for name, _ in self.manifest["benchmarks"]]
+
+    def item(self, i: int) -> tuple[str, str]:
+        """(benchmark, item id) of item ``i``."""
+        raw = bytes(self.item_ids[int(self.item_ids_off[i]) : int(self.item_ids_off[i + 1])])
+        return self.benchmarks[int(self.item_benchmark[i])], raw.decode("utf-8")
+
+    def unchecked(self) -> Counter:
+        return Counter(
+            {n: f["unchecked_items"] for n, f in self.manifest["benchmarks"] if f.get("unchecked_items")}
+        )
+
+    def rows_in(self, doc_set: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(passage, position) of every passage 8-gram in ``doc_set`` (a document's sorted distinct
+        8-grams): the Bloom filter's "maybe"s, confirmed by binary search of the mapped hashes."""
+        maybe = doc_set[self.bloom.might_contain(doc_set)]
+        left = np.searchsorted(self.hashes, maybe, side="left")
+        right = np.searchsorted(self.hashes, maybe, side="right")
+        rows = expand_ranges(left, right)
+        return self.passage[rows].astype(np.int64), self.position[rows].astype(np.int64)
