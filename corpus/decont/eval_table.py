@@ -33,7 +33,7 @@ from corpus.decont.rule import RULE_N, passage_grams
 from corpus.formats.bloom import HEADER, MAGIC, BloomFilter, BloomSpec
 from corpus.formats.dedup_files import fsync_files
 from corpus.model.digest import file_sha256, json_digest
-from corpus.model.layout import beside, fsync_dir, install_dir, manifest_path
+from corpus.model.layout import beside, fsync_dir, install_dir, link_file, manifest_path
 
 FORMAT = "corpus-eval-table/1"
 #: rows a writer sorts at a time (16 bytes each, a few times that while sorting): 64 MiB of rows
@@ -158,24 +158,30 @@ def _read(path: Path, dtype: str, start: int, stop: int) -> np.ndarray:
 
 
 def build_eval_table(
-    registry_dir: Path, min_item_words: int, out: Path, run_rows: int = RUN_ROWS
+    registry_dir: Path, min_item_words: int, out: Path, run_rows: int = RUN_ROWS, reuse: Path | None = None
 ) -> dict[str, Any]:
     """Write the table of the registry in ``registry_dir`` to ``out`` (left as it is when it already holds
-    this registry's table); its manifest. Memory: about ``run_rows`` rows and one item at a time."""
+    this registry's table; hard-linked from ``reuse``, a base build's table, when that one is); its
+    manifest. Memory: about ``run_rows`` rows and one item at a time."""
     files = registry_files(registry_dir)
     names = [benchmark_name(p) for p in files]
     check_unique_names(registry_dir, names)
-    key = table_key(
-        json_digest([[n, file_sha256(p)] for n, p in zip(names, files, strict=True)]), min_item_words
-    )
+    digest = json_digest([[n, file_sha256(p)] for n, p in zip(names, files, strict=True)])
+    key = table_key(digest, min_item_words)
     existing = read_manifest(out)
     if existing is not None and existing["key"] == key:
         return existing
+    donor = read_manifest(reuse) if reuse is not None else None
     tmp = beside(out)
     tmp.mkdir(parents=True)
     try:
-        manifest = _write(tmp, key, sorted(zip(names, files, strict=True)), min_item_words, run_rows)
-        fsync_files(sorted(tmp.iterdir()))
+        if donor is not None and donor["key"] == key:  # its files are written once, never changed
+            for f in sorted(Path(reuse).iterdir()):
+                link_file(f, tmp / f.name)
+            manifest = donor
+        else:
+            manifest = _write(tmp, key, sorted(zip(names, files, strict=True)), min_item_words, run_rows)
+            fsync_files(sorted(tmp.iterdir()))
         fsync_dir(tmp)
         install_dir(tmp, out)
     finally:
@@ -246,7 +252,7 @@ def _write_rows(d: Path, runs: _Runs) -> tuple[int, int]:
         for n in _ROW_FILES:
             cols.write(n, chunk[n])
         rows += chunk["grams"].shape[0]
-        distinct += int(np.unique(chunk["grams"]).shape[0])
+        distinct += int(_distinct_sorted(chunk["grams"]).shape[0])
     cols.close()
     for k in range(len(runs.runs)):
         for n in _ROW_FILES:
@@ -265,6 +271,16 @@ def expand_ranges(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()), dtype=np.int64)
 
 
+def _distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a sorted array (np.unique without its sort or hash table)."""
+    if values.shape[0] == 0:
+        return values
+    keep = np.empty(values.shape[0], dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
+
+
 def _write_bloom(path: Path, grams_file: Path, rows: int, distinct: int) -> BloomFilter:
     """The Bloom filter of the sorted hashes in ``grams_file``, read a batch at a time, its bits set in
     place in a mapped file (at 10^7 items they are hundreds of MB), each distinct hash added once."""
@@ -276,7 +292,7 @@ def _write_bloom(path: Path, grams_file: Path, rows: int, distinct: int) -> Bloo
     bloom = BloomFilter(bits, BLOOM.hashes, array)
     last = None
     for at in range(0, rows, _BLOOM_BATCH):
-        chunk = np.unique(_read(grams_file, "<u8", at, min(rows, at + _BLOOM_BATCH)))
+        chunk = _distinct_sorted(_read(grams_file, "<u8", at, min(rows, at + _BLOOM_BATCH)))
         bloom.add(chunk[1:] if last is not None and chunk[0] == last else chunk)
         last = chunk[-1]
     if bloom.keys != distinct:

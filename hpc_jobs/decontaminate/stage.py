@@ -44,7 +44,7 @@ from corpus.model import Kept, Outcome
 from corpus.model.annotations import CONTAMINATED_ITEM, CONTAMINATED_ITEMS, CONTAMINATED_RUN
 from corpus.model.digest import json_digest
 from corpus.model.facts import DecontaminationFacts, FileRef, PartitionedIndex
-from corpus.model.layout import link_file
+from corpus.model.layout import STAGES_DIR, WORK, base_build_of, build_dir_of_stage, link_file
 from corpus.text.tokenizer import resolve_asset
 from mpi_kernels.barrier import sleeping_barrier
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
@@ -59,6 +59,14 @@ _DOC_GRAM_ROW = np.dtype([("part", "<u4"), ("gram", "<u8"), ("doc", "<u8")])
 _SEND_BATCH = 1 << 16
 #: the eval table's directory in the stage's work directory (corpus.decont.eval_table)
 EVAL_TABLE_DIR = "eval_table"
+
+
+def _base_table(ctx: StageContext) -> Path | None:
+    """The eval table of the build this one was made against (a new crawl's build against the last):
+    with the same registry it is linked, not written again."""
+    build = build_dir_of_stage(ctx.out_dir)
+    base = base_build_of(build) if build is not None else None
+    return base[0] / STAGES_DIR / Decontaminate.name / WORK / EVAL_TABLE_DIR if base is not None else None
 
 
 def _table_rows(ctx: StageContext) -> int:
@@ -120,7 +128,11 @@ class Decontaminate(Stage):
             if ctx.rank == 0:
                 try:
                     key = build_eval_table(
-                        self.config.registry, self.config.min_item_words, table_dir, _table_rows(ctx)
+                        self.config.registry,
+                        self.config.min_item_words,
+                        table_dir,
+                        _table_rows(ctx),
+                        reuse=_base_table(ctx),
                     )["key"]
                     if key["eval_registry"] != self.config.eval_registry_hash:
                         error = f"eval registry {self.config.registry} changed while the stage started"

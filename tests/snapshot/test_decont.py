@@ -71,6 +71,20 @@ def test_the_stored_table_holds_the_in_memory_tables_rows_whatever_its_run_size(
     assert (tmp_path / "small" / "manifest.json").stat().st_mtime_ns == before
 
 
+def test_a_base_builds_table_of_the_same_registry_is_linked_not_written(tmp_path):
+    """A build against a base finds the base's table: the same key, so its files are hard-linked (written
+    once, never changed); a table of other settings is not reused."""
+    from corpus.decont.eval_table import build_eval_table
+
+    base = build_eval_table(EVALS, 8, tmp_path / "base")
+    linked = build_eval_table(EVALS, 8, tmp_path / "delta", reuse=tmp_path / "base")
+    assert linked == base
+    assert all((tmp_path / "delta" / f.name).samefile(f) for f in (tmp_path / "base").iterdir())
+    other = build_eval_table(EVALS, 9, tmp_path / "strict", reuse=tmp_path / "base")
+    assert other["key"]["min_item_words"] == 9 and other["rows"] < base["rows"]
+    assert not (tmp_path / "strict" / "grams.u8").samefile(tmp_path / "base" / "grams.u8")
+
+
 @pytest.fixture(scope="module")
 def hosts() -> list[str]:
     return [d.text for d in perl_docs(n=40, max_chars=6000)]
