@@ -234,10 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"items": n, "build": b, "scan": s, "in_memory": m}), flush=True)
     print()
     print(
-        "| items | rows | distinct | disk MB | Bloom MB | build s (CPU) | build peak MB | scan pages/s | "
-        "scan peak MB | anon MB | file-backed MB | Bloom pass | planted found | in-memory: load s | pages/s | peak MB |"
+        "| items | rows | distinct | disk MB | Bloom MB | build s (CPU s) | build: anon peak MB (VmHWM) | "
+        "scan pages/s | scan: anon peak MB | scan: file-backed MB | Bloom pass | planted found | "
+        "in memory: build s | pages/s | anon peak MB (VmHWM) |"
     )
-    print("|" + "---|" * 16)
+    print("|" + "---|" * 15)
     for n, b, s, m in rows:
         base = "- | - | -"
         if m:
