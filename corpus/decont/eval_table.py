@@ -30,7 +30,7 @@ from corpus.decont.registry import (
     registry_files,
 )
 from corpus.decont.rule import RULE_N, passage_grams
-from corpus.formats.bloom import HEADER, MAGIC, BloomFilter, BloomSpec
+from corpus.formats.bloom import BloomFilter, BloomSpec
 from corpus.formats.dedup_files import fsync_files
 from corpus.model.digest import file_sha256, json_digest
 from corpus.model.layout import beside, fsync_dir, install_dir, link_file, manifest_path
@@ -293,9 +293,7 @@ def _write_bloom(path: Path, grams_file: Path, rows: int, distinct: int) -> Bloo
         last = chunk[-1]
     if bloom.keys != distinct:
         raise RuntimeError(f"the Bloom filter took {bloom.keys} hashes of {distinct} distinct")
-    with open(path, "wb") as f:
-        f.write(np.array([(MAGIC, bloom.bits, bloom.hashes, bloom.keys)], dtype=HEADER).tobytes())
-        bloom.array.tofile(f)
+    bloom.write(path)
     return bloom
 
 
@@ -342,12 +340,7 @@ class EvalTable:
         cols = {n: _map(d / f, dt, counts[n]) for n, (f, dt) in {**_ROW_FILES, **_OTHER_FILES}.items()}
         ids_size = int(cols["item_ids_off"][-1])
         ids = _map(d / _IDS, "u1", ids_size)
-        bits = int(m["bloom"]["bits"])
-        head = np.fromfile(d / _BLOOM_FILE, dtype=HEADER, count=1)[0]
-        array = np.memmap(
-            d / _BLOOM_FILE, dtype=np.uint8, mode="r", offset=HEADER.itemsize, shape=(bits // 8,)
-        )
-        bloom = BloomFilter(bits, int(head["hashes"]), array, int(head["keys"]))
+        bloom = BloomFilter.map(d / _BLOOM_FILE)
         return cls(
             m, cols["grams"], cols["passage"], cols["position"], cols["passage_len"], cols["passage_item"],
             cols["item_benchmark"], cols["item_ids_off"], ids, bloom,
