@@ -21,7 +21,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 from corpus.select.selection import parse_inline
 from orchestration.assets import VERSIONS, emit_version
 from orchestration.deployment import Deployment, check_run_conf, hosts_roots_env, path_schema
-from orchestration.jobparams import job_params, resolve_job_params
+from orchestration.jobparams import job_params, param, resolve_job_params
 from orchestration.operators import VersionJobOperator
 from orchestration.rundir import run_dir_name
 from orchestration.submit import backend_for
@@ -31,30 +31,30 @@ RETRY_DELAY = timedelta(seconds=float(os.environ.get("CORPUS_RETRY_DELAY_S", "30
 
 
 def _param(_: str, default: Any, **schema: Any) -> Param:
-    return Param(default, **schema)
+    return param(default, **schema)
 
 
 PARAMS = {
-    "build": Param(
+    "build": param(
         "",
         **path_schema(),
         title="Build",
         description="the build (or a version of it) on the cluster's filesystem, absolute",
     ),
-    "selection": Param(
+    "selection": param(
         None,
         **path_schema(nullable=True),
         title="Selection file (TOML)",
         description="absolute, on the cluster's filesystem; or give selection_toml",
     ),
-    "selection_toml": Param(
+    "selection_toml": param(
         "",
         type="string",
         maxLength=200_000,
         title="Selection (TOML text)",
         description="e.g. min_scores = { quality = 0.2 }; or give a selection file",
     ),
-    "out": Param(
+    "out": param(
         None,
         **path_schema(nullable=True),
         title="Version directory",

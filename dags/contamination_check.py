@@ -17,18 +17,19 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from orchestration.assets import VERSIONS, announced_versions
 from orchestration.deployment import Deployment, check_run_conf, path_schema
+from orchestration.jobparams import param
 from orchestration.submit import BACKENDS, backend_for
 
 DEPLOYMENT = Deployment.from_env()
 #: the benchmarks a run triggered by a new version checks (the Param's default): deployment configuration
 BENCHMARKS = json.loads(os.environ.get("CORPUS_CONTAMINATION_BENCHMARKS") or "[]")
 PARAMS = {
-    "snapshot": Param(
+    "snapshot": param(
         "",
         type="string",
         pattern=r"^(|sha256:[0-9a-f]+|[0-9a-f]+|/[^\n\r\x00]*)$(?!\n)",
@@ -37,13 +38,13 @@ PARAMS = {
         "version directory; empty: the versions the triggering corpus://versions "
         "events name",
     ),
-    "snapshots_root": Param(
+    "snapshots_root": param(
         None,
         **path_schema(nullable=True),
         title="Where snapshots live",
         description="for a snapshot id; empty: $CORPUS_SNAPSHOTS on the cluster",
     ),
-    "benchmarks": Param(
+    "benchmarks": param(
         BENCHMARKS,
         type="array",
         items=path_schema(),
@@ -51,7 +52,7 @@ PARAMS = {
         description='benchmark JSONL files ({"id", "text"} per line) on the cluster (absolute); '
         "default: the deployment's CORPUS_CONTAMINATION_BENCHMARKS",
     ),
-    "min_run": Param(
+    "min_run": param(
         0,
         type="integer",
         minimum=0,
@@ -59,8 +60,8 @@ PARAMS = {
         description="consecutive word 8-grams of a passage, in one document, that make an item "
         "contaminated; 0: the snapshot's own setting (the build's min_run, default 15)",
     ),
-    "max_rate": Param(0.0, type="number", minimum=0, maximum=1, title="Largest tolerated flagged rate"),
-    "backend": Param(os.environ.get("CORPUS_BACKEND", "local"), type="string", enum=list(BACKENDS)),
+    "max_rate": param(0.0, type="number", minimum=0, maximum=1, title="Largest tolerated flagged rate"),
+    "backend": param(os.environ.get("CORPUS_BACKEND", "local"), type="string", enum=list(BACKENDS)),
 }
 
 

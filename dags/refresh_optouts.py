@@ -21,7 +21,7 @@ import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from orchestration.deployment import Deployment, check_run_conf, hosts_roots_env, path_schema
-from orchestration.jobparams import job_params, resolve_job_params
+from orchestration.jobparams import job_params, param, resolve_job_params
 from orchestration.operators import VersionJobOperator
 from orchestration.submit import SubmitError, backend_for
 
@@ -33,7 +33,7 @@ DEFAULTS: dict[str, Any] = json.loads(os.environ.get("CORPUS_OPTOUT_DEFAULTS") o
 
 
 def _param(name: str, default: Any, **schema: Any) -> Param:
-    return Param(DEFAULTS.get(name, default), **schema)
+    return param(DEFAULTS.get(name, default), **schema)
 
 
 PARAMS = {

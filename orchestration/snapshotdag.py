@@ -23,7 +23,7 @@ from corpus.model.stages import PIPELINE
 from orchestration.buildsteps import NothingLeft, verify_stage
 from orchestration.config_schema import override_schema
 from orchestration.deployment import Deployment, check_run_conf, path_schema
-from orchestration.jobparams import job_params, resolve_job_params
+from orchestration.jobparams import job_params, param, resolve_job_params
 from orchestration.operators import SnapshotOperator, StageJobOperator, buildstep
 from orchestration.rundir import run_dir_name
 from orchestration.submit import PROJECT_ROOT, SubmitError, backend_for
@@ -52,7 +52,7 @@ def build_dag_args(params: dict[str, Param]) -> dict[str, Any]:
 def build_param(name: str, default: Any, **schema: Any) -> Param:
     """A build Param: its default is the deployment's where it gives one (``CORPUS_DAG_DEFAULTS``, e.g.
     '{"backend": "ssh", "ranks": 16}')."""
-    return Param(json.loads(os.environ.get("CORPUS_DAG_DEFAULTS") or "{}").get(name, default), **schema)
+    return param(json.loads(os.environ.get("CORPUS_DAG_DEFAULTS") or "{}").get(name, default), **schema)
 
 
 def build_params(deployment: Deployment, sources: dict[str, Param]) -> dict[str, Param]:

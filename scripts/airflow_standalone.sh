@@ -9,6 +9,7 @@
 #   CORPUS_AIRFLOW_DB    PostgreSQL database name (default corpus_airflow); created if missing
 #   CORPUS_AIRFLOW_PASSWORD  the admin's password (default: generated once, kept in AIRFLOW_HOME)
 #   CORPUS_PG_PORT       PostgreSQL port (default 55432, as services_up.sh starts it)
+#   AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION  default False: every DAG is live once parsed
 # The ssh backend's Connection `slurm_login` points at sshd on 127.0.0.1 with services_up.sh's key.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,7 +43,7 @@ PASSWORD="$("$VENV_BIN/python" -c 'import json,sys; print(json.load(open(sys.arg
 
 export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
-export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT="$PORT"

@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import ParamValidationError
 
 from orchestration import buildsteps
 from orchestration.deployment import Deployment, DeploymentError, check_run_conf
+from orchestration.jobparams import PARAM_DIALECT
 from tests.conftest import ROOT
 from tests.orchestration.conftest import AIRFLOW
 
@@ -224,3 +225,13 @@ def test_every_end_anchor_of_every_param_pattern_refuses_a_final_newline(dag):
     found = [p for param in module.PARAMS.values() for p in patterns(param.schema)]
     assert found
     assert [p for p in found if re.search(r"\$(?!\(\?!\\n\))", p)] == []
+
+
+@pytest.mark.parametrize("dag", [*sorted(ACCEPTED), "contamination_check"])
+def test_every_param_schema_is_draft_07_which_airflow_checks_in_a_tenth_of_the_time(dag):
+    """Airflow checks a Param's schema against its dialect's metaschema at every resolve: under its
+    default, 2020-12, the config Param alone made a parse of the DAG files ~16 s of CPU."""
+    module = load_dag_module(dag)
+    assert {name: p.schema.get("$schema") for name, p in module.PARAMS.items()} == dict.fromkeys(
+        module.PARAMS, PARAM_DIALECT
+    )
