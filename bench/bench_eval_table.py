@@ -10,7 +10,12 @@ for a scanning rank, its anonymous memory (the rank's own) and file-backed memor
 pages, which the page cache holds once per node and may drop) from /proc/self/smaps_rollup. The scan:
 real crawl pages with three items of the registry (first, middle, last) planted, checked found.
 
-    python bench/bench_eval_table.py [--sizes 100000 1000000 [10000000]] [--work DIR]
+``--filter-rows`` measures instead the Bloom filter's write alone at a number of distinct hashes (ascending
+random ones, as the table's hash column holds them; 485,380,566 is the 10^7-item table's count): the
+blocked filter the table writes, a batch at a time, against the unblocked one whose bits were filled in
+memory before; each in a process of its own, its wall and CPU seconds and anonymous memory.
+
+    python bench/bench_eval_table.py [--sizes 100000 1000000 [10000000]] [--filter-rows N ...] [--work DIR]
 """
 
 from __future__ import annotations
@@ -134,7 +139,7 @@ def child_build(registry_dir: Path, table_dir: Path) -> dict:
     return (
         {"wall_s": wall, "cpu_s": cpu_s, "disk_mb": disk / 1e6, **memory(), **peak.done()}
         | facts
-        | {"bloom_mb": m["bloom"]["bits"] / 8e6}
+        | {"bloom_mb": m["bloom"]["blocks"] * 64 / 1e6}
     )
 
 
@@ -189,6 +194,61 @@ def child_memory(registry_dir: Path, registry: Path, n: int, pages_file: Path) -
     )
 
 
+def child_hashes(path: Path, n: int) -> dict:
+    """``n`` ascending distinct uint64 hashes in a raw file, made from random gaps (mean 0.95 * 2^64 / n)
+    a batch at a time, so no sort and no array of all of them."""
+    import numpy as np
+
+    rng = np.random.default_rng(n)
+    top = (1 << 64) * 19 // (10 * n)
+    last = np.uint64(0)
+    with open(path, "wb") as f:
+        for at in range(0, n, 1 << 24):
+            h = np.cumsum(rng.integers(1, top, size=min(1 << 24, n - at), dtype=np.uint64), dtype=np.uint64)
+            h += last
+            h.tofile(f)
+            last = h[-1]
+    return {"hashes": n}
+
+
+def child_filter(path: Path, n: int, kind: str) -> dict:
+    """The filter of the ``n`` hashes in ``path``: ``blocked`` as the table writes it, ``unblocked``
+    filled in memory as it was before (not written)."""
+    import numpy as np
+
+    from corpus.decont.eval_table import write_bloom
+    from corpus.formats.bloom import BloomFilter, BloomSpec
+
+    peak = AnonPeak()
+    t0, c0 = time.perf_counter(), cpu()
+    if kind == "blocked":
+        blocks = write_bloom(path.with_suffix(".bbloom"), path, n, n)
+        size = blocks * 64
+    else:
+        bloom = BloomFilter.for_keys(n, BloomSpec.from_fp_rate(0.01))
+        for at in range(0, n, 1 << 20):
+            bloom.add(np.fromfile(path, dtype="<u8", count=min(1 << 20, n - at), offset=at * 8))
+        size = bloom.bits // 8
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": cpu() - c0, "filter_mb": size / 1e6} | peak.done()
+
+
+def filter_rows(work: Path, sizes: list[int]) -> None:
+    print("| distinct hashes | filter | size MB | write s (CPU s) | anon peak MB |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        hashes = work / f"hashes-{n}.u8"
+        run_child("hashes", str(hashes), str(n))
+        for kind in ("blocked", "unblocked"):
+            r = run_child("filter", str(hashes), str(n), kind)
+            print(
+                f"| {n:,} | {kind} | {r['filter_mb']:,.1f} | {r['wall_s']:.0f} ({r['cpu_s']:.0f}) | "
+                f"{r['anon_peak_mb']:,} |",
+                flush=True,
+            )
+        hashes.unlink()
+        hashes.with_suffix(".bbloom").unlink()
+
+
 def run_child(*args: str) -> dict:
     out = subprocess.run(
         [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=True
@@ -200,16 +260,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--work", type=Path, default=Path("/tmp/eval-table-bench"))
+    ap.add_argument("--filter-rows", type=int, nargs="+", default=[])
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         kind, *rest = args.child
-        fn = {"build": child_build, "scan": child_scan, "memory": child_memory}[kind]
-        typed = [int(a) if a.isdigit() else Path(a) for a in rest]
+        fn = {
+            "build": child_build,
+            "scan": child_scan,
+            "memory": child_memory,
+            "hashes": child_hashes,
+            "filter": child_filter,
+        }[kind]
+        typed = [int(a) if a.isdigit() else a if a in ("blocked", "unblocked") else Path(a) for a in rest]
         print(json.dumps(fn(*typed)))
         return 0
 
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.filter_rows:
+        filter_rows(args.work, args.filter_rows)
+        return 0
     pages_file = args.work / "pages.json"
     if not pages_file.exists():
         pages = extracted_pages(

@@ -30,18 +30,18 @@ from corpus.decont.registry import (
     registry_files,
 )
 from corpus.decont.rule import RULE_N, passage_grams
-from corpus.formats.bloom import BloomFilter, BloomSpec
+from corpus.formats.blocked_bloom import BlockedBloom, BlockedBloomWriter, BlockedSpec
 from corpus.formats.dedup_files import fsync_files
 from corpus.model.digest import file_sha256, json_digest
 from corpus.model.layout import beside, fsync_dir, install_dir, link_file, manifest_path
 
-FORMAT = "corpus-eval-table/1"
+FORMAT = "corpus-eval-table/2"
 #: rows a writer sorts at a time (16 bytes each, a few times that while sorting): 64 MiB of rows
 RUN_ROWS = 1 << 22
 #: the Bloom filter's false-positive rate: a "maybe" costs one binary search of the mapped hashes
-BLOOM = BloomSpec.from_fp_rate(0.01)
-#: distinct hashes added to the Bloom filter at a time
-_BLOOM_BATCH = 1 << 20
+BLOOM = BlockedSpec.from_fp_rate(0.01)
+#: hashes read into the Bloom filter at a time (~40 MB of temporaries)
+_BLOOM_BATCH = 1 << 18
 
 _ROW_FILES = {
     "grams": ("grams.u8", "<u8"),
@@ -227,7 +227,7 @@ def _write(
                 described[name]["unchecked_items"] = unchecked
     cols.close()
     rows, distinct = _write_rows(d, runs)
-    bloom = _write_bloom(d / _BLOOM_FILE, d / _ROW_FILES["grams"][0], rows, distinct)
+    blocks = write_bloom(d / _BLOOM_FILE, d / _ROW_FILES["grams"][0], rows, distinct)
     manifest = {
         "format": FORMAT,
         "key": key,
@@ -236,7 +236,7 @@ def _write(
         "passages": passages,
         "rows": rows,
         "distinct_grams": distinct,
-        "bloom": {**BLOOM.to_dict(), "bits": bloom.bits},
+        "bloom": {**BLOOM.to_dict(), "blocks": blocks},
         "files": {n: f for n, (f, _) in {**_ROW_FILES, **_OTHER_FILES}.items()}
         | {"ids": _IDS, "bloom": _BLOOM_FILE},
     }
@@ -281,20 +281,19 @@ def _distinct_sorted(values: np.ndarray) -> np.ndarray:
     return values[keep]
 
 
-def _write_bloom(path: Path, grams_file: Path, rows: int, distinct: int) -> BloomFilter:
-    """The Bloom filter of the sorted hashes in ``grams_file``, read a batch at a time, each distinct hash
-    added once. Its bits are filled in memory (1.2 bytes per distinct hash), then written: filling them
-    in a mapped file instead wrote each page back many times (98 GB written for a 578 MB filter)."""
-    bloom = BloomFilter.for_keys(distinct, BLOOM)
-    last = None
-    for at in range(0, rows, _BLOOM_BATCH):
-        chunk = _distinct_sorted(_read(grams_file, "<u8", at, min(rows, at + _BLOOM_BATCH)))
-        bloom.add(chunk[1:] if last is not None and chunk[0] == last else chunk)
-        last = chunk[-1]
-    if bloom.keys != distinct:
-        raise RuntimeError(f"the Bloom filter took {bloom.keys} hashes of {distinct} distinct")
-    bloom.write(path)
-    return bloom
+def write_bloom(path: Path, grams_file: Path, rows: int, distinct: int) -> int:
+    """Writes the blocked Bloom filter of the sorted hashes in ``grams_file`` (each distinct hash once),
+    read and written a batch at a time: the writer holds one batch, not the filter (an unblocked one
+    held its 578 MB of bits at 10^7 items; filling it in a mapped file wrote 98 GB back). Its blocks."""
+    with open(path, "wb") as f:
+        writer = BlockedBloomWriter(f, distinct, BLOOM)
+        last = None
+        for at in range(0, rows, _BLOOM_BATCH):
+            chunk = _distinct_sorted(_read(grams_file, "<u8", at, min(rows, at + _BLOOM_BATCH)))
+            writer.add_sorted(chunk[1:] if last is not None and chunk[0] == last else chunk)
+            last = chunk[-1]
+        writer.finish()
+    return writer.blocks
 
 
 def read_manifest(directory: Path) -> dict[str, Any] | None:
@@ -318,7 +317,7 @@ class EvalTable:
     item_benchmark: np.ndarray
     item_ids_off: np.ndarray
     item_ids: np.ndarray
-    bloom: BloomFilter
+    bloom: BlockedBloom
 
     @classmethod
     def open(cls, directory: Path) -> EvalTable:
@@ -340,7 +339,7 @@ class EvalTable:
         cols = {n: _map(d / f, dt, counts[n]) for n, (f, dt) in {**_ROW_FILES, **_OTHER_FILES}.items()}
         ids_size = int(cols["item_ids_off"][-1])
         ids = _map(d / _IDS, "u1", ids_size)
-        bloom = BloomFilter.map(d / _BLOOM_FILE)
+        bloom = BlockedBloom.map(d / _BLOOM_FILE)
         return cls(
             m, cols["grams"], cols["passage"], cols["position"], cols["passage_len"], cols["passage_item"],
             cols["item_benchmark"], cols["item_ids_off"], ids, bloom,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -119,42 +118,19 @@ class BloomFilter:
             out[at : at + CHUNK] = bit.all(axis=0)
         return out
 
-    def _header(self) -> bytes:
-        return np.array([(MAGIC, self.bits, self.hashes, self.keys)], dtype=HEADER).tobytes()
-
     def to_bytes(self) -> bytes:
-        return self._header() + self.array.tobytes()
-
-    def write(self, path: Path) -> None:
-        """The file :meth:`to_bytes` gives, written without a copy of the bits (hundreds of MB at 10^8 keys)."""
-        with open(path, "wb") as f:
-            f.write(self._header())
-            self.array.tofile(f)
-
-    @staticmethod
-    def _check(head: np.void, size: int) -> tuple[int, int, int]:
-        if head["magic"] != MAGIC:
-            raise ValueError("not a Bloom filter file (magic)")
-        bits, hashes, keys = int(head["bits"]), int(head["hashes"]), int(head["keys"])
-        if size != HEADER.itemsize + bits // 8:
-            raise ValueError(f"a Bloom filter of {bits} bits has {size - HEADER.itemsize} bytes of bits")
-        return bits, hashes, keys
+        header = np.array([(MAGIC, self.bits, self.hashes, self.keys)], dtype=HEADER)
+        return header.tobytes() + self.array.tobytes()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> BloomFilter:
         if len(data) < HEADER.itemsize:
             raise ValueError("a Bloom filter file is shorter than its header")
-        bits, hashes, keys = cls._check(np.frombuffer(data, dtype=HEADER, count=1)[0], len(data))
+        head = np.frombuffer(data, dtype=HEADER, count=1)[0]
+        if head["magic"] != MAGIC:
+            raise ValueError("not a Bloom filter file (magic)")
+        bits, hashes, keys = int(head["bits"]), int(head["hashes"]), int(head["keys"])
+        if len(data) != HEADER.itemsize + bits // 8:
+            raise ValueError(f"a Bloom filter of {bits} bits has {len(data) - HEADER.itemsize} bytes of bits")
         array = np.frombuffer(data, dtype=np.uint8, offset=HEADER.itemsize).copy()
-        return cls(bits, hashes, array, keys)
-
-    @classmethod
-    def map(cls, path: Path) -> BloomFilter:
-        """A filter file mapped read-only: its bits are the page cache's (one copy for every process of
-        a node that maps it), read as queries touch them."""
-        size = Path(path).stat().st_size
-        if size < HEADER.itemsize:
-            raise ValueError(f"{path}: a Bloom filter file is shorter than its header")
-        bits, hashes, keys = cls._check(np.fromfile(path, dtype=HEADER, count=1)[0], size)
-        array = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER.itemsize, shape=(bits // 8,))
         return cls(bits, hashes, array, keys)
