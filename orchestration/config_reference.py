@@ -1,12 +1,14 @@
 """Every key of every table of a build config, from the config dataclasses themselves: docs/config.md,
-the annotated example examples/build.toml and ``corpus config``.
+the annotated example examples/build.toml, the build DAGs' ``config`` Param schema
+(orchestration/config_override.schema.json) and ``corpus config``.
 
-    python -m orchestration.config_reference [--check]     # write (or check) both files
+    python -m orchestration.config_reference [--check]     # write (or check) the three files
 
 Why generated: the dataclasses are what a build reads and validates (corpus.model.config_types), so a
 reference written by hand drifts from them the first time a key is added. Per table: each key, its
-type, its default and the comment the code gives it. ``--check`` exits 1 when either file is not what
-this would write (tests/test_config_types.py runs it).
+type, its default and the comment the code gives it. The Param schema is stored because making it
+imports every stage's module (~1.3 s of CPU), which each parse of a DAG file would pay. ``--check`` exits
+1 when a file is not what this would write (tests/test_config_types.py runs it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "build.toml"
+#: the build DAGs' ``config`` Param schema, :func:`orchestration.config_schema.override_schema`
+OVERRIDE_SCHEMA = Path(__file__).resolve().parent / "config_override.schema.json"
 
 HEADER = """# Build configuration reference
 
@@ -220,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when a generated file is out of date")
     args = ap.parse_args(argv)
-    files = {OUT: render(), EXAMPLE: render_example()}
+    from orchestration.config_schema import override_schema
+
+    schema = json.dumps(override_schema(), indent=1, sort_keys=True) + "\n"
+    files = {OUT: render(), EXAMPLE: render_example(), OVERRIDE_SCHEMA: schema}
     if args.check:
         return 0 if all(p.is_file() and p.read_text() == text for p, text in files.items()) else 1
     for path, text in files.items():

@@ -20,8 +20,7 @@ from airflow.sdk import Param, TaskGroup, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from corpus.model.stages import PIPELINE
-from orchestration.buildsteps import NothingLeft, verify_stage
-from orchestration.config_schema import override_schema
+from orchestration.config_reference import OVERRIDE_SCHEMA
 from orchestration.deployment import Deployment, check_run_conf, path_schema
 from orchestration.jobparams import job_params, param, resolve_job_params
 from orchestration.operators import SnapshotOperator, StageJobOperator, buildstep
@@ -78,7 +77,7 @@ def build_params(deployment: Deployment, sources: dict[str, Param]) -> dict[str,
         "config": build_param(
             "config",
             {},
-            **override_schema(),
+            **json.loads(OVERRIDE_SCHEMA.read_text()),
             title="Config overrides",
             description="per-stage tables, [policy] (the default version's quality policy), [alarms], "
             'seed and memory_budget_mb merged over the config file, e.g. {"policy": {"min_quality": 0.2}}; '
@@ -154,6 +153,11 @@ def prepare_build(
 @task
 def verify(build: dict[str, Any], stage: str) -> dict[str, Any]:
     """The stage's manifest holds up; its digest goes on to the next stage and the snapshot."""
+    # imported where the task runs, not at the top: buildsteps brings the build's modules (numba, DuckDB,
+    # pyarrow; ~1 s of CPU), which every parse of a DAG file (each task's start, the DAG processor's
+    # rounds) would otherwise import for nothing
+    from orchestration.buildsteps import NothingLeft, verify_stage
+
     backend = backend_for(build["backend"], build["conn_id"])
     i = build["stages"].index(stage)
     manifest = json.loads(backend.read_text(f"{build['out']}/stages/{stage}/manifest.json"))
