@@ -108,6 +108,8 @@ def standalone(services, ssh_build, small_inputs, tmp_path_factory):
         # only build_snapshot is unpaused (below): the other DAGs' runs (contamination_check's, triggered
         # by each build's version event) are not what this module tests and would compete for the CPUs
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        # the DAG files do not change during the module: parsed once, not every 30 s (each round ~5 s of CPU)
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
         # this site lets a run defer its jobs' start (the mark-failed test holds a job queued with it)
         "CORPUS_DEPLOYMENT": json.dumps({"sbatch_options": [*DEFAULT_SBATCH_OPTIONS, "--begin"]}),
         # what a run triggered from the UI form gets without editing it
