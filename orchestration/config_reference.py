@@ -45,8 +45,9 @@ docs/ingest-and-filters.md (ingest, extract, annotate, policy), docs/dedup.md, d
 A file with every key at its default, each under its comment, to copy and edit: `examples/build.toml`.
 
 The same keys as a JSON Schema (types, and the ranges and choices the code checks): `corpus config schema`;
-the build DAGs' `config` Param is that schema (less `[dedup_index]`), so the trigger form and the REST API
-refuse a misspelled key or a wrong type. The other files are checked whole the same way, in one line:
+the build DAGs' `config` Param is that schema (less `[dedup_index]`; written by the same command to
+`orchestration/config_override.schema.json`, so parsing a DAG file imports no stage), so the trigger form
+and the REST API refuse a misspelled key or a wrong type. The other files are checked whole the same way, in one line:
 `corpus config validate FILE --kind selection|recipe|deployment` (docs/versions.md, docs/loader.md,
 docs/orchestration.md), and `corpus config schema selection|recipe|deployment` prints their schemas.
 """

@@ -4,8 +4,9 @@ the build config (every stage table, ``[policy]``, ``[alarms]``, ``[dedup_index]
 
 A key's type comes from its field (:mod:`corpus.model.json_schema`); :data:`BOUNDS` adds the ranges and
 choices the build's dataclasses check in ``__post_init__`` (each is tested to be refused there too). The
-build DAGs' ``config`` Param is :func:`override_schema`, so the trigger form and the REST API refuse a
-misspelled key or a wrong type before a run starts. docs/config.md.
+build DAGs' ``config`` Param is :func:`override_schema` (stored by ``orchestration.config_reference`` as
+orchestration/config_override.schema.json), so the trigger form and the REST API refuse a misspelled key
+or a wrong type before a run starts. docs/config.md.
 """
 
 from __future__ import annotations
