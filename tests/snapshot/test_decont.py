@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from corpus.decont.doc_grams import DocGramIndex, check_benchmark, doc_rows, key_hex, write_parts
+from corpus.decont.eval_table import FENCE
 from corpus.decont.matcher import EvalIndex, PassageTable
 from corpus.decont.ngrams import normalize_words, text_grams
 from corpus.decont.registry import EvalRegistry, RegistryError, load_benchmark
@@ -61,6 +62,12 @@ def test_the_stored_table_holds_the_in_memory_tables_rows_whatever_its_run_size(
             assert np.array_equal(getattr(table, column), getattr(memory, column)), column
         assert [table.item(i) for i in range(len(items))] == [(i.benchmark, i.item_id) for i in items]
         assert table.bloom.might_contain(memory.hashes).all()
+        assert np.array_equal(table.fence, memory.hashes[::FENCE])
+        # hashes (every fifth), their neighbours, keys outside the table: as a search of the whole column finds them
+        some = memory.hashes[::5]
+        keys = np.unique(np.concatenate([some, some - 1, some + 1, [0, 2**64 - 1]]))
+        for side in ("left", "right"):
+            assert np.array_equal(table._bound(keys, side), np.searchsorted(memory.hashes, keys, side=side))
         assert table.unchecked() == Counter(items[i].benchmark for i in np.flatnonzero(memory.unchecked))
     assert small.manifest == index.table.manifest
     clean = np.unique(np.concatenate([text_grams(h, 8) for h in hosts]))
