@@ -62,10 +62,13 @@ class LoaderVersion:
         #: the build's manifest with one entry per stream (the physical shard's files, sizes and digests;
         #: the stream's bucket): what the shard store reads by stream index. Its computed id is not the
         #: build's; ``manifest`` is the build's.
+        #: A taken-down shard's entry carries its current digests (:attr:`Version.readable_base`); its
+        #: order key in the sampler stays the build's (``stream_shards``), so no run's order changes.
+        readable = version.readable_base
         self.stream_manifest = (
-            base
+            readable
             if not self.buckets
-            else replace(base, shards=tuple(replace(base.shards[i], bucket=b) for i, b in pairs))
+            else replace(readable, shards=tuple(replace(readable.shards[i], bucket=b) for i, b in pairs))
         )
         self._refs = {r.name: r for r in version.shards}
 
@@ -186,7 +189,10 @@ class RunMove:
 
     @property
     def old_stream_shards(self) -> tuple:
-        return self.old.stream_shards if self.old is not None else self.manifest.shards
+        """The record's streams as the sampler keyed them (the build's own digests, takedowns or not)."""
+        if self.old is not None:
+            return self.old.stream_shards
+        return self.new.manifest.shards if self.new is not None else self.manifest.shards
 
     def _stream(self, i: int, new: bool) -> SelectedStream:
         key = (i, new)

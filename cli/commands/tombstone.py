@@ -13,7 +13,7 @@ import datetime as dt
 from pathlib import Path
 
 from corpus.model.errors import UserError
-from corpus.select.selection import parse_selection
+from corpus.select.selection import recorded_selection
 from corpus.version.open import open_version
 from corpus.version.write import refuse_version_out, version_manifest, write_version
 
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{bin_path} is already gone: tombstone a shard before deleting its files")
     tombstone = {"name": shard.name, "sha256": shard.sha256, "size": size, "reason": reason}
     bits = {s.name: version.selected(s) for s in version.live_shards}
-    selection = parse_selection(_as_toml_table(version.manifest["selection"]))
+    selection = recorded_selection(version.manifest["selection"])
     manifest = version_manifest(
         version,
         selection,
@@ -78,11 +78,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"tombstone {shard.name}: {reason} ({date})")
     print(f"snapshot_id {manifest['snapshot_id']}")
     return 0
-
-
-def _as_toml_table(canonical: dict) -> dict:
-    """A version's recorded selection back into the keys ``parse_selection`` reads (hosts inline)."""
-    table = {k: v for k, v in canonical.items() if v not in (None, [], {})}
-    if "top_fraction" in canonical:
-        table["top_fraction"] = canonical["top_fraction"] or []
-    return {k: v for k, v in table.items() if k != "top_fraction" or v}

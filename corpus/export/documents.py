@@ -80,7 +80,7 @@ class UnitReader:
     def __init__(self, version: Version, unit: ExportUnit, tokenizer: Any | None, eos_id: int | None) -> None:
         self.unit, self.tokenizer, self.eos_id = unit, tokenizer, eos_id
         root = version.base_dir
-        self.stored = stored_shard(version.base, unit.shard.name)
+        self.stored = stored_shard(version.readable_base, unit.shard.name)  # takedowns' digests
         self.shard = IndexedShard(root / self.stored.path.removesuffix(".bin"))
         self.blocks = BlockCheck(root, self.stored, self.shard.tokens)
         self.lineage_path = root / self.stored.files["lineage"]

@@ -134,6 +134,10 @@ def version_counts(view: BuildView) -> dict[str, Any] | None:
             }
             for name, t in sorted(view.version.tombstones.items())
         ],
+        "takedowns": [
+            {"name": t["name"], "docs": len(t["doc_ids"]), "reason": t["reason"]}
+            for t in view.version.takedowns
+        ],
     }
 
 

@@ -122,6 +122,9 @@ def _header(card: dict[str, Any]) -> str:
     tombstones = "".join(
         f"<div>tombstone <code>{escape(t['name'])}</code>: {escape(t['reason'])} ({escape(t['date'] or 'undated')})</div>"
         for t in (b.get("version") or {}).get("tombstones", [])
+    ) + "".join(
+        f"<div>takedown: {t['docs']} document(s) of <code>{escape(t['name'])}</code>: {escape(t['reason'])}</div>"
+        for t in (b.get("version") or {}).get("takedowns", [])
     )
     return (
         f'<h1>Data card</h1><div class="id mono">snapshot_id {escape(sid)}</div>'

@@ -615,3 +615,12 @@ def selection_sql(
         sql.append(f", picked AS (SELECT *, passes AS selected FROM {prev})")
     sql.append(' SELECT shard, "index", selected FROM picked ORDER BY shard, "index"')
     return "".join(sql), params
+
+
+def recorded_selection(canonical: dict[str, Any]) -> Selection:
+    """A version's recorded selection (:meth:`Selection.canonical`) parsed back, hosts inline: what a
+    version made from it without a new selection (a tombstone, a takedown) keeps."""
+    table = {k: v for k, v in canonical.items() if v not in (None, [], {})}
+    if "top_fraction" in canonical:
+        table["top_fraction"] = canonical["top_fraction"] or []
+    return parse_selection({k: v for k, v in table.items() if k != "top_fraction" or v})

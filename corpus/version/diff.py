@@ -32,7 +32,8 @@ def _groups(shard: StoredShard) -> dict[str, np.ndarray]:
 
 def diff_versions(a: Version, b: Version) -> dict[str, Any]:
     """What changes from version ``a`` to version ``b`` of one build: the selection's keys, the
-    tombstones, and the documents and tokens added and removed per bucket, source and language."""
+    tombstones and takedowns, and the documents and tokens added and removed per bucket, source and
+    language."""
     if a.base.snapshot_id != b.base.snapshot_id:
         raise UserError(
             f"versions of different builds ({a.base.snapshot_id} and {b.base.snapshot_id}): "
@@ -82,6 +83,10 @@ def diff_versions(a: Version, b: Version) -> dict[str, Any]:
             "added": [tomb_b[n] for n in sorted(tomb_b.keys() - tomb_a.keys())],
             "removed": [tomb_a[n] for n in sorted(tomb_a.keys() - tomb_b.keys())],
         },
+        "takedowns": {
+            "added": [t for t in b.takedowns if t not in a.takedowns],
+            "removed": [t for t in a.takedowns if t not in b.takedowns],
+        },
         "documents": {axis: dict(sorted(rows.items())) for axis, rows in delta.items()},
     }
 
@@ -94,6 +99,9 @@ def diff_text(d: dict[str, Any]) -> str:
         lines.append(f"tombstone added: {t['name']} ({t['reason']})")
     for t in d["tombstones"]["removed"]:
         lines.append(f"tombstone removed: {t['name']}")
+    for sign in ("added", "removed"):
+        for t in d["takedowns"][sign]:
+            lines.append(f"takedown {sign}: {len(t['doc_ids'])} document(s) of {t['name']} ({t['reason']})")
     for axis, rows in d["documents"].items():
         for key, c in rows.items():
             lines.append(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -88,6 +88,37 @@ class Version:
     def tombstones(self) -> dict[str, dict[str, Any]]:
         """Shards physically deleted since the build, by name: their files may be gone."""
         return {t["name"]: t for t in (self.manifest or {}).get("tombstones", [])}
+
+    @property
+    def takedowns(self) -> list[dict[str, Any]]:
+        """Documents taken down since the build (``corpus takedown``), oldest first: per shard rewritten,
+        the documents' ids and indices, the reason, and the shard's digests before and after."""
+        return list((self.manifest or {}).get("takedowns", []))
+
+    @property
+    def removed(self) -> dict[str, np.ndarray]:
+        """The indices (ascending) of the documents taken down, by shard: no selection ever keeps them."""
+        out: dict[str, set[int]] = {}
+        for t in self.takedowns:
+            out.setdefault(t["name"], set()).update(t["indices"])
+        return {name: np.array(sorted(ix), dtype=np.int64) for name, ix in sorted(out.items())}
+
+    @property
+    def readable_base(self) -> SnapshotManifest:
+        """The build's manifest with each taken-down shard's current digests (its .bin rewritten in
+        place, its block digests in a new file): what a reader checks the bytes it reads against. The
+        build's own manifest (``base``, whose id the version names) is never changed."""
+        last = {t["name"]: t for t in self.takedowns}
+        if not last:
+            return self.base
+        shards = []
+        for s in self.base.shards:
+            t = last.get(Path(s.path).name.removesuffix(".bin"))
+            if t is not None:
+                files = {**s.files, "blocks": t["blocks"]} if t["blocks"] else s.files
+                s = replace(s, sha256=t["sha256"], blocks_sha256=t["blocks_sha256"], files=files)
+            shards.append(s)
+        return replace(self.base, shards=tuple(shards))
 
     @property
     def live_shards(self) -> tuple[StoredShard, ...]:

@@ -145,7 +145,7 @@ def plan_version(build: Path, selection: Selection) -> Planned:
     tombstones)."""
     version = open_version(build)
     base = Version(version.base_dir, version.base, version.live_shards)
-    con = connect(base)  # one connection: the table's files are opened once
+    con = connect(base, removed=version.removed)  # one connection: the table's files are opened once
     reasons: Counter = Counter()
     bits = select_rows(con, selection, {s.name: s.docs for s in base.shards}, reasons)
     buckets, match = (

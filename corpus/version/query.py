@@ -24,11 +24,17 @@ from corpus.version.open import StoredShard, Version
 SHARD_AGES = "shard_ages"
 
 
-def connect(version: Version, missing_scores: tuple[str, ...] = ()) -> duckdb.DuckDBPyConnection:
+def connect(
+    version: Version,
+    missing_scores: tuple[str, ...] = (),
+    removed: dict[str, np.ndarray] | None = None,
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the table ``docs`` (one row per stored document; on a version, with a
     boolean ``selected``) and ``shard_ages`` (each shard's build age: what keeps a delta's selection
     keep-first). Files are read where they lie, never loaded whole. ``missing_scores``: score columns
-    none of these shards has but others of the build do (one rank's shards), added as nulls."""
+    none of these shards has but others of the build do (one rank's shards), added as nulls.
+    ``removed``: documents taken down, by shard (:attr:`Version.removed`; none given: ``version``'s
+    own): not in the table at all, so no rule, quantile or group ever sees them."""
     con = duckdb.connect()
     files = [str(s.metadata) for s in version.live_shards]
     if not files:
@@ -36,7 +42,22 @@ def connect(version: Version, missing_scores: tuple[str, ...] = ()) -> duckdb.Du
     stored = con.read_parquet(files, union_by_name=True)
     if missing_scores:
         stored = stored.project(", ".join(["*", *(f"NULL::DOUBLE AS {_quoted(c)}" for c in missing_scores)]))
-    stored.create_view("stored")
+    removed = version.removed if removed is None else removed
+    if removed:
+        names = sorted(removed)
+        gone = pa.table(
+            {
+                "shard": pa.array(np.repeat(names, [removed[n].shape[0] for n in names]), pa.string()),
+                "index": pa.array(np.concatenate([removed[n] for n in names]), pa.int64()),
+            }
+        )
+        con.register("taken_down", gone)
+        stored.create_view("stored_with_taken_down")
+        con.execute(
+            'CREATE VIEW stored AS SELECT s.* FROM stored_with_taken_down s ANTI JOIN taken_down USING (shard, "index")'
+        )
+    else:
+        stored.create_view("stored")
     _create_shard_ages(con, {s.name: s.age for s in version.shards})
     copies = [str(version.base_dir / c.path) for c in SnapshotFacts.of(version.base).copies]
     if copies:
@@ -103,7 +124,12 @@ def evaluate(
     """The selected bits of every shard of the build under ``selection`` (a version's own selection is
     not applied first: a version is always a selection of the build, never of another version)."""
     base = Version(version.base_dir, version.base, version.live_shards)
-    return select_rows(connect(base), selection, {s.name: s.docs for s in base.shards}, policy_reasons)
+    return select_rows(
+        connect(base, removed=version.removed),
+        selection,
+        {s.name: s.docs for s in base.shards},
+        policy_reasons,
+    )
 
 
 def select_rows(

@@ -101,17 +101,19 @@ def version_manifest(
     tombstones: list[dict[str, Any]],
     policy_reasons: dict[str, int] | None = None,
     buckets: VersionBuckets | None = None,
+    takedowns: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The manifest (without ``run_info``) of the version selecting ``bits`` of ``version``'s build;
     a tombstoned shard selects nothing (its files may be gone). ``policy_reasons``: the stored documents
     its policy rejects, by reason (what the yield alarms and the data card read). ``buckets``: the
     selection's buckets by predicate (:func:`assign_buckets`); for a selection with buckets and none
-    given, ``version``'s own as made (:func:`recorded_buckets`)."""
+    given, ``version``'s own as made (:func:`recorded_buckets`). ``takedowns``: the documents taken
+    down (none given: ``version``'s own, which every version made from it keeps)."""
     if selection.buckets and buckets is None:
         buckets = recorded_buckets(version)
     gone = {t["name"] for t in tombstones}
     entries = shard_entries(version.shards, bits, gone, buckets)
-    return assemble_manifest(version, selection, entries, tombstones, policy_reasons, buckets)
+    return assemble_manifest(version, selection, entries, tombstones, policy_reasons, buckets, takedowns)
 
 
 def assemble_manifest(
@@ -121,9 +123,13 @@ def assemble_manifest(
     tombstones: list[dict[str, Any]],
     policy_reasons: dict[str, int] | None,
     buckets: VersionBuckets | None,
+    takedowns: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The manifest from every shard's entry (:func:`shard_entry`, in ``version.shards``' order, made by
-    one process or by the ranks owning the shards) and its id."""
+    one process or by the ranks owning the shards) and its id. ``takedowns``: as for
+    :func:`version_manifest`; recorded only when there are some (so a version without any keeps the id
+    it had before takedowns existed)."""
+    takedowns = version.takedowns if takedowns is None else takedowns
     digested = {
         "format": VERSION_FORMAT,
         "base_snapshot_id": version.base.snapshot_id,
@@ -132,6 +138,8 @@ def assemble_manifest(
         "shards": [entry for entry, _ in entries],
         "tombstones": sorted(tombstones, key=lambda t: t["name"]),
     }
+    if takedowns:
+        digested["takedowns"] = takedowns  # in the order they were made: a shard's last is its current
     if policy_reasons is not None:
         digested["policy_reasons"] = dict(sorted(policy_reasons.items()))
     if buckets is not None:

@@ -76,12 +76,13 @@ class Share:
 def _connect(comm: Any, version: Version, mine: tuple[StoredShard, ...]) -> tuple[Any, list[str]]:
     """A connection over this rank's live shards (None: it has none), with the score columns only
     other ranks' shards have added as nulls, and the build's columns."""
-    con = connect(Version(version.base_dir, version.base, mine)) if mine else None
+    removed = version.removed
+    con = connect(Version(version.base_dir, version.base, mine), removed=removed) if mine else None
     local = columns(con) if con is not None else []
     every = list(dict.fromkeys(c for cols in comm.allgather(local) for c in cols))
     missing = tuple(c for c in every if c not in local)
     if con is not None and missing:
-        con = connect(Version(version.base_dir, version.base, mine), missing)
+        con = connect(Version(version.base_dir, version.base, mine), missing, removed)
     return con, every
 
 

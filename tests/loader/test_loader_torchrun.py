@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from snapshot_factory import CAPS, TRAIN_SETTINGS, expected_tokens, flags
+from snapshot_factory import CAPS, TRAIN_SETTINGS, expected_tokens, flags, write_id_snapshot
 
 from loader import load_manifest
 
@@ -133,3 +133,30 @@ def test_a_job_moves_to_a_narrower_version_at_a_checkpoint_on_4_then_3_processes
     for bucket, cap in CAPS.items():
         assert not any(after[t] for t in old[bucket] - new[bucket]), bucket
         assert {before[t] + after[t] for t in new[bucket]} == {cap}, bucket
+
+
+@pytest.mark.slow
+def test_a_job_moves_onto_a_takedown_at_a_checkpoint_on_4_then_3_processes(tmp_path):
+    """Train on a version, take two documents down (their tokens zeroed in their shards), resume the
+    checkpoint on the new version: every other selected token exactly as often as its bucket's cap says,
+    no token of the two documents after the switch, and no shard refused by its digests."""
+    from test_loader_versions import SELECTION, doc_tokens, make_version
+    from test_takedown import doc_ids_of, selected_doc, take_down
+
+    snap = tmp_path / "snap"
+    write_id_snapshot(snap, {"code": 3, "web": 7, "wiki": 5})
+    wide = make_version(snap, tmp_path / "wide", SELECTION)
+    picks = [selected_doc(wide, b, 1) for b in ("web", "wiki")]
+    gone = set().union(*(doc_ids_of(snap, p[0], p[1]) for p in picks))
+    kept = {b: t - gone for b, t in doc_tokens(wide, snap).items()}
+    common = flags(**RUN, dump_tokens=tmp_path, ckpt=tmp_path / "ckpt")
+    torchrun(4, *flags(snapshot=wide), *common, *flags(save_at=6, stop_after_save=True, tag="before"))
+    assert take_down(wide, tmp_path / "td", ids=[p[2] for p in picks]) == 0
+    out = torchrun(
+        3, *flags(snapshot=tmp_path / "td"), *common, *flags(resume=True, save_every=1000000, tag="after")
+    )
+    assert "starting at step 6" in out.stdout and "skipped" not in out.stdout + out.stderr
+    before, after = tokens(tmp_path, "before"), tokens(tmp_path, "after")
+    assert not any(after[t] for t in gone)
+    for bucket, cap in CAPS.items():
+        assert {before[t] + after[t] for t in kept[bucket]} == {cap}, bucket
