@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,24 @@ def shared_data() -> Path:
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+def pytest_configure(config):
+    """One eval-table cache for the whole run (hpc_jobs.decontaminate.stage.TABLE_CACHE_ENV): the bundled
+    registry's table is written by the first build and linked by every later one (the table changes no
+    output byte). Set by the controlling process, so the xdist workers, their builds and their SLURM jobs
+    inherit it; removed at the end."""
+    if hasattr(config, "workerinput") or "CORPUS_EVAL_TABLE_CACHE" in os.environ:
+        return
+    config._eval_table_cache = tempfile.mkdtemp(prefix="corpus-eval-tables-")
+    os.environ["CORPUS_EVAL_TABLE_CACHE"] = config._eval_table_cache
+
+
+def pytest_unconfigure(config):
+    cache = getattr(config, "_eval_table_cache", None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+        os.environ.pop("CORPUS_EVAL_TABLE_CACHE", None)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids

@@ -13,6 +13,7 @@ the manifest written last): docs/snapshot.md ("The eval table").
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections import Counter
 from collections.abc import Iterator
@@ -163,11 +164,17 @@ def _read(path: Path, dtype: str, start: int, stop: int) -> np.ndarray:
 
 
 def build_eval_table(
-    registry_dir: Path, min_item_words: int, out: Path, run_rows: int = RUN_ROWS, reuse: Path | None = None
+    registry_dir: Path,
+    min_item_words: int,
+    out: Path,
+    run_rows: int = RUN_ROWS,
+    reuse: Path | None = None,
+    cache: Path | None = None,
 ) -> dict[str, Any]:
     """Write the table of the registry in ``registry_dir`` to ``out`` (left as it is when it already holds
-    this registry's table; hard-linked from ``reuse``, a base build's table, when that one is); its
-    manifest. Memory: about ``run_rows`` rows and one item at a time."""
+    this registry's table; hard-linked from ``reuse``, a base build's table, or from ``cache``, a
+    directory of tables by key, when one of those is); its manifest. A table written here is added to
+    ``cache``. Memory: about ``run_rows`` rows and one item at a time."""
     files = registry_files(registry_dir)
     names = [benchmark_name(p) for p in files]
     check_unique_names(registry_dir, names)
@@ -176,22 +183,55 @@ def build_eval_table(
     existing = read_manifest(out)
     if existing is not None and existing["key"] == key:
         return existing
-    donor = read_manifest(reuse) if reuse is not None else None
+    entry = Path(cache) / json_digest(key).removeprefix("sha256:")[:32] if cache is not None else None
     tmp = beside(out)
     tmp.mkdir(parents=True)
     try:
-        if donor is not None and donor["key"] == key:  # its files are written once, never changed
-            for f in sorted(Path(reuse).iterdir()):
-                link_file(f, tmp / f.name)
-            manifest = donor
-        else:
+        manifest = _linked(tmp, key, [d for d in (reuse, entry) if d is not None])
+        if manifest is None:
             manifest = _write(tmp, key, sorted(zip(names, files, strict=True)), min_item_words, run_rows)
             fsync_files(sorted(tmp.iterdir()))
         fsync_dir(tmp)
         install_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if entry is not None and read_manifest(entry) is None:
+        _publish(out, entry)
     return manifest
+
+
+def _linked(tmp: Path, key: dict, donors: list[Path]) -> dict[str, Any] | None:
+    """The first of ``donors`` holding the table of ``key``, its files hard-linked into ``tmp`` (they are
+    written once, never changed); None when none does (or one vanished while it was linked)."""
+    for donor in donors:
+        manifest = read_manifest(donor)
+        if manifest is None or manifest["key"] != key:
+            continue
+        try:
+            for f in sorted(Path(donor).iterdir()):
+                link_file(f, tmp / f.name)
+        except OSError:
+            for f in tmp.iterdir():
+                f.unlink()
+            continue
+        return manifest
+    return None
+
+
+def _publish(table: Path, entry: Path) -> None:
+    """Add ``table`` to a cache as ``entry`` (hard links; whole or not at all: a build publishing the
+    same table at the same time wins, this one's copy is dropped)."""
+    tmp = beside(entry)
+    try:
+        tmp.mkdir(parents=True)
+        for f in sorted(table.iterdir()):
+            link_file(f, tmp / f.name)
+        fsync_dir(tmp)
+        os.rename(tmp, entry)
+    except OSError:
+        pass  # another build's copy is there, or the cache cannot be written: the build has its table
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _write(

@@ -69,6 +69,16 @@ def _base_table(ctx: StageContext) -> Path | None:
     return base[0] / STAGES_DIR / Decontaminate.name / WORK / EVAL_TABLE_DIR if base is not None else None
 
 
+#: a directory where eval tables are kept by key, so a registry's table is written once per filesystem,
+#: not once per build (a table never changes any output: unset, each build writes its own)
+TABLE_CACHE_ENV = "CORPUS_EVAL_TABLE_CACHE"
+
+
+def _table_cache() -> Path | None:
+    value = os.environ.get(TABLE_CACHE_ENV, "")
+    return Path(value) if value else None
+
+
 def _table_rows(ctx: StageContext) -> int:
     """Rows the table's writer sorts at a time: an eighth of the budget at 16 bytes a row (the sort's
     temporaries take a few times that)."""
@@ -133,6 +143,7 @@ class Decontaminate(Stage):
                         table_dir,
                         _table_rows(ctx),
                         reuse=_base_table(ctx),
+                        cache=_table_cache(),
                     )["key"]
                     if key["eval_registry"] != self.config.eval_registry_hash:
                         error = f"eval registry {self.config.registry} changed while the stage started"

@@ -92,6 +92,25 @@ def test_a_base_builds_table_of_the_same_registry_is_linked_not_written(tmp_path
     assert not (tmp_path / "strict" / "grams.u8").samefile(tmp_path / "base" / "grams.u8")
 
 
+def test_a_table_cache_holds_one_table_per_registry_for_every_build(tmp_path):
+    """With a cache (CORPUS_EVAL_TABLE_CACHE) the first build writes the table and adds it; every later
+    build of the same key links it; another key is written and added beside it; an unwritable cache
+    costs nothing but the sharing."""
+    from corpus.decont.eval_table import build_eval_table
+
+    cache = tmp_path / "cache"
+    first = build_eval_table(EVALS, 8, tmp_path / "b1" / "table", cache=cache)
+    (entry,) = cache.iterdir()
+    assert all((tmp_path / "b1" / "table" / f.name).samefile(f) for f in entry.iterdir())
+    assert build_eval_table(EVALS, 8, tmp_path / "b2" / "table", cache=cache) == first
+    assert all((tmp_path / "b2" / "table" / f.name).samefile(entry / f.name) for f in entry.iterdir())
+    other = build_eval_table(EVALS, 9, tmp_path / "b3" / "table", cache=cache)
+    assert other["key"] != first["key"] and len(list(cache.iterdir())) == 2
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    assert build_eval_table(EVALS, 8, tmp_path / "b4" / "table", cache=blocked) == first
+
+
 @pytest.fixture(scope="module")
 def hosts() -> list[str]:
     return [d.text for d in perl_docs(n=40, max_chars=6000)]
