@@ -9,6 +9,7 @@ at a checkpoint as to any narrower one. Rerunning the same command after a crash
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +20,13 @@ from corpus.version.buckets import VersionBuckets, recorded_buckets
 from corpus.version.open import open_version
 from corpus.version.plan import version_id_in
 from corpus.version.takedown import (
+    append_log,
     byte_ranges,
     locate,
     plan_rewrite,
+    rewritten_meta,
     takedown_record,
-    write_blocks,
+    write_new_file,
     zero_in_place,
 )
 from corpus.version.write import refuse_version_out, version_manifest, write_version
@@ -80,10 +83,14 @@ def run(args: argparse.Namespace) -> int:
         rewrite = plan_rewrite(name, version.base_dir / shard.path, ranges, shard.block_size)
         if rewrite.sha256_now not in (shard.sha256, rewrite.sha256_after):
             raise UserError(f"shard {name}'s bytes are not the ones {args.version} reads (digests differ)")
-        blocks_rel = f"{Path(shard.path).parent.as_posix()}/{name}.{rewrite.sha256_after[:16]}.blocks"
+        prefix = f"{Path(shard.path).parent.as_posix()}/{name}.{rewrite.sha256_after[:16]}"
+        rel = {"blocks": f"{prefix}.blocks", "meta": f"{prefix}.meta.json"}
         before = {"sha256": shard.sha256, "blocks_sha256": shard.blocks_sha256}
-        records.append(takedown_record(rewrite, located[name], reason, before, blocks_rel))
-        rewrites.append((rewrite, version.base_dir / blocks_rel))
+        record = takedown_record(rewrite, located[name], reason, before, rel)
+        meta = json.loads((version.base_dir / shard.files["meta"]).read_text())
+        records.append(record)
+        new_files = {rel["blocks"]: rewrite.blocks_after, rel["meta"]: rewritten_meta(meta, record)}
+        rewrites.append((rewrite, new_files))
     bits = {s.name: version.selected(s).copy() for s in version.live_shards}
     for name, docs in located.items():
         bits[name][[i for i, _ in docs]] = False
@@ -99,12 +106,14 @@ def run(args: argparse.Namespace) -> int:
     )
     if same is not None and same != manifest["snapshot_id"]:
         raise UserError(f"--out {args.out} is not empty (it holds version {same}): use a new directory")
-    for rewrite, blocks_path in rewrites:
-        write_blocks(blocks_path, rewrite)
+    for _, new_files in rewrites:
+        for rel_path, data in new_files.items():
+            write_new_file(version.base_dir / rel_path, data)
     if same is None:
         run_info = {k: v for k, v in version.manifest.get("run_info", {}).items() if k != "base"}
         write_version(version, manifest, bits, args.out, version.base_dir, run_info, buckets)
     zeroed = sum(zero_in_place(rewrite) for rewrite, _ in rewrites)
+    append_log(version.base_dir, records)  # what a build made against this one reads
     docs = sum(len(d) for d in located.values())
     print(
         f"takedown: {docs} document(s) from {len(located)} shard(s) ({', '.join(sorted(located))}); "

@@ -176,11 +176,11 @@ def version_funnel(version: Version) -> dict[str, Any] | None:
         return None
     selection = recorded_selection(version.manifest["selection"])
     base = Version(version.base_dir, version.base, version.live_shards)
-    con = connect(base)
+    con = connect(base, removed={})  # every stored row: a takedown is a step of its own
     rows = Rows(base)
     docs = {s.name: s.docs for s in base.live_shards}
     facts = _facts(con, rows)
-    steps = _policy_steps(con, selection, rows, facts["lang"])
+    steps = _takedown_step(version, rows) + _policy_steps(con, selection, rows, facts["lang"])
     steps += [
         (rule, why, rows.flat(select_rows(con, only, docs))) for rule, why, only in row_rules(selection)
     ]
@@ -198,6 +198,18 @@ def version_funnel(version: Version) -> dict[str, Any] | None:
     )
     funnel["top_fraction_cutoffs"] = cutoffs
     return funnel
+
+
+def _takedown_step(version: Version, rows: Rows) -> list[tuple[str, str, np.ndarray]]:
+    """The documents taken down (``corpus takedown``, or inherited from a base), before every rule."""
+    removed = version.removed
+    if not removed:
+        return []
+    kept = {}
+    for s in rows.shards:
+        kept[s.name] = np.ones(s.docs, dtype=bool)
+        kept[s.name][removed.get(s.name, [])] = False
+    return [("takedown", "", rows.flat(kept))]
 
 
 def step_key(rule: str, reason: str) -> str:

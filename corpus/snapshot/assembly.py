@@ -234,6 +234,8 @@ def assemble(
     }
     if inherited is not None:
         extra["base"] = inherited.base.to_dict()
+        if inherited.takedowns:
+            extra["takedowns"] = inherited.takedowns
         extra["artifacts"][BASE_DOC_INDEX] = {
             "parts": [{**p, "index": k} for k, (parts, _) in enumerate(inherited.doc_indexes) for p in parts],
             "prefix_bits": [bits for _, bits in inherited.doc_indexes],

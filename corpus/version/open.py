@@ -97,9 +97,10 @@ class Version:
 
     @property
     def removed(self) -> dict[str, np.ndarray]:
-        """The indices (ascending) of the documents taken down, by shard: no selection ever keeps them."""
+        """The indices (ascending) of the documents taken down, by shard: no selection ever keeps them.
+        A build made against a base inherits the base's (its manifest's ``extra.takedowns``)."""
         out: dict[str, set[int]] = {}
-        for t in self.takedowns:
+        for t in [*self.base.extra.get("takedowns", []), *self.takedowns]:
             out.setdefault(t["name"], set()).update(t["indices"])
         return {name: np.array(sorted(ix), dtype=np.int64) for name, ix in sorted(out.items())}
 
@@ -115,7 +116,7 @@ class Version:
         for s in self.base.shards:
             t = last.get(Path(s.path).name.removesuffix(".bin"))
             if t is not None:
-                files = {**s.files, "blocks": t["blocks"]} if t["blocks"] else s.files
+                files = {**s.files, "meta": t["meta"], **({"blocks": t["blocks"]} if t["blocks"] else {})}
                 s = replace(s, sha256=t["sha256"], blocks_sha256=t["blocks_sha256"], files=files)
             shards.append(s)
         return replace(self.base, shards=tuple(shards))

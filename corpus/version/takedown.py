@@ -13,6 +13,7 @@ docs/versions.md ("Taking documents down").
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,16 @@ import pyarrow as pa
 
 from corpus.formats.docshard import atomic_write_bytes
 from corpus.formats.megatron import BlockHasher, block_file_bytes, read_index
-from corpus.model.digest import sha256_hex
+from corpus.model.digest import canonical_json, sha256_hex
 from corpus.model.errors import UserError
 from corpus.version.open import Version
 
 #: bytes read and written at a time while a shard is hashed or zeroed
 _CHUNK = 4 << 20
+#: the build's own record of its takedowns, beside its candidates' manifest (one JSON record a line,
+#: appended): what a build made against it (``--base``) reads, so the next crawl's build reads the
+#: rewritten shards against their new digests and never selects the documents again
+TAKEDOWN_LOG = "takedowns.jsonl"
 
 
 def locate(version: Version, doc_ids: list[str], urls: list[str]) -> dict[str, list[tuple[int, str]]]:
@@ -112,10 +117,11 @@ def takedown_record(
     located: list[tuple[int, str]],
     reason: str,
     before: dict[str, Any],
-    blocks_rel: str,
+    rel: dict[str, str],
 ) -> dict[str, Any]:
     """The version's record of one shard's takedown; ``before``: the shard's digests as the version
-    being taken down from reads it (``sha256``, ``blocks_sha256``)."""
+    being taken down from reads it (``sha256``, ``blocks_sha256``); ``rel``: where the rewritten shard's
+    new ``blocks`` and ``meta`` files go (relative to the build's snapshot directory)."""
     return {
         "name": rewrite.name,
         "doc_ids": [d for _, d in located],
@@ -124,16 +130,44 @@ def takedown_record(
         "old_sha256": before["sha256"],
         "old_blocks_sha256": before["blocks_sha256"],
         "sha256": rewrite.sha256_after,
-        "blocks": blocks_rel if rewrite.blocks_after else "",
+        "blocks": rel["blocks"] if rewrite.blocks_after else "",
         "blocks_sha256": sha256_hex(rewrite.blocks_after) if rewrite.blocks_after else "",
+        "meta": rel["meta"],
         "bytes_zeroed": sum(hi - lo for lo, hi in rewrite.ranges),
     }
 
 
-def write_blocks(path: Path, rewrite: Rewrite) -> None:
-    """The rewritten shard's block digests, a new file beside the old one (which stays: digests only)."""
-    if rewrite.blocks_after and not (path.is_file() and path.read_bytes() == rewrite.blocks_after):
-        atomic_write_bytes(path, rewrite.blocks_after)
+def rewritten_meta(meta: dict[str, Any], record: dict[str, Any]) -> bytes:
+    """The shard's ``.meta.json`` after the takedown: the digests of its bytes now, the rest as written
+    (a validator checks the .bin and its block digests against it)."""
+    new = {**meta, "sha256": record["sha256"], "blocks_sha256": record["blocks_sha256"]}
+    return json.dumps(new, indent=1, sort_keys=True).encode() + b"\n"
+
+
+def read_log(snapshot_dir: Path) -> list[dict[str, Any]]:
+    """The takedowns recorded beside a build's candidates (:data:`TAKEDOWN_LOG`), oldest first."""
+    try:
+        lines = (Path(snapshot_dir) / TAKEDOWN_LOG).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def append_log(snapshot_dir: Path, records: list[dict[str, Any]]) -> None:
+    """Append the records not in the log yet (a rerun appends nothing), fsynced."""
+    have = {canonical_json(r) for r in read_log(snapshot_dir)}
+    new = [canonical_json(r) for r in records if canonical_json(r) not in have]
+    if new:
+        with open(Path(snapshot_dir) / TAKEDOWN_LOG, "ab") as f:
+            f.write(b"".join(line + b"\n" for line in new))
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """A rewritten shard's new block digests or meta, beside the old file (which stays: digests only)."""
+    if data and not (path.is_file() and path.read_bytes() == data):
+        atomic_write_bytes(path, data)
 
 
 def zero_in_place(rewrite: Rewrite) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -628,3 +629,48 @@ def test_a_base_document_is_read_through_the_delta_version_even_after_both_build
         assert snap.manifest.shards[0].sha256 in {s.sha256 for s in loader.stream_shards}
         assert next(iter(loader)) is not None
     assert validate_snapshot(moved / delta[0].name / "candidates") == []
+
+
+def test_a_build_against_a_base_with_a_takedown_reads_its_new_bytes_and_never_selects_the_document(
+    crawl, base, tmp_path
+):
+    """`corpus takedown` on a version of the base zeroes a document in the base's shard and logs it beside
+    the base's candidates; the next build against that base lists the shard with its new digests (every
+    file re-hashed: valid), carries the takedown in its manifest, and no version of it selects the
+    document, however wide."""
+    _, _, delta_warc, config = crawl
+    copy = tmp_path / "base"
+    shutil.copytree(base[0], copy, symlinks=True)
+    run_corpus("version", str(copy), "--select-inline", "", "--out", str(copy / "versions" / "all"))
+    v = open_version(copy / "versions" / "all")
+    shard = next(s for s in v.shards if v.selected(s).any())
+    index = int(np.flatnonzero(v.selected(shard))[0])
+    doc_id = (
+        connect(v)
+        .execute('SELECT doc_id FROM docs WHERE shard = ? AND "index" = ?', [shard.name, index])
+        .fetchone()[0]
+    )
+    (tmp_path / "ids").write_text(doc_id + "\n")
+    td = copy / "versions" / "td"
+    run_corpus(
+        "takedown", str(v.dir), "--doc-ids", str(tmp_path / "ids"), "--reason", "request 9", "--out", str(td)
+    )
+    (logged,) = [json.loads(x) for x in (copy / "candidates" / "takedowns.jsonl").read_text().splitlines()]
+
+    out = tmp_path / "delta"
+    build(out, [delta_warc], config, "--base", str(copy))
+    cand = manifest(out / "candidates")
+    entry = next(s for s in cand["shards"] if s["path"] == f"base/shards/{shard.name}.bin")
+    assert (entry["sha256"], entry["blocks_sha256"]) == (logged["sha256"], logged["blocks_sha256"])
+    assert entry["files"]["blocks"] == f"base/{logged['blocks']}"
+    assert cand["extra"]["takedowns"] == [
+        {"name": shard.name, "doc_ids": [doc_id], "indices": [index], "reason": "request 9"}
+    ]
+    assert validate_snapshot(out / "candidates") == []
+    funnel = json.loads((out / "report" / "card.json").read_text())["version_funnel"]
+    assert funnel["steps"][0]["key"] == "takedown" and funnel["steps"][0]["removed"] == 1
+    assert funnel["unexplained"] == 0
+    run_corpus("version", str(out), "--select-inline", "", "--out", str(out / "versions" / "all"))
+    for made in (open_version(out), open_version(out / "versions" / "all")):
+        ref = next(s for s in made.shards if s.name == shard.name)
+        assert not made.selected(ref)[index] and made.removed == {shard.name: [index]}

@@ -8,6 +8,7 @@ The id snapshot makes every token a distinct id, so "never the document" is chec
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -95,7 +96,8 @@ def test_a_takedown_deselects_the_document_and_zeroes_its_tokens_in_its_shard_on
     changed = sorted(k for k in before if before[k] != after[k])
     assert changed == [f"shards/web/{shard}.bin"]
     added = sorted(set(after) - set(before))
-    assert len(added) == 1 and added[0].startswith(f"shards/web/{shard}.") and added[0].endswith(".blocks")
+    prefix = f"shards/web/{shard}.{after[f'shards/web/{shard}.bin'][:16]}"
+    assert added == [f"{prefix}.blocks", f"{prefix}.meta.json", "takedowns.jsonl"]
     assert doc_ids_of(snap, shard, index) == {0}, "the document's tokens are zeros"
 
     old, new = open_version(wide), open_version(tmp_path / "td")
@@ -111,7 +113,12 @@ def test_a_takedown_deselects_the_document_and_zeroes_its_tokens_in_its_shard_on
     assert record["reason"] == "DMCA #4" and record["old_sha256"] == base.sha256
     assert record["sha256"] == after[f"shards/web/{shard}.bin"] != base.sha256
     assert record["blocks"] == added[0] and record["blocks_sha256"] == after[added[0]]
+    assert record["meta"] == added[1]
+    meta = json.loads((snap / added[1]).read_text())
+    assert (meta["sha256"], meta["blocks_sha256"]) == (record["sha256"], record["blocks_sha256"])
     assert record["bytes_zeroed"] == 4 * len(ids)
+    (logged,) = [json.loads(line) for line in (snap / "takedowns.jsonl").read_text().splitlines()]
+    assert logged == record, "the build's own log, what a build made against it reads"
     assert new.base.snapshot_id == old.base.snapshot_id, "the build's manifest is never changed"
     assert corpus(["diff", str(wide), str(tmp_path / "td")]) == 1
     said = capsys.readouterr().out.splitlines()
