@@ -216,3 +216,28 @@ def test_a_run_moves_onto_the_takedown_at_a_checkpoint_reading_every_other_posit
     for bucket, cap in CAPS.items():
         kept = kept_before[bucket] - gone
         assert {before[t] + after[t] for t in kept} == {cap}, bucket
+
+
+def test_a_takedown_of_a_version_with_buckets_by_predicate_keeps_them_as_made_the_document_in_none(
+    snap, tmp_path
+):
+    from test_predicate_buckets import BUCKETS, ROW_RULES
+
+    made = tmp_path / "b"
+    assert corpus(["version", str(snap), "--select-inline", ROW_RULES + BUCKETS, "--out", str(made)]) == 0
+    v = open_version(made)
+    shard = next(s for s in v.shards if v.bucket_selected(s, "hq").any())
+    index = int(np.flatnonzero(v.bucket_selected(shard, "hq"))[0])
+    doc_id = pq.read_table(shard.metadata, columns=["doc_id"])["doc_id"][index].as_py()
+    assert take_down(made, tmp_path / "td", ids=[doc_id]) == 0
+    td = open_version(tmp_path / "td")
+    assert td.manifest["buckets"] == v.manifest["buckets"], "the quantiles as resolved"
+    for s in v.shards:
+        for b in td.bucket_names:
+            expect = v.bucket_selected(s, b).copy()
+            if s.name == shard.name:
+                expect[index] = False
+            assert (td.bucket_selected(s, b) == expect).all(), (s.name, b)
+    entry = next(e for e in td.manifest["shards"] if e["name"] == shard.name)
+    before = next(e for e in v.manifest["shards"] if e["name"] == shard.name)
+    assert entry["buckets"]["hq"]["docs"] == before["buckets"]["hq"]["docs"] - 1
