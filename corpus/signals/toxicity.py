@@ -1,0 +1,63 @@
+"""English toxicity, stored as values for versions to choose on: the share of a document's lines a
+shipped profanity model scores as profane (``toxic_line_fraction``) and its highest line (``toxicity_max``).
+
+The model is alt-profanity-check's (a scikit-learn linear model over a word-count vectorizer, trained
+on short comments and shipped inside the package: nothing is downloaded), so lines are scored, not the
+page; a line needs ``MIN_LINE_WORDS`` words and a document is read up to ``MAX_LINES`` lines (bounded
+time per document). The scores are rounded to 6 digits, so a build's bytes do not hang on the last
+bits of a dot product. ``toxicity_model_id`` (the package version and its model files' digest) goes
+into annotate's config. Seed 002 §4.4: toxicity is a tag for downweighting, never a silent drop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+#: the languages the model was trained for
+LANGS = frozenset({"en"})
+#: a line's probability from which it counts as profane
+TOXIC_PROB = 0.5
+MIN_LINE_WORDS = 3
+MAX_LINES = 2000
+_FILES = ("vectorizer.joblib", "model.joblib")
+
+
+@lru_cache(maxsize=1)
+def toxicity_model_id() -> str:
+    """``alt-profanity-check==VERSION+sha256:…`` over the model files it ships."""
+    h = hashlib.sha256()
+    for name in _FILES:
+        h.update((resources.files("profanity_check") / "data" / name).read_bytes())
+    return f"alt-profanity-check=={importlib.metadata.version('alt-profanity-check')}+sha256:{h.hexdigest()[:16]}"
+
+
+@lru_cache(maxsize=1)
+def _model() -> tuple[Any, Any]:
+    import joblib
+
+    data = resources.files("profanity_check") / "data"
+    return tuple(joblib.load(data / name) for name in _FILES)
+
+
+def line_probabilities(lines: list[str]) -> np.ndarray:
+    """The model's probability that each line is profane."""
+    vectorizer, model = _model()
+    return model.predict_proba(vectorizer.transform(lines))[:, 1]
+
+
+def toxicity_signals(text: str) -> dict[str, float]:
+    """``toxic_line_fraction`` and ``toxicity_max`` of an English text (both 0.0 without a scored line)."""
+    lines = [ln for ln in text.splitlines() if len(ln.split()) >= MIN_LINE_WORDS][:MAX_LINES]
+    if not lines:
+        return {"toxic_line_fraction": 0.0, "toxicity_max": 0.0}
+    p = line_probabilities(lines)
+    return {
+        "toxic_line_fraction": round(float(np.count_nonzero(p >= TOXIC_PROB)) / len(lines), 6),
+        "toxicity_max": round(float(p.max()), 6),
+    }
