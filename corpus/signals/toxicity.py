@@ -39,16 +39,33 @@ def toxicity_model_id() -> str:
 
 @lru_cache(maxsize=1)
 def _model() -> tuple[Any, Any]:
+    """The package's (vectorizer, calibrated classifier), as it loads them."""
     import joblib
 
     data = resources.files("profanity_check") / "data"
     return tuple(joblib.load(data / name) for name in _FILES)
 
 
-def line_probabilities(lines: list[str]) -> np.ndarray:
-    """The model's probability that each line is profane."""
+@lru_cache(maxsize=1)
+def _linear() -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The classifier as arrays: per calibrated fold its LinearSVC weights and intercept and its sigmoid
+    calibration (a, b). ``predict_proba`` costs ~3 ms of argument checks a call, most of what scoring a
+    page cost (195 CPU-s per GB of text); the same arithmetic as one sparse product costs ~1 %."""
     vectorizer, model = _model()
-    return model.predict_proba(vectorizer.transform(lines))[:, 1]
+    folds = model.calibrated_classifiers_
+    weights = np.stack([f.estimator.coef_.ravel() for f in folds]).T
+    intercept = np.array([float(np.ravel(f.estimator.intercept_)[0]) for f in folds])
+    a = np.array([f.calibrators[0].a_ for f in folds])
+    b = np.array([f.calibrators[0].b_ for f in folds])
+    return vectorizer, weights, intercept, a, b
+
+
+def line_probabilities(lines: list[str]) -> np.ndarray:
+    """The model's probability that each line is profane: ``predict_proba``'s (the mean over the folds
+    of the calibrated sigmoid of the SVM's decision), computed directly."""
+    vectorizer, weights, intercept, a, b = _linear()
+    decision = np.asarray(vectorizer.transform(lines) @ weights) + intercept
+    return (1.0 / (1.0 + np.exp(a * decision + b))).mean(axis=1)
 
 
 def toxicity_signals(text: str) -> dict[str, float]:

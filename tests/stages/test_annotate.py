@@ -6,6 +6,7 @@ import json
 import shutil
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from corpus.model.digest import file_sha256
@@ -107,6 +108,20 @@ def test_toxicity_scores_the_lines_of_a_text_with_the_model_the_package_ships():
     assert clean["toxic_line_fraction"] == 0.0 and clean["toxicity_max"] < 0.5
     assert toxicity_signals("ok\nfine") == {"toxic_line_fraction": 0.0, "toxicity_max": 0.0}
     assert toxicity_model_id().startswith("alt-profanity-check==1.9.1+sha256:")
+
+
+def test_toxicity_is_the_packages_predict_proba_on_real_lines(shared_data):
+    """The scores are computed from the model's arrays, not through predict_proba (its per-call checks
+    cost most of the time): the same probabilities on every line of real pages."""
+    from corpus.signals.toxicity import _model, line_probabilities
+
+    pages = real_pages(shared_data, 30, host_prefix="debian-policy", part=0)
+    lines = [
+        ln for _, p in pages for ln in extract_text(p.decode("utf-8")).splitlines() if len(ln.split()) >= 3
+    ]
+    vectorizer, model = _model()
+    expected = model.predict_proba(vectorizer.transform(lines))[:, 1]
+    assert len(lines) > 1000 and np.abs(line_probabilities(lines) - expected).max() < 1e-12
 
 
 def test_pii_is_replaced_by_typed_placeholders_and_counted():
