@@ -39,11 +39,10 @@ def toxicity_model_id() -> str:
 
 @lru_cache(maxsize=1)
 def _model() -> tuple[Any, Any]:
-    """The package's (vectorizer, calibrated classifier), as it loads them."""
-    import joblib
+    """The package's (vectorizer, calibrated classifier), loaded by the package on import."""
+    from profanity_check import profanity_check
 
-    data = resources.files("profanity_check") / "data"
-    return tuple(joblib.load(data / name) for name in _FILES)
+    return profanity_check.vectorizer, profanity_check.model
 
 
 @lru_cache(maxsize=1)
