@@ -9,7 +9,6 @@ at a checkpoint as to any narrower one. Rerunning the same command after a crash
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -19,16 +18,7 @@ from corpus.select.selection import recorded_selection
 from corpus.version.buckets import VersionBuckets, recorded_buckets
 from corpus.version.open import open_version
 from corpus.version.plan import version_id_in
-from corpus.version.takedown import (
-    append_log,
-    byte_ranges,
-    locate,
-    plan_rewrite,
-    rewritten_meta,
-    takedown_record,
-    write_new_file,
-    zero_in_place,
-)
+from corpus.version.takedown import append_log, locate, plan_takedown, write_new_file, zero_in_place
 from corpus.version.write import refuse_version_out, version_manifest, write_version
 
 
@@ -71,26 +61,8 @@ def run(args: argparse.Namespace) -> int:
     located = locate(
         version, _lines(args.doc_ids) if args.doc_ids else [], _lines(args.urls) if args.urls else []
     )
-    readable = {s.path.removesuffix(".bin").rsplit("/", 1)[-1]: s for s in version.readable_base.shards}
-    records, rewrites = [], []
-    for name in sorted(located):
-        shard = readable[name]
-        if shard.block_sha256:
-            raise UserError(
-                f"shard {name} lists its block digests in the manifest (an old build): rebuild it"
-            )
-        ranges = byte_ranges(version.base_dir / shard.files["idx"], [i for i, _ in located[name]])
-        rewrite = plan_rewrite(name, version.base_dir / shard.path, ranges, shard.block_size)
-        if rewrite.sha256_now not in (shard.sha256, rewrite.sha256_after):
-            raise UserError(f"shard {name}'s bytes are not the ones {args.version} reads (digests differ)")
-        prefix = f"{Path(shard.path).parent.as_posix()}/{name}.{rewrite.sha256_after[:16]}"
-        rel = {"blocks": f"{prefix}.blocks", "meta": f"{prefix}.meta.json"}
-        before = {"sha256": shard.sha256, "blocks_sha256": shard.blocks_sha256}
-        record = takedown_record(rewrite, located[name], reason, before, rel)
-        meta = json.loads((version.base_dir / shard.files["meta"]).read_text())
-        records.append(record)
-        new_files = {rel["blocks"]: rewrite.blocks_after, rel["meta"]: rewritten_meta(meta, record)}
-        rewrites.append((rewrite, new_files))
+    planned = plan_takedown(version, located, reason)  # reads each shard once, writes nothing
+    records = [record for record, _, _ in planned]
     bits = {s.name: version.selected(s).copy() for s in version.live_shards}
     for name, docs in located.items():
         bits[name][[i for i, _ in docs]] = False
@@ -106,13 +78,13 @@ def run(args: argparse.Namespace) -> int:
     )
     if same is not None and same != manifest["snapshot_id"]:
         raise UserError(f"--out {args.out} is not empty (it holds version {same}): use a new directory")
-    for _, new_files in rewrites:
+    for _, _, new_files in planned:
         for rel_path, data in new_files.items():
             write_new_file(version.base_dir / rel_path, data)
     if same is None:
         run_info = {k: v for k, v in version.manifest.get("run_info", {}).items() if k != "base"}
         write_version(version, manifest, bits, args.out, version.base_dir, run_info, buckets)
-    zeroed = sum(zero_in_place(rewrite) for rewrite, _ in rewrites)
+    zeroed = sum(zero_in_place(rewrite) for _, rewrite, _ in planned)
     append_log(version.base_dir, records)  # what a build made against this one reads
     docs = sum(len(d) for d in located.values())
     print(

@@ -18,6 +18,7 @@ from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.errors import UserError
 from corpus.model.facts import BaseCandidates, MissingFacts, ShardNumbering, SnapshotFacts
 from corpus.model.layout import BASE_CANDIDATES, MANIFEST, base_build_of, candidates_dir
+from corpus.version.open import as_taken_down
 from corpus.version.takedown import read_log
 
 
@@ -84,10 +85,17 @@ def inherit_base(
     except MissingFacts as e:
         raise UserError(f"the build's base {base_dir}: {e}") from None
     log = read_log(base_cand)
-    current = {t["name"]: t for t in log}  # a shard's last takedown holds its digests now
+    current = {t["name"]: t for t in log}  # a shard's last takedown holds the digests of its bytes now
     return Inherited(
         base=base,
-        shards=[_current(s, current, moved) for s in m.shards],
+        shards=[
+            as_taken_down(
+                replace(s, path=moved(s.path), files={r: moved(f) for r, f in s.files.items()}),
+                current,
+                moved,
+            )
+            for s in m.shards
+        ],
         copies=[{**c.to_dict(), "path": moved(c.path)} for c in facts.copies],
         doc_indexes=doc_indexes,
         takedowns=[
@@ -95,14 +103,3 @@ def inherit_base(
             *({k: t[k] for k in ("name", "doc_ids", "indices", "reason")} for t in log),
         ],
     )
-
-
-def _current(s: SnapshotShard, current: dict[str, dict[str, Any]], moved: Any) -> SnapshotShard:
-    """A base shard as the delta lists it: through the ``base`` link, with the digests of its bytes now
-    (a takedown zeroed some in place and wrote its block digests anew)."""
-    s = replace(s, path=moved(s.path), files={r: moved(f) for r, f in s.files.items()})
-    t = current.get(Path(s.path).name.removesuffix(".bin"))
-    if t is None:
-        return s
-    files = {**s.files, "meta": moved(t["meta"]), **({"blocks": moved(t["blocks"])} if t["blocks"] else {})}
-    return replace(s, sha256=t["sha256"], blocks_sha256=t["blocks_sha256"], files=files)

@@ -10,14 +10,14 @@ checks the loader's import closure). See docs/versions.md ("Versions").
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
-from corpus.model import SnapshotManifest
+from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import json_digest, sha256_hex
 from corpus.model.errors import UserError
 from corpus.model.layout import BASE_CANDIDATES, MANIFEST, SNAPSHOT_DIR
@@ -112,14 +112,7 @@ class Version:
         last = {t["name"]: t for t in self.takedowns}
         if not last:
             return self.base
-        shards = []
-        for s in self.base.shards:
-            t = last.get(Path(s.path).name.removesuffix(".bin"))
-            if t is not None:
-                files = {**s.files, "meta": t["meta"], **({"blocks": t["blocks"]} if t["blocks"] else {})}
-                s = replace(s, sha256=t["sha256"], blocks_sha256=t["blocks_sha256"], files=files)
-            shards.append(s)
-        return replace(self.base, shards=tuple(shards))
+        return replace(self.base, shards=tuple(as_taken_down(s, last) for s in self.base.shards))
 
     @property
     def live_shards(self) -> tuple[StoredShard, ...]:
@@ -172,6 +165,19 @@ class Version:
         by_name = {s["name"]: s for s in self.manifest["shards"]}
         for s in self.shards:
             yield s, by_name[s.name]["selected_docs"], by_name[s.name]["selected_tokens"]
+
+
+def as_taken_down(
+    s: SnapshotShard, last: dict[str, dict[str, Any]], where: Callable[[str], str] = str
+) -> SnapshotShard:
+    """``s`` with the digests and files of its bytes now when ``last`` (each shard's last takedown
+    record, by name) has one for it (its .bin zeroed in place, new .blocks and .meta.json beside);
+    ``where``: a record's relative path as ``s``'s manifest lists it (a delta's, through ``base/``)."""
+    t = last.get(PurePosixPath(s.path).name.removesuffix(".bin"))
+    if t is None:
+        return s
+    files = {**s.files, "meta": where(t["meta"]), **({"blocks": where(t["blocks"])} if t["blocks"] else {})}
+    return replace(s, sha256=t["sha256"], blocks_sha256=t["blocks_sha256"], files=files)
 
 
 def build_age(path: str) -> int:

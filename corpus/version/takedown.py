@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import duckdb
@@ -106,7 +106,7 @@ def plan_rewrite(name: str, bin_path: Path, ranges: list[tuple[int, int]], block
             _zeroed(chunk, at, spans)
             after.update(chunk)
             if blocks is not None:
-                blocks.update(bytes(chunk))
+                blocks.update(chunk)
             at += len(chunk)
     block_bytes = block_file_bytes(blocks.block_digests()) if blocks is not None else b""
     return Rewrite(name, bin_path, spans, now.hexdigest(), after.hexdigest(), block_bytes)
@@ -135,6 +135,33 @@ def takedown_record(
         "meta": rel["meta"],
         "bytes_zeroed": sum(hi - lo for lo, hi in rewrite.ranges),
     }
+
+
+def plan_takedown(
+    version: Version, located: dict[str, list[tuple[int, str]]], reason: str
+) -> list[tuple[dict[str, Any], Rewrite, dict[str, bytes]]]:
+    """Per shard holding documents of ``located`` (:func:`locate`), in name order: its record, its
+    rewrite, and its new files (relative path -> bytes). Reads each shard once; writes nothing."""
+    readable = {PurePosixPath(s.path).name.removesuffix(".bin"): s for s in version.readable_base.shards}
+    out = []
+    for name in sorted(located):
+        shard = readable[name]
+        if shard.block_sha256:
+            raise UserError(
+                f"shard {name} lists its block digests in the manifest (an old build): rebuild it"
+            )
+        ranges = byte_ranges(version.base_dir / shard.files["idx"], [i for i, _ in located[name]])
+        rewrite = plan_rewrite(name, version.base_dir / shard.path, ranges, shard.block_size)
+        if rewrite.sha256_now not in (shard.sha256, rewrite.sha256_after):
+            raise UserError(f"shard {name}'s bytes are not the ones {version.dir} reads (digests differ)")
+        prefix = f"{PurePosixPath(shard.path).parent}/{name}.{rewrite.sha256_after[:16]}"
+        rel = {"blocks": f"{prefix}.blocks", "meta": f"{prefix}.meta.json"}
+        before = {"sha256": shard.sha256, "blocks_sha256": shard.blocks_sha256}
+        record = takedown_record(rewrite, located[name], reason, before, rel)
+        meta = json.loads((version.base_dir / shard.files["meta"]).read_text())
+        files = {rel["blocks"]: rewrite.blocks_after, rel["meta"]: rewritten_meta(meta, record)}
+        out.append((record, rewrite, files))
+    return out
 
 
 def rewritten_meta(meta: dict[str, Any], record: dict[str, Any]) -> bytes:
