@@ -2,8 +2,8 @@
 first of the selection's rules that drops it, overall, per source and per language.
 
 Rules in the order :mod:`corpus.select.selection` applies them: tombstoned shards, the policy check by
-check, then the other row rules (thresholds, languages, cutoffs, hosts, sources, licences,
-contamination), each top fraction, one representative per near-duplicate group. Each rule is the
+check, then the other row rules (thresholds, languages, cutoffs, hosts, blocklists by category,
+sources, licences, contamination), each top fraction, one representative per near-duplicate group. Each rule is the
 version's own (the selection of that rule alone, :func:`corpus.version.query.select_rows`); a rejected
 document counts once, so the steps add up to stored − selected. ``unexplained`` counts the documents
 the rules and the bitmaps disagree on (0 for a version made from the selection it records).
@@ -56,6 +56,8 @@ def row_rules(s: Selection) -> list[tuple[str, str, Selection]]:
         rules.append(("crawl_date_max", "", one(EVERYTHING, **dates)))
     if s.exclude_hosts:
         rules.append(("exclude_hosts", "", one(EVERYTHING, exclude_hosts=s.exclude_hosts)))
+    for b in s.blocklists:  # one step per category: the card counts each
+        rules.append(("blocklist", b.category, one(EVERYTHING, blocklists=(b,))))
     if s.exclude_sources:
         rules.append(("exclude_sources", "", one(EVERYTHING, exclude_sources=s.exclude_sources)))
     licences = {

@@ -17,6 +17,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from corpus.model.errors import UserError
 from corpus.text.inputs import InputRefused, open_regular
@@ -111,28 +112,35 @@ def hosts_file_path(
     return path
 
 
-def read_hosts_file(path: Path, roots: list[Path]) -> tuple[str, ...]:
-    """An opt-out list: one host a line; blank lines and ``#`` comments are ignored. Refused (one line)
-    unless it resolves to a regular file under one of ``roots``, or when a line is not a hostname."""
+def checked_list_file(path: Path, roots: list[Path], key: str) -> BinaryIO:
+    """``path`` opened for reading: refused (one line naming ``key``) unless it resolves to a regular
+    file under one of ``roots`` (an opt-out list, a robots.txt snapshot's file, a blocklist)."""
     try:
         real = path.resolve()  # not strict: a missing file outside the roots is refused as outside
     except (OSError, RuntimeError) as e:  # a symlink loop
-        raise UserError(f"exclude_hosts_file {path}: {getattr(e, 'strerror', None) or e}") from None
+        raise UserError(f"{key} {path}: {getattr(e, 'strerror', None) or e}") from None
     if not any(real.is_relative_to(root) for root in roots):
         allowed = ", ".join(map(str, roots)) or "none"
         raise UserError(
-            f"exclude_hosts_file {path}: outside the allowed roots ({allowed}): put the list beside "
+            f"{key} {path}: outside the allowed roots ({allowed}): put the list beside "
             f"the selection file or under a directory named in {ROOTS_ENV}"
         )
     try:
-        with open_regular(
-            real, follow=False
-        ) as f:  # no link at the last step (it was resolved), no FIFO wait
-            data = f.read()
+        return open_regular(real, follow=False)  # no link at the last step (it was resolved), no FIFO wait
     except InputRefused:
-        raise UserError(f"exclude_hosts_file {path}: not a regular file") from None
+        raise UserError(f"{key} {path}: not a regular file") from None
     except OSError as e:
-        raise UserError(f"exclude_hosts_file {path}: {e.strerror or e}") from None
+        raise UserError(f"{key} {path}: {e.strerror or e}") from None
+
+
+def read_hosts_file(path: Path, roots: list[Path]) -> tuple[str, ...]:
+    """An opt-out list: one host a line; blank lines and ``#`` comments are ignored. Refused (one line)
+    unless it resolves to a regular file under one of ``roots``, or when a line is not a hostname."""
+    with checked_list_file(path, roots, "exclude_hosts_file") as f:
+        try:
+            data = f.read()
+        except OSError as e:
+            raise UserError(f"exclude_hosts_file {path}: {e.strerror or e}") from None
     try:
         lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError as e:

@@ -22,6 +22,7 @@ from corpus.model.config import ConfigError, config_to_dict, stage_config
 from corpus.model.digest import canonical_json, sha256_hex
 from corpus.model.errors import UserError
 from corpus.model.json_schema import SELF_CHECKED, Problem, Schema, first_problem, keys_of, path_text
+from corpus.select.blocklists import Blocklist, excluded_sql, parse_blocklists, recorded_blocklists
 from corpus.select.buckets import NAME, BucketDef, check_bucket_columns, parse_buckets
 from corpus.select.hosts import allowed_roots, check_hosts, hosts_file_path, read_hosts_file
 from corpus.select.licences import ALL_CLASSES
@@ -82,6 +83,14 @@ class RobotsOptOutKeys:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BlocklistKeys:
+    """One category of ``blocklists``, as a version's manifest records it: the entries that matched."""
+
+    hosts: list[str] = _optional()
+    urls: list[str] = _optional()
+
+
+@dataclass(frozen=True, kw_only=True)
 class SelectionKeys:
     """Every key of a selection file as written, each optional: what :func:`parse_selection` checks
     first (unknown keys, types) and what ``corpus config schema selection`` prints. Ranges, dates,
@@ -100,6 +109,8 @@ class SelectionKeys:
     exclude_hosts_file: Annotated[str, "a path"] = _optional()
     exclude_robots: RobotsKeys = _optional()
     robots_optouts: list[RobotsOptOutKeys] = _optional()
+    exclude_blocklists: Annotated[dict[str, list[str]], "a table of category = [list files]"] = _optional()
+    blocklists: dict[str, BlocklistKeys] = _optional()
     exclude_sources: list[str] = _optional()
     allowed_licence_classes: list[LicenceClass] = _optional()
     allowed_licence_classes_by_tier: dict[str, list[LicenceClass]] = _optional()
@@ -139,6 +150,8 @@ class Selection:
     exclude_hosts: tuple[str, ...] = ()
     #: the hosts of ``exclude_hosts`` a robots.txt snapshot excluded, with the rule that did
     robots_optouts: tuple[RobotsOptOut, ...] = ()
+    #: category blocklists: the files to read, or (resolved against the build) the entries that matched
+    blocklists: tuple[Blocklist, ...] = ()
     exclude_sources: tuple[str, ...] = ()
     allowed_licence_classes: tuple[str, ...] | None = None
     allowed_licence_classes_by_tier: dict[str, tuple[str, ...]] = field(
@@ -197,6 +210,8 @@ class Selection:
             out["prefer"] = {src: "newest" for src in self.newest_sources}
         if self.robots_optouts:
             out["robots_optouts"] = [r.canonical() for r in self.robots_optouts]
+        if self.blocklists:
+            out["blocklists"] = {b.category: b.canonical() for b in self.blocklists}
         return out
 
     @property
@@ -314,6 +329,17 @@ def parse_selection(
             kw["robots_optouts"] = opted_out(read_robots_dir(path, allowed_roots(base_dir)), agents)
     hosts += tuple(r.host for r in kw.get("robots_optouts", ()))
     kw["exclude_hosts"] = hosts
+    recorded = recorded_blocklists(where, data["blocklists"]) if "blocklists" in data else ()
+    named = (
+        parse_blocklists(where, data["exclude_blocklists"], base_dir, read_files)
+        if "exclude_blocklists" in data
+        else ()
+    )
+    both = sorted({b.category for b in recorded} & {b.category for b in named})
+    if both:
+        raise _err(where, f"blocklist {both[0]} is both recorded (blocklists) and named (exclude_blocklists)")
+    if recorded or named:
+        kw["blocklists"] = tuple(sorted(recorded + named, key=lambda b: b.category))
     if "exclude_sources" in data:
         kw["exclude_sources"] = _strings(where, "exclude_sources", data["exclude_sources"])
     if "allowed_licence_classes" in data:
@@ -449,6 +475,8 @@ def provenance_rules(s: Selection, alias: str) -> tuple[list[str], list[Any]]:
         )
         params.extend(hosts)
         params.extend("." + h for h in hosts)
+    if s.blocklists:
+        conds.append(excluded_sql(alias))
     if s.exclude_sources:
         srcs = sorted(set(s.exclude_sources))
         conds.append(f"{alias}source NOT IN ({', '.join('?' * len(srcs))})")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,12 @@ import pyarrow as pa
 
 from corpus.model.errors import UserError
 from corpus.model.layout import manifest_path
+from corpus.select.blocklists import blocklisted_counts
 from corpus.select.buckets import BucketDef
 from corpus.select.selection import Selection
 from corpus.version.buckets import UNBUCKETED, VersionBuckets, assign_buckets
 from corpus.version.open import Version, open_version
-from corpus.version.query import bits_table, connect, select_rows
+from corpus.version.query import bits_table, connect, resolve_blocklists, select_rows
 from corpus.version.write import refuse_version_out, version_manifest, write_version
 
 GROUPS = ("bucket", "source", "lang")
@@ -107,6 +108,8 @@ class Planned:
     kept: dict[str, dict[str, dict[str, int]]]
     #: the selection's buckets by predicate, or None
     buckets: VersionBuckets | None = None
+    #: facts of the making outside the id (the blocklist files read)
+    run_info: dict[str, Any] | None = None
 
     @property
     def empty_buckets(self) -> list[str]:
@@ -146,8 +149,10 @@ def plan_version(build: Path, selection: Selection) -> Planned:
     version = open_version(build)
     base = Version(version.base_dir, version.base, version.live_shards)
     con = connect(base, removed=version.removed)  # one connection: the table's files are opened once
+    selection, read = resolve_blocklists(con, selection)
     reasons: Counter = Counter()
     bits = select_rows(con, selection, {s.name: s.docs for s in base.shards}, reasons)
+    blocklisted = blocklisted_counts(con, selection.blocklists) if selection.blocklists else None
     buckets, match = (
         assign_buckets(con, selection.buckets, base.shards, bits) if selection.buckets else (None, None)
     )
@@ -159,8 +164,10 @@ def plan_version(build: Path, selection: Selection) -> Planned:
         list(version.tombstones.values()),
         dict(reasons) if selection.policy is not None else None,
         buckets,
+        blocklisted=blocklisted,
     )
-    return Planned(version, bits, manifest, kept, buckets)
+    run_info = {"blocklist_files": [asdict(f) for f in read]} if read else None
+    return Planned(version, bits, manifest, kept, buckets, run_info)
 
 
 def make_version(build: Path, selection: Selection, out: Path) -> Planned:
@@ -181,6 +188,7 @@ def make_version(build: Path, selection: Selection, out: Path) -> Planned:
         planned.bits,
         out,
         planned.version.base_dir,
+        planned.run_info,
         buckets=planned.buckets,
     )
     return planned

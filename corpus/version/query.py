@@ -8,6 +8,7 @@ Python batch by batch (:func:`policy_verdicts`). See docs/versions.md ("The meta
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import duckdb
 import numpy as np
@@ -15,6 +16,7 @@ import pyarrow as pa
 
 from corpus.model.errors import UserError
 from corpus.model.facts import SnapshotFacts
+from corpus.select.blocklists import FileFacts, build_hosts, build_urls, matched_entries, register
 from corpus.select.policy import PolicyConfig, decide_rows, missing_values
 from corpus.select.provenance import COPY_COLUMNS
 from corpus.select.selection import Selection, check_columns, selection_sql
@@ -177,6 +179,8 @@ def prepare_rules(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [SHARD_AGES]
     ).fetchall()[0][0]:
         _create_shard_ages(con, {})  # a table not made by connect(): every shard its build's own (age 0)
+    if selection.blocklists:
+        register(con, selection.blocklists)
     if selection.policy is None:
         return "stored"
     con.register("policy_verdicts", policy_verdicts(con, selection.policy, cols, policy_reasons))
@@ -185,6 +189,24 @@ def prepare_rules(
         'JOIN policy_verdicts v USING (shard, "index")'
     )
     return "judged"
+
+
+def resolve_blocklists(
+    con: duckdb.DuckDBPyConnection | None, selection: Selection
+) -> tuple[Selection, list[FileFacts]]:
+    """``selection`` with each blocklist named by its files resolved against ``con``'s table (the
+    entries that match its hosts and URLs, :func:`corpus.select.blocklists.matched_entries`; ``con``
+    None: a rank without shards, which matches nothing), and what was read of each file."""
+    if not any(b.files for b in selection.blocklists):
+        return selection, []
+    hosts = build_hosts(con) if con is not None else set()
+    resolved, facts = [], []
+    for b in selection.blocklists:
+        if b.files:
+            b, read = matched_entries(b, hosts, lambda on: build_urls(con, on) if con is not None else [])
+            facts += read
+        resolved.append(b)
+    return replace(selection, blocklists=tuple(resolved)), facts
 
 
 #: rows the policy judges at a time (a batch of the table in memory, never the table)

@@ -102,18 +102,22 @@ def version_manifest(
     policy_reasons: dict[str, int] | None = None,
     buckets: VersionBuckets | None = None,
     takedowns: list[dict[str, Any]] | None = None,
+    blocklisted: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The manifest (without ``run_info``) of the version selecting ``bits`` of ``version``'s build;
     a tombstoned shard selects nothing (its files may be gone). ``policy_reasons``: the stored documents
     its policy rejects, by reason (what the yield alarms and the data card read). ``buckets``: the
     selection's buckets by predicate (:func:`assign_buckets`); for a selection with buckets and none
     given, ``version``'s own as made (:func:`recorded_buckets`). ``takedowns``: the documents taken
-    down (none given: ``version``'s own, which every version made from it keeps)."""
+    down (none given: ``version``'s own, which every version made from it keeps). ``blocklisted``: per
+    category of the selection's blocklists, the stored documents it lists."""
     if selection.buckets and buckets is None:
         buckets = recorded_buckets(version)
     gone = {t["name"] for t in tombstones}
     entries = shard_entries(version.shards, bits, gone, buckets)
-    return assemble_manifest(version, selection, entries, tombstones, policy_reasons, buckets, takedowns)
+    return assemble_manifest(
+        version, selection, entries, tombstones, policy_reasons, buckets, takedowns, blocklisted
+    )
 
 
 def assemble_manifest(
@@ -124,6 +128,7 @@ def assemble_manifest(
     policy_reasons: dict[str, int] | None,
     buckets: VersionBuckets | None,
     takedowns: list[dict[str, Any]] | None = None,
+    blocklisted: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The manifest from every shard's entry (:func:`shard_entry`, in ``version.shards``' order, made by
     one process or by the ranks owning the shards) and its id. ``takedowns``: as for
@@ -140,6 +145,8 @@ def assemble_manifest(
     }
     if takedowns:
         digested["takedowns"] = takedowns  # in the order they were made: a shard's last is its current
+    if blocklisted is not None:
+        digested["blocklisted"] = dict(sorted(blocklisted.items()))
     if policy_reasons is not None:
         digested["policy_reasons"] = dict(sorted(policy_reasons.items()))
     if buckets is not None:

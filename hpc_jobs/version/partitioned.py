@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import numpy as np
 
+from corpus.select.blocklists import FileFacts, blocklisted_counts, union_blocklists
 from corpus.select.buckets import BucketDef, Clause, quantile_values_sql
 from corpus.select.selection import Selection, TopFraction
 from corpus.version.buckets import Resolver, VersionBuckets, assign_buckets, bucket_error, resolve_buckets
@@ -46,7 +47,7 @@ from corpus.version.plan import (
     refuse_other_version,
     version_id_in,
 )
-from corpus.version.query import columns, connect
+from corpus.version.query import columns, connect, resolve_blocklists
 from corpus.version.write import (
     assemble_manifest,
     begin_version_dir,
@@ -71,6 +72,11 @@ class Share:
     kept: dict[str, dict[str, dict[str, int]]]
     reasons: Counter
     rows: int
+    #: the selection, its blocklists resolved against the whole build (the same on every rank)
+    selection: Selection
+    #: per blocklist category, this rank's stored documents it lists; the list files read
+    blocklisted: Counter = field(default_factory=Counter)
+    read: list[FileFacts] = field(default_factory=list)
 
 
 def _connect(comm: Any, version: Version, mine: tuple[StoredShard, ...]) -> tuple[Any, list[str]]:
@@ -199,6 +205,9 @@ def plan_share(comm: Any, version: Version, selection: Selection) -> Share:
     gone = set(version.tombstones)
     mine = tuple(version.shards[i] for i in owned if version.shards[i].name not in gone)
     con, cols = _connect(comm, version, mine)
+    # each rank matches the list files against its own shards; the union is the build's answer
+    local, read = agreed(comm, lambda: resolve_blocklists(con, selection))
+    selection = replace(local, blocklists=tuple(union_blocklists(comm.allgather(list(local.blocklists)))))
     reasons: Counter = Counter()
     rows = agreed(
         comm, lambda: judge_rows(con, selection, cols, reasons) if con is not None else no_rows(selection)
@@ -224,7 +233,8 @@ def plan_share(comm: Any, version: Version, selection: Selection) -> Share:
         else {}
     )
     entries = shard_entries(tuple(version.shards[i] for i in owned), bits, gone, buckets)
-    return Share(owned, bits, buckets, entries, kept, reasons, len(rows))
+    listed = Counter(blocklisted_counts(con, selection.blocklists) if con and selection.blocklists else {})
+    return Share(owned, bits, buckets, entries, kept, reasons, len(rows), selection, listed, read)
 
 
 @dataclass(frozen=True)
@@ -242,6 +252,7 @@ def _manifest_of(
     policy reasons), the entries in the version's shard order."""
     reports = sorted(reports, key=lambda r: r[0][:1] or (len(version.shards),))
     reasons = sum((r[3] for r in reports), Counter())
+    listed = sum((r[4] for r in reports), Counter())
     manifest = assemble_manifest(
         version,
         selection,
@@ -249,6 +260,9 @@ def _manifest_of(
         list(version.tombstones.values()),
         dict(reasons) if selection.policy is not None else None,
         share.buckets,
+        blocklisted={b.category: listed[b.category] for b in selection.blocklists}
+        if selection.blocklists
+        else None,
     )
     return Made(manifest, merge_kept([r[2] for r in reports]))
 
@@ -267,7 +281,8 @@ def make_on_ranks(comm: Any, build: Path, selection: Selection, out: Path) -> tu
     version = open_version(build)
     share = plan_share(comm, version, selection)
     # what rank 0 needs of each rank: never its bits (O(documents)), only its entries (O(shards))
-    reports = comm.gather((share.shards, share.entries, share.kept, share.reasons), root=0)
+    reports = comm.gather((share.shards, share.entries, share.kept, share.reasons, share.blocklisted), root=0)
+    selection = share.selection
     made: Made | None = None
 
     def begin() -> Path | None:
@@ -288,7 +303,8 @@ def make_on_ranks(comm: Any, build: Path, selection: Selection, out: Path) -> tu
                 lambda: write_bitmaps(new, [e for e, _ in share.entries], share.bits, gone, share.buckets),
             )
             if comm.Get_rank() == 0:
-                finish_version_dir(new, out, made.manifest, version.base_dir)
+                read = {"blocklist_files": [asdict(f) for f in share.read]} if share.read else None
+                finish_version_dir(new, out, made.manifest, version.base_dir, read)
         finally:
             if comm.Get_rank() == 0:
                 shutil.rmtree(new, ignore_errors=True)

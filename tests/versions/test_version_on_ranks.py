@@ -33,6 +33,8 @@ SELECTIONS = [
     '[[buckets]]\nname = "high"\nwhere = "quality >= q75 AND lang = \'en\'"\n'
     '[[buckets]]\nname = "early"\nwhere = "crawl_date <= q40"\n[[buckets]]\nname = "rest"\n',
     'near_duplicates = "all"\nmax_scores = { quality = 0.8 }',
+    # a category blocklist (its file written by the test): a host, and a URL of another host's document
+    'exclude_blocklists = { adult = ["{blocklist}"] }\nlangs = ["en", "de"]',
     '[[buckets]]\nname = "none"\nwhere = "quality > 5"\n',  # refused: it keeps nothing
 ]
 
@@ -83,9 +85,24 @@ def tree(d: Path) -> dict[str, bytes]:
     return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-def one_process(build: Path, out: Path) -> list[str | None]:
+@pytest.fixture
+def selections(build, tmp_path, monkeypatch) -> list[str]:
+    """:data:`SELECTIONS` with the blocklist's file: a listed host of the build, one document's URL,
+    and entries the build does not have."""
+    url = duckdb.sql(
+        f"SELECT min(url) FROM read_parquet('{build}/**/*.parquet') WHERE host = 'b.org'"
+    ).fetchall()[0][0]
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "adult.txt").write_text(
+        f"# UT1-style\nA.org\nnot-in.example\n{url.split('//')[1]}\n"
+    )
+    monkeypatch.setenv("CORPUS_HOSTS_ROOTS", str(tmp_path / "lists"))
+    return [t.replace("{blocklist}", str(tmp_path / "lists" / "adult.txt")) for t in SELECTIONS]
+
+
+def one_process(build: Path, out: Path, selections: list[str]) -> list[str | None]:
     ids = []
-    for i, toml in enumerate(SELECTIONS):
+    for i, toml in enumerate(selections):
         try:
             ids.append(make_version(build, parse_inline(toml), out / str(i)).manifest["snapshot_id"])
         except UserError as e:
@@ -93,11 +110,16 @@ def one_process(build: Path, out: Path) -> list[str | None]:
     return ids
 
 
-def test_every_selection_gives_the_one_process_bytes_on_1_2_and_3_ranks(build, tmp_path):
-    expected = one_process(build, tmp_path / "single")
+def test_every_selection_gives_the_one_process_bytes_on_1_2_and_3_ranks(build, tmp_path, selections):
+    expected = one_process(build, tmp_path / "single", selections)
     assert expected[-1].startswith("refused: the selection keeps no document of bucket(s) none")
     assert len(set(expected[:-1])) == len(SELECTIONS) - 1
-    (tmp_path / "selections.json").write_text(json.dumps(SELECTIONS))
+    blocked = json.loads((tmp_path / "single" / str(len(SELECTIONS) - 2) / "manifest.json").read_text())
+    assert blocked["selection"]["blocklists"]["adult"]["hosts"] == ["a.org"]
+    assert (
+        len(blocked["selection"]["blocklists"]["adult"]["urls"]) == 1 and blocked["blocklisted"]["adult"] > 1
+    )
+    (tmp_path / "selections.json").write_text(json.dumps(selections))
     worker = str(Path(__file__).with_name("ranks_worker.py"))
     for ranks in (1, 2, 3):
         out = tmp_path / f"ranks{ranks}"
