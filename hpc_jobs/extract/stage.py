@@ -45,6 +45,7 @@ from corpus.text.extract import (
     repair_replacement_chars,
     strip_invisible,
 )
+from corpus.text.known_bad import list_digest, read_known_bad
 from corpus.text.normalize import KEY_VERSION, text_key
 from runtime.runner import InputShard, Stage, StageContext, StageError, remove_stale_artifacts
 from runtime.side_output import SideOutput
@@ -75,6 +76,10 @@ class ExtractConfig:
     gate: str | None = None
     #: the tiers the gate judges; a page of another tier always gets the second pass
     gate_tiers: list[str] = field(default_factory=lambda: ["web"])
+    #: a file of exact keys of texts never to be stored (corpus known-bad-keys): a document whose text
+    #: has one is quarantined as known_bad_content with its hashes only; "" = none. Recorded by file name
+    known_bad_keys: str = ""
+    known_bad_sha256: str = ""  # filled in: the sha256 of the list's sorted keys; a value set here pins it
 
     def __post_init__(self) -> None:
         if self.extractor not in EXTRACTORS:
@@ -95,6 +100,9 @@ class ExtractConfig:
         if self.memory_limit_mb < 0:
             raise ValueError("memory_limit_mb must be 0 (no limit) or positive")
 
+
+#: the quarantine reason of a document whose text is on the known-bad list
+KNOWN_BAD_REASON = "known_bad_content"
 
 #: the quarantine reason of each way the worker can fail a document
 _WORKER_REASONS = {
@@ -120,9 +128,19 @@ class ExtractStage(Stage):
         )
         try:
             self.gate = parse_gate(gate)
+            self.known_bad = (
+                read_known_bad(Path(config.known_bad_keys)) if config.known_bad_keys else frozenset()
+            )
         except UserError as e:
             raise StageError(str(e)) from None
-        super().__init__(replace(config, gate=self.gate.text))
+        digest = list_digest(self.known_bad)
+        if config.known_bad_sha256 and config.known_bad_sha256 != digest:
+            raise StageError(
+                f"[extract] known_bad_sha256 = {config.known_bad_sha256} but the list has {digest}"
+            )
+        # the list by its file name and keys, never its path: the same list elsewhere is the same config
+        name = Path(config.known_bad_keys).name if config.known_bad_keys else ""
+        super().__init__(replace(config, gate=self.gate.text, known_bad_keys=name, known_bad_sha256=digest))
         self._worker: ExtractWorker | None = None
         self._held_out: dict[str, tuple[Path, str]] = {}
 
@@ -212,6 +230,24 @@ class ExtractStage(Stage):
         )
 
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
+        """The document's text (:meth:`extracted`), unless it is known-bad content: then only its hashes
+        are kept, in the quarantine (no text, URL or doc_id), and nothing of it goes on."""
+        outcome = self.extracted(doc)
+        if self.known_bad and isinstance(outcome, Kept):
+            key = text_key(outcome.doc.text)
+            if key in self.known_bad:
+                return Quarantined(
+                    QuarantineRecord(
+                        stage=self.name,
+                        reason=KNOWN_BAD_REASON,
+                        raw_digest=doc.raw_digest,
+                        source=doc.source,
+                        detail=f"{KEY_VERSION}:{key.hex()}",
+                    )
+                )
+        return outcome
+
+    def extracted(self, doc: Document) -> Outcome:
         if doc.source_tier in self.config.verbatim_tiers:
             if not doc.text.strip():
                 return Filtered(doc, "no_text_extracted")
