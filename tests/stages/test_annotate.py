@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from corpus.model.digest import file_sha256
+from corpus.signals.badwords import LANG_LISTS, badword_signals, badwords_id
 from corpus.signals.heuristics import heuristic_signals, words
 from corpus.signals.langid import identify_language, lid_model_path, script_fraction
 from corpus.signals.pii import scrub_pii
@@ -110,6 +111,21 @@ def test_toxicity_scores_the_lines_of_a_text_with_the_model_the_package_ships():
     assert toxicity_model_id().startswith("alt-profanity-check==1.9.1+sha256:")
 
 
+def test_word_list_rates_count_whole_words_phrases_and_unspaced_substrings():
+    """Spaced languages: whole words (with or without the punctuation around them, never inside
+    another word) and multi-word entries across any spacing; Chinese: substrings, longest first."""
+    de = badword_signals("Das ist ein Arschloch, du Arsch! Der Marsch geht weiter.", "de")
+    assert de["badword_count"] == 2.0 and de["badword_fraction"] == round(len("arschlocharsch") / 56, 6)
+    assert badword_signals("He said: 2 girls\n1   cup. Nothing more.", "en")["badword_count"] == 1.0
+    assert badword_signals("这是三级片的网站", "zh") == {"badword_count": 1.0, "badword_fraction": 0.375}
+    assert badword_signals("Le chat est sur la table.", "fr") == {
+        "badword_count": 0.0,
+        "badword_fraction": 0.0,
+    }
+    assert badword_signals("Gallia est omnis divisa", "la") == {}, "no list: no value, never a made-up 0"
+    assert len(LANG_LISTS) == 24 and badwords_id().startswith("glin-profanity-4.1.0:")
+
+
 def test_toxicity_is_the_packages_predict_proba_on_real_lines(shared_data):
     """The scores are computed from the model's arrays, not through predict_proba (its per-call checks
     cost most of the time): the same probabilities on every line of real pages."""
@@ -172,6 +188,8 @@ def test_the_stage_stores_every_value_and_drops_nothing(tmp_path, shared_data):
         toxic = {"toxic_line_fraction", "toxicity_max"} & set(d.scores)
         assert toxic == ({"toxic_line_fraction", "toxicity_max"} if d.lang == "en" else set()), d.url
         assert d.lang != "en" or d.scores == {**d.scores, **toxicity_signals(d.text)}
+        assert d.scores == {**d.scores, **badword_signals(d.text, d.lang)} and "badword_fraction" in d.scores
+    assert m["config"]["badword_lists"] == badwords_id(), "the word lists are part of the config"
     scrubbed = next(d for d in out if d.url == "https://n.example/1")
     assert "maint@debian-example.org" not in scrubbed.text and "<EMAIL>" in scrubbed.text
     assert scrubbed.scores["pii_email"] == 10 and scrubbed.derived_from

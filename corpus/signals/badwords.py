@@ -1,0 +1,121 @@
+"""Word-list rates: the share of a text's characters that are on its language's list of obscene and
+offensive words, for the 24 languages glin-profanity ships a list of (assets/badwords/README.md).
+
+Why lists and a rate: the toxicity model is English only; for other languages the field's cheap signal
+is a word list (C4's "bad words" filter, from the LDNOOBW lists these lists come from). A list is blunt
+(Spanish "asesinato", Portuguese "amador" are on it), so the value is stored and a version chooses a
+threshold (``max_scores = { badword_fraction = 0.005 }``); nothing is dropped here. Spaced languages
+match whole words (a token, lower-cased, with or without its surrounding punctuation) and multi-word
+entries as consecutive words; Chinese, Japanese and Thai, written without spaces, match as substrings,
+longest first. docs/ingest-and-filters.md ("Word lists").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+import glin_profanity
+
+from corpus.model.digest import sha256_hex
+
+#: the lists' directory in the installed package
+LISTS_DIR = Path(glin_profanity.__file__).parent / "data" / "dictionaries"
+#: fastText language code -> the package's list
+LANG_LISTS = {
+    "ar": "arabic",
+    "cs": "czech",
+    "da": "danish",
+    "de": "german",
+    "en": "english",
+    "eo": "esperanto",
+    "es": "spanish",
+    "fa": "persian",
+    "fi": "finnish",
+    "fr": "french",
+    "hi": "hindi",
+    "hu": "hungarian",
+    "it": "italian",
+    "ja": "japanese",
+    "ko": "korean",
+    "nl": "dutch",
+    "no": "norwegian",
+    "pl": "polish",
+    "pt": "portuguese",
+    "ru": "russian",
+    "sv": "swedish",
+    "th": "thai",
+    "tr": "turkish",
+    "zh": "chinese",
+}
+#: languages written without spaces between words: entries match as substrings
+UNSPACED = frozenset({"ja", "th", "zh"})
+#: what a token may be wrapped in (stripped before a second lookup)
+WRAPPING = "\"'“”‘’«»()[]{}.,;:!?¡¿…—–-*_/\\|<>"
+
+
+def _entries(lang: str) -> list[str]:
+    data = json.loads((LISTS_DIR / f"{LANG_LISTS[lang]}.json").read_text(encoding="utf-8"))
+    return sorted({" ".join(w.lower().split()) for w in data["words"] if w.strip()})
+
+
+@cache
+def _spaced(lang: str) -> tuple[frozenset[str], dict[str, list[tuple[str, ...]]]]:
+    """One-word entries, and the multi-word ones by their first word."""
+    single, multi = set(), {}
+    for entry in _entries(lang):
+        words = tuple(entry.split())
+        if len(words) == 1:
+            single.add(entry)
+        else:
+            multi.setdefault(words[0], []).append(words)
+    return frozenset(single), multi
+
+
+@cache
+def _unspaced(lang: str) -> re.Pattern:
+    entries = sorted(_entries(lang), key=lambda e: (-len(e), e))
+    return re.compile("|".join(re.escape(e).replace(r"\ ", r"\s+") for e in entries))
+
+
+def _matched_chars(text: str, lang: str) -> tuple[int, int]:
+    """(matches, characters matched) of ``lang``'s list in the lower-cased ``text``."""
+    if lang in UNSPACED:
+        found = [m.end() - m.start() for m in _unspaced(lang).finditer(text)]
+        return len(found), sum(found)
+    single, multi = _spaced(lang)
+    tokens = text.split()
+    stripped = [t.strip(WRAPPING) for t in tokens]
+    count = chars = 0
+    for i, (raw, word) in enumerate(zip(tokens, stripped, strict=True)):
+        if raw in single or word in single:
+            count += 1
+            chars += len(word) if word in single else len(raw)
+        for words in multi.get(word, ()):
+            if tuple(stripped[i : i + len(words)]) == words:
+                count += 1
+                chars += sum(map(len, words)) + len(words) - 1
+    return count, chars
+
+
+def badword_signals(text: str, lang: str) -> dict[str, float]:
+    """``badword_count`` (entries found) and ``badword_fraction`` (their characters over the text's,
+    rounded to 6 digits) for a language with a list; none for another."""
+    if lang not in LANG_LISTS or not text:
+        return {}
+    lower = text.lower()
+    count, chars = _matched_chars(lower, lang)
+    return {"badword_count": float(count), "badword_fraction": round(min(1.0, chars / len(lower)), 6)}
+
+
+def badwords_id() -> str:
+    """The lists' package and version and the digest of every list file (in the annotate config)."""
+    digest = sha256_hex(
+        b"".join(
+            name.encode() + b"\0" + (LISTS_DIR / f"{name}.json").read_bytes()
+            for name in sorted(LANG_LISTS.values())
+        )
+    )
+    return f"glin-profanity-{glin_profanity.__version__}:{digest[:16]}"
