@@ -7,7 +7,7 @@ is a word list (C4's "bad words" filter, from the LDNOOBW lists these lists come
 threshold (``max_scores = { badword_fraction = 0.005 }``); nothing is dropped here. Spaced languages
 match whole words (a token, lower-cased, with or without its surrounding punctuation) and multi-word
 entries as consecutive words; Chinese, Japanese and Thai, written without spaces, match as substrings,
-longest first. docs/ingest-and-filters.md ("Word lists").
+longest first (an entry in Latin letters as a whole word). docs/ingest-and-filters.md ("Word lists").
 """
 
 from __future__ import annotations
@@ -76,8 +76,15 @@ def _spaced(lang: str) -> tuple[frozenset[str], dict[str, list[tuple[str, ...]]]
 
 @cache
 def _unspaced(lang: str) -> re.Pattern:
+    """The list as one pattern, longest first; an entry in Latin letters and digits (``sm``, ``xx``)
+    matches as a whole word only, never inside a word of Latin text (``SMP``, ``xxhash``)."""
     entries = sorted(_entries(lang), key=lambda e: (-len(e), e))
-    return re.compile("|".join(re.escape(e).replace(r"\ ", r"\s+") for e in entries))
+
+    def one(entry: str) -> str:
+        pattern = re.escape(entry).replace(r"\ ", r"\s+")
+        return rf"(?<![a-z0-9]){pattern}(?![a-z0-9])" if entry.isascii() else pattern
+
+    return re.compile("|".join(map(one, entries)))
 
 
 def _matched_chars(text: str, lang: str) -> tuple[int, int]:

@@ -118,6 +118,10 @@ def test_word_list_rates_count_whole_words_phrases_and_unspaced_substrings():
     assert de["badword_count"] == 2.0 and de["badword_fraction"] == round(len("arschlocharsch") / 56, 6)
     assert badword_signals("He said: 2 girls\n1   cup. Nothing more.", "en")["badword_count"] == 1.0
     assert badword_signals("这是三级片的网站", "zh") == {"badword_count": 1.0, "badword_fraction": 0.375}
+    assert badword_signals("SMPサーバとxxhashの設定", "ja")["badword_count"] == 0.0, (
+        "Latin entries: whole words"
+    )
+    assert badword_signals("SM の話", "ja")["badword_count"] == 1.0
     assert badword_signals("Le chat est sur la table.", "fr") == {
         "badword_count": 0.0,
         "badword_fraction": 0.0,
