@@ -1,8 +1,9 @@
-"""``corpus known-bad-keys FILE... [--jsonl]``: the entries of a known-bad list, one per text.
+"""``corpus known-bad-keys FILE... [--jsonl] [--near]``: the entries of a known-bad list of texts.
 
 An operator holding texts that must never be stored (or a partner's tool run on them) makes the list
 extract removes them by (``[extract] known_bad_keys``, :mod:`corpus.text.known_bad`); the texts stay
-where they are, only their keys are printed, one a line, sorted, without duplicates.
+where they are, only their entries are printed, one a line, sorted, without duplicates: each text's
+exact key, and with ``--near`` its MinHash signature too (which matches copies with some words changed).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import json
 from pathlib import Path
 
 from corpus.model.errors import UserError
-from corpus.text.known_bad import spelt_key
+from corpus.text.known_bad import spelt_key, spelt_near
+from hpc_jobs.extract.known_bad import NEAR_PARAMS
+from mpi_kernels.minhash import MinHasher, is_empty
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--jsonl", action="store_true", help="each FILE is JSON lines, a text per line in its 'text' field"
     )
+    p.add_argument("--near", action="store_true", help="also each text's near entry (its MinHash signature)")
     p.set_defaults(func=run)
 
 
@@ -48,6 +52,10 @@ def texts(path: Path, jsonl: bool) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    keys = {spelt_key(t) for path in args.files for t in texts(path, args.jsonl)}
-    print("\n".join(sorted(keys)))
+    every = [t for path in args.files for t in texts(path, args.jsonl)]
+    entries = {spelt_key(t) for t in every}
+    if args.near and every:
+        sigs = MinHasher(NEAR_PARAMS).signatures(every)
+        entries |= {spelt_near(s) for s in sigs[~is_empty(sigs)]}
+    print("\n".join(sorted(entries)))
     return 0

@@ -223,7 +223,11 @@ def _has_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
 
 
 def register(con: duckdb.DuckDBPyConnection, blocklists: tuple[Blocklist, ...]) -> None:
-    """The tables :func:`excluded_sql` reads: the build's hosts and URLs each resolved category covers."""
+    """The tables :func:`excluded_sql` reads: the build's hosts and URLs each resolved category covers.
+    A list still named by its files has no answer yet (:func:`corpus.version.query.resolve_blocklists`)."""
+    unresolved = [b.category for b in blocklists if b.files]
+    if unresolved:
+        raise ValueError(f"blocklist {unresolved[0]} is not resolved against the build")
     hosts = build_hosts(con)
     host_rows = [(b.category, h) for b in blocklists for h in covered_hosts(b.hosts, hosts)]
     urls = {b.category: set(b.urls) for b in blocklists}

@@ -45,8 +45,9 @@ from corpus.text.extract import (
     repair_replacement_chars,
     strip_invisible,
 )
-from corpus.text.known_bad import list_digest, read_known_bad
+from corpus.text.known_bad import NO_LIST, read_known_bad
 from corpus.text.normalize import KEY_VERSION, text_key
+from hpc_jobs.extract.known_bad import KnownBadCheck
 from runtime.runner import InputShard, Stage, StageContext, StageError, remove_stale_artifacts
 from runtime.side_output import SideOutput
 
@@ -76,10 +77,11 @@ class ExtractConfig:
     gate: str | None = None
     #: the tiers the gate judges; a page of another tier always gets the second pass
     gate_tiers: list[str] = field(default_factory=lambda: ["web"])
-    #: a file of exact keys of texts never to be stored (corpus known-bad-keys): a document whose text
-    #: has one is quarantined as known_bad_content with its hashes only; "" = none. Recorded by file name
+    #: a file of exact keys and MinHash signatures of texts never to be stored (corpus known-bad-keys):
+    #: a document whose text matches one is quarantined with its hashes only; "" = none. Recorded by name
     known_bad_keys: str = ""
-    known_bad_sha256: str = ""  # filled in: the sha256 of the list's sorted keys; a value set here pins it
+    known_bad_sha256: str = ""  # filled in: the sha256 of the list's sorted entries; a value set here pins it
+    known_bad_near_threshold: float = 0.8  # a near entry matches at this estimated Jaccard similarity or more
 
     def __post_init__(self) -> None:
         if self.extractor not in EXTRACTORS:
@@ -95,14 +97,16 @@ class ExtractConfig:
             )
         for tier in self.verbatim_tiers:
             check_tier(tier)
+        if not 0 < self.known_bad_near_threshold <= 1:
+            raise ValueError("known_bad_near_threshold must be in (0, 1]")
         if self.time_limit_s <= 0:
             raise ValueError("time_limit_s must be positive")
         if self.memory_limit_mb < 0:
             raise ValueError("memory_limit_mb must be 0 (no limit) or positive")
 
 
-#: the quarantine reason of a document whose text is on the known-bad list
-KNOWN_BAD_REASON = "known_bad_content"
+#: the quarantine reason of a document whose text is on the known-bad list, exactly or nearly
+KNOWN_BAD_REASONS = {"exact": "known_bad_content", "near": "known_bad_near"}
 
 #: the quarantine reason of each way the worker can fail a document
 _WORKER_REASONS = {
@@ -128,12 +132,11 @@ class ExtractStage(Stage):
         )
         try:
             self.gate = parse_gate(gate)
-            self.known_bad = (
-                read_known_bad(Path(config.known_bad_keys)) if config.known_bad_keys else frozenset()
-            )
+            known = read_known_bad(Path(config.known_bad_keys)) if config.known_bad_keys else NO_LIST
         except UserError as e:
             raise StageError(str(e)) from None
-        digest = list_digest(self.known_bad)
+        digest = known.digest
+        self.known_bad = KnownBadCheck(known, config.known_bad_near_threshold) if known else None
         if config.known_bad_sha256 and config.known_bad_sha256 != digest:
             raise StageError(
                 f"[extract] known_bad_sha256 = {config.known_bad_sha256} but the list has {digest}"
@@ -233,16 +236,18 @@ class ExtractStage(Stage):
         """The document's text (:meth:`extracted`), unless it is known-bad content: then only its hashes
         are kept, in the quarantine (no text, URL or doc_id), and nothing of it goes on."""
         outcome = self.extracted(doc)
-        if self.known_bad and isinstance(outcome, Kept):
-            key = text_key(outcome.doc.text)
-            if key in self.known_bad:
+        if self.known_bad is not None and isinstance(outcome, Kept):
+            match = self.known_bad.match(outcome.doc.text)
+            if match is not None:
                 return Quarantined(
                     QuarantineRecord(
                         stage=self.name,
-                        reason=KNOWN_BAD_REASON,
+                        reason=KNOWN_BAD_REASONS[match.kind],
                         raw_digest=doc.raw_digest,
                         source=doc.source,
-                        detail=f"{KEY_VERSION}:{key.hex()}",
+                        detail=match.entry
+                        if match.kind == "exact"
+                        else f"{match.entry} {match.similarity:.3f}",
                     )
                 )
         return outcome

@@ -11,13 +11,19 @@ import subprocess
 import pytest
 
 from corpus.model.errors import UserError
-from corpus.text.known_bad import list_digest, read_known_bad, spelt_key
+from corpus.text.known_bad import read_known_bad, spelt_key
 from corpus.text.normalize import KEY_VERSION
 from tests.conftest import run_corpus
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 from tests.stages.warc_fixtures import real_pages, warc_bytes, write_jsonl_gz
 
 BAD = "This paragraph stands for content nobody may keep, word for word.\nIts second line, too.\n" * 3
+#: a longer text standing for content nobody may keep, and a copy of it with two words changed
+LONG = " ".join(
+    f"Sentence {n} of the long text says that {w} rivers cross the {w} plain before the sea."
+    for n, w in enumerate(["old", "wide", "cold", "slow", "green", "dark", "calm", "deep", "bright", "quiet"])
+)
+EDITED = LONG.replace("Sentence 3 ", "Line 3 ").replace("the dark plain", "the dark valley")
 
 
 def test_a_copy_that_differs_in_case_and_spacing_has_the_same_entry():
@@ -28,7 +34,7 @@ def test_a_copy_that_differs_in_case_and_spacing_has_the_same_entry():
 @pytest.mark.parametrize(
     "line, why",
     [
-        ("not-a-key", "line 2: not a key VERSION:32-HEX-DIGITS"),
+        ("not-a-key", "line 2: not a key VERSION:32-HEX-DIGITS or VERSION:near:SIGNATURE"),
         ("v0:" + "ab" * 16, "line 2: a key of version v0"),
     ],
 )
@@ -49,10 +55,12 @@ def test_extract_removes_every_copy_and_keeps_only_hashes(tmp_path, shared_data)
             {"url": "https://notes.example/bad", "text": BAD},
             {"url": "https://mirror.example/bad-copy", "text": BAD.upper().replace("\n", "\n\n")},
             {"url": "https://notes.example/fine", "text": fine},
+            {"url": "https://notes.example/edited", "text": EDITED},
         ],
     )
     (tmp_path / "bad.txt").write_text(BAD)
-    made = run_corpus("known-bad-keys", str(tmp_path / "bad.txt"))
+    (tmp_path / "long.jsonl").write_text(json.dumps({"text": LONG}) + "\n")
+    made = run_corpus("known-bad-keys", str(tmp_path / "bad.txt"), str(tmp_path / "long.jsonl"), "--near")
     (tmp_path / "lists").mkdir()
     (tmp_path / "lists" / "known-bad.txt").write_text("# from the partner's tool\n" + made.stdout)
     (tmp_path / "cfg.toml").write_text(
@@ -62,22 +70,26 @@ def test_extract_removes_every_copy_and_keeps_only_hashes(tmp_path, shared_data)
     run_stage("extract", 2, [tmp_path / "ingest"], tmp_path / "extract", tmp_path / "cfg.toml")
 
     m = manifest(tmp_path / "extract")
-    assert reconciles(m["totals"]) and m["totals"]["in"] == 5
+    assert reconciles(m["totals"]) and m["totals"]["in"] == 6
     kept = {d.url for d in docs(tmp_path / "extract")}
     assert "https://notes.example/fine" in kept and len(kept) == 3  # the two pages and the fine note
     records = list(docs(tmp_path / "extract", "quarantine"))
-    assert [r["reason"] for r in records] == ["known_bad_content"] * 2
-    assert {r["detail"] for r in records} == {spelt_key(BAD)}
+    assert sorted(r["reason"] for r in records) == ["known_bad_content"] * 2 + ["known_bad_near"]
+    assert {r["detail"] for r in records if r["reason"] == "known_bad_content"} == {spelt_key(BAD)}
+    (near,) = [r for r in records if r["reason"] == "known_bad_near"]
+    entry, similarity = near["detail"].split()
+    assert entry.startswith("near:") and 0.8 <= float(similarity) < 1.0  # two words of 150 changed
     assert all(r["url"] == r["input_name"] == "" and r["source"] == "web" for r in records)
     # no byte of the text is anywhere in the stage's output
+    assert len(made.stdout.split()) == 2 + 2  # BAD and LONG, each an exact and a near entry
     snippet = b"content nobody may keep"
     for path in (tmp_path / "extract").rglob("*"):
         if path.is_file():
             data = path.read_bytes()
-            assert snippet not in data and snippet.upper() not in data, path
+            assert snippet not in data and snippet.upper() not in data and b"rivers cross" not in data, path
     config = m["config"]
     assert config["known_bad_keys"] == "known-bad.txt"  # its name, never its path
-    assert config["known_bad_sha256"] == list_digest(read_known_bad(tmp_path / "lists" / "known-bad.txt"))
+    assert config["known_bad_sha256"] == read_known_bad(tmp_path / "lists" / "known-bad.txt").digest
 
 
 def test_a_list_of_another_key_version_stops_the_stage_in_one_line(tmp_path):
