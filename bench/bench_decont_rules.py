@@ -15,6 +15,9 @@ filler word ("also", "really", …). r = 0 is the reformatted plant itself.
   With ``min_run = 6`` a run is 13 words, the 13-gram rule's span, and short passages still count.
 * **13-gram rule** (seed 002 §5, GPT-3's): an item is contaminated when any 13-gram of its passages (the
   same passages) is in the page; items under 13 words cannot be checked.
+* **run rule + fuzzy tier** (the build's two tiers, what a default version excludes): also an item one
+  of whose passages has at least a share (0.2 by default) of its distinct 8-grams in the page, anywhere
+  and in any order, and at least 3 of them (``passage-8gram-containment/1``).
 
 Recall: planted (item, page) pairs found. A false positive: a flagged (item, page) that was not planted,
 except *siblings* (another item the pasted text contains by itself, by that rule); on pages with nothing
@@ -101,6 +104,16 @@ def run_rule(index: EvalIndex):
     return lambda text: {(m.benchmark, m.item_id) for m in index.match_set(text_gram_set(text))}
 
 
+def both_tiers(index: EvalIndex):
+    """The run rule's items and the fuzzy tier's: what a default version excludes."""
+
+    def match(text: str) -> set[tuple[str, str]]:
+        exact, fuzzy = index.match_both(text_gram_set(text))
+        return {(m.benchmark, m.item_id) for m in exact} | {(m.benchmark, m.item_id) for m in fuzzy}
+
+    return match
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/decont-bench"))
@@ -116,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         "run rule (min_run 15, the default)": run_rule(index),
         "run rule, min_run 6 (13 words)": run_rule(EvalIndex(index.table, min_run=6)),
         "13-gram rule": ThirteenGramRule(items).match,
+        "run rule + fuzzy tier (share 0.2, the default)": both_tiers(index),
+        "run rule + fuzzy tier, share 0.15": both_tiers(EvalIndex(index.table, fuzzy_share=0.15)),
+        "run rule + fuzzy tier, share 0.3": both_tiers(EvalIndex(index.table, fuzzy_share=0.3)),
     }
     rnd = random.Random(args.seed)
     hosts = rnd.sample(
@@ -141,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for name, rule in rules.items():
         fp_clean = sum(len(f) for k, f in clean[name].items() if k not in planted_pages)
-        print(f"| {name} | clean crawl | 0 | - | - | - | {sum(len(f) for f in clean[name].values())} | - |")
+        pages_flagged = sum(1 for k, f in clean[name].items() if f and k not in planted_pages)
+        print(
+            f"| {name} | clean crawl | 0 | - | - | - | {sum(len(f) for f in clean[name].values())} "
+            f"({pages_flagged} of {len(pages) - len(planted_pages)} unplanted pages) | - |"
+        )
         for rate in RATES:
             prnd = random.Random(f"{args.seed}-{rate}")
             found = siblings = fp = 0

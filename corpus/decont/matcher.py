@@ -21,11 +21,15 @@ from corpus.decont.eval_table import RUN_ROWS, EvalTable, build_eval_table, expa
 from corpus.decont.ngrams import Grams, normalize_words, word_hashes
 from corpus.decont.registry import EvalItem
 from corpus.decont.rule import (
+    DEFAULT_FUZZY_MIN_GRAMS,
+    DEFAULT_FUZZY_SHARE,
     DEFAULT_MIN_ITEM_WORDS,
     DEFAULT_MIN_RUN,
+    FUZZY_RULE,
     RULE,
     RULE_N,
     check_settings,
+    contained,
     contaminated,
     doc_gram_set,
     passage_grams,
@@ -37,6 +41,13 @@ class Match:
     benchmark: str
     item_id: str
     run: int  # the longest run of consecutive passage 8-grams the document holds
+
+
+@dataclass(frozen=True)
+class FuzzyMatch:
+    benchmark: str
+    item_id: str
+    share: float  # the largest share of one of its passages' 8-grams the document holds
 
 
 @dataclass(frozen=True)
@@ -94,11 +105,22 @@ class EvalIndex:
     """The registry's table (:mod:`corpus.decont.eval_table`, mapped) and the rule's settings: what the
     build's decontaminate stage asks about each document."""
 
-    def __init__(self, table: EvalTable, min_run: int = DEFAULT_MIN_RUN) -> None:
+    def __init__(
+        self,
+        table: EvalTable,
+        min_run: int = DEFAULT_MIN_RUN,
+        fuzzy_share: float = DEFAULT_FUZZY_SHARE,
+        fuzzy_min_grams: int = DEFAULT_FUZZY_MIN_GRAMS,
+    ) -> None:
         self.min_item_words = int(table.manifest["key"]["min_item_words"])
         check_settings(min_run, self.min_item_words)
+        if not 0 <= fuzzy_share <= 1 or fuzzy_min_grams < 1:
+            raise ValueError(
+                f"fuzzy_share must be in [0, 1] and fuzzy_min_grams at least 1, got {fuzzy_share}, {fuzzy_min_grams}"
+            )
         self.table = table
         self.min_run = min_run
+        self.fuzzy_share, self.fuzzy_min_grams = fuzzy_share, fuzzy_min_grams
         self.unchecked: Counter = table.unchecked()
 
     @classmethod
@@ -132,12 +154,37 @@ class EvalIndex:
             "passages": int(self.table.manifest["passages"]),
             "passage_grams": int(self.table.manifest["rows"]),
             "unchecked_items": dict(sorted(self.unchecked.items())),
+            "fuzzy_rule": FUZZY_RULE if self.fuzzy_share else None,
+            "fuzzy_share": self.fuzzy_share,
+            "fuzzy_min_grams": self.fuzzy_min_grams,
         }
 
     def match_set(self, doc_set: np.ndarray) -> list[Match]:
         """Every item contaminated in the document whose distinct 8-grams are ``doc_set``, in registry
         order, each with the longest run of its passages."""
+        return self._exact(*self.table.rows_in(doc_set))[0]
+
+    def match_both(self, doc_set: np.ndarray) -> tuple[list[Match], list[FuzzyMatch]]:
+        """:meth:`match_set`'s items, and the items the fuzzy tier finds that it does not (one lookup of
+        the document's 8-grams for both), each with the largest share held of one of its passages."""
         passage, position = self.table.rows_in(doc_set)
+        exact, found = self._exact(passage, position)
+        _, near, share = contained(
+            np.zeros(passage.shape[0], dtype=np.int64),
+            passage,
+            position,
+            self.table.passage_len,
+            self.fuzzy_share,
+            self.fuzzy_min_grams,
+        )
+        fuzzy: dict[int, float] = {}
+        for p, f in zip(near.tolist(), share.tolist(), strict=True):
+            i = int(self.table.passage_item[p])
+            if i not in found:
+                fuzzy[i] = max(fuzzy.get(i, 0.0), f)
+        return exact, [FuzzyMatch(*self.table.item(i), round(fuzzy[i], 4)) for i in sorted(fuzzy)]
+
+    def _exact(self, passage: np.ndarray, position: np.ndarray) -> tuple[list[Match], set[int]]:
         _, hit, run = contaminated(
             np.zeros(passage.shape[0], dtype=np.int64),
             passage,
@@ -149,7 +196,7 @@ class EvalIndex:
         for p, r in zip(hit.tolist(), run.tolist(), strict=True):
             i = int(self.table.passage_item[p])
             best[i] = max(best.get(i, 0), r)
-        return [Match(*self.table.item(i), best[i]) for i in sorted(best)]
+        return [Match(*self.table.item(i), best[i]) for i in sorted(best)], set(best)
 
     def match_grams(self, grams: Grams) -> list[Match]:
         return self.match_set(doc_gram_set(grams))

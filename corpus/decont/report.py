@@ -2,9 +2,10 @@
 
 Built from the documents the decontaminate stage flagged (its ``flagged/`` artifact: the flagged
 candidates, annotated, with their text): per benchmark the documents and tokens flagged, their rate
-against everything the stage scanned, the longest run and the distinct items contaminated; per flagged
-document every contaminated item. Flagged documents stay candidates; a version excludes them unless its
-selection says ``include_contaminated = true``.
+against everything the stage scanned, the longest run and the distinct items contaminated, and apart
+from them the fuzzy tier's (documents and items it alone found); per flagged document every
+contaminated item. Flagged documents stay candidates; a version excludes them unless its selection
+says ``include_contaminated = true`` (exact hits) or ``include_fuzzy_contaminated = true`` (fuzzy).
 """
 
 from __future__ import annotations
@@ -14,11 +15,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from corpus.model import Document
-from corpus.model.annotations import CONTAMINATED_ITEM, CONTAMINATED_ITEMS, CONTAMINATED_RUN
+from corpus.model.annotations import (
+    CONTAMINATED_FUZZY,
+    CONTAMINATED_FUZZY_ITEM,
+    CONTAMINATED_ITEM,
+    CONTAMINATED_ITEMS,
+    CONTAMINATED_RUN,
+)
 
 #: decontaminate's per-shard artifact of the documents it flagged
 FLAGGED = "flagged"
-REPORT_FORMAT = "corpus-contamination-report/2"
+REPORT_FORMAT = "corpus-contamination-report/3"
 
 
 def encode_items(item_ids: list[str]) -> str:
@@ -41,6 +48,17 @@ def matches_of(doc: Document) -> dict[str, tuple[int, str, list[str]]]:
     return out
 
 
+def fuzzy_of(doc: Document) -> dict[str, tuple[float, str]]:
+    """benchmark -> (largest share, its item) of the fuzzy tier's annotations of a flagged doc."""
+    out = {}
+    for a in doc.annotations:
+        bench = CONTAMINATED_FUZZY.key_of(a)
+        if bench is not None:
+            item = CONTAMINATED_FUZZY_ITEM.of(doc, bench)
+            out[bench] = (float(a.value), str(item.value) if item else "")
+    return out
+
+
 def build_report(
     flagged: Iterable[Document],
     *,
@@ -50,22 +68,37 @@ def build_report(
     count_tokens: Callable[[list[str]], list[int]],
     settings: dict[str, Any],
 ) -> dict[str, Any]:
-    per: dict[str, dict[str, Any]] = {
-        name: {"docs_flagged": 0, "tokens_flagged": 0, "longest_run": 0, "items_matched": set()}
-        for name in benchmarks
-    }
+    def fresh() -> dict[str, Any]:
+        return {
+            "docs_flagged": 0,
+            "tokens_flagged": 0,
+            "longest_run": 0,
+            "items_matched": set(),
+            "docs_fuzzy": 0,
+            "items_fuzzy": set(),
+        }
+
+    per: dict[str, dict[str, Any]] = {name: fresh() for name in benchmarks}
     flagged = sorted(flagged, key=lambda d: d.doc_id)
     tokens = count_tokens([d.text for d in flagged]) if flagged else []
-    total_tokens_flagged = sum(tokens)
+    total_tokens_flagged = fuzzy_docs = fuzzy_tokens = 0
     for doc, n_tokens in zip(flagged, tokens, strict=True):
-        for bench, (run, _, items) in matches_of(doc).items():
-            p = per.setdefault(
-                bench, {"docs_flagged": 0, "tokens_flagged": 0, "longest_run": 0, "items_matched": set()}
-            )
+        exact = matches_of(doc)
+        for bench, (run, _, items) in exact.items():
+            p = per.setdefault(bench, fresh())
             p["docs_flagged"] += 1
             p["tokens_flagged"] += n_tokens
             p["longest_run"] = max(p["longest_run"], run)
             p["items_matched"].update(items)
+        for bench, (_, item) in fuzzy_of(doc).items():
+            p = per.setdefault(bench, fresh())
+            p["docs_fuzzy"] += 1
+            p["items_fuzzy"].add(item)
+        if exact:
+            total_tokens_flagged += n_tokens
+        else:  # flagged by the fuzzy tier alone
+            fuzzy_docs += 1
+            fuzzy_tokens += n_tokens
     rows = {}
     for bench in sorted(per):
         p = per[bench]
@@ -76,6 +109,8 @@ def build_report(
             "token_rate": p["tokens_flagged"] / tokens_scanned if tokens_scanned else 0.0,
             "longest_run": p["longest_run"],
             "items_matched": len(p["items_matched"]),
+            "docs_fuzzy": p["docs_fuzzy"],
+            "items_fuzzy": len(p["items_fuzzy"]),
             "items": benchmarks.get(bench, {}).get("items", 0),
             "unchecked_items": benchmarks.get(bench, {}).get("unchecked_items", 0),
         }
@@ -83,10 +118,13 @@ def build_report(
         "format": REPORT_FORMAT,
         "settings": settings,
         "docs_scanned": docs_scanned,
-        "docs_flagged": len(flagged),
+        "docs_flagged": len(flagged) - fuzzy_docs,
         "tokens_flagged": total_tokens_flagged,
+        "docs_fuzzy_only": fuzzy_docs,
+        "tokens_fuzzy_only": fuzzy_tokens,
         "tokens_scanned": tokens_scanned,
-        "policy": "flagged documents are candidates; a version excludes them unless it sets include_contaminated",
+        "policy": "flagged documents are candidates; a version excludes them unless it sets "
+        "include_contaminated (exact hits) or include_fuzzy_contaminated (the fuzzy tier's)",
         "benchmarks": rows,
         "flagged_docs": [
             {
@@ -96,6 +134,7 @@ def build_report(
                     b: {"run": r, "item": i, "items": items}
                     for b, (r, i, items) in sorted(matches_of(d).items())
                 },
+                "fuzzy": {b: {"share": f, "item": i} for b, (f, i) in sorted(fuzzy_of(d).items())},
             }
             for d in flagged
         ],

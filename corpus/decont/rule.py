@@ -84,3 +84,35 @@ def contaminated(
     pair_g, pair_p = g[new_pair], p[new_pair]
     hit = longest >= required_run(np.asarray(passage_len, dtype=np.int64)[pair_p], min_run)
     return pair_g[hit], pair_p[hit], longest[hit]
+
+
+#: the fuzzy tier's identity: a passage is fuzzily contaminated when the document holds a share of its
+#: 8-grams, anywhere and in any order (a paraphrase breaks runs, not most 8-grams)
+FUZZY_RULE = "passage-8gram-containment/1"
+#: the share of a passage's distinct 8-grams the document must hold (0: no fuzzy tier)
+DEFAULT_FUZZY_SHARE = 0.2
+#: and at least this many of them (or all of a shorter passage's): a few stock 8-grams are not a match
+DEFAULT_FUZZY_MIN_GRAMS = 3
+
+
+def contained(
+    group: np.ndarray,
+    passage: np.ndarray,
+    position: np.ndarray,
+    passage_len: np.ndarray,
+    share: float,
+    min_grams: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """THE FUZZY RULE, on the rows :func:`contaminated` reads. Returns (group, passage, held share) for
+    every (document, passage) where the document holds at least ``share`` of the passage's 8-gram
+    positions and at least ``min(min_grams, passage_len)`` of them, sorted by (group, passage)."""
+    group, passage, position = (np.asarray(a, dtype=np.int64) for a in (group, passage, position))
+    empty = np.empty(0, dtype=np.int64)
+    if group.shape[0] == 0 or share <= 0:
+        return empty, empty, np.empty(0, dtype=np.float64)
+    rows = np.unique(np.stack([group, passage, position], axis=1), axis=0)  # sorted, distinct
+    pairs, held = np.unique(rows[:, :2], axis=0, return_counts=True)
+    length = np.asarray(passage_len, dtype=np.int64)[pairs[:, 1]]
+    fraction = held / length
+    hit = (fraction >= share) & (held >= np.minimum(min_grams, length))
+    return pairs[hit, 0], pairs[hit, 1], fraction[hit]

@@ -20,6 +20,8 @@ import pyarrow.parquet as pq
 
 from corpus.dedup.order import encode_representative, representative_fields
 from corpus.model.annotations import (
+    CONTAMINATED_FUZZY,
+    CONTAMINATED_FUZZY_ITEM,
     CONTAMINATED_ITEM,
     CONTAMINATED_RUN,
     DECONTAMINATE,
@@ -64,6 +66,9 @@ FIXED_SCHEMA = pa.schema(
         ("contaminated_benchmark", pa.string()),
         ("contaminated_run", pa.int64()),
         ("contaminated_item", pa.string()),
+        ("fuzzy_benchmark", pa.string()),
+        ("fuzzy_share", pa.float64()),
+        ("fuzzy_item", pa.string()),
         ("text_bytes", pa.int64()),
         ("text_digest", pa.string()),
         ("derived_from", pa.string()),
@@ -94,6 +99,21 @@ def _contamination(annotations: Iterable[dict[str, Any]]) -> tuple[str | None, i
     return best
 
 
+def _fuzzy(annotations: Iterable[dict[str, Any]]) -> tuple[str | None, float | None, str | None]:
+    """The fuzzy tier's largest share a document carries (only where no exact run was found for that
+    benchmark): (benchmark, share, item id)."""
+    notes = _of_stage(annotations, DECONTAMINATE)
+    share_prefix, item_prefix = CONTAMINATED_FUZZY.prefix, CONTAMINATED_FUZZY_ITEM.prefix
+    items = {name[len(item_prefix) :]: str(v) for name, v in notes if name.startswith(item_prefix)}
+    best: tuple[str | None, float | None, str | None] = (None, None, None)
+    for name, value in notes:
+        if name.startswith(share_prefix):
+            bench, share = name[len(share_prefix) :], float(value or 0)
+            if best[1] is None or (share, bench) > (best[1], best[0] or ""):
+                best = (bench, share, items.get(bench))
+    return best
+
+
 def _copies(annotations: Iterable[dict[str, Any]]) -> tuple[int, str | None]:
     """How many exact copies the document stands for (exact_dedup's ``copies``; 1 when it had none) and
     the doc_id it had when exact dedup kept it (``keeper_id``: what its copies' records point at; a
@@ -117,6 +137,7 @@ def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) ->
     """One row of the table from a lineage record (``Document.to_dict`` without its text)."""
     notes = record.get("annotations") or []
     bench, run, item = _contamination(notes)
+    fuzzy_bench, fuzzy_share, fuzzy_item = _fuzzy(notes)
     copies, keeper_id = _copies(notes)
     repo_cluster, repo_size, repo_rank = _repo_cluster(notes)
     date = record.get("crawl_date") or ""
@@ -155,6 +176,9 @@ def metadata_row(record: dict[str, Any], shard: str, index: int, tokens: int) ->
         "contaminated_benchmark": bench,
         "contaminated_run": run,
         "contaminated_item": item,
+        "fuzzy_benchmark": fuzzy_bench,
+        "fuzzy_share": fuzzy_share,
+        "fuzzy_item": fuzzy_item,
         "text_bytes": int(record.get("text_bytes") or 0),
         "text_digest": record.get("text_digest", ""),
         "derived_from": record.get("derived_from", ""),

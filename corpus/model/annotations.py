@@ -136,6 +136,9 @@ REPO_DUP_OF = AnnotationName(MINHASH_DEDUP, "repo_dup_of")
 CONTAMINATED_RUN = AnnotationPrefix(DECONTAMINATE, "contaminated:")  # the longest run (verdict fail)
 CONTAMINATED_ITEM = AnnotationPrefix(DECONTAMINATE, "contaminated_item:")  # the item of that run
 CONTAMINATED_ITEMS = AnnotationPrefix(DECONTAMINATE, "contaminated_items:")  # every item (JSON list)
+#: the fuzzy tier: the largest share of a passage's 8-grams held (verdict fail), and that item
+CONTAMINATED_FUZZY = AnnotationPrefix(DECONTAMINATE, "contaminated_fuzzy:")
+CONTAMINATED_FUZZY_ITEM = AnnotationPrefix(DECONTAMINATE, "contaminated_fuzzy_item:")
 
 # written by the quality policy (corpus/select/policy.py), besides one per failed check named by it
 POLICY_DECISION = AnnotationName(POLICY, "decision")
@@ -163,6 +166,12 @@ WRITTEN_BY: dict[str, tuple[AnnotationName | AnnotationPrefix, ...]] = {
     ANNOTATE: (LANG, QUALITY, PII, PII_SPANS, SIGNALS_SKIPPED),
     LINE_DEDUP: (LINES_REMOVED, BYTES_REMOVED),
     MINHASH_DEDUP: (HOLDOUT_NEAR, DUP_CLUSTER_SIZE, REPO_CLUSTER, REPO_CLUSTER_SIZE, REPO_RANK, REPO_DUP_OF),
-    DECONTAMINATE: (CONTAMINATED_RUN, CONTAMINATED_ITEM, CONTAMINATED_ITEMS),
+    DECONTAMINATE: (
+        CONTAMINATED_RUN,
+        CONTAMINATED_ITEM,
+        CONTAMINATED_ITEMS,
+        CONTAMINATED_FUZZY,
+        CONTAMINATED_FUZZY_ITEM,
+    ),
     POLICY: (POLICY_DECISION,),
 }

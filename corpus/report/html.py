@@ -347,6 +347,11 @@ def _contamination(card: dict[str, Any]) -> str:
     head = [f"{number(r.get('docs_scanned'))} documents checked"]
     if "docs_flagged" in r:
         head.append(f"{number(r['docs_flagged'])} flagged ({number(r.get('tokens_flagged'))} tokens)")
+    if r.get("docs_fuzzy_only"):
+        head.append(
+            f"{number(r['docs_fuzzy_only'])} more by the fuzzy tier alone "
+            f"({number(r.get('tokens_fuzzy_only'))} tokens)"
+        )
     if r.get("removed"):
         head.append("removed " + ", ".join(f"{escape(k)}: {number(v)}" for k, v in r["removed"].items()))
     if r.get("policy"):
@@ -362,6 +367,8 @@ def _contamination(card: dict[str, Any]) -> str:
             "doc_rate",
             "token_rate",
             "longest_run",
+            "docs_fuzzy",
+            "items_fuzzy",
         ]
         cols = [k for k in cols if any(k in v for v in bench.values())] or sorted(
             {k for v in bench.values() for k in v}
@@ -382,7 +389,17 @@ def _contamination(card: dict[str, Any]) -> str:
     rest = {
         k: v
         for k, v in r.items()
-        if k not in ("benchmarks", "docs_scanned", "docs_flagged", "tokens_flagged", "removed", "policy")
+        if k
+        not in (
+            "benchmarks",
+            "docs_scanned",
+            "docs_flagged",
+            "tokens_flagged",
+            "docs_fuzzy_only",
+            "tokens_fuzzy_only",
+            "removed",
+            "policy",
+        )
     }
     if rest:
         out.append(f"<pre>{escape(json.dumps(rest, indent=1, sort_keys=True))[:6000]}</pre>")
@@ -391,7 +408,12 @@ def _contamination(card: dict[str, Any]) -> str:
             [
                 f'<span class="mono">{escape(f["doc_id"])}</span>',
                 escape(f.get("url", "")),
-                escape(", ".join(f"{b} (run {m['run']})" for b, m in f.get("matches", {}).items())),
+                escape(
+                    ", ".join(
+                        [f"{b} (run {m['run']})" for b, m in f.get("matches", {}).items()]
+                        + [f"{b} (fuzzy, {m['share']:.0%})" for b, m in f.get("fuzzy", {}).items()]
+                    )
+                ),
             ]
             for f in c["flagged_sample"]
         ]

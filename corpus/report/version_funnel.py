@@ -24,7 +24,12 @@ from corpus.version.open import Version
 from corpus.version.query import columns, connect, select_rows
 
 #: a selection that keeps every stored document: each row rule is this plus one key
-EVERYTHING = Selection(allowed_licence_classes_by_tier={}, include_contaminated=True, near_duplicates="all")
+EVERYTHING = Selection(
+    allowed_licence_classes_by_tier={},
+    include_contaminated=True,
+    include_fuzzy_contaminated=True,
+    near_duplicates="all",
+)
 NEAR_DUPLICATES = ("near_duplicates", "")
 
 
@@ -68,6 +73,8 @@ def row_rules(s: Selection) -> list[tuple[str, str, Selection]]:
         rules.append(("licence", "", one(EVERYTHING, **licences)))
     if not s.include_contaminated:
         rules.append(("contamination", "", one(EVERYTHING, include_contaminated=False)))
+    if not s.include_fuzzy_contaminated:
+        rules.append(("fuzzy_contamination", "", one(EVERYTHING, include_fuzzy_contaminated=False)))
     return rules
 
 

@@ -115,6 +115,7 @@ class SelectionKeys:
     allowed_licence_classes: list[LicenceClass] = _optional()
     allowed_licence_classes_by_tier: dict[str, list[LicenceClass]] = _optional()
     include_contaminated: bool = _optional()
+    include_fuzzy_contaminated: bool = _optional()
     near_duplicates: Literal[NEAR_DUPLICATE_MODES] = _optional()
     policy: Annotated[PolicyConfig, SELF_CHECKED] = _optional()
     buckets: Annotated[list[BucketKeys], "an array of tables [[buckets]] with name and where"] = _optional()
@@ -158,6 +159,8 @@ class Selection:
         default_factory=lambda: dict(DEFAULT_CLASSES_BY_TIER)
     )
     include_contaminated: bool = False
+    #: the fuzzy tier's hits (paraphrases of eval items) are excluded too unless this says otherwise
+    include_fuzzy_contaminated: bool = False
     near_duplicates: str = "representative"
     #: the quality policy (tier exemptions, per-language checks, Gopher/C4 rules, quality), or none
     policy: PolicyConfig | None = None
@@ -212,6 +215,8 @@ class Selection:
             out["robots_optouts"] = [r.canonical() for r in self.robots_optouts]
         if self.blocklists:
             out["blocklists"] = {b.category: b.canonical() for b in self.blocklists}
+        if self.include_fuzzy_contaminated:  # only when set: a selection without it keeps its id
+            out["include_fuzzy_contaminated"] = True
         return out
 
     @property
@@ -358,6 +363,10 @@ def parse_selection(
         if not isinstance(data["include_contaminated"], bool):
             raise _err(where, "include_contaminated must be true or false")
         kw["include_contaminated"] = data["include_contaminated"]
+    if "include_fuzzy_contaminated" in data:
+        if not isinstance(data["include_fuzzy_contaminated"], bool):
+            raise _err(where, "include_fuzzy_contaminated must be true or false")
+        kw["include_fuzzy_contaminated"] = data["include_fuzzy_contaminated"]
     if "near_duplicates" in data:
         if data["near_duplicates"] not in NEAR_DUPLICATE_MODES:
             raise _err(where, f"near_duplicates must be one of {', '.join(NEAR_DUPLICATE_MODES)}")
@@ -571,6 +580,8 @@ def row_rules_sql(selection: Selection, table: str) -> tuple[str, list[Any]]:
         params.extend(own_params + copy_params)
     if not s.include_contaminated:
         conds.append("contaminated_run IS NULL")
+    if not s.include_fuzzy_contaminated:
+        conds.append("fuzzy_share IS NULL")
     if s.policy is not None:
         conds.append("policy_pass")
     return " AND ".join(conds) or "TRUE", params

@@ -22,6 +22,8 @@ from corpus.select.provenance import COPY_COLUMNS
 from corpus.select.selection import Selection, check_columns, selection_sql
 from corpus.version.open import StoredShard, Version
 
+#: fixed columns newer than some builds' metadata tables, with their types: read as nulls there
+ADDED_COLUMNS = {"fuzzy_benchmark": "VARCHAR", "fuzzy_share": "DOUBLE", "fuzzy_item": "VARCHAR"}
 #: the table a connection holds besides ``stored``: (shard, build_age) of every shard (:func:`build_age`)
 SHARD_AGES = "shard_ages"
 
@@ -42,6 +44,9 @@ def connect(
     if not files:
         raise UserError(f"snapshot {version.snapshot_id} has no shards")
     stored = con.read_parquet(files, union_by_name=True)
+    absent = [c for c, t in ADDED_COLUMNS.items() if c not in stored.columns]
+    if absent:  # a build older than the column: none of its documents has a value
+        stored = stored.project(", ".join(["*", *(f"NULL::{ADDED_COLUMNS[c]} AS {c}" for c in absent)]))
     if missing_scores:
         stored = stored.project(", ".join(["*", *(f"NULL::DOUBLE AS {_quoted(c)}" for c in missing_scores)]))
     removed = version.removed if removed is None else removed

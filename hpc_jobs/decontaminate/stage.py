@@ -33,15 +33,29 @@ from corpus.decont.doc_grams import (
     read_rows,
 )
 from corpus.decont.eval_table import EvalTable, build_eval_table
-from corpus.decont.matcher import EvalIndex, best_per_benchmark
+from corpus.decont.matcher import EvalIndex, FuzzyMatch, best_per_benchmark
 from corpus.decont.ngrams import SCHEME, Grams, normalize_words, word_hashes
 from corpus.decont.registry import RegistryError, registry_digest
 from corpus.decont.report import FLAGGED, encode_items
-from corpus.decont.rule import DEFAULT_MIN_ITEM_WORDS, DEFAULT_MIN_RUN, RULE, doc_gram_set
+from corpus.decont.rule import (
+    DEFAULT_FUZZY_MIN_GRAMS,
+    DEFAULT_FUZZY_SHARE,
+    DEFAULT_MIN_ITEM_WORDS,
+    DEFAULT_MIN_RUN,
+    FUZZY_RULE,
+    RULE,
+    doc_gram_set,
+)
 from corpus.formats.docshard import SUFFIX, iter_docs, read_sidecar
 from corpus.formats.partitions import part_of_hashes, prefix_bits
 from corpus.model import Kept, Outcome
-from corpus.model.annotations import CONTAMINATED_ITEM, CONTAMINATED_ITEMS, CONTAMINATED_RUN
+from corpus.model.annotations import (
+    CONTAMINATED_FUZZY,
+    CONTAMINATED_FUZZY_ITEM,
+    CONTAMINATED_ITEM,
+    CONTAMINATED_ITEMS,
+    CONTAMINATED_RUN,
+)
 from corpus.model.digest import json_digest
 from corpus.model.facts import DecontaminationFacts, FileRef, PartitionedIndex
 from corpus.model.layout import STAGES_DIR, WORK, base_build_of, build_dir_of_stage, link_file
@@ -95,6 +109,12 @@ class DecontaminateConfig:
     #: consecutive 8-grams of a passage that make a document contaminated (all of them when it has fewer)
     min_run: int = DEFAULT_MIN_RUN
     min_item_words: int = DEFAULT_MIN_ITEM_WORDS  # passages shorter than this are too generic to check
+    #: the fuzzy tier (paraphrases): a document holding this share of a passage's 8-grams, anywhere and
+    #: in any order, is flagged apart from the exact hits (0: no fuzzy tier)
+    fuzzy_share: float = DEFAULT_FUZZY_SHARE
+    fuzzy_min_grams: int = (
+        DEFAULT_FUZZY_MIN_GRAMS  # and at least this many of them (all of a shorter passage)
+    )
     #: about how many (8-gram, document) records one part of the per-document index holds (16 bytes
     #: each); the number of parts follows from the data and this, never from the rank count
     doc_gram_part_rows: int = 1 << 22
@@ -116,7 +136,7 @@ class DecontaminateConfig:
 
 class Decontaminate(Stage):
     name = "decontaminate"
-    version = "6"  # what each version changed: docs/snapshot.md, "Stage versions"
+    version = "7"  # what each version changed: docs/snapshot.md, "Stage versions"
     Config = DecontaminateConfig
     artifact_kinds = (FLAGGED, DOC_GRAMS)
     side_outputs = (SideOutput(FLAGGED), SideOutput(DOC_GRAMS, DOC_GRAMS_SUFFIX, RowsFile))
@@ -153,7 +173,15 @@ class Decontaminate(Stage):
             error = ctx.comm.bcast(error, root=0)
             if error is not None:
                 raise StageError(error)
-            self.index = EvalIndex(EvalTable.open(table_dir), self.config.min_run)
+            try:
+                self.index = EvalIndex(
+                    EvalTable.open(table_dir),
+                    self.config.min_run,
+                    self.config.fuzzy_share,
+                    self.config.fuzzy_min_grams,
+                )
+            except ValueError as e:
+                raise StageError(f"[decontaminate] {e}") from None
         return self.index
 
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
@@ -163,7 +191,9 @@ class Decontaminate(Stage):
                 shutil.rmtree(ctx.out_dir / leftover, ignore_errors=True)
         remove_stale_artifacts(ctx, inputs, FLAGGED, (SUFFIX, SUFFIX + ".json"))
         remove_stale_artifacts(ctx, inputs, DOC_GRAMS, (DOC_GRAMS_SUFFIX, DOC_GRAMS_SUFFIX + ".json"))
-        return json_digest({"eval_registry": index.registry_digest, "scheme": SCHEME, "rule": RULE})
+        return json_digest(
+            {"eval_registry": index.registry_digest, "scheme": SCHEME, "rule": RULE, "fuzzy_rule": FUZZY_RULE}
+        )
 
     def process_shard(self, shard: InputShard, ctx: StageContext) -> Iterator[tuple[Outcome, int]]:
         index = self._load(ctx)
@@ -173,14 +203,17 @@ class Decontaminate(Stage):
             # what the rule reads of the document, and all the index keeps
             doc_set = doc_gram_set(Grams(word_hashes(normalize_words(doc.text))))
             rows.write(doc_rows(doc_set, doc_key(doc.doc_id)))
-            matches = index.match_set(doc_set)
-            if matches:
+            matches, fuzzy = index.match_both(doc_set)
+            if matches or fuzzy:
                 notes = []
                 for best in best_per_benchmark(matches):
                     items = [m.item_id for m in matches if m.benchmark == best.benchmark]
                     notes.append(CONTAMINATED_RUN.note(best.benchmark, best.run, "fail"))
                     notes.append(CONTAMINATED_ITEM.note(best.benchmark, best.item_id))
                     notes.append(CONTAMINATED_ITEMS.note(best.benchmark, encode_items(items)))
+                for near in best_fuzzy_per_benchmark(fuzzy):
+                    notes.append(CONTAMINATED_FUZZY.note(near.benchmark, near.share, "fail"))
+                    notes.append(CONTAMINATED_FUZZY_ITEM.note(near.benchmark, near.item_id))
                 doc = doc.annotate(*notes)
                 flagged.write_doc(doc)
             yield Kept(doc), nbytes
@@ -271,6 +304,15 @@ class Decontaminate(Stage):
             index.describe() | {"scheme": SCHEME},
             self.index_listing(),
         ).to_extra()
+
+
+def best_fuzzy_per_benchmark(fuzzy: list[FuzzyMatch]) -> list[FuzzyMatch]:
+    """Per benchmark, the fuzzy match with the largest share (ties: the first in the registry)."""
+    best: dict[str, FuzzyMatch] = {}
+    for m in fuzzy:
+        if m.benchmark not in best or m.share > best[m.benchmark].share:
+            best[m.benchmark] = m
+    return [best[b] for b in sorted(best)]
 
 
 STAGE = Decontaminate

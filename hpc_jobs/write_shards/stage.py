@@ -40,7 +40,7 @@ from runtime.runner import InputShard, Stage, StageContext, StageError
 
 class WriteShards(Stage):
     name = "write_shards"
-    version = "9"  # what each version changed: docs/snapshot.md, "Stage versions"
+    version = "10"  # what each version changed: docs/snapshot.md, "Stage versions"
     Config = WriteShardsConfig
 
     def __init__(self, config: WriteShardsConfig) -> None:

@@ -287,3 +287,28 @@ def test_an_eval_file_changed_in_place_changes_the_stage_config(tmp_path):
         f.write(json.dumps({"id": "new", "text": "a question published later with its answer"}) + "\n")
     after = stage_config(DecontaminateConfig, {"eval_dir": str(tmp_path)}, "decontaminate")
     assert config_hash(after) != config_hash(before)
+
+
+def test_the_fuzzy_tier_finds_a_paraphrase_the_run_rule_misses_and_flags_no_clean_page(index, hosts):
+    """Every 12th word changed: no run of 15 8-grams is left, a third of them are (the fuzzy tier's
+    share, 0.2 by default); clean pages hold no such share of any item."""
+    words = item("gsm8k", "gsm8k-12").split()
+    text = " ".join(w + "s" if i % 12 == 11 else w for i, w in enumerate(words))
+    exact, fuzzy = index.match_both(text_gram_set(plant(hosts[5], text)))
+    assert exact == [] and [(m.benchmark, m.item_id) for m in fuzzy] == [("gsm8k", "gsm8k-12")]
+    assert 0.2 <= fuzzy[0].share < 0.5
+    whole = index.match_both(text_gram_set(plant(hosts[5], " ".join(words))))
+    assert [m.item_id for m in whole[0]] == ["gsm8k-12"] and whole[1] == [], "an exact hit is not fuzzy too"
+    assert [i for i, h in enumerate(hosts) if index.match_both(text_gram_set(h))[1]] == []
+
+
+def test_the_fuzzy_rule_counts_distinct_positions_and_needs_a_few_of_them():
+    from corpus.decont.rule import contained
+
+    lengths = np.array([10, 4])
+    # document 0 holds positions 0 and 1 of passage 0 (one twice) and position 3 of passage 1
+    group, passage, share = contained([0, 0, 0, 0], [0, 0, 0, 1], [0, 1, 1, 3], lengths, 0.2, 2)
+    assert (group.tolist(), passage.tolist(), share.tolist()) == ([0], [0], [0.2])  # passage 1: 1 < 2 held
+    short = np.array([10, 2])  # passage 1 has 2 8-grams: both held suffice whatever min_grams says
+    assert contained([0, 0], [1, 1], [0, 1], short, 0.5, 3)[1].tolist() == [1], "all of a shorter passage"
+    assert contained([0], [0], [0], lengths, 0.0, 1)[1].tolist() == [], "share 0: no fuzzy tier"

@@ -16,7 +16,7 @@ import pytest
 
 from corpus.formats.docshard import iter_records
 from corpus.model import Document
-from corpus.select.selection import Selection
+from corpus.select.selection import Selection, parse_inline
 from corpus.snapshot.lookup import Snapshot
 from corpus.snapshot.validate import validate_snapshot
 from corpus.text.tokenizer import PinnedTokenizer
@@ -45,6 +45,12 @@ DOC_GRAM_PART_ROWS, DOC_INDEX_PART_DOCS = 2000, 8
 REGISTRY = ("gsm8k", "arc_easy", "arc_challenge")
 PLANTED = {4: ("gsm8k", "gsm8k-0"), 10: ("arc_easy", "arc_easy-3"), 16: ("arc_challenge", "arc_challenge-7")}
 LATER = {7: "HumanEval/5", 13: "HumanEval/42"}
+#: a paraphrase: every 12th word changed, so no run of 15 8-grams is left but a third of them are
+PARAPHRASED = {19: ("gsm8k", "gsm8k-5")}
+
+
+def paraphrase(text: str) -> str:
+    return " ".join(w + "s" if i % 12 == 11 else w for i, w in enumerate(text.split()))
 
 
 def corpus_docs() -> list[Document]:
@@ -52,6 +58,10 @@ def corpus_docs() -> list[Document]:
     for i, (bench, item_id) in {**PLANTED, **{k: ("humaneval", v) for k, v in LATER.items()}}.items():
         d = docs[i]
         docs[i] = with_new_text(d, plant(d.text, item(bench, item_id)), "license_hint", "dup_cluster_id")
+    for i, (bench, item_id) in PARAPHRASED.items():
+        d = docs[i]
+        text = plant(d.text, paraphrase(item(bench, item_id)))
+        docs[i] = with_new_text(d, text, "license_hint", "dup_cluster_id")
     return docs
 
 
@@ -172,18 +182,29 @@ def test_planted_contamination_is_reported_stored_and_excluded_by_a_version(buil
     assert all(r["tokens_flagged"] > 0 and r["longest_run"] >= 1 for r in report["benchmarks"].values())
     assert report["benchmarks"]["gsm8k"]["longest_run"] >= 10
     assert report["docs_scanned"] == 60 and report["docs_flagged"] == 3
-    flagged = {d["doc_id"]: d["matches"] for d in report["flagged_docs"]}
+    flagged = {d["doc_id"]: d["matches"] for d in report["flagged_docs"] if d["matches"]}
     planted_ids = {corpus_docs()[i].doc_id: bench for i, (bench, _) in PLANTED.items()}
     assert {k: list(v) for k, v in flagged.items()} == {k: [b] for k, b in planted_ids.items()}
+    # the paraphrase: no exact hit, the fuzzy tier's alone, reported apart
+    fuzzy = {d["doc_id"]: d["fuzzy"] for d in report["flagged_docs"] if d["fuzzy"]}
+    (paraphrased,) = [corpus_docs()[i].doc_id for i in PARAPHRASED]
+    assert list(fuzzy) == [paraphrased] and fuzzy[paraphrased]["gsm8k"]["item"] == "gsm8k-5"
+    assert 0.2 <= fuzzy[paraphrased]["gsm8k"]["share"] < 1 and report["docs_fuzzy_only"] == 1
+    assert report["benchmarks"]["gsm8k"]["docs_fuzzy"] == report["benchmarks"]["gsm8k"]["items_fuzzy"] == 1
     planned = plan_version(snap.dir, Selection())  # contaminated documents are excluded by default
     stored, excluded = set(), set()
     for name, s in zip(snap.names, snap.manifest.shards, strict=True):
         doc_ids = json.loads((snap.dir / s.files["meta"]).read_text())["doc_ids"]
         stored |= set(doc_ids)
         excluded |= {d for d, kept in zip(doc_ids, planned.bits[name], strict=True) if not kept}
-    assert len(stored) == 60 and excluded == set(flagged), (
-        "flagged documents are candidates a version excludes"
+    assert len(stored) == 60 and excluded == set(flagged) | {paraphrased}, (
+        "flagged documents, the fuzzy tier's too, are candidates a version excludes"
     )
+    kept = plan_version(snap.dir, parse_inline("include_fuzzy_contaminated = true"))
+    assert sum(int((~b).sum()) for b in kept.bits.values()) == 3, (
+        "the fuzzy tier's hit is the version's choice"
+    )
+    assert kept.manifest["selection"]["include_fuzzy_contaminated"] is True
     assert snap.manifest.extra["artifacts"]["contamination_report"]["path"] == "decont/report.json"
     versions = snap.manifest.stage_versions
     assert versions["decontaminate"]["eval_registry_hash"].startswith("sha256:")
