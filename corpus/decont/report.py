@@ -142,7 +142,18 @@ def build_report(
 
 
 def report_table(report: dict[str, Any]) -> str:
-    rows = [("benchmark", "items", "docs flagged", "tokens flagged", "doc rate", "token rate", "longest run")]
+    rows = [
+        (
+            "benchmark",
+            "items",
+            "docs flagged",
+            "tokens flagged",
+            "doc rate",
+            "token rate",
+            "longest run",
+            "fuzzy docs",
+        )
+    ]
     for name, r in report["benchmarks"].items():
         rows.append(
             (
@@ -153,6 +164,7 @@ def report_table(report: dict[str, Any]) -> str:
                 f"{100 * r['doc_rate']:.3f}%",
                 f"{100 * r['token_rate']:.4f}%",
                 str(r["longest_run"]),
+                str(r.get("docs_fuzzy", 0)),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -160,8 +172,14 @@ def report_table(report: dict[str, Any]) -> str:
         "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
         for r in rows
     ]
+    fuzzy = report.get("docs_fuzzy_only", 0)
+    also = (
+        f", {fuzzy} more by the fuzzy tier alone ({report.get('tokens_fuzzy_only', 0)} tokens)"
+        if fuzzy
+        else ""
+    )
     lines.append(
         f"{report['docs_flagged']} of {report['docs_scanned']} documents flagged "
-        f"({report['tokens_flagged']} tokens); {report['policy']}"
+        f"({report['tokens_flagged']} tokens){also}; {report['policy']}"
     )
     return "\n".join(lines)
