@@ -44,7 +44,7 @@ def connect(
     if not files:
         raise UserError(f"snapshot {version.snapshot_id} has no shards")
     stored = con.read_parquet(files, union_by_name=True)
-    absent = [c for c, t in ADDED_COLUMNS.items() if c not in stored.columns]
+    absent = [c for c in ADDED_COLUMNS if c not in stored.columns]
     if absent:  # a build older than the column: none of its documents has a value
         stored = stored.project(", ".join(["*", *(f"NULL::{ADDED_COLUMNS[c]} AS {c}" for c in absent)]))
     if missing_scores:

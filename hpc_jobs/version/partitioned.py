@@ -233,7 +233,9 @@ def plan_share(comm: Any, version: Version, selection: Selection) -> Share:
         else {}
     )
     entries = shard_entries(tuple(version.shards[i] for i in owned), bits, gone, buckets)
-    listed = Counter(blocklisted_counts(con, selection.blocklists) if con and selection.blocklists else {})
+    listed = Counter(
+        blocklisted_counts(con, selection.blocklists) if con is not None and selection.blocklists else {}
+    )
     return Share(owned, bits, buckets, entries, kept, reasons, len(rows), selection, listed, read)
 
 

@@ -237,12 +237,21 @@ def test_the_kth_smallest_across_ranks_is_the_kth_of_all_values():
     assert run_mpi(3, "-c", KTH_ON_RANKS, timeout=300).stdout.split() == ["ok"]
 
 
-def test_a_rank_without_shards_takes_part_in_every_exchange(tmp_path):
+def test_a_rank_without_shards_takes_part_in_every_exchange(tmp_path, monkeypatch):
     clusters = [did(10**9 + i) for i in range(4)]
     build = write_candidates(
         tmp_path, "small", {f"web-0000{i}": records(40, 20 + i, clusters) for i in range(2)}
     )
-    selections = [SELECTIONS[0], SELECTIONS[3].split('[[top_fraction]]\nscore = "extra"')[0], SELECTIONS[5]]
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "adult.txt").write_text("b.org\n")  # the rank without shards reads it too
+    monkeypatch.setenv("CORPUS_HOSTS_ROOTS", str(tmp_path / "lists"))
+    blocklist = SELECTIONS[-2].replace("{blocklist}", str(tmp_path / "lists" / "adult.txt"))
+    selections = [
+        SELECTIONS[0],
+        SELECTIONS[3].split('[[top_fraction]]\nscore = "extra"')[0],
+        SELECTIONS[5],
+        blocklist,
+    ]
     expected = [
         make_version(build, parse_inline(t), tmp_path / "one" / str(i)).manifest["snapshot_id"]
         for i, t in enumerate(selections)
