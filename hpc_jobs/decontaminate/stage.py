@@ -66,6 +66,8 @@ from runtime.runner import InputShard, Stage, StageContext, StageError, remove_s
 from runtime.side_output import SideOutput
 
 DOC_GRAMS_STEP = "doc_grams"
+#: the tier the fuzzy tier does not judge (docs/snapshot.md, "The fuzzy tier")
+CODE_TIER = "code"
 #: what version 5 kept besides, the corpus-wide 13-gram index: removed from a stage directory it reruns in
 _VERSION_5_LEFTOVERS = ("ngrams", "ngram_index", "work/grams-spill")
 #: an (8-gram, document) record on its way to the part of its prefix
@@ -204,6 +206,8 @@ class Decontaminate(Stage):
             doc_set = doc_gram_set(Grams(word_hashes(normalize_words(doc.text))))
             rows.write(doc_rows(doc_set, doc_key(doc.doc_id)))
             matches, fuzzy = index.match_both(doc_set)
+            if doc.source_tier == CODE_TIER:
+                fuzzy = []  # code shares stock 8-grams (imports, signatures) with HumanEval's items
             if matches or fuzzy:
                 notes = []
                 for best in best_per_benchmark(matches):
