@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -211,9 +212,11 @@ class EvalIndex:
         return best_per_benchmark(self.match(text))
 
 
-def best_per_benchmark(matches: list[Match]) -> list[Match]:
-    best: dict[str, Match] = {}
+def best_per_benchmark(matches: list, value: str = "run") -> list:
+    """Per benchmark, the match with the largest ``value`` (a Match's ``run``, a FuzzyMatch's
+    ``share``; ties: the first in the registry), sorted by benchmark."""
+    best: dict[str, Any] = {}
     for m in matches:
-        if m.benchmark not in best or m.run > best[m.benchmark].run:
+        if m.benchmark not in best or getattr(m, value) > getattr(best[m.benchmark], value):
             best[m.benchmark] = m
     return [best[b] for b in sorted(best)]

@@ -85,33 +85,31 @@ def _of_stage(annotations: Iterable[dict[str, Any]], stage: str) -> list[tuple[s
     return [(a.get("name", ""), a.get("value")) for a in annotations if a.get("stage") == stage]
 
 
+def _best_of(
+    annotations: Iterable[dict[str, Any]], value_prefix: str, item_prefix: str, number: type
+) -> tuple[str | None, Any, str | None]:
+    """The largest value a document carries under ``value_prefix`` (per benchmark), with its benchmark
+    and the item ``item_prefix`` names: (benchmark, value, item id); ties by benchmark name."""
+    notes = _of_stage(annotations, DECONTAMINATE)
+    items = {name[len(item_prefix) :]: str(v) for name, v in notes if name.startswith(item_prefix)}
+    best: tuple[str | None, Any, str | None] = (None, None, None)
+    for name, value in notes:
+        if name.startswith(value_prefix):
+            bench, v = name[len(value_prefix) :], number(value or 0)
+            if best[1] is None or (v, bench) > (best[1], best[0] or ""):
+                best = (bench, v, items.get(bench))
+    return best
+
+
 def _contamination(annotations: Iterable[dict[str, Any]]) -> tuple[str | None, int | None, str | None]:
     """The longest contamination run a document carries: (benchmark, run length, item id)."""
-    notes = _of_stage(annotations, DECONTAMINATE)
-    run_prefix, item_prefix = CONTAMINATED_RUN.prefix, CONTAMINATED_ITEM.prefix
-    items = {name[len(item_prefix) :]: str(v) for name, v in notes if name.startswith(item_prefix)}
-    best: tuple[str | None, int | None, str | None] = (None, None, None)
-    for name, value in notes:
-        if name.startswith(run_prefix):
-            bench, run = name[len(run_prefix) :], int(value or 0)
-            if best[1] is None or (run, bench) > (best[1], best[0] or ""):
-                best = (bench, run, items.get(bench))
-    return best
+    return _best_of(annotations, CONTAMINATED_RUN.prefix, CONTAMINATED_ITEM.prefix, int)
 
 
 def _fuzzy(annotations: Iterable[dict[str, Any]]) -> tuple[str | None, float | None, str | None]:
     """The fuzzy tier's largest share a document carries (only where no exact run was found for that
     benchmark): (benchmark, share, item id)."""
-    notes = _of_stage(annotations, DECONTAMINATE)
-    share_prefix, item_prefix = CONTAMINATED_FUZZY.prefix, CONTAMINATED_FUZZY_ITEM.prefix
-    items = {name[len(item_prefix) :]: str(v) for name, v in notes if name.startswith(item_prefix)}
-    best: tuple[str | None, float | None, str | None] = (None, None, None)
-    for name, value in notes:
-        if name.startswith(share_prefix):
-            bench, share = name[len(share_prefix) :], float(value or 0)
-            if best[1] is None or (share, bench) > (best[1], best[0] or ""):
-                best = (bench, share, items.get(bench))
-    return best
+    return _best_of(annotations, CONTAMINATED_FUZZY.prefix, CONTAMINATED_FUZZY_ITEM.prefix, float)
 
 
 def _copies(annotations: Iterable[dict[str, Any]]) -> tuple[int, str | None]:

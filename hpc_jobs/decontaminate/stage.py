@@ -33,7 +33,7 @@ from corpus.decont.doc_grams import (
     read_rows,
 )
 from corpus.decont.eval_table import EvalTable, build_eval_table
-from corpus.decont.matcher import EvalIndex, FuzzyMatch, best_per_benchmark
+from corpus.decont.matcher import EvalIndex, best_per_benchmark
 from corpus.decont.ngrams import SCHEME, Grams, normalize_words, word_hashes
 from corpus.decont.registry import RegistryError, registry_digest
 from corpus.decont.report import FLAGGED, encode_items
@@ -215,7 +215,7 @@ class Decontaminate(Stage):
                     notes.append(CONTAMINATED_RUN.note(best.benchmark, best.run, "fail"))
                     notes.append(CONTAMINATED_ITEM.note(best.benchmark, best.item_id))
                     notes.append(CONTAMINATED_ITEMS.note(best.benchmark, encode_items(items)))
-                for near in best_fuzzy_per_benchmark(fuzzy):
+                for near in best_per_benchmark(fuzzy, "share"):
                     notes.append(CONTAMINATED_FUZZY.note(near.benchmark, near.share, "fail"))
                     notes.append(CONTAMINATED_FUZZY_ITEM.note(near.benchmark, near.item_id))
                 doc = doc.annotate(*notes)
@@ -308,15 +308,6 @@ class Decontaminate(Stage):
             index.describe() | {"scheme": SCHEME},
             self.index_listing(),
         ).to_extra()
-
-
-def best_fuzzy_per_benchmark(fuzzy: list[FuzzyMatch]) -> list[FuzzyMatch]:
-    """Per benchmark, the fuzzy match with the largest share (ties: the first in the registry)."""
-    best: dict[str, FuzzyMatch] = {}
-    for m in fuzzy:
-        if m.benchmark not in best or m.share > best[m.benchmark].share:
-            best[m.benchmark] = m
-    return [best[b] for b in sorted(best)]
 
 
 STAGE = Decontaminate
