@@ -9,8 +9,16 @@ from collections import Counter
 from typing import Any
 
 #: what a build's run reports about the band index (``extra.index``): band keys found in the base, this
-#: build's documents joined to a base cluster, and the records of this build's own generation
-INDEX_FACTS = ("base_keys", "base_linked_docs", "index_records")
+#: build's documents joined to a base cluster, the records of this build's own generation, and the
+#: edges to base clusters verified, rejected and left unverified against the base's signature stores
+INDEX_FACTS = (
+    "base_keys",
+    "base_linked_docs",
+    "index_records",
+    "base_joins_verified",
+    "base_joins_rejected",
+    "base_joins_unverified",
+)
 #: the counts every run reports (zero included), so the manifest has the same keys on any data
 COUNTS = (
     "docs",

@@ -62,6 +62,7 @@ from hpc_jobs.minhash_dedup.phase import (
     load_signatures,
     row_bytes,
 )
+from hpc_jobs.minhash_dedup.signature_store import verified_base_edges
 from hpc_jobs.minhash_dedup.spill import SpilledRows
 from mpi_kernels.union_find import RoundCheckpoint, connected_components, pair_dtype
 from runtime.global_phase import SPILL_DIR, PartWriter, route_verdicts, write_verdicts
@@ -87,7 +88,9 @@ def write_buckets(run: Run, graph: Graph, unit: Any, writer: PartWriter) -> dict
     facts = {graph.facts + k: v for k, v in facts.items()}
     if graph.text and run.probed:  # edges to the base clusters the keys name
         edges_to_base, found = base_edges(run.index.base, g, rows)
+        edges_to_base, joins = verified_base_edges(run, graph, edges_to_base)
         edges = concat([edges, edges_to_base], EDGE)
+        facts |= joins
         writer.open(BASE_KEYS).write(found.tobytes())
         facts["base_keys"] = len(found)
     writer.open(EDGES).write(edges.tobytes())

@@ -35,6 +35,8 @@ REPO_BUCKETS, REPO_LABELS, REPO_CLUSTERS = "repo_buckets", "repo_labels", "repo_
 REPO_DECISIONS, REPO_DOCS = "repo_decisions", "repo_docs"
 HELD_SIGNATURES, HOLDOUT = "holdout_signatures", "holdout"
 BASE_LINKS, BAND_RECORDS = "base_links", "band_records"
+#: the build's signature store (``hpc_jobs.minhash_dedup.signature_store``), beside its band records
+SIGNATURE_STORE_STEP = "signature_store"
 
 SIG_FILES = (".ids.npy", ".rep.npy", ".sigs.npy")
 #: what per-shard processing needs to pass an untouched document on without parsing it again: its

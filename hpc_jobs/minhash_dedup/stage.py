@@ -24,6 +24,7 @@ from corpus.dedup.candidates import part_names
 from corpus.dedup.records import shard_tags
 from corpus.formats.dedup_keys import band_key_params
 from corpus.formats.docshard import iter_lines
+from corpus.formats.signature_store import SIGNATURE_STORE
 from corpus.model import Document, Kept, Outcome, Passed, annotated_line
 from corpus.model.annotations import HOLDOUT_NEAR
 from corpus.model.layout import INDEX_RECORDS
@@ -53,6 +54,7 @@ from hpc_jobs.minhash_dedup.phase import (
     REPO_FILES,
     REPO_LABELS,
     REPOS,
+    SIGNATURE_STORE_STEP,
     SIGNATURES,
     ClusterVerdict,
     Graph,
@@ -61,6 +63,7 @@ from hpc_jobs.minhash_dedup.phase import (
     group_units,
 )
 from hpc_jobs.minhash_dedup.repo_graph import annotate_repository, repo_docs, repositories, repository_files
+from hpc_jobs.minhash_dedup.signature_store import remove_stale_store, signature_store
 from hpc_jobs.minhash_dedup.signatures import holdout_signatures, signatures
 from mpi_kernels.minhash import BandParams, MinHasher, MinHashParams
 from runtime.against_base import AgainstBase
@@ -133,6 +136,7 @@ def phase_steps(run: Run) -> list[Step]:
         HOLDOUT: bool(held),
         BASE_LINKS: run.probed,
         BAND_RECORDS: run.index.keeps_index,
+        SIGNATURE_STORE_STEP: run.index.keeps_index,
     }
     steps = [
         Step(SIGNATURES, shards, signatures),
@@ -147,6 +151,7 @@ def phase_steps(run: Run) -> list[Step]:
         Step(GIANT_CLUSTERS, shards, partial(giant_clusters, graph=text)),
         Step(DECISIONS, shards, partial(decisions, graph=text), facts=False),
         Step(BAND_RECORDS, groups, band_records),
+        Step(SIGNATURE_STORE_STEP, groups, signature_store),
         # the repository graph
         Step(REPOS, repo.names, repositories, wanted=has_code),
         Step(REPO_FILES, repo.names, repository_files, wanted=has_code),
@@ -167,9 +172,9 @@ def phase_steps(run: Run) -> list[Step]:
 class MinhashDedupStage(Stage):
     name = "minhash_dedup"
     # what each version changed: docs/dedup.md "Stage versions"
-    version = "8+norm" + NORMALIZATION_VERSION
+    version = "9+norm" + NORMALIZATION_VERSION
     Config = MinhashDedupConfig
-    artifact_kinds = (INDEX_RECORDS,)
+    artifact_kinds = (INDEX_RECORDS, SIGNATURE_STORE)
 
     def __init__(self, config: MinhashDedupConfig) -> None:
         super().__init__(config)
@@ -199,6 +204,8 @@ class MinhashDedupStage(Stage):
         docs = sum(max(s.records, 0) for s in inputs)
         groups = against.parts(part_count(docs * self.config.bands, self.config.part_rows))
         against.remove_stale_records(ctx, groups)
+        if ctx.rank == 0:
+            remove_stale_store(ctx.out_dir, groups if against.keeps_index else [])
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()

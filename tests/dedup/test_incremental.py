@@ -106,6 +106,8 @@ def stage(build_dir: Path, name: str) -> Path:
 
 
 ARM64_TWIN = ("installation-guide-amd64", "installation-guide-arm64")
+#: a verify_threshold at which the June near copies' joins to March clusters split (some verified, some not)
+STRICT = 0.9
 
 
 @pytest.fixture(scope="module")
@@ -347,6 +349,45 @@ def test_a_june_near_duplicate_of_a_march_page_joins_the_march_cluster(base, del
             assert not picked[doc.doc_id], f"{doc.url}: the March document is kept, not its June copy"
 
 
+def test_a_join_to_a_base_cluster_is_verified_against_the_base_signature_store(crawl, base, delta, tmp_path):
+    """A June page sharing a band key with a March cluster joins it only when its signature agrees with
+    some member of the cluster on at least ``verify_threshold`` of its values, as an in-build pair must
+    (the March build's signature store keeps its members' signatures): computed here from the texts, at
+    a threshold that verifies some joins and rejects others. The default delta verified every join it
+    made, none trusted unverified."""
+    d, _, delta_warc, config = crawl
+    default = manifest(stage(delta[0], "minhash_dedup"))["extra"]["index"]
+    assert default["base_joins_verified"] > 0 and default["base_joins_unverified"] == 0
+    strict = tmp_path / "strict.toml"
+    strict.write_text(config.read_text() + f"[minhash_dedup]\nverify_threshold = {STRICT}\n")
+    out = tmp_path / "delta"
+    build(out, [delta_warc], strict, "--base", str(base[0]))
+    march = kept_docs(stage(base[0], "minhash_dedup"))
+    june = [d for d in kept_docs(stage(out, "minhash_dedup")) if ARM64_TWIN[1] in d.url]
+    hasher = MinHasher(MinHashParams.of(minhash_dedup.MinhashDedupConfig()))
+    march_sigs, june_sigs = (hasher.signatures([d.text for d in docs]) & 0xFFFFFFFF for docs in (march, june))
+    march_keys, june_keys = band_keys_of([d.text for d in march]), band_keys_of([d.text for d in june])
+    cluster_of = [m.dup_cluster_id or m.doc_id for m in march]
+    verified = rejected = 0
+    for doc, sig, keys in zip(june, june_sigs, june_keys, strict=True):
+        linked = {cluster_of[i] for i, mk in enumerate(march_keys) if keys & mk}
+        agree = {
+            c: max(int((sig == march_sigs[i]).sum()) for i in range(len(march)) if cluster_of[i] == c)
+            for c in linked
+        }
+        joined = sorted(c for c, a in agree.items() if a >= STRICT * hasher.params.num_perm)
+        rejected += len(linked) - len(joined)
+        verified += len(joined)
+        assert (doc.dup_cluster_id or None, doc.dup_of or None) == (
+            (joined[0], joined[0]) if joined else (None, None)
+        )
+    assert verified and rejected, (
+        f"the threshold {STRICT} splits this data: {verified} joins kept, {rejected} not"
+    )
+    extra = manifest(stage(out, "minhash_dedup"))["extra"]["index"]
+    assert extra["base_joins_rejected"] > 0 and extra["base_joins_unverified"] == 0
+
+
 def test_a_bloom_false_positive_never_changes_a_near_duplicate_decision(base, delta, monkeypatch):
     """The delta's band keys probed in the base's band index as the stage's bucket parts probe them
     (``_base_edges``, partition by partition), with the real filters and with filters that say "maybe"
@@ -389,17 +430,21 @@ def test_a_bloom_false_positive_never_changes_a_near_duplicate_decision(base, de
 
 def test_without_a_base_minhash_dedup_in_a_build_is_the_stage_alone_plus_its_index_records(base, tmp_path):
     """Inside a build minhash_dedup also writes its band index records: one per distinct band key, with
-    the cluster id of its documents (a document's own doc_id outside a cluster); nothing else differs
-    but the digest of its global phase, which has the records' step."""
+    the cluster id of its documents (a document's own doc_id outside a cluster), and its signature
+    store; nothing else differs but the digest of its global phase, which has their steps."""
     base_dir = base[0]
     alone = tmp_path / "minhash_dedup"
     run_stage("minhash_dedup", 2, stage(base_dir, "line_dedup"), alone)
     inside = manifest(stage(base_dir, "minhash_dedup"))
     records = [s for s in inside["side_outputs"] if s["path"].startswith("index_records/")]
+    store = [s for s in inside["side_outputs"] if s["path"].startswith("signature_store/")]
+    extra = inside["extra"]
+    text_docs = extra["docs"] - extra["docs_without_shingles"] - extra["code_docs"]
+    assert sum(s["records"] for s in store) == text_docs > 0, "every text document's signature"
     assert manifest(alone)["outputs"] == inside["outputs"]
     assert {**manifest(alone)["extra"], "prepare_digest": ""} == {**inside["extra"], "prepare_digest": ""}
-    assert manifest(alone)["side_outputs"] == [s for s in inside["side_outputs"] if s not in records]
-    assert not (alone / "index_records").exists()
+    assert manifest(alone)["side_outputs"] == [s for s in inside["side_outputs"] if s not in records + store]
+    assert not (alone / "index_records").exists() and not (alone / "signature_store").exists()
     docs = kept_docs(alone)
     expected: dict[bytes, str] = {}
     for doc, keys in zip(docs, band_keys_of([d.text for d in docs]), strict=True):
