@@ -178,15 +178,17 @@ def classify_differences(
       the base cluster (minhash_dedup probes the base's band index) and the base's document stays the one
       selected (keep-first);
     * ``near_dup_lsh_trusted``: the incremental build's delta document joined a base cluster (it shares a
-      band key with a base document: the LSH match to the base is trusted, not verified), while the full
-      build's verification left it out of any cluster with a base document;
+      band key with a base document) with the text the full build has, while the full build's
+      verification left it out of any cluster with a base document: a join left unverified (a base
+      without a signature store: minhash_dedup before 9 trusted every LSH match to the base);
     * ``near_dup_not_probed``: the counterpart is stored but not selected, a non-representative of a
       near-duplicate cluster that in the full build spans both crawls, and the incremental build did not
       join it to the base cluster (a base without band records);
     * ``near_dup_cluster_differs``: the same, where the cluster or its representative differs because
       line_dedup gave its members other texts (minhash_dedup shingles line_dedup's output): a cluster of one
       crawl, or one across both crawls whose delta member has another text in the incremental build and
-      shares no band key with the base there;
+      shares no band key with the base there, or was joined to the base cluster on that text (verified
+      on lines the full build removed);
     * ``holdout_copy_not_tagged``: the counterpart is stored but not selected, tagged there as a copy of an
       eval-holdout page (``holdout_exact`` / ``holdout_near``): the held-out page is in the other crawl, and
       the delta's dedup stages never see the base's held-out pages, so the incremental build does not tag it;
@@ -265,9 +267,9 @@ def classify_differences(
                         cause = "near_dup_cluster_differs"  # another text there: line_dedup counted otherwise
                     else:
                         cause = "near_dup_not_probed"
-                elif joined_base(in_inc, base_ids):
+                elif joined_base(in_inc, base_ids) and in_inc["doc_id"] == in_full["doc_id"]:
                     cause = "near_dup_lsh_trusted"
-                else:
+                else:  # a join verified on the text line_dedup made in the delta, or a cluster of one crawl
                     cause = "near_dup_cluster_differs"
                 row |= {
                     "cause": cause,

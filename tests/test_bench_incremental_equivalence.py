@@ -69,6 +69,18 @@ def test_a_june_page_joined_to_a_base_cluster_the_full_build_did_not_verify_is_a
     assert (row["side"], row["doc_id"], row["cause"]) == ("full only", "j", "near_dup_lsh_trusted")
 
 
+def test_a_june_page_joined_on_a_text_line_dedup_made_otherwise_is_a_cluster_difference():
+    """The join was verified on the delta's text (line_dedup kept lines there that the full build
+    removed), so the cause is line_dedup's, not an unverified LSH match."""
+    inc = by_id(
+        doc("m", "u/m", base=True, date="2026-03-01"),
+        doc("j1", "u/j", selected=False, cluster="m", derived="j0"),
+    )
+    full = by_id(doc("m", "u/m", date="2026-03-01"), doc("j2", "u/j", derived="j0"))
+    [row] = classify_differences(inc, full, {}, {})
+    assert (row["side"], row["doc_id"], row["cause"]) == ("full only", "j2", "near_dup_cluster_differs")
+
+
 def test_a_cluster_of_one_crawl_that_differs_is_not_a_probe_miss():
     inc = by_id(doc("j1", "u/1", cluster="j1", size=1), doc("j2", "u/2", cluster="j2", size=1))
     full = by_id(

@@ -110,7 +110,8 @@ class SignatureStore:
     def members(self, clusters: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """For sorted, distinct cluster ids (V16), their members' signatures as (cluster index into
         ``clusters``, (m, K) uint32), one part file at a time; a cluster the build never held yields
-        nothing. Reads the fence and the blocks that hold the clusters only."""
+        nothing. Reads the fence, the cluster ids of the blocks that may hold the clusters (each
+        run of neighbouring blocks in one read) and the signature rows of the members found."""
         clusters = np.ascontiguousarray(clusters).view(ID).reshape(-1)
         where = store_part(clusters, self.parts)
         for p in np.unique(where).tolist():
@@ -122,12 +123,17 @@ class SignatureStore:
                 n = f["cluster"].shape[0]
                 first = np.maximum(np.searchsorted(fence, clusters[asked], side="left") - 1, 0)
                 last = np.searchsorted(fence, clusters[asked], side="right")
-                for i, lo_block, hi_block in zip(asked.tolist(), first.tolist(), last.tolist(), strict=True):
+                wanted = np.zeros(len(fence) + 1, dtype=np.int64)  # blocks that may hold an asked cluster
+                np.add.at(wanted, first, 1)
+                np.add.at(wanted, last, -1)
+                covered = np.cumsum(wanted)[:-1] > 0
+                edges = np.flatnonzero(np.diff(np.concatenate([[False], covered, [False]]).astype(np.int8)))
+                for lo_block, hi_block in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
                     lo, hi = lo_block * BLOCK_ROWS, min(hi_block * BLOCK_ROWS, n)
                     ids = np.ascontiguousarray(f["cluster"][lo:hi]).view(ID).reshape(-1)
-                    a, b = (
-                        np.searchsorted(ids, clusters[i], "left"),
-                        np.searchsorted(ids, clusters[i], "right"),
-                    )
-                    if b > a:
-                        yield np.full(b - a, i, dtype=np.int64), f["sig"][lo + a : lo + b]
+                    here = asked[(first >= lo_block) & (last <= hi_block)]
+                    a = np.searchsorted(ids, clusters[here], "left")
+                    b = np.searchsorted(ids, clusters[here], "right")
+                    for i, start, stop in zip(here.tolist(), a.tolist(), b.tolist(), strict=True):
+                        if stop > start:
+                            yield np.full(stop - start, i, dtype=np.int64), f["sig"][lo + start : lo + stop]
