@@ -253,6 +253,10 @@ class DedupFacts:
     base_duplicates: int | None = None  # ingest (recrawls of the base), exact_dedup
     index_records: int | None = None
     base_linked_docs: int | None = None  # minhash_dedup: documents joined to a base cluster
+    #: minhash_dedup: edges to base clusters verified against the base's signature store, rejected, and
+    #: left unverified (no store), and the estimated Jaccard a join needed
+    base_joins: tuple[int, int, int] | None = None
+    join_threshold: float | None = None
 
     @classmethod
     def of(cls, m: StageManifest) -> DedupFacts:
@@ -269,7 +273,13 @@ class DedupFacts:
             index.get("base_duplicates"),
             index.get("index_records"),
             index.get("base_linked_docs"),
+            tuple(index[k] for k in JOIN_FACTS) if all(k in index for k in JOIN_FACTS) else None,
+            index.get("join_threshold"),
         )
+
+
+#: minhash_dedup's counts of edges to base clusters (``extra.index``), in :attr:`DedupFacts.base_joins`
+JOIN_FACTS = ("base_joins_verified", "base_joins_rejected", "base_joins_unverified")
 
 
 @dataclass(frozen=True)

@@ -195,8 +195,17 @@ def incremental_section(view: BuildView) -> dict[str, Any] | None:
     m = view.stage("minhash_dedup")
     if m is not None:
         linked = stored_near_copies(view)
-        recorded = DedupFacts.of(m).base_linked_docs
+        facts = DedupFacts.of(m)
+        recorded = facts.base_linked_docs
         section["base_linked_docs_recorded"] = recorded
+        if facts.base_joins is not None:
+            verified, rejected, unverified = facts.base_joins
+            section["base_joins"] = {
+                "verified": verified,
+                "rejected": rejected,
+                "unverified": unverified,
+                "threshold": facts.join_threshold,
+            }
         if linked is not None:
             docs_in = {source: c.docs_in for source, c in m.yield_counts().by(0).items()}
             section["near_by_source"] = near_copies_of_base(linked, docs_in)
@@ -229,6 +238,21 @@ def near_note(near: dict[str, dict[str, Any]], recorded: int | None) -> str:
         f"{recorded} joined to one (a stage after it dropped some, a shard was deleted since, or a "
         "cluster of the delta is named by a document that is not stored)."
     )
+
+
+def joins_note(joins: dict[str, Any]) -> str:
+    """How minhash_dedup verified the delta's matches to base clusters (docs/incremental.md)."""
+    text = (
+        f"A document sharing a band key with a base cluster joined it only when its signature agreed with a "
+        f"member's on at least {joins['threshold']:.2f} of its values (the base's signature store): "
+        f"{number(joins['verified'])} matches verified, {number(joins['rejected'])} rejected"
+    )
+    if joins["unverified"]:
+        return text + (
+            f", {number(joins['unverified'])} trusted unverified (base clusters whose build kept no "
+            "signature store)."
+        )
+    return text + ", none unverified."
 
 
 def incremental_html(card: dict[str, Any]) -> str:
@@ -300,6 +324,8 @@ def incremental_html(card: dict[str, Any]) -> str:
         )
     if near is not None:
         out.append(note(near_note(near, s.get("base_linked_docs_recorded"))))
+    if s.get("base_joins"):
+        out.append(note(joins_note(s["base_joins"])))
     if s["recrawls_of_base"] is not None:
         out.append(
             f"<p>{number(s['recrawls_of_base'])} fetches were recrawls of a base fetch (same URL, same bytes) and "

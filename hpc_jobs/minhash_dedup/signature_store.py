@@ -3,7 +3,7 @@ verification of a join to a base cluster against the stores of the builds before
 
 A bucket part's edges to base clusters (``base_links.base_edges``) are kept only when the document's
 signature agrees on at least ``verify_threshold`` of its values with a member of the base cluster, as
-an in-build pair must; a cluster no base store holds (a base built before builds kept one) keeps its
+an in-build pair must (or ``cross_build_threshold``, where set); a cluster no base store holds (a base built before builds kept one) keeps its
 edge unverified, counted. docs/incremental.md "Verified against the base".
 """
 
@@ -107,7 +107,7 @@ def base_stores(stage_directory: Path) -> tuple[SignatureStore | None, ...]:
 
 def verified_base_edges(run: Run, graph: Graph, edges: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
     """The edges to base clusters whose document agrees with some member of the cluster on at least
-    ``verify_threshold`` of its signature (the cluster found in no store: kept, unverified), and the
+    ``join_threshold`` of its signature (``cross_build_threshold``, else ``verify_threshold``) (the cluster found in no store: kept, unverified), and the
     count of each verdict."""
     stores = base_stores(Path(run.phase.ctx.out_dir))
     if not len(edges):
@@ -128,7 +128,7 @@ def verified_base_edges(run: Run, graph: Graph, edges: np.ndarray) -> tuple[np.n
                 agree = (mine[at][:, None, :] == sigs[None, lo : lo + CHUNK]).sum(axis=2).max(axis=1)
                 best[at] = np.maximum(best[at], agree)
     unverified = ~found[of_edge]
-    keep = unverified | (best >= run.config.verify_threshold * run.config.num_perm)
+    keep = unverified | (best >= run.config.join_threshold * run.config.num_perm)
     facts = {
         "base_joins_verified": int((keep & ~unverified).sum()),
         "base_joins_rejected": int((~keep).sum()),

@@ -84,6 +84,10 @@ class MinhashDedupConfig(BandParams):
     #: a verified pair needs estimated Jaccard >= this; it sits about one standard error of the K=112
     #: estimate (~0.045) below the 0.7 the default bands aim at, so estimation noise costs little recall
     verify_threshold: float = 0.65
+    #: a join to a base cluster (a build against a base) needs estimated Jaccard >= this with one of the
+    #: cluster's members; None: ``verify_threshold``. Higher is a stricter cross-crawl rule (seed 002
+    #: §3.5: recurring pages over-deduplicated across snapshots)
+    cross_build_threshold: float | None = None
     #: a text component with more members is verified across every rank, O(members / ranks) each
     #: (``hpc_jobs.minhash_dedup.giant``); a smaller one at one part, in one array pass with its neighbours.
     #: The verdicts are the same either way
@@ -101,6 +105,13 @@ class MinhashDedupConfig(BandParams):
             raise ValueError("part_rows must be at least 1")
         if not 0.0 < self.verify_threshold <= 1.0:
             raise ValueError("verify_threshold must be in (0, 1]")
+        if self.cross_build_threshold is not None and not 0.0 < self.cross_build_threshold <= 1.0:
+            raise ValueError("cross_build_threshold must be in (0, 1]")
+
+    @property
+    def join_threshold(self) -> float:
+        """The estimated Jaccard a join to a base cluster needs."""
+        return self.verify_threshold if self.cross_build_threshold is None else self.cross_build_threshold
         if self.bucket_cap < 2:
             raise ValueError("bucket_cap must be at least 2")
         if self.distribute_components_above < 1:
@@ -334,7 +345,7 @@ class MinhashDedupStage(Stage):
             "repo_clusters": sum(repo_sizes.values()),
             "repo_cluster_size_histogram": size_histogram(repo_sizes),
             "alarms": alarms,
-            **self._index.manifest_index(facts["index"]),
+            **self._index.manifest_index(facts["index"] | {"join_threshold": cfg.join_threshold}),
         }
 
 

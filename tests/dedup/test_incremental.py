@@ -352,14 +352,14 @@ def test_a_june_near_duplicate_of_a_march_page_joins_the_march_cluster(base, del
 def test_a_join_to_a_base_cluster_is_verified_against_the_base_signature_store(crawl, base, delta, tmp_path):
     """A June page sharing a band key with a March cluster joins it only when its signature agrees with
     some member of the cluster on at least ``verify_threshold`` of its values, as an in-build pair must
-    (the March build's signature store keeps its members' signatures): computed here from the texts, at
-    a threshold that verifies some joins and rejects others. The default delta verified every join it
-    made, none trusted unverified."""
+    (the March build's signature store keeps its members' signatures), or ``cross_build_threshold``
+    where set: computed here from the texts, at a cross-build threshold that verifies some joins and
+    rejects others. The default delta verified every join it made, none trusted unverified."""
     d, _, delta_warc, config = crawl
     default = manifest(stage(delta[0], "minhash_dedup"))["extra"]["index"]
     assert default["base_joins_verified"] > 0 and default["base_joins_unverified"] == 0
     strict = tmp_path / "strict.toml"
-    strict.write_text(config.read_text() + f"[minhash_dedup]\nverify_threshold = {STRICT}\n")
+    strict.write_text(config.read_text() + f"[minhash_dedup]\ncross_build_threshold = {STRICT}\n")
     out = tmp_path / "delta"
     build(out, [delta_warc], strict, "--base", str(base[0]))
     march = kept_docs(stage(base[0], "minhash_dedup"))
@@ -386,6 +386,7 @@ def test_a_join_to_a_base_cluster_is_verified_against_the_base_signature_store(c
     )
     extra = manifest(stage(out, "minhash_dedup"))["extra"]["index"]
     assert extra["base_joins_rejected"] > 0 and extra["base_joins_unverified"] == 0
+    assert extra["join_threshold"] == STRICT and default["join_threshold"] == 0.65
 
 
 def test_a_bloom_false_positive_never_changes_a_near_duplicate_decision(base, delta, monkeypatch):

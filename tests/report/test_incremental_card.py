@@ -132,6 +132,13 @@ def test_the_card_of_a_delta_shows_its_copies_of_the_base_and_the_indexes(base, 
         == minhash_dedup["extra"]["index"]["base_linked_docs"]
     )
     assert inc["near_copies_agree"] is True
+    index = minhash_dedup["extra"]["index"]
+    assert inc["base_joins"] == {
+        "verified": index["base_joins_verified"],
+        "rejected": index["base_joins_rejected"],
+        "unverified": 0,
+        "threshold": 0.65,  # verify_threshold: no cross_build_threshold set
+    }
     ingest = manifest(delta[0] / "stages" / "ingest")["extra"]
     assert inc["recrawls_of_base"] == ingest.get("index", {}).get("base_duplicates")
     exact = inc["index"]["exact"]
@@ -148,6 +155,9 @@ def test_the_card_of_a_delta_shows_its_copies_of_the_base_and_the_indexes(base, 
         "near copies of a base document" in html
         and "6 documents joined to a base cluster: the counts agree" in html
     )
+    verified, rejected = index["base_joins_verified"], index["base_joins_rejected"]
+    assert "at least 0.65 of its values" in html
+    assert f"{verified} matches verified, {rejected} rejected, none unverified" in html
     assert json.loads(json.dumps(card))["incremental"]["near_by_source"] == inc["near_by_source"]
     assert gather(open_build(base[0]))["incremental"] is None, "a full build has no such section"
 
