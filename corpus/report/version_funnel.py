@@ -30,7 +30,6 @@ EVERYTHING = Selection(
     include_fuzzy_contaminated=True,
     near_duplicates="all",
 )
-NEAR_DUPLICATES = ("near_duplicates", "")
 
 
 def recorded_selection(canonical: dict[str, Any]) -> Selection:
@@ -197,7 +196,9 @@ def version_funnel(version: Version) -> dict[str, Any] | None:
     steps += top
     selected = rows.flat({s.name: version.selected(s) for s in base.live_shards})
     grouped = first_failures([ok for _, _, ok in steps], rows.n) < 0  # what reaches the groups
-    steps.append((*NEAR_DUPLICATES, ~grouped | selected))
+    # the step's reason says a per-crawl scope (one representative per group and build)
+    scope = "" if selection.dedup_scope == "global" else selection.dedup_scope
+    steps.append(("near_duplicates", scope, ~grouped | selected))
     first = first_failures([ok for _, _, ok in steps], rows.n)
     first[selected] = -1  # a selected document is never counted as dropped
     funnel = funnel_json(version, [(r, why) for r, why, _ in steps], first, selected, facts)

@@ -30,6 +30,9 @@ from corpus.select.policy import PolicyConfig
 from corpus.select.robots import RobotsOptOut, opted_out, read_robots_dir, robots_request
 
 NEAR_DUPLICATE_MODES = ("representative", "all")
+#: ``dedup_scope``: a near-duplicate group's representative over every build (``global``), or one per
+#: build of the chain, each crawl built on the one before (``per_crawl``)
+DEDUP_SCOPES = ("global", "per_crawl")
 #: ``prefer``: which copy of a near-duplicate group a source's documents put first, by build age
 #: (``first``: the oldest build's, the default; ``newest``: the newest build's)
 PREFER_MODES = ("first", "newest")
@@ -117,6 +120,7 @@ class SelectionKeys:
     include_contaminated: bool = _optional()
     include_fuzzy_contaminated: bool = _optional()
     near_duplicates: Literal[NEAR_DUPLICATE_MODES] = _optional()
+    dedup_scope: Literal[DEDUP_SCOPES] = _optional()
     policy: Annotated[PolicyConfig, SELF_CHECKED] = _optional()
     buckets: Annotated[list[BucketKeys], "an array of tables [[buckets]] with name and where"] = _optional()
     prefer: Annotated[dict[str, Literal[PREFER_MODES]], 'a table of source = "first" or "newest"'] = (
@@ -162,6 +166,9 @@ class Selection:
     #: the fuzzy tier's hits (paraphrases of eval items) are excluded too unless this says otherwise
     include_fuzzy_contaminated: bool = False
     near_duplicates: str = "representative"
+    #: one representative per near-duplicate group (``global``) or per group and crawl (``per_crawl``:
+    #: the build that stored the document, :data:`DEDUP_SCOPES`)
+    dedup_scope: str = "global"
     #: the quality policy (tier exemptions, per-language checks, Gopher/C4 rules, quality), or none
     policy: PolicyConfig | None = None
     #: buckets by predicate, in order (first match wins); none: the build's physical buckets
@@ -217,6 +224,8 @@ class Selection:
             out["blocklists"] = {b.category: b.canonical() for b in self.blocklists}
         if self.include_fuzzy_contaminated:  # only when set: a selection without it keeps its id
             out["include_fuzzy_contaminated"] = True
+        if self.dedup_scope != "global":  # likewise
+            out["dedup_scope"] = self.dedup_scope
         return out
 
     @property
@@ -371,6 +380,16 @@ def parse_selection(
         if data["near_duplicates"] not in NEAR_DUPLICATE_MODES:
             raise _err(where, f"near_duplicates must be one of {', '.join(NEAR_DUPLICATE_MODES)}")
         kw["near_duplicates"] = data["near_duplicates"]
+    if "dedup_scope" in data:
+        if data["dedup_scope"] not in DEDUP_SCOPES:
+            raise _err(where, f"dedup_scope must be one of {', '.join(DEDUP_SCOPES)}")
+        kw["dedup_scope"] = data["dedup_scope"]
+        if kw["dedup_scope"] != "global" and kw.get("near_duplicates") == "all":
+            raise _err(
+                where,
+                "dedup_scope chooses where a near-duplicate group's representative is chosen, and "
+                'near_duplicates = "all" keeps every copy: give one or the other',
+            )
     if "policy" in data:
         kw["policy"] = parse_policy(data["policy"], where)
     if "buckets" in data:
@@ -382,6 +401,12 @@ def parse_selection(
                 where,
                 'prefer chooses which copy of a near-duplicate group is kept, and near_duplicates = "all" '
                 "keeps every copy: give one or the other",
+            )
+        if kw.get("dedup_scope", "global") != "global" and "newest" in kw["prefer"].values():
+            raise _err(
+                where,
+                'prefer = "newest" orders the builds of a group, and dedup_scope = "per_crawl" keeps a '
+                "copy of each build: give one or the other",
             )
     return Selection(**kw)
 
@@ -508,6 +533,15 @@ AGE_COLUMN = "__build_age"
 #: a row's near-duplicate group: its cluster, or itself alone (a delta's new documents tagged with a base
 #: singleton's doc_id join it)
 GROUP_SQL = "coalesce(nullif(dup_cluster_id, ''), doc_id)"
+
+
+def group_sql(selection: Selection, aged: bool = True) -> str:
+    """A row's near-duplicate group under the selection's ``dedup_scope``: :data:`GROUP_SQL`, and per
+    crawl also the build that stored it (its build age, over :data:`AGE_COLUMN`; ``aged``: whether the
+    query has that column; without it every row is age 0, one crawl)."""
+    if selection.dedup_scope == "per_crawl" and aged:
+        return f"({GROUP_SQL}) || '@' || {AGE_COLUMN}::VARCHAR"
+    return GROUP_SQL
 
 
 def age_key_sql(selection: Selection) -> tuple[str, list[Any]]:
@@ -643,7 +677,7 @@ def selection_sql(
         # ties only within one repository, so dense_rank keeps it whole)
         sql.append(
             f", picked AS (SELECT *, passes AND "
-            f"row_number() OVER (PARTITION BY {GROUP_SQL}, passes "
+            f"row_number() OVER (PARTITION BY {group_sql(s, ages is not None)}, passes "
             f'ORDER BY {order}representative_key, shard, "index") = 1 '
             f"AND (repo_cluster_id IS NULL OR "
             f"dense_rank() OVER (PARTITION BY repo_cluster_id, passes ORDER BY repo_rank) = 1) "

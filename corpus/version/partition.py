@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from corpus.select.buckets import ident
-from corpus.select.selection import AGE_COLUMN, GROUP_SQL, Selection, age_key_sql, row_rules_sql
+from corpus.select.selection import AGE_COLUMN, Selection, age_key_sql, group_sql, row_rules_sql
 from corpus.version.open import StoredShard
 from corpus.version.query import SHARD_AGES, prepare_rules
 
@@ -81,7 +81,8 @@ def judge_rows(
         f"WITH rows AS (SELECT *, coalesce({where}, FALSE) AS __passes FROM {table}), "
         f"aged AS (SELECT r.*, coalesce(a.build_age, 0) AS {AGE_COLUMN} FROM rows r LEFT JOIN "
         f"(SELECT shard, max(build_age) AS build_age FROM {SHARD_AGES} GROUP BY shard) a ON a.shard = r.shard) "
-        f'SELECT shard, "index", __passes, lang, doc_id, {GROUP_SQL} AS __group, ({age})::BIGINT AS __age, '
+        f'SELECT shard, "index", __passes, lang, doc_id, {group_sql(selection)} AS __group, '
+        f"({age})::BIGINT AS __age, "
         "representative_key, repo_cluster_id, repo_rank"
         + "".join(f", {ident(c)}::DOUBLE AS __score{i}" for i, c in enumerate(scores))
         + ' FROM aged ORDER BY shard, "index"'

@@ -27,11 +27,13 @@ from corpus.formats import dedup_index as pi
 from corpus.formats import dedup_keys, dedup_probe
 from corpus.formats.bloom import BloomFilter
 from corpus.model.layout import committed_path
+from corpus.select.selection import parse_inline
 from corpus.snapshot.lookup import Snapshot
 from corpus.snapshot.validate import validate_snapshot
 from corpus.text.normalize import text_key
 from corpus.text.warc import RawRecord, iter_warc
 from corpus.version.open import open_version
+from corpus.version.plan import make_version
 from corpus.version.query import connect
 from hpc_jobs.exact_dedup import stage as exact_dedup
 from hpc_jobs.ingest import recrawl as ingest
@@ -652,6 +654,26 @@ def test_the_default_version_of_a_delta_selects_base_and_new_documents(base, del
     assert sum(int(b.sum()) for b in base_bits.values()) > 0
     tagged = [d for d in kept_docs(stage(delta[0], "minhash_dedup")) if d.dup_of]
     assert stored == len(tagged) == 6 and new == 0
+
+
+def test_a_per_crawl_version_of_the_delta_selects_the_june_near_copies_too(base, delta, tmp_path):
+    """``dedup_scope = "per_crawl"`` on the delta (docs/versions.md): each June page that joined a March
+    cluster is its build's representative of that group, so the version selects it beside the March
+    page the default version keeps."""
+    made = make_version(
+        delta[0] / "candidates", parse_inline('dedup_scope = "per_crawl"'), tmp_path / "per_crawl"
+    )
+    default, per_crawl = open_version(delta[0]), open_version(tmp_path / "per_crawl")
+    tagged = {d.doc_id for d in kept_docs(stage(delta[0], "minhash_dedup")) if d.dup_of}
+    picked = {
+        name: dict(connect(v).execute("SELECT doc_id, selected FROM docs").fetchall())
+        for name, v in (("default", default), ("per_crawl", per_crawl))
+    }
+    assert len(tagged) == 6 and not any(picked["default"][d] for d in tagged)
+    assert all(picked["per_crawl"][d] for d in tagged), "each June near copy is June's representative"
+    base_kept = {d for d, on in picked["default"].items() if on and d not in tagged}
+    assert all(picked["per_crawl"][d] for d in base_kept), "and the March pages stay selected"
+    assert made.manifest["selection"]["dedup_scope"] == "per_crawl"
 
 
 def test_a_base_document_is_read_through_the_delta_version_even_after_both_builds_move(base, delta, tmp_path):

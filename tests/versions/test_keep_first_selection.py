@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -25,8 +26,11 @@ import pytest
 from corpus.formats.metadata import metadata_table, write_metadata
 from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import file_sha256
+from corpus.model.errors import UserError
+from corpus.report.version_funnel import version_funnel
 from corpus.select.selection import parse_inline, parse_selection, selection_sql
 from corpus.version.open import build_age, open_version
+from corpus.version.plan import make_version
 from corpus.version.query import connect, evaluate, select_rows
 
 #: the scores of a page the default quality policy's Gopher rules pass
@@ -363,3 +367,50 @@ def test_a_selection_without_prefer_keeps_its_canonical_form_and_id():
     assert newest.canonical()["prefer"] == {"web": "newest"}
     assert newest.digest != EMPTY_DIGEST
     assert newest.digest == parse_inline('prefer = { web = "newest" }').digest
+
+
+# -- the dedup scope -----------------------------------------------------------------------------
+
+
+def test_per_crawl_keeps_a_representative_of_each_build_of_a_group(tmp_path):
+    """``dedup_scope = "per_crawl"``: a group's representative is chosen among each build's members
+    (seed 002 §3.2: a page that recurs in every crawl is kept once per crawl, not once in all); within
+    one build the members still give one. A full build is one crawl."""
+    c = did(90)
+    cand = two_builds(
+        tmp_path,
+        [doc(c, cluster=c, quality=0.9), doc(did(91), cluster=c, quality=0.3)],
+        [doc(did(92), cluster=c, quality=0.2), doc(did(93), cluster=c, quality=0.6)],
+    )
+    assert select(cand) == {"web-00000": [True, False], "web-00001": [False, False]}
+    per_crawl = select(cand, 'dedup_scope = "per_crawl"')
+    assert per_crawl == {"web-00000": [True, False], "web-00001": [False, True]}
+    # among the selected members: each build's best that passes the row rules
+    capped = select(cand, 'dedup_scope = "per_crawl"\nmax_scores = { quality = 0.5 }')
+    assert capped == {"web-00000": [False, True], "web-00001": [True, False]}
+    assert select(cand, 'dedup_scope = "per_crawl"\nmin_scores = { quality = 0.7 }')["web-00001"] == [
+        False,
+        False,
+    ]
+    assert select(cand, 'dedup_scope = "global"') == select(cand)
+    # the card's funnel names the scope in its near-duplicate step: one member of each build dropped
+    make_version(cand, parse_inline('dedup_scope = "per_crawl"'), tmp_path / "version")
+    steps = {s["key"]: s["removed"] for s in version_funnel(open_version(tmp_path / "version"))["steps"]}
+    assert steps == {"near_duplicates/per_crawl": 2}
+    full = write_candidates(
+        tmp_path / "full", "all", {"web-00000": [doc(c, cluster=c), doc(did(93), cluster=c)]}
+    )
+    assert select(full, 'dedup_scope = "per_crawl"') == select(full) and sum(select(full)["web-00000"]) == 1
+
+
+def test_the_dedup_scope_enters_the_canonical_form_only_when_per_crawl_and_is_refused_with_what_it_contradicts():
+    assert parse_inline('dedup_scope = "global"').digest == EMPTY_DIGEST
+    per_crawl = parse_inline('dedup_scope = "per_crawl"')
+    assert per_crawl.canonical()["dedup_scope"] == "per_crawl" and per_crawl.digest != EMPTY_DIGEST
+    for toml, says in (
+        ('dedup_scope = "per_snapshot"', "dedup_scope must be one of global, per_crawl"),
+        ('near_duplicates = "all"\ndedup_scope = "per_crawl"', 'near_duplicates = "all" keeps every copy'),
+        ('dedup_scope = "per_crawl"\nprefer = { web = "newest" }', 'prefer = "newest" orders the builds'),
+    ):
+        with pytest.raises(UserError, match=re.escape(says)):
+            parse_inline(toml)

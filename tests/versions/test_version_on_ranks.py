@@ -33,6 +33,7 @@ SELECTIONS = [
     '[[buckets]]\nname = "high"\nwhere = "quality >= q75 AND lang = \'en\'"\n'
     '[[buckets]]\nname = "early"\nwhere = "crawl_date <= q40"\n[[buckets]]\nname = "rest"\n',
     'near_duplicates = "all"\nmax_scores = { quality = 0.8 }',
+    'dedup_scope = "per_crawl"\nlangs = ["en", "fr"]',
     # a category blocklist (its file written by the test): a host, and a URL of another host's document
     'exclude_blocklists = { adult = ["{blocklist}"] }\nlangs = ["en", "de"]',
     '[[buckets]]\nname = "none"\nwhere = "quality > 5"\n',  # refused: it keeps nothing
