@@ -107,15 +107,15 @@ class MinhashDedupConfig(BandParams):
             raise ValueError("verify_threshold must be in (0, 1]")
         if self.cross_build_threshold is not None and not 0.0 < self.cross_build_threshold <= 1.0:
             raise ValueError("cross_build_threshold must be in (0, 1]")
+        if self.bucket_cap < 2:
+            raise ValueError("bucket_cap must be at least 2")
+        if self.distribute_components_above < 1:
+            raise ValueError("distribute_components_above must be at least 1")
 
     @property
     def join_threshold(self) -> float:
         """The estimated Jaccard a join to a base cluster needs."""
         return self.verify_threshold if self.cross_build_threshold is None else self.cross_build_threshold
-        if self.bucket_cap < 2:
-            raise ValueError("bucket_cap must be at least 2")
-        if self.distribute_components_above < 1:
-            raise ValueError("distribute_components_above must be at least 1")
 
 
 @dataclass(frozen=True)
