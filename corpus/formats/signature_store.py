@@ -35,7 +35,7 @@ ID = np.dtype("V16")
 def store_part(clusters: np.ndarray, parts: int) -> np.ndarray:
     """The store part of each cluster id ((n, 16) uint8 rows or V16): a hash of the id, never of
     the rank count."""
-    raw = np.ascontiguousarray(clusters).view(np.uint8).reshape(len(clusters), -1)
+    raw = np.ascontiguousarray(clusters).view(np.uint8).reshape(-1, ID.itemsize)
     return part_of_hash(raw, parts)
 
 

@@ -61,6 +61,8 @@ def signature_store(run: Run) -> None:
         ids = np.load(part.path(SIG_FILES[0]), allow_pickle=False)
         sigs = np.load(part.path(SIG_FILES[2]), mmap_mode="r", allow_pickle=False)
         text = np.flatnonzero(~is_empty(sigs)) if len(sigs) else np.empty(0, np.int64)
+        if not len(text):  # a shard of code documents (or of texts without shingles) only
+            return
         clusters = np.array(ids)
         for ordinal, verdict in decisions_of(phase.root, DECISIONS, shard.name).items():
             clusters[int(ordinal)] = np.frombuffer(

@@ -65,3 +65,10 @@ def test_the_same_rows_give_the_same_bytes_and_a_sidecar_names_them(tmp_path):
     with h5py.File(tmp_path / "a.h5", "r") as f:
         assert f["sig"].dtype == np.uint32 and f["sig"].shape == (len(rows), K)
         assert f["sig"].chunks == (BLOCK_ROWS, K)
+
+
+def test_no_cluster_has_no_part_and_an_empty_part_is_a_store_that_holds_nothing(tmp_path):
+    assert store_part(np.empty(0, "V16"), 4).shape == (0,)
+    assert write_part(tmp_path / "g00000.h5", 0, 1, K, []) == 0
+    asked = np.random.default_rng(1).integers(0, 256, (3, 16), dtype=np.uint8).view("V16").reshape(-1)
+    assert list(SignatureStore(tmp_path).members(np.sort(asked))) == []
