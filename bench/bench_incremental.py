@@ -82,6 +82,7 @@ CAUSES = (
     "near_dup_not_probed",
     "near_dup_cluster_differs",
     "holdout_copy_not_tagged",
+    "line_dedup_base_frozen",
     "line_dedup_text_differs",
     "recrawl",
     "other",
@@ -171,8 +172,11 @@ def classify_differences(
     * ``exact_dup_keep_first``: the other build selects an exact copy of it instead (the same doc_id at
       another URL: one text, one source; or the keeper its ``copies`` name): the incremental build kept the
       base's copy (keep-first), the full build the copy its keeper order prefers;
-    * ``line_dedup_text_differs``: the counterpart is selected but has another text: line_dedup removed
-      other lines (it counts lines over the documents of one build);
+    * ``line_dedup_base_frozen``: a base document whose counterpart is selected with another text: the full
+      build's line_dedup removed lines that became frequent only with the delta's documents, and a base
+      document keeps the text its own build gave it (append-only; the delta counts its lines over both);
+    * ``line_dedup_text_differs``: the same for a delta document: line_dedup removed other lines (before
+      line_dedup 5 kept line counts from build to build, it counted the delta's lines alone);
     * ``near_dup_keep_first``: a near-duplicate cluster that in the full build spans both crawls, whose
       representative there is the delta's document: in the incremental build the delta's document joined
       the base cluster (minhash_dedup probes the base's band index) and the base's document stays the one
@@ -246,7 +250,8 @@ def classify_differences(
                     "kept_instead": [f"{there['doc_id']} {there['url']}"],
                 }
             elif there is not None and there["selected"]:
-                row |= {"cause": "line_dedup_text_differs", "other_doc_id": there["doc_id"]}
+                cause = "line_dedup_base_frozen" if row["base"] else "line_dedup_text_differs"
+                row |= {"cause": cause, "other_doc_id": there["doc_id"]}
             elif there is not None and there["holdout_copy"] and not r["holdout_copy"]:
                 row |= {"cause": "holdout_copy_not_tagged", "other_doc_id": there["doc_id"]}
             elif there is not None and (

@@ -98,11 +98,19 @@ def test_a_copy_of_a_held_out_page_of_the_other_crawl_is_tagged_by_the_full_buil
 
 
 def test_a_text_line_dedup_changed_in_one_build_only_is_the_same_document_at_exact_dedup():
+    """A base document keeps its own build's text (base-frozen); a delta document's text differing is
+    line_dedup counting otherwise."""
     inc = by_id(doc("m1", "u/m", base=True, derived="m0", date="2026-03-01"))  # m0 -> m1 (line_dedup)
     full = by_id(doc("m2", "u/m", derived="m1", date="2026-03-01"))  # m1 there too, then another change
     assert causes(classify_differences(inc, full, {}, {})) == [
-        ("full only", "m2", "line_dedup_text_differs"),
-        ("incremental only", "m1", "line_dedup_text_differs"),
+        ("full only", "m2", "line_dedup_base_frozen"),
+        ("incremental only", "m1", "line_dedup_base_frozen"),
+    ]
+    inc = by_id(doc("j1", "u/j", derived="j0"))
+    full = by_id(doc("j2", "u/j", derived="j0"))
+    assert causes(classify_differences(inc, full, {}, {})) == [
+        ("full only", "j2", "line_dedup_text_differs"),
+        ("incremental only", "j1", "line_dedup_text_differs"),
     ]
 
 

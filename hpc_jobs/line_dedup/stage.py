@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,16 @@ from corpus.formats.metadata import write_metadata
 from corpus.model import Document, Filtered, Kept, Outcome
 from corpus.model.annotations import BYTES_REMOVED, LINES_REMOVED
 from corpus.text.normalize import KEY_VERSION, line_key
+from hpc_jobs.line_dedup.base_counts import (
+    COUNTS,
+    KEYS,
+    LINE_COUNTS,
+    BuildCounts,
+    OwnCounts,
+    base_counts,
+    keeps_counts,
+    total_counts,
+)
 from runtime.global_phase import PART_ROWS, GlobalPhase, PartWriter, global_phase_key, part_count
 from runtime.runner import InputShard, Stage, StageContext, assign, remove_stale_artifacts
 from runtime.side_output import SideOutput
@@ -171,29 +181,46 @@ class FrequentLines:
 class LineDedupStage(Stage):
     name = "line_dedup"
     # what each version changed: docs/dedup.md "Stage versions"
-    version = "4"
+    version = "5"
     Config = LineDedupConfig
-    artifact_kinds = (REMOVED,)
+    artifact_kinds = (REMOVED, LINE_COUNTS)
     side_outputs = (SideOutput(REMOVED, ".parquet", RemovedLines),)
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self._frequent: FrequentLines | None = None
 
-    def _key(self, inputs: list[InputShard]) -> dict[str, Any]:
-        return global_phase_key(self, inputs, normalization=KEY_VERSION)
-
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
-        phase = self._phase = GlobalPhase(ctx, self._key(inputs))
         docs = sum(max(s.records, 0) for s in inputs)
         parts = part_count(docs, self.config.part_rows)
-        self._frequent = FrequentLines(phase.step_dir(LINES), parts)
+        names = [part_name(i) for i in range(parts)]
+        keeps = keeps_counts(ctx.out_dir)
+        bases, missing = base_counts(ctx.out_dir) if keeps else ([], [])
+        if missing and ctx.rank == 0:
+            ctx.say(
+                f"base {missing[0]} kept no line counts (built before line_dedup 5): its lines are not counted"
+            )
         remove_stale_artifacts(ctx, inputs, REMOVED, (".parquet",))
+        remove_stale_artifacts(
+            ctx,
+            [_Part(n) for n in names] if keeps else [],
+            LINE_COUNTS,
+            (KEYS, KEYS + ".json", COUNTS, COUNTS + ".json"),
+        )
+        more: dict[str, Any] = {"counts": True} if keeps else {}
+        if bases:
+            more["base_counts"] = [d for b in bases for d in b.digests]
+        phase = self._phase = GlobalPhase(
+            ctx, global_phase_key(self, inputs, normalization=KEY_VERSION, **more)
+        )
+        self._frequent = FrequentLines(phase.step_dir(LINES), parts)
         if phase.complete:
             return phase.reused()
         capacity = max(1024, ctx.memory_budget_bytes // (8 * _COMBINE_ENTRY_BYTES))
-        limit = self.config.limit(docs)
-        cap = limit + 1
+        base_docs = sum(b.docs for b in bases)
+        limit = self.config.limit(docs + base_docs)
+        # a kept count must serve a later build's limit too; otherwise only whether it passes this one's
+        cap = _COUNT_MAX - 1 if keeps else limit + 1
         exempt = self.config.exempt_tiers
 
         def send(_: None) -> Iterator[np.ndarray]:
@@ -209,17 +236,20 @@ class LineDedupStage(Stage):
                 yield _count_rows(keys, counts, parts)
 
         def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
-            totals = KeyTotals(writer.open(FREQUENT), limit)
+            own = OwnCounts(ctx.out_dir, writer) if keeps else None
+            totals = KeyTotals(writer.open(FREQUENT), limit, own, bases)
             for rows in batches:  # sorted by key; a key's counts may straddle two batches
                 totals.add(rows["key"], rows["count"])
             totals.finish()
-            return {"distinct_lines": totals.distinct, "frequent_lines": totals.frequent}
+            facts = {"distinct_lines": totals.distinct, "frequent_lines": totals.frequent}
+            return facts | ({"lines_in_base": totals.in_base} if bases else {})
 
-        names = [part_name(i) for i in range(parts)]
         phase.exchange_rows(LINES, names, None, send, reduce, dtype=LINE_ROW, order_fields=("key",))
         facts = None
         if ctx.rank == 0:
             total: Counter = Counter({"docs": docs, "line_limit": limit})
+            if bases:  # the documents of the builds before, whose line counts were added
+                total["base_docs"] = base_docs
             for part in phase.parts(LINES, names):
                 total.update(part.facts)
             facts = dict(sorted(total.items()))
@@ -245,6 +275,13 @@ class LineDedupStage(Stage):
 
     def manifest_extra(self, ctx: StageContext, inputs: list[InputShard]) -> dict[str, Any]:
         return {"normalization_version": KEY_VERSION, **self._phase.facts}
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A lines part as a unit whose ``name`` its artifacts carry."""
+
+    name: str
 
 
 def part_name(part: int) -> str:
@@ -326,11 +363,15 @@ class KeyCounts:
 
 class KeyTotals:
     """Sums the counts of sorted keys arriving in batches and writes the keys whose total exceeds the
-    limit (8 bytes each, big-endian: the key's own bytes, so the file is sorted)."""
+    limit (8 bytes each, big-endian: the key's own bytes, so the file is sorted). ``own``: where this
+    build's counts are kept (inside a build that keeps indexes); ``bases``: the counts of the builds
+    before it, added to each total before it is judged."""
 
-    def __init__(self, out: Any, limit: int) -> None:
-        self.out, self.limit = out, limit
-        self.distinct = self.frequent = 0
+    def __init__(
+        self, out: Any, limit: int, own: OwnCounts | None = None, bases: Sequence[BuildCounts] = ()
+    ) -> None:
+        self.out, self.limit, self.own, self.bases = out, limit, own, list(bases)
+        self.distinct = self.frequent = self.in_base = 0
         self._key: int | None = None
         self._sum = 0
 
@@ -352,6 +393,12 @@ class KeyTotals:
             self._key = None
 
     def _emit(self, keys: np.ndarray, sums: np.ndarray) -> None:
+        if self.own is not None:
+            self.own.add(keys, sums)
+        if self.bases:
+            before = total_counts(self.bases, keys)
+            self.in_base += int(np.count_nonzero(before))
+            sums = sums + before
         frequent = keys[sums > self.limit]
         self.out.write(frequent.astype(_KEY_DTYPE).tobytes())
         self.distinct += int(keys.shape[0])

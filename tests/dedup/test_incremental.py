@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections import Counter
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
@@ -37,6 +38,7 @@ from corpus.version.plan import make_version
 from corpus.version.query import connect
 from hpc_jobs.exact_dedup import stage as exact_dedup
 from hpc_jobs.ingest import recrawl as ingest
+from hpc_jobs.line_dedup import stage as line_dedup
 from hpc_jobs.minhash_dedup import stage as minhash_dedup
 from hpc_jobs.minhash_dedup.base_links import base_edges, base_partition_of
 from hpc_jobs.minhash_dedup.signatures import band_rows
@@ -389,6 +391,55 @@ def test_a_join_to_a_base_cluster_is_verified_against_the_base_signature_store(c
     extra = manifest(stage(out, "minhash_dedup"))["extra"]["index"]
     assert extra["base_joins_rejected"] > 0 and extra["base_joins_unverified"] == 0
     assert extra["join_threshold"] == STRICT and default["join_threshold"] == 0.65
+
+
+def line_counts(docs: list) -> Counter:
+    """In how many documents of ``docs`` each line key is (the tiers line_dedup exempts left out)."""
+    exempt = line_dedup.LineDedupConfig().exempt_tiers
+    return Counter(k for d in docs if d.source_tier not in exempt for k in line_dedup.doc_line_keys(d.text))
+
+
+def test_the_deltas_line_dedup_counts_each_line_over_the_base_and_the_delta(crawl, base, delta, tmp_path):
+    """line_dedup 5: a line of a June document is removed when the documents of both builds holding it
+    are more than the limit of both builds' documents together, as one full build would count it
+    (computed here from the stages' inputs with the stage's own line keys); March's documents keep the
+    texts their build gave them. Checked on the delta fixture and on a delta at a limit of 1 document a
+    line, where some line is removed only because of March's counts."""
+    _, _, delta_warc, config = crawl
+    low = tmp_path / "low.toml"
+    low.write_text(config.read_text() + "[line_dedup]\nmax_docs_per_line = 1\n")
+    build(tmp_path / "delta", [delta_warc], low, "--base", str(base[0]))
+    march = kept_docs(stage(base[0], "annotate"))
+    march_counts = line_counts(march)
+    only_with_base = {}
+    for delta_dir, cfg in (
+        (delta[0], line_dedup.LineDedupConfig()),
+        (tmp_path / "delta", line_dedup.LineDedupConfig(max_docs_per_line=1)),
+    ):
+        june = kept_docs(stage(delta_dir, "annotate"))
+        june_counts = line_counts(june)
+        extra = manifest(stage(delta_dir, "line_dedup"))["extra"]
+        assert extra["base_docs"] == len(march) and extra["docs"] == len(june)
+        limit = cfg.limit(len(march) + len(june))
+        assert extra["line_limit"] == limit and extra["lines_in_base"] > 0
+        frequent = {k for k, n in june_counts.items() if n + march_counts[k] > limit}
+        out = {d.url: d.text for d in kept_docs(stage(delta_dir, "line_dedup"))}
+        for doc in june:
+            expected, _ = line_dedup.remove_lines(doc.text, frequent)
+            if expected.strip():
+                assert out[doc.url] == expected, doc.url
+        only_with_base[cfg.max_docs_per_line] = {
+            k for k in frequent if june_counts[k] <= cfg.limit(len(june))
+        }
+    assert only_with_base[1], "at 1 document a line some June line is frequent only with March's counts"
+    march_frequent = {
+        k for k, n in march_counts.items() if n > line_dedup.LineDedupConfig().limit(len(march))
+    }
+    march_out = {d.url: d.text for d in kept_docs(stage(base[0], "line_dedup"))}
+    for doc in march:
+        expected, _ = line_dedup.remove_lines(doc.text, march_frequent)
+        if expected.strip():
+            assert march_out[doc.url] == expected, "a base document keeps its own build's text"
 
 
 def test_a_bloom_false_positive_never_changes_a_near_duplicate_decision(base, delta, monkeypatch):
