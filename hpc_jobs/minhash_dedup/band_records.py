@@ -19,14 +19,13 @@ from hpc_jobs.minhash_dedup.phase import (
     BAND_RECORDS,
     BANDS,
     BUCKETS,
-    DECISIONS,
     SIG_FILES,
     SIGNATURES,
-    ClusterVerdict,
     Run,
     among,
+    cluster_ids,
 )
-from runtime.global_phase import PartWriter, decisions_of
+from runtime.global_phase import PartWriter
 from runtime.runner import InputShard
 
 
@@ -43,10 +42,7 @@ def band_records(run: Run) -> None:
         bands = np.fromfile(part.path(BANDS), dtype=BAND_ROW)
         if not len(bands):
             return
-        clusters = np.array(np.load(part.path(SIG_FILES[0]), allow_pickle=False))  # (n, 16) doc_ids
-        for ordinal, verdict in decisions_of(phase.root, DECISIONS, shard.name).items():
-            cluster = ClusterVerdict.from_json(verdict).cluster
-            clusters[int(ordinal)] = np.frombuffer(bytes.fromhex(cluster), np.uint8)
+        clusters = cluster_ids(phase, shard.name, np.load(part.path(SIG_FILES[0]), allow_pickle=False))
         rows = np.empty(len(bands), dtype=BAND_VALUE_ROUTE)
         rows["part"], rows["key"] = bands["part"], bands["key"]
         ordinals = bands["node"]["ordinal"].astype(np.int64)

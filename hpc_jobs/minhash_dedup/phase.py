@@ -20,7 +20,7 @@ from corpus.dedup.candidates import concat
 from corpus.dedup.records import BAND_ROW, shard_numbers
 from mpi_kernels.minhash import MinHasher
 from runtime.against_base import AgainstBase
-from runtime.global_phase import GlobalPhase
+from runtime.global_phase import GlobalPhase, decisions_of
 from runtime.runner import InputShard, assign
 
 if TYPE_CHECKING:
@@ -173,6 +173,17 @@ def load_signatures(phase: GlobalPhase, shard_name: str, step: str = SIGNATURES)
     if part is None:
         raise FileNotFoundError(f"signatures of {shard_name} are not complete")
     return tuple(np.load(part.path(s), mmap_mode="r", allow_pickle=False) for s in SIG_FILES)
+
+
+def cluster_ids(phase: GlobalPhase, shard_name: str, doc_ids: np.ndarray) -> np.ndarray:
+    """Each document's cluster id ((n, 16) uint8 rows) as the shard's verdicts set it (a base
+    cluster's included), its own doc_id (``doc_ids``) outside a cluster."""
+    clusters = np.array(doc_ids)
+    for ordinal, verdict in decisions_of(phase.root, DECISIONS, shard_name).items():
+        clusters[int(ordinal)] = np.frombuffer(
+            bytes.fromhex(ClusterVerdict.from_json(verdict).cluster), np.uint8
+        )
+    return clusters
 
 
 def band_run(phase: GlobalPhase, step: str, names: list[str], g: int) -> np.ndarray:

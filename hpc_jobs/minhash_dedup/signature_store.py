@@ -3,8 +3,9 @@ verification of a join to a base cluster against the stores of the builds before
 
 A bucket part's edges to base clusters (``base_links.base_edges``) are kept only when the document's
 signature agrees on at least ``verify_threshold`` of its values with a member of the base cluster, as
-an in-build pair must (or ``cross_build_threshold``, where set); a cluster no base store holds (a base built before builds kept one) keeps its
-edge unverified, counted. docs/incremental.md "Verified against the base".
+an in-build pair must (or ``cross_build_threshold``, where set); a cluster no base store holds (a base
+built before builds kept one) keeps its edge unverified, counted. docs/incremental.md "Verified
+against the base".
 """
 
 from __future__ import annotations
@@ -26,16 +27,15 @@ from corpus.formats.signature_store import (
 )
 from corpus.model.layout import base_build_of, build_dir_of_stage, stage_dir
 from hpc_jobs.minhash_dedup.phase import (
-    DECISIONS,
     SIG_FILES,
     SIGNATURE_STORE_STEP,
-    ClusterVerdict,
     Graph,
     Run,
+    cluster_ids,
     signature_rows,
 )
 from mpi_kernels.minhash import is_empty
-from runtime.global_phase import PartWriter, decisions_of
+from runtime.global_phase import PartWriter
 from runtime.runner import InputShard
 
 #: members of a base cluster compared with its edges at once (bounds the (edges, members, K) comparison)
@@ -63,11 +63,7 @@ def signature_store(run: Run) -> None:
         text = np.flatnonzero(~is_empty(sigs)) if len(sigs) else np.empty(0, np.int64)
         if not len(text):  # a shard of code documents (or of texts without shingles) only
             return
-        clusters = np.array(ids)
-        for ordinal, verdict in decisions_of(phase.root, DECISIONS, shard.name).items():
-            clusters[int(ordinal)] = np.frombuffer(
-                bytes.fromhex(ClusterVerdict.from_json(verdict).cluster), np.uint8
-            )
+        clusters = cluster_ids(phase, shard.name, ids)
         rows = np.empty(len(text), dtype=route)
         rows["cluster"] = np.ascontiguousarray(clusters[text]).view(route["cluster"]).reshape(-1)
         rows["doc"] = np.ascontiguousarray(ids[text]).view(route["doc"]).reshape(-1)
