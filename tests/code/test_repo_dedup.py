@@ -120,7 +120,7 @@ def test_code_documents_never_join_text_clusters(builds):
 def test_same_outputs_on_one_and_two_ranks(builds):
     one, two = (manifest(builds[r] / "stages" / "minhash_dedup") for r in (1, 2))
     assert one["outputs"] == two["outputs"] and one["extra"] == two["extra"]
-    assert one["stage_version"] == "8+norm2"
+    assert one["stage_version"] == "9+norm2"
 
 
 def selected_by_repository(build: Path, selection: Selection) -> dict[str, list[bool]]:
