@@ -81,6 +81,7 @@ CAUSES = (
     "near_dup_lsh_trusted",
     "near_dup_not_probed",
     "near_dup_cluster_differs",
+    "near_dup_base_frozen",
     "holdout_copy_not_tagged",
     "line_dedup_base_frozen",
     "line_dedup_text_differs",
@@ -193,6 +194,9 @@ def classify_differences(
       crawl, or one across both crawls whose delta member has another text in the incremental build and
       shares no band key with the base there, or was joined to the base cluster on that text (verified
       on lines the full build removed);
+    * ``near_dup_base_frozen``: a cluster across both crawls whose members of another text in the
+      incremental build are all base documents: the base keeps the text its own build gave it
+      (``line_dedup_base_frozen``), and the delta's member is not near enough to that text to join it;
     * ``holdout_copy_not_tagged``: the counterpart is stored but not selected, tagged there as a copy of an
       eval-holdout page (``holdout_exact`` / ``holdout_near``): the held-out page is in the other crawl, and
       the delta's dedup stages never see the base's held-out pages, so the incremental build does not tag it;
@@ -266,10 +270,13 @@ def classify_differences(
                     found = [c for m in members if (c := in_incremental(m)) is not None]
                     if any(joined_base(c, base_ids) for c in found):
                         cause = "near_dup_keep_first"
-                    elif any(
-                        c["doc_id"] != m["doc_id"] for m in members if (c := in_incremental(m)) is not None
-                    ):
-                        cause = "near_dup_cluster_differs"  # another text there: line_dedup counted otherwise
+                    elif changed := [
+                        m
+                        for m in members
+                        if (c := in_incremental(m)) is not None and c["doc_id"] != m["doc_id"]
+                    ]:  # another text there: line_dedup counted otherwise, or kept a base text
+                        frozen = all(lineage(m) & base_ids for m in changed)
+                        cause = "near_dup_base_frozen" if frozen else "near_dup_cluster_differs"
                     else:
                         cause = "near_dup_not_probed"
                 elif joined_base(in_inc, base_ids) and in_inc["doc_id"] == in_full["doc_id"]:

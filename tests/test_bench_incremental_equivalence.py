@@ -81,6 +81,19 @@ def test_a_june_page_joined_on_a_text_line_dedup_made_otherwise_is_a_cluster_dif
     assert (row["side"], row["doc_id"], row["cause"]) == ("full only", "j2", "near_dup_cluster_differs")
 
 
+def test_a_june_page_near_a_base_text_the_full_build_shortened_is_a_base_frozen_difference():
+    """The full build removed lines from the March page m (m2) and clustered it with the June page j;
+    the incremental build's March page kept its own build's text (m1), which j is not near enough to."""
+    inc = by_id(doc("m1", "u/m", base=True, derived="m0", date="2026-03-01"), doc("j", "u/j"))
+    full = by_id(
+        doc("m2", "u/m", derived="m0", date="2026-03-01", cluster="j", size=2, selected=False),
+        doc("j", "u/j", cluster="j", size=2),
+    )
+    assert causes(classify_differences(inc, full, {}, {})) == [
+        ("incremental only", "m1", "near_dup_base_frozen")
+    ]
+
+
 def test_a_cluster_of_one_crawl_that_differs_is_not_a_probe_miss():
     inc = by_id(doc("j1", "u/1", cluster="j1", size=1), doc("j2", "u/2", cluster="j2", size=1))
     full = by_id(
