@@ -68,9 +68,10 @@ class BuildCounts:
         where = part_of_keys(keys, self.parts)
         for p in np.unique(where).tolist():
             at = np.flatnonzero(where == p)
-            held = np.memmap(self.directory / f"l{p:05d}{KEYS}", dtype="<u8", mode="r")
-            if not len(held):
+            path = self.directory / f"l{p:05d}{KEYS}"
+            if path.stat().st_size == 0:  # a part no line of that build fell in (nothing to map)
                 continue
+            held = np.memmap(path, dtype="<u8", mode="r")
             i = np.minimum(np.searchsorted(held, keys[at]), len(held) - 1)
             hit = held[i] == keys[at]
             counts = np.memmap(self.directory / f"l{p:05d}{COUNTS}", dtype="<u4", mode="r")
