@@ -40,6 +40,18 @@ def peak_rss_mb() -> float:
     return float("nan")
 
 
+def measured(what: str, cpu: float, wall: float, **more: float) -> dict:
+    """One step's line of the table: its CPU and wall seconds since ``cpu``/``wall``, what it found,
+    and the process's peak RSS."""
+    return {
+        "what": what,
+        "cpu_s": time.process_time() - cpu,
+        "wall_s": time.perf_counter() - wall,
+        **more,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
 def clusters_of(docs: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Cluster ids (V16) of ``docs`` documents, and the distinct ids: 70 % of the documents alone, the
     rest in clusters of 2-8."""
@@ -90,14 +102,13 @@ def write_store(args: argparse.Namespace) -> dict:
         mine = rows[bounds[p] : bounds[p + 1]]
         write_part(out / f"g{p:05d}.h5", p, args.parts, K, np.array_split(mine, max(1, len(mine) // CHUNK)))
     size = sum(f.stat().st_size for f in out.glob("*.h5"))
-    return {
-        "what": "store: write",
-        "cpu_s": time.process_time() - t,
-        "wall_s": time.perf_counter() - w,
-        "bytes": size,
-        "bytes_per_doc": size / args.docs,
-        "peak_rss_mb": peak_rss_mb(),
-    }
+    return measured(
+        "store: write",
+        t,
+        w,
+        bytes=size,
+        bytes_per_doc=size / args.docs,
+    )
 
 
 def write_plain(args: argparse.Namespace) -> dict:
@@ -109,14 +120,13 @@ def write_plain(args: argparse.Namespace) -> dict:
     np.save(out / "plain_ids.npy", np.ascontiguousarray(members).view(np.uint8).reshape(-1, 16))
     np.save(out / "plain_sigs.npy", sigs)
     size = (out / "plain_ids.npy").stat().st_size + (out / "plain_sigs.npy").stat().st_size
-    return {
-        "what": "plain: write",
-        "cpu_s": time.process_time() - t,
-        "wall_s": time.perf_counter() - w,
-        "bytes": size,
-        "bytes_per_doc": size / args.docs,
-        "peak_rss_mb": peak_rss_mb(),
-    }
+    return measured(
+        "plain: write",
+        t,
+        w,
+        bytes=size,
+        bytes_per_doc=size / args.docs,
+    )
 
 
 def asked(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
@@ -137,14 +147,13 @@ def probe_store(args: argparse.Namespace) -> dict:
     for which, sigs in store.members(clusters):
         found += len(sigs)
         agree += int((mine[which] == sigs).sum())
-    return {
-        "what": "store: probe",
-        "cpu_s": time.process_time() - t,
-        "wall_s": time.perf_counter() - w,
-        "members_read": found,
-        "agreeing_values": agree,
-        "peak_rss_mb": peak_rss_mb(),
-    }
+    return measured(
+        "store: probe",
+        t,
+        w,
+        members_read=found,
+        agreeing_values=agree,
+    )
 
 
 def probe_plain(args: argparse.Namespace) -> dict:
@@ -159,14 +168,13 @@ def probe_plain(args: argparse.Namespace) -> dict:
         rows = truncated(sigs[lo[i] : hi[i]])
         found += len(rows)
         agree += int((mine[i] == rows).sum())
-    return {
-        "what": "plain: probe",
-        "cpu_s": time.process_time() - t,
-        "wall_s": time.perf_counter() - w,
-        "members_read": found,
-        "agreeing_values": agree,
-        "peak_rss_mb": peak_rss_mb(),
-    }
+    return measured(
+        "plain: probe",
+        t,
+        w,
+        members_read=found,
+        agreeing_values=agree,
+    )
 
 
 STEPS = {

@@ -59,6 +59,13 @@ class IndexFacts:
         return cls(**total)
 
 
+def keeps_index(stage_directory: Path) -> bool:
+    """Whether a stage runs inside a build that keeps indexes (its parts then write what a later build
+    against it reads)."""
+    build = build_dir_of_stage(stage_directory)
+    return build is not None and (dedup_index_dir(build, "exact") / CURRENT).exists()
+
+
 @dataclass(frozen=True)
 class AgainstBase:
     """A stage's view of the build's ``kind`` index: whether its parts write records (``keeps_index``:
@@ -76,7 +83,7 @@ class AgainstBase:
         earlier run's own generation, perhaps of other parameters, is replaced anyway); a base of other
         key parameters or a compacted fork ends the job on every rank, in one line."""
         build = build_dir_of_stage(ctx.out_dir)
-        keeps = build is not None and (dedup_index_dir(build, "exact") / CURRENT).exists()
+        keeps = keeps_index(ctx.out_dir)
         if build is None or not dedup_base_path(build).exists():
             return cls(kind, ctx.out_dir, keeps, None)
         try:

@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from corpus.formats.docshard import SUFFIX
 from corpus.model.annotations import EXTRACT, HOLDOUT_EXACT, HOLDOUT_NEAR
 from corpus.model.digest import stable_hash64
-from corpus.model.layout import base_build_of, build_dir_of_stage, stage_dir
+from corpus.model.layout import base_chain, build_dir_of_stage, stage_dir
 from corpus.model.manifest import read_stage_manifest
 
 HOLDOUT_SALT = "corpus-eval-holdout/1"
@@ -125,11 +125,9 @@ def build_holdout(input_dir: Path) -> list[HoldoutFile]:
     build = build_dir_of_stage(input_dir)
     if build is None:
         return []
-    out, seen, depth = _stored_holdout(build, input_dir, ""), {build.resolve()}, 0
-    while (found := base_build_of(build)) is not None and found[0].resolve() not in seen:
-        build, depth = found[0], depth + 1
-        seen.add(build.resolve())
-        out += _stored_holdout(build, input_dir, f"@base{depth}")
+    out = _stored_holdout(build, input_dir, "")
+    for depth, base in enumerate(base_chain(build), 1):
+        out += _stored_holdout(base, input_dir, f"@base{depth}")
     return out
 
 

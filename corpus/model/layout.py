@@ -93,6 +93,17 @@ def base_build_of(build_dir: Path) -> tuple[Path, str] | None:
     return Path(build_dir) / found["base"], found["label"]
 
 
+def base_chain(build_dir: Path) -> list[Path]:
+    """The builds a build was made against, nearest first: its base, the base's base, ... (each once:
+    a chain that loops back ends there)."""
+    chain, seen, build = [], {Path(build_dir).resolve()}, Path(build_dir)
+    while (found := base_build_of(build)) is not None and found[0].resolve() not in seen:
+        build = found[0]
+        seen.add(build.resolve())
+        chain.append(build)
+    return chain
+
+
 def build_dir_of_stage(stage_directory: Path) -> Path | None:
     """The build a stage directory belongs to (``<build>/stages/<stage>``), or None for a stage run on
     its own elsewhere: a stage finds the build's dedup index through it, never through its config, so

@@ -12,26 +12,19 @@ The base's documents keep the texts their own build gave them (append-only). doc
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from corpus.formats.dedup_files import CURRENT
 from corpus.formats.docshard import read_sidecar
-from corpus.model.layout import base_build_of, build_dir_of_stage, dedup_index_dir, stage_dir
+from corpus.model.layout import base_chain, build_dir_of_stage, stage_dir
+from corpus.model.manifest import read_stage_manifest
 from runtime.global_phase import PartWriter
 
 #: the artifact: per lines part, its keys and their counts in this build
 LINE_COUNTS = "line_counts"
 KEYS, COUNTS = ".keys", ".counts"
-
-
-def keeps_counts(stage_directory: Path) -> bool:
-    """Whether the stage runs inside a build that keeps indexes (it then writes its line counts)."""
-    build = build_dir_of_stage(stage_directory)
-    return build is not None and (dedup_index_dir(build, "exact") / CURRENT).exists()
 
 
 def part_of_keys(keys: np.ndarray, parts: int) -> np.ndarray:
@@ -85,15 +78,15 @@ def base_counts(stage_directory: Path) -> tuple[list[BuildCounts], list[Path]]:
     found: list[BuildCounts] = []
     missing: list[Path] = []
     build = build_dir_of_stage(stage_directory)
-    while build is not None and (base := base_build_of(build)) is not None:
-        build = base[0]
-        stage = stage_dir(build, "line_dedup")
+    for base in base_chain(build) if build is not None else []:
+        stage = stage_dir(base, "line_dedup")
         directory = stage / LINE_COUNTS
         keys = sorted(directory.glob(f"*{KEYS}")) if directory.is_dir() else []
-        if not keys:
-            missing.append(build)
+        manifest = read_stage_manifest(stage)
+        if not keys or manifest is None:
+            missing.append(base)
             continue
-        docs = int(json.loads((stage / "manifest.json").read_text())["extra"]["docs"])
+        docs = int(manifest.extra["docs"])
         digests = tuple(read_sidecar(f)["sha256"] for k in keys for f in (k, k.with_suffix(COUNTS)))
         found.append(BuildCounts(directory, len(keys), docs, digests))
     return found, missing

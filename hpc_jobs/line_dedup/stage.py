@@ -35,9 +35,10 @@ from hpc_jobs.line_dedup.base_counts import (
     BuildCounts,
     OwnCounts,
     base_counts,
-    keeps_counts,
+    part_of_keys,
     total_counts,
 )
+from runtime.against_base import keeps_index
 from runtime.global_phase import PART_ROWS, GlobalPhase, PartWriter, global_phase_key, part_count
 from runtime.runner import InputShard, Stage, StageContext, assign, remove_stale_artifacts
 from runtime.side_output import SideOutput
@@ -194,7 +195,7 @@ class LineDedupStage(Stage):
         docs = sum(max(s.records, 0) for s in inputs)
         parts = part_count(docs, self.config.part_rows)
         names = [part_name(i) for i in range(parts)]
-        keeps = keeps_counts(ctx.out_dir)
+        keeps = keeps_index(ctx.out_dir)
         bases, missing = base_counts(ctx.out_dir) if keeps else ([], [])
         if missing and ctx.rank == 0:
             ctx.say(
@@ -298,7 +299,7 @@ def _count_rows(keys: np.ndarray, counts: np.ndarray, parts: int) -> np.ndarray:
     rows = np.empty(len(keys), dtype=LINE_ROW)
     rows["key"] = keys
     rows["count"] = counts
-    rows["part"] = ((keys >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32)  # = key_part
+    rows["part"] = part_of_keys(keys, parts)
     return rows
 
 

@@ -25,7 +25,7 @@ from corpus.formats.signature_store import (
     truncated,
     write_part,
 )
-from corpus.model.layout import base_build_of, build_dir_of_stage, stage_dir
+from corpus.model.layout import base_chain, build_dir_of_stage, stage_dir
 from hpc_jobs.minhash_dedup.phase import (
     SIG_FILES,
     SIGNATURE_STORE_STEP,
@@ -94,11 +94,10 @@ def remove_stale_store(out_dir: Path, parts: list[str]) -> None:
 def base_stores(stage_directory: Path) -> tuple[SignatureStore | None, ...]:
     """The signature stores of the builds before the build of ``stage_directory`` (its base, the base's
     base, ...), nearest first; None for a build that kept none."""
-    stores: list[SignatureStore | None] = []
     build = build_dir_of_stage(stage_directory)
-    while build is not None and (found := base_build_of(build)) is not None:
-        build = found[0]
-        directory = stage_dir(build, "minhash_dedup") / SIGNATURE_STORE
+    stores = []
+    for base in base_chain(build) if build is not None else []:
+        directory = stage_dir(base, "minhash_dedup") / SIGNATURE_STORE
         stores.append(SignatureStore(directory) if directory.is_dir() else None)
     return tuple(stores)
 
