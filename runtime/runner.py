@@ -20,7 +20,7 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -542,10 +542,11 @@ _SHARD_FILES = (SUFFIX + ".json", SUFFIX)
 
 
 def remove_stale_artifacts(
-    ctx: StageContext, inputs: list[InputShard], kind: str, suffixes: tuple[str, ...]
+    ctx: StageContext, inputs: Sequence[Any], kind: str, suffixes: tuple[str, ...]
 ) -> None:
-    """On rank 0: drop the per-input artifacts of ``kind`` (``NAME + suffix``) whose input is no longer
-    part of the stage; the manifest lists every file of an artifact kind, so they would be listed."""
+    """On rank 0: drop the per-unit artifacts of ``kind`` (``NAME + suffix``) whose unit (an input
+    shard, or a part of a global phase: anything with a ``name``) is no longer part of the stage; the
+    manifest lists every file of an artifact kind, so they would be listed."""
     if ctx.rank != 0:
         return
     expected = {s.name + x for s in inputs for x in suffixes}

@@ -81,16 +81,6 @@ def signature_store(run: Run) -> None:
     )
 
 
-def remove_stale_store(out_dir: Path, parts: list[str]) -> None:
-    """On rank 0, before the phase opens: drop the store files of parts this run does not have (other
-    inputs, another base, or none at all: a stage outside a build that keeps indexes)."""
-    directory = Path(out_dir) / SIGNATURE_STORE
-    keep = {f"{p}{STORE_SUFFIX}{sidecar}" for p in parts for sidecar in ("", ".json")}
-    for f in sorted(directory.iterdir()) if directory.is_dir() else []:
-        if f.name not in keep:
-            f.unlink()
-
-
 def base_stores(stage_directory: Path) -> tuple[SignatureStore | None, ...]:
     """The signature stores of the builds before the build of ``stage_directory`` (its base, the base's
     base, ...), nearest first; None for a build that kept none."""
@@ -104,11 +94,11 @@ def base_stores(stage_directory: Path) -> tuple[SignatureStore | None, ...]:
 
 def verified_base_edges(run: Run, graph: Graph, edges: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
     """The edges to base clusters whose document agrees with some member of the cluster on at least
-    ``join_threshold`` of its signature (``cross_build_threshold``, else ``verify_threshold``) (the cluster found in no store: kept, unverified), and the
-    count of each verdict."""
-    stores = base_stores(Path(run.phase.ctx.out_dir))
+    ``join_threshold`` of its signature (``cross_build_threshold``, else ``verify_threshold``); an edge
+    to a cluster found in no store is kept, unverified. With the count of each verdict."""
     if not len(edges):
         return edges, {"base_joins_verified": 0, "base_joins_rejected": 0, "base_joins_unverified": 0}
+    stores = base_stores(Path(run.phase.ctx.out_dir))
     hub = np.ascontiguousarray(edges["hub"]["doc_id"])
     clusters, of_edge = np.unique(hub, return_inverse=True)
     order = np.argsort(of_edge, kind="stable")

@@ -24,7 +24,7 @@ from corpus.dedup.candidates import part_names
 from corpus.dedup.records import shard_tags
 from corpus.formats.dedup_keys import band_key_params
 from corpus.formats.docshard import iter_lines
-from corpus.formats.signature_store import SIGNATURE_STORE
+from corpus.formats.signature_store import SIGNATURE_STORE, STORE_SUFFIX
 from corpus.model import Document, Kept, Outcome, Passed, annotated_line
 from corpus.model.annotations import HOLDOUT_NEAR
 from corpus.model.layout import INDEX_RECORDS
@@ -63,12 +63,12 @@ from hpc_jobs.minhash_dedup.phase import (
     group_units,
 )
 from hpc_jobs.minhash_dedup.repo_graph import annotate_repository, repo_docs, repositories, repository_files
-from hpc_jobs.minhash_dedup.signature_store import remove_stale_store, signature_store
+from hpc_jobs.minhash_dedup.signature_store import signature_store
 from hpc_jobs.minhash_dedup.signatures import holdout_signatures, signatures
 from mpi_kernels.minhash import BandParams, MinHasher, MinHashParams
 from runtime.against_base import AgainstBase
 from runtime.global_phase import PART_ROWS, GlobalPhase, decisions_of, global_phase_key, part_count
-from runtime.runner import InputShard, Stage, StageContext, eval_holdout
+from runtime.runner import InputShard, Stage, StageContext, eval_holdout, remove_stale_artifacts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,8 +215,10 @@ class MinhashDedupStage(Stage):
         docs = sum(max(s.records, 0) for s in inputs)
         groups = against.parts(part_count(docs * self.config.bands, self.config.part_rows))
         against.remove_stale_records(ctx, groups)
-        if ctx.rank == 0:
-            remove_stale_store(ctx.out_dir, groups if against.keeps_index else [])
+        store_files = (STORE_SUFFIX, STORE_SUFFIX + ".json")
+        remove_stale_artifacts(
+            ctx, group_units(groups) if against.keeps_index else [], SIGNATURE_STORE, store_files
+        )
         phase = self._phase = GlobalPhase(ctx, self._key(inputs))  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()
