@@ -176,7 +176,7 @@ class Reporter:
         """The stage's reporter: ``inputs`` weighed on rank 0 only."""
         owner = ctx.rank == 0
         every = every if owner else 0
-        weight = sum(unit_weight(s.path, s.span) for s in inputs) if every > 0 else 0
+        weight = sum(s.weight for s in inputs) if every > 0 else 0
         return cls(progress_dir(ctx.out_dir), ctx.size, len(inputs), weight, say, every, owner)
 
     def _loop(self) -> None:

@@ -13,15 +13,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import hashlib
 import logging
 import os
-import re
 import socket
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,8 +57,8 @@ from corpus.model.layout import (
 )
 from corpus.model.manifest import NotCompleted, read_stage_manifest, require_stage_manifest
 from corpus.model.stages import PIPELINE
-from corpus.text.inputs import display_name, open_regular
 from runtime import file_opens
+from runtime.input_shard import InputShard, input_refs
 from runtime.job_failure import (
     EXPECTED,
     FailureClaim,
@@ -76,36 +73,10 @@ from runtime.manifest_parts import ShardRecord, artifact_refs, read_shard_record
 from runtime.orphan import die_with_launcher
 from runtime.output_lock import LockHeld, Writer, acquire, release
 from runtime.preemption import PREEMPTED_EXIT, Preempted, any_rank_stopped, install_handlers, stop_requested
-from runtime.progress import RankLog, RankProgress, Reporter, interval_s, progress_dir, unit_weight
+from runtime.progress import RankLog, RankProgress, Reporter, interval_s, progress_dir
 from runtime.side_output import SideOutput
 
 log = logging.getLogger("corpus.stage")
-
-
-@dataclass(frozen=True)
-class InputShard:
-    """One unit of work: a document shard of the previous stage, or a raw input file."""
-
-    name: str  # the output shard takes this name
-    path: Path
-    sha256: str
-    records: int = -1  # -1 where unknown (raw files)
-    #: the bytes [start, end) of ``path`` this unit reads (a large file cut at record boundaries), or None
-    span: tuple[int, int] | None = None
-    #: a raw input's input root (a path given to ``--in``; the input itself when named directly), which
-    #: its declarations and globs are relative to (corpus.text.inputs); None for a previous stage's shard
-    root: Path | None = None
-
-    @property
-    def content_id(self) -> str:
-        """What the unit reads: the file's sha256, and the span where it is a piece of a file (the units
-        of one file differ; identical files, or one span of identical files, share it). The start is
-        zero-padded, so ids order as the units lie in the file."""
-        return self.sha256 if self.span is None else f"{self.sha256}:{self.span[0]:016d}-{self.span[1]:016d}"
-
-    def ref(self, root: Path | None = None) -> ShardRef:
-        path = str(self.path.relative_to(root)) if root else str(self.path)
-        return ShardRef(path=path, sha256=self.sha256, records=self.records)
 
 
 class StageContext:
@@ -235,16 +206,6 @@ class Stage:
         change). Kept in the manifest's ``extra`` and compared on a rerun: a changed fact redoes the
         stage as a changed config does, so the result never depends on the directory's history."""
         return {}
-
-
-def raw_input_shard(path: Path) -> InputShard:
-    """A raw input file as a unit of work, named by its stem and content digest (stable anywhere; a
-    name that is not UTF-8 loses those bytes in the stem, never in the digest). Read only if it is a
-    regular file when opened (corpus.text.inputs.open_regular): a FIFO is refused, never waited on."""
-    with open_regular(path) as f:
-        sha = hashlib.file_digest(f, "sha256").hexdigest()
-    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", path.name.split(".")[0]).strip("-") or "input"
-    return InputShard(name=f"{stem}-{sha[:12]}", path=path, sha256=sha)
 
 
 def shards_of_stage(stage_dir: Path) -> list[InputShard]:
@@ -420,7 +381,7 @@ class StageRun:
                 record = self.shard_record(shard, key)
             else:
                 skipped += 1
-            board.done(unit_weight(shard.path, shard.span), skipped=done_before)
+            board.done(shard.weight, skipped=done_before)
             mine_records.append(record)
         self.log.say(
             f"{len(done_by_me)} shards processed, {skipped} already done",
@@ -451,7 +412,8 @@ class StageRun:
         return (
             m.stage_version == self.stage.version
             and m.config_hash == self.cfg_hash
-            and [i.sha256 for i in m.inputs] == [s.sha256 for s in sorted(inputs, key=lambda s: s.name)]
+            and [i.sha256 for i in m.inputs]
+            == [f.sha256 for s in sorted(inputs, key=lambda s: s.name) for f in s.files]
             and all(m.extra.get(k) == v for k, v in self.stage.input_facts(inputs).items())
         )
 
@@ -497,7 +459,7 @@ class StageRun:
             stage_version=self.stage.version,
             config=config_to_dict(self.stage.config),
             config_hash=self.cfg_hash,
-            inputs=tuple(_input_ref(s, out.parent) for s in inputs),
+            inputs=tuple(ref for s in inputs for ref in input_refs(s, out.parent)),
             outputs=tuple(outputs),
             side_outputs=tuple(sides),
             shard_counts=shard_counts,
@@ -590,20 +552,6 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return 0.0
-
-
-def _input_ref(shard: InputShard, stages_root: Path) -> ShardRef:
-    """A previous stage's shard by its path in the build; a raw input by its file name only (its display
-    form where it is not UTF-8), so the manifest (and the snapshot id) never depends on where the inputs
-    or the build directory live."""
-    path, root = (
-        shard.path.resolve(),
-        stages_root.resolve(),
-    )  # one spelling: a link or `..` is not another place
-    if path.is_relative_to(root):
-        shown = display_name(str(path.relative_to(root)))
-        return ShardRef(path=shown, sha256=shard.sha256, records=shard.records)
-    return ShardRef(path=display_name(shard.path.name), sha256=shard.sha256, records=shard.records)
 
 
 def parse_args(argv: list[str] | None, stage_name: str) -> argparse.Namespace:

@@ -29,7 +29,8 @@ from corpus.signals.pii import CODE_SAFE_KINDS, KINDS, scrub_pii
 from corpus.signals.quality import load_quality_model, resolve_model_path
 from corpus.signals.toxicity import LANGS as TOXICITY_LANGS
 from corpus.signals.toxicity import toxicity_model_id, toxicity_signals
-from runtime.runner import InputShard, Stage, StageContext, StageError
+from runtime.input_shard import InputShard
+from runtime.runner import Stage, StageContext, StageError
 
 #: the tier whose documents are repositories' files: code signals, not the web heuristics
 CODE_TIER = "code"

@@ -62,7 +62,8 @@ from corpus.model.layout import STAGES_DIR, WORK, base_build_of, build_dir_of_st
 from corpus.text.tokenizer import resolve_asset
 from mpi_kernels.barrier import sleeping_barrier
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
-from runtime.runner import InputShard, Stage, StageContext, StageError, remove_stale_artifacts
+from runtime.input_shard import InputShard
+from runtime.runner import Stage, StageContext, StageError, remove_stale_artifacts
 from runtime.side_output import SideOutput
 
 DOC_GRAMS_STEP = "doc_grams"

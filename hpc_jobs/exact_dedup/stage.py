@@ -51,14 +51,8 @@ from runtime.global_phase import (
     route_verdicts,
     write_verdicts,
 )
-from runtime.runner import (
-    InputShard,
-    Stage,
-    StageContext,
-    StageError,
-    eval_holdout,
-    remove_stale_artifacts,
-)
+from runtime.input_shard import InputShard
+from runtime.runner import Stage, StageContext, StageError, eval_holdout, remove_stale_artifacts
 from runtime.side_output import SideOutput
 
 HOLDOUT_KEYS = "holdout_keys"

@@ -48,7 +48,8 @@ from corpus.text.extract import (
 from corpus.text.known_bad import NO_LIST, read_known_bad
 from corpus.text.normalize import KEY_VERSION, text_key
 from hpc_jobs.extract.known_bad import KnownBadCheck
-from runtime.runner import InputShard, Stage, StageContext, StageError, remove_stale_artifacts
+from runtime.input_shard import InputShard
+from runtime.runner import Stage, StageContext, StageError, remove_stale_artifacts
 from runtime.side_output import SideOutput
 
 #: the extraction path of a config that names none, and why: docs/ingest-and-filters.md ("extract")

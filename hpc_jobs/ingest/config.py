@@ -25,6 +25,12 @@ class IngestConfig:
     #: a gzipped WARC larger than this is cut into units of about this size at record boundaries
     #: (corpus.text.warc_units), dealt to every rank like files; 0: a file is one unit
     unit_bytes: int = 64 << 20
+    #: small files are read in bundles of consecutive files of about this many bytes, so each stage's
+    #: cost per unit (its shard files, a stats record, a part of each global phase) is paid per bundle,
+    #: not per file (hpc_jobs.ingest.bundles); 0: a file is one unit
+    bundle_bytes: int = 64 << 20
+    #: but never fewer units than this: a listing of at most this many units is read a unit per file
+    bundle_min_units: int = 256
     #: a JSONL/text/Parquet file neither [[ingest.sources]] nor a corpus-sources.toml declares: tier and
     #: source "web" (the default: trust is declared, never inferred from a format), "curated", or "refuse"
     undeclared_files: str = "web"
@@ -58,6 +64,8 @@ class IngestConfig:
             raise ValueError("max_archive_bytes, max_archive_members and max_archive_ratio must be positive")
         if self.max_input_seconds < 0:
             raise ValueError("max_input_seconds must be 0 (no bound) or positive")
+        if self.bundle_bytes < 0 or self.bundle_min_units < 1:
+            raise ValueError("bundle_bytes must be 0 (no bundles) or positive, bundle_min_units at least 1")
         if self.part_rows < 1:
             raise ValueError("part_rows must be at least 1")
         if self.undeclared_files not in UNDECLARED_CHOICES:

@@ -34,7 +34,7 @@ from corpus.text.tables import iter_hf_dataset, iter_parquet
 from corpus.text.warc import BadRecord, RawRecord, RobotsRecord, SkippedRecord, decode_page, iter_warc
 from hpc_jobs.ingest.config import IngestConfig
 from runtime.input_deadline import InputDeadline, InputTimeout
-from runtime.runner import InputShard
+from runtime.input_shard import InputShard
 
 #: what a host's robots.txt response is counted as among the skipped records
 ROBOTS_KIND = "robots_txt"

@@ -25,11 +25,13 @@ from corpus.formats.dedup_index import PersistentIndex
 from corpus.formats.dedup_keys import date_values, dates
 from corpus.formats.docshard import RecordsFile
 from corpus.model.digest import canonical_json
+from hpc_jobs.ingest.bundles import key_prefixes
 from hpc_jobs.ingest.items import Item
 from mpi_kernels.shuffle_bytes import stable_key_hash
 from runtime.against_base import AgainstBase, IndexFacts, with_base_values
 from runtime.global_phase import GlobalPhase, Part, PartWriter, route_verdicts, write_verdicts
-from runtime.runner import InputShard, StageContext, StageError
+from runtime.input_shard import InputShard
+from runtime.runner import StageContext, StageError
 
 #: bump when the same file would be read into different keys (invalidates the global phase)
 READER_VERSION = "2"  # docs/ingest-and-filters.md, "Stage versions"
@@ -62,14 +64,15 @@ class PartFacts:
         return {"duplicates": self.duplicates} | (self.index.to_dict() if self.index is not None else {})
 
 
-def write_keys(shard: InputShard, writer: PartWriter, items: Iterable[Item]) -> dict[str, Any]:
-    """One input's keys part: (url, raw digest, date, input content id, position) of each document."""
+def write_keys(writer: PartWriter, fetches: Iterable[tuple[InputShard, Item]]) -> dict[str, Any]:
+    """One unit's keys part: (url, raw digest, date, file content id, position in the file) of each
+    document, from its files' records."""
     f = writer.open(KEYS_FILE)
     n = 0
-    for it in items:
+    for file, it in fetches:
         if it.doc is not None:
             f.write(
-                canonical_json([it.doc.url, it.doc.raw_digest, it.doc.crawl_date, shard.content_id, it.index])
+                canonical_json([it.doc.url, it.doc.raw_digest, it.doc.crawl_date, file.content_id, it.index])
                 + b"\n"
             )
             n += 1
@@ -82,10 +85,12 @@ def collapse(
     """Collective: the groups and decisions steps, after the keys step; returns the phase's facts."""
     names = [s.name for s in inputs]
     # 1. identical files share one digest and so one set of verdicts (a unit of a large file is
-    #    identified by its span too: the units of one file share its digest, not their records)
-    names_of_sha: dict[str, list[str]] = {}
+    #    identified by its span too: the units of one file share its digest, not their records); a
+    #    verdict goes to each unit holding the file, keyed by the file's place in it (bundles.key_prefixes)
+    names_of_sha: dict[str, list[tuple[str, str]]] = {}
     for s in inputs:
-        names_of_sha.setdefault(s.content_id, []).append(s.name)
+        for prefix, f in key_prefixes(s):
+            names_of_sha.setdefault(f.content_id, []).append((s.name, prefix))
     # 2. every key to the part of its (url, raw digest), which decides its groups (inside a build, also
     #    writing the records of the fetches it keeps)
     index = against.base.index if against.probed else None
@@ -141,7 +146,7 @@ def decide_part(
     writer: PartWriter,
     *,
     against: AgainstBase,
-    names_of_sha: dict[str, list[str]],
+    names_of_sha: dict[str, list[tuple[str, str]]],
 ) -> dict[str, Any]:
     """One groups part: its groups decided, their verdicts written; inside a build, the records of the
     fetches it keeps (``against.records``: in place before the part's marker)."""
@@ -166,11 +171,11 @@ def fetches_key(fetches: list[RecordKey]) -> bytes:
 
 def verdict_lines(
     decided: Iterable[tuple[list[RecordKey], str | None]],
-    names_of_sha: dict[str, list[str]],
+    names_of_sha: dict[str, list[tuple[str, str]]],
     own: RecordsFile | None,
     tally: Counter,
 ) -> Iterator[tuple[str, str, str]]:
-    """(input name, position, kept fetch's date) of every repeat of the decided groups; counts into
+    """(unit name, key in the unit, kept fetch's date) of every repeat of the decided groups; counts into
     ``tally`` (``duplicates`` and the fields of :class:`IndexFacts`) and writes the kept fetches' records to ``own``."""
     for fetches, base_date in decided:
         verdict = decide_group(fetches, base_date)
@@ -183,8 +188,8 @@ def verdict_lines(
             tally["index_records"] += 1
         tally["duplicates"] += len(verdict.repeats)
         for k, kept_date in verdict.repeats:
-            for name in names_of_sha[k.input_sha256]:
-                yield name, str(k.index), kept_date
+            for name, prefix in names_of_sha[k.input_sha256]:
+                yield name, prefix + str(k.index), kept_date
 
 
 def _recrawl_row(key: bytes, date: str, path: Path) -> bytes:

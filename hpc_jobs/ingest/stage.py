@@ -1,8 +1,8 @@
 """Stage ``ingest``: raw crawl and curated files -> documents with provenance.
 
 The hooks of the stage. Input files are the units of work (one output shard per file, archive or
-declared repository directory; other directories are expanded); their records are read by
-:mod:`.items`. :meth:`IngestStage.prepare` runs the recrawl collapse (:mod:`.recrawl`); each record
+declared repository directory, piece of a large WARC, or bundle of small files: :mod:`.bundles`; other
+directories are expanded); their records are read by :mod:`.items`. :meth:`IngestStage.prepare` runs the recrawl collapse (:mod:`.recrawl`); each record
 then is quarantined, a ``recrawl_duplicate``, an eval holdout (``holdout/`` and ``filtered/`` as
 ``eval_holdout``, never the corpus) or kept. docs/ingest-and-filters.md, "ingest".
 """
@@ -38,6 +38,7 @@ from corpus.text.sources import (
 )
 from corpus.text.warc_units import warc_units
 from hpc_jobs.ingest.artifacts import PER_INPUT_ARTIFACTS, CodeFiles, remove_stale_artifacts, spec_dict
+from hpc_jobs.ingest.bundles import bundled, key_prefixes
 from hpc_jobs.ingest.config import IngestConfig
 from hpc_jobs.ingest.items import INGEST, ROBOTS_DIR, Item, read_items, repository_dir_shard
 from hpc_jobs.ingest.recrawl import (
@@ -51,13 +52,8 @@ from hpc_jobs.ingest.recrawl import (
 from hpc_jobs.ingest.shown import shown_files, shown_item
 from runtime.against_base import AgainstBase, IndexFacts
 from runtime.global_phase import GlobalPhase, decisions_of, global_phase_key, part_count
-from runtime.runner import (
-    InputShard,
-    Stage,
-    StageContext,
-    StageError,
-    raw_input_shard,
-)
+from runtime.input_shard import InputShard, raw_input_shard
+from runtime.runner import Stage, StageContext, StageError
 from runtime.side_output import SideOutput
 
 
@@ -114,7 +110,8 @@ class IngestStage(Stage):
                     f"no [[ingest.sources]] table and no {DECLARATION_FILE} matches {', '.join(undeclared)} "
                     '(undeclared_files = "refuse"): declare their source and tier'
                 )
-        return [unit for ip in files for unit in self._units(ip)]
+        units = [unit for ip in files for unit in self._units(ip)]
+        return bundled(units, self.config.bundle_bytes, self.config.bundle_min_units)
 
     def _units(self, ip: InputPath) -> list[InputShard]:
         """An input as units of work: a repository directory or a file, or a large gzipped WARC's
@@ -140,7 +137,7 @@ class IngestStage(Stage):
 
     # -- reading one file --------------------------------------------------------------------------
     def items(self, shard: InputShard) -> Iterator[Item]:
-        """The records of a unit, read by :mod:`.items`. A file must still be a regular file (one put
+        """The records of one file (or piece of one), read by :mod:`.items`. A file must still be a regular file (one put
         in its place since it was listed is refused, not waited on); where its name is not UTF-8 what
         is recorded of it carries the name's display form (:mod:`.shown`)."""
         if not shard.path.is_dir():
@@ -167,17 +164,19 @@ class IngestStage(Stage):
         # what each input was declared as (config or corpus-sources.toml): a changed declaration file
         # changes the documents, so it redoes the stage as a changed config does
         sources = sorted(
-            [s.name, spec_dict(self.spec(s))] for s in inputs
+            [f.name, spec_dict(self.spec(f))] for s in inputs for f in s.files
         )  # JSON values: the key is compared as read back
         key = global_phase_key(self, inputs, reader=READER_VERSION, sources=sources, **against.phase_key())
         phase = self._phase = GlobalPhase(ctx, key)  # (a barrier: after the removal)
         if phase.complete:
             return phase.reused()
-        # 1. keys: each input file's fetches (a repository is never a recrawl)
+        # 1. keys: each unit's fetches, file by file (a repository is never a recrawl)
         phase.map(
             KEYS,
             inputs,
-            lambda shard, w: write_keys(shard, w, self.items(shard) if self._collapses(shard) else ()),
+            lambda unit, w: write_keys(
+                w, ((f, it) for _, f in key_prefixes(unit) if self._collapses(f) for it in self.items(f))
+            ),
         )
         # 2. groups and decisions, the groups sized by the fetches the keys step found
         names = [s.name for s in inputs]
@@ -197,24 +196,25 @@ class IngestStage(Stage):
         self._skipped = Counter()
         self._files = None
         holdout, robots = ctx.side(HOLDOUT_KIND), ctx.side(ROBOTS_DIR)
-        read = 0
-        for it in self.items(shard):
-            if it.index != read:  # the readers number the records they read from 0: one went missing
-                raise StageError(f"{self.name}/{shard.name}: record {read} was read but never accounted")
-            read += 1
-            if it.skipped:
-                self._skipped[it.skipped] += 1
-                if it.robots is not None:
-                    robots.write_line(robots_line(it.robots))
-            else:
-                yield self.outcome(it, dups, holdout), it.bytes_in
+        for prefix, file in key_prefixes(shard):
+            read = 0
+            for it in self.items(file):
+                if it.index != read:  # the readers number the records they read from 0: one went missing
+                    raise StageError(f"{self.name}/{file.name}: record {read} was read but never accounted")
+                read += 1
+                if it.skipped:
+                    self._skipped[it.skipped] += 1
+                    if it.robots is not None:
+                        robots.write_line(robots_line(it.robots))
+                else:
+                    yield self.outcome(it, prefix + str(it.index), dups, holdout), it.bytes_in
 
-    def outcome(self, it: Item, dups: dict[str, str], holdout: ShardWriter) -> Outcome:
-        """What becomes of one record that is not skipped."""
+    def outcome(self, it: Item, key: str, dups: dict[str, str], holdout: ShardWriter) -> Outcome:
+        """What becomes of one record that is not skipped (``key``: its key in the unit's decisions)."""
         if it.bad is not None:
             return Quarantined(it.bad)
-        if str(it.index) in dups:
-            doc = it.doc.annotate(RECRAWL_OF_DATE.note(dups[str(it.index)], "fail"))
+        if key in dups:
+            doc = it.doc.annotate(RECRAWL_OF_DATE.note(dups[key], "fail"))
             return Filtered(doc, "recrawl_duplicate")
         if in_holdout(it.doc.url, it.doc.source_tier, self.config.holdout_modulus, self.config.holdout_tiers):
             holdout.write_doc(it.doc)
@@ -256,7 +256,7 @@ class IngestStage(Stage):
 
     def input_facts(self, inputs: list[InputShard]) -> dict[str, Any]:
         """Each input's declared source, tier, licence, date, kind and URL (``sources``)."""
-        return {"sources": {s.name: spec_dict(self.spec(s)) for s in inputs}}
+        return {"sources": {f.name: spec_dict(self.spec(f)) for s in inputs for f in s.files}}
 
 
 STAGE = IngestStage

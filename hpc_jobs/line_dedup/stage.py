@@ -40,7 +40,8 @@ from hpc_jobs.line_dedup.base_counts import (
 )
 from runtime.against_base import keeps_index
 from runtime.global_phase import PART_ROWS, GlobalPhase, PartWriter, global_phase_key, part_count
-from runtime.runner import InputShard, Stage, StageContext, assign, remove_stale_artifacts
+from runtime.input_shard import InputShard
+from runtime.runner import Stage, StageContext, assign, remove_stale_artifacts
 from runtime.side_output import SideOutput
 
 LINES = "lines"

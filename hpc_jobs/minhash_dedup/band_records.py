@@ -26,7 +26,7 @@ from hpc_jobs.minhash_dedup.phase import (
     cluster_ids,
 )
 from runtime.global_phase import PartWriter
-from runtime.runner import InputShard
+from runtime.input_shard import InputShard
 
 
 def band_records(run: Run) -> None:

@@ -21,7 +21,8 @@ from corpus.dedup.records import BAND_ROW, shard_numbers
 from mpi_kernels.minhash import MinHasher
 from runtime.against_base import AgainstBase
 from runtime.global_phase import GlobalPhase, decisions_of
-from runtime.runner import InputShard, assign
+from runtime.input_shard import InputShard
+from runtime.runner import assign
 
 if TYPE_CHECKING:
     from hpc_jobs.minhash_dedup.stage import MinhashDedupConfig

@@ -36,7 +36,7 @@ from hpc_jobs.minhash_dedup.phase import (
 )
 from mpi_kernels.minhash import is_empty
 from runtime.global_phase import PartWriter
-from runtime.runner import InputShard
+from runtime.input_shard import InputShard
 
 #: members of a base cluster compared with its edges at once (bounds the (edges, members, K) comparison)
 CHUNK = 1024

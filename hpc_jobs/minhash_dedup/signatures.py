@@ -40,7 +40,8 @@ from hpc_jobs.minhash_dedup.phase import (
 )
 from mpi_kernels.minhash import MinHasher, is_empty
 from runtime.global_phase import PartWriter
-from runtime.runner import InputShard, assign
+from runtime.input_shard import InputShard
+from runtime.runner import assign
 
 #: the tier whose documents are repositories: deduplicated as repositories, never as text
 CODE_TIER = "code"

@@ -68,7 +68,8 @@ from hpc_jobs.minhash_dedup.signatures import holdout_signatures, signatures
 from mpi_kernels.minhash import BandParams, MinHasher, MinHashParams
 from runtime.against_base import AgainstBase
 from runtime.global_phase import PART_ROWS, GlobalPhase, decisions_of, global_phase_key, part_count
-from runtime.runner import InputShard, Stage, StageContext, eval_holdout, remove_stale_artifacts
+from runtime.input_shard import InputShard
+from runtime.runner import Stage, StageContext, eval_holdout, remove_stale_artifacts
 
 
 @dataclass(frozen=True, kw_only=True)

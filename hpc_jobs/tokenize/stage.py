@@ -33,7 +33,8 @@ from corpus.text.tokenizer import (
     TokenizerError,
     resolve_asset,
 )
-from runtime.runner import InputShard, Stage, StageContext, StageError
+from runtime.input_shard import InputShard
+from runtime.runner import Stage, StageContext, StageError
 
 TOKENS = "tokens"
 log = logging.getLogger(__name__)

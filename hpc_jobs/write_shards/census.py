@@ -23,7 +23,8 @@ from corpus.text.tokenizer import TokenizerInfo
 from hpc_jobs.tokenize.stage import token_prefix
 from hpc_jobs.write_shards.config import WriteShardsConfig
 from runtime.global_phase import PartWriter
-from runtime.runner import InputShard, StageError
+from runtime.input_shard import InputShard
+from runtime.runner import StageError
 
 CENSUS = "census"
 BUCKET_NAME = re.compile(r"^[A-Za-z0-9_]+$")

@@ -20,7 +20,8 @@ from corpus.formats.partitions import map_records
 from hpc_jobs.write_shards.base_shards import BaseShards
 from hpc_jobs.write_shards.census import CENSUS, CENSUS_RECORD
 from runtime.global_phase import GlobalPhase, Part
-from runtime.runner import InputShard, StageContext, assign
+from runtime.input_shard import InputShard
+from runtime.runner import StageContext, assign
 
 #: key histogram bins counted and all-reduced at once by the cuts (2 MiB per int64 array)
 CUT_CHUNK_BINS = 1 << 18

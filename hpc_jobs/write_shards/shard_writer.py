@@ -42,7 +42,8 @@ from hpc_jobs.write_shards.config import WriteShardsConfig
 from hpc_jobs.write_shards.cuts import ShardPlan
 from hpc_jobs.write_shards.validation import ShardStatsAccumulator, validation_failures
 from runtime.global_phase import GlobalPhase, Part, PartWriter
-from runtime.runner import InputShard, StageContext, StageError
+from runtime.input_shard import InputShard
+from runtime.runner import StageContext, StageError
 
 SHARDS = "shards"
 #: a document on its way to its token shard: the part (token shard) number; its place in the shard

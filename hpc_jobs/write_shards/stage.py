@@ -35,7 +35,8 @@ from hpc_jobs.write_shards.doc_index import DOC_INDEX, index_names, write_doc_in
 from hpc_jobs.write_shards.shard_writer import SHARD_FILES, SHARDS, write_token_shards
 from hpc_jobs.write_shards.validation import VALIDATION, validate
 from runtime.global_phase import GlobalPhase, global_phase_key
-from runtime.runner import InputShard, Stage, StageContext, StageError
+from runtime.input_shard import InputShard
+from runtime.runner import Stage, StageContext, StageError
 
 
 class WriteShards(Stage):

@@ -32,7 +32,8 @@ from corpus.model import (
 from corpus.model.digest import json_digest, sha256_hex, stable_hash64
 from corpus.model.layout import SNAPSHOT_DIR, STAGES_DIR
 from runtime.build import stage_versions, write_build_config
-from runtime.runner import InputShard, Stage, StageContext, main, raw_input_shard
+from runtime.input_shard import InputShard, raw_input_shard
+from runtime.runner import Stage, StageContext, main
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ from hpc_jobs.write_shards.validation import (
     validation_failures,
 )
 from runtime.build import stage_versions
-from runtime.runner import InputShard, _input_ref
+from runtime.input_shard import InputShard, input_refs
 from tests.snapshot.conftest import EVALS, OLMO, make_stage_dir, perl_docs, split, write_config
 
 SNAPSHOT_STAGES = ("decontaminate", "tokenize", "write_shards")
@@ -129,7 +129,7 @@ def test_a_stage_input_spelled_through_a_link_is_recorded_by_its_place_in_the_bu
     (stages / "tokenize" / "shards").mkdir(parents=True)
     os.symlink(tmp_path / "build", tmp_path / "link")
     shard = InputShard("a", tmp_path / "link" / "stages" / "tokenize" / "shards" / "a.jsonl.zst", "0" * 64, 3)
-    assert _input_ref(shard, stages).path == "tokenize/shards/a.jsonl.zst"
+    assert [r.path for r in input_refs(shard, stages)] == ["tokenize/shards/a.jsonl.zst"]
 
 
 # --- the shards' validation numbers: integers, computed without floats ---------------------------------

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from corpus.model import Document, Filtered, Kept, Outcome, Quarantined, QuarantineRecord
 from corpus.model.digest import sha256_hex
-from runtime.runner import InputShard, Stage, StageContext, main, raw_input_shard
+from runtime.input_shard import InputShard, raw_input_shard
+from runtime.runner import Stage, StageContext, main
 from runtime.side_output import SideOutput
 
 
