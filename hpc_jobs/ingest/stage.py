@@ -59,7 +59,7 @@ from runtime.side_output import SideOutput
 
 class IngestStage(Stage):
     name = INGEST
-    version = "14"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
+    version = "15"  # what each version changed: docs/ingest-and-filters.md, "Stage versions"
     Config = IngestConfig
     artifact_kinds = (*PER_INPUT_ARTIFACTS, INDEX_RECORDS)
     side_outputs = (SideOutput(HOLDOUT_KIND), SideOutput(ROBOTS_DIR))

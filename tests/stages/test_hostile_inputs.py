@@ -21,6 +21,7 @@ from corpus.text.warc import BadRecord, RawRecord, iter_warc
 from hpc_jobs.ingest.config import IngestConfig
 from hpc_jobs.ingest.items import Item as _Item
 from hpc_jobs.ingest.stage import IngestStage
+from runtime.input_shard import InputShard
 from runtime.runner import StageError
 from tests.conftest import run_corpus
 from tests.stages.chain import docs, manifest, run_stage
@@ -215,7 +216,7 @@ def test_a_record_read_but_never_accounted_fails_the_shard(tmp_path):
     stage._phase = SimpleNamespace(root=tmp_path)
     (tmp_path / "decisions").mkdir()
     (tmp_path / "decisions" / "s.decisions.json").write_text("{}")
-    shard = SimpleNamespace(name="s", path=tmp_path / "s.warc")
+    shard = InputShard(name="s", path=tmp_path / "s.warc", sha256="0" * 64)
     ctx = SimpleNamespace(side=lambda kind: None)
     with pytest.raises(StageError, match="record 1 was read but never accounted"):
         list(stage.process_shard(shard, ctx))
