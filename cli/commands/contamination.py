@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cli.commands._run_contamination import flagged_by_benchmark, run_contamination, run_table
 from cli.commands._snapshot_ref import add_snapshot_arguments
-from corpus.decont.doc_grams import check_benchmark, doc_ids_of_keys
+from corpus.decont.doc_grams import SAMPLED_MIN_HITS, SAMPLED_RULE, check_benchmark, doc_ids_of_keys
 from corpus.decont.registry import RegistryError, load_benchmark
 from corpus.decont.report import report_table
 from corpus.model.errors import UserError
@@ -70,11 +70,14 @@ def check(snap: Snapshot, benchmarks: list[Path], min_run: int | None = None) ->
     min_run = min_run or int(listing["min_run"])
     if min_run < 1:
         raise UserError(f"--min-run must be at least 1, got {min_run}")
+    sample = int(listing.get("sample", 1))  # a sampled index is checked by the sampled rule
     results = []
     for path in benchmarks:
         try:
             results.append(
-                check_benchmark(load_benchmark(path), index, min_run, int(listing["min_item_words"]))
+                check_benchmark(
+                    load_benchmark(path), index, min_run, int(listing["min_item_words"]), sample=sample
+                )
             )
         except RegistryError as e:
             raise UserError(str(e)) from e
@@ -86,7 +89,8 @@ def check(snap: Snapshot, benchmarks: list[Path], min_run: int | None = None) ->
                 m["doc_ids"] = ids.get(m["doc"], [])
     return {
         "snapshot_id": snap.snapshot_id,
-        "rule": listing["rule"],
+        "rule": listing["rule"] if sample == 1 else SAMPLED_RULE,
+        "sample": sample,
         "n": int(listing["n"]),
         "min_run": min_run,
         "min_item_words": int(listing["min_item_words"]),
@@ -128,10 +132,20 @@ def run(args: argparse.Namespace) -> int:
                 c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
             )
         )
-    print(
-        f"checked against {out['index_rows']} (8-gram, document) records of snapshot {snap.snapshot_id[:19]}… "
-        f"by the build's rule ({out['rule']}: run >= {out['min_run']} 8-grams, or a whole passage)"
+    records = (
+        f"checked against {out['index_rows']} (8-gram, document) records of snapshot {snap.snapshot_id[:19]}…"
     )
+    if out["sample"] == 1:
+        print(
+            f"{records} by the build's rule ({out['rule']}: run >= {out['min_run']} 8-grams, or a whole passage)"
+        )
+    else:
+        unsampled = sum(r["unsampled_items"] for r in out["benchmarks"])
+        print(
+            f"{records}, one 8-gram in {out['sample']} kept, by {out['rule']}: a document holding "
+            f">= {SAMPLED_MIN_HITS} of a passage's sampled 8-grams (all of them where it has fewer); "
+            f"{unsampled} checked item(s) have no sampled 8-gram and cannot be found"
+        )
     return 0
 
 

@@ -48,6 +48,23 @@ DOC_GRAM_INDEX = "doc_gram_index"
 CHECK_BATCH = 1 << 20
 
 
+#: the check of a sampled index (``doc_gram_sample`` > 1): a document holding at least
+#: :data:`SAMPLED_MIN_HITS` of a passage's sampled 8-grams (all of them where it has fewer) is a hit
+SAMPLED_RULE = "passage-sampled-8gram-hits/1"
+SAMPLED_MIN_HITS = 2
+
+
+def sampled_grams(grams: np.ndarray, sample: int) -> np.ndarray:
+    """The 8-grams an index sampled at one in ``sample`` keeps: those whose hash is 0 modulo ``sample``
+    (a power of two: the hash's low bits, where its parts are chosen by its high bits). An 8-gram is kept
+    in every document and passage or in none, so a document holding a passage's text holds every
+    sampled 8-gram of it."""
+    if sample == 1:
+        return grams
+    grams = np.asarray(grams, dtype=np.uint64)
+    return grams[(grams & np.uint64(sample - 1)) == 0]
+
+
 def doc_key(doc_id: str) -> int:
     """A document's key in the index: the first 64 bits of its doc_id (32 hex digits)."""
     return int(doc_id[:16], 16)
@@ -285,26 +302,69 @@ def find_contaminated(
     return np.concatenate(out_p), np.concatenate(out_d), np.concatenate(out_r)
 
 
+def find_sampled(
+    table: PassageTable, index: DocGramIndex, sample: int, batch: int = CHECK_BATCH
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(passage, doc key, sampled 8-grams held) of every passage of ``table`` of which a document of an
+    index sampled at one in ``sample`` holds at least min(SAMPLED_MIN_HITS, its sampled 8-grams)."""
+    keep = (table.hashes & np.uint64(sample - 1)) == 0
+    pairs = np.unique(np.stack([table.passage[keep].astype(np.uint64), table.hashes[keep]], axis=1), axis=0)
+    passage, grams = pairs[:, 0].astype(np.int64), pairs[:, 1]  # distinct, in passage order
+    n_sampled = np.bincount(passage, minlength=table.passage_len.shape[0])
+    bounds = np.searchsorted(passage, np.arange(n_sampled.shape[0] + 1))
+    out_p, out_d, out_n = [], [], []
+    for a, b in _passage_batches(n_sampled, batch):
+        lo, hi = bounds[a], bounds[b]
+        uniq, inv = np.unique(grams[lo:hi], return_inverse=True)
+        u_part, u_left, u_right = index.ranges(uniq)
+        which, docs = index.docs(u_part[inv], u_left[inv], u_right[inv])
+        if docs.shape[0] == 0:
+            continue
+        held, counts = np.unique(
+            np.stack([passage[lo:hi][which].astype(np.uint64), docs], axis=1), axis=0, return_counts=True
+        )
+        p = held[:, 0].astype(np.int64)
+        hit = counts >= np.minimum(SAMPLED_MIN_HITS, n_sampled[p])
+        out_p.append(p[hit])
+        out_d.append(held[hit, 1])
+        out_n.append(counts[hit].astype(np.int64))
+    if not out_p:
+        return np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.int64)
+    return np.concatenate(out_p), np.concatenate(out_d), np.concatenate(out_n)
+
+
 def check_benchmark(
     benchmark: Benchmark,
     index: DocGramIndex,
     min_run: int = DEFAULT_MIN_RUN,
     min_item_words: int = DEFAULT_MIN_ITEM_WORDS,
     batch: int = CHECK_BATCH,
+    sample: int = 1,
 ) -> dict[str, Any]:
     """Per-benchmark result of the rule against every document of the index: which items are
-    contaminated, in which documents (by key) and with what run."""
+    contaminated, in which documents (by key) and with what run. Against an index sampled at one 8-gram
+    in ``sample``, :data:`SAMPLED_RULE` instead: a match's ``run`` is the sampled 8-grams the document
+    holds, and an item with no sampled 8-gram cannot be found (``unsampled_items``)."""
     check_settings(min_run, min_item_words)
     items = list(benchmark.items)
     table = PassageTable.build(items, min_item_words)
-    passage, doc, run = find_contaminated(table, index, min_run, batch)
+    if sample > 1:
+        passage, doc, run = find_sampled(table, index, sample, batch)
+    else:
+        passage, doc, run = find_contaminated(table, index, min_run, batch)
     found: dict[int, dict[int, int]] = {}
     for p, d, r in zip(passage.tolist(), doc.tolist(), run.tolist(), strict=True):
         per = found.setdefault(int(table.passage_item[p]), {})
         per[d] = max(per.get(d, 0), r)
     checked = int((~table.unchecked).sum())
     flagged = sorted(found)
-    return {
+    sampled = {}
+    if sample > 1:
+        with_sample = np.zeros(len(items), dtype=bool)
+        kept = table.passage[(table.hashes & np.uint64(sample - 1)) == 0]
+        with_sample[table.passage_item[kept]] = True
+        sampled = {"sample": sample, "unsampled_items": int((~table.unchecked & ~with_sample).sum())}
+    return sampled | {
         "benchmark": benchmark.name,
         "sha256": benchmark.sha256,
         "items": len(items),

@@ -115,6 +115,7 @@ class DecontaminationFacts:
             "n": int(m["ngram"]),
             "min_run": int(m["min_run"]),
             "min_item_words": int(m["min_item_words"]),
+            "sample": int(m.get("doc_gram_sample", 1)),  # one 8-gram in this many kept (1 before it existed)
         }
 
     def to_extra(self) -> dict[str, Any]:

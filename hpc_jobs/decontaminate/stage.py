@@ -31,6 +31,7 @@ from corpus.decont.doc_grams import (
     doc_key,
     doc_rows,
     read_rows,
+    sampled_grams,
 )
 from corpus.decont.eval_table import EvalTable, build_eval_table
 from corpus.decont.matcher import EvalIndex, best_per_benchmark
@@ -121,11 +122,18 @@ class DecontaminateConfig:
     #: about how many (8-gram, document) records one part of the per-document index holds (16 bytes
     #: each); the number of parts follows from the data and this, never from the rank count
     doc_gram_part_rows: int = 1 << 22
+    #: the per-document index keeps one 8-gram in this many (a power of two; by hash, the same 8-grams in
+    #: every document, corpus.decont.doc_grams.sampled_grams): 1 keeps every one, so a check after the
+    #: build applies the build's own rule; 64 costs about 0.2 bytes per token, checked by the sampled rule
+    doc_gram_sample: int = 1
     #: computed, not set: the registry's content digest is part of the config (and its hash), so an
     #: eval file changed in place re-runs the stage like any other config change
     eval_registry_hash: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
+        n = self.doc_gram_sample
+        if not 1 <= n <= 4096 or n & (n - 1):
+            raise ValueError(f"doc_gram_sample must be a power of two from 1 to 4096, got {n}")
         path = resolve_asset(self.eval_dir)
         object.__setattr__(self, "eval_registry_hash", registry_digest(path))
         object.__setattr__(self, "eval_dir", Path(os.path.abspath(path)).name)
@@ -139,7 +147,7 @@ class DecontaminateConfig:
 
 class Decontaminate(Stage):
     name = "decontaminate"
-    version = "7"  # what each version changed: docs/snapshot.md, "Stage versions"
+    version = "8"  # what each version changed: docs/snapshot.md, "Stage versions"
     Config = DecontaminateConfig
     artifact_kinds = (FLAGGED, DOC_GRAMS)
     side_outputs = (SideOutput(FLAGGED), SideOutput(DOC_GRAMS, DOC_GRAMS_SUFFIX, RowsFile))
@@ -205,7 +213,7 @@ class Decontaminate(Stage):
             nbytes = len(doc.text.encode("utf-8"))
             # what the rule reads of the document, and all the index keeps
             doc_set = doc_gram_set(Grams(word_hashes(normalize_words(doc.text))))
-            rows.write(doc_rows(doc_set, doc_key(doc.doc_id)))
+            rows.write(doc_rows(sampled_grams(doc_set, self.config.doc_gram_sample), doc_key(doc.doc_id)))
             matches, fuzzy = index.match_both(doc_set)
             if doc.source_tier == CODE_TIER:
                 fuzzy = []  # code shares stock 8-grams (imports, signatures) with HumanEval's items
@@ -306,7 +314,7 @@ class Decontaminate(Stage):
         return DecontaminationFacts(
             index.registry_digest,
             index.describe_registry(),
-            index.describe() | {"scheme": SCHEME},
+            index.describe() | {"scheme": SCHEME, "doc_gram_sample": self.config.doc_gram_sample},
             self.index_listing(),
         ).to_extra()
 

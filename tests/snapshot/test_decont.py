@@ -9,12 +9,19 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from corpus.decont.doc_grams import DocGramIndex, check_benchmark, doc_rows, key_hex, write_parts
+from corpus.decont.doc_grams import (
+    DocGramIndex,
+    check_benchmark,
+    doc_rows,
+    key_hex,
+    sampled_grams,
+    write_parts,
+)
 from corpus.decont.eval_table import FENCE
 from corpus.decont.matcher import EvalIndex, PassageTable
 from corpus.decont.ngrams import normalize_words, text_grams
 from corpus.decont.registry import EvalRegistry, RegistryError, load_benchmark
-from corpus.decont.rule import text_gram_set
+from corpus.decont.rule import DEFAULT_MIN_ITEM_WORDS, passage_grams, text_gram_set
 from tests.snapshot.conftest import EVALS, perl_docs
 
 
@@ -229,6 +236,57 @@ def test_later_benchmark_is_checked_against_the_per_document_index(hosts, tmp_pa
     }
     clean, _ = doc_gram_index(hosts, tmp_path / "clean")
     assert check_benchmark(humaneval, clean)["flagged_ids"] == []
+
+
+def test_a_sampled_index_keeps_the_same_8grams_of_every_text():
+    grams = np.array([0, 1, 63, 64, 128, 129, 2**63], dtype=np.uint64)
+    assert sampled_grams(grams, 1) is grams
+    assert sampled_grams(grams, 64).tolist() == [0, 64, 128, 2**63]
+    assert sampled_grams(grams, 2).tolist() == [0, 64, 128, 2**63]
+
+
+def test_a_sampled_index_flags_what_its_rule_says_and_costs_its_share(registry, hosts, tmp_path):
+    """Against an index keeping one 8-gram in 4, a document is a hit for a passage when it holds two of
+    the passage's sampled 8-grams (its one where it has one): computed here from the texts, passage by
+    passage, and equal to the check's answer; planted items are found, the clean documents give nothing."""
+    rng = np.random.default_rng(7)
+    items = [i for b in registry.benchmarks for i in b.items]
+    docs = list(hosts)
+    for k in range(1, len(docs), 2):  # an item whole, or a share of one passage's words: some sampled 8-grams
+        words = items[int(rng.integers(len(items)))].text.split()
+        docs[k] = plant(docs[k], " ".join(words[: len(words) // (1 + k % 3)]))
+    keys = [key_hex(0x9E3779B97F4A7C15 * (i + 1) % (1 << 64)) for i in range(len(docs))]
+    full = np.concatenate([doc_rows(text_gram_set(d), int(k, 16)) for d, k in zip(docs, keys, strict=True)])
+    rows = np.concatenate(
+        [doc_rows(sampled_grams(text_gram_set(d), 4), int(k, 16)) for d, k in zip(docs, keys, strict=True)]
+    )
+    assert 0.2 < rows.shape[0] / full.shape[0] < 0.3
+    dg = DocGramIndex(write_parts(rows, tmp_path / "sampled", 2), 2)
+    sets = [set(sampled_grams(text_gram_set(d), 4).tolist()) for d in docs]
+    for b in registry.benchmarks:
+        result = check_benchmark(b, dg, sample=4)
+        expected = {}
+        for it in b.items:
+            for passage in it.passages or (it.text,):
+                grams = passage_grams(passage, DEFAULT_MIN_ITEM_WORDS)
+                mine = set(sampled_grams(grams, 4).tolist()) if grams is not None else set()
+                for k, held in enumerate(sets):
+                    n = len(mine & held)
+                    if mine and n >= min(2, len(mine)):
+                        expected.setdefault(it.item_id, {})[keys[k]] = max(
+                            n, expected.get(it.item_id, {}).get(keys[k], 0)
+                        )
+        got = {i: {m["doc"]: m["run"] for m in ms} for i, ms in result["matches"].items()}
+        assert got == expected, b.name
+        assert result["sample"] == 4 and 0 <= result["unsampled_items"] <= result["checked_items"]
+    planted = [k for k in range(len(docs)) if k % 2]
+    found = {
+        m["doc"]
+        for b in registry.benchmarks
+        for ms in check_benchmark(b, dg, sample=4)["matches"].values()
+        for m in ms
+    }
+    assert len(found & {keys[k] for k in planted}) >= len(planted) // 2
 
 
 def test_the_build_and_the_check_after_it_agree_item_by_item(index, registry, hosts, tmp_path):

@@ -73,9 +73,12 @@ def registry_dir(root: Path) -> Path:
     return d
 
 
-def build(root: Path, ranks: int, seed: int = 7, tokenizer: Path = OLMO, reuse: Path | None = None) -> Path:
-    """A build directory with the snapshot stages run on ``ranks`` ranks (earlier stages copied from ``reuse``)."""
-    b = root / f"build-r{ranks}-s{seed}-{tokenizer.name.split('.')[0]}"
+def build(
+    root: Path, ranks: int, seed: int = 7, tokenizer: Path = OLMO, reuse: Path | None = None, sample: int = 1
+) -> Path:
+    """A build directory with the snapshot stages run on ``ranks`` ranks (earlier stages copied from
+    ``reuse``; ``sample``: the per-document index's doc_gram_sample)."""
+    b = root / f"build-r{ranks}-s{seed}-{tokenizer.name.split('.')[0]}{f'-x{sample}' if sample > 1 else ''}"
     make_stage_dir(b / "stages" / "minhash_dedup", split(corpus_docs(), 4))
     if reuse is not None:
         for stage in ("decontaminate", "tokenize"):
@@ -84,7 +87,11 @@ def build(root: Path, ranks: int, seed: int = 7, tokenizer: Path = OLMO, reuse: 
     cfg = write_config(
         b / "config.toml",
         seed=seed,
-        decontaminate={"eval_dir": str(registry_dir(root)), "doc_gram_part_rows": DOC_GRAM_PART_ROWS},
+        decontaminate={
+            "eval_dir": str(registry_dir(root)),
+            "doc_gram_part_rows": DOC_GRAM_PART_ROWS,
+            "doc_gram_sample": sample,
+        },
         tokenize={"tokenizer": str(tokenizer)},
         write_shards={
             "shard_target_tokens": TARGET,
@@ -378,6 +385,39 @@ def test_a_later_benchmark_is_checked_against_the_retained_index(snap, root, tmp
         not (snap.dir / "decont" / "13grams").exists()
         and "ngram_index" not in snap.manifest.extra["artifacts"]
     )
+
+
+def test_a_sampled_index_keeps_a_share_of_the_records_and_is_checked_by_the_sampled_rule(snap, root):
+    """doc_gram_sample = 4: the build flags what it flags with every 8-gram (its scan is unchanged), its
+    index keeps about a quarter of the records, and a later benchmark is checked by the sampled rule,
+    which still finds the planted items."""
+    sampled = Snapshot(build(root, ranks=1, sample=4) / "snapshot")
+    full, listing = (
+        snap.manifest.extra["artifacts"]["doc_gram_index"],
+        sampled.manifest.extra["artifacts"]["doc_gram_index"],
+    )
+    assert (full["sample"], listing["sample"]) == (1, 4)
+    assert 0.15 < listing["rows"] / full["rows"] < 0.35
+    assert sampled.contamination_report()["benchmarks"] == snap.contamination_report()["benchmarks"]
+    proc = run_corpus(
+        "contamination",
+        "--benchmark",
+        str(EVALS / "humaneval.jsonl"),
+        "--snapshot",
+        str(sampled.dir),
+        "--json",
+    )
+    out = json.loads(proc.stdout)
+    assert (out["rule"], out["sample"], out["index_rows"]) == (
+        "passage-sampled-8gram-hits/1",
+        4,
+        listing["rows"],
+    )
+    assert sorted(out["benchmarks"][0]["flagged_ids"]) == sorted(LATER.values())
+    table = run_corpus(
+        "contamination", "--benchmark", str(EVALS / "humaneval.jsonl"), "--snapshot", str(sampled.dir)
+    )
+    assert "one 8-gram in 4 kept" in table.stdout
 
 
 @pytest.mark.parametrize("ranks", [1, pytest.param(4, marks=pytest.mark.slow)])
