@@ -168,6 +168,10 @@ class Stage:
             )
         return shards_of_stage(ctx.in_paths[0])
 
+    def listed_inputs(self, ctx: StageContext) -> list[InputShard]:
+        """Collective: the units on every rank; default :meth:`list_inputs` on rank 0, its error every rank's."""
+        return from_rank0(ctx.comm, lambda: self.list_inputs(ctx))
+
     # -- the global phase -------------------------------------------------------------------------
     def prepare(self, ctx: StageContext, inputs: list[InputShard]) -> str:
         """Collective work before shards are processed (all ranks call it). Returns a digest of the
@@ -315,8 +319,7 @@ class StageRun:
 
     def run(self) -> StageManifest:
         ctx, stage = self.ctx, self.stage
-        comm = ctx.comm
-        inputs = from_rank0(comm, lambda: stage.list_inputs(ctx))  # its error is every rank's
+        inputs = stage.listed_inputs(ctx)  # any rank's error is every rank's
         names = [s.name for s in inputs]
         if len(set(names)) != len(names):
             raise StageError(f"{stage.name}: two inputs map to the same output shard name", every_rank=True)

@@ -53,6 +53,7 @@ from hpc_jobs.ingest.shown import shown_files, shown_item
 from runtime.against_base import AgainstBase, IndexFacts
 from runtime.global_phase import GlobalPhase, decisions_of, global_phase_key, part_count
 from runtime.input_shard import InputShard, raw_input_shard
+from runtime.job_failure import agreed, from_rank0
 from runtime.runner import Stage, StageContext, StageError
 from runtime.side_output import SideOutput
 
@@ -75,22 +76,35 @@ class IngestStage(Stage):
         self._index: AgainstBase | None = None
 
     # -- inputs ------------------------------------------------------------------------------------
-    def list_inputs(self, ctx: StageContext) -> list[InputShard]:
-        """The units of the input roots (corpus.text.inputs: links, FIFOs, sockets and devices under a
-        root are skipped and counted, ``run_info.skipped_inputs``); a bad declaration or an input that
-        is no file or directory is one line."""
+    def listed_inputs(self, ctx: StageContext) -> list[InputShard]:
+        """Collective: the units of the input roots. Rank 0 lists and checks them (corpus.text.inputs:
+        links, FIFOs, sockets and devices under a root are skipped and counted,
+        ``run_info.skipped_inputs``; a bad declaration or an input that is no file or directory is one
+        line); each rank digests a share of the files (and finds a large WARC's units), so no rank opens
+        every file; rank 0 bundles them (:mod:`.bundles`). Any rank's error is every rank's."""
+        files = from_rank0(ctx.comm, lambda: self._listed_files(ctx))
+        mine = agreed(
+            ctx.comm, lambda: [self._units(files[k]) for k in range(ctx.rank, len(files), ctx.size)]
+        )
+        shares = ctx.comm.allgather(mine)
+        units = [u for k in range(len(files)) for u in shares[k % ctx.size][k // ctx.size]]
+        return from_rank0(
+            ctx.comm, lambda: bundled(units, self.config.bundle_bytes, self.config.bundle_min_units)
+        )
+
+    def _listed_files(self, ctx: StageContext) -> list[InputPath]:
         try:
             listing = expand_inputs(ctx.in_paths, self.declared)
-            units = self._checked_units(listing.inputs, ctx)
+            files = self._checked_files(listing.inputs, ctx)
         except UserError as e:
             raise StageError(str(e)) from None
         self._skipped_inputs = dict(sorted(listing.skipped.items()))
         if self._skipped_inputs:
             said = ", ".join(f"{reason} {n}" for reason, n in self._skipped_inputs.items())
             ctx.say(f"skipped under the input roots (not followed, not read): {said}")
-        return units
+        return files
 
-    def _checked_units(self, files: list[InputPath], ctx: StageContext) -> list[InputShard]:
+    def _checked_files(self, files: list[InputPath], ctx: StageContext) -> list[InputPath]:
         unknown = [display_name(str(p.path)) for p in files if not self._format(p)]
         if unknown:
             raise StageError(
@@ -110,8 +124,7 @@ class IngestStage(Stage):
                     f"no [[ingest.sources]] table and no {DECLARATION_FILE} matches {', '.join(undeclared)} "
                     '(undeclared_files = "refuse"): declare their source and tier'
                 )
-        units = [unit for ip in files for unit in self._units(ip)]
-        return bundled(units, self.config.bundle_bytes, self.config.bundle_min_units)
+        return files
 
     def _units(self, ip: InputPath) -> list[InputShard]:
         """An input as units of work: a repository directory or a file, or a large gzipped WARC's
