@@ -2,8 +2,8 @@
 
 The hooks of the stage. Input files are the units of work (one output shard per file, archive or
 declared repository directory, piece of a large WARC, or bundle of small files: :mod:`.bundles`; other
-directories are expanded); their records are read by :mod:`.items`. :meth:`IngestStage.prepare` runs the recrawl collapse (:mod:`.recrawl`); each record
-then is quarantined, a ``recrawl_duplicate``, an eval holdout (``holdout/`` and ``filtered/`` as
+directories are expanded); their records are read by :mod:`.items`. :meth:`IngestStage.prepare` runs
+the recrawl collapse (:mod:`.recrawl`); each record then is quarantined, a ``recrawl_duplicate``, an eval holdout (``holdout/`` and ``filtered/`` as
 ``eval_holdout``, never the corpus) or kept. docs/ingest-and-filters.md, "ingest".
 """
 
@@ -150,9 +150,9 @@ class IngestStage(Stage):
 
     # -- reading one file --------------------------------------------------------------------------
     def items(self, shard: InputShard) -> Iterator[Item]:
-        """The records of one file (or piece of one), read by :mod:`.items`. A file must still be a regular file (one put
-        in its place since it was listed is refused, not waited on); where its name is not UTF-8 what
-        is recorded of it carries the name's display form (:mod:`.shown`)."""
+        """The records of one file (or piece of one), read by :mod:`.items`. A file must still be a
+        regular file (one put in its place since it was listed is refused, not waited on); where its
+        name is not UTF-8 what is recorded of it carries the name's display form (:mod:`.shown`)."""
         if not shard.path.is_dir():
             open_regular(shard.path).close()
         fmt = self._format(shard)
