@@ -3,8 +3,9 @@
 The hooks of the stage. Input files are the units of work (one output shard per file, archive or
 declared repository directory, piece of a large WARC, or bundle of small files: :mod:`.bundles`; other
 directories are expanded); their records are read by :mod:`.items`. :meth:`IngestStage.prepare` runs
-the recrawl collapse (:mod:`.recrawl`); each record then is quarantined, a ``recrawl_duplicate``, an eval holdout (``holdout/`` and ``filtered/`` as
-``eval_holdout``, never the corpus) or kept. docs/ingest-and-filters.md, "ingest".
+the recrawl collapse (:mod:`.recrawl`); each record then is quarantined, a ``recrawl_duplicate``, an
+eval holdout (``holdout/`` and ``filtered/`` as ``eval_holdout``, never the corpus) or kept.
+docs/ingest-and-filters.md, "ingest".
 """
 
 from __future__ import annotations
