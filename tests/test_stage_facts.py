@@ -71,12 +71,10 @@ def test_decontamination_and_tokenizer_facts_round_trip():
     }
     facts = DecontaminationFacts("sha256:r", {"gsm8k": {"items": 3}}, matching, rows)
     assert DecontaminationFacts.of(manifest("decontaminate", facts.to_extra())) == facts
-    assert facts.rule_settings() == {
-        "rule": "passage-8gram-set-run/1",
-        "n": 8,
-        "min_run": 15,
-        "min_item_words": 8,
-    }
+    settings = {"rule": "passage-8gram-set-run/1", "n": 8, "min_run": 15, "min_item_words": 8}
+    assert facts.rule_settings() == settings | {"sample": 1}  # a stage before doc_gram_sample kept all
+    sampled = DecontaminationFacts("sha256:r", {}, matching | {"doc_gram_sample": 64}, rows)
+    assert sampled.rule_settings() == settings | {"sample": 64}
     info = TokenizerInfo("t.json", "ef" * 32, 50280, "<|endoftext|>", 0, "uint16")
     assert tokenizer_facts(manifest("tokenize", {"tokenizer": info.to_dict()})) == info
 
