@@ -62,7 +62,12 @@ def sampled_grams(grams: np.ndarray, sample: int) -> np.ndarray:
     if sample == 1:
         return grams
     grams = np.asarray(grams, dtype=np.uint64)
-    return grams[(grams & np.uint64(sample - 1)) == 0]
+    return grams[is_sampled(grams, sample)]
+
+
+def is_sampled(grams: np.ndarray, sample: int) -> np.ndarray:
+    """Which of ``grams`` an index sampled at one in ``sample`` keeps (:func:`sampled_grams`)."""
+    return (np.asarray(grams, dtype=np.uint64) & np.uint64(sample - 1)) == 0
 
 
 def doc_key(doc_id: str) -> int:
@@ -307,7 +312,7 @@ def find_sampled(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(passage, doc key, sampled 8-grams held) of every passage of ``table`` of which a document of an
     index sampled at one in ``sample`` holds at least min(SAMPLED_MIN_HITS, its sampled 8-grams)."""
-    keep = (table.hashes & np.uint64(sample - 1)) == 0
+    keep = is_sampled(table.hashes, sample)
     pairs = np.unique(np.stack([table.passage[keep].astype(np.uint64), table.hashes[keep]], axis=1), axis=0)
     passage, grams = pairs[:, 0].astype(np.int64), pairs[:, 1]  # distinct, in passage order
     n_sampled = np.bincount(passage, minlength=table.passage_len.shape[0])
@@ -361,7 +366,7 @@ def check_benchmark(
     sampled = {}
     if sample > 1:
         with_sample = np.zeros(len(items), dtype=bool)
-        kept = table.passage[(table.hashes & np.uint64(sample - 1)) == 0]
+        kept = table.passage[is_sampled(table.hashes, sample)]
         with_sample[table.passage_item[kept]] = True
         sampled = {"sample": sample, "unsampled_items": int((~table.unchecked & ~with_sample).sum())}
     return sampled | {

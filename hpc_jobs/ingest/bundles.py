@@ -18,16 +18,18 @@ def bundled(units: list[InputShard], bundle_bytes: int, min_units: int) -> list[
     """``units`` with runs of consecutive small files as bundles of about ``bundle_bytes`` (fewer bytes
     where the files hold less than ``min_units`` bundles of it); a file at least that large, a
     repository directory and a piece of a file stay units of their own."""
-    loose = [u for u in units if _bundleable(u)]
-    if bundle_bytes == 0 or len(units) <= min_units or len(loose) < 2:
+    if bundle_bytes == 0 or len(units) <= min_units:
         return units
-    target = min(bundle_bytes, -(-sum(u.weight for u in loose) // min_units))
+    weights = [u.weight if _bundleable(u) else None for u in units]  # None: a unit of its own
+    loose = [w for w in weights if w is not None]
+    if len(loose) < 2:
+        return units
+    target = min(bundle_bytes, -(-sum(loose) // min_units))
     out: list[InputShard] = []
     run: list[InputShard] = []
     size = 0
-    for u in units:
-        weight = u.weight if _bundleable(u) else target
-        if weight >= target:
+    for u, weight in zip(units, weights, strict=True):
+        if weight is None or weight >= target:
             out.append(u)
             continue
         if run and size + weight > target:

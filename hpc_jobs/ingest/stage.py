@@ -87,11 +87,13 @@ class IngestStage(Stage):
         mine = agreed(
             ctx.comm, lambda: [self._units(files[k]) for k in range(ctx.rank, len(files), ctx.size)]
         )
-        shares = ctx.comm.allgather(mine)
-        units = [u for k in range(len(files)) for u in shares[k % ctx.size][k // ctx.size]]
-        return from_rank0(
-            ctx.comm, lambda: bundled(units, self.config.bundle_bytes, self.config.bundle_min_units)
-        )
+        shares = ctx.comm.gather(mine, root=0)
+
+        def bundles() -> list[InputShard]:
+            units = [u for k in range(len(files)) for u in shares[k % ctx.size][k // ctx.size]]
+            return bundled(units, self.config.bundle_bytes, self.config.bundle_min_units)
+
+        return from_rank0(ctx.comm, bundles)
 
     def _listed_files(self, ctx: StageContext) -> list[InputPath]:
         try:

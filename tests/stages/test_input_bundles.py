@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from hpc_jobs.ingest.bundles import bundled, key_prefixes
-from runtime.input_shard import raw_input_shard
+from runtime.input_shard import InputShard, raw_input_shard
 from tests.stages.chain import docs, manifest, reconciles, run_stage
 from tests.stages.warc_fixtures import real_pages, warc_bytes, write_jsonl_gz
 
@@ -40,8 +40,8 @@ def test_runs_of_consecutive_small_files_become_bundles_of_about_the_target(tmp_
 def test_a_large_file_a_piece_of_a_file_and_a_repository_stay_units_of_their_own(tmp_path):
     units = files(tmp_path, [1000] * 9 + [50_000] + [1000] * 9)
     (tmp_path / "repo").mkdir()
-    repo = units[0].__class__(name="repo-0", path=tmp_path / "repo", sha256="0" * 64)
-    piece = units[1].__class__(name="big-u00000", path=units[1].path, sha256="1" * 64, span=(0, 10))
+    repo = InputShard(name="repo-0", path=tmp_path / "repo", sha256="0" * 64)
+    piece = InputShard(name="big-u00000", path=units[1].path, sha256="1" * 64, span=(0, 10))
     out = bundled([*units, repo, piece], 1 << 20, 4)
     assert units[9] in out and repo in out and piece in out
     assert all(units[9] not in u.members for u in out)
