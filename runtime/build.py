@@ -33,6 +33,7 @@ from corpus.formats.dedup_keys import (
     KINDS,
     band_key_params,
     exact_key_params,
+    line_key_params,
     partition_of,
     recrawl_key_params,
 )
@@ -111,11 +112,21 @@ COMMITTED_INDEXES: tuple[tuple[str, str, Callable[[StageManifest], dict[str, Any
         "ingest",
         _fixed_params(recrawl_key_params),
     ),  # ingest's kept fetches: (URL, raw digest) -> date
+    ("lines", "line_dedup", _fixed_params(line_key_params)),  # line_dedup's line keys -> documents
     ("band", "minhash_dedup", band_index_params),  # minhash_dedup's band keys -> cluster id
     ("exact", "exact_dedup", _fixed_params(exact_key_params)),  # exact_dedup's groups: text key -> keeper
 )
 #: kind -> (stage, key parameters), as above
 COMMITTED = {kind: (stage, params) for kind, stage, params in COMMITTED_INDEXES}
+#: the kinds a build against a base forks from the base's
+FORKED = ("exact", "band", "recrawl", "lines")
+#: kinds a base may lack (made before builds kept them): the build starts an empty one, and says what
+#: that means
+LATER_KINDS = {
+    "recrawl": "its fetches are not collapsed with this build's (a page fetched again is still an exact "
+    "duplicate of its document)",
+    "lines": "its lines are not counted with this build's",
+}
 
 #: the build config's table of the persistent dedup index: the build's, not a stage's (never hashed: the
 #: index records both values itself, and they change no decision)
@@ -266,13 +277,11 @@ def stage_done_line(n: int, m: StageManifest, elapsed_s: float) -> str:
 @dataclass(frozen=True)
 class BaseBuild:
     """A complete build that a new one is built against (``--base``): its candidates' id (the label of
-    its index generation), its exact index and its recrawl index (None for a build made before builds
-    kept one)."""
+    its index generation) and its exact index."""
 
     path: Path
     label: str
     exact: PersistentIndex
-    recrawl: PersistentIndex | None
 
     @classmethod
     def open(cls, path: Path) -> BaseBuild:
@@ -297,14 +306,16 @@ class BaseBuild:
                 f"--base {path} is not a complete build: its dedup index does not hold its own generation "
                 f"({label[:19]}…; the build stopped before its last step)"
             )
-        recrawl_root = dedup_index_dir(path, "recrawl")
-        try:
-            recrawl = PersistentIndex.open(recrawl_root, "recrawl", recrawl_key_params())
-        except FileNotFoundError:
-            recrawl = None
-        except IndexMismatch as e:
-            raise UserError(f"--base {path}: {e} (a changed dedup parameter means a full rebuild)") from None
-        return cls(Path(path), label, exact, recrawl)
+        for kind in LATER_KINDS:  # one it has must hold this build's keys (one it lacks: started empty)
+            try:
+                PersistentIndex.open(dedup_index_dir(path, kind), kind, COMMITTED[kind][1](None))
+            except FileNotFoundError:
+                pass
+            except IndexMismatch as e:
+                raise UserError(
+                    f"--base {path}: {e} (a changed dedup parameter means a full rebuild)"
+                ) from None
+        return cls(Path(path), label, exact)
 
     def new_inputs(self, inputs: list[Path]) -> list[Path]:
         """The inputs the base has not ingested (by file digest, as ingest records its inputs); each one
@@ -323,11 +334,11 @@ class BaseBuild:
 
 
 def start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) -> None:
-    """The build's exact and recrawl indexes before its stages run: forks of the base's (their
+    """The build's exact, recrawl and lines indexes before its stages run: forks of the base's (their
     generations hard-linked, recorded in ``dedup_index/base.json`` with the labels they hold), or new
     empty ones. The band index is forked here too; without a base it is created once minhash_dedup has
-    run (its parameters are the stage's). A base made before builds kept a recrawl index gives this build
-    an empty one (said on stderr): its fetches answer no recrawl probe. Under the build's lock."""
+    run (its parameters are the stage's). A base made before builds kept a recrawl or lines index gives
+    this build an empty one (said on stderr): it answers no probe. Under the build's lock."""
     with build_lock(out):
         _start_indexes(out, base, settings)
 
@@ -342,6 +353,7 @@ def _start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) -
             )
         _own_index(dedup_index_dir(out, "exact"), "exact", exact_key_params(), settings)
         _own_index(dedup_index_dir(out, "recrawl"), "recrawl", recrawl_key_params(), settings)
+        _own_index(dedup_index_dir(out, "lines"), "lines", line_key_params(), settings)
         return
     record = {
         "base": os.path.relpath(base.path.resolve(), out.resolve()),
@@ -351,22 +363,18 @@ def _start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) -
     if recorded is not None and recorded["label"] != base.label:
         raise UserError(f"{out} was built against another base ({recorded['base']}): use a new directory")
     if recorded is None:
-        for kind in ("exact", "band", "recrawl"):  # an index from an earlier run without a base is not a fork
+        for kind in FORKED:  # an index from an earlier run without a base is not a fork
             shutil.rmtree(dedup_index_dir(out, kind), ignore_errors=True)
     if recorded != record:  # new, or the same base found at another path (the builds moved apart)
         atomic_write_json(record_path, record)
-    for kind in ("exact", "band", "recrawl"):
+    for kind in FORKED:
         root = dedup_index_dir(out, kind)
         if (root / CURRENT).exists():
             continue
-        if kind == "recrawl" and base.recrawl is None:
-            say(
-                f"base {base.path} has no recrawl index (built before builds kept one): its "
-                f"fetches are not collapsed with this build's (a page fetched again is still an exact "
-                f"duplicate of its document)"
-            )
+        if kind in LATER_KINDS and not (dedup_index_dir(base.path, kind) / CURRENT).exists():
+            say(f"base {base.path} has no {kind} index (built before builds kept one): {LATER_KINDS[kind]}")
             PersistentIndex.create(
-                root, "recrawl", recrawl_key_params(), base.exact.partitions, bloom_spec=base.exact.bloom_spec
+                root, kind, COMMITTED[kind][1](None), base.exact.partitions, bloom_spec=base.exact.bloom_spec
             )
         else:  # a kill during a fork leaves no CURRENT: fork again
             PersistentIndex.open(dedup_index_dir(base.path, kind)).fork(root)

@@ -2,7 +2,7 @@
 
 A build adds one generation to its indexes (docs/incremental.md), so a probe of a long line of
 incremental builds opens one file per generation and partition; compaction merges them (keep-first: the
-oldest generation's record of a key wins, so every answer stays the same). This process begins each
+oldest generation's record of a key wins; a line's counts are summed: every answer stays the same). This process begins each
 index's merged generation, the commit job (``python -m hpc_jobs.commit_index --compact``) writes it on N ranks,
 each rank the partitions it owns, then this process switches each pointer atomically and removes the
 replaced generations. A kill leaves every index not yet switched as it was; the rerun starts it again.
@@ -20,7 +20,7 @@ from corpus.model.errors import UserError
 from corpus.model.layout import dedup_index_dir
 from runtime.build import COMMIT_JOB, commit_job_command, launch
 
-KINDS = ("recrawl", "exact", "band")
+KINDS = ("recrawl", "exact", "band", "lines")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,13 +1,14 @@
 """A persistent dedup index: sorted, immutable, range-partitioned generations behind an atomic pointer.
 
 A new build asks the index "is this key already taken, and by whom?" for the exact-text, MinHash band
-and recrawl keys of the builds before it, without recomputing them. ``CURRENT`` names the generations,
-oldest first; an update writes a new generation beside them and switches the pointer, so a kill leaves
-the old pointer or the new one, each naming complete generations. A key's answer is its value in the
-oldest generation holding it (keep-first), through compaction too. One update at a time. Pure library:
-numpy and files, no MPI; stages split the work across ranks by partition range. Records and keys:
-:mod:`corpus.formats.dedup_keys`; files: :mod:`~corpus.formats.dedup_files`; writing:
-:mod:`~corpus.formats.dedup_write`; probing: :mod:`~corpus.formats.dedup_probe`. docs/incremental.md.
+and recrawl keys of the builds before it ("in how many documents?" for line keys), without recomputing
+them. ``CURRENT`` names the generations, oldest first; an update writes a new generation beside them and
+switches the pointer, so a kill leaves the old pointer or the new one, each naming complete generations.
+A key's answer is its value in the oldest generation holding it (keep-first), or a line count's sum over
+them, through compaction too. One update at a time. Pure library: numpy and files, no MPI; stages split
+the work by partition range. Records and keys: :mod:`corpus.formats.dedup_keys`; files:
+:mod:`~corpus.formats.dedup_files`; writing: :mod:`~corpus.formats.dedup_write`; probing:
+:mod:`~corpus.formats.dedup_probe`. docs/incremental.md.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from corpus.formats.dedup_files import (
     switch_pointer,
     write_bytes,
 )
-from corpus.formats.dedup_keys import KINDS, VALUE_BYTES, as_void, owned_partitions, partition_of
+from corpus.formats.dedup_keys import KINDS, as_void, owned_partitions, partition_of
 from corpus.formats.dedup_probe import ProbeResult, ProbeStats, probe_generations
 from corpus.formats.dedup_write import MERGE_RECORDS, RUN_RECORDS, PartitionWriter, write_compaction
 from corpus.model.digest import json_digest
@@ -205,11 +206,12 @@ class PersistentIndex:
     # -- probing
 
     def probe(self, keys: Any, *, use_bloom: bool = True, stats: ProbeStats | None = None) -> ProbeResult:
-        """For each key: found, its value in the oldest generation holding it, that generation's index.
-        Keys are grouped by partition; one partition's filter and map are held at a time."""
+        """For each key: found, its value in the oldest generation holding it (a kind that sums: the sum
+        over every generation), that generation's index. Keys are grouped by partition; one partition's
+        filter and map are held at a time."""
         keys = as_void(keys, KINDS[self.kind].key_bytes)
         n = len(keys)
-        result = ProbeResult(np.zeros(n, bool), np.zeros(n, f"V{VALUE_BYTES}"), np.full(n, -1, np.int32))
+        result = ProbeResult.empty(n, self.record)
         parts = self.partition_of(keys)
         order = np.argsort(parts, kind="stable")
         bounds = np.searchsorted(parts[order], np.arange(self.partitions + 1))
@@ -226,7 +228,15 @@ class PersistentIndex:
         keys = as_void(keys, KINDS[self.kind].key_bytes)
         if len(keys) and not (self.partition_of(keys) == p).all():
             raise ValueError(f"probe_partition({p}) was given keys of other partitions")
-        return probe_generations(self.generations, p, keys, self.record, use_bloom=use_bloom, stats=stats)
+        return probe_generations(
+            self.generations,
+            p,
+            keys,
+            self.record,
+            use_bloom=use_bloom,
+            stats=stats,
+            sums=KINDS[self.kind].sums,
+        )
 
     # -- updating
 
@@ -307,7 +317,8 @@ class PersistentIndex:
         return pending.commit()
 
     def compact(self, merge_records: int = MERGE_RECORDS) -> PersistentIndex:
-        """One process: every generation merged into one (keep-first), switched to, the old ones removed."""
+        """One process: every generation merged into one (keep-first, or summed), switched to, the old ones
+        removed."""
         pending = self.begin_compaction()
         if pending is None:
             return self

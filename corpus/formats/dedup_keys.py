@@ -1,10 +1,10 @@
 """The dedup index's keys and records: one numpy structured dtype per kind, the parameters that define
 the keys, the codec, and the range partitioning of keys.
 
-A record is ``key`` then ``value`` (V16), packed; keys compare as bytes (memcmp order). A key's partition
-is ``floor(u * P / 2^64)``, ``u`` the big-endian uint64 of its key bytes ``[o, o + 8)`` (``o`` = 0 for
-exact and recrawl, 2 for band), so partitions are contiguous key ranges and ranks own contiguous runs of
-them. The recorded key names (``"key"`` in the params) are the names every existing index carries and
+A record is ``key`` then ``value`` (V16; a line count: V8), packed; keys compare as bytes (memcmp order).
+A key's partition is ``floor(u * P / 2^64)``, ``u`` the big-endian uint64 of its key bytes ``[o, o + 8)``
+(``o`` = 0 for exact, recrawl and lines, 2 for band), so partitions are contiguous key ranges and ranks
+own contiguous runs of them. A kind answers a key with its oldest value, or (lines) the sum of them. The recorded key names (``"key"`` in the params) are the names every existing index carries and
 never change. Pure numpy. Layout, kinds and partitions: docs/incremental.md.
 """
 
@@ -25,6 +25,9 @@ VALUE_BYTES = 16
 EXACT_RECORD = np.dtype([("key", "V16"), ("value", f"V{VALUE_BYTES}")])
 BAND_RECORD = np.dtype([("key", "V18"), ("value", f"V{VALUE_BYTES}")])
 RECRAWL_RECORD = np.dtype([("key", "V16"), ("value", f"V{VALUE_BYTES}")])
+#: a line key (``corpus.text.normalize.line_key``'s 8 bytes) and a build's count of documents holding it
+#: (big-endian uint64: the counts of every generation holding the key are summed)
+LINES_RECORD = np.dtype([("key", "V8"), ("value", "V8")])
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 _KEY_SEED = np.uint64(0xD6E8FEB86659FD93)
@@ -35,6 +38,8 @@ HASH_KEY = np.dtype([("head", ">u8"), ("tail", "V8")])
 #: a band key's fields (``mpi_kernels.minhash``): the band number, then the band's 128-bit hash, whose
 #: first 8 bytes (``head``, never the band number) choose the partition
 BAND_KEY = np.dtype([("band", ">u2"), ("head", ">u8"), ("tail", "V8")])
+#: a line key is all head
+LINE_KEY = np.dtype([("head", ">u8")])
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,17 @@ class KeyKind:
     name: str
     record: np.dtype
     key: np.dtype  # the key's fields; ``head`` (big-endian uint64) chooses the partition
+    #: a key's answer: its value in the oldest generation holding it ("first"), or the sum of its
+    #: values (big-endian uint64) over every generation, and over a generation's inputs ("sum")
+    combine: str = "first"
+
+    @property
+    def sums(self) -> bool:
+        return self.combine == "sum"
+
+    @property
+    def value_bytes(self) -> int:
+        return self.record["value"].itemsize
 
     @property
     def key_bytes(self) -> int:
@@ -57,6 +73,7 @@ KINDS = {
     "exact": KeyKind("exact", EXACT_RECORD, HASH_KEY),
     "band": KeyKind("band", BAND_RECORD, BAND_KEY),
     "recrawl": KeyKind("recrawl", RECRAWL_RECORD, HASH_KEY),
+    "lines": KeyKind("lines", LINES_RECORD, LINE_KEY, combine="sum"),
 }
 
 
@@ -96,6 +113,11 @@ def recrawl_key_params() -> dict[str, Any]:
     """What defines a recrawl key: ``corpus.dedup.recrawl.recrawl_key`` at its key version (the recorded
     name, like the exact key's, is the one every existing index carries)."""
     return {"key": "corpus.ingest.recrawl.recrawl_key", "key_version": RECRAWL_KEY_VERSION}
+
+
+def line_key_params() -> dict[str, Any]:
+    """What defines a line key: ``corpus.text.normalize.line_key`` at its key version."""
+    return {"key": "corpus.text.normalize.line_key", "key_version": KEY_VERSION}
 
 
 # --- codec ---------------------------------------------------------------------------------------------
@@ -143,6 +165,21 @@ def dates(values: np.ndarray) -> list[str]:
     return [bytes(v).rstrip(b"\0").decode("utf-8") for v in as_void(values, VALUE_BYTES)]
 
 
+def count_values(counts: np.ndarray) -> np.ndarray:
+    """Counts (non-negative integers) as the lines index's V8 values (big-endian uint64)."""
+    return np.ascontiguousarray(np.asarray(counts, dtype=np.uint64).astype(">u8")).view("V8").reshape(-1)
+
+
+def counts_of(values: np.ndarray) -> np.ndarray:
+    """The lines index's V8 values back to counts (native uint64)."""
+    return as_void(values, 8).view(">u8").astype(np.uint64)
+
+
+def sum_values(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The V8 count values summed over each run beginning at ``starts`` (sorted positions, the first 0)."""
+    return count_values(np.add.reduceat(counts_of(values), starts))
+
+
 def records(kind: str, keys: Any, values: Any) -> np.ndarray:
     """Rows of the kind's record dtype; ``values`` may be V16 / (n, 16) uint8 / bytes or doc_id strings
     (a recrawl index's dates: :func:`date_values`)."""
@@ -150,7 +187,7 @@ def records(kind: str, keys: Any, values: Any) -> np.ndarray:
     vals = list(values) if not isinstance(values, np.ndarray) else values
     if not isinstance(vals, np.ndarray) and vals and isinstance(vals[0], str):
         vals = doc_id_values(vals)
-    key_arr, val_arr = as_void(keys, k.key_bytes), as_void(vals, VALUE_BYTES)
+    key_arr, val_arr = as_void(keys, k.key_bytes), as_void(vals, k.value_bytes)
     if len(key_arr) != len(val_arr):
         raise ValueError(f"{len(key_arr)} keys but {len(val_arr)} values")
     rows = np.empty(len(key_arr), dtype=k.record)

@@ -1,7 +1,7 @@
 """Probing a dedup index's generations for a batch of keys of one partition.
 
-Per generation (oldest first: the first generation holding a key answers it) the keys not yet found are
-tested against the generation's Bloom filter of the partition; each "maybe" is confirmed by a binary
+Per generation (oldest first: the first generation holding a key answers it; for a kind that sums, every
+generation holding it adds its count) the keys not yet found are tested against the generation's Bloom filter of the partition; each "maybe" is confirmed by a binary
 search of the memory-mapped sorted file, so a false positive costs one lookup and never changes an
 answer. A probe holds its batch of keys, one Bloom filter and one memory map at a time (unmapped after
 use). Probing and the filters' measured cost: docs/incremental.md.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from corpus.formats.dedup_files import Generation
-from corpus.formats.dedup_keys import VALUE_BYTES, key_hash, sort_words
+from corpus.formats.dedup_keys import count_values, counts_of, key_hash, sort_words
 
 
 @dataclass
@@ -36,11 +36,16 @@ class ProbeStats:
 
 @dataclass
 class ProbeResult:
-    """Per key probed, in the order given: the answer of the oldest generation holding it."""
+    """Per key probed, in the order given: the answer of the oldest generation holding it (or, summing,
+    the sum of every generation's count)."""
 
     found: np.ndarray  # bool
-    values: np.ndarray  # V16 (zeros where not found)
-    generation: np.ndarray  # int32: index in the index's generation list, -1 where not found
+    values: np.ndarray  # the record's value type (zeros where not found)
+    generation: np.ndarray  # int32: index (of the oldest holding it) in the index's generations, -1 if none
+
+    @classmethod
+    def empty(cls, n: int, record: np.dtype) -> ProbeResult:
+        return cls(np.zeros(n, bool), np.zeros(n, record["value"]), np.full(n, -1, np.int32))
 
 
 def _search(keys_mm: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -80,11 +85,14 @@ def probe_generations(
     *,
     use_bloom: bool = True,
     stats: ProbeStats | None = None,
+    sums: bool = False,
 ) -> ProbeResult:
     """For each key (void items of partition ``p``): found, its value in the oldest generation holding
-    it, that generation's position in ``generations``."""
+    it (``sums``: its counts summed over every generation holding it), the oldest such generation's
+    position in ``generations``."""
     n = len(keys)
-    result = ProbeResult(np.zeros(n, bool), np.zeros(n, f"V{VALUE_BYTES}"), np.full(n, -1, np.int32))
+    result = ProbeResult.empty(n, record)
+    total = np.zeros(n, dtype=np.uint64) if sums else None
     words = sort_words(keys)
     hashes = key_hash(words) if use_bloom else None
     remaining = np.arange(n)
@@ -105,13 +113,20 @@ def probe_generations(
         mm = gen.map_part(p, record)
         pos, hit = _search(mm["key"], words[cand])
         hits = cand[hit]
+        if total is not None:
+            total[hits] += counts_of(mm["value"][pos[hit]])
+            result.generation[hits[~result.found[hits]]] = g
+        else:
+            result.values[hits] = mm["value"][pos[hit]]
+            result.generation[hits] = g
         result.found[hits] = True
-        result.values[hits] = mm["value"][pos[hit]]
-        result.generation[hits] = g
         del mm
         if stats is not None:
             stats.lookups += len(cand)
             if use_bloom:
                 stats.false_positives += int((~hit).sum())
-        remaining = remaining[~result.found[remaining]]
+        if total is None:  # summing, every generation is asked for every key
+            remaining = remaining[~result.found[remaining]]
+    if total is not None:
+        result.values[:] = count_values(total)
     return result

@@ -4,8 +4,8 @@ and Bloom filters.
 :class:`PartitionWriter` buffers at most ``run_records`` records, spills each full buffer as a sorted run,
 then merges the runs per partition in bounded chunks; it never holds all records. Within a partition a
 key is written once: the smallest value among a generation's inputs, or (merging generations, oldest
-first) the oldest generation's. The same records give the same bytes whatever their order, the buffer
-size or the number of writers. Several writers, each owning a range of partitions (one per rank), may
+first) the oldest generation's; for a kind that sums (line counts), the sum of them all. The same
+records give the same bytes whatever their order, the buffer size or the number of writers. Several writers, each owning a range of partitions (one per rank), may
 fill one pending generation. Writing and merging: docs/incremental.md.
 """
 
@@ -28,7 +28,7 @@ from corpus.formats.dedup_files import (
     part_name,
     write_bytes,
 )
-from corpus.formats.dedup_keys import key_hash, sort_words
+from corpus.formats.dedup_keys import KINDS, key_hash, sort_words, sum_values
 
 if TYPE_CHECKING:
     from corpus.formats.dedup_index import PendingGeneration
@@ -65,33 +65,56 @@ def _sorted(rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 class _Output:
-    """A part file being written: records appended, key-deduplicated against the previous batch."""
+    """A part file being written: records appended, key-deduplicated against the previous batch (the first
+    of a key wins), or for a kind that sums, a key's values summed (its last record is held back until a
+    greater key or :meth:`close`: the next batch may go on with it)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sums: bool = False) -> None:
         self.path = path
         self.file = open(path, "wb")
         self.sha = hashlib.sha256()
         self.count = 0
-        self.last: np.ndarray | None = None  # key words of the last record written
+        self.sums = sums
+        self.last: np.ndarray | None = None  # key words of the last record written (or held, summing)
+        self.held: np.ndarray | None = None  # summing: the last key's record, its sum so far
 
     def write_sorted(self, rows: np.ndarray, keys: np.ndarray) -> None:
         """``rows`` sorted by (key, tie); a key equal to its predecessor (in this batch or the last
-        record written) is dropped: the first of a key wins."""
+        record written) is dropped (the first of a key wins) or, summing, added to it."""
         if not len(rows):
             return
         dup = np.zeros(len(rows), dtype=bool)
         dup[1:] = (keys[1:] == keys[:-1]).all(axis=1)
-        if self.last is not None:
-            dup[0] = bool((keys[0] == self.last).all())
-        kept = rows[~dup]
+        if not self.sums:
+            if self.last is not None:
+                dup[0] = bool((keys[0] == self.last).all())
+            self._write(rows[~dup])
+            self.last = keys[-1].copy()
+            return
+        starts = np.flatnonzero(~dup)
+        kept = rows[starts].copy()
+        kept["value"] = sum_values(rows["value"], starts)
+        if self.held is not None:
+            if bool((keys[0] == self.last).all()):
+                kept[:1]["value"] = sum_values(
+                    np.concatenate([self.held, kept[:1]])["value"], np.zeros(1, int)
+                )
+            else:
+                self._write(self.held)
+        self._write(kept[:-1])
+        self.held, self.last = kept[-1:], keys[-1].copy()
+
+    def _write(self, kept: np.ndarray) -> None:
         data = np.ascontiguousarray(kept).tobytes()
         self.file.write(data)
         self.sha.update(data)
         self.count += len(kept)
-        self.last = keys[-1].copy()
 
     def close(self) -> str:
         """Closes the file (its fsync comes with its partition's batch: :class:`_Finisher`)."""
+        if self.held is not None:
+            self._write(self.held)
+            self.held = None
         self.file.close()
         return self.sha.hexdigest()
 
@@ -231,7 +254,7 @@ class _Finisher:
     def partition(self, p: int, write: Callable[[_Output], None]) -> None:
         pending, idx = self.pending, self.pending.index
         name = part_name(p)
-        out = _Output(pending.path / f"{name}.rec")
+        out = _Output(pending.path / f"{name}.rec", KINDS[idx.kind].sums)
         write(out)
         sha = out.close()
         bloom = BloomFilter.for_keys(out.count, idx.bloom_spec)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,22 +23,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from corpus.formats.docshard import iter_docs
+from corpus.formats.dedup_index import BaseGenerations
+from corpus.formats.dedup_keys import count_values, counts_of, line_key_params, records
+from corpus.formats.docshard import RecordsFile, iter_docs
 from corpus.formats.metadata import write_metadata
 from corpus.model import Document, Filtered, Kept, Outcome
 from corpus.model.annotations import BYTES_REMOVED, LINES_REMOVED
+from corpus.model.layout import INDEX_RECORDS, base_build_of, build_dir_of_stage, stage_dir
+from corpus.model.manifest import read_stage_manifest
 from corpus.text.normalize import KEY_VERSION, line_key
-from hpc_jobs.line_dedup.base_counts import (
-    COUNTS,
-    KEYS,
-    LINE_COUNTS,
-    BuildCounts,
-    OwnCounts,
-    base_counts,
-    part_of_keys,
-    total_counts,
-)
-from runtime.against_base import keeps_index
+from runtime.against_base import AgainstBase
 from runtime.global_phase import PART_ROWS, GlobalPhase, PartWriter, global_phase_key, part_count
 from runtime.input_shard import InputShard
 from runtime.runner import Stage, StageContext, assign, remove_stale_artifacts
@@ -183,9 +177,9 @@ class FrequentLines:
 class LineDedupStage(Stage):
     name = "line_dedup"
     # what each version changed: docs/dedup.md "Stage versions"
-    version = "5"
+    version = "6"
     Config = LineDedupConfig
-    artifact_kinds = (REMOVED, LINE_COUNTS)
+    artifact_kinds = (REMOVED, INDEX_RECORDS)
     side_outputs = (SideOutput(REMOVED, ".parquet", RemovedLines),)
 
     def __init__(self, config: Any) -> None:
@@ -196,30 +190,25 @@ class LineDedupStage(Stage):
         docs = sum(max(s.records, 0) for s in inputs)
         parts = part_count(docs, self.config.part_rows)
         names = [part_name(i) for i in range(parts)]
-        keeps = keeps_index(ctx.out_dir)
-        bases, missing = base_counts(ctx.out_dir) if keeps else ([], [])
-        if missing and ctx.rank == 0:
-            ctx.say(
-                f"base {missing[0]} kept no line counts (built before line_dedup 5): its lines are not counted"
-            )
+        against = AgainstBase.open(ctx, "lines", line_key_params())
+        keeps, base = against.keeps_index, against.base if against.probed else None
         remove_stale_artifacts(ctx, inputs, REMOVED, (".parquet",))
-        remove_stale_artifacts(
-            ctx,
-            [_Part(n) for n in names] if keeps else [],
-            LINE_COUNTS,
-            (KEYS, KEYS + ".json", COUNTS, COUNTS + ".json"),
-        )
-        more: dict[str, Any] = {"counts": True} if keeps else {}
-        if bases:
-            more["base_counts"] = [d for b in bases for d in b.digests]
+        against.remove_stale_records(ctx, names)
         phase = self._phase = GlobalPhase(
-            ctx, global_phase_key(self, inputs, normalization=KEY_VERSION, **more)
+            ctx,
+            global_phase_key(
+                self,
+                inputs,
+                normalization=KEY_VERSION,
+                **({"counts": True} if keeps else {}),
+                **against.phase_key(),
+            ),
         )
         self._frequent = FrequentLines(phase.step_dir(LINES), parts)
         if phase.complete:
             return phase.reused()
         capacity = max(1024, ctx.memory_budget_bytes // (8 * _COMBINE_ENTRY_BYTES))
-        base_docs = sum(b.docs for b in bases)
+        base_docs = counted_docs(ctx.out_dir, base) if base is not None else 0
         limit = self.config.limit(docs + base_docs)
         # a kept count must serve a later build's limit too; otherwise only whether it passes this one's
         cap = _COUNT_MAX - 1 if keeps else limit + 1
@@ -238,19 +227,18 @@ class LineDedupStage(Stage):
                 yield _count_rows(keys, counts, parts)
 
         def reduce(_: int, batches: Iterator[np.ndarray], writer: PartWriter) -> dict[str, Any]:
-            own = OwnCounts(ctx.out_dir, writer) if keeps else None
-            totals = KeyTotals(writer.open(FREQUENT), limit, own, bases)
+            totals = KeyTotals(writer.open(FREQUENT), limit, against.records(writer), base)
             for rows in batches:  # sorted by key; a key's counts may straddle two batches
                 totals.add(rows["key"], rows["count"])
             totals.finish()
             facts = {"distinct_lines": totals.distinct, "frequent_lines": totals.frequent}
-            return facts | ({"lines_in_base": totals.in_base} if bases else {})
+            return facts | ({"lines_in_base": totals.in_base} if base is not None else {})
 
         phase.exchange_rows(LINES, names, None, send, reduce, dtype=LINE_ROW, order_fields=("key",))
         facts = None
         if ctx.rank == 0:
             total: Counter = Counter({"docs": docs, "line_limit": limit})
-            if bases:  # the documents of the builds before, whose line counts were added
+            if base is not None:  # the documents of the builds before, whose line counts were added
                 total["base_docs"] = base_docs
             for part in phase.parts(LINES, names):
                 total.update(part.facts)
@@ -286,6 +274,24 @@ class _Part:
     name: str
 
 
+def counted_docs(stage_directory: Path, base: BaseGenerations) -> int:
+    """The documents of the builds before this one whose line counts ``base`` holds (each build's
+    line_dedup ``extra.docs``, found through the chain of bases by the generation labels): a line's
+    limit is judged on all the documents it was counted in."""
+    labels, total = set(base.index.labels), 0
+    build = build_dir_of_stage(stage_directory)
+    seen = {build.resolve()} if build is not None else set()
+    while (
+        build is not None and (found := base_build_of(build)) is not None and found[0].resolve() not in seen
+    ):
+        build, label = found
+        seen.add(build.resolve())
+        if label in labels:
+            manifest = read_stage_manifest(stage_dir(build, "line_dedup"))
+            total += int(manifest.extra["docs"]) if manifest is not None else 0
+    return total
+
+
 def part_name(part: int) -> str:
     return f"l{part:05d}"
 
@@ -300,7 +306,9 @@ def _count_rows(keys: np.ndarray, counts: np.ndarray, parts: int) -> np.ndarray:
     rows = np.empty(len(keys), dtype=LINE_ROW)
     rows["key"] = keys
     rows["count"] = counts
-    rows["part"] = part_of_keys(keys, parts)
+    rows["part"] = (((keys >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32)).astype(
+        np.int64
+    )  # key_part
     return rows
 
 
@@ -365,14 +373,15 @@ class KeyCounts:
 
 class KeyTotals:
     """Sums the counts of sorted keys arriving in batches and writes the keys whose total exceeds the
-    limit (8 bytes each, big-endian: the key's own bytes, so the file is sorted). ``own``: where this
-    build's counts are kept (inside a build that keeps indexes); ``bases``: the counts of the builds
-    before it, added to each total before it is judged."""
+    limit (8 bytes each, big-endian: the key's own bytes, so the file is sorted). ``own``: this build's
+    counts as the lines index's records (inside a build that keeps indexes); ``base``: the base's lines
+    index, whose counts (summed over the builds before this one) are added to each total before it is
+    judged."""
 
     def __init__(
-        self, out: Any, limit: int, own: OwnCounts | None = None, bases: Sequence[BuildCounts] = ()
+        self, out: Any, limit: int, own: RecordsFile | None = None, base: BaseGenerations | None = None
     ) -> None:
-        self.out, self.limit, self.own, self.bases = out, limit, own, list(bases)
+        self.out, self.limit, self.own, self.base = out, limit, own, base
         self.distinct = self.frequent = self.in_base = 0
         self._key: int | None = None
         self._sum = 0
@@ -395,12 +404,15 @@ class KeyTotals:
             self._key = None
 
     def _emit(self, keys: np.ndarray, sums: np.ndarray) -> None:
+        if not keys.shape[0]:
+            return
+        as_bytes = np.ascontiguousarray(keys.astype(_KEY_DTYPE)).view("V8")
         if self.own is not None:
-            self.own.add(keys, sums)
-        if self.bases:
-            before = total_counts(self.bases, keys)
-            self.in_base += int(np.count_nonzero(before))
-            sums = sums + before
+            self.own.write_rows(records("lines", as_bytes, count_values(sums)))
+        if self.base is not None:
+            found = self.base.index.probe(as_bytes)
+            self.in_base += int(np.count_nonzero(found.found))
+            sums = sums + counts_of(found.values)
         frequent = keys[sums > self.limit]
         self.out.write(frequent.astype(_KEY_DTYPE).tobytes())
         self.distinct += int(keys.shape[0])

@@ -50,7 +50,7 @@ from tests.dedup.stage_io import filtered_records, kept_docs, manifest, run_stag
 
 CONFIG = "[dedup_index]\npartitions = 4\n"
 #: the indexes a build commits, in commit order
-COMMITTED = ("recrawl", "band", "exact")
+COMMITTED = ("recrawl", "lines", "band", "exact")
 
 #: `corpus build` with the index library's test hook: the process stops at the Nth pass of a point of an
 #: index update (the build's own commits, recrawl then exact, are the only updates after the fork) and
@@ -400,7 +400,7 @@ def line_counts(docs: list) -> Counter:
 
 
 def test_the_deltas_line_dedup_counts_each_line_over_the_base_and_the_delta(crawl, base, delta, tmp_path):
-    """line_dedup 5: a line of a June document is removed when the documents of both builds holding it
+    """line_dedup 6 (the lines index): a line of a June document is removed when the documents of both builds holding it
     are more than the limit of both builds' documents together, as one full build would count it
     (computed here from the stages' inputs with the stage's own line keys); March's documents keep the
     texts their build gave them. Checked on the delta fixture and on a delta at a limit of 1 document a
@@ -527,13 +527,13 @@ def test_without_a_base_exact_dedup_in_a_build_is_the_stage_alone_plus_its_index
     assert not (alone / "index_records").exists()
 
 
-@pytest.mark.parametrize("nth, killed", [(1, "recrawl"), (2, "band"), (3, "exact")])
+@pytest.mark.parametrize("nth, killed", [(1, "recrawl"), (2, "lines"), (4, "exact")])
 def test_a_kill_during_the_index_commit_then_a_rerun_gives_the_uninterrupted_result(
     crawl, base, delta, tmp_path, nth, killed
 ):
     """The delta build as it stands before its last step (its stages complete, its indexes as forked,
-    no commit record), killed at ``generation-renamed`` (the generation complete but not pointed at) of the recrawl index's
-    commit or of the exact index's (the recrawl index's done), then run again."""
+    no commit record), killed at ``generation-renamed`` (the generation complete but not pointed at) of the
+    recrawl index's commit, the lines index's or the exact index's (the others done), then run again."""
     _, _, delta_warc, config = crawl
     out = tmp_path / "killed"
     shutil.copytree(delta[0], out)

@@ -11,7 +11,6 @@ import pytest
 
 from corpus.report.removed_lines import most_removed_lines
 from corpus.text.normalize import key_form, line_key
-from hpc_jobs.line_dedup import base_counts, stage
 from tests.dedup.dedup_corpus import make_doc, perl_sections, write_stage_dir
 from tests.dedup.stage_io import filtered_records, kept_docs, manifest, output_digests, run_stage
 
@@ -151,8 +150,6 @@ def test_threshold_is_configurable(corpus, tmp_path):
 def test_counts_of_a_key_split_across_batches_are_summed_before_the_limit_is_applied():
     import io
 
-    import numpy as np
-
     from hpc_jobs.line_dedup.stage import KeyTotals
 
     out = io.BytesIO()
@@ -167,7 +164,6 @@ def test_counts_of_a_key_split_across_batches_are_summed_before_the_limit_is_app
 
 
 def test_the_pre_summing_table_counts_every_key_and_stays_within_its_capacity():
-    import numpy as np
 
     from hpc_jobs.line_dedup.stage import KeyCounts
 
@@ -197,8 +193,6 @@ def test_the_pre_summing_table_counts_every_key_and_stays_within_its_capacity():
 def test_frequent_lines_are_searched_in_the_map_without_copying_it(tmp_path):
     import tracemalloc
 
-    import numpy as np
-
     from hpc_jobs.line_dedup.stage import FREQUENT, FrequentLines, key_part, part_name
 
     rng = np.random.default_rng(3)
@@ -223,25 +217,3 @@ def test_the_limit_must_fit_the_exchanged_count():
 
     with pytest.raises(ValueError, match="max_docs_per_line"):
         LineDedupConfig(max_docs_per_line=2**32 - 1)
-
-
-def test_an_earlier_builds_line_counts_are_found_by_key_and_an_empty_part_holds_nothing(tmp_path):
-    """hpc_jobs.line_dedup.base_counts: each key is looked up in the one part of that build that can
-    hold it (the stage's key ranges); a part no line fell in is an empty file, and every key it would
-    hold counts 0, as does a key the build never had."""
-    keys = np.sort(np.random.default_rng(0).integers(0, 2**62, 1000, dtype=np.uint64) * np.uint64(2))
-    parts = base_counts.part_of_keys(keys, 4)
-    assert [
-        int(base_counts.part_of_keys(np.array([k], dtype=np.uint64), 4)[0]) for k in keys[:50].tolist()
-    ] == [stage.key_part(int(k).to_bytes(8, "big"), 4) for k in keys[:50].tolist()]
-    expected = np.zeros(len(keys), dtype=np.uint64)
-    for p in range(4):
-        mine = np.flatnonzero(parts == p) if p != 2 else np.empty(0, np.int64)
-        keys[mine].astype("<u8").tofile(tmp_path / f"l{p:05d}{base_counts.KEYS}")
-        counts = np.arange(1, len(mine) + 1, dtype="<u4")
-        counts.tofile(tmp_path / f"l{p:05d}{base_counts.COUNTS}")
-        expected[mine] = counts
-    build = base_counts.BuildCounts(tmp_path, 4, 10, ())
-    assert np.array_equal(build.counts(keys), expected) and (expected[parts == 2] == 0).all()
-    assert not build.counts(keys + np.uint64(1)).any(), "a key the build never had counts 0"
-    assert np.array_equal(base_counts.total_counts([build, build], keys), 2 * expected)

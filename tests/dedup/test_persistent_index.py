@@ -202,6 +202,43 @@ def test_keep_first_and_compaction_keep_every_answer(states, tmp_path):
     assert compacted.compact() is compacted and base.probe(q[300:700]).found.all()
 
 
+def test_line_counts_are_summed_over_a_generations_inputs_over_generations_and_through_compaction(
+    tmp_path,
+):
+    """The lines kind answers a key with the number of documents of every build that held it: the counts
+    of one build's parts (the same key from two parts, across the writer's runs) add up in its
+    generation, a probe adds every generation's, compaction keeps every sum, and a key no build held is
+    not found. The other kinds still answer with the oldest value (tested above)."""
+
+    def rows(keys, counts):
+        return dedup_keys.records(
+            "lines",
+            np.ascontiguousarray(np.asarray(keys, np.uint64).astype(">u8")).view("V8"),
+            dedup_keys.count_values(np.asarray(counts)),
+        )
+
+    keys = np.unique(np.random.default_rng(5).integers(0, 2**64 - 1, 2500, dtype=np.uint64))
+    march = np.concatenate([rows(keys, np.full(len(keys), 2)), rows(keys[::2], np.full(len(keys[::2]), 3))])
+    params = dedup_keys.line_key_params()
+    idx = pi.PersistentIndex.create(tmp_path / "lines", "lines", params, P)
+    idx = idx.add_generation("march", [march[1::2], march[::2]], run_records=RUN)
+    june = keys[: len(keys) // 3]
+    idx = idx.add_generation("june", [rows(june, np.full(len(june), 10))], run_records=RUN)
+    expected = np.full(len(keys), 2, np.uint64)
+    expected[::2] += 3
+    expected[: len(june)] += 10
+    asked = np.ascontiguousarray(np.concatenate([keys, [keys.max() + 1]]).astype(">u8")).view("V8")
+    found = idx.probe(asked)
+    assert found.found[:-1].all() and not found.found[-1]
+    assert np.array_equal(dedup_keys.counts_of(found.values)[:-1], expected)
+    assert set(found.generation[:-1].tolist()) == {0}, "the oldest generation holding the key"
+    assert sum(g.records for g in idx.generations) == len(keys) + len(june), "a key once per generation"
+    compacted = idx.compact(merge_records=700)
+    assert len(compacted.generations) == 1 and compacted.records == len(keys)
+    again = compacted.probe(asked)
+    assert np.array_equal(dedup_keys.counts_of(again.values)[:-1], expected) and not again.found[-1]
+
+
 def test_a_fork_shares_the_base_generations_and_never_changes_the_base(states, tmp_path):
     base_tree = tree(states["base"])
     fork = pi.PersistentIndex.open(states["base"]).fork(tmp_path / "next")
