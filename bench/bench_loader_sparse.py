@@ -2,10 +2,11 @@
 
     python bench/bench_loader_sparse.py [--shards 4] [--docs 2000] [--doc-len 200 2000] [--before REF]
 
-Writes an id snapshot (int32 tokens, tests/loader/snapshot_factory.py) twice, with 4 MiB block digests
-(what write_shards writes) and with 256-byte ones, and a version selecting 10 % of the documents of each
+Writes an id snapshot (int32 tokens, tests/loader/snapshot_factory.py) three times: with 4 MiB block
+digests over each document's bytes (what write_shards writes since version 11), with fixed 4 MiB blocks
+over the file (before) and with fixed 256-byte ones, and a version selecting 10 % of the documents of each
 (``min_scores = { quality = 0.9 }``). Each loader (``REF``'s ``loader/``, default HEAD, extracted with
-``git archive``; and the working tree's) reads one epoch as rank 0 of 1 in a fresh process, after the
+``git archive``, on the layouts it reads; and the working tree's) reads one epoch as rank 0 of 1 in a fresh process, after the
 shards' pages were dropped from the page cache (fsync + ``POSIX_FADV_DONTNEED``). Reported per selected
 byte: the loader's ``bytes_read`` and ``bytes_hashed`` counters, and what the kernel actually holds of the
 ``.bin`` files afterwards (``mincore``: the pages the filesystem served, read-around included); the
@@ -92,21 +93,24 @@ def measure(loader_root: Path, version: Path, bins: list[Path]) -> dict:
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "resident": resident_bytes(bins) - cold}
 
 
-def write_case(tmp: Path, block_size: int, args: argparse.Namespace) -> tuple[Path, list[Path], int]:
+def write_case(
+    tmp: Path, block_size: int, layout: str, args: argparse.Namespace
+) -> tuple[Path, list[Path], int]:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "loader")]
     from snapshot_factory import write_id_snapshot
     from test_loader_sparse import TEN_PERCENT, selected_bytes
     from test_loader_versions import make_version
 
-    snap = tmp / f"snap-{block_size}"
+    snap = tmp / f"snap-{block_size}-{layout}"
     manifest = write_id_snapshot(
         snap,
         {f"b{i}": 1 for i in range(args.shards)},
         doc_len=tuple(args.doc_len),
         docs_per_shard=(args.docs, args.docs),
         block_size=block_size,
+        block_layout=layout,
     )
-    version = make_version(snap, tmp / f"v-{block_size}", TEN_PERCENT)
+    version = make_version(snap, tmp / f"v-{block_size}-{layout}", TEN_PERCENT)
     return version, [snap / s.path for s in manifest.shards], selected_bytes(version)
 
 
@@ -116,6 +120,11 @@ def main() -> int:
     ap.add_argument("--docs", type=int, default=2000)
     ap.add_argument("--doc-len", type=int, nargs=2, default=(200, 2000))
     ap.add_argument("--before", default="HEAD")
+    ap.add_argument(
+        "--before-reads-layouts",
+        action="store_true",
+        help="REF's loader reads the documents layout too (a loader before it refuses such a shard)",
+    )
     ap.add_argument("--child", nargs=2)
     args = ap.parse_args()
     if args.child:
@@ -130,20 +139,22 @@ def main() -> int:
         )
         subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
         rows, shas = [], set()
-        for block_size in (4 << 20, 256):
-            version, bins, selected = write_case(tmp, block_size, args)
+        for block_size, layout in ((4 << 20, "documents"), (4 << 20, ""), (256, "")):
+            version, bins, selected = write_case(tmp, block_size, layout, args)
             size = sum(p.stat().st_size for p in bins)
-            for name, loader_root in ((f"before ({args.before})", old), ("after", ROOT)):
+            loaders = [(f"before ({args.before})", old)] if not layout or args.before_reads_layouts else []
+            for name, loader_root in [*loaders, ("after", ROOT)]:
                 r = measure(loader_root, version, bins)
                 shas.add(r["sha"])
-                rows.append((block_size, name, r, selected, size))
+                rows.append((block_size, layout, name, r, selected, size))
     print(f"{args.shards} shards of {args.docs} documents of {args.doc_len[0]}..{args.doc_len[1]} int32 tokens; "
           "a version selecting 10 % of documents; one epoch, rank 0 of 1, seq_len 2048, batch 8, cold page cache")  # fmt: skip
     print("\n| blocks | loader | selected | bytes_read / selected | bytes_hashed / selected | page cache filled / "
           "selected | reads | tokens/s (cold) | tokens (sha256) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
-    for block_size, name, r, selected, size in rows:
+    for block_size, layout, name, r, selected, size in rows:
         blocks = f"{block_size >> 20} MiB" if block_size >= 1 << 20 else f"{block_size} B"
+        blocks += " per document" if layout else " fixed"
         print(
             f"| {blocks} | {name} | {selected / 2**20:.1f} of {size / 2**20:.1f} MiB | "
             f"{r['bytes_read'] / selected:.3f} | {r['bytes_hashed'] / selected:.3f} | "

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from corpus.formats.block_layout import BlockLayout
 from corpus.formats.megatron import BLOCK_DIGEST_BYTES, read_block_file
 from corpus.model import SnapshotManifest
 from corpus.model.digest import file_sha256, stable_hash64
@@ -109,6 +110,7 @@ class ShardStore:
         self._index_ok: set[str] = set()  # shard files whose index (and whole file, if no blocks) verified
         self._verified: dict[str, np.ndarray] = {}  # shard file -> bool per block: hashed and matched
         self._digests: dict[str, np.ndarray] = {}  # shard file -> (blocks, 32) sha256, read on first open
+        self._layouts: dict[str, BlockLayout] = {}  # shard file -> where its blocks lie
         self.bytes_hashed = 0  # .bin bytes this process hashed (block and whole-file checks)
         self.opens = 0  # shard opens (first opens and reopens after eviction)
         self.cache_hits = 0  # reads of a shard already open
@@ -204,10 +206,15 @@ class ShardStore:
                 digests = self._block_digests(i)
             except (OSError, ValueError) as e:
                 return f"block digests: {e}"
-            n_blocks = -(-opened.bin_size // shard.block_size) if shard.block_size > 0 else -1
+            if shard.block_layout:  # the documents layout's blocks are the index's: it must be sound
+                reason = check_index(opened)
+                if reason:
+                    return reason
+            n_blocks = self._layout(i, opened).count if shard.block_size > 0 else -1
             if n_blocks != len(digests):
+                layout = f" ({shard.block_layout} layout)" if shard.block_layout else ""
                 return (
-                    f".bin of {opened.bin_size} bytes has {n_blocks} blocks of {shard.block_size}, "
+                    f".bin of {opened.bin_size} bytes has {n_blocks} blocks of {shard.block_size}{layout}, "
                     f"the manifest {len(digests)} digests"
                 )
         else:  # a snapshot written before block digests: the whole file, once
@@ -267,21 +274,37 @@ class ShardStore:
             self._digests[shard.path] = digests.reshape(-1, BLOCK_DIGEST_BYTES)
         return self._digests[shard.path]
 
+    def _layout(self, i: int, opened: OpenShard) -> BlockLayout:
+        """Where shard ``i``'s blocks lie (computed once per process from its index)."""
+        shard = self.manifest.shards[i]
+        if shard.path not in self._layouts:
+            index = opened.index
+            self._layouts[shard.path] = BlockLayout.of(
+                shard.block_layout,
+                shard.block_size,
+                opened.bin_size,
+                index.offsets,
+                index.lengths,
+                opened.itemsize,
+            )
+        return self._layouts[shard.path]
+
     def _verify_blocks(self, i: int, opened: OpenShard, lo: int, hi: int) -> None:
         """Hash the blocks of the .bin holding tokens ``[lo, hi)`` that this process has not hashed yet."""
         shard = self.manifest.shards[i]
         if not (shard.block_sha256 or shard.blocks_sha256) or hi <= lo:
             return  # no block digests: the whole file was verified on first open
-        size = shard.block_size
+        layout = self._layout(i, opened)
         digests = self._block_digests(i)
         done = self._verified.get(shard.path)
         if done is None:
             done = self._verified[shard.path] = np.zeros(len(digests), dtype=bool)
-        for b in range(lo * opened.itemsize // size, (hi * opened.itemsize - 1) // size + 1):
+        for b in layout.covering(lo * opened.itemsize, hi * opened.itemsize):
             if done[b]:
                 continue
-            request(opened.mapping, np.array([b * size]), np.array([(b + 1) * size]))  # one request
-            block = opened.raw[b * size : (b + 1) * size]
+            start, end = layout.span(b)
+            request(opened.mapping, np.array([start]), np.array([end]))  # one request
+            block = opened.raw[start:end]
             self.bytes_hashed += block.shape[0]
             if hashlib.sha256(block).digest() != digests[b].tobytes():
                 self._mark_corrupt(i, f"block {b} sha256 mismatch")
@@ -293,11 +316,11 @@ class ShardStore:
         shard = self.manifest.shards[i]
         if not (shard.block_sha256 or shard.blocks_sha256) or hi <= lo:
             return
-        done, size = self._verified.get(shard.path), shard.block_size
-        if (
-            done is None
-            or not done[lo * opened.itemsize // size : (hi * opened.itemsize - 1) // size + 1].all()
-        ):
+        done = self._verified.get(shard.path)
+        if done is None:
+            raise _Unverified
+        blocks = self._layout(i, opened).covering(lo * opened.itemsize, hi * opened.itemsize)
+        if not done[blocks.start : blocks.stop].all():
             raise _Unverified
 
     def _checked_read(self, i: int, opened: OpenShard, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:

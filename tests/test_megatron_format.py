@@ -8,6 +8,7 @@ import struct
 import numpy as np
 import pytest
 
+from corpus.formats.block_layout import DOCUMENTS, FIXED, BlockLayout, DocumentBlockHasher, LayoutHasher
 from corpus.formats.megatron import (
     BLOCK_SIZE,
     IndexedShard,
@@ -66,6 +67,38 @@ def test_an_empty_bin_has_no_blocks_and_a_bad_block_size_is_refused(tmp_path):
     assert block_digests(bin_path) == []
     with pytest.raises(ValueError, match="block_size must be positive"):
         block_digests(bin_path, block_size=0)
+
+
+def test_document_blocks_tile_the_bin_and_never_hold_two_documents(tmp_path):
+    """corpus.formats.block_layout: in the documents layout each document's bytes are cut into blocks of at
+    most block_size (an empty document has none), the blocks tile the file, and a byte range's blocks are
+    those of the documents it touches; fixed blocks are as block_digests cuts them."""
+    docs = [np.arange(n, dtype="uint16") for n in (7, 0, 3, 20, 1)]  # 31 tokens: 14, 0, 6, 40, 2 bytes
+    bin_path, idx_path = write_indexed_shard(tmp_path / "s", docs, "uint16")
+    raw, index = bin_path.read_bytes(), read_index(idx_path)
+    layout = BlockLayout.of(DOCUMENTS, 16, len(raw), index.offsets, index.lengths, 2)
+    assert layout.starts.tolist() == [0, 14, 20, 36, 52, 60]  # the 40-byte document in 16 + 16 + 8
+    spans = [layout.span(b) for b in range(layout.count)]
+    assert spans[-1][1] == len(raw) and all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert list(layout.covering(14, 20)) == [1] and list(layout.covering(13, 21)) == [0, 1, 2]
+    assert list(layout.covering(40, 41)) == [3] and list(layout.covering(5, 5)) == []
+    hasher = DocumentBlockHasher(16)
+    for d in docs:
+        hasher.add_document(d.tobytes())
+    expected = [hashlib.sha256(raw[a:b]).hexdigest() for a, b in spans]
+    assert hasher.block_digests() == expected
+    for step in (1, 5, 64):  # fed in chunks of any size, the same digests
+        streamed = LayoutHasher(layout)
+        for at in range(0, len(raw), step):
+            streamed.update(raw[at : at + step])
+        assert streamed.block_digests() == expected
+    fixed = BlockLayout.of(FIXED, 16, len(raw), index.offsets, index.lengths, 2)
+    assert [hashlib.sha256(raw[a:b]).hexdigest() for a, b in map(fixed.span, range(fixed.count))] == (
+        block_digests(bin_path, block_size=16)
+    )
+    assert list(fixed.covering(14, 20)) == [0, 1]
+    with pytest.raises(ValueError, match="unknown block layout"):
+        BlockLayout.of("pages", 16, len(raw), index.offsets, index.lengths, 2)
 
 
 def test_block_digests_round_trip_through_the_snapshot_manifest():

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from corpus.export.units import ExportUnit
+from corpus.formats.block_layout import shard_block_layout
 from corpus.formats.megatron import IndexedShard, read_block_file
 from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import text_digest
@@ -54,22 +55,22 @@ class BlockCheck:
 
     def __init__(self, root: Path, shard: SnapshotShard, tokens: np.ndarray) -> None:
         self.bytes = tokens.view(np.uint8) if tokens.size else np.zeros(0, np.uint8)
-        self.size = shard.block_size
+        self.layout = shard_block_layout(root, shard) if shard.blocks_sha256 else None
         self.digests = None
-        if shard.blocks_sha256:
+        if self.layout is not None:
             self.digests = read_block_file(root / shard.files["blocks"], shard.blocks_sha256)
         self.checked: set[int] = set()
         self.name = Path(shard.path).name
 
     def check(self, lo: int, hi: int) -> None:
         """Bytes [lo, hi) of the shard are about to be exported."""
-        if self.digests is None or hi <= lo:
+        if self.digests is None or self.layout is None:
             return
-        for b in range(lo // self.size, (hi - 1) // self.size + 1):
+        for b in self.layout.covering(lo, hi):
             if b in self.checked:
                 continue
-            block = self.bytes[b * self.size : (b + 1) * self.size]
-            if hashlib.sha256(block).digest() != bytes(self.digests[b]):
+            start, end = self.layout.span(b)
+            if hashlib.sha256(self.bytes[start:end]).digest() != bytes(self.digests[b]):
                 raise UserError(f"{self.name}: block {b} does not match its digest (the shard has changed)")
             self.checked.add(b)
 

@@ -107,10 +107,12 @@ class SnapshotShard:
     # the sha256 of each ``block_size``-byte block of the .bin, so a reader verifies only what it reads:
     # in the shard's ``.blocks`` file (``files["blocks"]``, whose sha256 is ``blocks_sha256``), or listed
     # here (``block_sha256``) in a snapshot written before the file. Neither (block_size 0) in a
-    # snapshot without block digests: readers check the whole file.
+    # snapshot without block digests: readers check the whole file. ``block_layout``: where the blocks lie
+    # (corpus.formats.block_layout: "" fixed blocks over the file, "documents" each document's own).
     block_size: int = 0
     block_sha256: tuple[str, ...] = ()
     blocks_sha256: str = ""
+    block_layout: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "block_sha256", tuple(self.block_sha256))  # JSON gives a list
@@ -120,6 +122,8 @@ class SnapshotShard:
         # keys a shard does not use are left out, so snapshots of each earlier form keep their id
         if not self.blocks_sha256:
             del d["blocks_sha256"]
+        if not self.block_layout:
+            del d["block_layout"]
         if not self.block_sha256:
             del d["block_sha256"]
         else:

@@ -106,6 +106,7 @@ def _link_shards(ws: Path, ws_facts: WriteShardsFacts, snap: Path) -> list[Snaps
                 files=files,
                 block_size=meta["block_size"],
                 blocks_sha256=meta["blocks_sha256"],
+                block_layout=meta.get("block_layout", ""),
             )
         )
     return shards

@@ -23,8 +23,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from corpus.formats.block_layout import BlockLayout, LayoutHasher, shard_block_layout
 from corpus.formats.docshard import atomic_write_bytes
-from corpus.formats.megatron import BlockHasher, block_file_bytes, read_index
+from corpus.formats.megatron import block_file_bytes, read_index
 from corpus.model.digest import canonical_json, sha256_hex
 from corpus.model.errors import UserError
 from corpus.version.open import Version
@@ -94,10 +95,13 @@ def _zeroed(chunk: bytearray, at: int, ranges: tuple[tuple[int, int], ...]) -> N
             chunk[a - at : b - at] = bytes(b - a)
 
 
-def plan_rewrite(name: str, bin_path: Path, ranges: list[tuple[int, int]], block_size: int) -> Rewrite:
-    """Read the shard once: its digest now, and its digests (whole file and blocks) once zeroed."""
+def plan_rewrite(
+    name: str, bin_path: Path, ranges: list[tuple[int, int]], layout: BlockLayout | None
+) -> Rewrite:
+    """Read the shard once: its digest now, and its digests (whole file and ``layout``'s blocks) once
+    zeroed."""
     now, after = hashlib.sha256(), hashlib.sha256()
-    blocks = BlockHasher(block_size) if block_size > 0 else None
+    blocks = LayoutHasher(layout) if layout is not None else None
     spans = tuple(sorted(ranges))
     with open(bin_path, "rb") as f:
         at = 0
@@ -151,7 +155,9 @@ def plan_takedown(
                 f"shard {name} lists its block digests in the manifest (an old build): rebuild it"
             )
         ranges = byte_ranges(version.base_dir / shard.files["idx"], [i for i, _ in located[name]])
-        rewrite = plan_rewrite(name, version.base_dir / shard.path, ranges, shard.block_size)
+        rewrite = plan_rewrite(
+            name, version.base_dir / shard.path, ranges, shard_block_layout(version.base_dir, shard)
+        )
         if rewrite.sha256_now not in (shard.sha256, rewrite.sha256_after):
             raise UserError(f"shard {name}'s bytes are not the ones {version.dir} reads (digests differ)")
         prefix = f"{PurePosixPath(shard.path).parent}/{name}.{rewrite.sha256_after[:16]}"

@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from corpus.formats.block_layout import DOCUMENTS, DocumentBlockHasher
 from corpus.formats.doc_index import DOC_ID_CHARS
 from corpus.formats.docshard import iter_docs
-from corpus.formats.megatron import BLOCK_SIZE, BlockHasher, block_file_bytes, index_bytes, read_index
+from corpus.formats.megatron import BLOCK_SIZE, block_file_bytes, index_bytes, read_index
 from corpus.formats.metadata import METADATA_SUFFIX, MetadataWriter
 from corpus.formats.partitions import npy_bytes
 from corpus.model import Document
@@ -126,14 +127,15 @@ class DocumentReader:
 
 
 class _BlockHashed:
-    """A part's .bin: the part writer hashes the whole file; this adds the per-block digests."""
+    """A part's .bin, written a document at a time: the part writer hashes the whole file; this adds the
+    digests of each document's blocks (the documents layout: a reader of some documents hashes them only)."""
 
-    def __init__(self, out: Any, blocks: BlockHasher) -> None:
+    def __init__(self, out: Any, blocks: DocumentBlockHasher) -> None:
         self.out = out
         self.blocks = blocks
 
     def write(self, data: bytes) -> None:
-        self.blocks.update(data)
+        self.blocks.add_document(data)
         self.out.write(data)
 
 
@@ -257,7 +259,7 @@ def write_shard(
     bucket = name.rsplit("-", 1)[0]
     dtype = tok.token_dtype
     itemsize = np.dtype(dtype).itemsize
-    bin_hash = BlockHasher(BLOCK_SIZE)
+    bin_hash = DocumentBlockHasher(BLOCK_SIZE)
     bin_out = writer.open(".bin")
     bin_file = _BlockHashed(bin_out, bin_hash)
     lineage = writer.open(".jsonl")
@@ -308,6 +310,7 @@ def write_shard(
         "token_dtype": dtype,
         "sha256": bin_out.hexdigest(),
         "block_size": BLOCK_SIZE,  # the loader verifies what it reads, block by block
+        "block_layout": DOCUMENTS,  # each document's bytes in blocks of at most block_size
         "blocks_sha256": sha256_hex(blocks),  # the block digests themselves: the .blocks file
         "idx_sha256": sha256_hex(idx),
         "lineage_sha256": lineage.hexdigest(),

@@ -41,7 +41,7 @@ from runtime.runner import Stage, StageContext, StageError
 
 class WriteShards(Stage):
     name = "write_shards"
-    version = "10"  # what each version changed: docs/snapshot.md, "Stage versions"
+    version = "11"  # what each version changed: docs/snapshot.md, "Stage versions"
     Config = WriteShardsConfig
 
     def __init__(self, config: WriteShardsConfig) -> None:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.formats.megatron import BLOCK_SIZE, block_digests, block_file_bytes, write_indexed_shard
+from corpus.formats.block_layout import FIXED, BlockLayout, LayoutHasher
+from corpus.formats.megatron import BLOCK_SIZE, block_file_bytes, write_indexed_shard
 from corpus.formats.metadata import metadata_table, write_metadata
 from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import file_sha256
@@ -99,12 +100,14 @@ def write_snapshot(
     block_size: int = BLOCK_SIZE,
     lineage: bool = False,
     inline_block_digests: bool = False,
+    block_layout: str = FIXED,
 ) -> SnapshotManifest:
     """Write ``buckets`` (bucket -> shards -> documents) under ``root`` and its manifest.json.
 
-    Shards carry block digests of ``block_size`` bytes in a ``.blocks`` file, as write_shards writes
-    them (``inline_block_digests``: listed in the manifest, as snapshots did before the file);
-    ``block_size=0`` writes a manifest as snapshots did before block digests (whole-file sha256 only).
+    Shards carry block digests of ``block_size`` bytes in a ``.blocks`` file (``inline_block_digests``:
+    listed in the manifest, as snapshots did before the file), fixed blocks over the file as write_shards
+    wrote them before version 11, or each document's own (``block_layout="documents"``, as it writes them
+    now); ``block_size=0`` writes a manifest as snapshots did before block digests (whole-file sha256 only).
     ``lineage``: also the lineage files ``corpus trace`` reads.
     """
     root.mkdir(parents=True, exist_ok=True)
@@ -124,7 +127,20 @@ def write_snapshot(
             meta.write_text(
                 json.dumps({"metadata_sha256": file_sha256(root / "metadata" / f"{name}.parquet")})
             )
-            digests = block_digests(bin_path, block_size) if block_size else []
+            digests = []
+            if block_size:
+                offsets = np.cumsum([0] + [d.nbytes for d in docs[:-1]]) if docs else np.zeros(0, np.int64)
+                layout = BlockLayout.of(
+                    block_layout,
+                    block_size,
+                    bin_path.stat().st_size,
+                    offsets,
+                    [d.shape[0] for d in docs],
+                    np.dtype(dtype).itemsize,
+                )
+                hasher = LayoutHasher(layout)
+                hasher.update(bin_path.read_bytes())
+                digests = hasher.block_digests()
             blocks: dict[str, str] = {}
             if block_size and not inline_block_digests:
                 prefix.with_suffix(".blocks").write_bytes(block_file_bytes(digests))
@@ -146,6 +162,7 @@ def write_snapshot(
                     block_size=block_size,
                     block_sha256=tuple(digests) if inline_block_digests else (),
                     blocks_sha256=file_sha256(root / blocks["blocks"]) if blocks else "",
+                    block_layout=block_layout if block_size else FIXED,
                 )
             )
     manifest = SnapshotManifest(
@@ -169,10 +186,11 @@ def write_id_snapshot(
     tokenizer: dict | None = None,
     lineage: bool = False,
     inline_block_digests: bool = False,
+    block_layout: str = FIXED,
 ) -> SnapshotManifest:
     """Shards whose tokens are the distinct ids 1, 2, 3, ... (documents of random length); ``tokenizer``:
     more facts for the manifest's tokenizer (a ``sha256`` for a recipe to be pinned to); ``lineage``: write
-    lineage files too; ``inline_block_digests``: as :func:`write_snapshot`."""
+    lineage files too; ``inline_block_digests``, ``block_layout``: as :func:`write_snapshot`."""
     rng = np.random.default_rng(seed)
     next_id = 1
     buckets: dict[str, list[list[np.ndarray]]] = {}
@@ -194,6 +212,7 @@ def write_id_snapshot(
         block_size=block_size,
         lineage=lineage,
         inline_block_digests=inline_block_digests,
+        block_layout=block_layout,
     )
 
 

@@ -27,6 +27,8 @@ from snapshot_factory import (
 )
 
 import loader.faults as faults
+from corpus.formats.block_layout import DOCUMENTS
+from corpus.formats.megatron import read_index
 from corpus.model.errors import UserError
 from loader import SnapshotLoader, load_manifest
 from loader.faults import ShardUnavailable
@@ -89,6 +91,41 @@ def test_a_bad_block_is_found_by_its_reader_and_nothing_of_it_is_delivered(tmp_p
     assert (
         drain([make(root, r, 2, max_skip_fraction=0.5) for r in range(2)]) == got
     )  # a replay reads the same
+
+
+def test_a_bad_byte_in_a_document_block_is_found_by_its_reader_and_nothing_of_it_is_delivered(tmp_path):
+    """write_shards' layout (each document's own blocks): the block holding a changed byte is found when a
+    reader first reads from it, its shard is skipped from then on and none of its tokens are delivered."""
+    good = tmp_path / "good"
+    manifest = write_id_snapshot(
+        good, {"web": 4}, docs_per_shard=(10, 12), block_size=64, block_layout=DOCUMENTS
+    )
+    assert all(s.block_layout == DOCUMENTS for s in manifest.shards)
+    fixed = tmp_path / "fixed"
+    write_id_snapshot(fixed, {"web": 4}, docs_per_shard=(10, 12), block_size=64)
+    assert drain([make(good, r, 2) for r in range(2)]) == drain([make(fixed, r, 2) for r in range(2)])
+    root = tmp_path / "bad"
+    shutil.copytree(good, root)
+    bad = 1
+    index = read_index(good / manifest.shards[bad].files["idx"])
+    doc = 4
+    at = int(index.offsets[doc]) + 4 * (int(index.lengths[doc]) // 2)  # inside document 4
+    path = root / manifest.shards[bad].path
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x40
+    path.write_bytes(bytes(data))
+    tokens = np.fromfile(good / manifest.shards[bad].path, dtype=np.int32)
+    block = (at - int(index.offsets[doc])) // 64 * 16 + int(
+        index.offsets[doc]
+    ) // 4  # its block's first token
+    block_ids = set(
+        tokens[block : min(block + 16, (int(index.offsets[doc]) // 4) + int(index.lengths[doc]))].tolist()
+    )
+    loaders = [make(root, r, 2, max_skip_fraction=0.5) for r in range(2)]
+    got = drain(loaders)
+    assert not block_ids & set(got)
+    assert any(bad in ld.store.skipped for ld in loaders)
+    assert sum(got.values()) == sum(expected_tokens(good, manifest, {"web": 1}).values())
 
 
 def test_block_digests_are_read_from_the_shards_a_rank_reads_and_a_tampered_list_skips_its_shard(tmp_path):

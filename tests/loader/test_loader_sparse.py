@@ -2,7 +2,8 @@
 step's touching ranges of a shard are one request; the stream delivered is the same either way.
 
 Bytes are counts, not timings: ``bytes_read`` is what the read requests covered, ``bytes_hashed`` what the
-block checks hashed (a block is hashed whole, so with 4 MiB blocks a sparse version still hashes them all).
+block checks hashed (a block is hashed whole, so with fixed 4 MiB blocks a sparse version still hashes them
+all; with write_shards' blocks, each document's own, it hashes its documents).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from snapshot_factory import write_id_snapshot
 from test_loader_versions import make_version
 
+from corpus.formats.block_layout import DOCUMENTS, FIXED
 from corpus.formats.megatron import read_index
 from corpus.version.open import open_version
 from loader import SnapshotLoader
@@ -54,15 +56,21 @@ def one_epoch(version_dir: Path, **kw) -> tuple[dict, list[np.ndarray]]:
     return metrics, batches
 
 
-@pytest.fixture(scope="module", params=[64, 4 << 20], ids=["64-byte-blocks", "4MiB-blocks"])
-def ten_percent(request, tmp_path_factory) -> tuple[Path, int]:
+@pytest.fixture(
+    scope="module",
+    params=[(64, FIXED), (4 << 20, FIXED), (4 << 20, DOCUMENTS)],
+    ids=["64-byte-blocks", "4MiB-blocks", "4MiB-document-blocks"],
+)
+def ten_percent(request, tmp_path_factory) -> tuple[Path, tuple[int, str]]:
     root = tmp_path_factory.mktemp("sparse")
+    block_size, layout = request.param
     write_id_snapshot(
         root / "snap",
         {"web": 2, "wiki": 2},
         doc_len=(150, 300),
         docs_per_shard=(200, 300),
-        block_size=request.param,
+        block_size=block_size,
+        block_layout=layout,
     )
     return make_version(root / "snap", root / "v", TEN_PERCENT), request.param
 
@@ -77,13 +85,13 @@ def test_a_ten_percent_version_reads_at_most_1_2_bytes_per_selected_byte(ten_per
     assert selected <= metrics["bytes_read"] <= 1.2 * selected
 
 
-def test_block_checks_hash_whole_blocks_so_only_small_blocks_keep_a_version_sparse(ten_percent):
-    version, block_size = ten_percent
+def test_block_checks_hash_whole_blocks_so_small_or_document_blocks_keep_a_version_sparse(ten_percent):
+    version, (block_size, layout) = ten_percent
     selected = selected_bytes(version)
     metrics, _ = one_epoch(version, prefetch_steps=0)
-    if block_size == 64:
-        assert metrics["bytes_hashed"] <= 1.2 * selected
-    else:  # every 4 MiB block holds selected documents: the whole shard is hashed
+    if block_size == 64 or layout == DOCUMENTS:  # a selected document's blocks hold nothing else
+        assert selected <= metrics["bytes_hashed"] <= 1.2 * selected
+    else:  # every fixed 4 MiB block holds selected documents: the whole shard is hashed
         assert metrics["bytes_hashed"] >= 5 * selected
 
 

@@ -20,6 +20,7 @@ from snapshot_factory import CAPS, consume, write_id_snapshot
 from test_loader_versions import SELECTION, doc_tokens, make, make_version
 
 from cli.main import main as corpus
+from corpus.formats.block_layout import DOCUMENTS
 from corpus.formats.megatron import read_index
 from corpus.version.open import open_version
 
@@ -27,7 +28,7 @@ from corpus.version.open import open_version
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("takedown") / "snap"
-    write_id_snapshot(root, {"code": 3, "web": 7, "wiki": 5})
+    write_id_snapshot(root, {"code": 3, "web": 7, "wiki": 5}, block_layout=DOCUMENTS)  # as write_shards
     return root
 
 
