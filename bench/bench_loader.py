@@ -44,9 +44,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from corpus.formats.block_layout import DOCUMENTS, DocumentBlockHasher  # noqa: E402
 from corpus.formats.megatron import (  # noqa: E402
     BLOCK_SIZE,
-    block_digests,
     block_file_bytes,
     write_indexed_shard,
 )
@@ -72,8 +72,11 @@ def write_bench_snapshot(
             flat = rng.integers(1, 50_000, size=int(lengths.sum()), dtype=np.uint16)
             docs = np.split(flat, np.cumsum(lengths)[:-1])
             bin_path, idx_path = write_indexed_shard(root / bucket / f"{bucket}-{n:04d}", docs, "uint16")
-            blocks = bin_path.with_suffix(".blocks")
-            blocks.write_bytes(block_file_bytes(block_digests(bin_path, BLOCK_SIZE)))
+            blocks = bin_path.with_suffix(".blocks")  # each document's own blocks, as write_shards writes
+            hasher = DocumentBlockHasher(BLOCK_SIZE)
+            for doc in docs:
+                hasher.add_document(doc.tobytes())
+            blocks.write_bytes(block_file_bytes(hasher.block_digests()))
             shards.append(
                 SnapshotShard(
                     str(bin_path.relative_to(root)),
@@ -84,10 +87,15 @@ def write_bench_snapshot(
                     {"idx": str(idx_path.relative_to(root)), "blocks": str(blocks.relative_to(root))},
                     BLOCK_SIZE,
                     blocks_sha256=file_sha256(blocks),
+                    block_layout=DOCUMENTS,
                 )
             )
     for name, with_blocks in (("manifest.json", True), ("manifest-legacy.json", False)):
-        listed = shards if with_blocks else [replace(s, block_size=0, blocks_sha256="") for s in shards]
+        listed = (
+            shards
+            if with_blocks
+            else [replace(s, block_size=0, blocks_sha256="", block_layout="") for s in shards]
+        )
         manifest = SnapshotManifest(
             tuple(listed),
             {"bench": {"version": "1"}},
