@@ -26,7 +26,7 @@ from tests.conftest import ROOT, run_corpus
 
 P = 5
 LABEL = "a" * 64
-KINDS = ("recrawl", "band", "exact")
+KINDS = ("recrawl", "lines", "band", "exact")
 #: the config a minhash_dedup manifest records: what defines the band index's keys
 MINHASH_CONFIG = {"num_perm": 112, "bands": 14, "rows": 8, "seed": 0, "ngram": 5}
 
@@ -60,17 +60,19 @@ def tree(root: Path) -> dict[str, str]:
 
 def part_rows(kind: str, seed: int) -> np.ndarray:
     """One stage part's records: 2,000 random keys, the first 300 also keys of part 0 (other values: the
-    smallest value of a key is kept), in random order."""
+    smallest value of a key is kept, or the lines kind's counts summed), in random order."""
     r = np.random.default_rng(seed)
-    width = dedup_keys.KINDS[kind].record["key"].itemsize
-    keys = r.integers(0, 256, (2000, width), dtype=np.uint8)
-    keys[:300] = np.random.default_rng(100).integers(0, 256, (2000, width), dtype=np.uint8)[:300]
-    return dedup_keys.records(kind, keys, r.integers(0, 256, (2000, 16), dtype=np.uint8))
+    k = dedup_keys.KINDS[kind]
+    keys = r.integers(0, 256, (2000, k.key_bytes), dtype=np.uint8)
+    keys[:300] = np.random.default_rng(100).integers(0, 256, (2000, k.key_bytes), dtype=np.uint8)[:300]
+    if k.sums:
+        return dedup_keys.records(kind, keys, dedup_keys.count_values(r.integers(1, 1000, 2000)))
+    return dedup_keys.records(kind, keys, r.integers(0, 256, (2000, k.value_bytes), dtype=np.uint8))
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> Path:
-    """A build at its last step: empty indexes of P partitions, and ingest's, minhash_dedup's and
+    """A build at its last step: empty indexes of P partitions, and ingest's, line_dedup's, minhash_dedup's and
     exact_dedup's manifests listing three index_records artifacts each."""
     out = tmp_path_factory.mktemp("commit") / "build"
     for kind, stage, params in pipeline.COMMITTED_INDEXES:
