@@ -32,7 +32,7 @@ from corpus.model.annotations import BYTES_REMOVED, LINES_REMOVED
 from corpus.model.layout import INDEX_RECORDS, base_build_of, build_dir_of_stage, stage_dir
 from corpus.model.manifest import read_stage_manifest
 from corpus.text.normalize import KEY_VERSION, line_key
-from runtime.against_base import AgainstBase
+from runtime.against_base import PROBE_BATCH, AgainstBase
 from runtime.global_phase import PART_ROWS, GlobalPhase, PartWriter, global_phase_key, part_count
 from runtime.input_shard import InputShard
 from runtime.runner import Stage, StageContext, assign, remove_stale_artifacts
@@ -376,7 +376,9 @@ class KeyTotals:
     limit (8 bytes each, big-endian: the key's own bytes, so the file is sorted). ``own``: this build's
     counts as the lines index's records (inside a build that keeps indexes); ``base``: the base's lines
     index, whose counts (summed over the builds before this one) are added to each total before it is
-    judged."""
+    judged. Against a base, totals wait until :data:`PROBE_BATCH` keys are held, then are probed at once
+    (each probe reads the Bloom filter of every index partition its keys fall in: once per batch of keys,
+    not once per batch the exchange delivers)."""
 
     def __init__(
         self, out: Any, limit: int, own: RecordsFile | None = None, base: BaseGenerations | None = None
@@ -385,6 +387,8 @@ class KeyTotals:
         self.distinct = self.frequent = self.in_base = 0
         self._key: int | None = None
         self._sum = 0
+        self._held: list[tuple[np.ndarray, np.ndarray]] = []  # totals waiting for the base's counts
+        self._held_keys = 0
 
     def add(self, keys: np.ndarray, counts: np.ndarray) -> None:
         if not keys.shape[0]:
@@ -402,17 +406,34 @@ class KeyTotals:
         if self._key is not None:
             self._emit(np.array([self._key], dtype=np.uint64), np.array([self._sum], dtype=np.uint64))
             self._key = None
+        self._judge_held()
 
     def _emit(self, keys: np.ndarray, sums: np.ndarray) -> None:
         if not keys.shape[0]:
             return
-        as_bytes = np.ascontiguousarray(keys.astype(_KEY_DTYPE)).view("V8")
         if self.own is not None:
+            as_bytes = np.ascontiguousarray(keys.astype(_KEY_DTYPE)).view("V8")
             self.own.write_rows(records("lines", as_bytes, count_values(sums)))
-        if self.base is not None:
-            found = self.base.index.probe(as_bytes)
-            self.in_base += int(np.count_nonzero(found.found))
-            sums = sums + counts_of(found.values)
+        if self.base is None:
+            self._judge(keys, sums)
+            return
+        self._held.append((keys, sums))
+        self._held_keys += int(keys.shape[0])
+        if self._held_keys >= PROBE_BATCH:
+            self._judge_held()
+
+    def _judge_held(self) -> None:
+        """The held totals with the base's counts added, judged (in key order, as they came)."""
+        if not self._held:
+            return
+        keys = np.concatenate([k for k, _ in self._held])
+        sums = np.concatenate([s for _, s in self._held])
+        self._held, self._held_keys = [], 0
+        found = self.base.index.probe(np.ascontiguousarray(keys.astype(_KEY_DTYPE)).view("V8"))
+        self.in_base += int(np.count_nonzero(found.found))
+        self._judge(keys, sums + counts_of(found.values))
+
+    def _judge(self, keys: np.ndarray, sums: np.ndarray) -> None:
         frequent = keys[sums > self.limit]
         self.out.write(frequent.astype(_KEY_DTYPE).tobytes())
         self.distinct += int(keys.shape[0])

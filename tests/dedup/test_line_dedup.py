@@ -163,6 +163,52 @@ def test_counts_of_a_key_split_across_batches_are_summed_before_the_limit_is_app
     assert (totals.distinct, totals.frequent) == (4, 2)
 
 
+def test_against_a_base_totals_add_the_bases_counts_and_are_probed_a_batch_of_keys_at_a_time(
+    tmp_path, monkeypatch
+):
+    """KeyTotals with a base: each key's total is this build's count plus the base index's (summed over its
+    generations), judged against the limit in key order as without a base; the totals wait until
+    PROBE_BATCH keys are held, so the index is probed once per batch of keys, not per exchange batch."""
+    import io
+
+    from corpus.formats import dedup_index, dedup_keys
+    from hpc_jobs.line_dedup import stage as line_stage
+
+    def rows(keys, counts):
+        as_bytes = np.ascontiguousarray(np.asarray(keys, np.uint64).astype(">u8")).view("V8")
+        return dedup_keys.records("lines", as_bytes, dedup_keys.count_values(np.asarray(counts)))
+
+    rng = np.random.default_rng(3)
+    keys = np.unique(rng.integers(0, 2**64 - 1, 400, dtype=np.uint64))
+    mine = rng.integers(1, 4, len(keys)).astype(np.uint64)
+    in_base = keys[::3]
+    index = dedup_index.PersistentIndex.create(tmp_path / "lines", "lines", dedup_keys.line_key_params(), 4)
+    index = index.add_generation("march", [rows(in_base, np.full(len(in_base), 2))])
+    index = index.add_generation("may", [rows(in_base[::2], np.full(len(in_base[::2]), 1))])
+    base = dedup_index.BaseGenerations(index, "digest")
+    probes = []
+    probe = dedup_index.PersistentIndex.probe
+    monkeypatch.setattr(
+        dedup_index.PersistentIndex,
+        "probe",
+        lambda self, k, **kw: probes.append(len(k)) or probe(self, k, **kw),
+    )
+    monkeypatch.setattr(line_stage, "PROBE_BATCH", 100)
+    out = io.BytesIO()
+    totals = line_stage.KeyTotals(out, limit=3, base=base)
+    for at in range(0, len(keys), 7):  # exchange batches of 7 keys, each key's count sent in two rows
+        k, c = keys[at : at + 7], mine[at : at + 7]
+        totals.add(np.repeat(k, 2), np.repeat(c, 2))
+    totals.finish()
+    before = np.zeros(len(keys), np.uint64)
+    before[::3] += 2
+    before[::6] += 1
+    expected = keys[2 * mine + before > 3]
+    assert np.frombuffer(out.getvalue(), dtype=">u8").tolist() == expected.tolist()
+    assert (totals.distinct, totals.frequent, totals.in_base) == (len(keys), len(expected), len(in_base))
+    assert len(probes) <= len(keys) // 100 + 2 and sum(probes) == len(keys)
+
+
 def test_the_pre_summing_table_counts_every_key_and_stays_within_its_capacity():
 
     from hpc_jobs.line_dedup.stage import KeyCounts
