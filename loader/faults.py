@@ -201,15 +201,16 @@ class ShardStore:
             )
         if shard.path in self._index_ok:
             return ""
+        index_reason = None  # checked before the blocks where their layout is the index's
         if shard.block_sha256 or shard.blocks_sha256:
             try:
                 digests = self._block_digests(i)
             except (OSError, ValueError) as e:
                 return f"block digests: {e}"
             if shard.block_layout:  # the documents layout's blocks are the index's: it must be sound
-                reason = check_index(opened)
-                if reason:
-                    return reason
+                index_reason = check_index(opened)
+                if index_reason:
+                    return index_reason
             n_blocks = self._layout(i, opened).count if shard.block_size > 0 else -1
             if n_blocks != len(digests):
                 layout = f" ({shard.block_layout} layout)" if shard.block_layout else ""
@@ -221,7 +222,7 @@ class ShardStore:
             self.bytes_hashed += opened.bin_size
             if file_sha256(self.paths(i)[0]) != shard.sha256.removeprefix("sha256:"):
                 return "sha256 mismatch"
-        reason = check_index(opened)
+        reason = check_index(opened) if index_reason is None else index_reason
         if not reason:
             self._index_ok.add(shard.path)
         return reason

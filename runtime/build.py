@@ -107,15 +107,13 @@ def _fixed_params(params: Callable[[], dict[str, Any]]) -> Callable[[StageManife
 #: its generation labelled with the build is what makes the build a complete base
 #: (:meth:`BaseBuild.open`), so it implies every other kind's.
 COMMITTED_INDEXES: tuple[tuple[str, str, Callable[[StageManifest], dict[str, Any]]], ...] = (
-    (
-        "recrawl",
-        "ingest",
-        _fixed_params(recrawl_key_params),
-    ),  # ingest's kept fetches: (URL, raw digest) -> date
+    ("recrawl", "ingest", _fixed_params(recrawl_key_params)),  # kept fetches: (URL, raw digest) -> date
     ("lines", "line_dedup", _fixed_params(line_key_params)),  # line_dedup's line keys -> documents
     ("band", "minhash_dedup", band_index_params),  # minhash_dedup's band keys -> cluster id
     ("exact", "exact_dedup", _fixed_params(exact_key_params)),  # exact_dedup's groups: text key -> keeper
 )
+#: the kinds whose keys the code alone defines, and their parameters (the band index's are its stage's)
+FIXED_PARAMS = {"recrawl": recrawl_key_params, "lines": line_key_params, "exact": exact_key_params}
 #: kind -> (stage, key parameters), as above
 COMMITTED = {kind: (stage, params) for kind, stage, params in COMMITTED_INDEXES}
 #: the kinds a build against a base forks from the base's
@@ -308,7 +306,7 @@ class BaseBuild:
             )
         for kind in LATER_KINDS:  # one it has must hold this build's keys (one it lacks: started empty)
             try:
-                PersistentIndex.open(dedup_index_dir(path, kind), kind, COMMITTED[kind][1](None))
+                PersistentIndex.open(dedup_index_dir(path, kind), kind, FIXED_PARAMS[kind]())
             except FileNotFoundError:
                 pass
             except IndexMismatch as e:
@@ -351,9 +349,8 @@ def _start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) -
             raise UserError(
                 f"{out} was built against base {recorded['base']}: build it with --base again, or into a new directory"
             )
-        _own_index(dedup_index_dir(out, "exact"), "exact", exact_key_params(), settings)
-        _own_index(dedup_index_dir(out, "recrawl"), "recrawl", recrawl_key_params(), settings)
-        _own_index(dedup_index_dir(out, "lines"), "lines", line_key_params(), settings)
+        for kind, params in FIXED_PARAMS.items():
+            _own_index(dedup_index_dir(out, kind), kind, params(), settings)
         return
     record = {
         "base": os.path.relpath(base.path.resolve(), out.resolve()),
@@ -374,7 +371,7 @@ def _start_indexes(out: Path, base: BaseBuild | None, settings: IndexSettings) -
         if kind in LATER_KINDS and not (dedup_index_dir(base.path, kind) / CURRENT).exists():
             say(f"base {base.path} has no {kind} index (built before builds kept one): {LATER_KINDS[kind]}")
             PersistentIndex.create(
-                root, kind, COMMITTED[kind][1](None), base.exact.partitions, bloom_spec=base.exact.bloom_spec
+                root, kind, FIXED_PARAMS[kind](), base.exact.partitions, bloom_spec=base.exact.bloom_spec
             )
         else:  # a kill during a fork leaves no CURRENT: fork again
             PersistentIndex.open(dedup_index_dir(base.path, kind)).fork(root)

@@ -28,7 +28,7 @@ from corpus.formats.dedup_files import (
     part_name,
     write_bytes,
 )
-from corpus.formats.dedup_keys import KINDS, key_hash, sort_words, sum_values
+from corpus.formats.dedup_keys import KINDS, count_values, counts_of, key_hash, sort_words, sum_values
 
 if TYPE_CHECKING:
     from corpus.formats.dedup_index import PendingGeneration
@@ -96,9 +96,7 @@ class _Output:
         kept["value"] = sum_values(rows["value"], starts)
         if self.held is not None:
             if bool((keys[0] == self.last).all()):
-                kept[:1]["value"] = sum_values(
-                    np.concatenate([self.held, kept[:1]])["value"], np.zeros(1, int)
-                )
+                kept[:1]["value"] = count_values(counts_of(self.held["value"]) + counts_of(kept[:1]["value"]))
             else:
                 self._write(self.held)
         self._write(kept[:-1])

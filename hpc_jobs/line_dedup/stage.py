@@ -267,13 +267,6 @@ class LineDedupStage(Stage):
         return {"normalization_version": KEY_VERSION, **self._phase.facts}
 
 
-@dataclass(frozen=True)
-class _Part:
-    """A lines part as a unit whose ``name`` its artifacts carry."""
-
-    name: str
-
-
 def counted_docs(stage_directory: Path, base: BaseGenerations) -> int:
     """The documents of the builds before this one whose line counts ``base`` holds (each build's
     line_dedup ``extra.docs``, found through the chain of bases by the generation labels): a line's
@@ -306,10 +299,13 @@ def _count_rows(keys: np.ndarray, counts: np.ndarray, parts: int) -> np.ndarray:
     rows = np.empty(len(keys), dtype=LINE_ROW)
     rows["key"] = keys
     rows["count"] = counts
-    rows["part"] = (((keys >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32)).astype(
-        np.int64
-    )  # key_part
+    rows["part"] = key_parts(keys, parts)
     return rows
+
+
+def key_parts(keys: np.ndarray, parts: int) -> np.ndarray:
+    """:func:`key_part` of each key (native uint64 holding the key's big-endian bytes)."""
+    return (((keys >> np.uint64(32)) * np.uint64(parts)) >> np.uint64(32)).astype(np.int64)
 
 
 class KeyCounts:
