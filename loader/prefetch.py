@@ -57,10 +57,7 @@ def read_segments(store: ShardStore, segments: Segments, metrics: LoaderMetrics)
         t0 = time.perf_counter()
         store.fetch(shard, a, b)
         metrics.record_read(time.perf_counter() - t0)
-    return tuple(
-        tuple(part for shard, a, b in ranges for part in store.read(shard, a, b, fetched=True))
-        for ranges in segments
-    )
+    return tuple(store.read_fetched(ranges) for ranges in segments)
 
 
 @dataclass(frozen=True)

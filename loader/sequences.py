@@ -47,17 +47,21 @@ class _StreamStarts:
             starts + np.arange(lo, hi, step, dtype=np.int64)[: starts.shape[0]] if self.append_eos else starts
         )
 
-    def window(self, w: int) -> tuple[np.ndarray, list[int], list[int]]:
-        """Documents ``[w·SAMPLE, (w+1)·SAMPLE)``: their stream starts (as an array and a list) and lengths."""
+    def window(self, w: int) -> tuple[np.ndarray, list[int], list[int], np.ndarray]:
+        """Documents ``[w·SAMPLE, (w+1)·SAMPLE)``: their stream starts (as an array and a list), lengths,
+        and stream ends (where each one's appended EOS goes)."""
         got = self._windows.get(w)
         if got is None:
             if len(self._windows) >= self.KEEP:
                 self._windows.clear()
             lo, hi = w * self.SAMPLE, min((w + 1) * self.SAMPLE, self.n)
-            starts = self.range(lo, hi)
-            got = (starts, starts.tolist(), np.asarray(self.lengths[lo:hi], dtype=np.int64).tolist())
+            got = self._coordinates(lo, hi)
             self._windows[w] = got
         return got
+
+    def _coordinates(self, lo: int, hi: int) -> tuple[np.ndarray, list[int], list[int], np.ndarray]:
+        starts, lengths = self.range(lo, hi), np.asarray(self.lengths[lo:hi], dtype=np.int64)
+        return starts, starts.tolist(), lengths.tolist(), starts + lengths
 
     def search(self, pos: int, side: str) -> int:
         """``bisect_right`` (side "right") or ``bisect_left`` ("left") of ``pos`` in the stream starts."""
@@ -66,15 +70,14 @@ class _StreamStarts:
             return 0
         return (j - 1) * self.SAMPLE + int(self.window(j - 1)[0].searchsorted(pos, side=side))
 
-    def docs(self, lo: int, hi: int) -> tuple[np.ndarray, list[int], list[int]]:
-        """:meth:`window`'s three of documents ``[lo, hi)``."""
+    def docs(self, lo: int, hi: int) -> tuple[np.ndarray, list[int], list[int], np.ndarray]:
+        """:meth:`window`'s four of documents ``[lo, hi)``."""
         w = lo // self.SAMPLE
         if hi <= lo or (hi - 1) // self.SAMPLE != w:
-            starts = self.range(lo, hi)
-            return starts, starts.tolist(), np.asarray(self.lengths[lo:hi], dtype=np.int64).tolist()
-        starts, listed, lengths = self.window(w)
+            return self._coordinates(lo, hi)
+        starts, listed, lengths, ends = self.window(w)
         a, b = lo - w * self.SAMPLE, hi - w * self.SAMPLE
-        return starts[a:b], listed[a:b], lengths[a:b]
+        return starts[a:b], listed[a:b], lengths[a:b], ends[a:b]
 
 
 class _SelectedStarts:
@@ -133,7 +136,6 @@ class OpenShard:
         self.tokens = self.raw.view(index.dtype)
         self.num_tokens = int(self.tokens.shape[0])
         self.eos_id, self.append_eos = eos_id, append_eos
-        self._eos = np.array([eos_id], dtype=np.int64)
         self.stream_starts = _StreamStarts(index.offsets, self.lengths, self.itemsize, append_eos)
         self.stream_len = self.num_tokens + (self.num_docs if append_eos else 0)
         self.selection = None
@@ -221,7 +223,7 @@ class OpenShard:
         # documents [first, last) overlap the range
         first = max(self.stream_starts.search(start, "right") - 1, 0)
         last = self.stream_starts.search(end, "left")
-        doc_starts, listed, lengths = self.stream_starts.docs(first, last)
+        doc_starts, listed, lengths, ends = self.stream_starts.docs(first, last)
         starts = doc_starts[doc_starts >= start] - start
         if not self.append_eos:
             if check is not None and end > start:
@@ -234,15 +236,15 @@ class OpenShard:
             lo = min(max(lo, 0), self.num_tokens)
             check(lo, min(max(hi, lo), self.num_tokens))
         # documents are back to back in the .bin: the range is one slice of it, the first token at
-        # ``start - first`` (an EOS before it per earlier document), cut where an EOS goes in
-        pieces, at, filled = [], start - first, 0  # the next .bin token, positions laid out so far
-        for doc_start, n in zip(listed, lengths, strict=True):
-            if start <= doc_start + n < end:
-                k = doc_start + n - start - filled  # tokens before this EOS
-                pieces += (self.tokens[at : at + k], self._eos)
-                at, filled = at + k, filled + k + 1
-        pieces.append(self.tokens[at : at + end - start - filled])
-        return np.concatenate(pieces, dtype=np.int64), starts
+        # ``start - first`` (an EOS before it per earlier document), laid out around the EOS positions
+        eos = ends[(ends >= start) & (ends < end)] - start
+        out = np.empty(end - start, dtype=np.int64)
+        body = np.ones(end - start, dtype=bool)
+        body[eos] = False
+        at = start - first
+        out[body] = self.tokens[at : at + end - start - eos.shape[0]]
+        out[eos] = self.eos_id
+        return out, starts
 
     def _read_shuffled(
         self, start: int, end: int, check: Callable[[int, int], None] | None
@@ -329,23 +331,30 @@ def assemble_batch(
     """Tokens ``[B, L]``, boundaries and valid lengths of a step's sequences, each from its ranges. The
     boundaries are of the rows laid end to end (row i's L is row i+1's 0), sorted: every row start, range
     and document start, where each row's valid tokens end, and ``B·L`` (the batch's ``cu_seqlens``)."""
-    tokens = np.full((len(rows), seq_len), pad_id, dtype=np.int64)
+    tokens = np.empty((len(rows), seq_len), dtype=np.int64)
     flat = tokens.reshape(-1)
-    bounds = [_positions((len(rows) + 1) * seq_len)[::seq_len]]
-    ats: list[int] = []
+    ats: list[int] = []  # where each part starts, then where its row's valid tokens end
+    part_ats: list[int] = []  # each part's start again, once per document start in it
+    starts: list[np.ndarray] = []
     valid = np.empty(len(rows), dtype=np.int64)
     for r, parts in enumerate(rows):
         at = row = r * seq_len
         for toks, doc_starts in parts:
             flat[at : at + toks.shape[0]] = toks
             ats.append(at)
-            bounds.append(doc_starts + at)
+            if doc_starts.shape[0]:
+                starts.append(doc_starts)
+                part_ats += [at] * doc_starts.shape[0]
             at += toks.shape[0]
         if at - row != seq_len - pads[r]:
             raise AssertionError(f"sequence has {at - row} tokens, expected {seq_len - pads[r]}")
+        if pads[r]:
+            flat[at : row + seq_len] = pad_id
         ats.append(at)
         valid[r] = at - row
-    bounds.append(np.array(ats, dtype=np.int64))
+    bounds = [_positions((len(rows) + 1) * seq_len)[::seq_len], np.array(ats, dtype=np.int64)]
+    if starts:
+        bounds.append(np.concatenate(starts) + np.array(part_ats, dtype=np.int64))
     return tokens, np.unique(np.concatenate(bounds)), valid
 
 

@@ -75,7 +75,7 @@ def _token_at(starts, lengths: np.ndarray, pos: int) -> int:
     doc = max(starts.search(pos, "right") - 1, 0)
     if not lengths.shape[0]:
         return min(pos, 0)
-    _, (begin,), (length,) = starts.docs(doc, doc + 1)
+    _, (begin,), (length,), _ = starts.docs(doc, doc + 1)
     return begin - doc + min(pos - begin, length)
 
 
@@ -103,4 +103,5 @@ def byte_ranges(opened, start: int, end: int, gap: int) -> tuple[np.ndarray, np.
     else:
         lo = _token_at(opened.stream_starts, opened.lengths, start)
         hi = _token_at(opened.stream_starts, opened.lengths, end)
-    return coalesce(np.array([lo * size]), np.array([hi * size]), gap)
+    keep = int(hi > lo)  # one range: nothing to coalesce
+    return np.array([lo * size][:keep], dtype=np.int64), np.array([hi * size][:keep], dtype=np.int64)

@@ -18,6 +18,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from loader.sampler import (
@@ -187,12 +188,26 @@ class RankCursor:
         self.queues = {b: RankQueue(layout, plan, b, rank) for b in sorted(layout.buckets)}
         self.cursors = {b: tuple(cursors[b]) if cursors and b in cursors else (0, 0) for b in self.queues}
         self.active = {b for b in self.queues if self.queues[b].piece(self.cursors[b][0]) is not None}
+        self._chosen: tuple[Fraction, dict[str, float], set[str], str | None] | None = None
 
     def copy(self) -> RankCursor:
         """An independent cursor at the same place (the queues are immutable and shared)."""
         twin = copy.copy(self)
         twin.cursors, twin.active = dict(self.cursors), set(self.active)
         return twin
+
+    def _choose(self, point: Fraction, weights: Mapping[str, float]) -> str | None:
+        """:func:`choose_bucket`, kept while the point, the weights and the active buckets are the same
+        (a whole run: comparing an exact point with the weights' float ends is the costly part)."""
+        kept = self._chosen
+        if kept is None or kept[0] != point or kept[1] != weights or kept[2] != self.active:
+            kept = self._chosen = (
+                point,
+                dict(weights),
+                set(self.active),
+                choose_bucket(point, weights, self.active),
+            )
+        return kept[3]
 
     def take(self, bucket: str, n: int, collect: bool = True) -> tuple[list[tuple[int, int, int]], int]:
         """Advance ``bucket``'s cursor by up to ``n`` stream positions; the ranges read and how many."""
@@ -256,7 +271,7 @@ class RankCursor:
         bucket = None
         while len(out) < batch_size:
             if bucket not in self.active:  # the choice changes only when a take ends the chosen bucket
-                bucket = choose_bucket(point, weights, self.active)
+                bucket = self._choose(point, weights)
                 if bucket is None:
                     break
             if unit_end is None:
