@@ -416,19 +416,24 @@ class ShardStore:
                 self.fetch(i, start, end)
             return self._read(i, start, end)
 
-    def read_fetched(self, ranges: Sequence[tuple[int, int, int]]) -> tuple[SourcedPart, ...]:
-        """:meth:`read` of each ``(shard, start, end)`` of one sequence, already fetched, under one hold of
-        the lock; a range a kept span holds is sliced from it straight away (the step's common case: what
-        :meth:`_read` does for it, without its calls)."""
-        out: list[SourcedPart] = []
+    def read_fetched(
+        self, segments: Sequence[Sequence[tuple[int, int, int]]]
+    ) -> tuple[tuple[SourcedPart, ...], ...]:
+        """:meth:`read` of each sequence's ``(shard, start, end)`` ranges, already fetched, under one hold
+        of the lock; a range a kept span holds is sliced from it straight away (a step's common case:
+        what :meth:`_read` does for it, without its calls)."""
+        out = []
         with self.lock:
-            for i, start, end in ranges:
-                if i in self._open and i not in self.skipped and (part := self._span_part(i, start, end)):
-                    self._open.move_to_end(i)
-                    self.cache_hits += 1
-                    out.append(part)
-                else:
-                    out += self._read(i, start, end)
+            for ranges in segments:
+                parts: list[SourcedPart] = []
+                for i, start, end in ranges:
+                    if i in self._open and i not in self.skipped and (part := self._span_part(i, start, end)):
+                        self._open.move_to_end(i)
+                        self.cache_hits += 1
+                        parts.append(part)
+                    else:
+                        parts += self._read(i, start, end)
+                out.append(tuple(parts))
         return tuple(out)
 
     def _read(self, i: int, start: int, end: int) -> list[SourcedPart]:

@@ -57,7 +57,7 @@ def read_segments(store: ShardStore, segments: Segments, metrics: LoaderMetrics)
         t0 = time.perf_counter()
         store.fetch(shard, a, b)
         metrics.record_read(time.perf_counter() - t0)
-    return tuple(store.read_fetched(ranges) for ranges in segments)
+    return store.read_fetched(segments)
 
 
 @dataclass(frozen=True)

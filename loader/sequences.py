@@ -39,7 +39,7 @@ class _StreamStarts:
         self.offsets, self.lengths, self.itemsize, self.append_eos = offsets, lengths, itemsize, append_eos
         self.n = int(offsets.shape[0])
         self.sample = self.range(0, self.n, self.SAMPLE)
-        self._windows: dict[int, tuple[np.ndarray, list[int], list[int]]] = {}
+        self._windows: dict[int, tuple[np.ndarray, list[int], list[int], np.ndarray]] = {}
 
     def range(self, lo: int, hi: int, step: int = 1) -> np.ndarray:
         starts = np.asarray(self.offsets[lo:hi:step], dtype=np.int64) // self.itemsize
@@ -143,6 +143,7 @@ class OpenShard:
             self.selection = _SelectedStarts(self.lengths, index.offsets, self.itemsize, selected, append_eos)
             self.stream_len = self.selection.stream_len
         self.shuffled = shuffled  # documents read in windowed-permuted order (loader.shuffle)
+        self._plain_kept: tuple[int, int, tuple] | None = None
 
     @property
     def num_docs(self) -> int:
@@ -206,6 +207,29 @@ class OpenShard:
             within, length = pos - int(self.stream_starts.range(doc, doc + 1)[0]), int(self.lengths[doc])
         return doc, within, self.append_eos and within == length
 
+    def _plain(self, start: int, end: int) -> tuple[int, int, np.ndarray, list[int], list[int], np.ndarray]:
+        """Of the plain stream's positions ``[start, end)``: the documents ``[first, last)`` it overlaps, their
+        stream starts (array, list), lengths and where its EOS positions fall (relative to ``start``). The
+        last range asked is kept: a step's fetch asks its .bin slice, then reads the same range."""
+        kept = self._plain_kept
+        if kept is not None and kept[0] == start and kept[1] == end:
+            return kept[2]
+        first = max(self.stream_starts.search(start, "right") - 1, 0)
+        last = self.stream_starts.search(end, "left")
+        doc_starts, listed, lengths, ends = self.stream_starts.docs(first, last)
+        eos = ends[(ends >= start) & (ends < end)] - start
+        got = (first, last, doc_starts, listed, lengths, eos)
+        self._plain_kept = (start, end, got)
+        return got
+
+    def bin_slice(self, start: int, end: int) -> tuple[int, int]:
+        """The ``.bin`` tokens ``[lo, hi)`` that reading plain stream positions ``[start, end)`` copies:
+        from ``start - first`` (an EOS before it per earlier document), all but the EOS positions."""
+        if not self.append_eos:
+            return start, end
+        first, _, _, _, _, eos = self._plain(start, end)
+        return start - first, end - first - int(eos.shape[0])
+
     def read(
         self, start: int, end: int, check: Callable[[int, int], None] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -220,10 +244,7 @@ class OpenShard:
             return self._read_shuffled(start, end, check)
         if self.selection is not None:
             return self._read_selected(start, end, check)
-        # documents [first, last) overlap the range
-        first = max(self.stream_starts.search(start, "right") - 1, 0)
-        last = self.stream_starts.search(end, "left")
-        doc_starts, listed, lengths, ends = self.stream_starts.docs(first, last)
+        first, last, doc_starts, listed, lengths, eos = self._plain(start, end)
         starts = doc_starts[doc_starts >= start] - start
         if not self.append_eos:
             if check is not None and end > start:
@@ -235,9 +256,8 @@ class OpenShard:
             hi = listed[-1] - (last - 1) + min(end - 1 - listed[-1], lengths[-1] - 1) + 1
             lo = min(max(lo, 0), self.num_tokens)
             check(lo, min(max(hi, lo), self.num_tokens))
-        # documents are back to back in the .bin: the range is one slice of it, the first token at
-        # ``start - first`` (an EOS before it per earlier document), laid out around the EOS positions
-        eos = ends[(ends >= start) & (ends < end)] - start
+        # documents are back to back in the .bin: the range is one slice of it (bin_slice), laid out
+        # around the EOS positions
         out = np.empty(end - start, dtype=np.int64)
         body = np.ones(end - start, dtype=bool)
         body[eos] = False
@@ -355,7 +375,8 @@ def assemble_batch(
     bounds = [_positions((len(rows) + 1) * seq_len)[::seq_len], np.array(ats, dtype=np.int64)]
     if starts:
         bounds.append(np.concatenate(starts) + np.array(part_ats, dtype=np.int64))
-    return tokens, np.unique(np.concatenate(bounds)), valid
+    bounds = np.sort(np.concatenate(bounds))
+    return tokens, bounds[np.concatenate(([True], bounds[1:] != bounds[:-1]))], valid
 
 
 def pieces_per_row(bounds: np.ndarray, valid: np.ndarray, seq_len: int) -> np.ndarray:
@@ -375,7 +396,7 @@ def make_batch(
     """The batch of :func:`assemble_batch`'s arrays: a position counts from the last boundary at or
     before it."""
     rows, seq_len = tokens.shape
-    positions = _positions(rows * seq_len) - np.repeat(bounds[:-1], np.diff(bounds))
+    positions = _positions(rows * seq_len) - bounds[:-1].repeat(bounds[1:] - bounds[:-1])
     loss_mask = np.ones((rows, seq_len), dtype=bool)
     for r in np.flatnonzero(valid < seq_len).tolist():  # padded rows: the last of a bucket, or packed
         loss_mask[r, valid[r] :] = False

@@ -70,15 +70,6 @@ def request(mapping: mmap.mmap | None, lo: np.ndarray, hi: np.ndarray) -> None:
         data[start:b:page].max()
 
 
-def _token_at(starts, lengths: np.ndarray, pos: int) -> int:
-    """The ``.bin`` token index where stream position ``pos`` of a full shard (EOS appended) falls."""
-    doc = max(starts.search(pos, "right") - 1, 0)
-    if not lengths.shape[0]:
-        return min(pos, 0)
-    _, (begin,), (length,), _ = starts.docs(doc, doc + 1)
-    return begin - doc + min(pos - begin, length)
-
-
 def byte_ranges(opened, start: int, end: int, gap: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``.bin`` byte ranges reading stream positions ``[start, end)`` of ``opened`` (an
     :class:`loader.sequences.OpenShard`) needs, coalesced with ``gap``: one range for a whole shard,
@@ -98,10 +89,6 @@ def byte_ranges(opened, start: int, end: int, gap: int) -> tuple[np.ndarray, np.
         lo = tok + np.maximum(start - s, 0)
         hi = tok + np.minimum(end - s, n)
         return coalesce(lo * size, np.maximum(hi, lo) * size, gap)
-    if not opened.append_eos:
-        lo, hi = start, end
-    else:
-        lo = _token_at(opened.stream_starts, opened.lengths, start)
-        hi = _token_at(opened.stream_starts, opened.lengths, end)
+    lo, hi = opened.bin_slice(start, end)
     keep = int(hi > lo)  # one range: nothing to coalesce
     return np.array([lo * size][:keep], dtype=np.int64), np.array([hi * size][:keep], dtype=np.int64)

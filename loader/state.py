@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from loader.sampler import (
     SAMPLER_VERSION,
@@ -164,9 +164,9 @@ class RankQueue:
         return last[1][self.rank + j * self.world]
 
 
-@dataclass(frozen=True)
-class SequencePlan:
-    """One sequence of a batch: its bucket and the stream ranges it is made of, then ``pad`` pad tokens."""
+class SequencePlan(NamedTuple):
+    """One sequence of a batch: its bucket and the stream ranges it is made of, then ``pad`` pad tokens
+    (a named tuple: eight are made a step)."""
 
     bucket: str
     segments: tuple[tuple[int, int, int], ...]  # (shard index, stream start, stream end)
@@ -200,7 +200,8 @@ class RankCursor:
         """:func:`choose_bucket`, kept while the point, the weights and the active buckets are the same
         (a whole run: comparing an exact point with the weights' float ends is the costly part)."""
         kept = self._chosen
-        if kept is None or kept[0] != point or kept[1] != weights or kept[2] != self.active:
+        same_point = kept is not None and (kept[0] is point or kept[0] == point)  # rank_point is cached
+        if not same_point or kept[1] != weights or kept[2] != self.active:
             kept = self._chosen = (
                 point,
                 dict(weights),
@@ -217,12 +218,13 @@ class RankCursor:
         taken = 0
         p = q.piece(k)
         while taken < n and p is not None:
-            step = min(n - taken, p.length - off)
+            length = p.end - p.start
+            step = min(n - taken, length - off)
             if collect:
                 segments.append((p.shard, p.start + off, p.start + off + step))
             taken += step
             off += step
-            if off == p.length:
+            if off == length:
                 k, off = k + 1, 0
                 p = q.piece(k)
         self.cursors[bucket] = (k, off)
