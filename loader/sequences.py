@@ -10,6 +10,7 @@ different document), so ``cu_seqlens`` / ``position_ids`` give an intra-document
 from __future__ import annotations
 
 import functools
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,8 @@ class _StreamStarts:
         j = int(self.sample.searchsorted(pos, side=side))
         if j == 0:
             return 0
-        return (j - 1) * self.SAMPLE + int(self.window(j - 1)[0].searchsorted(pos, side=side))
+        found = bisect_right if side == "right" else bisect_left
+        return (j - 1) * self.SAMPLE + found(self.window(j - 1)[1], pos)
 
     def docs(self, lo: int, hi: int) -> tuple[np.ndarray, list[int], list[int], np.ndarray]:
         """:meth:`window`'s four of documents ``[lo, hi)``."""
@@ -217,7 +219,12 @@ class OpenShard:
         first = max(self.stream_starts.search(start, "right") - 1, 0)
         last = self.stream_starts.search(end, "left")
         doc_starts, listed, lengths, ends = self.stream_starts.docs(first, last)
-        eos = ends[(ends >= start) & (ends < end)] - start
+        # the range starts in document ``first`` (its EOS included) and every later one's EOS is before the
+        # next one's start, so only the last document's EOS may fall at or after ``end``
+        n = last - first
+        if n and listed[-1] + lengths[-1] >= end:
+            n -= 1
+        eos = ends[:n] - start
         got = (first, last, doc_starts, listed, lengths, eos)
         self._plain_kept = (start, end, got)
         return got
@@ -245,7 +252,7 @@ class OpenShard:
         if self.selection is not None:
             return self._read_selected(start, end, check)
         first, last, doc_starts, listed, lengths, eos = self._plain(start, end)
-        starts = doc_starts[doc_starts >= start] - start
+        starts = doc_starts[int(bool(listed) and listed[0] < start) :] - start  # only ``first`` starts before
         if not self.append_eos:
             if check is not None and end > start:
                 check(start, end)
