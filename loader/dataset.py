@@ -308,7 +308,7 @@ class SnapshotLoader(IterableDataset):
         step, span, plans = planned
         sourced = self.reader.parts(step, tuple(sp.segments for sp in plans))
         tokens, bounds, valid = assemble_batch(
-            [[(p.tokens, p.doc_starts) for p in parts] for parts in sourced],
+            sourced,
             [sp.pad for sp in plans],
             self._seq_len_of(span),
             self.eos_id,

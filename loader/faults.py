@@ -304,7 +304,7 @@ class ShardStore:
             if done[b]:
                 continue
             start, end = layout.span(b)
-            request(opened.mapping, np.array([start]), np.array([end]))  # one request
+            request(opened.mapping, opened.raw, [start], [end])  # one request
             block = opened.raw[start:end]
             self.bytes_hashed += block.shape[0]
             if hashlib.sha256(block).digest() != digests[b].tobytes():
@@ -399,8 +399,8 @@ class ShardStore:
 
     def _request(self, opened: OpenShard, start: int, end: int) -> None:
         lo, hi = byte_ranges(opened, start, end, self.gap_bytes)
-        self.bytes_read += int((hi - lo).sum())
-        request(opened.mapping, lo, hi)
+        self.bytes_read += sum(hi) - sum(lo)
+        request(opened.mapping, opened.raw, lo, hi)
 
     def read(self, i: int, start: int, end: int, fetched: bool = False) -> list[SourcedPart]:
         """Stream positions ``[start, end)`` of shard ``i`` (or of its substitute), as parts that say where

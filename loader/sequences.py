@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -352,10 +353,17 @@ def _positions(n: int) -> np.ndarray:
     return out
 
 
+class Part(Protocol):
+    """What a sequence is assembled from: tokens read, and where documents start among them."""
+
+    tokens: np.ndarray
+    doc_starts: np.ndarray
+
+
 def assemble_batch(
-    rows: list[list[tuple[np.ndarray, np.ndarray]]], pads: list[int], seq_len: int, pad_id: int
+    rows: Sequence[Sequence[Part]], pads: list[int], seq_len: int, pad_id: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Tokens ``[B, L]``, boundaries and valid lengths of a step's sequences, each from its ranges. The
+    """Tokens ``[B, L]``, boundaries and valid lengths of a step's sequences, each from its parts. The
     boundaries are of the rows laid end to end (row i's L is row i+1's 0), sorted: every row start, range
     and document start, where each row's valid tokens end, and ``B·L`` (the batch's ``cu_seqlens``)."""
     tokens = np.empty((len(rows), seq_len), dtype=np.int64)
@@ -366,7 +374,8 @@ def assemble_batch(
     valid = np.empty(len(rows), dtype=np.int64)
     for r, parts in enumerate(rows):
         at = row = r * seq_len
-        for toks, doc_starts in parts:
+        for part in parts:
+            toks, doc_starts = part.tokens, part.doc_starts
             flat[at : at + toks.shape[0]] = toks
             ats.append(at)
             if doc_starts.shape[0]:

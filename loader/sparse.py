@@ -55,13 +55,14 @@ def map_bin(path: Path, size: int, sparse: bool) -> tuple[mmap.mmap | None, np.n
     return mapping, np.frombuffer(mapping, dtype=np.uint8)
 
 
-def request(mapping: mmap.mmap | None, lo: np.ndarray, hi: np.ndarray) -> None:
-    """Read the pages of each byte range ``[lo, hi)`` of ``mapping``: one request each, waited for (a
-    byte of every page is touched), so a request's time is the filesystem's."""
+def request(mapping: mmap.mmap | None, data: np.ndarray, lo: list[int], hi: list[int]) -> None:
+    """Read the pages of each byte range ``[lo, hi)`` of ``mapping`` (``data``: its bytes as an array):
+    one request each, waited for (a byte of every page is touched), so a request's time is the
+    filesystem's."""
     if mapping is None:
         return
-    page, data = mmap.PAGESIZE, np.frombuffer(mapping, dtype=np.uint8)
-    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+    page = mmap.PAGESIZE
+    for a, b in zip(lo, hi, strict=True):
         start, b = a - a % page, min(b, len(mapping))
         if b <= start:
             continue
@@ -70,7 +71,7 @@ def request(mapping: mmap.mmap | None, lo: np.ndarray, hi: np.ndarray) -> None:
         data[start:b:page].max()
 
 
-def byte_ranges(opened, start: int, end: int, gap: int) -> tuple[np.ndarray, np.ndarray]:
+def byte_ranges(opened, start: int, end: int, gap: int) -> tuple[list[int], list[int]]:
     """The ``.bin`` byte ranges reading stream positions ``[start, end)`` of ``opened`` (an
     :class:`loader.sequences.OpenShard`) needs, coalesced with ``gap``: one range for a whole shard,
     the selected documents' parts through a selection, each document's through a shuffle."""
@@ -80,7 +81,8 @@ def byte_ranges(opened, start: int, end: int, gap: int) -> tuple[np.ndarray, np.
         lo = np.array([p.token for p in parts], dtype=np.int64)
         hi = lo + np.array([p.tokens for p in parts], dtype=np.int64)
         order = np.argsort(lo, kind="stable")
-        return coalesce(lo[order] * size, hi[order] * size, gap)
+        lo, hi = coalesce(lo[order] * size, hi[order] * size, gap)
+        return lo.tolist(), hi.tolist()
     sel = opened.selection
     if sel is not None:
         first = max(int(np.searchsorted(sel.starts, start, side="right")) - 1, 0)
@@ -88,7 +90,7 @@ def byte_ranges(opened, start: int, end: int, gap: int) -> tuple[np.ndarray, np.
         s, n, tok = sel.starts[first:last], sel.lengths[first:last], sel.token_starts[first:last]
         lo = tok + np.maximum(start - s, 0)
         hi = tok + np.minimum(end - s, n)
-        return coalesce(lo * size, np.maximum(hi, lo) * size, gap)
+        lo, hi = coalesce(lo * size, np.maximum(hi, lo) * size, gap)
+        return lo.tolist(), hi.tolist()
     lo, hi = opened.bin_slice(start, end)
-    keep = int(hi > lo)  # one range: nothing to coalesce
-    return np.array([lo * size][:keep], dtype=np.int64), np.array([hi * size][:keep], dtype=np.int64)
+    return ([lo * size], [hi * size]) if hi > lo else ([], [])  # one range: nothing to coalesce
