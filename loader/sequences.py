@@ -412,10 +412,12 @@ def make_batch(
     """The batch of :func:`assemble_batch`'s arrays: a position counts from the last boundary at or
     before it."""
     rows, seq_len = tokens.shape
-    positions = _positions(rows * seq_len) - bounds[:-1].repeat(bounds[1:] - bounds[:-1])
+    positions = bounds[:-1].repeat(bounds[1:] - bounds[:-1])
+    np.subtract(_positions(rows * seq_len), positions, out=positions)
     loss_mask = np.ones((rows, seq_len), dtype=bool)
-    for r in np.flatnonzero(valid < seq_len).tolist():  # padded rows: the last of a bucket, or packed
-        loss_mask[r, valid[r] :] = False
+    if valid.min() < seq_len:  # padded rows: the last of a bucket, or packed
+        for r in np.flatnonzero(valid < seq_len).tolist():
+            loss_mask[r, valid[r] :] = False
     return Batch(
         torch.from_numpy(tokens),
         torch.from_numpy(positions.reshape(rows, seq_len)),
