@@ -294,19 +294,27 @@ class SnapshotLoader(IterableDataset):
     def next_batch(self) -> Batch | None:
         """This rank's batch of the next step; None when it has nothing to read. With a recipe the step
         counts even then (every rank changes phase at the same step), so call it in step with the others."""
-        traced = self.traced_batch()
-        return traced.batch if traced is not None else None
+        delivered = self._deliver()
+        return delivered[0] if delivered is not None else None
 
     def traced_batch(self) -> TracedBatch | None:
         """:meth:`next_batch` with the plan and the sourced parts it was read from (what ``corpus trace``
         asks: the step delivery takes, not a replica of it); None when this rank reads nothing."""
+        delivered = self._deliver()
+        if delivered is None:
+            return None
+        batch, plans, sourced = delivered
+        return TracedBatch(batch, tuple(plans), sourced, self.rank, self.world, self.store)
+
+    def _deliver(self) -> tuple[Batch, list, tuple] | None:
+        """The next step's batch, its sequences' plans and the parts they were read from."""
         if self.prefetch_depth and not self.reader.running and not self.finished:
             self._start_prefetch()
         planned = self._plan_step()
         if planned is None or planned[2] is None:
             return None
         step, span, plans = planned
-        sourced = self.reader.parts(step, tuple(sp.segments for sp in plans))
+        sourced = self.reader.parts(step, tuple([sp.segments for sp in plans]))
         tokens, bounds, valid = assemble_batch(
             sourced,
             [sp.pad for sp in plans],
@@ -316,8 +324,8 @@ class SnapshotLoader(IterableDataset):
         if self.packing_stats is not None:
             self._count_packing(plans, pieces_per_row(bounds, valid, tokens.shape[1]), valid)
         name = span.name if span is not None else None
-        batch = make_batch(tokens, bounds, valid, tuple(sp.bucket for sp in plans), step, name)
-        return TracedBatch(batch, tuple(plans), sourced, self.rank, self.world, self.store)
+        batch = make_batch(tokens, bounds, valid, tuple([sp.bucket for sp in plans]), step, name)
+        return batch, plans, sourced
 
     def _count_packing(self, plans: list, pieces: Any, valid: Any) -> None:
         """Add a delivered step to the packing figures (``metrics``)."""

@@ -80,8 +80,8 @@ class BlockLayout:
             return range(0)
         if self.starts is None:
             return range(lo // self.size, (hi - 1) // self.size + 1)
-        first = int(np.searchsorted(self.starts, lo, side="right")) - 1
-        return range(max(first, 0), int(np.searchsorted(self.starts, hi - 1, side="right")))
+        first = int(self.starts.searchsorted(lo, side="right")) - 1
+        return range(max(first, 0), int(self.starts.searchsorted(hi - 1, side="right")))
 
     def span(self, b: int) -> tuple[int, int]:
         """Block ``b``'s bytes ``[start, end)``."""
