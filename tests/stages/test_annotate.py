@@ -131,17 +131,28 @@ def test_word_list_rates_count_whole_words_phrases_and_unspaced_substrings():
 
 
 def test_toxicity_is_the_packages_predict_proba_on_real_lines(shared_data):
-    """The scores are computed from the model's arrays, not through predict_proba (its per-call checks
-    cost most of the time): the same probabilities on every line of real pages."""
+    """The scores are computed from the model's arrays and the words found, not through the vectorizer
+    and predict_proba (their per-call work cost most of the time): the same probabilities on every line
+    of real pages, on profane lines, a repeated word, stop words only and no known word."""
     from corpus.signals.toxicity import _model, line_probabilities
 
     pages = real_pages(shared_data, 30, host_prefix="debian-policy", part=0)
     lines = [
         ln for _, p in pages for ln in extract_text(p.decode("utf-8")).splitlines() if len(ln.split()) >= 3
     ]
+    lines += [
+        "You are a FUCKING idiot!",
+        "shit shit shit happens",
+        "the and of it",
+        "zzqx vvwq qqzz",
+        "Émile ça",
+    ]
     vectorizer, model = _model()
     expected = model.predict_proba(vectorizer.transform(lines))[:, 1]
-    assert len(lines) > 1000 and np.abs(line_probabilities(lines) - expected).max() < 1e-12
+    got = line_probabilities(lines)
+    assert len(lines) > 1000 and np.abs(got - expected).max() < 1e-12
+    assert (got[-5:-3] > 0.9).all() and np.allclose(got[-3], got[-2]), "profane high; no known word alike"
+    assert line_probabilities([]).shape == (0,)
 
 
 def test_pii_is_replaced_by_typed_placeholders_and_counted():
