@@ -16,6 +16,7 @@ import importlib.metadata
 import re
 from functools import lru_cache
 from importlib import resources
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -60,33 +61,42 @@ def _linear() -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return vectorizer, weights, intercept, a, b
 
 
+#: what the lines are joined with to find every line's words in one pass: a word no lower-cased line can
+#: hold (``lower`` leaves no ``Q``), looked up as ``_BREAK``
+_JOIN, _BREAK = " QQ ", -2
+
+
 @lru_cache(maxsize=1)
 def _terms() -> tuple[Any, Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The vectorizer as a word finder and arrays: its token pattern's ``findall``, its vocabulary's
-    ``get``, each term's idf, and its idf times each fold's weight. Stop words are never in the
-    vocabulary (it was fitted without them), so looking a word up drops them as the analyzer does."""
+    """The vectorizer as a word finder and arrays: its token pattern's ``findall``, a lookup of a word's
+    term number (-1 for none, ``_BREAK`` for the join), each term's idf, and its idf times each fold's
+    weight. Stop words are never in the vocabulary (it was fitted without them), so looking a word up
+    drops them as the analyzer does."""
     vectorizer, weights, intercept, a, b = _linear()
-    if set(vectorizer.get_stop_words() or ()) & vectorizer.vocabulary_.keys():
-        raise ValueError("the toxicity vectorizer's vocabulary holds stop words")
+    vocabulary = vectorizer.vocabulary_
+    if set(vectorizer.get_stop_words() or ()) & vocabulary.keys() or _JOIN.strip() in vocabulary:
+        raise ValueError("the toxicity vectorizer's vocabulary holds stop words or upper case")
     idf = np.asarray(vectorizer.idf_, dtype=np.float64)
-    findall = re.compile(vectorizer.token_pattern).findall
-    return findall, vectorizer.vocabulary_.get, idf, idf[:, None] * weights, intercept, a, b
+    # sklearn's default pattern finds maximal runs of two or more word characters: so does \w{2,}
+    # scanning left to right (it never starts inside a run), without testing a boundary at each step
+    default = vectorizer.token_pattern == r"(?u)\b\w\w+\b"
+    findall = re.compile(r"\w{2,}" if default else vectorizer.token_pattern).findall
+    lookup = {**vocabulary, _JOIN.strip(): _BREAK}.get
+    return findall, lookup, idf, idf[:, None] * weights, intercept, a, b
 
 
 def line_probabilities(lines: list[str]) -> np.ndarray:
     """The model's probability that each line is profane: ``predict_proba``'s (the mean over the folds
     of the calibrated sigmoid of the SVM's decision on the line's l2-normalized tf-idf vector), computed
-    directly from the words found (the vectorizer's ``transform`` loops over them in Python too, then
-    builds a sparse matrix: most of what scoring cost)."""
-    findall, term, idf, idf_weights, intercept, a, b = _terms()
-    found: list[int] = []
-    per_line = np.empty(len(lines), dtype=np.int64)
-    for k, line in enumerate(lines):
-        ids = [j for j in map(term, findall(line.lower())) if j is not None]
-        found += ids
-        per_line[k] = len(ids)
-    cols = np.array(found, dtype=np.int64)
-    rows = np.repeat(np.arange(len(lines)), per_line)
+    directly from the words found (the vectorizer's ``transform`` looks them up one by one in Python,
+    then builds a sparse matrix: most of what scoring cost). The words of every line are found in one
+    pass over the lines joined (the token pattern's words never span the join's spaces)."""
+    findall, lookup, idf, idf_weights, intercept, a, b = _terms()
+    words = findall(_JOIN.join([line.lower() for line in lines]))
+    found = np.fromiter(map(lookup, words, repeat(-1, len(words))), dtype=np.int64, count=len(words))
+    line_of = np.cumsum(found == _BREAK)
+    known = found >= 0
+    rows, cols = line_of[known], found[known]
     # each line's vector: count x idf per distinct term, divided by its l2 norm (a line without a known
     # term stays zero, as sklearn's normalize leaves it)
     keys, counts = np.unique(rows * idf.shape[0] + cols, return_counts=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 
@@ -134,7 +135,7 @@ def test_toxicity_is_the_packages_predict_proba_on_real_lines(shared_data):
     """The scores are computed from the model's arrays and the words found, not through the vectorizer
     and predict_proba (their per-call work cost most of the time): the same probabilities on every line
     of real pages, on profane lines, a repeated word, stop words only and no known word."""
-    from corpus.signals.toxicity import _model, line_probabilities
+    from corpus.signals.toxicity import _model, _terms, line_probabilities
 
     pages = real_pages(shared_data, 30, host_prefix="debian-policy", part=0)
     lines = [
@@ -153,6 +154,10 @@ def test_toxicity_is_the_packages_predict_proba_on_real_lines(shared_data):
     assert len(lines) > 1000 and np.abs(got - expected).max() < 1e-12
     assert (got[-5:-3] > 0.9).all() and np.allclose(got[-3], got[-2]), "profane high; no known word alike"
     assert line_probabilities([]).shape == (0,)
+    words = _terms()[0]  # \w{2,} for sklearn's default pattern: the same words
+    odd = "a_b c d1 x9y 1 __ é_è l'été ßq ΣΑΣ x\ty 𝔘𝔫𝔦 ٣٤ 中文字"
+    for text in [*lines, odd]:
+        assert words(text.lower()) == re.findall(vectorizer.token_pattern, text.lower())
 
 
 def test_pii_is_replaced_by_typed_placeholders_and_counted():
