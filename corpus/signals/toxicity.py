@@ -111,7 +111,8 @@ def line_probabilities(lines: list[str]) -> np.ndarray:
 
 def toxicity_signals(text: str) -> dict[str, float]:
     """``toxic_line_fraction`` and ``toxicity_max`` of an English text (both 0.0 without a scored line)."""
-    lines = [ln for ln in text.splitlines() if len(ln.split()) >= MIN_LINE_WORDS][:MAX_LINES]
+    enough = MIN_LINE_WORDS - 1  # a line with that many words splits into MIN_LINE_WORDS pieces at most
+    lines = [ln for ln in text.splitlines() if len(ln.split(None, enough)) > enough][:MAX_LINES]
     if not lines:
         return {"toxic_line_fraction": 0.0, "toxicity_max": 0.0}
     p = line_probabilities(lines)
