@@ -1,7 +1,7 @@
 """English toxicity, stored as values for versions to choose on: the share of a document's lines a
 shipped profanity model scores as profane (``toxic_line_fraction``) and its highest line (``toxicity_max``).
 
-The model is alt-profanity-check's (a scikit-learn linear model over a word-count vectorizer, trained
+The model is alt-profanity-check's (a scikit-learn linear model over tf-idf word vectors, trained
 on short comments and shipped inside the package: nothing is downloaded), so lines are scored, not the
 page; a line needs ``MIN_LINE_WORDS`` words and a document is read up to ``MAX_LINES`` lines (bounded
 time per document). The scores are rounded to 6 digits, so a build's bytes do not hang on the last
