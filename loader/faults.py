@@ -419,17 +419,16 @@ class ShardStore:
     def read_fetched(
         self, segments: Sequence[Sequence[tuple[int, int, int]]]
     ) -> tuple[tuple[SourcedPart, ...], ...]:
-        """:meth:`read` of each sequence's ``(shard, start, end)`` ranges, already fetched, under one hold
-        of the lock; a range a kept span holds is sliced from it straight away (a step's common case:
-        what :meth:`_read` does for it, without its calls)."""
+        """:meth:`read` of each sequence's ``(shard, start, end)`` ranges, already fetched (a step's
+        ranges), under one hold of the lock; a range a kept span of its open, sound shard holds is sliced
+        from it without :meth:`_read`'s loop (what it would do: the same part, the same cache hit)."""
         out = []
         with self.lock:
             for ranges in segments:
                 parts: list[SourcedPart] = []
                 for i, start, end in ranges:
                     if i in self._open and i not in self.skipped and (part := self._span_part(i, start, end)):
-                        self._open.move_to_end(i)
-                        self.cache_hits += 1
+                        self._get(i)  # its cache hit, as _read's _source would count it
                         parts.append(part)
                     else:
                         parts += self._read(i, start, end)
