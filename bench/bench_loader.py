@@ -16,7 +16,8 @@ then measures on one process acting as one rank of a world of 8:
   write_shards default) and with the whole-file check of a manifest without them (snapshots written
   before block digests), against the bytes the rank reads;
 * a plain baseline on the same files: consecutive seq_len slices of one memory-mapped shard into a
-  torch tensor (no mixture, no EOS, no boundaries), per wall and per CPU second, and the loader's ratio
+  torch tensor (no mixture, no EOS, no boundaries), per wall and per CPU second (its best pass taken in
+  turns with the re-read loaders' passes, so that both bests see the same load), and the loader's ratio
   to it;
 * time to the first batch after resuming from a checkpoint record at step 0 and at step 10^6, on the
   same world (8) and on another (6). The record at step 10^6 is produced by ``seek`` (arithmetic,
@@ -192,16 +193,18 @@ def loader_rate(loader: SnapshotLoader, steps: int) -> float:
     return steps * BATCH * SEQ_LEN / (time.perf_counter() - t0)
 
 
-def steady_rates(root: Path, buffers: list[int], steps: int, repeats: int = 5) -> dict[int, float]:
+def steady_rates(root: Path, buffers: list[int], steps: int, repeats: int = 5) -> dict[int | str, float]:
     """Rank 0's tokens per CPU second over the same ``steps`` steps per shuffle buffer (0: off), their
     blocks verified, read in the consumer's thread (prefetch 0: what the reads cost, and CPU time, not
     wall time, so that other processes on the machine count less): each loader reads them once, then
-    rewinds to its step-0 record before every pass; the best of ``repeats`` passes taken in turns."""
+    rewinds to its step-0 record before every pass; the best of ``repeats`` passes taken in turns, with
+    a pass of the memmap baseline (key ``"memmap"``) in every turn."""
     loaders, starts = {}, {}
     for n in buffers:
         loaders[n], starts[n] = rank0_at_start(root, shuffle_buffer=n)
         loader_rate(loaders[n], steps)
-    best = best_passes(loaders, starts, steps, dict.fromkeys(buffers, steps * BATCH * SEQ_LEN), repeats)
+    tokens = dict.fromkeys(buffers, steps * BATCH * SEQ_LEN)
+    best = best_passes(loaders, starts, steps, tokens, repeats, baseline=root)
     for loader in loaders.values():
         loader.close()
     return best
@@ -219,10 +222,14 @@ def best_passes(
     steps: int,
     tokens: dict[int, int],
     repeats: int,
-) -> dict[int, float]:
+    baseline: Path | None = None,
+) -> dict[int | str, float]:
     """``tokens[n]`` per CPU second of the best of ``repeats`` passes of ``steps`` steps of ``loaders[n]``,
-    the loaders taken in turns, each rewound to its record ``starts[n]`` before every pass."""
-    best = dict.fromkeys(loaders, 0.0)
+    the loaders taken in turns, each rewound to its record ``starts[n]`` before every pass. With
+    ``baseline`` (the snapshot), a pass of :func:`baseline_rate` on it joins every turn (key ``"memmap"``):
+    a ratio of two bests taken at the same moments moves with the machine's load far less than one of
+    bests taken minutes apart."""
+    best: dict[int | str, float] = dict.fromkeys(loaders, 0.0)
     for _ in range(repeats):
         for n, loader in loaders.items():
             loader.load_record(starts[n])
@@ -230,6 +237,8 @@ def best_passes(
             for _ in range(steps):
                 loader.next_batch()
             best[n] = max(best[n], tokens[n] / (time.process_time() - t0))
+        if baseline is not None:
+            best["memmap"] = max(best.get("memmap", 0.0), baseline_rate(baseline, steps, time.process_time))
     return best
 
 
@@ -355,9 +364,9 @@ def main() -> int:
         first = loader_rate(loader, args.steps)
         steady = loader_rate(loader, args.steps)
         base = baseline_rate(root, args.steps)
-        base_cpu = max(baseline_rate(root, args.steps, time.process_time) for _ in range(5))
         buffers = [0, *(int(n) for n in args.shuffle_buffers.split(",") if n)]
         rates = steady_rates(root, buffers, args.steps)
+        base_cpu = rates.pop("memmap")
         requests = {n: requests_per_step(root, n, args.steps) for n in buffers}
         by_block = hashed_per_rank(root / "manifest.json")
         by_file = hashed_per_rank(root / "manifest-legacy.json")
@@ -373,7 +382,11 @@ def main() -> int:
             ),
             ("loader, shards verified", f"{steady / 1e6:.2f} M tokens/s", f"{steady / base:.2f}"),
             ("plain memmap slices (baseline)", f"{base / 1e6:.2f} M tokens/s", "1.00"),
-            ("plain memmap slices, best of five", f"{base_cpu / 1e6:.2f} M tokens/CPU s", "1.00"),
+            (
+                "plain memmap slices, best of five (in turns with the re-read rows)",
+                f"{base_cpu / 1e6:.2f} M tokens/CPU s",
+                "1.00",
+            ),
             *(
                 (
                     f"loader, the same steps re-read, shuffle buffer {n or 'off'}",

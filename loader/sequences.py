@@ -364,35 +364,38 @@ def assemble_batch(
     rows: Sequence[Sequence[Part]], pads: list[int], seq_len: int, pad_id: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Tokens ``[B, L]``, boundaries and valid lengths of a step's sequences, each from its parts. The
-    boundaries are of the rows laid end to end (row i's L is row i+1's 0), sorted: every row start, range
-    and document start, where each row's valid tokens end, and ``B·L`` (the batch's ``cu_seqlens``)."""
-    tokens = np.empty((len(rows), seq_len), dtype=np.int64)
-    flat = tokens.reshape(-1)
-    ats: list[int] = []  # where each part starts, then where its row's valid tokens end
-    part_ats: list[int] = []  # each part's start again, once per document start in it
-    starts: list[np.ndarray] = []
-    valid = np.empty(len(rows), dtype=np.int64)
+    boundaries are of the rows laid end to end (row i's L is row i+1's 0), ascending and distinct: every
+    row start, part start and document start, where each row's valid tokens end, and ``B·L`` (the batch's
+    ``cu_seqlens``). They come in that order as the rows are walked (a part's document starts lie in
+    it), so a boundary can only repeat the one before it: no sort."""
+    pieces: list[np.ndarray] = []  # every part's tokens, then its row's padding
+    marks = [0]
+    valid = []
     for r, parts in enumerate(rows):
         at = row = r * seq_len
+        if marks[-1] != row:
+            marks.append(row)
         for part in parts:
             toks, doc_starts = part.tokens, part.doc_starts
-            flat[at : at + toks.shape[0]] = toks
-            ats.append(at)
+            pieces.append(toks)
+            if marks[-1] != at:
+                marks.append(at)
             if doc_starts.shape[0]:
-                starts.append(doc_starts)
-                part_ats += [at] * doc_starts.shape[0]
+                marks += [at + d for d in doc_starts.tolist() if d]
             at += toks.shape[0]
         if at - row != seq_len - pads[r]:
             raise AssertionError(f"sequence has {at - row} tokens, expected {seq_len - pads[r]}")
         if pads[r]:
-            flat[at : row + seq_len] = pad_id
-        ats.append(at)
-        valid[r] = at - row
-    bounds = [_positions((len(rows) + 1) * seq_len)[::seq_len], np.array(ats, dtype=np.int64)]
-    if starts:
-        bounds.append(np.concatenate(starts) + np.array(part_ats, dtype=np.int64))
-    bounds = np.sort(np.concatenate(bounds))
-    return tokens, bounds[np.concatenate(([True], bounds[1:] != bounds[:-1]))], valid
+            pieces.append(np.full(pads[r], pad_id, dtype=np.int64))
+        if marks[-1] != at:
+            marks.append(at)
+        valid.append(at - row)
+    if marks[-1] != len(rows) * seq_len:
+        marks.append(len(rows) * seq_len)
+    tokens = np.empty((len(rows), seq_len), dtype=np.int64)
+    if pieces:
+        np.concatenate(pieces, out=tokens.reshape(-1))
+    return tokens, np.array(marks, dtype=np.int64), np.array(valid, dtype=np.int64)
 
 
 def pieces_per_row(bounds: np.ndarray, valid: np.ndarray, seq_len: int) -> np.ndarray:
