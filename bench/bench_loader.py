@@ -16,9 +16,9 @@ then measures on one process acting as one rank of a world of 8:
   write_shards default) and with the whole-file check of a manifest without them (snapshots written
   before block digests), against the bytes the rank reads;
 * a plain baseline on the same files: consecutive seq_len slices of one memory-mapped shard into a
-  torch tensor (no mixture, no EOS, no boundaries), per wall and per CPU second (its best pass taken in
-  turns with the re-read loaders' passes, so that both bests see the same load), and the loader's ratio
-  to it;
+  torch tensor (no mixture, no EOS, no boundaries), per wall second and per CPU second (the best of
+  five passes taken in turns with each re-read loader's, so that both bests see the same load), and the
+  loader's ratio to it;
 * time to the first batch after resuming from a checkpoint record at step 0 and at step 10^6, on the
   same world (8) and on another (6). The record at step 10^6 is produced by ``seek`` (arithmetic,
   no reads), whose time is reported separately; resuming never replays the steps before;
@@ -193,21 +193,22 @@ def loader_rate(loader: SnapshotLoader, steps: int) -> float:
     return steps * BATCH * SEQ_LEN / (time.perf_counter() - t0)
 
 
-def steady_rates(root: Path, buffers: list[int], steps: int, repeats: int = 5) -> dict[int | str, float]:
+def steady_rates(
+    root: Path, buffers: list[int], steps: int, repeats: int = 5
+) -> dict[int, tuple[float, float]]:
     """Rank 0's tokens per CPU second over the same ``steps`` steps per shuffle buffer (0: off), their
     blocks verified, read in the consumer's thread (prefetch 0: what the reads cost, and CPU time, not
-    wall time, so that other processes on the machine count less): each loader reads them once, then
-    rewinds to its step-0 record before every pass; the best of ``repeats`` passes taken in turns, with
-    a pass of the memmap baseline (key ``"memmap"``) in every turn."""
-    loaders, starts = {}, {}
+    wall time, so that other processes on the machine count less), and the memmap baseline's measured in
+    turns with it: each loader reads the steps once, then rewinds to its step-0 record before every pass;
+    the best of ``repeats`` passes of each. One loader at a time, as a rank runs one."""
+    rates = {}
     for n in buffers:
-        loaders[n], starts[n] = rank0_at_start(root, shuffle_buffer=n)
-        loader_rate(loaders[n], steps)
-    tokens = dict.fromkeys(buffers, steps * BATCH * SEQ_LEN)
-    best = best_passes(loaders, starts, steps, tokens, repeats, baseline=root)
-    for loader in loaders.values():
+        loader, start = rank0_at_start(root, shuffle_buffer=n)
+        loader_rate(loader, steps)
+        best = best_passes({n: loader}, {n: start}, steps, {n: steps * BATCH * SEQ_LEN}, repeats, root)
+        rates[n] = (best[n], best["memmap"])
         loader.close()
-    return best
+    return rates
 
 
 def rank0_at_start(root: Path, **kw) -> tuple[SnapshotLoader, dict]:
@@ -366,7 +367,6 @@ def main() -> int:
         base = baseline_rate(root, args.steps)
         buffers = [0, *(int(n) for n in args.shuffle_buffers.split(",") if n)]
         rates = steady_rates(root, buffers, args.steps)
-        base_cpu = rates.pop("memmap")
         requests = {n: requests_per_step(root, n, args.steps) for n in buffers}
         by_block = hashed_per_rank(root / "manifest.json")
         by_file = hashed_per_rank(root / "manifest-legacy.json")
@@ -382,20 +382,15 @@ def main() -> int:
             ),
             ("loader, shards verified", f"{steady / 1e6:.2f} M tokens/s", f"{steady / base:.2f}"),
             ("plain memmap slices (baseline)", f"{base / 1e6:.2f} M tokens/s", "1.00"),
-            (
-                "plain memmap slices, best of five (in turns with the re-read rows)",
-                f"{base_cpu / 1e6:.2f} M tokens/CPU s",
-                "1.00",
-            ),
             *(
                 (
                     f"loader, the same steps re-read, shuffle buffer {n or 'off'}",
-                    f"{r / 1e6:.2f} M tokens/CPU s; {requests[n][0]:.1f} read requests a step, "
-                    f"{requests[n][1] / 2**20:.2f} MiB",
-                    f"{r / rates[0]:.2f} of off; {r / base:.2f} of memmap's tokens/s, "
-                    f"{r / base_cpu:.2f} of its tokens/CPU s",
+                    f"{r / 1e6:.2f} M tokens/CPU s (memmap slices in turns with it: {base_cpu / 1e6:.2f} M); "
+                    f"{requests[n][0]:.1f} read requests a step, {requests[n][1] / 2**20:.2f} MiB",
+                    f"{r / rates[0][0]:.2f} of off; {r / base_cpu:.2f} of memmap's tokens/CPU s, "
+                    f"{r / base:.2f} of its tokens/s",
                 )
-                for n, r in rates.items()
+                for n, (r, base_cpu) in rates.items()
             ),
             (
                 "resume at step 0, world 8 -> 8: first batch",
