@@ -17,6 +17,7 @@ import re
 from functools import cache
 from itertools import repeat
 from pathlib import Path
+from typing import NamedTuple
 
 import glin_profanity
 
@@ -62,9 +63,17 @@ def _entries(lang: str) -> list[str]:
     return sorted({" ".join(w.lower().split()) for w in data["words"] if w.strip()})
 
 
+class _SpacedList(NamedTuple):
+    """A spaced language's list, shaped for :func:`_matched_chars`."""
+
+    single: frozenset[str]  # one-word entries
+    multi: dict[str, list[tuple[str, ...]]]  # multi-word entries by their first word
+    words: frozenset[str]  # both: a page with none of them among its stripped words has no match
+    edged: tuple[str, ...]  # one-word entries that begin or end with a wrapping character (``a.q.``)
+
+
 @cache
-def _spaced(lang: str) -> tuple[frozenset[str], dict[str, list[tuple[str, ...]]]]:
-    """One-word entries, and the multi-word ones by their first word."""
+def _spaced(lang: str) -> _SpacedList:
     single, multi = set(), {}
     for entry in _entries(lang):
         words = tuple(entry.split())
@@ -72,7 +81,8 @@ def _spaced(lang: str) -> tuple[frozenset[str], dict[str, list[tuple[str, ...]]]
             single.add(entry)
         else:
             multi.setdefault(words[0], []).append(words)
-    return frozenset(single), multi
+    edged = tuple(sorted(e for e in single if e[0] in WRAPPING or e[-1] in WRAPPING))
+    return _SpacedList(frozenset(single), multi, frozenset(single | multi.keys()), edged)
 
 
 @cache
@@ -108,20 +118,36 @@ def _matched_chars(text: str, lang: str) -> tuple[int, int]:
     if lang in UNSPACED:
         found = _unspaced_matches(text, lang)
         return len(found), sum(found)
-    single, multi = _spaced(lang)
+    single, multi, words, edged = _spaced(lang)
     tokens = text.split()
     stripped = list(map(str.strip, tokens, repeat(WRAPPING, len(tokens))))
-    if single.isdisjoint(stripped) and single.isdisjoint(tokens) and multi.keys().isdisjoint(stripped):
-        return 0, 0  # most pages: no word of the list (set operations in C, no loop over the words)
+    found = words.intersection(stripped)
+    # a token that is an entry only as it stands (``a.q.``, stripped ``a.q``) is an edged entry; its
+    # substring test spares most pages a second pass over their tokens
+    raw_only = [e for e in edged if e in text and e.strip(WRAPPING) not in single]
+    if not found and not raw_only:
+        return 0, 0
+    # a token counts once: as its stripped word when that is an entry, else as itself. Each entry found
+    # is counted by list.count, each multi-word entry's first word found by list.index (in C), not by
+    # a loop over the page's words (common first words, "one", "how", are on most pages)
     count = chars = 0
-    for i, (raw, word) in enumerate(zip(tokens, stripped, strict=True)):
-        if raw in single or word in single:
-            count += 1
-            chars += len(word) if word in single else len(raw)
-        for words in multi.get(word, ()):
-            if tuple(stripped[i : i + len(words)]) == words:
-                count += 1
-                chars += sum(map(len, words)) + len(words) - 1
+    for word in found.intersection(single):
+        n = stripped.count(word)
+        count, chars = count + n, chars + n * len(word)
+    for raw in raw_only:
+        n = tokens.count(raw)
+        count, chars = count + n, chars + n * len(raw)
+    for first in found.intersection(multi):
+        at = stripped.index(first)
+        while True:
+            for entry in multi[first]:
+                if tuple(stripped[at : at + len(entry)]) == entry:
+                    count += 1
+                    chars += sum(map(len, entry)) + len(entry) - 1
+            try:
+                at = stripped.index(first, at + 1)
+            except ValueError:
+                break
     return count, chars
 
 

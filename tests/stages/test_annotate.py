@@ -131,6 +131,51 @@ def test_word_list_rates_count_whole_words_phrases_and_unspaced_substrings():
     assert len(LANG_LISTS) == 24 and badwords_id().startswith("glin-profanity-4.1.0:")
 
 
+def _reference_matches(text: str, lang: str) -> tuple[int, int]:
+    """The spaced rule token by token: a token counts once, as its stripped word when that is an entry,
+    else as itself; a multi-word entry counts where its words follow one another."""
+    from corpus.signals.badwords import WRAPPING, _entries
+
+    entries = [tuple(e.split()) for e in _entries(lang)]
+    single = {e[0] for e in entries if len(e) == 1}
+    tokens = text.split()
+    stripped = [t.strip(WRAPPING) for t in tokens]
+    count = chars = 0
+    for i, (raw, word) in enumerate(zip(tokens, stripped, strict=True)):
+        if word in single or raw in single:
+            count, chars = count + 1, chars + len(word if word in single else raw)
+        for entry in entries:
+            if len(entry) > 1 and tuple(stripped[i : i + len(entry)]) == entry:
+                count, chars = count + 1, chars + len(" ".join(entry))
+    return count, chars
+
+
+def test_word_list_matches_follow_the_token_rule_on_every_spaced_list():
+    """Entries counted in C (each found entry's occurrences, each multi-word entry's first word's
+    positions) give the token-by-token rule's counts: repeated entries, phrases that start with common
+    words ("one", "how"), entries that only match with their punctuation (Turkish ``a.q.``)."""
+    import random
+
+    from corpus.signals.badwords import UNSPACED, WRAPPING, _entries, _matched_chars
+
+    assert _matched_chars("a.q. a.q. (a.q.) aq", "tr") == _reference_matches("a.q. a.q. (a.q.) aq", "tr")
+    assert _matched_chars("a.q. a.q. (a.q.) aq", "tr")[0] == 4
+    text = "one cup two girls. one cup, two girls one guy one jar! how to kill how"
+    assert _matched_chars(text, "en") == _reference_matches(text, "en") and _matched_chars(text, "en")[0] == 5
+    rng = random.Random(7)
+    for lang in sorted(set(LANG_LISTS) - UNSPACED):
+        entries = _entries(lang)
+        vocab = [w for e in entries for w in e.split()] + ["the", "one", "two", "how", "to", "x."]
+        for _ in range(300):
+            words = []
+            for _ in range(rng.randint(0, 25)):
+                w = rng.choice(vocab) if rng.random() < 0.7 else rng.choice(entries)
+                w = (rng.choice(WRAPPING) if rng.random() < 0.3 else "") + w
+                words.append(w + (rng.choice(WRAPPING) * rng.randint(1, 2) if rng.random() < 0.3 else ""))
+            text = rng.choice([" ", "\n", "  "]).join(words)
+            assert _matched_chars(text, lang) == _reference_matches(text, lang), (lang, text)
+
+
 def test_toxicity_is_the_packages_predict_proba_on_real_lines(shared_data):
     """The scores are computed from the model's arrays and the words found, not through the vectorizer
     and predict_proba (their per-call work cost most of the time): the same probabilities on every line
