@@ -232,6 +232,23 @@ class RankCursor:
             self.active.discard(bucket)
         return segments, taken
 
+    def _rows_inside_piece(self, bucket: str, seq_len: int, n: int, collect: bool) -> list[SequencePlan]:
+        """``n`` whole sequences at once when the bucket's current piece holds more than ``n·seq_len``
+        positions past the cursor (most steps: a piece is a chunk of many sequences), else none: what
+        ``n`` calls of :meth:`take` give there, without their calls (no piece ends, none is fetched)."""
+        k, off = self.cursors[bucket]
+        p = self.queues[bucket].piece(k)
+        if p is None or p.end - p.start - off <= n * seq_len:
+            return []
+        self.cursors[bucket] = (k, off + n * seq_len)
+        if not collect:
+            return [SequencePlan(bucket, (), 0)] * n
+        at = p.start + off
+        return [
+            SequencePlan(bucket, ((p.shard, a, a + seq_len),), 0)
+            for a in range(at, at + n * seq_len, seq_len)
+        ]
+
     def take_units(
         self, bucket: str, n: int, unit_end: UnitEnd, collect: bool = True
     ) -> tuple[list[tuple[int, int, int]], int]:
@@ -277,6 +294,9 @@ class RankCursor:
                 if bucket is None:
                     break
             if unit_end is None:
+                if rows := self._rows_inside_piece(bucket, seq_len, batch_size - len(out), collect):
+                    out += rows
+                    continue
                 segments, taken = self.take(bucket, seq_len, collect)
             else:
                 segments, taken = self.take_units(bucket, seq_len, unit_end, collect)
