@@ -9,7 +9,7 @@ then measures on one process acting as one rank of a world of 8:
 * SnapshotLoader tokens/s (seq_len 2048, batch 8) on the first pass (which includes the sha256
   verification of every block on first read) and once the blocks read are verified; and the same steps
   re-read (blocks verified, pages cached, no prefetch) with the shuffle buffer off and on
-  (``--shuffle-buffers``, documents a window), in tokens per CPU second, the best of five passes;
+  (``--shuffle-buffers``, documents a window), in tokens per CPU second, the best of twelve passes;
   and the same with packing off and on (``--packing-windows``): padding, truncation and fragment rates
   and delivered (unpadded) tokens per CPU second (``--packing-only``: just these rows);
 * bytes of .bin each of the 8 ranks hashes over one epoch, with per-block digests (4 MiB blocks, the
@@ -17,7 +17,7 @@ then measures on one process acting as one rank of a world of 8:
   before block digests), against the bytes the rank reads;
 * a plain baseline on the same files: consecutive seq_len slices of one memory-mapped shard into a
   torch tensor (no mixture, no EOS, no boundaries), per wall second and per CPU second (the best of
-  five passes taken in turns with each re-read loader's, so that both bests see the same load), and the
+  twelve passes taken in turns with each re-read loader's, so that both bests see the same load), and the
   loader's ratio to it;
 * time to the first batch after resuming from a checkpoint record at step 0 and at step 10^6, on the
   same world (8) and on another (6). The record at step 10^6 is produced by ``seek`` (arithmetic,
@@ -194,13 +194,15 @@ def loader_rate(loader: SnapshotLoader, steps: int) -> float:
 
 
 def steady_rates(
-    root: Path, buffers: list[int], steps: int, repeats: int = 5
+    root: Path, buffers: list[int], steps: int, repeats: int = 12
 ) -> dict[int, tuple[float, float]]:
     """Rank 0's tokens per CPU second over the same ``steps`` steps per shuffle buffer (0: off), their
     blocks verified, read in the consumer's thread (prefetch 0: what the reads cost, and CPU time, not
     wall time, so that other processes on the machine count less), and the memmap baseline's measured in
     turns with it: each loader reads the steps once, then rewinds to its step-0 record before every pass;
-    the best of ``repeats`` passes of each. One loader at a time, as a rank runs one."""
+    the best of ``repeats`` passes of each (a pass is a few tens of ms: twelve, spread over a second or
+    two, so that a moment of the machine's other load does not set a best). One loader at a time, as a
+    rank runs one."""
     rates = {}
     for n in buffers:
         loader, start = rank0_at_start(root, shuffle_buffer=n)
