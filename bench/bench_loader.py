@@ -16,9 +16,9 @@ then measures on one process acting as one rank of a world of 8:
   write_shards default) and with the whole-file check of a manifest without them (snapshots written
   before block digests), against the bytes the rank reads;
 * a plain baseline on the same files: consecutive seq_len slices of one memory-mapped shard into a
-  torch tensor (no mixture, no EOS, no boundaries), per wall second and per CPU second (the best of
-  twelve passes taken in turns with each re-read loader's, so that both bests see the same load), and the
-  loader's ratio to it;
+  torch tensor (no mixture, no EOS, no boundaries), per wall second and per CPU second (twelve passes, each right after
+  one of a re-read loader's), and the loader's ratio to it: per CPU second, the median of the twelve
+  pairs' ratios;
 * time to the first batch after resuming from a checkpoint record at step 0 and at step 10^6, on the
   same world (8) and on another (6). The record at step 10^6 is produced by ``seek`` (arithmetic,
   no reads), whose time is reported separately; resuming never replays the steps before;
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -195,21 +196,31 @@ def loader_rate(loader: SnapshotLoader, steps: int) -> float:
 
 def steady_rates(
     root: Path, buffers: list[int], steps: int, repeats: int = 12
-) -> dict[int, tuple[float, float]]:
+) -> dict[int, tuple[float, float, float]]:
     """Rank 0's tokens per CPU second over the same ``steps`` steps per shuffle buffer (0: off), their
     blocks verified, read in the consumer's thread (prefetch 0: what the reads cost, and CPU time, not
-    wall time, so that other processes on the machine count less), and the memmap baseline's measured in
-    turns with it: each loader reads the steps once, then rewinds to its step-0 record before every pass;
-    the best of ``repeats`` passes of each (a pass is a few tens of ms: twelve, spread over a second or
-    two, so that a moment of the machine's other load does not set a best). One loader at a time, as a
-    rank runs one."""
+    wall time, so that other processes on the machine count less), each pass followed by a pass of the
+    memmap baseline: each loader reads the steps once, then rewinds to its step-0 record before every
+    pass. Per buffer: the best of ``repeats`` loader passes, the best of the baseline's, and the median
+    of the ``repeats`` ratios of a loader pass to the baseline pass right after it (a pass is tens of
+    ms; the machine's other load moves both of a pair alike, so the median moves far less than either
+    best). One loader at a time, as a rank runs one."""
     rates = {}
+    tokens = steps * BATCH * SEQ_LEN
     for n in buffers:
         loader, start = rank0_at_start(root, shuffle_buffer=n)
         loader_rate(loader, steps)
-        best = best_passes({n: loader}, {n: start}, steps, {n: steps * BATCH * SEQ_LEN}, repeats, root)
-        rates[n] = (best[n], best["memmap"])
+        pairs = []
+        for _ in range(repeats):
+            loader.load_record(start)
+            t0 = time.process_time()
+            for _ in range(steps):
+                loader.next_batch()
+            rate = tokens / (time.process_time() - t0)
+            pairs.append((rate, baseline_rate(root, steps, time.process_time)))
         loader.close()
+        ratio = statistics.median(r / base for r, base in pairs)
+        rates[n] = (max(r for r, _ in pairs), max(base for _, base in pairs), ratio)
     return rates
 
 
@@ -225,14 +236,10 @@ def best_passes(
     steps: int,
     tokens: dict[int, int],
     repeats: int,
-    baseline: Path | None = None,
-) -> dict[int | str, float]:
+) -> dict[int, float]:
     """``tokens[n]`` per CPU second of the best of ``repeats`` passes of ``steps`` steps of ``loaders[n]``,
-    the loaders taken in turns, each rewound to its record ``starts[n]`` before every pass. With
-    ``baseline`` (the snapshot), a pass of :func:`baseline_rate` on it joins every turn (key ``"memmap"``):
-    a ratio of two bests taken at the same moments moves with the machine's load far less than one of
-    bests taken minutes apart."""
-    best: dict[int | str, float] = dict.fromkeys(loaders, 0.0)
+    the loaders taken in turns, each rewound to its record ``starts[n]`` before every pass."""
+    best = dict.fromkeys(loaders, 0.0)
     for _ in range(repeats):
         for n, loader in loaders.items():
             loader.load_record(starts[n])
@@ -240,8 +247,6 @@ def best_passes(
             for _ in range(steps):
                 loader.next_batch()
             best[n] = max(best[n], tokens[n] / (time.process_time() - t0))
-        if baseline is not None:
-            best["memmap"] = max(best.get("memmap", 0.0), baseline_rate(baseline, steps, time.process_time))
     return best
 
 
@@ -389,10 +394,10 @@ def main() -> int:
                     f"loader, the same steps re-read, shuffle buffer {n or 'off'}",
                     f"{r / 1e6:.2f} M tokens/CPU s (memmap slices in turns with it: {base_cpu / 1e6:.2f} M); "
                     f"{requests[n][0]:.1f} read requests a step, {requests[n][1] / 2**20:.2f} MiB",
-                    f"{r / rates[0][0]:.2f} of off; {r / base_cpu:.2f} of memmap's tokens/CPU s, "
-                    f"{r / base:.2f} of its tokens/s",
+                    f"{r / rates[0][0]:.2f} of off; {paired:.2f} of memmap's tokens/CPU s (median of "
+                    f"paired passes; best over best {r / base_cpu:.2f}), {r / base:.2f} of its tokens/s",
                 )
-                for n, (r, base_cpu) in rates.items()
+                for n, (r, base_cpu, paired) in rates.items()
             ),
             (
                 "resume at step 0, world 8 -> 8: first batch",
