@@ -16,9 +16,9 @@ then measures on one process acting as one rank of a world of 8:
   write_shards default) and with the whole-file check of a manifest without them (snapshots written
   before block digests), against the bytes the rank reads;
 * a plain baseline on the same files: consecutive seq_len slices of one memory-mapped shard into a
-  torch tensor (no mixture, no EOS, no boundaries), per wall second and per CPU second (twelve passes, each right after
-  one of a re-read loader's), and the loader's ratio to it: per CPU second, the median of the twelve
-  pairs' ratios;
+  torch tensor (no mixture, no EOS, no boundaries), per wall second and per CPU second (twelve passes,
+  each right after one of a re-read loader's), and the loader's ratio to it: per CPU second, the median
+  of the twelve pairs' ratios;
 * time to the first batch after resuming from a checkpoint record at step 0 and at step 10^6, on the
   same world (8) and on another (6). The record at step 10^6 is produced by ``seek`` (arithmetic,
   no reads), whose time is reported separately; resuming never replays the steps before;
