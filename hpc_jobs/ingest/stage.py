@@ -73,6 +73,7 @@ class IngestStage(Stage):
         self._skipped: Counter = Counter()
         self._files: dict[str, Any] | None = None
         self._formats: dict[Path, str] = {}
+        self._specs: dict[tuple[Path, Path | None], SourceSpec] = {}
         self._skipped_inputs: dict[str, int] = {}
         self._index: AgainstBase | None = None
 
@@ -148,8 +149,15 @@ class IngestStage(Stage):
         return self._formats[unit.path]
 
     def spec(self, shard: InputShard) -> SourceSpec:
-        fmt = self._format(shard)
-        return source_for(shard.path, self.declared, fmt, self.config.undeclared_files, shard.root)
+        """The source a file is declared as, looked up once per path (each pass over a file asks it, and
+        a lookup walks the declarations and the directories above the file)."""
+        key = (shard.path, shard.root)
+        if key not in self._specs:
+            fmt = self._format(shard)
+            self._specs[key] = source_for(
+                shard.path, self.declared, fmt, self.config.undeclared_files, shard.root
+            )
+        return self._specs[key]
 
     # -- reading one file --------------------------------------------------------------------------
     def items(self, shard: InputShard) -> Iterator[Item]:
