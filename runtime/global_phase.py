@@ -32,7 +32,7 @@ from corpus.formats.docshard import RecordsFile, atomic_write_json, iter_docs
 from corpus.model import Document
 from corpus.model.config import config_hash
 from corpus.model.digest import canonical_json, file_sha256, json_digest
-from mpi_kernels.barrier import sleeping_barrier
+from mpi_kernels.barrier import sleeping_barrier, sleeping_bcast
 from mpi_kernels.shuffle import ShuffleStats
 from mpi_kernels.shuffle_array import shuffle_array
 from mpi_kernels.shuffle_bytes import shuffle_by_key
@@ -190,7 +190,7 @@ class GlobalPhase:
         if ctx.rank == 0:
             self._complete = self._open()
             run = os.urandom(8).hex()  # tells this run's step indexes from an earlier run's (not digested)
-        self._complete, self._run = self.comm.bcast((self._complete, run), root=0)
+        self._complete, self._run = sleeping_bcast(self.comm, (self._complete, run))
         #: the last step index asked about (step, parts by name, or None: this run has not finished the
         #: step): every part of one step, not of the phase
         self._indexed: tuple[str, dict[str, Part] | None] | None = None
@@ -525,7 +525,7 @@ class GlobalPhase:
     def finish(self, steps: dict[str, Sequence[str]], facts: dict[str, Any]) -> str:
         """Collective: record the phase complete; its digest covers the key, the files of every listed
         part (step -> part names) and ``facts``. Returns the digest (the stage's prepare digest)."""
-        self.comm.Barrier()
+        sleeping_barrier(self.comm)  # the ranks come from uneven work
         data = None
         if self.ctx.rank == 0:
             files = {
@@ -536,7 +536,7 @@ class GlobalPhase:
             data = {"key": self.key, "facts": facts, "digest": json_digest(body)}
             atomic_write_json(self.root / COMPLETE, data)
             self.say(f"global phase complete ({data['digest'][:19]}…)")
-        self._complete = self.comm.bcast(data, root=0)
+        self._complete = sleeping_bcast(self.comm, data)
         return self._complete["digest"]
 
     def reused(self) -> str:
@@ -585,7 +585,7 @@ def route_verdicts(
     senders = None
     if phase.ctx.rank == 0:
         senders = [p for s, names in ((from_step, from_parts), *also) for p in phase.parts(s, names)]
-    senders = phase.comm.bcast(senders, root=0)
+    senders = sleeping_bcast(phase.comm, senders)
 
     def send(part: Part) -> Iterator[tuple[int, bytes, bytes]]:
         with open(part.path(VERDICTS), "rb") as f:

@@ -23,6 +23,7 @@ from typing import Any, NoReturn, TypeVar
 
 from corpus.model.config import ConfigError
 from corpus.model.errors import UserError
+from mpi_kernels.barrier import sleeping_barrier, sleeping_bcast
 from runtime.logline import LogRecord, emit, json_lines
 
 T = TypeVar("T")
@@ -54,6 +55,7 @@ def agreed(comm: Any, step: Callable[[], T]) -> T:
     """Collective: ``step()`` on every rank; where any rank fails with an expected error, every rank
     raises the lowest such rank's as a :class:`StageError` of every rank (said once, by rank 0)."""
     result, error = _attempt(step)
+    sleeping_barrier(comm)  # the ranks' steps are uneven (each its share of the files): wait asleep
     errors = comm.allgather(error)
     first = next((e for e in errors if e is not None), None)
     if first is not None:
@@ -64,7 +66,7 @@ def agreed(comm: Any, step: Callable[[], T]) -> T:
 def from_rank0(comm: Any, step: Callable[[], T]) -> T:
     """Collective: ``step()`` on rank 0 only, its result on every rank; its expected error, every rank's."""
     result, error = _attempt(step) if comm.Get_rank() == 0 else (None, None)
-    result, error = comm.bcast((result, error), root=0)
+    result, error = sleeping_bcast(comm, (result, error))
     if error is not None:
         raise StageError(error, every_rank=True)
     return result  # type: ignore[return-value]

@@ -57,6 +57,7 @@ from corpus.model.layout import (
 )
 from corpus.model.manifest import NotCompleted, read_stage_manifest, require_stage_manifest
 from corpus.model.stages import PIPELINE
+from mpi_kernels.barrier import sleeping_bcast
 from runtime import file_opens
 from runtime.input_shard import InputShard, input_refs
 from runtime.job_failure import (
@@ -396,7 +397,7 @@ class StageRun:
             raise Preempted("stopped at a shard boundary on request (SIGUSR1/SIGTERM); rerun to resume")
         comm.Barrier()  # every shard is written before a conclusion reads them
         reporter.stop()
-        conclude_digest = comm.bcast(stage.conclude(ctx, inputs), root=0)
+        conclude_digest = sleeping_bcast(comm, stage.conclude(ctx, inputs))
         records = comm.gather(mine_records, root=0)
         artifacts = comm.gather(artifact_refs(ctx.out_dir, stage.artifact_kinds, ctx.rank, ctx.size), 0)
         done = comm.gather(done_by_me, root=0)
@@ -408,7 +409,7 @@ class StageRun:
             found = {r.name: r for share in records for r in share if r is not None}
             refs = [ref for _, ref in sorted(r for share in artifacts for r in share)]
             manifest = self.write_manifest(inputs, found, prepare_digest, conclude_digest, done, peaks, refs)
-        manifest = comm.bcast(manifest, root=0)
+        manifest = sleeping_bcast(comm, manifest)
         return manifest
 
     def _manifest_matches(self, m: StageManifest, inputs: list[InputShard]) -> bool:
@@ -482,13 +483,14 @@ class StageRun:
             },
         )
         atomic_write_json(manifest_path(out), manifest.to_dict())
+        digest = manifest.digest  # O(inputs) to compute: once
         self.log.say(
             f"stage complete: {t.docs_in} in, {t.docs_out} out, filtered {dict(t.filtered)}, "
-            f"quarantined {dict(t.quarantined)}; manifest {manifest.digest}",
+            f"quarantined {dict(t.quarantined)}; manifest {digest}",
             "stage_complete",
             docs_in=t.docs_in,
             docs_out=t.docs_out,
-            manifest=manifest.digest,
+            manifest=digest,
         )
         return manifest
 

@@ -24,7 +24,7 @@ class ShardRef:
     records: int
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"path": self.path, "sha256": self.sha256, "records": self.records}
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from corpus.model.digest import json_digest
 from corpus.model.facts import DecontaminationFacts, FileRef, PartitionedIndex
 from corpus.model.layout import STAGES_DIR, WORK, base_build_of, build_dir_of_stage, link_file
 from corpus.text.tokenizer import resolve_asset
-from mpi_kernels.barrier import sleeping_barrier
+from mpi_kernels.barrier import sleeping_barrier, sleeping_bcast
 from runtime.global_phase import GlobalPhase, PartWriter, global_phase_key
 from runtime.input_shard import InputShard
 from runtime.runner import Stage, StageContext, StageError, remove_stale_artifacts
@@ -260,7 +260,7 @@ class Decontaminate(Stage):
             total = None
             if ctx.rank == 0:
                 total = sum(p.facts["rows"] for p in phase.parts(DOC_GRAMS_STEP, names))
-            total = ctx.comm.bcast(total, root=0)
+            total = sleeping_bcast(ctx.comm, total)
             digest = phase.finish({DOC_GRAMS_STEP: names}, {"rows": total, "prefix_bits": bits})
         self._publish(ctx, names)
         return digest
@@ -276,7 +276,7 @@ class Decontaminate(Stage):
                     raise StageError(f"[decontaminate] {DOC_GRAMS}/{s.name}{DOC_GRAMS_SUFFIX} is missing")
                 total += int(sidecar["records"])
             bits = prefix_bits(total, self.config.doc_gram_part_rows)
-        bits = ctx.comm.bcast(bits, root=0)
+        bits = sleeping_bcast(ctx.comm, bits)
         return bits, [f"g{p:05d}" for p in range(1 << bits)]
 
     def _publish(self, ctx: StageContext, names: list[str]) -> None:

@@ -39,6 +39,7 @@ from corpus.model.digest import canonical_json
 from corpus.model.layout import INDEX_RECORDS
 from corpus.select.provenance import copy_record
 from corpus.text.normalize import KEY_VERSION, text_key
+from mpi_kernels.barrier import sleeping_bcast
 from mpi_kernels.shuffle_bytes import stable_key_hash
 from runtime.against_base import AgainstBase, IndexFacts, first_records, with_base_values
 from runtime.global_phase import (
@@ -239,7 +240,7 @@ class ExactDedupStage(Stage):
         if ctx.rank == 0:
             facts = GroupsFacts.merged([p.facts for p in phase.parts(GROUPS, groups)]).to_dict()
         steps = {GROUPS: groups, DECISIONS: shards} | ({HOLDOUT_KEYS: groups} if self._held else {})
-        return phase.finish(steps, ctx.comm.bcast(facts, root=0))
+        return phase.finish(steps, sleeping_bcast(ctx.comm, facts))
 
     def _held_keys(self, phase: GlobalPhase, part: str) -> frozenset[bytes]:
         """The held-out pages' keys a part of ``groups`` owns (none without a holdout)."""

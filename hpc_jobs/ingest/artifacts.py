@@ -7,7 +7,7 @@ docs/ingest-and-filters.md, "ingest".
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,11 @@ class CodeFiles:
 
 
 def spec_dict(spec: SourceSpec) -> dict[str, Any]:
-    resolved = {"source": spec.name} | {k: v for k, v in asdict(spec).items() if k not in ("name", "fields")}
+    """What a file is declared as, as the manifest records it (field by field: ``asdict``'s deep copies
+    cost more than the rest of the manifest at 10^4 files, and its fields are strings)."""
+    resolved = {"source": spec.name} | {
+        f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in ("name", "fields")
+    }
     return resolved | ({"fields": dict(spec.fields)} if spec.fields else {})
 
 

@@ -27,6 +27,7 @@ from corpus.formats.docshard import RecordsFile
 from corpus.model.digest import canonical_json
 from hpc_jobs.ingest.bundles import key_prefixes
 from hpc_jobs.ingest.items import Item
+from mpi_kernels.barrier import sleeping_bcast
 from mpi_kernels.shuffle_bytes import stable_key_hash
 from runtime.against_base import AgainstBase, IndexFacts, with_base_values
 from runtime.global_phase import GlobalPhase, Part, PartWriter, route_verdicts, write_verdicts
@@ -94,7 +95,7 @@ def collapse(
     # 2. every key to the part of its (url, raw digest), which decides its groups (inside a build, also
     #    writing the records of the fetches it keeps)
     index = against.base.index if against.probed else None
-    senders = phase.comm.bcast(phase.parts(KEYS, names) if ctx.rank == 0 else None, root=0)
+    senders = sleeping_bcast(phase.comm, phase.parts(KEYS, names) if ctx.rank == 0 else None)
     phase.exchange(
         GROUPS,
         groups,
@@ -116,7 +117,7 @@ def collapse(
         }
         if against.probed:
             facts |= IndexFacts.summed(p.facts for p in decided_parts).to_dict()
-    return phase.comm.bcast(facts, root=0)
+    return sleeping_bcast(phase.comm, facts)
 
 
 def send_keys(part: Part, index: PersistentIndex | None, n_groups: int) -> Iterator[tuple[int, bytes, bytes]]:

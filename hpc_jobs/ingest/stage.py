@@ -51,6 +51,7 @@ from hpc_jobs.ingest.recrawl import (
     write_keys,
 )
 from hpc_jobs.ingest.shown import shown_files, shown_item
+from mpi_kernels.barrier import sleeping_barrier, sleeping_bcast
 from runtime.against_base import AgainstBase, IndexFacts
 from runtime.global_phase import GlobalPhase, decisions_of, global_phase_key, part_count
 from runtime.input_shard import InputShard, raw_input_shard
@@ -205,9 +206,9 @@ class IngestStage(Stage):
         # 2. groups and decisions, the groups sized by the fetches the keys step found
         names = [s.name for s in inputs]
         fetches = sum(p.facts["records"] for p in phase.parts(KEYS, names)) if ctx.rank == 0 else None
-        groups = against.parts(part_count(ctx.comm.bcast(fetches, root=0), self.config.part_rows))
+        groups = against.parts(part_count(sleeping_bcast(ctx.comm, fetches), self.config.part_rows))
         against.remove_stale_records(ctx, groups)
-        ctx.comm.Barrier()  # every rank's records are written after the stale ones went
+        sleeping_barrier(ctx.comm)  # every rank's records are written after the stale ones went
         facts = collapse(ctx, phase, inputs, groups, against)
         return phase.finish({GROUPS: groups, DECISIONS: names}, facts)
 

@@ -32,6 +32,7 @@ from corpus.model.annotations import BYTES_REMOVED, LINES_REMOVED
 from corpus.model.layout import INDEX_RECORDS, base_build_of, build_dir_of_stage, stage_dir
 from corpus.model.manifest import read_stage_manifest
 from corpus.text.normalize import KEY_VERSION, line_key
+from mpi_kernels.barrier import sleeping_bcast
 from runtime.against_base import PROBE_BATCH, AgainstBase
 from runtime.global_phase import PART_ROWS, GlobalPhase, PartWriter, global_phase_key, part_count
 from runtime.input_shard import InputShard
@@ -244,7 +245,7 @@ class LineDedupStage(Stage):
                 total.update(part.facts)
             facts = dict(sorted(total.items()))
             ctx.say(f"{facts['distinct_lines']} distinct lines, {facts['frequent_lines']} frequent")
-        return phase.finish({LINES: names}, ctx.comm.bcast(facts, root=0))
+        return phase.finish({LINES: names}, sleeping_bcast(ctx.comm, facts))
 
     def process_doc(self, doc: Document, ctx: StageContext) -> Outcome:
         assert self._frequent is not None

@@ -65,6 +65,7 @@ from hpc_jobs.minhash_dedup.phase import (
 from hpc_jobs.minhash_dedup.repo_graph import annotate_repository, repo_docs, repositories, repository_files
 from hpc_jobs.minhash_dedup.signature_store import signature_store
 from hpc_jobs.minhash_dedup.signatures import holdout_signatures, signatures
+from mpi_kernels.barrier import sleeping_bcast
 from mpi_kernels.minhash import BandParams, MinHasher, MinHashParams
 from runtime.against_base import AgainstBase
 from runtime.global_phase import PART_ROWS, GlobalPhase, decisions_of, global_phase_key, part_count
@@ -236,7 +237,7 @@ class MinhashDedupStage(Stage):
         facts = None
         if ctx.rank == 0:
             facts = merge_facts([p.facts for s in steps if s.facts for p in phase.parts(s.name, s.parts)])
-        return phase.finish({s.name: s.parts for s in steps}, ctx.comm.bcast(facts, root=0))
+        return phase.finish({s.name: s.parts for s in steps}, sleeping_bcast(ctx.comm, facts))
 
     def _run(self, phase: GlobalPhase, inputs: list[InputShard], groups: list[str], repo_parts: int) -> Run:
         """The run's context: its graphs (the repository graph's parts are fixed by the data alone)."""

@@ -19,6 +19,7 @@ import numpy as np
 from corpus.formats.partitions import map_records
 from hpc_jobs.write_shards.base_shards import BaseShards
 from hpc_jobs.write_shards.census import CENSUS, CENSUS_RECORD
+from mpi_kernels.barrier import sleeping_bcast
 from runtime.global_phase import GlobalPhase, Part
 from runtime.input_shard import InputShard
 from runtime.runner import StageContext, assign
@@ -117,7 +118,7 @@ def plan_cuts(
         for p in phase.parts(CENSUS, [s.name for s in inputs]):
             c.update(p.facts["tokens"])
         totals = dict(sorted(c.items()))
-    totals = ctx.comm.bcast(totals, root=0)
+    totals = sleeping_bcast(ctx.comm, totals)
     buckets = sorted(totals)
     mine = [phase.part(CENSUS, s.name) for s in assign(inputs, ctx.rank, ctx.size)]
     after = base.next_number if base is not None else {}

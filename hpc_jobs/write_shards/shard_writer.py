@@ -42,6 +42,7 @@ from hpc_jobs.write_shards.census import bucket_of, check_document, check_sequen
 from hpc_jobs.write_shards.config import WriteShardsConfig
 from hpc_jobs.write_shards.cuts import ShardPlan
 from hpc_jobs.write_shards.validation import ShardStatsAccumulator, validation_failures
+from mpi_kernels.barrier import sleeping_bcast
 from runtime.global_phase import GlobalPhase, Part, PartWriter
 from runtime.input_shard import InputShard
 from runtime.runner import StageContext, StageError
@@ -194,7 +195,7 @@ def write_token_shards(
     )
     # 4. every shard part's facts to every rank
     parts = phase.parts(SHARDS, plan.names) if ctx.rank == 0 else None
-    return ctx.comm.bcast(parts, root=0)
+    return sleeping_bcast(ctx.comm, parts)
 
 
 def send_docs(
