@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from corpus.formats.docshard import RecordsFile, atomic_write_json, iter_docs
+from corpus.formats.docshard import RecordsFile, atomic_write_bytes, atomic_write_json, iter_docs
 from corpus.model import Document
 from corpus.model.config import config_hash
 from corpus.model.digest import canonical_json, file_sha256, json_digest
@@ -202,7 +202,9 @@ class GlobalPhase:
         current = json.loads(key_file.read_text()) if key_file.exists() else None
         if current != {"key": self.key, "digest": self.key_digest}:
             shutil.rmtree(self.root, ignore_errors=True)
-            atomic_write_json(key_file, {"key": self.key, "digest": self.key_digest})
+            # compact (C-encoded) JSON: a phase key lists every input (ingest: each file's source), and
+            # it is compared as read back, never read by eye
+            atomic_write_bytes(key_file, canonical_json({"key": self.key, "digest": self.key_digest}))
         shutil.rmtree(Path(self.ctx.work_dir) / SPILL_DIR, ignore_errors=True)  # a killed run's runs
         complete = self.root / COMPLETE
         return json.loads(complete.read_text()) if complete.exists() else None
@@ -534,7 +536,7 @@ class GlobalPhase:
             }
             body = {"key": self.key, "parts": files, "facts": facts}
             data = {"key": self.key, "facts": facts, "digest": json_digest(body)}
-            atomic_write_json(self.root / COMPLETE, data)
+            atomic_write_bytes(self.root / COMPLETE, canonical_json(data))  # compact, as the key
             self.say(f"global phase complete ({data['digest'][:19]}…)")
         self._complete = sleeping_bcast(self.comm, data)
         return self._complete["digest"]
