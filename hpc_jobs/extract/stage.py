@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corpus.decont.holdout import HOLDOUT_KIND
 from corpus.formats.docshard import SUFFIX, iter_docs, read_sidecar
@@ -47,10 +47,12 @@ from corpus.text.extract import (
 )
 from corpus.text.known_bad import NO_LIST, read_known_bad
 from corpus.text.normalize import KEY_VERSION, text_key
-from hpc_jobs.extract.known_bad import KnownBadCheck
 from runtime.input_shard import InputShard
 from runtime.runner import Stage, StageContext, StageError, remove_stale_artifacts
 from runtime.side_output import SideOutput
+
+if TYPE_CHECKING:
+    from hpc_jobs.extract.known_bad import KnownBadCheck
 
 #: the extraction path of a config that names none, and why: docs/ingest-and-filters.md ("extract")
 DEFAULT_EXTRACTOR = "two_pass"
@@ -137,7 +139,11 @@ class ExtractStage(Stage):
         except UserError as e:
             raise StageError(str(e)) from None
         digest = known.digest
-        self.known_bad = KnownBadCheck(known, config.known_bad_near_threshold) if known else None
+        self.known_bad: KnownBadCheck | None = None
+        if known:  # its MinHash kernels (numba: ~0.2 s of imports a rank) only where a list is given
+            from hpc_jobs.extract.known_bad import KnownBadCheck
+
+            self.known_bad = KnownBadCheck(known, config.known_bad_near_threshold)
         if config.known_bad_sha256 and config.known_bad_sha256 != digest:
             raise StageError(
                 f"[extract] known_bad_sha256 = {config.known_bad_sha256} but the list has {digest}"
