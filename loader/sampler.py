@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import overload
 
 import numpy as np
 
@@ -87,8 +88,8 @@ def epoch_chunks(
     epoch: int,
     chunk_tokens: int,
     cut_world: int = 0,
-) -> list[Piece]:
-    """Every chunk of one bucket epoch, in reading order.
+) -> EpochChunks:
+    """Every chunk of one bucket epoch, in reading order (:class:`EpochChunks`: computed as asked for).
 
     ``shards`` are ``(manifest_index, sha256, stream_len)`` of the bucket's shards. Shards come in keyed
     order; within a shard the chunks stay in file order, so a rank reading consecutive positions of
@@ -97,18 +98,66 @@ def epoch_chunks(
     """
     if chunk_tokens <= 0:
         raise ValueError("chunk_tokens must be positive")
-    cuts = shard_cuts([s[2] for s in shards], chunk_tokens, cut_world) if cut_world else None
-    perm = shard_permutation([s[1] for s in shards], seed, bucket, epoch)
-    out: list[Piece] = []
-    for i in perm:
-        index, _, stream_len = shards[i]
-        if cuts is None:
-            bounds = [*range(0, stream_len, chunk_tokens), stream_len]
-        else:
-            bounds = [j * stream_len // cuts[i] for j in range(cuts[i] + 1)] if cuts[i] else [0]
-        for start, end in zip(bounds, bounds[1:], strict=False):
-            out.append(Piece(epoch, len(out), index, start, end))
-    return out
+    return EpochChunks(shards, seed, bucket, epoch, chunk_tokens, cut_world)
+
+
+class EpochChunks(Sequence[Piece]):
+    """The chunks of one bucket epoch as a sequence whose items are made when asked for: the shards'
+    keyed order and the running count of their chunks are held (O(shards)), never the chunks
+    (O(tokens / chunk_tokens): 15 M of them at 15 T tokens and 1 M-token chunks, 3 GB of ``Piece``
+    objects a rank, where a rank reads one chunk in ``world``). Chunk ``k`` is found by bisection."""
+
+    def __init__(
+        self,
+        shards: Sequence[tuple[int, str, int]],
+        seed: int,
+        bucket: str,
+        epoch: int,
+        chunk_tokens: int,
+        cut_world: int = 0,
+    ) -> None:
+        cuts = shard_cuts([s[2] for s in shards], chunk_tokens, cut_world) if cut_world else None
+        perm = shard_permutation([s[1] for s in shards], seed, bucket, epoch)
+        self.epoch, self.chunk_tokens = epoch, chunk_tokens
+        self._index = [shards[i][0] for i in perm]
+        self._lens = [shards[i][2] for i in perm]
+        # a shard's pieces: chunk_tokens long (the last shorter), or its cut into nearly equal ones
+        self._cuts = None if cuts is None else [cuts[i] for i in perm]
+        counts = [-(-n // chunk_tokens) for n in self._lens] if self._cuts is None else self._cuts
+        self._ends = np.cumsum(np.asarray(counts, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self._ends[-1]) if len(self._ends) else 0
+
+    def _piece(self, k: int, p: int, j: int) -> Piece:
+        """Chunk ``k`` of the epoch: piece ``j`` of the shard at place ``p`` of the keyed order."""
+        n = self._lens[p]
+        if self._cuts is None:
+            start = j * self.chunk_tokens
+            return Piece(self.epoch, k, self._index[p], start, min(start + self.chunk_tokens, n))
+        c = self._cuts[p]
+        return Piece(self.epoch, k, self._index[p], j * n // c, (j + 1) * n // c)
+
+    @overload
+    def __getitem__(self, k: int) -> Piece: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[Piece]: ...
+    def __getitem__(self, k: int | slice) -> Piece | list[Piece]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(len(self))[k]]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(f"chunk {k} of an epoch of {len(self)}")
+        p = int(np.searchsorted(self._ends, k, side="right"))
+        return self._piece(k, p, k - (int(self._ends[p - 1]) if p else 0))
+
+    def __iter__(self) -> Iterator[Piece]:
+        k = 0
+        for p, end in enumerate(self._ends.tolist()):
+            for j in range(end - k):
+                yield self._piece(k + j, p, j)
+            k = end
 
 
 def strided(n: int, rank: int, world: int) -> range:

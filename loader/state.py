@@ -16,13 +16,14 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
 from loader.sampler import (
     SAMPLER_VERSION,
+    EpochChunks,
     Piece,
     choose_bucket,
     epoch_chunks,
@@ -52,7 +53,7 @@ class Layout:
     def cap(self, bucket: str) -> int | None:
         return self.epoch_caps.get(bucket)
 
-    def chunks(self, bucket: str, epoch: int) -> list[Piece]:
+    def chunks(self, bucket: str, epoch: int) -> EpochChunks:
         return _chunks(self, bucket, epoch)
 
     def chunks_per_epoch(self, bucket: str) -> int:
@@ -99,7 +100,7 @@ def stream_layout(
 
 
 @functools.lru_cache(maxsize=64)
-def _chunks(layout: Layout, bucket: str, epoch: int) -> list[Piece]:
+def _chunks(layout: Layout, bucket: str, epoch: int) -> EpochChunks:
     return epoch_chunks(
         layout.buckets[bucket], layout.seed, bucket, epoch, layout.chunk_tokens, layout.cuts.get(bucket, 0)
     )
@@ -147,9 +148,18 @@ class RankQueue:
         self.fresh = plan.fresh_epoch.get(bucket, 0)
         self.cap = cap
         self.per_epoch = len(strided(layout.chunks_per_epoch(bucket), rank, plan.world))
-        self._last: tuple[int, list[Piece]] = (-1, [])  # the epoch last read and its chunks
+        self._last: tuple[int, Sequence[Piece]] = (-1, [])  # the epoch last read and its chunks
+        self._at: tuple[int, Piece | None] = (-1, None)  # the piece last asked for
 
     def piece(self, k: int) -> Piece | None:
+        at = self._at  # one tuple read: a prefetch thread's copy of the cursor shares this queue
+        if at[0] == k:  # asked every step while the cursor is inside one piece
+            return at[1]
+        p = self._piece(k)
+        self._at = (k, p)
+        return p
+
+    def _piece(self, k: int) -> Piece | None:
         if k < len(self.carry):
             return self.carry[k]
         if self.per_epoch == 0:
@@ -158,7 +168,7 @@ class RankQueue:
         epoch += self.fresh
         if self.cap is not None and epoch >= self.cap:
             return None
-        last = self._last  # one tuple read: a prefetch thread's copy of the cursor shares this queue
+        last = self._last
         if last[0] != epoch:
             last = self._last = (epoch, self.layout.chunks(self.bucket, epoch))
         return last[1][self.rank + j * self.world]

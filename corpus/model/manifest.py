@@ -6,7 +6,8 @@ so the same inputs and config give the same digest on any number of ranks."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -118,18 +119,25 @@ class SnapshotShard:
         object.__setattr__(self, "block_sha256", tuple(self.block_sha256))  # JSON gives a list
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        """Field by field (every loader rank makes one per shard to check the snapshot id: ``asdict``'s
+        deep copies were 0.6 of 1.0 CPU s at 30,000 shards)."""
+        d: dict[str, Any] = {
+            "path": self.path,
+            "sha256": self.sha256,
+            "bucket": self.bucket,
+            "docs": self.docs,
+            "tokens": self.tokens,
+            "files": dict(self.files),
+        }
         # keys a shard does not use are left out, so snapshots of each earlier form keep their id
-        if not self.blocks_sha256:
-            del d["blocks_sha256"]
-        if not self.block_layout:
-            del d["block_layout"]
-        if not self.block_sha256:
-            del d["block_sha256"]
-        else:
+        if self.block_size or self.block_sha256 or self.blocks_sha256:
+            d["block_size"] = self.block_size
+        if self.block_sha256:
             d["block_sha256"] = list(self.block_sha256)
-        if not self.block_size and not self.block_sha256 and not self.blocks_sha256:
-            del d["block_size"]
+        if self.blocks_sha256:
+            d["blocks_sha256"] = self.blocks_sha256
+        if self.block_layout:
+            d["block_layout"] = self.block_layout
         return d
 
 
@@ -159,8 +167,10 @@ class SnapshotManifest:
             "extra": self.extra,
         }
 
-    @property
+    @cached_property
     def snapshot_id(self) -> str:
+        """Computed once per object (O(shards): a loader asks at start and at every checkpoint); the
+        manifest is immutable, its dicts never changed after it is made."""
         return json_digest(self.digested_part())
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""The sampler's pure functions: keyed orders, strided shares, stratified and renormalized bucket choice, and
-the golden-ratio schedule of buckets over runs with its bound (vectorized and scalar forms agree)."""
+"""The sampler's pure functions: keyed orders, an epoch's chunks (computed on demand, as made one by one),
+strided shares, stratified and renormalized bucket choice, and the golden-ratio schedule of buckets over
+runs with its bound (vectorized and scalar forms agree)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from loader.sampler import (
     GOLDEN_STEP,
+    Piece,
     bucket_thresholds,
     cf_quotients,
     choose_bucket,
@@ -25,6 +27,7 @@ from loader.sampler import (
     run_points,
     run_step,
     schedule_bound,
+    shard_cuts,
     shard_permutation,
     strided,
 )
@@ -58,6 +61,47 @@ def test_epoch_chunks_cover_every_stream_position_once_in_file_order_within_a_sh
         mine = [c for c in chunks if c.shard == index]
         assert [(c.start, c.end) for c in mine] == [(s, min(s + 10, n)) for s in range(0, n, 10)]
     assert all(c.epoch == 3 for c in chunks)
+
+
+def _chunks_made_one_by_one(shards, seed, bucket, epoch, chunk_tokens, cut_world=0):
+    """The chunks as the sampler defined them before they were computed on demand: every one, made."""
+    cuts = shard_cuts([s[2] for s in shards], chunk_tokens, cut_world) if cut_world else None
+    out = []
+    for i in shard_permutation([s[1] for s in shards], seed, bucket, epoch):
+        index, _, n = shards[i]
+        if cuts is None:
+            bounds = [*range(0, n, chunk_tokens), n]
+        else:
+            bounds = [j * n // cuts[i] for j in range(cuts[i] + 1)] if cuts[i] else [0]
+        for start, end in zip(bounds, bounds[1:], strict=False):
+            out.append(Piece(epoch, len(out), index, start, end))
+    return out
+
+
+@pytest.mark.parametrize("chunk_tokens,cut_world", [(10, 0), (7, 0), (1, 0), (1000, 64), (10, 5)])
+def test_an_epochs_chunks_computed_on_demand_are_the_chunks_made_one_by_one(chunk_tokens, cut_world):
+    rng = random.Random(chunk_tokens + cut_world)
+    shards = [
+        (20 + i, KEYS[i % len(KEYS)] + str(i), rng.choice([0, 1, 9, 10, 11, 25, 100])) for i in range(12)
+    ]
+    made = _chunks_made_one_by_one(shards, 5, "web", 2, chunk_tokens, cut_world)
+    chunks = epoch_chunks(
+        shards, seed=5, bucket="web", epoch=2, chunk_tokens=chunk_tokens, cut_world=cut_world
+    )
+    assert len(chunks) == len(made) and list(chunks) == made
+    assert [chunks[k] for k in range(len(made))] == made  # by place, as a rank's queue asks
+    assert chunks[3::4] == made[3::4] and chunks[-1] == made[-1]
+    with pytest.raises(IndexError):
+        chunks[len(made)]
+
+
+def test_a_rank_finds_its_chunk_of_a_huge_epoch_without_the_epoch_being_made():
+    # 15 T stream positions in chunks of one: a rank reads one chunk in world, so none is made ahead
+    shards = [(i, KEYS[i % len(KEYS)] + str(i), 500_000_000_000) for i in range(30)]
+    chunks = epoch_chunks(shards, seed=0, bucket="web", epoch=0, chunk_tokens=1)
+    assert len(chunks) == 15 * 10**12
+    last = chunks[len(chunks) - 1]
+    assert (last.order, last.start, last.end) == (15 * 10**12 - 1, 500_000_000_000 - 1, 500_000_000_000)
 
 
 @pytest.mark.parametrize("n,world", [(10, 3), (3, 5), (0, 2), (12, 4), (7, 1)])
