@@ -81,31 +81,18 @@ def shard_cuts(stream_lens: Sequence[int], chunk_tokens: int, world: int) -> tup
     return tuple(min(n, -(-n * world // total)) if n else 0 for n in stream_lens)
 
 
-def epoch_chunks(
-    shards: Sequence[tuple[int, str, int]],
-    seed: int,
-    bucket: str,
-    epoch: int,
-    chunk_tokens: int,
-    cut_world: int = 0,
-) -> EpochChunks:
-    """Every chunk of one bucket epoch, in reading order (:class:`EpochChunks`: computed as asked for).
+class EpochChunks(Sequence[Piece]):
+    """Every chunk of one bucket epoch, in reading order, as a sequence whose items are made when asked
+    for: the shards' keyed order and the running count of their chunks are held (O(shards)), never the
+    chunks (O(tokens / chunk_tokens): 15 M of them at 15 T tokens and 1 M-token chunks, 3 GB of
+    ``Piece`` objects a rank, where a rank reads one chunk in ``world``). Chunk ``k`` is found by
+    bisection.
 
     ``shards`` are ``(manifest_index, sha256, stream_len)`` of the bucket's shards. Shards come in keyed
     order; within a shard the chunks stay in file order, so a rank reading consecutive positions of
     a chunk reads the file sequentially. ``cut_world`` > 0: the bucket was cut for that many ranks
     (:func:`shard_cuts`), each shard into nearly equal pieces instead of ``chunk_tokens`` chunks.
     """
-    if chunk_tokens <= 0:
-        raise ValueError("chunk_tokens must be positive")
-    return EpochChunks(shards, seed, bucket, epoch, chunk_tokens, cut_world)
-
-
-class EpochChunks(Sequence[Piece]):
-    """The chunks of one bucket epoch as a sequence whose items are made when asked for: the shards'
-    keyed order and the running count of their chunks are held (O(shards)), never the chunks
-    (O(tokens / chunk_tokens): 15 M of them at 15 T tokens and 1 M-token chunks, 3 GB of ``Piece``
-    objects a rank, where a rank reads one chunk in ``world``). Chunk ``k`` is found by bisection."""
 
     def __init__(
         self,
@@ -116,6 +103,8 @@ class EpochChunks(Sequence[Piece]):
         chunk_tokens: int,
         cut_world: int = 0,
     ) -> None:
+        if chunk_tokens <= 0:
+            raise ValueError("chunk_tokens must be positive")
         cuts = shard_cuts([s[2] for s in shards], chunk_tokens, cut_world) if cut_world else None
         perm = shard_permutation([s[1] for s in shards], seed, bucket, epoch)
         self.epoch, self.chunk_tokens = epoch, chunk_tokens

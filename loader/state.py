@@ -26,7 +26,6 @@ from loader.sampler import (
     EpochChunks,
     Piece,
     choose_bucket,
-    epoch_chunks,
     rank_point,
     run_of,
     shard_cuts,
@@ -101,7 +100,7 @@ def stream_layout(
 
 @functools.lru_cache(maxsize=64)
 def _chunks(layout: Layout, bucket: str, epoch: int) -> EpochChunks:
-    return epoch_chunks(
+    return EpochChunks(
         layout.buckets[bucket], layout.seed, bucket, epoch, layout.chunk_tokens, layout.cuts.get(bucket, 0)
     )
 

@@ -14,12 +14,12 @@ import pytest
 
 from loader.sampler import (
     GOLDEN_STEP,
+    EpochChunks,
     Piece,
     bucket_thresholds,
     cf_quotients,
     choose_bucket,
     choose_buckets,
-    epoch_chunks,
     max_segments,
     rank_bound,
     rank_point,
@@ -55,7 +55,7 @@ def test_shard_order_follows_content_not_list_position():
 
 def test_epoch_chunks_cover_every_stream_position_once_in_file_order_within_a_shard():
     shards = [(10, KEYS[0], 25), (11, KEYS[1], 7), (12, KEYS[2], 0), (13, KEYS[3], 10)]
-    chunks = epoch_chunks(shards, seed=0, bucket="b", epoch=3, chunk_tokens=10)
+    chunks = EpochChunks(shards, seed=0, bucket="b", epoch=3, chunk_tokens=10)
     assert [c.order for c in chunks] == list(range(len(chunks)))
     for index, _, n in shards:
         mine = [c for c in chunks if c.shard == index]
@@ -85,7 +85,7 @@ def test_an_epochs_chunks_computed_on_demand_are_the_chunks_made_one_by_one(chun
         (20 + i, KEYS[i % len(KEYS)] + str(i), rng.choice([0, 1, 9, 10, 11, 25, 100])) for i in range(12)
     ]
     made = _chunks_made_one_by_one(shards, 5, "web", 2, chunk_tokens, cut_world)
-    chunks = epoch_chunks(
+    chunks = EpochChunks(
         shards, seed=5, bucket="web", epoch=2, chunk_tokens=chunk_tokens, cut_world=cut_world
     )
     assert len(chunks) == len(made) and list(chunks) == made
@@ -98,7 +98,7 @@ def test_an_epochs_chunks_computed_on_demand_are_the_chunks_made_one_by_one(chun
 def test_a_rank_finds_its_chunk_of_a_huge_epoch_without_the_epoch_being_made():
     # 15 T stream positions in chunks of one: a rank reads one chunk in world, so none is made ahead
     shards = [(i, KEYS[i % len(KEYS)] + str(i), 500_000_000_000) for i in range(30)]
-    chunks = epoch_chunks(shards, seed=0, bucket="web", epoch=0, chunk_tokens=1)
+    chunks = EpochChunks(shards, seed=0, bucket="web", epoch=0, chunk_tokens=1)
     assert len(chunks) == 15 * 10**12
     last = chunks[len(chunks) - 1]
     assert (last.order, last.start, last.end) == (15 * 10**12 - 1, 500_000_000_000 - 1, 500_000_000_000)
