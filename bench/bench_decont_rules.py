@@ -16,8 +16,11 @@ filler word ("also", "really", …). r = 0 is the reformatted plant itself.
 * **13-gram rule** (seed 002 §5, GPT-3's): an item is contaminated when any 13-gram of its passages (the
   same passages) is in the page; items under 13 words cannot be checked.
 * **run rule + fuzzy tier** (the build's two tiers, what a default version excludes): also an item one
-  of whose passages has at least a share (0.2 by default) of its distinct 8-grams in the page, anywhere
-  and in any order, and at least 3 of them (``passage-8gram-containment/1``).
+  of whose passages has at least a share (0.55 by default) of its words, and at least 8 of them,
+  covered by 5-grams the page holds, anywhere and in any order (``passage-5gram-cover/1``).
+
+Then the default fuzzy tier with the bundled registry (``assets/evals``, MMLU among its 42,048 items)
+on the clean crawl: the pages it flags, where its many short questions could meet stock phrases.
 
 Recall: planted (item, page) pairs found. A false positive: a flagged (item, page) that was not planted,
 except *siblings* (another item the pasted text contains by itself, by that rule); on pages with nothing
@@ -38,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_decont import SHARED, content_form, crawl_pages, light_edit, plant, records  # noqa: E402
 from corpus.decont.matcher import EvalIndex  # noqa: E402
-from corpus.decont.ngrams import text_grams  # noqa: E402
+from corpus.decont.ngrams import Grams, normalize_words, text_grams, word_hashes  # noqa: E402
 from corpus.decont.registry import EvalItem, EvalRegistry  # noqa: E402
 from corpus.decont.rule import text_gram_set  # noqa: E402
 
@@ -108,7 +111,7 @@ def both_tiers(index: EvalIndex):
     """The run rule's items and the fuzzy tier's: what a default version excludes."""
 
     def match(text: str) -> set[tuple[str, str]]:
-        exact, fuzzy = index.match_both(text_gram_set(text))
+        exact, fuzzy = index.match_both(Grams(word_hashes(normalize_words(text))))
         return {(m.benchmark, m.item_id) for m in exact} | {(m.benchmark, m.item_id) for m in fuzzy}
 
     return match
@@ -129,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         "run rule (min_run 15, the default)": run_rule(index),
         "run rule, min_run 6 (13 words)": run_rule(EvalIndex(index.table, min_run=6)),
         "13-gram rule": ThirteenGramRule(items).match,
-        "run rule + fuzzy tier (share 0.2, the default)": both_tiers(index),
-        "run rule + fuzzy tier, share 0.15": both_tiers(EvalIndex(index.table, fuzzy_share=0.15)),
-        "run rule + fuzzy tier, share 0.3": both_tiers(EvalIndex(index.table, fuzzy_share=0.3)),
+        "run rule + fuzzy tier (share 0.55, the default)": both_tiers(index),
+        "run rule + fuzzy tier, share 0.5": both_tiers(fuzzy_variant(index, 0.5)),
+        "run rule + fuzzy tier, share 0.6": both_tiers(fuzzy_variant(index, 0.6)),
     }
     rnd = random.Random(args.seed)
     hosts = rnd.sample(
@@ -179,7 +182,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"{found / max(1, found + fp):.3f} |",
                 flush=True,
             )
+    bundled = both_tiers(EvalIndex.build(ROOT / "assets" / "evals", args.work / "bundled-table"))
+    flagged = [k for k, p in enumerate(pages) if k not in planted_pages and bundled(p)]
+    print()
+    print(
+        f"the bundled registry, the default tiers: {len(flagged)} of "
+        f"{len(pages) - len(planted_pages)} unplanted pages flagged"
+    )
     return 0
+
+
+def fuzzy_variant(index: EvalIndex, share: float) -> EvalIndex:
+    return EvalIndex(index.table, index.min_run, index.fuzzy_table, fuzzy_share=share)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The eval table at the registry sizes a lab checks against: what writing it costs, its bytes on disk, and
-what a scanning rank holds in memory and scans per second, against the in-memory table a rank built
+"""The eval tables at the registry sizes a lab checks against (the rule's 8-grams, the fuzzy tier's
+5-grams): what writing each costs, its bytes on disk, and what a scanning rank holds in memory and
+scans per second with both tiers (and the rule's alone), against the in-memory table a rank built
 before (the registry's items and every passage 8-gram as numpy rows, in each rank).
 
 Synthetic registries of N items (default 10^5 and 10^6; ``--sizes 100000 1000000 10000000`` adds 10^7,
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_scale import extracted_pages  # noqa: E402
+from corpus.decont.matcher import fuzzy_dir  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 #: the stage's rows per sorted run at the default memory budget (256 MB / 8 / 16 bytes a row)
@@ -116,23 +118,26 @@ def planted_pages(pages: list[str], registry: Path, n: int) -> tuple[list[str], 
 
 
 def scan_rate(docs: list[str], match) -> tuple[float, set[str], list]:
-    """Pages per second of ``match`` over the pages' 8-gram sets (made before the clock starts), the item
-    ids found, and the sets."""
-    from corpus.decont.rule import text_gram_set
+    """Pages per second of ``match`` over the pages' n-grams and 8-gram sets (made before the clock
+    starts), the item ids found, and the sets."""
+    from corpus.decont.ngrams import Grams, normalize_words, word_hashes
+    from corpus.decont.rule import doc_gram_set
 
-    sets = [text_gram_set(d) for d in docs]
+    grams = [Grams(word_hashes(normalize_words(d))) for d in docs]
+    sets = [doc_gram_set(g) for g in grams]
     t0 = time.perf_counter()
-    found = {m.item_id for s in sets for m in match(s)}
+    found = {m.item_id for g, s in zip(grams, sets, strict=True) for m in match(g, s)}
     return len(docs) / (time.perf_counter() - t0), found, sets
 
 
-def child_build(registry_dir: Path, table_dir: Path) -> dict:
+def child_build(registry_dir: Path, table_dir: Path, n: int) -> dict:
+    """The table of passage ``n``-grams (8: the rule's, 5: the fuzzy tier's)."""
     from corpus.decont.eval_table import build_eval_table
 
     shutil.rmtree(table_dir, ignore_errors=True)
     peak = AnonPeak()
     t0, c0 = time.perf_counter(), cpu()
-    m = build_eval_table(registry_dir, 8, table_dir, RUN_ROWS)
+    m = build_eval_table(registry_dir, 8, table_dir, RUN_ROWS, n=n)
     wall, cpu_s = time.perf_counter() - t0, cpu() - c0
     disk = sum(p.stat().st_size for p in table_dir.iterdir())
     facts = {k: m[k] for k in ("items", "passages", "rows", "distinct_grams")}
@@ -144,14 +149,16 @@ def child_build(registry_dir: Path, table_dir: Path) -> dict:
 
 
 def child_scan(table_dir: Path, registry: Path, n: int, pages_file: Path) -> dict:
+    """Both tiers (the fuzzy tier's 5-gram table beside the rule's), and the rule's alone."""
     from corpus.decont.eval_table import EvalTable
-    from corpus.decont.matcher import EvalIndex
+    from corpus.decont.matcher import EvalIndex, fuzzy_dir
 
     pages = json.loads(pages_file.read_text())
     docs, want = planted_pages(pages, registry, n)
     peak = AnonPeak()
-    index = EvalIndex(EvalTable.open(table_dir))
-    rate, found, sets = scan_rate(docs, index.match_set)
+    index = EvalIndex(EvalTable.open(table_dir), fuzzy_table=EvalTable.open(fuzzy_dir(table_dir)))
+    exact_rate, _, _ = scan_rate(docs, lambda _, s: index.match_set(s))
+    rate, found, sets = scan_rate(docs, lambda g, s: [m for ms in index.match_both(g, s) for m in ms])
     maybe = sum(int(index.table.bloom.might_contain(s).sum()) for s in sets)
     grams = sum(s.shape[0] for s in sets)
     facts = {
@@ -160,7 +167,7 @@ def child_scan(table_dir: Path, registry: Path, n: int, pages_file: Path) -> dic
         "maybe": maybe,
         "grams": grams,
     }
-    return {"pages_per_s": rate, **facts} | memory() | peak.done()
+    return {"pages_per_s": rate, "exact_pages_per_s": exact_rate, **facts} | memory() | peak.done()
 
 
 def child_memory(registry_dir: Path, registry: Path, n: int, pages_file: Path) -> dict:
@@ -177,7 +184,7 @@ def child_memory(registry_dir: Path, registry: Path, n: int, pages_file: Path) -
     table = PassageTable.build(items)
     load_s = time.perf_counter() - t0
 
-    def match(doc_set):
+    def match(_, doc_set):
         passage, position = table.rows_in(doc_set)
         _, hit, run = contaminated(
             np.zeros(passage.shape[0], np.int64), passage, position, table.passage_len, DEFAULT_MIN_RUN
@@ -293,30 +300,34 @@ def main(argv: list[str] | None = None) -> int:
         registry = d / "registry" / "synth.jsonl"
         registry.parent.mkdir(exist_ok=True)
         write_registry(registry, n)
-        b = run_child("build", str(registry.parent), str(d / "table"))
+        b = run_child("build", str(registry.parent), str(d / "table"), "8")
+        b5 = run_child("build", str(registry.parent), str(fuzzy_dir(d / "table")), "5")
         s = run_child("scan", str(d / "table"), str(registry), str(n), str(pages_file))
         m = (
             run_child("memory", str(registry.parent), str(registry), str(n), str(pages_file))
             if n <= BASELINE_MAX
             else None
         )
-        rows.append((n, b, s, m))
-        print(json.dumps({"items": n, "build": b, "scan": s, "in_memory": m}), flush=True)
+        rows.append((n, b, b5, s, m))
+        print(json.dumps({"items": n, "build": b, "build_5": b5, "scan": s, "in_memory": m}), flush=True)
     print()
     print(
         "| items | rows | distinct | disk MB | Bloom MB | build s (CPU s) | build: anon peak MB (VmHWM) | "
-        "scan pages/s | scan: anon peak MB | scan: file-backed MB | Bloom pass | planted found | "
-        "in memory: build s | pages/s | anon peak MB (VmHWM) |"
+        "5-grams: rows | disk MB | build s (CPU s) | anon peak MB | "
+        "scan pages/s (8-gram rule alone) | scan: anon peak MB | scan: file-backed MB | Bloom pass | "
+        "planted found | in memory: build s | pages/s | anon peak MB (VmHWM) |"
     )
-    print("|" + "---|" * 15)
-    for n, b, s, m in rows:
+    print("|" + "---|" * 19)
+    for n, b, b5, s, m in rows:
         base = "- | - | -"
         if m:
             base = f"{m['load_s']:.0f} | {m['pages_per_s']:.0f} | {m['anon_peak_mb']:,} ({m['peak_mb']:,})"
         print(
             f"| {n:,} | {b['rows']:,} | {b['distinct_grams']:,} | {b['disk_mb']:,.0f} | {b['bloom_mb']:,.1f} | "
             f"{b['wall_s']:.0f} ({b['cpu_s']:.0f}) | {b['anon_peak_mb']:,} ({b['peak_mb']:,}) | "
-            f"{s['pages_per_s']:.0f} | {s['anon_peak_mb']:,} | {s['file_mb']:,} | "
+            f"{b5['rows']:,} | {b5['disk_mb']:,.0f} | {b5['wall_s']:.0f} ({b5['cpu_s']:.0f}) | "
+            f"{b5['anon_peak_mb']:,} | "
+            f"{s['pages_per_s']:.0f} ({s['exact_pages_per_s']:.0f}) | {s['anon_peak_mb']:,} | {s['file_mb']:,} | "
             f"{s['maybe'] / max(1, s['grams']):.4f} | {len(s['found'])}/3 | {base} |"
         )
     return 0

@@ -1,4 +1,4 @@
-"""The eval side of decontamination on disk: every checked passage's 8-grams, sorted, with a Bloom filter.
+"""The eval side of decontamination on disk: every checked passage's n-grams, sorted, with a Bloom filter.
 
 At the registry sizes a lab checks against (10⁷ items, ~10⁹ passage 8-grams) the table is tens of GB:
 no rank can hold it, and none should build it in memory. So it is written once per registry in bounded
@@ -6,8 +6,9 @@ memory (sorted runs of ``run_rows`` rows, merged a hash range at a time) and eve
 read-only: the page cache holds one copy per node, a rank's own memory is what one document needs. A
 document's distinct 8-grams go through the Bloom filter first (most are in no benchmark); only its
 "maybe"s are looked up in the sorted hashes, so a hit is confirmed exactly and the answer is the
-in-memory table's (:class:`corpus.decont.matcher.PassageTable`). Layout (raw little-endian columns,
-the manifest written last): docs/snapshot.md ("The eval table").
+in-memory table's (:class:`corpus.decont.matcher.PassageTable`). The rule's table holds 8-grams, the
+fuzzy tier's 5-grams, of the same passages. Layout (raw little-endian columns, the manifest written
+last): docs/snapshot.md ("The eval table").
 """
 
 from __future__ import annotations
@@ -64,12 +65,13 @@ _IDS = "item_ids.bin"
 _BLOOM_FILE = "grams.bloom"
 
 
-def table_key(registry_digest: str, min_item_words: int) -> dict[str, Any]:
-    """What a table answers for: the registry's content, the passages' minimum and the hashing."""
+def table_key(registry_digest: str, min_item_words: int, n: int = RULE_N) -> dict[str, Any]:
+    """What a table answers for: the registry's content, the passages' minimum, the n-grams' n and the
+    hashing."""
     return {
         "eval_registry": registry_digest,
         "min_item_words": min_item_words,
-        "ngram": RULE_N,
+        "ngram": n,
         "scheme": SCHEME,
     }
 
@@ -92,10 +94,12 @@ class _Columns:
 
 
 def _map(path: Path, dtype: str, count: int) -> np.ndarray:
-    """A read-only map of ``count`` values of ``dtype`` (an empty array for none: mmap refuses size 0)."""
+    """A read-only map of ``count`` values of ``dtype`` (an empty array for none: mmap refuses size 0),
+    as a plain array viewing the map: indexing an np.memmap goes through its Python ``__getitem__``
+    (~15 µs a call, a scan's largest cost after the Bloom filter's)."""
     if count == 0:
         return np.empty(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
+    return np.memmap(path, dtype=dtype, mode="r", shape=(count,)).view(np.ndarray)
 
 
 class _Runs:
@@ -170,16 +174,18 @@ def build_eval_table(
     run_rows: int = RUN_ROWS,
     reuse: Path | None = None,
     cache: Path | None = None,
+    n: int = RULE_N,
 ) -> dict[str, Any]:
-    """Write the table of the registry in ``registry_dir`` to ``out`` (left as it is when it already holds
-    this registry's table; hard-linked from ``reuse``, a base build's table, or from ``cache``, a
-    directory of tables by key, when one of those is); its manifest. A table written here is added to
-    ``cache``. Memory: about ``run_rows`` rows and one item at a time."""
+    """Write the table of the registry in ``registry_dir``'s passage ``n``-grams (8: the rule's, 5: the
+    fuzzy tier's) to ``out`` (left as it is when it already holds this table; hard-linked from ``reuse``,
+    a base build's table, or from ``cache``, a directory of tables by key, when one of those is); its
+    manifest. A table written here is added to ``cache``. Memory: about ``run_rows`` rows and one item
+    at a time."""
     files = registry_files(registry_dir)
     names = [benchmark_name(p) for p in files]
     check_unique_names(registry_dir, names)
     digest = json_digest([[n, file_sha256(p)] for n, p in zip(names, files, strict=True)])
-    key = table_key(digest, min_item_words)
+    key = table_key(digest, min_item_words, n)
     existing = read_manifest(out)
     if existing is not None and existing["key"] == key:
         return existing
@@ -189,7 +195,8 @@ def build_eval_table(
     try:
         manifest = _linked(tmp, key, [d for d in (reuse, entry) if d is not None])
         if manifest is None:
-            manifest = _write(tmp, key, sorted(zip(names, files, strict=True)), min_item_words, run_rows)
+            benchmarks = sorted(zip(names, files, strict=True))
+            manifest = _write(tmp, key, benchmarks, min_item_words, run_rows, n)
             fsync_files(sorted(tmp.iterdir()))
         fsync_dir(tmp)
         install_dir(tmp, out)
@@ -235,7 +242,7 @@ def _publish(table: Path, entry: Path) -> None:
 
 
 def _write(
-    d: Path, key: dict, benchmarks: list[tuple[str, Path]], min_item_words: int, run_rows: int
+    d: Path, key: dict, benchmarks: list[tuple[str, Path]], min_item_words: int, run_rows: int, n: int
 ) -> dict:
     cols = _Columns(d, _OTHER_FILES)
     runs = _Runs(d, run_rows)
@@ -249,7 +256,7 @@ def _write(
                 kind = kind or item_kind
                 checked = False
                 for text in item.passages or (item.text,):
-                    grams = passage_grams(text, min_item_words)
+                    grams = passage_grams(text, min_item_words, n)
                     if grams is not None:
                         runs.add(grams, passages)
                         cols.write("passage_len", [grams.shape[0]])
@@ -410,21 +417,24 @@ class EvalTable:
         )
 
     def rows_in(self, doc_set: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(passage, position) of every passage 8-gram in ``doc_set`` (a document's sorted distinct
-        8-grams): the Bloom filter's "maybe"s, confirmed by binary search of the mapped hashes."""
+        """(passage, position) of every passage n-gram in ``doc_set`` (a document's sorted distinct
+        n-grams): the Bloom filter's "maybe"s, confirmed by binary search of the mapped hashes."""
         maybe = doc_set[self.bloom.might_contain(doc_set)]
-        left, right = self._bound(maybe, "left"), self._bound(maybe, "right")
-        rows = expand_ranges(left, right)
+        rows = expand_ranges(*self._bounds(maybe))
         return self.passage[rows].astype(np.int64), self.position[rows].astype(np.int64)
 
-    def _bound(self, keys: np.ndarray, side: str) -> np.ndarray:
-        """np.searchsorted(self.hashes, keys, side), each key searched only between the two fence hashes
-        around it: row ``i * FENCE`` is the first at or past the key for ``i`` fence hashes before it."""
-        i = np.searchsorted(self.fence, keys, side=side)
-        out = np.empty(keys.shape[0], dtype=np.int64)
-        hashes = self.hashes.view(np.ndarray)  # slices of a plain view: a memmap slice costs ~30 µs
-        rows = hashes.shape[0]
-        for k, (key, at) in enumerate(zip(keys, i.tolist(), strict=True)):
-            lo = max(at - 1, 0) * FENCE
-            out[k] = lo + int(hashes[lo : min(at * FENCE + 1, rows)].searchsorted(key, side=side))
-        return out
+    def _bounds(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """np.searchsorted(self.hashes, keys) on the left and on the right, each key searched only
+        between the fence hashes around it: row ``i * FENCE`` is the first at or past the key for ``i``
+        fence hashes before it (and past it on the right), so its rows lie in one slice of the column."""
+        first = np.searchsorted(self.fence, keys, side="left")
+        past = np.searchsorted(self.fence, keys, side="right")
+        left = np.empty(keys.shape[0], dtype=np.int64)
+        right = np.empty(keys.shape[0], dtype=np.int64)
+        rows = self.hashes.shape[0]
+        for k, (key, a, b) in enumerate(zip(keys, first.tolist(), past.tolist(), strict=True)):
+            lo = max(a - 1, 0) * FENCE
+            window = self.hashes[lo : min(b * FENCE + 1, rows)]
+            left[k] = lo + int(window.searchsorted(key, side="left"))
+            right[k] = lo + int(window.searchsorted(key, side="right"))
+        return left, right

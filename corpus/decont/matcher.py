@@ -6,7 +6,8 @@ a Bloom filter (:mod:`corpus.decont.eval_table`, the build's). A document is sca
 (passage, position) pairs whose 8-gram the document holds, which :func:`corpus.decont.rule.contaminated`
 turns into the contaminated passages; an item is contaminated when one of its passages is, with the
 longest run of its passages. The check after the build (:mod:`corpus.decont.doc_grams`) builds the
-same rows from the per-document index and calls the same function.
+same rows from the per-document index and calls the same function. The build's fuzzy tier looks the
+document's 5-grams up in a second table of the same passages (:func:`corpus.decont.rule.covered`).
 """
 
 from __future__ import annotations
@@ -22,16 +23,17 @@ from corpus.decont.eval_table import RUN_ROWS, EvalTable, build_eval_table, expa
 from corpus.decont.ngrams import Grams, normalize_words, word_hashes
 from corpus.decont.registry import EvalItem
 from corpus.decont.rule import (
-    DEFAULT_FUZZY_MIN_GRAMS,
+    DEFAULT_FUZZY_MIN_WORDS,
     DEFAULT_FUZZY_SHARE,
     DEFAULT_MIN_ITEM_WORDS,
     DEFAULT_MIN_RUN,
+    FUZZY_N,
     FUZZY_RULE,
     RULE,
     RULE_N,
     check_settings,
-    contained,
     contaminated,
+    covered,
     doc_gram_set,
     passage_grams,
 )
@@ -48,7 +50,7 @@ class Match:
 class FuzzyMatch:
     benchmark: str
     item_id: str
-    share: float  # the largest share of one of its passages' 8-grams the document holds
+    share: float  # the largest share of one of its passages' words the document's 5-grams cover
 
 
 @dataclass(frozen=True)
@@ -103,25 +105,33 @@ class PassageTable:
 
 
 class EvalIndex:
-    """The registry's table (:mod:`corpus.decont.eval_table`, mapped) and the rule's settings: what the
-    build's decontaminate stage asks about each document."""
+    """The registry's tables (:mod:`corpus.decont.eval_table`, mapped: the rule's 8-grams and the fuzzy
+    tier's 5-grams of the same passages) and the rules' settings: what the build's decontaminate stage
+    asks about each document."""
 
     def __init__(
         self,
         table: EvalTable,
         min_run: int = DEFAULT_MIN_RUN,
+        fuzzy_table: EvalTable | None = None,
         fuzzy_share: float = DEFAULT_FUZZY_SHARE,
-        fuzzy_min_grams: int = DEFAULT_FUZZY_MIN_GRAMS,
+        fuzzy_min_words: int = DEFAULT_FUZZY_MIN_WORDS,
     ) -> None:
         self.min_item_words = int(table.manifest["key"]["min_item_words"])
         check_settings(min_run, self.min_item_words)
-        if not 0 <= fuzzy_share <= 1 or fuzzy_min_grams < 1:
+        if not 0 <= fuzzy_share <= 1 or fuzzy_min_words < 1:
             raise ValueError(
-                f"fuzzy_share must be in [0, 1] and fuzzy_min_grams at least 1, got {fuzzy_share}, {fuzzy_min_grams}"
+                f"fuzzy_share must be in [0, 1] and fuzzy_min_words at least 1, got {fuzzy_share}, {fuzzy_min_words}"
             )
-        self.table = table
+        if fuzzy_table is not None and (
+            fuzzy_table.manifest["key"] != table.manifest["key"] | {"ngram": FUZZY_N}
+        ):
+            raise ValueError("the fuzzy tier's table is not this registry's 5-gram table")
+        # the fuzzy tier runs where its table is given and its share is not 0
+        self.table, self.fuzzy_table = table, fuzzy_table if fuzzy_share else None
         self.min_run = min_run
-        self.fuzzy_share, self.fuzzy_min_grams = fuzzy_share, fuzzy_min_grams
+        self.fuzzy_share = fuzzy_share if self.fuzzy_table is not None else 0.0
+        self.fuzzy_min_words = fuzzy_min_words
         self.unchecked: Counter = table.unchecked()
 
     @classmethod
@@ -133,10 +143,12 @@ class EvalIndex:
         min_item_words: int = DEFAULT_MIN_ITEM_WORDS,
         run_rows: int = RUN_ROWS,
     ) -> EvalIndex:
-        """The index of the registry in ``registry_dir``, its table written to ``table_dir`` unless there."""
+        """The index of the registry in ``registry_dir``, its tables written to ``table_dir`` and
+        :func:`fuzzy_dir` of it unless there."""
         check_settings(min_run, min_item_words)
         build_eval_table(registry_dir, min_item_words, table_dir, run_rows)
-        return cls(EvalTable.open(table_dir), min_run)
+        build_eval_table(registry_dir, min_item_words, fuzzy_dir(table_dir), run_rows, n=FUZZY_N)
+        return cls(EvalTable.open(table_dir), min_run, EvalTable.open(fuzzy_dir(table_dir)))
 
     @property
     def registry_digest(self) -> str:
@@ -156,8 +168,9 @@ class EvalIndex:
             "passage_grams": int(self.table.manifest["rows"]),
             "unchecked_items": dict(sorted(self.unchecked.items())),
             "fuzzy_rule": FUZZY_RULE if self.fuzzy_share else None,
+            "fuzzy_ngram": FUZZY_N,
             "fuzzy_share": self.fuzzy_share,
-            "fuzzy_min_grams": self.fuzzy_min_grams,
+            "fuzzy_min_words": self.fuzzy_min_words,
         }
 
     def match_set(self, doc_set: np.ndarray) -> list[Match]:
@@ -165,18 +178,25 @@ class EvalIndex:
         order, each with the longest run of its passages."""
         return self._exact(*self.table.rows_in(doc_set))[0]
 
-    def match_both(self, doc_set: np.ndarray) -> tuple[list[Match], list[FuzzyMatch]]:
-        """:meth:`match_set`'s items, and the items the fuzzy tier finds that it does not (one lookup of
-        the document's 8-grams for both), each with the largest share held of one of its passages."""
-        passage, position = self.table.rows_in(doc_set)
-        exact, found = self._exact(passage, position)
-        _, near, share = contained(
+    def match_both(
+        self, grams: Grams, doc_set: np.ndarray | None = None
+    ) -> tuple[list[Match], list[FuzzyMatch]]:
+        """The items of :meth:`match_set` on the document whose n-grams are ``grams`` (``doc_set``: its
+        distinct 8-grams, where the caller has them), and the items the fuzzy tier finds that it does
+        not (the document's 5-grams looked up in the fuzzy table), each with the largest share of one of
+        its passages' words covered."""
+        doc_set = doc_gram_set(grams) if doc_set is None else doc_set
+        exact, found = self._exact(*self.table.rows_in(doc_set))
+        if self.fuzzy_table is None:
+            return exact, []
+        passage, position = self.fuzzy_table.rows_in(doc_gram_set(grams, FUZZY_N))
+        _, near, share = covered(
             np.zeros(passage.shape[0], dtype=np.int64),
             passage,
             position,
-            self.table.passage_len,
+            self.fuzzy_table.passage_len,
             self.fuzzy_share,
-            self.fuzzy_min_grams,
+            self.fuzzy_min_words,
         )
         fuzzy: dict[int, float] = {}
         for p, f in zip(near.tolist(), share.tolist(), strict=True):
@@ -210,6 +230,11 @@ class EvalIndex:
         """Per benchmark, the contaminated item with the longest run (ties: the first in the registry),
         sorted by benchmark."""
         return best_per_benchmark(self.match(text))
+
+
+def fuzzy_dir(table_dir: Path) -> Path:
+    """Where the fuzzy tier's 5-gram table lies beside the rule's table in ``table_dir``."""
+    return table_dir.with_name(f"{table_dir.name}-{FUZZY_N}gram")
 
 
 def best_per_benchmark(matches: list, value: str = "run") -> list:

@@ -136,7 +136,7 @@ REPO_DUP_OF = AnnotationName(MINHASH_DEDUP, "repo_dup_of")
 CONTAMINATED_RUN = AnnotationPrefix(DECONTAMINATE, "contaminated:")  # the longest run (verdict fail)
 CONTAMINATED_ITEM = AnnotationPrefix(DECONTAMINATE, "contaminated_item:")  # the item of that run
 CONTAMINATED_ITEMS = AnnotationPrefix(DECONTAMINATE, "contaminated_items:")  # every item (JSON list)
-#: the fuzzy tier: the largest share of a passage's 8-grams held (verdict fail), and that item
+#: the fuzzy tier: the largest share of a passage's words covered by 5-grams held (verdict fail), and that item
 CONTAMINATED_FUZZY = AnnotationPrefix(DECONTAMINATE, "contaminated_fuzzy:")
 CONTAMINATED_FUZZY_ITEM = AnnotationPrefix(DECONTAMINATE, "contaminated_fuzzy_item:")
 

@@ -34,17 +34,19 @@ from corpus.decont.doc_grams import (
     sampled_grams,
 )
 from corpus.decont.eval_table import EvalTable, build_eval_table
-from corpus.decont.matcher import EvalIndex, best_per_benchmark
+from corpus.decont.matcher import EvalIndex, best_per_benchmark, fuzzy_dir
 from corpus.decont.ngrams import SCHEME, Grams, normalize_words, word_hashes
 from corpus.decont.registry import RegistryError, registry_digest
 from corpus.decont.report import FLAGGED, encode_items
 from corpus.decont.rule import (
-    DEFAULT_FUZZY_MIN_GRAMS,
+    DEFAULT_FUZZY_MIN_WORDS,
     DEFAULT_FUZZY_SHARE,
     DEFAULT_MIN_ITEM_WORDS,
     DEFAULT_MIN_RUN,
+    FUZZY_N,
     FUZZY_RULE,
     RULE,
+    RULE_N,
     doc_gram_set,
 )
 from corpus.formats.docshard import SUFFIX, iter_docs, read_sidecar
@@ -79,12 +81,12 @@ _SEND_BATCH = 1 << 16
 EVAL_TABLE_DIR = "eval_table"
 
 
-def _base_table(ctx: StageContext) -> Path | None:
-    """The eval table of the build this one was made against (a new crawl's build against the last):
-    with the same registry it is linked, not written again."""
+def _base_work(ctx: StageContext) -> Path | None:
+    """The stage's work directory in the build this one was made against (a new crawl's build against
+    the last): its eval tables, with the same registry, are linked, not written again."""
     build = build_dir_of_stage(ctx.out_dir)
     base = base_build_of(build) if build is not None else None
-    return base[0] / STAGES_DIR / Decontaminate.name / WORK / EVAL_TABLE_DIR if base is not None else None
+    return base[0] / STAGES_DIR / Decontaminate.name / WORK if base is not None else None
 
 
 #: a directory where eval tables are kept by key, so a registry's table is written once per filesystem,
@@ -113,12 +115,10 @@ class DecontaminateConfig:
     #: consecutive 8-grams of a passage that make a document contaminated (all of them when it has fewer)
     min_run: int = DEFAULT_MIN_RUN
     min_item_words: int = DEFAULT_MIN_ITEM_WORDS  # passages shorter than this are too generic to check
-    #: the fuzzy tier (paraphrases): a document holding this share of a passage's 8-grams, anywhere and
-    #: in any order, is flagged apart from the exact hits (0: no fuzzy tier)
+    #: the fuzzy tier (paraphrases): a document whose 5-grams cover this share of a passage's words,
+    #: anywhere and in any order, is flagged apart from the exact hits (0: no fuzzy tier, no 5-gram table)
     fuzzy_share: float = DEFAULT_FUZZY_SHARE
-    fuzzy_min_grams: int = (
-        DEFAULT_FUZZY_MIN_GRAMS  # and at least this many of them (all of a shorter passage)
-    )
+    fuzzy_min_words: int = DEFAULT_FUZZY_MIN_WORDS  # and at least this many words (all of a shorter passage)
     #: about how many (8-gram, document) records one part of the per-document index holds (16 bytes
     #: each); the number of parts follows from the data and this, never from the rank count
     doc_gram_part_rows: int = 1 << 22
@@ -147,7 +147,7 @@ class DecontaminateConfig:
 
 class Decontaminate(Stage):
     name = "decontaminate"
-    version = "8"  # what each version changed: docs/snapshot.md, "Stage versions"
+    version = "9"  # what each version changed: docs/snapshot.md, "Stage versions"
     Config = DecontaminateConfig
     artifact_kinds = (FLAGGED, DOC_GRAMS)
     side_outputs = (SideOutput(FLAGGED), SideOutput(DOC_GRAMS, DOC_GRAMS_SUFFIX, RowsFile))
@@ -162,22 +162,28 @@ class Decontaminate(Stage):
             )
 
     def _load(self, ctx: StageContext) -> EvalIndex:
-        """The registry's table, written by rank 0 (once per registry: a rerun finds it) and mapped by all."""
+        """The registry's tables (the rule's 8-grams; the fuzzy tier's 5-grams unless it is off), written
+        by rank 0 (once per registry: a rerun finds them) and mapped by all."""
         if self.index is None:
-            table_dir = ctx.work_dir / EVAL_TABLE_DIR
+            tables = {RULE_N: ctx.work_dir / EVAL_TABLE_DIR}
+            if self.config.fuzzy_share:
+                tables[FUZZY_N] = fuzzy_dir(tables[RULE_N])
             error = None
             if ctx.rank == 0:
+                base = _base_work(ctx)
                 try:
-                    key = build_eval_table(
-                        self.config.registry,
-                        self.config.min_item_words,
-                        table_dir,
-                        _table_rows(ctx),
-                        reuse=_base_table(ctx),
-                        cache=_table_cache(),
-                    )["key"]
-                    if key["eval_registry"] != self.config.eval_registry_hash:
-                        error = f"eval registry {self.config.registry} changed while the stage started"
+                    for n, table_dir in tables.items():
+                        key = build_eval_table(
+                            self.config.registry,
+                            self.config.min_item_words,
+                            table_dir,
+                            _table_rows(ctx),
+                            reuse=None if base is None else base / table_dir.name,
+                            cache=_table_cache(),
+                            n=n,
+                        )["key"]
+                        if key["eval_registry"] != self.config.eval_registry_hash:
+                            error = f"eval registry {self.config.registry} changed while the stage started"
                 except (RegistryError, ValueError) as e:
                     error = str(e)
             sleeping_barrier(ctx.comm)
@@ -186,10 +192,11 @@ class Decontaminate(Stage):
                 raise StageError(error)
             try:
                 self.index = EvalIndex(
-                    EvalTable.open(table_dir),
+                    EvalTable.open(tables[RULE_N]),
                     self.config.min_run,
+                    EvalTable.open(tables[FUZZY_N]) if FUZZY_N in tables else None,
                     self.config.fuzzy_share,
-                    self.config.fuzzy_min_grams,
+                    self.config.fuzzy_min_words,
                 )
             except ValueError as e:
                 raise StageError(f"[decontaminate] {e}") from None
@@ -212,11 +219,13 @@ class Decontaminate(Stage):
         for doc in iter_docs(shard.path):
             nbytes = len(doc.text.encode("utf-8"))
             # what the rule reads of the document, and all the index keeps
-            doc_set = doc_gram_set(Grams(word_hashes(normalize_words(doc.text))))
+            grams = Grams(word_hashes(normalize_words(doc.text)))
+            doc_set = doc_gram_set(grams)
             rows.write(doc_rows(sampled_grams(doc_set, self.config.doc_gram_sample), doc_key(doc.doc_id)))
-            matches, fuzzy = index.match_both(doc_set)
-            if doc.source_tier == CODE_TIER:
-                fuzzy = []  # code shares stock 8-grams (imports, signatures) with HumanEval's items
+            if doc.source_tier == CODE_TIER:  # code shares stock phrases (imports, signatures) with HumanEval
+                matches, fuzzy = index.match_set(doc_set), []
+            else:
+                matches, fuzzy = index.match_both(grams, doc_set)
             if matches or fuzzy:
                 notes = []
                 for best in best_per_benchmark(matches):

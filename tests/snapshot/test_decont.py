@@ -19,7 +19,7 @@ from corpus.decont.doc_grams import (
 )
 from corpus.decont.eval_table import FENCE
 from corpus.decont.matcher import EvalIndex, PassageTable
-from corpus.decont.ngrams import normalize_words, text_grams
+from corpus.decont.ngrams import Grams, normalize_words, text_grams, word_hashes
 from corpus.decont.registry import EvalRegistry, RegistryError, load_benchmark
 from corpus.decont.rule import DEFAULT_MIN_ITEM_WORDS, passage_grams, text_gram_set
 from tests.snapshot.conftest import EVALS, perl_docs
@@ -73,10 +73,15 @@ def test_the_stored_table_holds_the_in_memory_tables_rows_whatever_its_run_size(
         # hashes (every fifth), their neighbours, keys outside the table: as a search of the whole column finds them
         some = memory.hashes[::5]
         keys = np.unique(np.concatenate([some, some - 1, some + 1, [0, 2**64 - 1]]))
-        for side in ("left", "right"):
-            assert np.array_equal(table._bound(keys, side), np.searchsorted(memory.hashes, keys, side=side))
+        left, right = table._bounds(keys)
+        assert np.array_equal(left, np.searchsorted(memory.hashes, keys, side="left"))
+        assert np.array_equal(right, np.searchsorted(memory.hashes, keys, side="right"))
         assert table.unchecked() == Counter(items[i].benchmark for i in np.flatnonzero(memory.unchecked))
     assert small.manifest == index.table.manifest
+    fuzzy = index.fuzzy_table  # the same passages, numbered alike, each with 3 more 5-grams than 8-grams
+    assert np.array_equal(fuzzy.passage_item, memory.passage_item)
+    assert np.array_equal(fuzzy.passage_len, memory.passage_len + 3)
+    assert fuzzy.manifest["key"] == index.table.manifest["key"] | {"ngram": 5}
     clean = np.unique(np.concatenate([text_grams(h, 8) for h in hosts]))
     assert np.isin(clean, memory.hashes).sum() < 50, "stock phrases only"
     assert small.bloom.might_contain(clean).mean() < 0.03
@@ -318,7 +323,7 @@ def test_the_build_and_the_check_after_it_agree_item_by_item(index, registry, ho
 
 
 def test_an_ngram_hash_depends_only_on_its_words(hosts):
-    from corpus.decont.ngrams import gram_hashes, word_hashes
+    from corpus.decont.ngrams import gram_hashes
 
     words = normalize_words(" ".join(hosts[:5]))
     hashes = word_hashes(words)
@@ -348,25 +353,34 @@ def test_an_eval_file_changed_in_place_changes_the_stage_config(tmp_path):
 
 
 def test_the_fuzzy_tier_finds_a_paraphrase_the_run_rule_misses_and_flags_no_clean_page(index, hosts):
-    """Every 12th word changed: no run of 15 8-grams is left, a third of them are (the fuzzy tier's
-    share, 0.2 by default); clean pages hold no such share of any item."""
+    """Every 9th word changed: no run of 15 8-grams is left, most words still lie in a 5-gram the page
+    holds (the fuzzy tier's share, 0.55 by default); clean pages hold no such share of any item."""
     words = item("gsm8k", "gsm8k-12").split()
-    text = " ".join(w + "s" if i % 12 == 11 else w for i, w in enumerate(words))
-    exact, fuzzy = index.match_both(text_gram_set(plant(hosts[5], text)))
+    text = " ".join(w + "s" if i % 9 == 8 else w for i, w in enumerate(words))
+    exact, fuzzy = index.match_both(grams_of(plant(hosts[5], text)))
     assert exact == [] and [(m.benchmark, m.item_id) for m in fuzzy] == [("gsm8k", "gsm8k-12")]
-    assert 0.2 <= fuzzy[0].share < 0.5
-    whole = index.match_both(text_gram_set(plant(hosts[5], " ".join(words))))
+    assert 0.55 <= fuzzy[0].share < 1
+    whole = index.match_both(grams_of(plant(hosts[5], " ".join(words))))
     assert [m.item_id for m in whole[0]] == ["gsm8k-12"] and whole[1] == [], "an exact hit is not fuzzy too"
-    assert [i for i, h in enumerate(hosts) if index.match_both(text_gram_set(h))[1]] == []
+    assert [i for i, h in enumerate(hosts) if index.match_both(grams_of(h))[1]] == []
+    every_fifth = " ".join(w + "s" if i % 5 == 4 else w for i, w in enumerate(words))
+    assert index.match_both(grams_of(plant(hosts[5], every_fifth))) == ([], []), (
+        "one word in five changed leaves no 5-gram: not a paraphrase the tier claims"
+    )
 
 
-def test_the_fuzzy_rule_counts_distinct_positions_and_needs_a_few_of_them():
-    from corpus.decont.rule import contained
+def grams_of(text: str) -> Grams:
+    return Grams(word_hashes(normalize_words(text)))
 
-    lengths = np.array([10, 4])
-    # document 0 holds positions 0 and 1 of passage 0 (one twice) and position 3 of passage 1
-    group, passage, share = contained([0, 0, 0, 0], [0, 0, 0, 1], [0, 1, 1, 3], lengths, 0.2, 2)
-    assert (group.tolist(), passage.tolist(), share.tolist()) == ([0], [0], [0.2])  # passage 1: 1 < 2 held
-    short = np.array([10, 2])  # passage 1 has 2 8-grams: both held suffice whatever min_grams says
-    assert contained([0, 0], [1, 1], [0, 1], short, 0.5, 3)[1].tolist() == [1], "all of a shorter passage"
-    assert contained([0], [0], [0], lengths, 0.0, 1)[1].tolist() == [], "share 0: no fuzzy tier"
+
+def test_the_fuzzy_rule_counts_the_words_its_held_5grams_cover_and_needs_a_few_of_them():
+    from corpus.decont.rule import covered
+
+    lengths = np.array([8, 4])  # 5-grams: passage 0 has 12 words, passage 1 has 8
+    # document 0 holds 5-grams 0 and 1 (one twice) and 7 of passage 0 (words 0-5 and 7-11), 3 of passage 1
+    group, passage, share = covered([0, 0, 0, 0, 0], [0, 0, 0, 0, 1], [0, 1, 1, 7, 3], lengths, 0.5, 8)
+    assert (group.tolist(), passage.tolist()) == ([0], [0]) and share.tolist() == [11 / 12]
+    # passage 1: 5 of its 8 words covered, a share of 0.625 but fewer than min(8, 8) words
+    assert covered([0], [1], [3], lengths, 0.5, 5)[1].tolist() == [1], "5 words suffice at min_words 5"
+    assert covered([0, 1], [0, 0], [0, 7], lengths, 0.5, 5)[0].tolist() == [], "10 of 12 words, in two documents"
+    assert covered([0], [0], [0], lengths, 0.0, 1)[1].tolist() == [], "share 0: no fuzzy tier"

@@ -45,7 +45,7 @@ DOC_GRAM_PART_ROWS, DOC_INDEX_PART_DOCS = 2000, 8
 REGISTRY = ("gsm8k", "arc_easy", "arc_challenge")
 PLANTED = {4: ("gsm8k", "gsm8k-0"), 10: ("arc_easy", "arc_easy-3"), 16: ("arc_challenge", "arc_challenge-7")}
 LATER = {7: "HumanEval/5", 13: "HumanEval/42"}
-#: a paraphrase: every 12th word changed, so no run of 15 8-grams is left but a third of them are
+#: a paraphrase: every 12th word changed, so no run of 15 8-grams is left, but 5-grams cover most words
 PARAPHRASED = {19: ("gsm8k", "gsm8k-5")}
 
 
@@ -196,7 +196,7 @@ def test_planted_contamination_is_reported_stored_and_excluded_by_a_version(buil
     fuzzy = {d["doc_id"]: d["fuzzy"] for d in report["flagged_docs"] if d["fuzzy"]}
     (paraphrased,) = [corpus_docs()[i].doc_id for i in PARAPHRASED]
     assert list(fuzzy) == [paraphrased] and fuzzy[paraphrased]["gsm8k"]["item"] == "gsm8k-5"
-    assert 0.2 <= fuzzy[paraphrased]["gsm8k"]["share"] < 1 and report["docs_fuzzy_only"] == 1
+    assert 0.55 <= fuzzy[paraphrased]["gsm8k"]["share"] < 1 and report["docs_fuzzy_only"] == 1
     assert report["benchmarks"]["gsm8k"]["docs_fuzzy"] == report["benchmarks"]["gsm8k"]["items_fuzzy"] == 1
     planned = plan_version(snap.dir, Selection())  # contaminated documents are excluded by default
     stored, excluded = set(), set()

@@ -223,8 +223,9 @@ def test_a_delta_tags_its_copies_of_a_page_its_base_held_out(tmp_path, shared_da
     )
     assert manifest(base / "stages" / "ingest")["totals"]["filtered"] == {"eval_holdout": 1}
     assert manifest(delta / "stages" / "exact_dedup")["extra"]["holdout_docs"] == 1  # the base's page
-    table = Path("stages", "decontaminate", "work", "eval_table", "grams.u8")  # linked from the base's
-    assert (delta / table).samefile(base / table)
+    for table in ("eval_table", "eval_table-5gram"):  # the rule's and the fuzzy tier's, the base's linked
+        grams = Path("stages", "decontaminate", "work", table, "grams.u8")
+        assert (delta / grams).samefile(base / grams)
     view = open_build(delta)
     [own] = own_shards(view)  # the delta's own shard, after the base's
     rows = pq.read_table(own.metadata).to_pylist()
