@@ -151,7 +151,7 @@ def child_build(registry_dir: Path, table_dir: Path, n: int) -> dict:
 def child_scan(table_dir: Path, registry: Path, n: int, pages_file: Path) -> dict:
     """Both tiers (the fuzzy tier's 5-gram table beside the rule's), and the rule's alone."""
     from corpus.decont.eval_table import EvalTable
-    from corpus.decont.matcher import EvalIndex, fuzzy_dir
+    from corpus.decont.matcher import EvalIndex
 
     pages = json.loads(pages_file.read_text())
     docs, want = planted_pages(pages, registry, n)

@@ -29,13 +29,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 from corpus.model import SnapshotManifest
 from corpus.model.errors import UserError
 from corpus.select.recipe import Recipe, load_recipe
+from corpus.version.open import manifest_at
 from loader.faults import (
     DEFAULT_IO_RETRY_DELAYS,
     DEFAULT_MAX_SKIP_FRACTION,
     DEFAULT_MEMORY_BUDGET_MB,
     ShardStore,
 )
-from loader.manifest import default_append_eos, load_manifest, natural_mixture_of
+from loader.manifest import default_append_eos, load_manifest, natural_mixture_of, parsed_manifest
 from loader.metrics import metrics_line
 from loader.packing import PackingStats, check_packing_window
 from loader.packing import resume_problem as packing_problem
@@ -117,8 +118,10 @@ class SnapshotLoader(IterableDataset):
             raise ValueError(
                 "a recipe sets the mixture, epoch caps and shuffle buffer: pass none of them with it"
             )
-        # a version reads the build's shards through its selection; a snapshot reads every document
-        self.version = LoaderVersion.open(Path(snapshot)) if isinstance(snapshot, (str, Path)) else None
+        # a version reads the build's shards through its selection; a snapshot reads every document. The
+        # manifest is parsed once, whichever it is
+        found = manifest_at(Path(snapshot)) if isinstance(snapshot, (str, Path)) else None
+        self.version = LoaderVersion.of(found)
         # streams are what the sampler and the shard store index: a snapshot's or version's shards, or a
         # version's (shard, predicate bucket) pairs (``stream_manifest``: one entry per stream)
         if self.version is not None:
@@ -126,7 +129,9 @@ class SnapshotLoader(IterableDataset):
             self.snapshot_id, self.stream_shards = self.version.snapshot_id, self.version.stream_shards
             self.stream_manifest = self.version.stream_manifest
         else:
-            self.manifest, self.root = load_manifest(snapshot, root)
+            self.manifest, self.root = (
+                parsed_manifest(*found, root) if found is not None else load_manifest(snapshot, root)
+            )
             self.snapshot_id, self.stream_shards = self.manifest.snapshot_id, self.manifest.shards
             self.stream_manifest = self.manifest
         self.dp_group = dp_group

@@ -30,7 +30,15 @@ def load_manifest(
         path = path / "manifest.json"
     if not path.is_file():
         raise UserError(f"no snapshot manifest at {path}")
-    return SnapshotManifest.from_dict(json.loads(path.read_text())), Path(root) if root else path.parent
+    return parsed_manifest(path, json.loads(path.read_text()), root)
+
+
+def parsed_manifest(
+    path: Path, data: dict[str, Any], root: str | Path | None = None
+) -> tuple[SnapshotManifest, Path]:
+    """The snapshot manifest ``data`` read from ``path``, and the directory its shard paths are
+    relative to (``root``, else the manifest's)."""
+    return SnapshotManifest.from_dict(data), Path(root) if root else path.parent
 
 
 def natural_mixture(manifest: SnapshotManifest) -> dict[str, float]:

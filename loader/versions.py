@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from corpus.formats.megatron import read_index
 from corpus.model import SnapshotManifest
-from corpus.version.open import Version, is_version, open_version
+from corpus.version.open import Version, as_version, manifest_at
 from loader.sampler import Piece
 
 
@@ -75,7 +76,14 @@ class LoaderVersion:
     @classmethod
     def open(cls, path: Path) -> LoaderVersion | None:
         """The version at ``path``, or None when ``path`` is a snapshot (or a build) instead."""
-        return cls(open_version(Path(path))) if is_version(Path(path)) else None
+        return cls.of(manifest_at(Path(path)))
+
+    @classmethod
+    def of(cls, found: tuple[Path, dict[str, Any]] | None) -> LoaderVersion | None:
+        """The version whose manifest :func:`corpus.version.open.manifest_at` ``found``, or None where
+        it found a snapshot's (or none)."""
+        version = as_version(*found) if found is not None else None
+        return cls(version) if version is not None else None
 
     @property
     def snapshot_id(self) -> str:

@@ -68,6 +68,16 @@ def make(root: Path, rank: int, world: int, **kw) -> SnapshotLoader:
     return SnapshotLoader(root, dp_rank=rank, dp_world=world, **params)
 
 
+def test_a_loader_opens_a_version_from_its_directory_or_manifest_and_a_snapshot_as_none(
+    version_of_ids, id_snapshot, tmp_path
+):
+    """A version is opened from one read of its manifest; a snapshot's manifest is not a version."""
+    for ref in (version_of_ids, version_of_ids / "manifest.json"):
+        opened = LoaderVersion.open(ref)
+        assert opened is not None and opened.snapshot_id == open_version(version_of_ids).snapshot_id
+    assert LoaderVersion.open(id_snapshot) is None and LoaderVersion.open(tmp_path) is None
+
+
 def test_the_selection_really_drops_documents_of_every_bucket(version_of_ids, id_snapshot):
     v = open_version(version_of_ids)
     counts = {s.name: (d, s.docs) for s, d, _ in v.selected_counts()}

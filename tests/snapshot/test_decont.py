@@ -382,5 +382,7 @@ def test_the_fuzzy_rule_counts_the_words_its_held_5grams_cover_and_needs_a_few_o
     assert (group.tolist(), passage.tolist()) == ([0], [0]) and share.tolist() == [11 / 12]
     # passage 1: 5 of its 8 words covered, a share of 0.625 but fewer than min(8, 8) words
     assert covered([0], [1], [3], lengths, 0.5, 5)[1].tolist() == [1], "5 words suffice at min_words 5"
-    assert covered([0, 1], [0, 0], [0, 7], lengths, 0.5, 5)[0].tolist() == [], "10 of 12 words, in two documents"
+    assert covered([0, 1], [0, 0], [0, 7], lengths, 0.5, 5)[0].tolist() == [], (
+        "10 of 12 words, in two documents"
+    )
     assert covered([0], [0], [0], lengths, 0.0, 1)[1].tolist() == [], "share 0: no fuzzy tier"
