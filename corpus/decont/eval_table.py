@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from corpus.decont.ngrams import SCHEME
+from corpus.decont.ngrams import SCHEME, distinct_sorted
 from corpus.decont.registry import (
     benchmark_name,
     check_unique_names,
@@ -305,7 +305,7 @@ def _write_rows(d: Path, runs: _Runs) -> tuple[int, int]:
             cols.write(n, chunk[n])
         cols.write("fence", chunk["grams"][-rows % FENCE :: FENCE])
         rows += chunk["grams"].shape[0]
-        distinct += int(_distinct_sorted(chunk["grams"]).shape[0])
+        distinct += int(distinct_sorted(chunk["grams"]).shape[0])
     cols.close()
     for k in range(len(runs.runs)):
         for n in _ROW_FILES:
@@ -324,16 +324,6 @@ def expand_ranges(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()), dtype=np.int64)
 
 
-def _distinct_sorted(values: np.ndarray) -> np.ndarray:
-    """The distinct values of a sorted array (np.unique without its sort or hash table)."""
-    if values.shape[0] == 0:
-        return values
-    keep = np.empty(values.shape[0], dtype=bool)
-    keep[0] = True
-    np.not_equal(values[1:], values[:-1], out=keep[1:])
-    return values[keep]
-
-
 def write_bloom(path: Path, grams_file: Path, rows: int, distinct: int) -> int:
     """Writes the blocked Bloom filter of the sorted hashes in ``grams_file`` (each distinct hash once),
     read and written a batch at a time: the writer holds one batch, not the filter (an unblocked one
@@ -342,7 +332,7 @@ def write_bloom(path: Path, grams_file: Path, rows: int, distinct: int) -> int:
         writer = BlockedBloomWriter(f, distinct, BLOOM)
         last = None
         for at in range(0, rows, _BLOOM_BATCH):
-            chunk = _distinct_sorted(_read(grams_file, "<u8", at, min(rows, at + _BLOOM_BATCH)))
+            chunk = distinct_sorted(_read(grams_file, "<u8", at, min(rows, at + _BLOOM_BATCH)))
             writer.add_sorted(chunk[1:] if last is not None and chunk[0] == last else chunk)
             last = chunk[-1]
         writer.finish()

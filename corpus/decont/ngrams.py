@@ -108,6 +108,17 @@ class Grams:
             return _mix64(raw + np.uint64(n) * _N_SALT)
 
 
+def distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a sorted array: a mask of where a value differs from the one before
+    (np.unique without its sort or hash table, which took 4x as long on a page's thousand hashes)."""
+    if values.shape[0] == 0:
+        return values
+    keep = np.empty(values.shape[0], dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
+
+
 def gram_hashes(hashes: np.ndarray, n: int) -> np.ndarray:
     return Grams(hashes).of(n)
 
