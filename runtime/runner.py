@@ -71,7 +71,7 @@ from runtime.job_failure import (
 )
 from runtime.logline import LOG_JSON_ENV, LogRecord, emit
 from runtime.manifest_parts import ShardRecord, artifact_refs, read_shard_record
-from runtime.orphan import die_with_launcher
+from runtime.mpi_world import world_comm
 from runtime.output_lock import LockHeld, Writer, acquire, release
 from runtime.preemption import PREEMPTED_EXIT, Preempted, any_rank_stopped, install_handlers, stop_requested
 from runtime.progress import RankLog, RankProgress, Reporter, interval_s, progress_dir
@@ -620,10 +620,7 @@ def main(stage_cls: type[Stage], argv: list[str] | None = None) -> int:
     """Entry point of ``python -m hpc_jobs.<stage>``: any rank's failure ends the whole job, its error
     said once (runtime.job_failure)."""
     args = parse_args(argv, stage_cls.name)
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    die_with_launcher()  # never left spinning in a collective when the launcher is killed
+    comm = world_comm()  # and never left spinning in a collective when the launcher is killed
     install_handlers()
     file_opens.install()
     # everything start-up made (modules, classes, functions: ~100 K objects) lives as long as the rank;

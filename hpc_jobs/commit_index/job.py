@@ -24,7 +24,7 @@ from corpus.formats.dedup_keys import KINDS, owned_partitions
 from corpus.model.errors import UserError
 from corpus.model.layout import dedup_index_dir
 from runtime.build import COMMIT_JOB, write_commit_partitions, write_compaction_partitions
-from runtime.orphan import die_with_launcher
+from runtime.mpi_world import world_comm
 from runtime.runner import fail_job, peak_rss_mb
 
 
@@ -63,10 +63,7 @@ def write_owned(build: Path, kinds: list[str], label: str | None, rank: int, siz
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from mpi4py import MPI
-
-    die_with_launcher()  # never left spinning in the gather when the launcher is killed
-    comm = MPI.COMM_WORLD
+    comm = world_comm()  # and never left spinning in the gather when the launcher is killed
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
         done = write_owned(args.build, args.kind, None if args.compact else args.label, rank, size)

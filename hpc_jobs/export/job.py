@@ -25,7 +25,7 @@ from corpus.export.units import assign_units, export_units
 from corpus.model.errors import UserError
 from corpus.version.open import open_version
 from runtime.job_failure import EXPECTED, from_rank0
-from runtime.orphan import die_with_launcher
+from runtime.mpi_world import world_comm
 from runtime.runner import fail_job, peak_rss_mb
 
 JOB = "export"
@@ -59,10 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from mpi4py import MPI
-
-    die_with_launcher()
-    comm = MPI.COMM_WORLD
+    comm = world_comm()
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
         t = time.perf_counter()

@@ -22,7 +22,7 @@ from corpus.select.selection import load_selection, parse_inline
 from corpus.version.plan import kept_text, make_version
 from hpc_jobs.version.partitioned import make_on_ranks
 from runtime.job_failure import EXPECTED, agreed
-from runtime.orphan import die_with_launcher
+from runtime.mpi_world import world_comm
 from runtime.runner import fail_job, peak_rss_mb
 
 JOB = "version"
@@ -52,10 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from mpi4py import MPI
-
-    die_with_launcher()
-    comm = MPI.COMM_WORLD
+    comm = world_comm()
     try:
         t = time.perf_counter()
         selection = agreed(

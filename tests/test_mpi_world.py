@@ -1,0 +1,57 @@
+"""A job's ranks start MPI without UCX's memory hooks when every rank is on this host, and with them
+when the job spans hosts or the environment asks for them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from runtime.mpi_world import UCX_MEM_EVENTS, all_ranks_here
+from tests.conftest import ROOT, mpiexec
+
+#: each rank starts MPI as a job does, meets the others in a collective, and says what UCX was told
+PROGRAM = """
+import os
+from runtime.mpi_world import world_comm
+comm = world_comm()
+ranks = comm.allgather(comm.Get_rank())
+print(f"rank {comm.Get_rank()} of {ranks}: {os.environ.get('UCX_MEM_EVENTS')}")
+"""
+
+
+@pytest.mark.parametrize(
+    "env, here",
+    [
+        ({"PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"}, True),  # mpiexec -n 2 on this machine
+        ({"PMI_SIZE": "8", "MPI_LOCALNRANKS": "4"}, False),  # mpiexec over two nodes of an allocation
+        ({"PMI_SIZE": "8", "PMI_RANK": "3"}, False),  # srun over PMI-2: the host's share not said
+        ({}, True),  # a rank run by hand: a job of one
+    ],
+)
+def test_a_job_is_on_one_host_when_the_launcher_says_every_rank_is_here(env, here):
+    assert all_ranks_here(env) is here
+
+
+def ranks_say(env: dict[str, str]) -> list[str]:
+    proc = subprocess.run(
+        [mpiexec(), "-n", "2", sys.executable, "-c", PROGRAM],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return sorted(line for line in proc.stdout.splitlines() if line)
+
+
+def test_ranks_on_this_host_start_mpi_with_ucx_memory_hooks_off_and_still_talk():
+    env = {k: v for k, v in os.environ.items() if k != UCX_MEM_EVENTS}
+    assert ranks_say(env) == ["rank 0 of [0, 1]: no", "rank 1 of [0, 1]: no"]
+
+
+def test_the_environment_keeps_ucx_memory_hooks_on_when_it_says_so():
+    env = {**os.environ, UCX_MEM_EVENTS: "yes"}
+    assert ranks_say(env) == ["rank 0 of [0, 1]: yes", "rank 1 of [0, 1]: yes"]
