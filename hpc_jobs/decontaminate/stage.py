@@ -162,17 +162,19 @@ class Decontaminate(Stage):
             )
 
     def _load(self, ctx: StageContext) -> EvalIndex:
-        """The registry's tables (the rule's 8-grams; the fuzzy tier's 5-grams unless it is off), written
-        by rank 0 (once per registry: a rerun finds them) and mapped by all."""
+        """The registry's tables (the rule's 8-grams; the fuzzy tier's 5-grams unless it is off), the
+        k-th written by rank k mod P (side by side on two ranks or more; once per registry: a rerun finds
+        them) and mapped by all."""
         if self.index is None:
             tables = {RULE_N: ctx.work_dir / EVAL_TABLE_DIR}
             if self.config.fuzzy_share:
                 tables[FUZZY_N] = fuzzy_dir(tables[RULE_N])
             error = None
-            if ctx.rank == 0:
+            mine = [(n, d) for k, (n, d) in enumerate(tables.items()) if k % ctx.size == ctx.rank]
+            if mine:
                 base = _base_work(ctx)
                 try:
-                    for n, table_dir in tables.items():
+                    for n, table_dir in mine:
                         key = build_eval_table(
                             self.config.registry,
                             self.config.min_item_words,
@@ -187,7 +189,7 @@ class Decontaminate(Stage):
                 except (RegistryError, ValueError) as e:
                     error = str(e)
             sleeping_barrier(ctx.comm)
-            error = ctx.comm.bcast(error, root=0)
+            error = next((e for e in ctx.comm.allgather(error) if e is not None), None)
             if error is not None:
                 raise StageError(error)
             try:

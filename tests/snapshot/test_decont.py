@@ -22,7 +22,8 @@ from corpus.decont.matcher import EvalIndex, PassageTable
 from corpus.decont.ngrams import Grams, normalize_words, text_grams, word_hashes
 from corpus.decont.registry import EvalRegistry, RegistryError, load_benchmark
 from corpus.decont.rule import DEFAULT_MIN_ITEM_WORDS, passage_grams, text_gram_set
-from tests.snapshot.conftest import EVALS, perl_docs
+from tests.conftest import run_mpi
+from tests.snapshot.conftest import EVALS, make_stage_dir, perl_docs, split, write_config
 
 
 def record(benchmark: str, item_id: str) -> dict:
@@ -121,6 +122,27 @@ def test_a_table_cache_holds_one_table_per_registry_for_every_build(tmp_path):
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("")
     assert build_eval_table(EVALS, 8, tmp_path / "b4" / "table", cache=blocked) == first
+
+
+def test_on_two_ranks_the_two_eval_tables_hold_the_bytes_one_process_writes(tmp_path, monkeypatch):
+    """The stage's ranks share the tables' writing (the rule's 8-grams on rank 0, the fuzzy tier's
+    5-grams on rank 1, side by side): each table is byte for byte the one a single process writes."""
+    from corpus.decont.eval_table import build_eval_table
+
+    monkeypatch.delenv("CORPUS_EVAL_TABLE_CACHE", raising=False)  # written by the stage, not linked
+    inputs = make_stage_dir(tmp_path / "minhash_dedup", split(perl_docs(n=4), 2))
+    config = write_config(tmp_path / "build.toml", decontaminate={"eval_dir": str(EVALS)})
+    out = tmp_path / "decontaminate"
+    run_mpi(
+        2, "-m", "hpc_jobs.decontaminate", "--input", str(inputs), "--out", str(out), "--config", str(config)
+    )
+    for table, n in (("eval_table", 8), ("eval_table-5gram", 5)):
+        alone = tmp_path / "alone" / table
+        build_eval_table(EVALS, DEFAULT_MIN_ITEM_WORDS, alone, n=n)
+        files = sorted(f.name for f in alone.iterdir())
+        assert sorted(f.name for f in (out / "work" / table).iterdir()) == files
+        for name in files:
+            assert (out / "work" / table / name).read_bytes() == (alone / name).read_bytes(), (table, name)
 
 
 @pytest.fixture(scope="module")
