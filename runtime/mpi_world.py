@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from runtime.orphan import die_with_launcher
+from runtime.orphan import LAUNCHED_ENV, die_with_launcher
 
 #: UCX's switch for its memory hooks (UCM's events), read when the MPI library is loaded
 UCX_MEM_EVENTS = "UCX_MEM_EVENTS"
@@ -24,10 +24,14 @@ UCX_MEM_EVENTS = "UCX_MEM_EVENTS"
 
 def all_ranks_here(env: Mapping[str, str]) -> bool:
     """Whether every rank of the job runs on this host, from what the launcher put in ``env``: Hydra's
-    ``mpiexec`` sets the job's size (``PMI_SIZE``) and this host's share (``MPI_LOCALNRANKS``); a rank
-    run by hand has neither (a job of one). A launcher that says nothing of the host's share (``srun``
-    over PMI-2) is taken to spread the ranks."""
-    return env.get("MPI_LOCALNRANKS", "1") == env.get("PMI_SIZE", "1")
+    ``mpiexec`` sets this host's share of the ranks (``MPI_LOCALNRANKS``) and the job's size
+    (``PMI_SIZE``); ``srun`` (PMI-2 or PMIx) the step's node count (``SLURM_STEP_NUM_NODES``); another
+    launcher is taken to spread the ranks; a rank run by hand is a job of one."""
+    if "MPI_LOCALNRANKS" in env:
+        return env["MPI_LOCALNRANKS"] == env.get("PMI_SIZE")
+    if any(k in env for k in LAUNCHED_ENV):
+        return env.get("SLURM_STEP_NUM_NODES") == "1"
+    return True
 
 
 def world_comm() -> Any:

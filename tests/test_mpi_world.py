@@ -26,9 +26,11 @@ if comm.Get_rank() == 0:
 @pytest.mark.parametrize(
     "env, here",
     [
-        ({"PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"}, True),  # mpiexec -n 2 on this machine
-        ({"PMI_SIZE": "8", "MPI_LOCALNRANKS": "4"}, False),  # mpiexec over two nodes of an allocation
-        ({"PMI_SIZE": "8", "PMI_RANK": "3"}, False),  # srun over PMI-2: the host's share not said
+        ({"PMI_SIZE": "2", "MPI_LOCALNRANKS": "2", "PMI_RANK": "1"}, True),  # mpiexec -n 2 here
+        ({"PMI_SIZE": "8", "MPI_LOCALNRANKS": "4", "PMI_RANK": "5"}, False),  # mpiexec over two nodes
+        ({"PMI_SIZE": "4", "PMI_RANK": "3", "SLURM_STEP_NUM_NODES": "1"}, True),  # srun, PMI-2, one node
+        ({"PMIX_RANK": "3", "SLURM_STEP_NUM_NODES": "2"}, False),  # srun over PMIx, two nodes
+        ({"PMI_SIZE": "8", "PMI_RANK": "3"}, False),  # a launcher that does not say where its ranks are
         ({}, True),  # a rank run by hand: a job of one
     ],
 )
