@@ -20,13 +20,15 @@ import json
 import re
 import zlib
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import zstandard
 
 from corpus.text.dates import record_day
+from corpus.text.inputs import open_regular
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 #: a record's own source name: it names files and tables downstream
@@ -54,13 +56,21 @@ class CuratedError:
     raw_digest: str
 
 
-def _open(path: Path) -> io.BufferedIOBase:
+@contextmanager
+def _open(path: Path) -> Iterator[BinaryIO]:
+    """The file's bytes, decompressed by its suffix. Opened once, as a regular file
+    (:func:`corpus.text.inputs.open_regular`): a FIFO put in a listed file's place is refused, not
+    waited on."""
     name = path.name.lower()
-    if name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if name.endswith(".zst"):
-        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), read_across_frames=True)
-    return open(path, "rb")
+    with open_regular(path) as raw:
+        if name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+                yield f
+        elif name.endswith(".zst"):
+            with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=False) as f:
+                yield f
+        else:
+            yield raw
 
 
 def _clean(text: str) -> tuple[str, int]:

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from corpus.text.curated import CuratedError, CuratedRecord, mapped, record_from_dict
+from corpus.text.inputs import open_regular
 
 BATCH_ROWS = 256
 
@@ -75,8 +76,9 @@ def iter_parquet(
     """Every row of a Parquet file, in order."""
 
     def read() -> Iterator[CuratedRecord | CuratedError]:
-        batches = pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS)
-        yield from _rows(batches, url_prefix, fields, max_bytes)
+        with open_regular(path) as f:  # a FIFO put in a listed file's place is refused, not waited on
+            batches = pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS)
+            yield from _rows(batches, url_prefix, fields, max_bytes)
 
     return _guarded(read())
 

@@ -13,6 +13,7 @@ its position in the file, stable across readers and ranks. See docs/ingest-and-f
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from warcio.exceptions import ArchiveLoadFailed
 
 from corpus.text.content_encoding import DecodedBody, decode_body
 from corpus.text.dates import record_day
+from corpus.text.inputs import open_regular
 
 _SCAN_BLOCK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b\x08"
@@ -151,8 +153,8 @@ def iter_warc(
     An HTML body with a Content-Encoding is decoded to at most ``max_decoded_bytes``
     (:mod:`corpus.text.content_encoding`); a record declaring more than ``max_record_bytes`` is
     digested as it streams past, never held."""
-    first, end = span or (0, path.stat().st_size)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO put in a listed file's place is refused, not waited on
+        first, end = span or (0, os.fstat(f.fileno()).st_size)
         gz = f.read(2) == b"\x1f\x8b"
         start: int | None = first
         index = 0

@@ -26,7 +26,7 @@ from corpus.model.annotations import RECRAWL_OF_DATE
 from corpus.model.errors import UserError
 from corpus.model.layout import INDEX_RECORDS
 from corpus.select.robots import robots_line
-from corpus.text.inputs import InputPath, display_name, open_regular
+from corpus.text.inputs import InputPath, display_name
 from corpus.text.sources import (
     DECLARATION_FILE,
     REPOSITORY,
@@ -163,10 +163,9 @@ class IngestStage(Stage):
     # -- reading one file --------------------------------------------------------------------------
     def items(self, shard: InputShard) -> Iterator[Item]:
         """The records of one file (or piece of one), read by :mod:`.items`. A file must still be a
-        regular file (one put in its place since it was listed is refused, not waited on); where its
-        name is not UTF-8 what is recorded of it carries the name's display form (:mod:`.shown`)."""
-        if not shard.path.is_dir():
-            open_regular(shard.path).close()
+        regular file: its reader opens it once, with :func:`corpus.text.inputs.open_regular` (one put
+        in its place since it was listed is refused, not waited on); where its name is not UTF-8 what
+        is recorded of it carries the name's display form (:mod:`.shown`)."""
         fmt = self._format(shard)
         items = read_items(shard, self.spec(shard), fmt, self.config, self.rules, self._set_files)
         if display_name(str(shard.path)) == str(shard.path):
