@@ -11,9 +11,11 @@ payload line for certain, and a single-stream gzip has no boundary. docs/ingest-
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 
+from corpus.text.inputs import open_regular
 from corpus.text.warc import next_boundary
 
 #: the bytes inflated to check that a gzip member is a record's start
@@ -23,8 +25,8 @@ _PROBE_BYTES = 4096
 def warc_units(path: Path, unit_bytes: int) -> list[tuple[int, int]]:
     """The units of ``path``: one ``(0, size)`` for a file of at most ``unit_bytes`` or one that is not
     gzipped, else spans that tile the file, each starting at a record."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO put in a listed file's place is refused, not waited on
+        size = os.fstat(f.fileno()).st_size
         if unit_bytes <= 0 or size <= unit_bytes or f.read(2) != b"\x1f\x8b":
             return [(0, size)]
         starts = [0]
