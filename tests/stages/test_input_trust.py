@@ -23,6 +23,7 @@ from corpus.text.inputs import InputRefused, display_name, open_regular
 from corpus.text.sources import DECLARATION_FILE
 from corpus.text.tables import iter_parquet
 from corpus.text.warc import iter_warc
+from corpus.text.warc_units import warc_units
 from tests.conftest import ROOT, SAMPLE, mpiexec
 from tests.stages.chain import docs, manifest, reconciles
 from tests.stages.warc_fixtures import write_jsonl_gz
@@ -163,22 +164,24 @@ def test_a_fifo_put_in_a_listed_files_place_is_refused_when_opened_not_waited_on
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(
-    "name", ["notes.jsonl.gz", "notes.jsonl.zst", "notes.jsonl", "note.txt", "crawl.warc.gz", "rows.parquet"]
+    "name, read",
+    [
+        ("notes.jsonl.gz", lambda p: list(iter_jsonl(p, "curated://x"))),
+        ("notes.jsonl.zst", lambda p: list(iter_jsonl(p, "curated://x"))),
+        ("notes.jsonl", lambda p: list(iter_jsonl(p, "curated://x"))),
+        ("note.txt", lambda p: read_text_file(p, "curated://x")),
+        ("rows.parquet", lambda p: list(iter_parquet(p, "curated://x", 1 << 20, {}))),
+        ("crawl.warc.gz", lambda p: list(iter_warc(p))),
+        ("big.warc.gz", lambda p: warc_units(p, 1)),  # the cutter of a large WARC into units
+    ],
 )
-def test_each_reader_opens_its_file_once_as_a_regular_file_and_refuses_a_fifo(tmp_path, name):
+def test_each_reader_opens_its_file_once_as_a_regular_file_and_refuses_a_fifo(tmp_path, name, read):
     """Ingest opens a file once per pass, in its reader (no check opening it before): so each reader
     must refuse a FIFO put in the listed file's place at once, as the check did."""
     swapped = tmp_path / name
     os.mkfifo(swapped)
-    readers = {
-        ".gz": lambda p: iter_warc(p) if p.name.endswith(".warc.gz") else iter_jsonl(p, "curated://x"),
-        ".zst": lambda p: iter_jsonl(p, "curated://x"),
-        ".jsonl": lambda p: iter_jsonl(p, "curated://x"),
-        ".txt": lambda p: [read_text_file(p, "curated://x")],
-        ".parquet": lambda p: iter_parquet(p, "curated://x", 1 << 20, {}),
-    }
     with pytest.raises(InputRefused, match="is a FIFO, not a regular file: not read"):
-        list(readers[swapped.suffix](swapped))
+        read(swapped)
 
 
 def test_three_spellings_of_one_file_are_one_input_with_one_tier_licence_and_manifest(tmp_path):
