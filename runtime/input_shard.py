@@ -37,6 +37,8 @@ class InputShard:
     root: Path | None = None
     #: a bundle's files, read in this order (``path`` and ``root`` are the first one's); () otherwise
     members: tuple[InputShard, ...] = ()
+    #: a previous stage's shard's text bytes, as that stage's manifest counts them; -1 for a raw input
+    text_bytes: int = -1
 
     @property
     def content_id(self) -> str:
@@ -55,6 +57,12 @@ class InputShard:
         """The bytes the unit reads (its progress weight): its files' sizes, looked at once (the bundler,
         the assignment and the progress board each ask: a stat per file each time at 10^4 files)."""
         return sum(unit_weight(f.path, f.span) for f in self.files)
+
+    @property
+    def size(self) -> int:
+        """What ranks are dealt by (:func:`runtime.runner.assign`): a previous stage's shard's text bytes
+        (known without a stat), else the bytes the unit reads."""
+        return self.text_bytes if self.text_bytes >= 0 else self.weight
 
 
 def raw_input_shard(path: Path) -> InputShard:

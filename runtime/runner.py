@@ -44,6 +44,7 @@ from corpus.model.config import (
     stage_config,
     stage_memory_budget_mb,
 )
+from corpus.model.deal import largest_first
 from corpus.model.digest import canonical_json
 from corpus.model.layout import (
     DOC_OUTPUT_KINDS,
@@ -218,21 +219,22 @@ def shards_of_stage(stage_dir: Path) -> list[InputShard]:
         m = require_stage_manifest(stage_dir)
     except NotCompleted as e:
         raise StageError(str(e)) from None
-    return [
-        InputShard(
-            name=Path(o.path).name[: -len(SUFFIX)],
-            path=stage_dir / o.path,
-            sha256=o.sha256,
-            records=o.records,
-        )
-        for o in m.outputs
-    ]
+    shards = []
+    for o in m.outputs:
+        name = Path(o.path).name[: -len(SUFFIX)]
+        text = YieldCounts.from_dict(m.shard_counts[name]).total().bytes_out if name in m.shard_counts else -1
+        shards.append(InputShard(name, stage_dir / o.path, o.sha256, o.records, text_bytes=text))
+    return shards
 
 
-def assign(inputs: list[InputShard], rank: int, size: int) -> list[InputShard]:
-    """This rank's shards: sorted by content digest, dealt round-robin."""
-    ordered = sorted(inputs, key=lambda s: (s.sha256, s.name))
-    return ordered[rank::size]
+def assign(units: Sequence[Any], rank: int, size: int) -> list[Any]:
+    """This rank's units (input shards, a global phase's parts): in order of content digest, dealt by
+    size (:func:`corpus.model.deal.largest_first`), so no rank is left with the larger ones while the
+    others wait at a barrier. An input shard's size is :attr:`InputShard.size`; units without one (parts)
+    count as equal, which deals them round-robin."""
+    ordered = sorted(units, key=lambda s: (s.sha256, s.name))
+    sizes = [getattr(s, "size", 1) for s in ordered]
+    return [ordered[i] for i in largest_first(sizes, size)[rank]]
 
 
 class StageRun:

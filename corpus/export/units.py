@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corpus.model.deal import largest_first
 from corpus.version.open import StoredShard, Version
 
 
@@ -58,12 +59,6 @@ def export_units(version: Version) -> list[ExportUnit]:
 
 
 def assign_units(units: list[ExportUnit], ranks: int) -> list[list[int]]:
-    """Unit numbers per rank: each unit, largest first, to the rank with the fewest tokens so far (ties
-    to the lower rank). Only who writes a unit depends on the rank count, never what it writes."""
-    load = [0] * ranks
-    owned: list[list[int]] = [[] for _ in range(ranks)]
-    for i in sorted(range(len(units)), key=lambda i: (-units[i].tokens, i)):
-        r = min(range(ranks), key=lambda r: (load[r], r))
-        owned[r].append(i)
-        load[r] += units[i].tokens
-    return [sorted(o) for o in owned]
+    """Unit numbers per rank, ascending: each unit, largest first, to the rank with the fewest tokens so
+    far (ties to the lower rank). Only who writes a unit depends on the rank count, never what it writes."""
+    return [sorted(o) for o in largest_first([u.tokens for u in units], ranks)]

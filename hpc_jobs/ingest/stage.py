@@ -89,6 +89,8 @@ class IngestStage(Stage):
         mine = agreed(
             ctx.comm, lambda: [self._units(files[k]) for k in range(ctx.rank, len(files), ctx.size)]
         )
+        for unit in (u for units in mine for u in units):
+            _ = unit.weight  # sized by the rank that digested it; the size travels with the unit
         shares = ctx.comm.gather(mine, root=0)
 
         def bundles() -> list[InputShard]:
