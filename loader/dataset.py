@@ -132,7 +132,7 @@ class SnapshotLoader(IterableDataset):
             self.manifest, self.root = (
                 parsed_manifest(*found, root) if found is not None else load_manifest(snapshot, root)
             )
-            self.snapshot_id, self.stream_shards = self.manifest.snapshot_id, self.manifest.shards
+            self.snapshot_id, self.stream_shards = self.manifest.snapshot_id, self.manifest.shard_keys()
             self.stream_manifest = self.manifest
         self.dp_group = dp_group
         if dp_group is not None and (dp_rank is None or dp_world is None):

@@ -340,10 +340,11 @@ class ShardStore:
         j = self._substitute.get(i)
         if j is not None and (sub := self._get(j)) is not None:
             return j, sub
-        bad = self.manifest.shards[i]
+        keys = self.manifest.shard_keys()
+        bad = keys[i]
         candidates = sorted(
-            (j for j, s in enumerate(self.manifest.shards) if s.bucket == bad.bucket and j != i),
-            key=lambda j: stable_hash64("substitute", bad.sha256, self.manifest.shards[j].sha256),
+            (j for j, s in enumerate(keys) if s.bucket == bad.bucket and j != i),
+            key=lambda j: stable_hash64("substitute", bad.sha256, keys[j].sha256),
         )
         for j in candidates:
             sub = self._get(j)

@@ -38,7 +38,7 @@ def parsed_manifest(
 ) -> tuple[SnapshotManifest, Path]:
     """The snapshot manifest ``data`` read from ``path``, and the directory its shard paths are
     relative to (``root``, else the manifest's)."""
-    return SnapshotManifest.from_dict(data), Path(root) if root else path.parent
+    return SnapshotManifest.from_dict(data, path.parent), Path(root) if root else path.parent
 
 
 def natural_mixture(manifest: SnapshotManifest) -> dict[str, float]:

@@ -17,19 +17,9 @@ import numpy as np
 
 from corpus.formats.megatron import read_index
 from corpus.model import SnapshotManifest
+from corpus.model.shard_table import ShardKey
 from corpus.version.open import Version, as_version, manifest_at
 from loader.sampler import Piece
-
-
-@dataclass(frozen=True)
-class StreamShard:
-    """What the sampler needs of a shard (``loader.state.stream_layout``): its bucket, its content key
-    and its stream's size in documents and tokens."""
-
-    bucket: str
-    sha256: str
-    tokens: int
-    docs: int
 
 
 class LoaderVersion:
@@ -55,9 +45,7 @@ class LoaderVersion:
         #: the physical shard's name of each stream
         self.names = [shard_names[i] for i in self.shard_of]
         self.stream_shards = tuple(
-            StreamShard(
-                b, base.shards[i].sha256, counts[(shard_names[i], b)][1], counts[(shard_names[i], b)][0]
-            )
+            ShardKey(b, base.shards[i].sha256, counts[(shard_names[i], b)][1], counts[(shard_names[i], b)][0])
             for i, b in pairs
         )
         #: the build's manifest with one entry per stream (the physical shard's files, sizes and digests;
@@ -200,7 +188,7 @@ class RunMove:
         """The record's streams as the sampler keyed them (the build's own digests, takedowns or not)."""
         if self.old is not None:
             return self.old.stream_shards
-        return self.new.manifest.shards if self.new is not None else self.manifest.shards
+        return (self.new.manifest if self.new is not None else self.manifest).shard_keys()
 
     def _stream(self, i: int, new: bool) -> SelectedStream:
         key = (i, new)

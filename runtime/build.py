@@ -39,6 +39,7 @@ from corpus.formats.dedup_keys import (
 )
 from corpus.formats.dedup_write import RUN_RECORDS
 from corpus.formats.docshard import atomic_write_json
+from corpus.formats.snapshot_manifest import write_snapshot_manifest
 from corpus.model import ShardRef, SnapshotManifest, StageManifest
 from corpus.model.config import ConfigError, check_build_config, load_config_file
 from corpus.model.digest import file_sha256
@@ -437,7 +438,7 @@ def assemble_candidates(out: Path, manifests: list[StageManifest], seed: int) ->
     new = beside(candidates_dir(out))
     try:
         candidates = assemble(out, manifests, seed, stage_versions(manifests), new.name)
-        atomic_write_json(manifest_path(new), candidates.to_dict())
+        write_snapshot_manifest(new, candidates)
         install_dir(new, candidates_dir(out))
     finally:
         shutil.rmtree(new, ignore_errors=True)

@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 
+from corpus.model.manifest import read_snapshot_manifest
 from tests.conftest import SAMPLE, run_corpus
 
 pytestmark = pytest.mark.slow
@@ -169,7 +170,7 @@ def stage_state(out):
 
 def test_the_metadata_table_has_one_row_per_stored_document(two_rank_build):
     out, _ = two_rank_build
-    manifest = json.loads((out / "candidates" / "manifest.json").read_text())
+    shards = read_snapshot_manifest(out / "candidates").shards
     rows = corpus_json(
         "query",
         str(out),
@@ -178,14 +179,14 @@ def test_the_metadata_table_has_one_row_per_stored_document(two_rank_build):
     )
     expect = sorted(
         (
-            {"shard": s["path"].split("/")[-1].removesuffix(".bin"), "docs": s["docs"], "tokens": s["tokens"]}
-            for s in manifest["shards"]
+            {"shard": s.path.split("/")[-1].removesuffix(".bin"), "docs": s.docs, "tokens": s.tokens}
+            for s in shards
         ),
         key=lambda r: r["shard"],
     )
     assert rows == expect
     langs = corpus_json("query", str(out), "SELECT lang, count(*) AS n FROM docs GROUP BY lang", "--json")
-    assert len(langs) > 5 and sum(r["n"] for r in langs) == sum(s["docs"] for s in manifest["shards"])
+    assert len(langs) > 5 and sum(r["n"] for r in langs) == sum(s.docs for s in shards)
 
 
 def test_a_threshold_change_is_a_new_version_without_running_any_stage(two_rank_build, tmp_path):

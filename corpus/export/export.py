@@ -20,6 +20,7 @@ from corpus.export import jsonl, megatron, parquet
 from corpus.export.documents import UnitReader, build_tokenizer
 from corpus.export.files import PARTS, PartWriter, read_part_record
 from corpus.export.units import ExportUnit
+from corpus.formats.snapshot_manifest import write_snapshot_manifest
 from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import json_digest
 from corpus.model.errors import UserError
@@ -172,12 +173,13 @@ def _finish_megatron(
             "blend": [[w, p] for w, p in weighted],
             "artifacts": {"contamination_report": report},
         },
+        split=True,
     )
     (out / "megatron").mkdir(exist_ok=True)
     # where the export lies now: a convenience for Megatron's --data-args-path, outside the manifest
     args = " ".join(f"{w} {(out / p).resolve()}" for w, p in weighted)
     (out / "megatron" / "data-args.txt").write_text(args + "\n")
-    _write_manifest(out, manifest.to_dict())
+    write_snapshot_manifest(out, manifest)
     return manifest.snapshot_id
 
 

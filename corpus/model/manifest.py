@@ -6,6 +6,7 @@ so the same inputs and config give the same digest on any number of ranks."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 from corpus.model.counts import YieldCounts
 from corpus.model.digest import json_digest
 from corpus.model.layout import manifest_path
+from corpus.model.shard_table import ShardKey, ShardTable, table_bytes
 
 
 @dataclass(frozen=True)
@@ -146,20 +148,35 @@ class SnapshotManifest:
     """The immutable snapshot: its shards, the versions of everything that made them, and its id.
 
     ``snapshot_id = sha256(canonical manifest bytes)`` over every field here except ``run_info``.
+    ``split``: the shards are kept beside the manifest (``corpus-snapshot/2``,
+    :mod:`corpus.model.shard_table`) and the id digests the table's facts, so a reader checks the id
+    without reading every shard's entry; else they are listed in it (``corpus-snapshot/1``).
     """
 
-    shards: tuple[SnapshotShard, ...]
+    shards: Sequence[SnapshotShard]  # a tuple, or a ShardTable read as asked
     stage_versions: dict[str, dict[str, str]]  # stage -> {version, config_hash, manifest_digest, ...}
     seed: int
     token_dtype: str = ""
     tokenizer: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     run_info: dict[str, Any] = field(default_factory=dict)
+    split: bool = False
+
+    @cached_property
+    def table(self) -> tuple[bytes, bytes, dict[str, Any]]:
+        """The split form's keys file, lines file and facts (:func:`~corpus.model.shard_table.table_bytes`)."""
+        return table_bytes(self.shards)
 
     def digested_part(self) -> dict[str, Any]:
-        return {
-            "format": "corpus-snapshot/1",
-            "shards": [s.to_dict() for s in self.shards],
+        if not self.split:
+            listed: dict[str, Any] = {
+                "format": "corpus-snapshot/1",
+                "shards": [s.to_dict() for s in self.shards],
+            }
+        else:
+            facts = self.shards.facts if isinstance(self.shards, ShardTable) else self.table[2]
+            listed = {"format": "corpus-snapshot/2", "shard_table": facts}
+        return listed | {
             "stage_versions": self.stage_versions,
             "seed": self.seed,
             "token_dtype": self.token_dtype,
@@ -169,9 +186,16 @@ class SnapshotManifest:
 
     @cached_property
     def snapshot_id(self) -> str:
-        """Computed once per object (O(shards): a loader asks at start and at every checkpoint); the
-        manifest is immutable, its dicts never changed after it is made."""
+        """Computed once per object (O(shards) listed, O(1) split: a loader asks at start and at every
+        checkpoint); the manifest is immutable, its dicts never changed after it is made."""
         return json_digest(self.digested_part())
+
+    def shard_keys(self) -> tuple[ShardKey, ...]:
+        """Each shard's bucket, sha256, tokens and documents: of a split manifest, from its keys file
+        alone (a loader rank parses only the entries of the shards it opens)."""
+        if isinstance(self.shards, ShardTable):
+            return self.shards.keys()
+        return tuple(ShardKey(s.bucket, s.sha256, s.tokens, s.docs) for s in self.shards)
 
     def to_dict(self) -> dict[str, Any]:
         d = self.digested_part()
@@ -180,15 +204,22 @@ class SnapshotManifest:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SnapshotManifest:
+    def from_dict(cls, d: dict[str, Any], directory: Path | None = None) -> SnapshotManifest:
+        """The manifest ``d``, read from ``directory`` (where a split manifest's shard table lies)."""
+        split = d.get("format") == "corpus-snapshot/2"
+        if split and directory is None:
+            raise ValueError("a corpus-snapshot/2 manifest is read with the directory its shard table is in")
         m = cls(
-            shards=tuple(SnapshotShard(**s) for s in d["shards"]),
+            shards=ShardTable(directory, d["shard_table"])
+            if split
+            else tuple(SnapshotShard(**s) for s in d["shards"]),
             stage_versions=d["stage_versions"],
             seed=d["seed"],
             token_dtype=d.get("token_dtype", ""),
             tokenizer=d.get("tokenizer", {}),
             extra=d.get("extra", {}),
             run_info=d.get("run_info", {}),
+            split=split,
         )
         if "snapshot_id" in d and d["snapshot_id"] != m.snapshot_id:
             raise ValueError(
@@ -220,4 +251,6 @@ def require_stage_manifest(stage_directory: Path) -> StageManifest:
 
 
 def read_snapshot_manifest(snapshot_directory: Path) -> SnapshotManifest:
-    return SnapshotManifest.from_dict(json.loads(manifest_path(snapshot_directory).read_text()))
+    return SnapshotManifest.from_dict(
+        json.loads(manifest_path(snapshot_directory).read_text()), snapshot_directory
+    )

@@ -134,10 +134,10 @@ def open_build(path: Path, root: Path | None = None) -> BuildView:
             build_dir = snapshot_dir.parent
     if manifest_path.is_file():
         d = _read_json(manifest_path)
-        if "shards" not in d or "stage_versions" not in d:
+        if not ("shards" in d or "shard_table" in d) or "stage_versions" not in d:
             raise UserError(f"{manifest_path} is not a snapshot manifest")
         try:
-            snapshot = SnapshotManifest.from_dict(d)
+            snapshot = SnapshotManifest.from_dict(d, manifest_path.parent)
         except ValueError as e:
             raise UserError(str(e)) from e
     if build_dir is None:

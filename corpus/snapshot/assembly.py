@@ -259,6 +259,7 @@ def assemble(
         token_dtype=tok_info.token_dtype,
         tokenizer=tokenizer,
         extra=extra,
+        split=True,
     )
     problems = snapshot_problems(snap, manifest, rehash=False)
     if problems:

@@ -49,7 +49,7 @@ def inherit_base(
     base_dir, label = found
     base_cand = candidates_dir(base_dir)
     try:
-        m = SnapshotManifest.from_dict(json.loads((base_cand / MANIFEST).read_text()))
+        m = SnapshotManifest.from_dict(json.loads((base_cand / MANIFEST).read_text()), base_cand)
     except FileNotFoundError:
         raise UserError(f"the build's base {base_dir} has no candidates (moved or deleted?)") from None
     if (

@@ -90,7 +90,9 @@ class Snapshot:
         if is_version(self.dir):  # a version (a build's snapshot/ is one): its files are its build's
             self.dir = open_version(self.dir).base_dir
         try:
-            self.manifest = SnapshotManifest.from_dict(json.loads((self.dir / MANIFEST).read_text()))
+            self.manifest = SnapshotManifest.from_dict(
+                json.loads((self.dir / MANIFEST).read_text()), self.dir
+            )
         except FileNotFoundError as e:
             raise UserError(f"{self.dir} is not a snapshot (no {MANIFEST})") from e
         except ValueError as e:

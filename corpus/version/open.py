@@ -284,7 +284,7 @@ def _version(vdir: Path, data: dict[str, Any]) -> Version:
 
 def _open_base(snap_dir: Path) -> SnapshotManifest:
     try:
-        return SnapshotManifest.from_dict(_read_json(snap_dir / MANIFEST))
+        return SnapshotManifest.from_dict(_read_json(snap_dir / MANIFEST), snap_dir)
     except (KeyError, ValueError) as e:
         raise UserError(f"{snap_dir / MANIFEST}: {e}") from None
 

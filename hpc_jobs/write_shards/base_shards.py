@@ -6,11 +6,11 @@ docs/snapshot.md, "write_shards", and docs/incremental.md.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from corpus.model.facts import ShardNumbering
 from corpus.model.layout import base_build_of, build_dir_of_stage, candidates_dir, manifest_path
+from corpus.model.manifest import read_snapshot_manifest
 from runtime.runner import StageError
 
 
@@ -34,19 +34,19 @@ class BaseShards(ShardNumbering):
         base_dir, label = found
         listing = manifest_path(candidates_dir(base_dir))
         try:
-            candidates = json.loads(listing.read_text())
+            candidates = read_snapshot_manifest(candidates_dir(base_dir))
         except FileNotFoundError:
             raise StageError(
                 f"the build's base {base_dir} has no candidates ({listing})", every_rank=True
             ) from None
-        if candidates["snapshot_id"] != label:
+        if candidates.snapshot_id != label:
             raise StageError(
-                f"the candidates of the build's base {base_dir} are {candidates['snapshot_id']}, the build was "
+                f"the candidates of the build's base {base_dir} are {candidates.snapshot_id}, the build was "
                 f"forked from {label}: the base changed; rebuild against it into a new directory",
                 every_rank=True,
             )
         after: dict[str, int] = {}
-        for shard in candidates["shards"]:
-            bucket, number = Path(shard["path"]).name.removesuffix(".bin").rsplit("-", 1)
+        for shard in candidates.shards:
+            bucket, number = Path(shard.path).name.removesuffix(".bin").rsplit("-", 1)
             after[bucket] = max(after.get(bucket, 0), int(number) + 1)
-        return cls(label, len(candidates["shards"]), dict(sorted(after.items())))
+        return cls(label, len(candidates.shards), dict(sorted(after.items())))

@@ -28,6 +28,7 @@ from corpus.formats import dedup_index as pi
 from corpus.formats import dedup_keys, dedup_probe
 from corpus.formats.bloom import BloomFilter
 from corpus.model.layout import committed_path
+from corpus.model.manifest import read_snapshot_manifest
 from corpus.select.selection import parse_inline
 from corpus.snapshot.lookup import Snapshot
 from corpus.snapshot.validate import validate_snapshot
@@ -661,18 +662,23 @@ def test_the_probe_batches_groups_and_streams_a_group_larger_than_a_batch(tmp_pa
     assert out[1][1] == [b"%d" % i for i in range(10)]
 
 
-def shard_names(candidates: dict) -> list[str]:
-    return [Path(s["path"]).name.removesuffix(".bin") for s in candidates["shards"]]
+def listed_shards(candidates: Path) -> list[dict]:
+    """The shard entries of a build's candidates (kept beside its manifest), as JSON has them."""
+    return [s.to_dict() for s in read_snapshot_manifest(candidates).shards]
+
+
+def shard_names(shards: list[dict]) -> list[str]:
+    return [Path(s["path"]).name.removesuffix(".bin") for s in shards]
 
 
 def test_the_delta_candidates_reference_the_base_shards_and_number_their_own_after_them(base, delta):
-    base_cand, delta_cand = manifest(base[0] / "candidates"), manifest(delta[0] / "candidates")
-    n = len(base_cand["shards"])
+    base_cand, delta_cand = listed_shards(base[0] / "candidates"), listed_shards(delta[0] / "candidates")
+    n = len(base_cand)
     assert all(name.endswith("-00000") for name in shard_names(base_cand)), "a build without a base: from 0"
-    inherited, own = delta_cand["shards"][:n], delta_cand["shards"][n:]
+    inherited, own = delta_cand[:n], delta_cand[n:]
     assert own, "the delta stored new documents"
-    assert [s["sha256"] for s in inherited] == [s["sha256"] for s in base_cand["shards"]]
-    assert [s["path"] for s in inherited] == [f"base/{s['path']}" for s in base_cand["shards"]]
+    assert [s["sha256"] for s in inherited] == [s["sha256"] for s in base_cand]
+    assert [s["path"] for s in inherited] == [f"base/{s['path']}" for s in base_cand]
     link = os.readlink(delta[0] / "candidates" / "base")
     assert link == "../../base/candidates", "relative: the two builds move together"
     for s in inherited:  # referenced, never copied: the path leads to the base's file itself
@@ -683,8 +689,9 @@ def test_the_delta_candidates_reference_the_base_shards_and_number_their_own_aft
     for name in names[n:]:
         bucket, number = name.rsplit("-", 1)
         assert int(number) > last_of.get(bucket, -1)
-    assert delta_cand["extra"]["base"]["snapshot_id"] == base_cand["snapshot_id"]
-    assert delta_cand["extra"]["docs"] == base_cand["extra"]["docs"] + sum(s["docs"] for s in own)
+    base_m, delta_m = manifest(base[0] / "candidates"), manifest(delta[0] / "candidates")
+    assert delta_m["extra"]["base"]["snapshot_id"] == base_m["snapshot_id"]
+    assert delta_m["extra"]["docs"] == base_m["extra"]["docs"] + sum(s["docs"] for s in own)
     assert validate_snapshot(delta[0] / "candidates") == [], "every referenced file re-hashed: the base's"
 
 
@@ -779,7 +786,7 @@ def test_a_build_against_a_base_with_a_takedown_reads_its_new_bytes_and_never_se
     out = tmp_path / "delta"
     build(out, [delta_warc], config, "--base", str(copy))
     cand = manifest(out / "candidates")
-    entry = next(s for s in cand["shards"] if s["path"] == f"base/shards/{shard.name}.bin")
+    entry = next(s for s in listed_shards(out / "candidates") if s["path"] == f"base/shards/{shard.name}.bin")
     assert (entry["sha256"], entry["blocks_sha256"]) == (logged["sha256"], logged["blocks_sha256"])
     assert entry["files"]["blocks"] == f"base/{logged['blocks']}"
     assert cand["extra"]["takedowns"] == [

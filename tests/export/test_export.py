@@ -19,6 +19,7 @@ from corpus.export.files import PARTS
 from corpus.export.units import export_units
 from corpus.formats.megatron import IndexedShard
 from corpus.model.digest import sha256_hex
+from corpus.model.manifest import read_snapshot_manifest
 from corpus.snapshot.validate import validate_snapshot
 from corpus.version.open import open_version
 from corpus.version.query import connect
@@ -33,6 +34,12 @@ def build(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("export") / "build"
     run_corpus("build", "--input", *map(str, SAMPLE), "--out", str(out), "--ranks", "2")
     return out
+
+
+def exported_manifest(snapshot: Path) -> dict:
+    """An exported snapshot's manifest as JSON has it, with its shard entries (kept beside it) listed."""
+    listed = [s.to_dict() for s in read_snapshot_manifest(snapshot).shards]
+    return {**json.loads((snapshot / "manifest.json").read_text()), "shards": listed}
 
 
 def export(version: Path, fmt: str, out: Path, *extra: str, check: bool = True):
@@ -70,7 +77,7 @@ def test_megatron_export_holds_exactly_the_selected_documents_as_megatron_core_r
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
     export(build, "megatron", tmp_path / "m")
-    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    manifest = exported_manifest(tmp_path / "m")
     selected, stored = selected_docs(build), candidate_tokens(build)
     assert rejected_count(build) > 0  # the candidates hold documents the version does not select
     seen = {}
@@ -100,7 +107,7 @@ def test_megatron_export_holds_exactly_the_selected_documents_as_megatron_core_r
 def test_a_megatron_export_is_a_snapshot_that_validates_traces_and_queries(build, tmp_path):
     export(build, "megatron", tmp_path / "m")
     assert validate_snapshot(tmp_path / "m") == []
-    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    manifest = exported_manifest(tmp_path / "m")
     shard = manifest["shards"][-1]
     name = Path(shard["path"]).name.removesuffix(".bin")
     traced = json.loads(
@@ -204,7 +211,7 @@ def test_a_tombstoned_shard_is_never_exported(build, tmp_path):
     web = next(s.name for s in v.shards if s.bucket == "web")
     run_corpus("tombstone", str(build), "--shard", web, "--reason", "takedown", "--out", str(tmp_path / "v"))
     export(tmp_path / "v", "megatron", tmp_path / "m")
-    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    manifest = exported_manifest(tmp_path / "m")
     assert manifest["shards"] and all(web not in s["path"] for s in manifest["shards"])
     assert set(manifest["extra"]["buckets"]) == {s.bucket for s in v.shards} - {"web"}
 

@@ -13,6 +13,7 @@ import duckdb
 import pyarrow as pa
 
 from corpus.formats import dedup_index as pi
+from corpus.model.manifest import read_snapshot_manifest
 from corpus.report.alarms import AlarmConfig, assess, build_metrics, previous_builds, read_history, record
 from corpus.report.build_view import open_build
 from corpus.report.gather import gather
@@ -166,8 +167,8 @@ def test_a_delta_is_judged_on_its_own_documents_not_on_the_base_its_candidates_l
     view = open_build(delta[0])
     metrics = build_metrics(view)
     new = manifest(delta[0] / "stages" / "write_shards")
-    candidates = manifest(delta[0] / "candidates")
-    stored = sum(s["docs"] for s in candidates["shards"][candidates["extra"]["base"]["shards"] :])  # its own
+    candidates = read_snapshot_manifest(delta[0] / "candidates")
+    stored = sum(s.docs for s in candidates.shards[candidates.extra["base"]["shards"] :])  # its own
     assert metrics["ingest"]["in"] == 16, "the delta's 16 pages, never the base's"
     assert (
         metrics["policy"]["in"] == stored == candidates["extra"]["docs"] - candidates["extra"]["base"]["docs"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from corpus.formats.docshard import atomic_write_json, write_shard
+from corpus.formats.snapshot_manifest import write_snapshot_manifest
 from corpus.model import Document, ShardRef, StageManifest
 from corpus.model.digest import json_digest, sha256_hex
 from corpus.model.layout import SNAPSHOT_DIR, STAGES_DIR
@@ -122,7 +123,7 @@ def run_snapshot_stages(build: Path, ranks: int, config: Path | None, upstream: 
         prev = out
     seed = tomllib.loads(config.read_text()).get("seed", 0) if config else 0
     snapshot = assemble(build, manifests, seed, stage_versions(manifests), SNAPSHOT_DIR)
-    atomic_write_json(build / SNAPSHOT_DIR / "manifest.json", snapshot.to_dict())
+    write_snapshot_manifest(build / SNAPSHOT_DIR, snapshot)
     return snapshot.to_dict()
 
 
