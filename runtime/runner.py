@@ -1,11 +1,12 @@
 """The stage runner: runs one stage as an mpi4py program, checkpointed at shard granularity.
 
-The contract every stage in ``hpc_jobs`` obeys: input shards are dealt to ranks by content digest and
-each yields one output shard of the same name, so outputs are byte-identical on any rank count; a shard
-is finished when its ``stats/NAME.json`` records the input digest, stage version, config hash and
-global-phase digest it was made from (a rerun skips it); the manifest is written last, atomically, by
-rank 0; counts reconcile (docs in = out + filtered + quarantined) or the stage fails. Layout:
-:mod:`corpus.model.layout`; the contract in full: docs/scale.md (*The stage runner's contract*).
+The contract every stage in ``hpc_jobs`` obeys: input shards are dealt to ranks by size, in order of
+content digest (:func:`assign`), and each yields one output shard of the same name, so outputs are
+byte-identical on any rank count; a shard is finished when its ``stats/NAME.json`` records the input
+digest, stage version, config hash and global-phase digest it was made from (a rerun skips it); the
+manifest is written last, atomically, by rank 0; counts reconcile (docs in = out + filtered +
+quarantined) or the stage fails. Layout: :mod:`corpus.model.layout`; the contract in full:
+docs/scale.md (*The stage runner's contract*).
 """
 
 from __future__ import annotations

@@ -7,34 +7,26 @@ shards by), and where the shard's line lies in ``shards.jsonl`` with that line's
 ``shards.jsonl``: each shard's entry (:meth:`SnapshotShard.to_dict`) as canonical JSON, one per line.
 The manifest records the table's facts (:meth:`ShardTable.facts`: count, buckets, the keys file's
 sha256), and the snapshot id digests them: the keys are checked whole when first read (96 bytes a
-shard), a line against its key when its shard is opened. See docs/snapshot.md ("The manifest").
+shard), a line against its key when its shard is opened. See docs/snapshot.md ("The shard table").
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, overload
 
-import numpy as np
-
 from corpus.model.digest import canonical_json
 
 KEYS, LINES = "shards.keys", "shards.jsonl"
-KEY = np.dtype(
-    [
-        ("sha256", "u1", (32,)),  # raw bytes ("S32" would drop trailing zero bytes)
-        ("bucket", "<u4"),
-        ("docs", "<u8"),
-        ("tokens", "<u8"),
-        ("offset", "<u8"),
-        ("length", "<u4"),
-        ("line_sha256", "u1", (32,)),
-    ]
-)
+#: the .bin's sha256 (raw), bucket number, docs, tokens, the line's offset and length, the line's
+#: sha256. ``struct``, not numpy: every process imports the data model (an extract worker runs under a
+#: data cap that numpy's import would eat into)
+KEY = struct.Struct("<32sIQQQI32s")
 
 
 class ShardKey(NamedTuple):
@@ -50,23 +42,16 @@ def table_bytes(shards: Sequence[Any]) -> tuple[bytes, bytes, dict[str, Any]]:
     """The keys file, the lines file and the facts a manifest records of ``shards`` (SnapshotShards)."""
     buckets = sorted({s.bucket for s in shards})
     number = {b: k for k, b in enumerate(buckets)}
-    keys = np.zeros(len(shards), dtype=KEY)
-    lines = bytearray()
-    for i, s in enumerate(shards):
+    keys, lines = bytearray(), bytearray()
+    for s in shards:
         line = canonical_json(s.to_dict()) + b"\n"
-        keys[i] = (
-            np.frombuffer(bytes.fromhex(s.sha256), np.uint8),
-            number[s.bucket],
-            s.docs,
-            s.tokens,
-            len(lines),
-            len(line),
-            np.frombuffer(hashlib.sha256(line).digest(), np.uint8),
+        digest = hashlib.sha256(line).digest()
+        keys += KEY.pack(
+            bytes.fromhex(s.sha256), number[s.bucket], s.docs, s.tokens, len(lines), len(line), digest
         )
         lines += line
-    data = keys.tobytes()
-    facts = {"count": len(shards), "buckets": buckets, "keys_sha256": hashlib.sha256(data).hexdigest()}
-    return data, bytes(lines), facts
+    facts = {"count": len(shards), "buckets": buckets, "keys_sha256": hashlib.sha256(keys).hexdigest()}
+    return bytes(keys), bytes(lines), facts
 
 
 class ShardTable(Sequence[Any]):
@@ -87,38 +72,25 @@ class ShardTable(Sequence[Any]):
         return self.facts["count"]
 
     @cached_property
-    def _rows(self) -> np.ndarray:
+    def _rows(self) -> list[tuple[Any, ...]]:
         path = self.directory / KEYS
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             raise ValueError(f"{path} is missing (the manifest lists its shards there)") from None
-        if (
-            hashlib.sha256(data).hexdigest() != self.facts["keys_sha256"]
-            or len(data) != len(self) * KEY.itemsize
-        ):
+        if hashlib.sha256(data).hexdigest() != self.facts["keys_sha256"] or len(data) != len(self) * KEY.size:
             raise ValueError(f"{path} does not match the manifest's keys_sha256")
-        return np.frombuffer(data, dtype=KEY)
+        return list(KEY.iter_unpack(data))
 
     def keys(self) -> tuple[ShardKey, ...]:
         """Each shard's bucket, sha256, tokens and documents, from the keys file alone."""
-        rows, buckets = self._rows, self.facts["buckets"]
-        digests = rows["sha256"].tobytes()
-        return tuple(
-            ShardKey(buckets[b], digests[32 * i : 32 * i + 32].hex(), t, d)
-            for i, b, t, d in zip(
-                range(len(rows)),
-                rows["bucket"].tolist(),
-                rows["tokens"].tolist(),
-                rows["docs"].tolist(),
-                strict=True,
-            )
-        )
+        buckets = self.facts["buckets"]
+        return tuple(ShardKey(buckets[b], sha.hex(), tokens, docs) for sha, b, docs, tokens, *_ in self._rows)
 
     def _shard(self, i: int, line: bytes) -> Any:
         from corpus.model.manifest import SnapshotShard  # the manifest module opens tables: import late
 
-        if hashlib.sha256(line).digest() != self._rows[i]["line_sha256"].tobytes():
+        if hashlib.sha256(line).digest() != self._rows[i][6]:
             raise ValueError(f"{self.directory / LINES}: shard {i}'s line does not match its key")
         shard = SnapshotShard(**json.loads(line))
         self._parsed[i] = shard
@@ -136,10 +108,10 @@ class ShardTable(Sequence[Any]):
             raise IndexError(f"shard {i} of {n}")
         i %= n
         if i not in self._parsed:
-            row = self._rows[i]
+            offset, length = self._rows[i][4:6]
             with open(self.directory / LINES, "rb") as f:
-                f.seek(int(row["offset"]))
-                self._shard(i, f.read(int(row["length"])))
+                f.seek(offset)
+                self._shard(i, f.read(length))
         return self._parsed[i]
 
     def __iter__(self) -> Iterator[Any]:

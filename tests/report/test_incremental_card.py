@@ -170,9 +170,7 @@ def test_a_delta_is_judged_on_its_own_documents_not_on_the_base_its_candidates_l
     candidates = read_snapshot_manifest(delta[0] / "candidates")
     stored = sum(s.docs for s in candidates.shards[candidates.extra["base"]["shards"] :])  # its own
     assert metrics["ingest"]["in"] == 16, "the delta's 16 pages, never the base's"
-    assert (
-        metrics["policy"]["in"] == stored == candidates["extra"]["docs"] - candidates["extra"]["base"]["docs"]
-    )
+    assert metrics["policy"]["in"] == stored == candidates.extra["docs"] - candidates.extra["base"]["docs"]
     assert sum(c["out"] for cells in new["shard_counts"].values() for c in cells.values()) == stored
     base_reasons = json.loads((base[0] / "snapshot" / "manifest.json").read_text())["policy_reasons"]
     own = {r: round(share * stored / 100) for r, share in metrics["policy"]["drops"].items()}
