@@ -1,10 +1,13 @@
 """The shared data model: identities follow content, and yield counts always reconcile."""
 
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
 
 from corpus.model import Annotation, Document, Filtered, Kept, Quarantined, QuarantineRecord, YieldCounts
+from tests.conftest import ROOT
 
 
 def doc(text="Hello world", source="web-a", **kw):
@@ -88,3 +91,19 @@ def test_a_documents_dict_is_every_field_with_annotations_as_dicts():
     expected = asdict(doc) | {"annotations": [asdict(a) for a in doc.annotations]}
     assert doc.to_dict() == expected and list(doc.to_dict()) == list(expected)
     assert Document.from_dict(doc.to_dict()) == doc
+
+
+def _imported_after(prelude: str) -> set[str]:
+    """The top-level packages a fresh interpreter holds after ``prelude`` and importing the data model."""
+    code = (
+        f"import sys\n{prelude}\nimport corpus.model\nprint(' '.join(m.split('.')[0] for m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return set(done.stdout.split())
+
+
+def test_the_data_model_imports_no_numpy():
+    """Every process imports it, an extract worker too, which runs under a data cap: numpy's mapped data
+    would count against the pages' own (tests/stages/test_extract.py, the memory limit)."""
+    assert "numpy" not in _imported_after("")
+    assert "numpy" in _imported_after("import numpy"), "the probe sees numpy where it is imported"
