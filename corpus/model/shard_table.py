@@ -72,7 +72,9 @@ class ShardTable(Sequence[Any]):
         return self.facts["count"]
 
     @cached_property
-    def _rows(self) -> list[tuple[Any, ...]]:
+    def _data(self) -> bytes:
+        """The keys file, checked; kept as bytes (a row is unpacked when asked: tuples of every row
+        would hold 3.4 times its 96 bytes)."""
         path = self.directory / KEYS
         try:
             data = path.read_bytes()
@@ -80,17 +82,23 @@ class ShardTable(Sequence[Any]):
             raise ValueError(f"{path} is missing (the manifest lists its shards there)") from None
         if hashlib.sha256(data).hexdigest() != self.facts["keys_sha256"] or len(data) != len(self) * KEY.size:
             raise ValueError(f"{path} does not match the manifest's keys_sha256")
-        return list(KEY.iter_unpack(data))
+        return data
+
+    def _row(self, i: int) -> tuple[Any, ...]:
+        return KEY.unpack_from(self._data, i * KEY.size)
 
     def keys(self) -> tuple[ShardKey, ...]:
         """Each shard's bucket, sha256, tokens and documents, from the keys file alone."""
         buckets = self.facts["buckets"]
-        return tuple(ShardKey(buckets[b], sha.hex(), tokens, docs) for sha, b, docs, tokens, *_ in self._rows)
+        return tuple(
+            ShardKey(buckets[b], sha.hex(), tokens, docs)
+            for sha, b, docs, tokens, *_ in KEY.iter_unpack(self._data)
+        )
 
     def _shard(self, i: int, line: bytes) -> Any:
         from corpus.model.manifest import SnapshotShard  # the manifest module opens tables: import late
 
-        if hashlib.sha256(line).digest() != self._rows[i][6]:
+        if hashlib.sha256(line).digest() != self._row(i)[6]:
             raise ValueError(f"{self.directory / LINES}: shard {i}'s line does not match its key")
         shard = SnapshotShard(**json.loads(line))
         self._parsed[i] = shard
@@ -108,7 +116,7 @@ class ShardTable(Sequence[Any]):
             raise IndexError(f"shard {i} of {n}")
         i %= n
         if i not in self._parsed:
-            offset, length = self._rows[i][4:6]
+            offset, length = self._row(i)[4:6]
             with open(self.directory / LINES, "rb") as f:
                 f.seek(offset)
                 self._shard(i, f.read(length))
