@@ -223,7 +223,7 @@ def shards_of_stage(stage_dir: Path) -> list[InputShard]:
     shards = []
     for o in m.outputs:
         name = Path(o.path).name[: -len(SUFFIX)]
-        text = YieldCounts.from_dict(m.shard_counts[name]).total().bytes_out if name in m.shard_counts else -1
+        text = YieldCounts.bytes_out_of(m.shard_counts[name]) if name in m.shard_counts else -1
         shards.append(InputShard(name, stage_dir / o.path, o.sha256, o.records, text_bytes=text))
     return shards
 
