@@ -11,7 +11,9 @@ batch 8, chunks of 2^20 positions) and reports its CPU seconds, peak RSS and the
 beside a process that only imports the loader. The comparison column ("every chunk listed", listed form)
 also lists each bucket's first epoch as the loader did before it found chunks on demand
 (``list(layout.chunks(...))``, every bucket's kept, as its cache kept them), in the same process, after
-the same start. Every cell includes the import.
+the same start. Every cell includes the import. ``--versions``: a version selecting half of each
+shard's documents from the split snapshot, in both its forms (``corpus-version/1``, every entry listed;
+``corpus-version/2``, its shard table), read the same way (no bitmap is opened to start).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ BUCKETS = ("web", "code", "books", "wiki")
 SHARD_TOKENS = 500_000_000
 
 START = """
-import resource, sys, time
+import sys, time
 t = time.process_time()
 from loader import SnapshotLoader
 if sys.argv[1] != "import":
@@ -40,9 +42,14 @@ if sys.argv[1] != "import":
     if sys.argv[1] == "listed":
         kept = [list(ld.layout.chunks(b, 0)) for b in sorted(ld.layout.buckets)]  # as its cache held them
     parsed = len(getattr(ld.manifest.shards, "_parsed", ld.manifest.shards))  # a table's: those read
+    if ld.version is not None:  # and the version's own
+        parsed += len(getattr(ld.version.version.entries, "_parsed", ld.version.version.entries))
 else:
     parsed = 0
-print(time.process_time() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, parsed)
+# VmHWM, not ru_maxrss: Linux carries a parent's peak RSS into ru_maxrss across fork and exec (this
+# bench's own, which built the manifests), and VmHWM is this process's own
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(time.process_time() - t, hwm / 1024, parsed)
 """
 
 
@@ -91,6 +98,42 @@ def write_manifest(directory: Path, n: int, split: bool) -> None:
     write_snapshot_manifest(directory, m)
 
 
+def write_version(directory: Path, snapshot: Path, table: bool) -> None:
+    """A version selecting half of each of ``snapshot``'s shards' documents (entries only, no bitmaps),
+    its entries listed in its manifest or (``table``) in its shard table."""
+    from corpus.model.digest import canonical_json, json_digest
+    from corpus.model.manifest import read_snapshot_manifest
+    from corpus.model.shard_table import LINES
+    from corpus.version.table import table_bytes
+
+    base = read_snapshot_manifest(snapshot)
+    entries = [
+        {
+            "name": Path(s.path).name.removesuffix(".bin"),
+            "bucket": s.bucket,
+            "sha256": s.sha256,
+            "metadata_sha256": hashlib.sha256(s.path.encode()).hexdigest(),
+            "docs": s.docs,
+            "selected_docs": s.docs // 2,
+            "selected_tokens": s.tokens // 2,
+            "bitmap": f"selection/{Path(s.path).stem}.bits",
+            "bitmap_sha256": s.sha256,
+        }
+        for s in base.shards
+    ]
+    made = {"base_snapshot_id": base.snapshot_id, "selection": {}, "selection_sha256": "", "tombstones": []}
+    directory.mkdir(parents=True, exist_ok=True)
+    if table:
+        keys, lines, facts = table_bytes(entries, (), set())
+        (directory / KEYS).write_bytes(keys)
+        (directory / LINES).write_bytes(lines)
+        made |= {"format": "corpus-version/2", "shard_table": facts, "selected_docs": 0, "selected_tokens": 0}
+    else:
+        made |= {"format": "corpus-version/1", "shards": entries}
+    manifest = {**made, "snapshot_id": json_digest(made), "run_info": {"base": str(snapshot.resolve())}}
+    (directory / "manifest.json").write_bytes(canonical_json(manifest))
+
+
 def start(mode: str, directory: Path, world: int) -> tuple[float, float, int]:
     """(CPU s, peak RSS MB, shard entries parsed) of a fresh process that starts a loader (``mode``:
     import, start, listed)."""
@@ -109,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", default="3000,30000,100000")
     ap.add_argument("--world", type=int, default=1024)
     ap.add_argument("--listed-up-to", type=int, default=30_000, help="the comparison row only up to this N")
+    ap.add_argument("--versions", action="store_true", help="a version of each split snapshot, both forms")
     args = ap.parse_args(argv)
     cpu, rss, _ = start("import", ROOT, args.world)
     print(
@@ -119,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "| split: MB read | CPU s | peak MB | entries parsed | every chunk listed: CPU s | MB |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    made: list[tuple[int, bool, Path, Path, tuple[float, float, int]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in map(int, args.shards.split(",")):
             listed_dir, split_dir = Path(tmp) / f"{n}-listed", Path(tmp) / f"{n}-split"
@@ -133,6 +178,33 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {n:,} | {n * SHARD_TOKENS / 1e12:g} T | {size:.1f} | {listed[0]:.2f} | {listed[1]:.0f} "
                 f"| {listed[2]:,} | {read:.1f} | {split[0]:.2f} | {split[1]:.0f} | {split[2]:,} | {shown} |",
+                flush=True,
+            )
+            if args.versions:
+                for table in (False, True):
+                    vdir = Path(tmp) / f"{n}-version-{table}"
+                    write_version(vdir, split_dir, table)
+                    made.append((n, table, vdir, split_dir, start("start", vdir, args.world)))
+        if made:
+            print(
+                "\n| a version of shards | form | manifest.json MB | MB read to start (its build's too) | CPU s | peak MB "
+                "| entries parsed (its build's too) |"
+            )
+            print("|---:|---|---:|---:|---:|---:|---:|")
+        for n, table, vdir, snapshot, (cpu, peak, parsed) in made:
+            read = (
+                sum(
+                    (d / f).stat().st_size
+                    for d in (vdir, snapshot)
+                    for f in ("manifest.json", KEYS)
+                    if (d / f).exists()
+                )
+                / 1e6
+            )
+            form = "table (corpus-version/2)" if table else "listed (corpus-version/1)"
+            size = (vdir / "manifest.json").stat().st_size / 1e6
+            print(
+                f"| {n:,} | {form} | {size:.1f} | {read:.1f} | {cpu:.2f} | {peak:.0f} | {parsed:,} |",
                 flush=True,
             )
     return 0

@@ -685,7 +685,7 @@ class SnapshotLoader(IterableDataset):
         read = shards_read(recorded, record)
         for i in move.newly_tombstoned():
             if i in read:
-                name = self.version.names[i]
+                name = self.version.name(i)
                 msg = (
                     f"checkpoint at step {record.step} read shard {name}, which version {self.snapshot_id} "
                     f"tombstones ({self.version.tombstones[name]['reason']})"

@@ -19,35 +19,36 @@ from corpus.formats.megatron import read_index
 from corpus.model import SnapshotManifest
 from corpus.model.shard_table import ShardKey
 from corpus.version.open import Version, as_version, manifest_at
+from corpus.version.table import Lazily
 from loader.sampler import Piece
 
 
 class LoaderVersion:
     """An opened version, for one loader process: the base snapshot, and each stream's selection (a
-    shard's, or a (shard, predicate bucket) pair's)."""
+    shard's, or a (shard, predicate bucket) pair's). Made from the build's shard keys and the version's
+    (:attr:`Version.columns`): a shard's entries are parsed when its stream is opened."""
 
     def __init__(self, version: Version) -> None:
         if version.manifest is None:
             raise ValueError("a LoaderVersion is made from a version, not from a build's snapshot")
         self.version = version
-        base = version.base
-        shard_names = [Path(s.path).name.removesuffix(".bin") for s in base.shards]
+        keys, rows = version.base.shard_keys(), version.columns
         #: the buckets by predicate, in order (none: each stream is a shard, in its physical bucket)
         self.buckets = version.bucket_names
         if self.buckets:
-            counts = {(s.name, b): (d, t) for s, b, d, t in version.bucket_counts()}
-            pairs = [(i, b) for i in range(len(base.shards)) for b in self.buckets]
+            pairs = [(i, b) for i in range(len(keys)) for b in self.buckets]
+            docs, tokens = rows["bucket_docs"].ravel().tolist(), rows["bucket_tokens"].ravel().tolist()
         else:
-            counts = {(s.name, s.bucket): (d, t) for s, d, t in version.selected_counts()}
-            pairs = [(i, s.bucket) for i, s in enumerate(base.shards)]
+            pairs = [(i, k.bucket) for i, k in enumerate(keys)]
+            docs, tokens = rows["selected_docs"].tolist(), rows["selected_tokens"].tolist()
         #: the physical shard (its index in the build's manifest) of each stream
         self.shard_of = tuple(i for i, _ in pairs)
-        #: the physical shard's name of each stream
-        self.names = [shard_names[i] for i in self.shard_of]
         self.stream_shards = tuple(
-            ShardKey(b, base.shards[i].sha256, counts[(shard_names[i], b)][1], counts[(shard_names[i], b)][0])
-            for i, b in pairs
+            ShardKey(b, keys[i].sha256, t, d) for (i, b), d, t in zip(pairs, docs, tokens, strict=True)
         )
+        tombstoned = rows["tombstoned"].tolist()
+        #: whether each stream's shard is tombstoned (its files may be gone)
+        self.stream_tombstoned = tuple(bool(tombstoned[i]) for i in self.shard_of)
         #: the build's manifest with one entry per stream (the physical shard's files, sizes and digests;
         #: the stream's bucket): what the shard store reads by stream index. Its computed id is not the
         #: build's; ``manifest`` is the build's.
@@ -57,9 +58,13 @@ class LoaderVersion:
         self.stream_manifest = (
             readable
             if not self.buckets
-            else replace(readable, shards=tuple(replace(readable.shards[i], bucket=b) for i, b in pairs))
+            else replace(
+                readable,
+                shards=Lazily(
+                    len(pairs), lambda k: replace(readable.shards[pairs[k][0]], bucket=pairs[k][1])
+                ),
+            )
         )
-        self._refs = {r.name: r for r in version.shards}
 
     @classmethod
     def open(cls, path: Path) -> LoaderVersion | None:
@@ -89,21 +94,25 @@ class LoaderVersion:
     def tombstones(self) -> dict[str, dict]:
         return self.version.tombstones
 
+    def name(self, i: int) -> str:
+        """Stream ``i``'s shard's name."""
+        return self.version.shards[self.shard_of[i]].name
+
     def selected(self, i: int) -> np.ndarray:
         """One bool per document of stream ``i``'s shard (the manifest's order): in the stream or not."""
-        ref = self._refs[self.names[i]]
+        ref = self.version.shards[self.shard_of[i]]
         if self.buckets:
             return self.version.bucket_selected(ref, self.stream_shards[i].bucket)
         return self.version.selected(ref)
 
     def shard_selected(self, name: str) -> np.ndarray:
         """One bool per document of the shard named ``name``: selected by the version (in any bucket or none)."""
-        return self.version.selected(self._refs[name])
+        return self.version.selected(self.version.shard_named(name))
 
     def bucket_of(self, name: str, doc: int) -> str | None:
         """The predicate bucket document ``doc`` of shard ``name`` is streamed in (None: in none, or the
         version has no buckets by predicate)."""
-        ref = self._refs[name]
+        ref = self.version.shard_named(name)
         return next((b for b in self.buckets if self.version.bucket_selected(ref, b)[doc]), None)
 
 
@@ -210,13 +219,12 @@ class RunMove:
         return [Piece(piece.epoch, piece.order, piece.shard, a, b) for a, b in ranges]
 
     def _tombstoned(self, i: int) -> bool:
-        return self.new is not None and self.new.names[i] in self.new.tombstones
+        return self.new is not None and self.new.stream_tombstoned[i]
 
     def newly_tombstoned(self) -> list[int]:
-        """Shards the new version tombstones that the old one did not."""
-        before = set(self.old.tombstones) if self.old is not None else set()
+        """Streams whose shard the new version tombstones and the old one did not (both of one build)."""
         return [
             i
             for i in range(len(self.manifest.shards))
-            if self._tombstoned(i) and self.new.names[i] not in before
+            if self._tombstoned(i) and not (self.old is not None and self.old.stream_tombstoned[i])
         ]

@@ -43,8 +43,9 @@ class CorpusStageDatasetFacet(DatasetFacet):
 
 @attr.define
 class CorpusSnapshotDatasetFacet(DatasetFacet):
-    """A snapshot directory (the candidates, ``corpus-snapshot/1``, or a version of them,
-    ``corpus-version/1``): its id, and for a version the id of the candidates it selects from."""
+    """A snapshot directory (the candidates, ``corpus-snapshot/2``, or a version of them,
+    ``corpus-version/2``; or their earlier, listed forms): its id, and for a version the id of the
+    candidates it selects from."""
 
     snapshot_id: str
     format: str

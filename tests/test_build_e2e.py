@@ -337,7 +337,7 @@ def test_a_selection_that_empties_a_bucket_or_names_an_unknown_column_writes_not
 
 def test_a_tombstoned_shard_shows_in_the_diff_and_on_the_data_card(two_rank_build, tmp_path):
     out, _ = two_rank_build
-    shard = json.loads((out / "snapshot" / "manifest.json").read_text())["shards"][0]["name"]
+    shard = json.loads((out / "snapshot" / "shards.jsonl").read_text().splitlines()[0])["name"]
     run_corpus(
         "tombstone",
         str(out),

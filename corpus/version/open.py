@@ -1,17 +1,20 @@
 """Opening a version: its manifest checked against its id and its build, its shards and its bitmaps.
 
-A version directory holds ``manifest.json`` (``corpus-version/1``) and one bitmap per shard (bit i,
+A version directory holds ``manifest.json`` (``corpus-version/2``: its shard entries in a table beside it,
+:mod:`corpus.version.table`; ``corpus-version/1`` listed them in it) and one bitmap per shard (bit i,
 little-endian within each byte: document i selected). It points at its build's snapshot and refuses to
-open when a shard there no longer has the digests it was selected from; a build's own snapshot is the
-version that selects everything. What the loader reads: numpy only, never DuckDB nor pyarrow (a test
-checks the loader's import closure). See docs/versions.md ("Versions").
+open when a shard there no longer has the digests it was selected from (a shard's metadata is checked when
+its entry is first read); a build's own snapshot is the version that selects everything. What the loader
+reads: numpy only, never DuckDB nor pyarrow (a test checks the loader's import closure). See
+docs/versions.md ("Versions").
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -21,8 +24,12 @@ from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import json_digest, sha256_hex
 from corpus.model.errors import UserError
 from corpus.model.layout import BASE_CANDIDATES, MANIFEST, SNAPSHOT_DIR
+from corpus.version.table import Lazily, VersionTable, key_dtype, table_bytes
 
-VERSION_FORMAT = "corpus-version/1"
+VERSION_FORMAT = "corpus-version/2"
+#: the form that lists its shard entries in the manifest (every version made before the table): read as before
+LISTED_FORMAT = "corpus-version/1"
+VERSION_FORMATS = (LISTED_FORMAT, VERSION_FORMAT)
 SELECTION_DIR = "selection"
 BITS_SUFFIX = ".bits"
 
@@ -62,6 +69,8 @@ class StoredShard:
     meta: Path
     #: how many builds back the shard was stored (:func:`build_age`; 0: the build's own shard)
     age: int = 0
+    #: its position in the build's manifest (where a version's entry for it is)
+    index: int = 0
 
     @property
     def metadata_sha256(self) -> str:
@@ -72,11 +81,12 @@ class StoredShard:
 @dataclass(frozen=True)
 class Version:
     """An opened build snapshot or version: the base snapshot, its shards, and the selection bits
-    (``None`` for the base itself, which selects everything)."""
+    (``None`` for the base itself, which selects everything). The shards and a version's entries are
+    read as asked: a loader rank parses those of the shards it opens (:mod:`corpus.version.table`)."""
 
     base_dir: Path
     base: SnapshotManifest
-    shards: tuple[StoredShard, ...]
+    shards: Sequence[StoredShard]  # StoredShards (read as asked), or a tuple
     manifest: dict[str, Any] | None = None
     dir: Path | None = None
 
@@ -104,7 +114,7 @@ class Version:
             out.setdefault(t["name"], set()).update(t["indices"])
         return {name: np.array(sorted(ix), dtype=np.int64) for name, ix in sorted(out.items())}
 
-    @property
+    @cached_property
     def readable_base(self) -> SnapshotManifest:
         """The build's manifest with each taken-down shard's current digests (its .bin rewritten in
         place, its block digests in a new file): what a reader checks the bytes it reads against. The
@@ -112,7 +122,8 @@ class Version:
         last = {t["name"]: t for t in self.takedowns}
         if not last:
             return self.base
-        return replace(self.base, shards=tuple(as_taken_down(s, last) for s in self.base.shards))
+        shards = self.base.shards
+        return replace(self.base, shards=Lazily(len(shards), lambda i: as_taken_down(shards[i], last)))
 
     @property
     def live_shards(self) -> tuple[StoredShard, ...]:
@@ -124,8 +135,55 @@ class Version:
         """The buckets by predicate the version defines, in order; none: the build's physical buckets."""
         return tuple(b["name"] for b in (self.manifest or {}).get("buckets", []))
 
-    def _entry(self, name: str) -> dict[str, Any]:
-        return next(s for s in self.manifest["shards"] if s["name"] == name)
+    def shard_named(self, name: str) -> StoredShard:
+        return next(s for s in self.shards if s.name == name)
+
+    @cached_property
+    def entries(self) -> Sequence[dict[str, Any]]:
+        """The version's shard entries, in the build's order: its table, read as asked, or (listed
+        form) the manifest's list."""
+        if "shard_table" in self.manifest:
+            return VersionTable(self.dir, self.manifest["shard_table"], self.bucket_names)
+        return self.manifest["shards"]
+
+    @cached_property
+    def columns(self) -> np.ndarray:
+        """A row per shard (:func:`corpus.version.table.key_dtype`): what it selects, in all and per
+        bucket by predicate, and whether it is tombstoned, without parsing an entry of the table."""
+        if isinstance(self.entries, VersionTable):
+            try:
+                return self.entries.columns
+            except ValueError as e:
+                raise UserError(f"version {self.dir}: {e}") from None
+        keys, _, _ = table_bytes(self.entries, self.bucket_names, set(self.tombstones))
+        return np.frombuffer(keys, dtype=key_dtype(len(self.bucket_names)))
+
+    @cached_property
+    def _checked(self) -> set[int]:
+        return set()
+
+    def entry(self, shard: StoredShard) -> dict[str, Any]:
+        """``shard``'s entry, checked against the build when first read: the shard's digests and its
+        metadata's are the ones it was selected from, and its metadata table is there."""
+        try:
+            e = self.entries[shard.index]
+        except ValueError as err:
+            raise UserError(f"version {self.dir}: {err}") from None
+        if shard.index in self._checked:
+            return e
+        if e["name"] != shard.name:
+            raise UserError(f"version {self.dir}: shard {shard.name} is not in its build any more")
+        if e["name"] not in self.tombstones:
+            if (shard.sha256, shard.metadata_sha256) != (e["sha256"], e["metadata_sha256"]):
+                raise UserError(
+                    f"version {self.dir}: shard {e['name']} of its build has changed (digests differ)"
+                )
+            if not shard.metadata.is_file():
+                raise UserError(
+                    f"version {self.dir}: shard {e['name']}'s metadata {shard.metadata} is missing"
+                )
+        self._checked.add(shard.index)
+        return e
 
     def _bitmap(self, shard: StoredShard, entry: dict[str, Any], what: str) -> np.ndarray:
         data = (self.dir / entry["bitmap"]).read_bytes()
@@ -138,23 +196,21 @@ class Version:
             return np.ones(shard.docs, dtype=bool)
         if shard.name in self.tombstones:
             return np.zeros(shard.docs, dtype=bool)
-        return self._bitmap(shard, self._entry(shard.name), f"shard {shard.name}")
+        return self._bitmap(shard, self.entry(shard), f"shard {shard.name}")
 
     def bucket_selected(self, shard: StoredShard, bucket: str) -> np.ndarray:
         """The selected documents of ``shard`` in predicate bucket ``bucket`` (one bool per document)."""
         if shard.name in self.tombstones:
             return np.zeros(shard.docs, dtype=bool)
-        entry = self._entry(shard.name)["buckets"][bucket]
+        entry = self.entry(shard)["buckets"][bucket]
         return self._bitmap(shard, entry, f"shard {shard.name} bucket {bucket}")
 
     def bucket_counts(self) -> Iterator[tuple[StoredShard, str, int, int]]:
         """(shard, bucket, docs, tokens) of every (shard, predicate bucket) pair, shard-major, buckets in
         the order defined (empty pairs included), as the manifest records them."""
-        by_name = {s["name"]: s for s in self.manifest["shards"]}
-        for s in self.shards:
-            for b in self.bucket_names:
-                c = by_name[s.name]["buckets"][b]
-                yield s, b, c["docs"], c["tokens"]
+        docs, tokens = self.columns["bucket_docs"].tolist(), self.columns["bucket_tokens"].tolist()
+        for s, d, t in zip(self.shards, docs, tokens, strict=True):
+            yield from ((s, b, bd, bt) for b, bd, bt in zip(self.bucket_names, d, t, strict=True))
 
     def selected_counts(self) -> Iterator[tuple[StoredShard, int, int]]:
         """(shard, selected docs, selected tokens) as the manifest records them."""
@@ -162,9 +218,8 @@ class Version:
             for s in self.shards:
                 yield s, s.docs, s.tokens
             return
-        by_name = {s["name"]: s for s in self.manifest["shards"]}
-        for s in self.shards:
-            yield s, by_name[s.name]["selected_docs"], by_name[s.name]["selected_tokens"]
+        docs, tokens = self.columns["selected_docs"].tolist(), self.columns["selected_tokens"].tolist()
+        yield from zip(self.shards, docs, tokens, strict=True)
 
 
 def as_taken_down(
@@ -193,28 +248,30 @@ def build_age(path: str) -> int:
     return age
 
 
-def _shard_refs(snap_dir: Path, m: SnapshotManifest) -> tuple[StoredShard, ...]:
-    refs = []
-    for s in m.shards:
-        name = Path(s.path).name.removesuffix(".bin")
-        if "metadata" not in s.files:
-            raise UserError(
-                f"snapshot {m.snapshot_id} has no metadata table (shard {name}): it was built before "
-                f"write_shards wrote one; rebuild it to query or select from it"
-            )
-        refs.append(
-            StoredShard(
-                name,
-                s.bucket,
-                s.docs,
-                s.tokens,
-                s.sha256,
-                snap_dir / s.files["metadata"],
-                snap_dir / s.files["meta"],
-                build_age(s.path),
-            )
+def _stored(snap_dir: Path, m: SnapshotManifest, i: int) -> StoredShard:
+    s = m.shards[i]
+    name = Path(s.path).name.removesuffix(".bin")
+    if "metadata" not in s.files:
+        raise UserError(
+            f"snapshot {m.snapshot_id} has no metadata table (shard {name}): it was built before "
+            f"write_shards wrote one; rebuild it to query or select from it"
         )
-    return tuple(refs)
+    return StoredShard(
+        name,
+        s.bucket,
+        s.docs,
+        s.tokens,
+        s.sha256,
+        snap_dir / s.files["metadata"],
+        snap_dir / s.files["meta"],
+        build_age(s.path),
+        i,
+    )
+
+
+def stored_shards(snap_dir: Path, m: SnapshotManifest) -> Sequence[StoredShard]:
+    """``m``'s shards as table readers need them, each made from its entry when first asked."""
+    return Lazily(len(m.shards), lambda i: _stored(snap_dir, m, i))
 
 
 def is_version(ref: Path) -> bool:
@@ -224,7 +281,7 @@ def is_version(ref: Path) -> bool:
     if path is None:
         return False
     try:
-        return json.loads(path.read_text()).get("format") == VERSION_FORMAT
+        return json.loads(path.read_text()).get("format") in VERSION_FORMATS
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -241,10 +298,10 @@ def open_version(ref: Path) -> Version:
     if candidate is None:
         raise UserError(f"{ref} is neither a build, a snapshot nor a version (no {MANIFEST})")
     data = _read_json(candidate)
-    if data.get("format") == VERSION_FORMAT:
+    if data.get("format") in VERSION_FORMATS:
         return _version(candidate.parent, data)
     base = _open_base(candidate.parent)
-    return Version(candidate.parent, base, _shard_refs(candidate.parent, base))
+    return Version(candidate.parent, base, stored_shards(candidate.parent, base))
 
 
 def manifest_at(ref: Path) -> tuple[Path, dict[str, Any]] | None:
@@ -258,11 +315,12 @@ def manifest_at(ref: Path) -> tuple[Path, dict[str, Any]] | None:
 
 def as_version(path: Path, data: dict[str, Any]) -> Version | None:
     """The version whose manifest, read from ``path``, is ``data``; None where it is a snapshot's."""
-    return _version(path.parent, data) if data.get("format") == VERSION_FORMAT else None
+    return _version(path.parent, data) if data.get("format") in VERSION_FORMATS else None
 
 
 def _version(vdir: Path, data: dict[str, Any]) -> Version:
-    """The version whose manifest in ``vdir`` is ``data``, checked against its id and its build."""
+    """The version whose manifest in ``vdir`` is ``data``, checked against its id and its build's id (a
+    shard's own digests when its entry is first read: :meth:`Version.entry`)."""
     digested = {k: v for k, v in data.items() if k not in ("snapshot_id", "run_info")}
     if json_digest(digested) != data.get("snapshot_id"):
         raise UserError(f"version {vdir}: manifest does not match its id {data.get('snapshot_id')}")
@@ -272,14 +330,14 @@ def _version(vdir: Path, data: dict[str, Any]) -> Version:
     if not (base_dir / MANIFEST).is_file():
         raise UserError(f"version {vdir}: its build's snapshot is not at {base_dir} (moved or deleted)")
     base = _open_base(base_dir)
-    refs = _shard_refs(base_dir, base)
-    _check_shards(vdir, data, refs)
+    version = Version(base_dir, base, stored_shards(base_dir, base), data, vdir)
     if base.snapshot_id != data["base_snapshot_id"]:
+        raise _changed_build(version)
+    if len(version.columns) != len(base.shards):
         raise UserError(
-            f"version {vdir}: its build at {base_dir} has changed (snapshot {base.snapshot_id}, "
-            f"the version was made from {data['base_snapshot_id']})"
+            f"version {vdir}: it lists {len(version.columns)} shards, its build {len(base.shards)}"
         )
-    return Version(base_dir, base, refs, data, vdir)
+    return version
 
 
 def _open_base(snap_dir: Path) -> SnapshotManifest:
@@ -289,17 +347,18 @@ def _open_base(snap_dir: Path) -> SnapshotManifest:
         raise UserError(f"{snap_dir / MANIFEST}: {e}") from None
 
 
-def _check_shards(vdir: Path, data: dict[str, Any], refs: tuple[StoredShard, ...]) -> None:
-    """Refuse a version whose build's shards are not the ones it selected from (moved or changed)."""
-    have = {r.name: r for r in refs}
-    gone = {t["name"] for t in data.get("tombstones", [])}
-    for s in data["shards"]:
-        if s["name"] in gone:
-            continue
-        r = have.get(s["name"])
-        if r is None:
-            raise UserError(f"version {vdir}: shard {s['name']} is not in its build any more")
-        if (r.sha256, r.metadata_sha256) != (s["sha256"], s["metadata_sha256"]):
-            raise UserError(f"version {vdir}: shard {s['name']} of its build has changed (digests differ)")
-        if not r.metadata.is_file():
-            raise UserError(f"version {vdir}: shard {s['name']}'s metadata {r.metadata} is missing")
+def _changed_build(v: Version) -> UserError:
+    """Why ``v``'s build is no longer the one it was selected from, naming the first shard that changed
+    or went (a comparison of every shard, made only once the build's id differs)."""
+    keys, rows = v.base.shard_keys(), v.columns
+    for i, row in enumerate(rows):
+        if i >= len(keys):
+            return UserError(f"version {v.dir}: shard {v.entries[i]['name']} is not in its build any more")
+        if not row["tombstoned"] and row["sha256"].tobytes().hex() != keys[i].sha256:
+            return UserError(
+                f"version {v.dir}: shard {v.entries[i]['name']} of its build has changed (digests differ)"
+            )
+    return UserError(
+        f"version {v.dir}: its build at {v.base_dir} has changed (snapshot {v.base.snapshot_id}, "
+        f"the version was made from {v.manifest['base_snapshot_id']})"
+    )

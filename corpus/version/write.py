@@ -1,7 +1,9 @@
-"""A version's manifest and its directory: bitmaps first, the manifest (whose presence means complete) last.
+"""A version's manifest and its directory: bitmaps and the shard table first, the manifest (whose presence
+means complete) last.
 
-The id (``snapshot_id``) digests everything in the manifest but ``run_info``, so the same selection of
-the same build has the same id wherever the directories are. See docs/versions.md ("Versions").
+The id (``snapshot_id``) digests everything in the manifest but ``run_info``, the shard table through its
+facts (:mod:`corpus.version.table`), so the same selection of the same build has the same id wherever the
+directories are. See docs/versions.md ("Versions").
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from corpus.model.layout import (
     fsync_dir,
     install_dir,
 )
+from corpus.model.shard_table import KEYS, LINES
 from corpus.select.selection import Selection
 from corpus.version.buckets import VersionBuckets, recorded_buckets
 from corpus.version.open import BITS_SUFFIX, SELECTION_DIR, VERSION_FORMAT, StoredShard, Version, pack_bits
+from corpus.version.table import table_bytes
 
 
 def token_counts(con: duckdb.DuckDBPyConnection, shard: StoredShard) -> np.ndarray:
@@ -133,14 +137,20 @@ def assemble_manifest(
     """The manifest from every shard's entry (:func:`shard_entry`, in ``version.shards``' order, made by
     one process or by the ranks owning the shards) and its id. ``takedowns``: as for
     :func:`version_manifest`; recorded only when there are some (so a version without any keeps the id
-    it had before takedowns existed)."""
+    it had before takedowns existed). The entries are its ``shards``, which :func:`finish_version_dir`
+    writes to the shard table beside ``manifest.json``; the id digests the table's facts."""
     takedowns = version.takedowns if takedowns is None else takedowns
+    listed = [entry for entry, _ in entries]
+    names = [b.name for b in buckets.defs] if buckets is not None else []
     digested = {
         "format": VERSION_FORMAT,
         "base_snapshot_id": version.base.snapshot_id,
         "selection": selection.canonical(),
         "selection_sha256": selection.digest,
-        "shards": [entry for entry, _ in entries],
+        "shard_table": table_bytes(listed, names, {t["name"] for t in tombstones})[2],
+        # the totals a report reads without the table
+        "selected_docs": sum(e["selected_docs"] for e in listed),
+        "selected_tokens": sum(e["selected_tokens"] for e in listed),
         "tombstones": sorted(tombstones, key=lambda t: t["name"]),
     }
     if takedowns:
@@ -156,7 +166,7 @@ def assemble_manifest(
         ]
         digested["unbucketed_docs"] = sum(docs for _, (docs, _) in entries)
         digested["unbucketed_tokens"] = sum(tokens for _, (_, tokens) in entries)
-    return {**digested, "snapshot_id": json_digest(digested)}
+    return {**digested, "snapshot_id": json_digest(digested), "shards": listed}
 
 
 def begin_version_dir(out: Path) -> Path:
@@ -192,13 +202,21 @@ def finish_version_dir(
     run_info: dict[str, Any] | None = None,
     replace: bool = False,
 ) -> bool:
-    """The manifest written last into ``new`` (its bitmaps all there), then ``new`` renamed to ``out``
-    (:func:`write_version` says when); whether ``out`` was written."""
+    """The shard table and then the manifest written into ``new`` (its bitmaps all there), then ``new``
+    renamed to ``out`` (:func:`write_version` says when); whether ``out`` was written."""
     out = Path(out)
     fsync_dir(new / SELECTION_DIR)
+    names = [b["name"] for b in manifest.get("buckets", [])]
+    gone = {t["name"] for t in manifest["tombstones"]}
+    keys, lines, facts = table_bytes(manifest["shards"], names, gone)
+    if facts != manifest["shard_table"]:
+        raise ValueError("a version's entries are not the ones its manifest's id digests")
+    _write_durably(new / LINES, lines)
+    _write_durably(new / KEYS, keys)
     # the same path from ``out`` as from ``new``: they are siblings
     run_info = {**(run_info or {}), "base": os.path.relpath(base_dir.resolve(), out.resolve())}
-    atomic_write_bytes(new / MANIFEST, canonical_json({**manifest, "run_info": run_info}) + b"\n")
+    written = {k: v for k, v in manifest.items() if k != "shards"}
+    atomic_write_bytes(new / MANIFEST, canonical_json({**written, "run_info": run_info}) + b"\n")
     if replace:
         return install_dir(new, out)
     try:

@@ -208,7 +208,7 @@ def test_resuming_across_a_tombstone_of_a_shard_already_read_is_refused_unless_t
     consume(first, Counter(), steps=15)
     record = first[0].global_record([ld.local_state() for ld in first])
     v = LoaderVersion.open(version_of_ids)
-    read = [v.names[i] for i in sorted(shards_read(first[0].layout, record))]
+    read = [v.name(i) for i in sorted(shards_read(first[0].layout, record))]
     assert read, "15 steps read some shard"
     assert (
         corpus(

@@ -149,7 +149,7 @@ def test_the_loader_has_one_stream_per_shard_and_bucket_empty_ones_included(vers
     assert any(s.docs == 0 for s in lv.stream_shards)  # e.g. a code shard's hq stream
     v = lv.version
     for k, s in enumerate(lv.stream_shards):
-        ref = next(r for r in v.shards if r.name == lv.names[k])
+        ref = next(r for r in v.shards if r.name == lv.name(k))
         assert lv.selected(k).tolist() == v.bucket_selected(ref, s.bucket).tolist()
         assert lv.stream_manifest.shards[k].path == lv.manifest.shards[lv.shard_of[k]].path
 
@@ -315,7 +315,7 @@ def test_a_tombstone_keeps_the_buckets_as_made_and_a_tampered_bucket_bitmap_is_r
         == 0
         < sum(s.docs for s in LoaderVersion.open(version).stream_shards[:3])
     )
-    bitmap = tmp_path / "t" / t.manifest["shards"][1]["buckets"]["fr"]["bitmap"]
+    bitmap = tmp_path / "t" / t.entries[1]["buckets"]["fr"]["bitmap"]
     bitmap.write_bytes(bytes(len(bitmap.read_bytes())))
     with pytest.raises(
         UserError, match=rf"bitmap of shard {t.shards[1].name} bucket fr does not match its digest"
@@ -329,7 +329,7 @@ def test_trace_names_the_shard_document_and_bucket_the_loader_read(snap, version
         ld = loader_at(version, step, rank, 3, epoch_caps=1, **OPTS)
         src = trace_position(ld, position)
         out = describe_source(Snapshot(lv.root), src, lv.shard_of)
-        assert out["shard"] == lv.names[src.shard] and out["loader"]["bucket"] == src.bucket
+        assert out["shard"] == lv.name(src.shard) and out["loader"]["bucket"] == src.bucket
         assert lv.bucket_of(out["shard"], out["doc_index"]) == src.bucket
         shard_tokens = np.fromfile(lv.root / lv.manifest.shards[lv.shard_of[src.shard]].path, dtype=np.int32)
         assert not src.appended_eos and src.token_id == int(shard_tokens[out["offset"]])

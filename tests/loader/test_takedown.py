@@ -125,10 +125,8 @@ def test_a_takedown_deselects_the_document_and_zeroes_its_tokens_in_its_shard_on
     said = capsys.readouterr().out.splitlines()
     assert f"takedown added: 1 document(s) of {shard} (DMCA #4)" in said
     assert f"bucket web: +0 docs / +0 tokens, -1 docs / -{len(ids)} tokens" in said
-    tokens = next(e for e in new.manifest["shards"] if e["name"] == shard)["selected_tokens"]
-    assert tokens == next(e for e in old.manifest["shards"] if e["name"] == shard)["selected_tokens"] - len(
-        ids
-    )
+    tokens = next(e for e in new.entries if e["name"] == shard)["selected_tokens"]
+    assert tokens == next(e for e in old.entries if e["name"] == shard)["selected_tokens"] - len(ids)
 
 
 def test_documents_are_named_by_url_and_a_rerun_finishes_the_same_version(snap, wide, tmp_path, capsys):
@@ -239,6 +237,6 @@ def test_a_takedown_of_a_version_with_buckets_by_predicate_keeps_them_as_made_th
             if s.name == shard.name:
                 expect[index] = False
             assert (td.bucket_selected(s, b) == expect).all(), (s.name, b)
-    entry = next(e for e in td.manifest["shards"] if e["name"] == shard.name)
-    before = next(e for e in v.manifest["shards"] if e["name"] == shard.name)
+    entry = td.entry(shard)
+    before = v.entry(shard)
     assert entry["buckets"]["hq"]["docs"] == before["buckets"]["hq"]["docs"] - 1

@@ -175,7 +175,7 @@ def check_the_chain(out: Path, events_file: Path, sources: list[Path], reference
     assert ids(e["outputs"]) == [("file", str(out / "candidates")), ("file", str(out / "snapshot"))]
     candidates, snapshot = (d["facets"][SNAPSHOT_FACET] for d in e["outputs"])
     assert snapshot["snapshot_id"] == snapshot_id(out) == reference
-    assert snapshot["format"] == "corpus-version/1"
+    assert snapshot["format"] == "corpus-version/2"
     assert (
         candidates["snapshot_id"]
         == json.loads((out / "candidates" / "manifest.json").read_text())["snapshot_id"]
