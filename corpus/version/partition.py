@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 from itertools import accumulate
@@ -31,13 +32,14 @@ _VALUE, _NULL = b"\x00", b"\x01"
 _BIAS = 1 << 63
 
 
-def assign_shards(shards: tuple[StoredShard, ...], size: int) -> list[tuple[int, ...]]:
-    """Each rank's shards (positions in ``shards``): contiguous runs of about equal documents. Which
-    rank owns a shard changes how much each rank reads, never what the version holds."""
-    total = sum(s.docs for s in shards) or 1
-    before = [0, *accumulate(s.docs for s in shards)]
+def assign_shards(docs: Sequence[int], size: int) -> list[tuple[int, ...]]:
+    """Each rank's shards (positions in the build's manifest; ``docs``: each shard's documents, from its
+    keys, so no rank parses another's entries): contiguous runs of about equal documents. Which rank owns
+    a shard changes how much each rank reads, never what the version holds."""
+    total = sum(docs) or 1
+    before = [0, *accumulate(docs)]
     # a shard goes to the rank whose equal share of the documents holds the shard's middle document
-    owners = [min(size - 1, (2 * before[i] + s.docs) * size // (2 * total)) for i, s in enumerate(shards)]
+    owners = [min(size - 1, (2 * before[i] + n) * size // (2 * total)) for i, n in enumerate(docs)]
     return [tuple(i for i, o in enumerate(owners) if o == r) for r in range(size)]
 
 

@@ -201,7 +201,7 @@ def quantile_resolver(comm: Any, con: duckdb.DuckDBPyConnection | None) -> Resol
 
 def plan_share(comm: Any, version: Version, selection: Selection) -> Share:
     """Collective: this rank's share of the version of ``version``'s build under ``selection``."""
-    owned = assign_shards(version.shards, comm.Get_size())[comm.Get_rank()]
+    owned = assign_shards([k.docs for k in version.base.shard_keys()], comm.Get_size())[comm.Get_rank()]
     gone = set(version.tombstones)
     mine = tuple(version.shards[i] for i in owned if version.shards[i].name not in gone)
     con, cols = _connect(comm, version, mine)
