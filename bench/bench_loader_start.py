@@ -41,9 +41,9 @@ if sys.argv[1] != "import":
     ld = SnapshotLoader(sys.argv[2], seq_len=2048, batch_size=8, dp_rank=3, dp_world=int(sys.argv[3]))
     if sys.argv[1] == "listed":
         kept = [list(ld.layout.chunks(b, 0)) for b in sorted(ld.layout.buckets)]  # as its cache held them
-    parsed = len(getattr(ld.manifest.shards, "_parsed", ld.manifest.shards))  # a table's: those read
+    parsed = len(getattr(ld.manifest.shards, "_made", ld.manifest.shards))  # a table's: those read
     if ld.version is not None:  # and the version's own
-        parsed += len(getattr(ld.version.version.entries, "_parsed", ld.version.version.entries))
+        parsed += len(getattr(ld.version.version.entries, "_made", ld.version.version.entries))
 else:
     parsed = 0
 # VmHWM, not ru_maxrss: Linux carries a parent's peak RSS into ru_maxrss across fork and exec (this

@@ -17,9 +17,9 @@ import numpy as np
 
 from corpus.formats.megatron import read_index
 from corpus.model import SnapshotManifest
+from corpus.model.line_table import Lazily
 from corpus.model.shard_table import ShardKey
 from corpus.version.open import Version, as_version, manifest_at
-from corpus.version.table import Lazily
 from loader.sampler import Piece
 
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple
 
 from corpus.model.digest import canonical_json
+from corpus.model.line_table import LineTable
 
 KEYS, LINES = "shards.keys", "shards.jsonl"
 #: the .bin's sha256 (raw), bucket number, docs, tokens, the line's offset and length, the line's
@@ -54,7 +55,7 @@ def table_bytes(shards: Sequence[Any]) -> tuple[bytes, bytes, dict[str, Any]]:
     return bytes(keys), bytes(lines), facts
 
 
-class ShardTable(Sequence[Any]):
+class ShardTable(LineTable[Any]):
     """The shards of a ``corpus-snapshot/2`` manifest, read as asked: :meth:`keys` reads the keys file
     (checked against the manifest), ``table[i]`` one line (checked against its key), iteration the
     lines file once. Shards are :class:`~corpus.model.SnapshotShard`."""
@@ -66,10 +67,7 @@ class ShardTable(Sequence[Any]):
             "buckets": list(facts["buckets"]),
             "keys_sha256": facts["keys_sha256"],
         }
-        self._parsed: dict[int, Any] = {}
-
-    def __len__(self) -> int:
-        return self.facts["count"]
+        super().__init__(self.directory / LINES, self.facts["count"])
 
     @cached_property
     def _data(self) -> bytes:
@@ -84,8 +82,8 @@ class ShardTable(Sequence[Any]):
             raise ValueError(f"{path} does not match the manifest's keys_sha256")
         return data
 
-    def _row(self, i: int) -> tuple[Any, ...]:
-        return KEY.unpack_from(self._data, i * KEY.size)
+    def where(self, i: int) -> tuple[int, int, bytes]:
+        return KEY.unpack_from(self._data, i * KEY.size)[4:7]
 
     def keys(self) -> tuple[ShardKey, ...]:
         """Each shard's bucket, sha256, tokens and documents, from the keys file alone."""
@@ -95,35 +93,7 @@ class ShardTable(Sequence[Any]):
             for sha, b, docs, tokens, *_ in KEY.iter_unpack(self._data)
         )
 
-    def _shard(self, i: int, line: bytes) -> Any:
+    def parse(self, line: bytes) -> Any:
         from corpus.model.manifest import SnapshotShard  # the manifest module opens tables: import late
 
-        if hashlib.sha256(line).digest() != self._row(i)[6]:
-            raise ValueError(f"{self.directory / LINES}: shard {i}'s line does not match its key")
-        shard = SnapshotShard(**json.loads(line))
-        self._parsed[i] = shard
-        return shard
-
-    @overload
-    def __getitem__(self, i: int) -> Any: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[Any]: ...
-    def __getitem__(self, i: int | slice) -> Any:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"shard {i} of {n}")
-        i %= n
-        if i not in self._parsed:
-            offset, length = self._row(i)[4:6]
-            with open(self.directory / LINES, "rb") as f:
-                f.seek(offset)
-                self._shard(i, f.read(length))
-        return self._parsed[i]
-
-    def __iter__(self) -> Iterator[Any]:
-        with open(self.directory / LINES, "rb") as f:
-            for i in range(len(self)):
-                line = f.readline()
-                yield self._parsed[i] if i in self._parsed else self._shard(i, line)
+        return SnapshotShard(**json.loads(line))

@@ -24,7 +24,8 @@ from corpus.model import SnapshotManifest, SnapshotShard
 from corpus.model.digest import json_digest, sha256_hex
 from corpus.model.errors import UserError
 from corpus.model.layout import BASE_CANDIDATES, MANIFEST, SNAPSHOT_DIR
-from corpus.version.table import Lazily, VersionTable, key_dtype, table_bytes
+from corpus.model.line_table import Lazily
+from corpus.version.table import VersionTable, key_dtype, table_bytes
 
 VERSION_FORMAT = "corpus-version/2"
 #: the form that lists its shard entries in the manifest (every version made before the table): read as before

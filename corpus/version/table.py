@@ -14,43 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Generic, TypeVar, overload
+from typing import Any
 
 import numpy as np
 
 from corpus.model.digest import canonical_json
+from corpus.model.line_table import LineTable
 from corpus.model.shard_table import KEYS, LINES
-
-T = TypeVar("T")
-
-
-class Lazily(Sequence[T], Generic[T]):
-    """``n`` items, item i made by ``make(i)`` when first asked and kept: a build's shards seen one way
-    or another, for a reader that opens a few of them."""
-
-    def __init__(self, n: int, make: Callable[[int], T]) -> None:
-        self.n, self.make = n, make
-        self._made: dict[int, T] = {}
-
-    def __len__(self) -> int:
-        return self.n
-
-    @overload
-    def __getitem__(self, i: int) -> T: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[T]: ...
-    def __getitem__(self, i: int | slice) -> Any:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self.n))]
-        if not -self.n <= i < self.n:
-            raise IndexError(f"item {i} of {self.n}")
-        i %= self.n
-        if i not in self._made:
-            self._made[i] = self.make(i)
-        return self._made[i]
 
 
 def key_struct(buckets: int) -> struct.Struct:
@@ -101,19 +74,16 @@ def table_bytes(
     return bytes(keys), bytes(lines), {"count": len(entries), "keys_sha256": hashlib.sha256(keys).hexdigest()}
 
 
-class VersionTable(Sequence[dict[str, Any]]):
+class VersionTable(LineTable[dict[str, Any]]):
     """The shard entries of a ``corpus-version/2`` manifest, read as asked: :attr:`columns` the keys file
     (checked against the manifest), ``table[i]`` one entry (its line checked against its key), iteration
     the lines file once."""
 
     def __init__(self, directory: Path, facts: dict[str, Any], buckets: Sequence[str]) -> None:
         self.directory = Path(directory)
-        self.count, self.keys_sha256 = int(facts["count"]), facts["keys_sha256"]
+        self.keys_sha256 = facts["keys_sha256"]
         self.dtype = key_dtype(len(buckets))
-        self._parsed: dict[int, dict[str, Any]] = {}
-
-    def __len__(self) -> int:
-        return self.count
+        super().__init__(self.directory / LINES, int(facts["count"]))
 
     @cached_property
     def columns(self) -> np.ndarray:
@@ -125,36 +95,14 @@ class VersionTable(Sequence[dict[str, Any]]):
             raise ValueError(f"{path} is missing (the version lists its shards there)") from None
         if (
             hashlib.sha256(data).hexdigest() != self.keys_sha256
-            or len(data) != self.count * self.dtype.itemsize
+            or len(data) != len(self) * self.dtype.itemsize
         ):
             raise ValueError(f"{path} does not match the manifest's keys_sha256")
         return np.frombuffer(data, dtype=self.dtype)
 
-    def _entry(self, i: int, line: bytes) -> dict[str, Any]:
-        if hashlib.sha256(line).digest() != self.columns[i]["line_sha256"].tobytes():
-            raise ValueError(f"{self.directory / LINES}: shard {i}'s line does not match its key")
-        self._parsed[i] = json.loads(line)
-        return self._parsed[i]
+    def where(self, i: int) -> tuple[int, int, bytes]:
+        row = self.columns[i]
+        return int(row["offset"]), int(row["length"]), row["line_sha256"].tobytes()
 
-    @overload
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
-    def __getitem__(self, i: int | slice) -> Any:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        if not -self.count <= i < self.count:
-            raise IndexError(f"shard {i} of {self.count}")
-        i %= self.count
-        if i not in self._parsed:
-            row = self.columns[i]
-            with open(self.directory / LINES, "rb") as f:
-                f.seek(int(row["offset"]))
-                self._entry(i, f.read(int(row["length"])))
-        return self._parsed[i]
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        with open(self.directory / LINES, "rb") as f:
-            for i in range(self.count):
-                line = f.readline()
-                yield self._parsed[i] if i in self._parsed else self._entry(i, line)
+    def parse(self, line: bytes) -> dict[str, Any]:
+        return json.loads(line)

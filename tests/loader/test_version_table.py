@@ -68,10 +68,10 @@ def test_a_version_manifest_does_not_grow_with_the_shards(tmp_path):
 def test_a_loader_rank_starts_parsing_no_entry_and_parses_those_of_the_shards_it_reads(split_version):
     lv = LoaderVersion.open(split_version)
     entries, base_lines = lv.version.entries, lv.version.base.shards
-    assert entries._parsed == {} and base_lines._parsed == {}
+    assert entries._made == {} and base_lines._made == {}
     assert [k.docs for k in lv.stream_shards] == [e["selected_docs"] for e in json_lines(split_version)]
     bits = lv.selected(4)
-    assert set(entries._parsed) == {4} and set(base_lines._parsed) == {4}
+    assert set(entries._made) == {4} and set(base_lines._made) == {4}
     assert int(bits.sum()) == lv.stream_shards[4].docs
 
 
