@@ -55,8 +55,12 @@ class InputShard:
     @cached_property
     def weight(self) -> int:
         """The bytes the unit reads (its progress weight): its files' sizes, looked at once (the bundler,
-        the assignment and the progress board each ask: a stat per file each time at 10^4 files)."""
-        return sum(unit_weight(f.path, f.span) for f in self.files)
+        the assignment and the progress board each ask: a stat per file each time at 10^4 files). A
+        bundle's is its members' as they carry it (each sized by the rank that digested it, the value
+        travelling with it), so no rank stats a bundle's files again."""
+        if self.members:
+            return sum(m.weight for m in self.members)
+        return unit_weight(self.path, self.span)
 
     @property
     def size(self) -> int:
@@ -97,9 +101,9 @@ def input_refs(shard: InputShard, stages_root: Path) -> list[ShardRef]:
     raw input by its file name only (its display form where it is not UTF-8), so the manifest (and the
     snapshot id) never depends on where the inputs or the build directory live; a bundle as its files."""
     root = stages_root.resolve()
-    refs = []
+    refs, dirs = [], {}
     for f in shard.files:
-        path = f.path.resolve()  # one spelling: a link or `..` is not another place
+        path = resolved(f.path, dirs)  # one spelling: a link or `..` is not another place
         shown = (
             display_name(str(path.relative_to(root)))
             if path.is_relative_to(root)
@@ -107,3 +111,14 @@ def input_refs(shard: InputShard, stages_root: Path) -> list[ShardRef]:
         )
         refs.append(ShardRef(path=shown, sha256=f.sha256, records=f.records))
     return refs
+
+
+def resolved(path: Path, dirs: dict[Path, Path]) -> Path:
+    """``path.resolve()`` with its directory resolved once for the files of one unit (``dirs``: resolving
+    walks every component, a system call each, and a bundle's files share a directory); the file itself
+    followed where it is a link."""
+    if path.name in ("", ".", "..") or path.is_symlink():
+        return path.resolve()
+    if path.parent not in dirs:
+        dirs[path.parent] = path.parent.resolve()
+    return dirs[path.parent] / path.name

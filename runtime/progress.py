@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -39,9 +40,10 @@ def unit_weight(path: Path, span: tuple[int, int] | None) -> int:
     """The bytes a unit reads: its span, else its file's (or directory's files') size."""
     if span is not None:
         return span[1] - span[0]
-    if path.is_dir():
+    st = path.stat()
+    if stat.S_ISDIR(st.st_mode):
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-    return path.stat().st_size
+    return st.st_size
 
 
 def eta_text(seconds: float) -> str:

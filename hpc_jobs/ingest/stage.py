@@ -29,6 +29,7 @@ from corpus.select.robots import robots_line
 from corpus.text.inputs import InputPath, display_name
 from corpus.text.sources import (
     DECLARATION_FILE,
+    HF_DATASET,
     REPOSITORY,
     SourceSpec,
     declared_source,
@@ -135,9 +136,10 @@ class IngestStage(Stage):
 
     def _units(self, ip: InputPath) -> list[InputShard]:
         """An input as units of work: a repository directory or a file, or a large gzipped WARC's
-        pieces (``unit_bytes``, cut at record boundaries), each named by the file and its number."""
+        pieces (``unit_bytes``, cut at record boundaries), each named by the file and its number. (Only
+        an input read as a repository or a dataset can be a directory: the listing took no other.)"""
         path = ip.path
-        if path.is_dir():
+        if self._format(ip) in (REPOSITORY, HF_DATASET) and path.is_dir():
             return [replace(repository_dir_shard(path), root=ip.root)]
         whole = replace(raw_input_shard(path), root=ip.root)
         spans = warc_units(path, self.config.unit_bytes) if self._format(ip) == "warc" else []

@@ -132,6 +132,19 @@ def test_a_stage_input_spelled_through_a_link_is_recorded_by_its_place_in_the_bu
     assert [r.path for r in input_refs(shard, stages)] == ["tokenize/shards/a.jsonl.zst"]
 
 
+def test_inputs_of_one_unit_are_recorded_by_their_place_in_the_build_however_spelled(tmp_path):
+    stages = tmp_path / "build" / "stages"
+    (stages / "x").mkdir(parents=True)
+    inside = stages / "x" / "a.jsonl.zst"
+    inside.write_bytes(b"")
+    os.symlink(inside, tmp_path / "alias.jsonl.zst")  # a file link from outside the build into it
+    outside = tmp_path / "crawl.jsonl.gz"
+    outside.write_bytes(b"")
+    spellings = [inside, stages / "x" / ".." / "x" / "a.jsonl.zst", tmp_path / "alias.jsonl.zst", outside]
+    shard = InputShard("b", inside, "0" * 64, members=tuple(InputShard("f", p, "0" * 64) for p in spellings))
+    assert [r.path for r in input_refs(shard, stages)] == ["x/a.jsonl.zst"] * 3 + ["crawl.jsonl.gz"]
+
+
 # --- the shards' validation numbers: integers, computed without floats ---------------------------------
 
 

@@ -37,6 +37,15 @@ def test_runs_of_consecutive_small_files_become_bundles_of_about_the_target(tmp_
     assert bundled(units, 3000, 4)[-1] == units[-1]
 
 
+def test_a_bundle_is_sized_by_what_its_members_carry_not_by_its_files_again(tmp_path):
+    units = files(tmp_path, [1000] * 6)
+    assert [u.weight for u in units] == [1000] * 6  # each file sized once, by the rank that digested it
+    out = bundled(units, 2000, 2)
+    for u in units:
+        u.path.unlink()  # a bundle's files are not looked at again to size it (10^4 stats a rank)
+    assert [u.weight for u in out] == [2000, 2000, 2000]
+
+
 def test_a_large_file_a_piece_of_a_file_and_a_repository_stay_units_of_their_own(tmp_path):
     units = files(tmp_path, [1000] * 9 + [50_000] + [1000] * 9)
     (tmp_path / "repo").mkdir()
