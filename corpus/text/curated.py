@@ -87,7 +87,7 @@ def iter_jsonl(
     index = -1
     try:
         with _open(path) as f:
-            for index, (line, digest) in enumerate(_bounded_lines(io.BufferedReader(f), max_line_bytes)):
+            for index, (line, digest) in enumerate(_bounded_lines(_buffered(f), max_line_bytes)):
                 if line is None:
                     detail = f"line longer than max_record_bytes {max_line_bytes}"
                     yield CuratedError(index, "record_too_large", detail, digest)
@@ -98,7 +98,14 @@ def iter_jsonl(
         yield CuratedError(index + 1, "unreadable_file", f"{type(e).__name__}: {e}"[:300], "")
 
 
-def _bounded_lines(f: io.BufferedReader, cap: int) -> Iterator[tuple[bytes | None, str]]:
+def _buffered(f: BinaryIO) -> BinaryIO:
+    """A reader that reads lines from a buffer: a gzip member and a plain file already do (a second
+    buffer over them costs a layer of calls a line and one per file: ~25 µs a file, 10^5 files); a zstd
+    stream is given one."""
+    return f if isinstance(f, (io.BufferedReader, gzip.GzipFile)) else io.BufferedReader(f)
+
+
+def _bounded_lines(f: BinaryIO, cap: int) -> Iterator[tuple[bytes | None, str]]:
     """(line without its line end, sha256 of it); a line over ``cap`` bytes is (None, its sha256),
     read block by block and hashed, never held."""
     while line := f.readline(cap + 2):
