@@ -14,8 +14,10 @@ import pytest
 
 from corpus.text.extract import (
     ExtractWorker,
+    _trafilatura,
     cap_html,
     extract_text,
+    guard_regex_tests,
     repair_replacement_chars,
     strip_invisible,
 )
@@ -56,6 +58,66 @@ def test_joiners_and_variation_selectors_that_change_spelling_are_kept():
         assert strip_invisible(text) == (text, 0)
         page = f"<html><body><article><p>{(text + ' is a word of this sentence, long enough to keep. ') * 20}</p>"
         assert text in extract_text(page + "</article></body></html>")
+
+
+#: elements that hold, lack, or hold empty, each attribute trafilatura's regex tests read
+ATTRIBUTE_PAGE = b"""<html><body><article>
+<div id="hidden">a</div><div style="display:none">b</div><div class="cookie-consent">c</div>
+<div id="">d</div><div class="">e</div><p class="share-buttons">f</p><span role="Navigation">g</span>
+<section id="nav" class="content">h</section><div class="comments-title">i</div><div>j</div>
+<div id="reader-comments"><p class="hide-print">k</p></div><span class=" hidden">l</span>
+<div class="article-body" id="story-body"><p>m</p></div><div id="comol">n</div><p>o</p>
+</article></body></html>"""
+
+
+def test_trafilaturas_guarded_regex_tests_select_what_its_own_select(shared_data):
+    """Every XPath the guard changed selects the elements trafilatura's own selects, on real pages and
+    on one built to hold, lack, or hold empty, each attribute the regex tests read."""
+    import importlib.util
+
+    from lxml.etree import XPath
+    from trafilatura.utils import load_html
+
+    guarded = _trafilatura().xpaths
+    spec = importlib.util.spec_from_file_location("trafilatura.xpaths_as_shipped", guarded.__file__)
+    assert spec is not None and spec.loader is not None
+    shipped = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shipped)
+    pairs = [
+        (f"{name}[{i}]", own, getattr(guarded, name)[i])
+        for name, xs in vars(shipped).items()
+        if isinstance(xs, list) and xs and all(isinstance(x, XPath) for x in xs)
+        for i, own in enumerate(xs)
+        if getattr(guarded, name)[i].path != own.path
+    ]
+    assert len(pairs) >= 10, "trafilatura's regex tests are no longer guarded"
+    pages = [p for part in (0, 2) for _, p in real_pages(shared_data, 40, part=part)] + [ATTRIBUTE_PAGE]
+    for page in pages:
+        tree = load_html(page)
+        for name, own, ours in pairs:
+            assert ours(tree) == own(tree), name
+
+
+def test_a_regex_test_true_of_no_attribute_is_left_unguarded():
+    from types import SimpleNamespace
+
+    from lxml import html
+    from lxml.etree import XPath
+
+    ns = "http://exslt.org/regular-expressions"
+    xpaths = SimpleNamespace(
+        REGEXP_NS=ns,
+        LIST=[
+            XPath(".//p[re:test(@id, '^x?')]", namespaces={"re": ns}),
+            XPath(".//p[re:test(@id, 'x')]", namespaces={"re": ns}),
+        ],
+    )
+    assert guard_regex_tests(xpaths) == 1
+    assert xpaths.LIST[0].path == ".//p[re:test(@id, '^x?')]"
+    assert xpaths.LIST[1].path == ".//p[((@id) and re:test(@id, 'x'))]"
+    tree = html.fromstring("<div><p>plain</p><p id='x'>x</p></div>")
+    assert [p.text for p in xpaths.LIST[0](tree)] == ["plain", "x"]
+    assert [p.text for p in xpaths.LIST[1](tree)] == ["x"]
 
 
 def test_source_code_keeps_its_text_exactly_as_read_and_prose_is_cleaned():
