@@ -98,6 +98,28 @@ def test_trafilaturas_guarded_regex_tests_select_what_its_own_select(shared_data
             assert ours(tree) == own(tree), name
 
 
+FORM_PAGE = b"""<html><body><FORM action="/q"><LABEL>q <Input name="q"></LABEL>
+<select name="s"><option>a</option></select><textarea>t</textarea><!-- c --><p>x</p></FORM></body></html>"""
+
+
+def test_trafilaturas_parser_gives_each_element_the_class_lxml_html_gives_it(shared_data):
+    from lxml import html
+
+    parser = _trafilatura().utils.HTML_PARSER
+    reference = html.HTMLParser(collect_ids=False, default_doctype=False, encoding="utf-8")
+    pages = [p for _, p in real_pages(shared_data, 40, part=1)] + [FORM_PAGE, ATTRIBUTE_PAGE]
+    for page in pages:
+        ours = [type(e) for e in html.fromstring(page, parser=parser).iter()]
+        theirs = [
+            type(e)
+            for e in html.fromstring(page, parser=reference).iter()
+            if not isinstance(e, html.HtmlComment)
+        ]
+        assert ours == theirs
+    form = html.fromstring(FORM_PAGE, parser=parser)
+    assert isinstance(form.find(".//form"), html.FormElement) and form.find(".//form").inputs["q"] is not None
+
+
 def test_a_regex_test_true_of_no_attribute_is_left_unguarded():
     from types import SimpleNamespace
 
