@@ -21,7 +21,7 @@ from typing import overload
 
 import numpy as np
 
-from corpus.model.digest import stable_hash64
+from corpus.model.digest import stable_hash64, stable_hash64_each
 
 #: Bumped whenever any function here changes what a rank reads; a checkpoint from another version is refused.
 #: 2: the bucket schedule is a golden-ratio (Weyl) sequence over runs instead of a hash per run.
@@ -60,7 +60,7 @@ def shard_permutation(shard_keys: Sequence[str], seed: int, bucket: str, epoch: 
     Sorting by a keyed hash of the content digest makes the order independent of how the list was
     produced and reproducible everywhere; a new epoch is a new, independent order.
     """
-    keys = [stable_hash64("shard-order", seed, bucket, epoch, k) for k in shard_keys]
+    keys = stable_hash64_each(("shard-order", seed, bucket, epoch), shard_keys)
     return sorted(range(len(shard_keys)), key=lambda i: (keys[i], shard_keys[i]))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +54,32 @@ def doc_id_for(text_digest_hex: str, source: str) -> str:
     return sha256_hex(f"{source}\x00{text_digest_hex}")[:32]
 
 
+def _framed(part: str | bytes | int) -> bytes:
+    """A part as it enters a stable hash: its length (8 bytes, little-endian), then its UTF-8 bytes."""
+    if isinstance(part, int):
+        part = str(part)
+    if isinstance(part, str):
+        part = part.encode("utf-8")
+    return len(part).to_bytes(8, "little") + part
+
+
 def stable_hash64(*parts: str | bytes | int) -> int:
     """A 64-bit unsigned hash of the parts, independent of PYTHONHASHSEED (unlike ``hash``)."""
     h = hashlib.blake2b(digest_size=8)
     for part in parts:
-        if isinstance(part, int):
-            part = str(part)
-        if isinstance(part, str):
-            part = part.encode("utf-8")
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
+        h.update(_framed(part))
     return int.from_bytes(h.digest(), "little")
+
+
+def stable_hash64_each(prefix: Sequence[str | bytes | int], lasts: Iterable[str | bytes | int]) -> list[int]:
+    """``stable_hash64(*prefix, last)`` for each of ``lasts``: the prefix hashed once and its state
+    copied per item (a loader rank orders every shard of a bucket at each start: 10^5 of them)."""
+    head = hashlib.blake2b(digest_size=8)
+    for part in prefix:
+        head.update(_framed(part))
+    out = []
+    for last in lasts:
+        h = head.copy()
+        h.update(_framed(last))
+        out.append(int.from_bytes(h.digest(), "little"))
+    return out

@@ -4,6 +4,7 @@ runs with its bound (vectorized and scalar forms agree)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections import Counter
@@ -12,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from corpus.model.digest import stable_hash64, stable_hash64_each
 from loader.sampler import (
     GOLDEN_STEP,
     EpochChunks,
@@ -45,6 +47,24 @@ def test_shard_order_is_a_permutation_keyed_by_seed_bucket_and_epoch():
         dict(seed=1, bucket="web", epoch=1),
     ):
         assert shard_permutation(KEYS, **other) != base
+
+
+def test_shard_order_is_by_the_stable_hash_of_seed_bucket_epoch_and_shard():
+    def framed(b: bytes) -> bytes:
+        return len(b).to_bytes(8, "little") + b
+
+    # a stable hash is blake2b-64 of its parts, each after its length: fixed across releases
+    blake = hashlib.blake2b(
+        framed(b"shard-order") + framed(b"1") + framed(b"web") + framed(b""), digest_size=8
+    )
+    assert stable_hash64("shard-order", 1, "web", b"") == int.from_bytes(blake.digest(), "little")
+    # the prefix hashed once and copied gives each shard the hash of all its parts
+    keys = stable_hash64_each(("shard-order", 1, "web", 0), KEYS)
+    assert keys == [stable_hash64("shard-order", 1, "web", 0, k) for k in KEYS]
+    by_definition = sorted(
+        range(len(KEYS)), key=lambda i: (stable_hash64("shard-order", 1, "web", 0, KEYS[i]), KEYS[i])
+    )
+    assert shard_permutation(KEYS, 1, "web", 0) == by_definition
 
 
 def test_shard_order_follows_content_not_list_position():
